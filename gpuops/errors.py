@@ -1,0 +1,126 @@
+"""The one exception tree of gpuops; the CLI turns each branch into an exit code (DESIGN §3).
+
+Adapters translate foreign errors (botocore, requests, google.api_core, Vast bodies) into
+this tree exactly once, at the boundary, with ``raise Mapped(...) from exc``. Nothing above an
+adapter catches a foreign exception.
+
+    GpuopsError                      exit 1  unexpected; a bug or an unknown failure
+    ├── UsageError                   exit 2  bad arguments or bad input named in the message
+    ├── Refused                      exit 3  a safety rule said no; ``rule`` names it
+    │   ├── NotOwned                         M3: the record belongs to another operator
+    │   ├── NameTaken                        M3/M8: the name is held by another operator
+    │   └── IllegalTransition                M4: e.g. release before gone-confirmed
+    ├── Unavailable                  exit 4  capacity or provider unavailable after retries
+    │   └── StoreUnavailable                 the state store could not be reached or locked
+    ├── StillRunning                 exit 5  still running or unknown; not a failure (L9)
+    ├── JobFailed                    exit 6  the job failed or died (a fact, M10)
+    └── StateError                   exit 1  the state store refused or holds bad data
+        ├── VersionConflict                  compare-and-swap lost: someone wrote first
+        ├── AlreadyExists                    create-if-absent found the key
+        └── CorruptState                     a state file is unreadable; never replaced
+"""
+
+from __future__ import annotations
+
+
+class GpuopsError(Exception):
+    """Base of every error gpuops raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(GpuopsError):
+    """Bad arguments or input; the message names what was wrong."""
+
+    exit_code = 2
+
+
+class Refused(GpuopsError):
+    """A safety rule refused the action. ``rule`` is the rule id (DESIGN §1)."""
+
+    exit_code = 3
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"refused ({rule}): {message}")
+        self.rule = rule
+
+
+class NotOwned(Refused):
+    """The record is owned by another operator; nobody acts on another's records (M3)."""
+
+    def __init__(self, name: str, owner: str, operator: str) -> None:
+        super().__init__("M3", f"{name!r} is owned by {owner!r}, not by {operator!r}")
+        self.name = name
+        self.owner = owner
+        self.operator = operator
+
+
+class NameTaken(Refused):
+    """Another operator holds a live record under this name (M3, M8)."""
+
+    def __init__(self, name: str, owner: str) -> None:
+        super().__init__("M3", f"the name {name!r} is held by {owner!r}")
+        self.name = name
+        self.owner = owner
+
+
+class IllegalTransition(Refused):
+    """An ownership record cannot move from its state to the requested one (M4)."""
+
+    def __init__(self, name: str, current: str, requested: str, rule: str = "M4") -> None:
+        super().__init__(rule, f"{name!r} is {current}; it cannot become {requested}")
+        self.name = name
+        self.current = current
+        self.requested = requested
+
+
+class Unavailable(GpuopsError):
+    """Capacity or a provider was unavailable after retries; any claim is kept."""
+
+    exit_code = 4
+
+
+class StoreUnavailable(Unavailable):
+    """The state store could not be reached or locked in time."""
+
+
+class StillRunning(GpuopsError):
+    """Still running, or state unknown: a watcher that timed out. Not a failure (L9)."""
+
+    exit_code = 5
+
+
+class JobFailed(GpuopsError):
+    """The job failed or died: a fact (M10)."""
+
+    exit_code = 6
+
+
+class StateError(GpuopsError):
+    """The state store refused a write or holds data that cannot be read."""
+
+
+class VersionConflict(StateError):
+    """A compare-and-swap lost: the key changed (or vanished) since it was read."""
+
+    def __init__(self, key: str, expected: str | None) -> None:
+        super().__init__(f"{key!r} changed since version {expected!r} was read")
+        self.key = key
+        self.expected = expected
+
+
+class AlreadyExists(StateError):
+    """create-if-absent found the key already there."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"{key!r} already exists")
+        self.key = key
+
+
+class CorruptState(StateError):
+    """A stored value is unreadable. It is reported, never silently replaced."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"corrupt state at {where}: {reason} (left untouched; inspect or move it)")
+        self.where = where
+        self.reason = reason

@@ -1,0 +1,160 @@
+"""The local-directory store: atomic writes by rename, one file lock, a checksummed version per key.
+
+Layout under the root (0700; files 0600):
+    .lock            flock'd around every read-check-write, so compare-and-swap is atomic
+                     across processes
+    .tmp/            half-written files; a crash leaves debris here, never in place of a value
+    <key>~           one file per key: a JSON header line, then the value's bytes
+
+The header carries the version and a SHA-256 of the value. A file that fails to parse or to
+match its checksum is reported as CorruptState and is never overwritten: a human decides.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from gpuops import timing
+from gpuops.errors import AlreadyExists, CorruptState, StoreUnavailable, VersionConflict
+from gpuops.store.base import Versioned, check_key
+
+_SUFFIX = "~"  # '~' is not allowed in a key segment, so a key file never collides with a folder
+_FORMAT = 1
+
+
+def _encode(data: bytes, version: str) -> bytes:
+    header = {"format": _FORMAT, "version": version, "sha256": hashlib.sha256(data).hexdigest()}
+    return json.dumps(header, sort_keys=True).encode() + b"\n" + data
+
+
+def _decode(raw: bytes, where: str) -> tuple[bytes, str]:
+    head, sep, data = raw.partition(b"\n")
+    if not sep:
+        raise CorruptState(where, "no header line (a truncated or foreign file)")
+    try:
+        header = json.loads(head)
+    except ValueError as exc:
+        raise CorruptState(where, f"header is not JSON: {exc}") from exc
+    if not isinstance(header, dict) or header.get("format") != _FORMAT:
+        raise CorruptState(where, f"unknown header {head[:80]!r}")
+    version = header.get("version")
+    if not isinstance(version, str) or not version:
+        raise CorruptState(where, "header has no version")
+    if hashlib.sha256(data).hexdigest() != header.get("sha256"):
+        raise CorruptState(where, "checksum mismatch (half-written or edited by hand)")
+    return data, version
+
+
+def _next_version(previous: str | None) -> str:
+    """``<revision>.<nonce>``: readable order, and a fresh nonce so a deleted-then-recreated
+    key never repeats a version an old reader still holds (no ABA)."""
+    revision = int(previous.split(".", 1)[0]) + 1 if previous else 1
+    return f"{revision}.{secrets.token_hex(4)}"
+
+
+class LocalStore:
+    """A directory of versioned values, safe for many processes on one host."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.url = str(self.root)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (self.root / ".tmp").mkdir(mode=0o700, exist_ok=True)
+
+    # --- interface ---------------------------------------------------------------------------
+    def get(self, key: str) -> Versioned | None:
+        path = self._path(key)
+        with self._locked():
+            found = self._read(path)
+        if found is None:
+            return None
+        return Versioned(key, found[0], found[1])
+
+    def create(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        with self._locked():
+            if self._read(path) is not None:
+                raise AlreadyExists(key)
+            return self._write(path, data, None)
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        path = self._path(key)
+        with self._locked():
+            found = self._read(path)
+            if found is None or found[1] != version:
+                raise VersionConflict(key, version)
+            return self._write(path, data, version)
+
+    def delete(self, key: str, version: str) -> None:
+        path = self._path(key)
+        with self._locked():
+            found = self._read(path)
+            if found is None or found[1] != version:
+                raise VersionConflict(key, version)
+            path.unlink()
+
+    def list(self, prefix: str = "") -> list[str]:
+        keys = []
+        for path in self.root.rglob(f"*{_SUFFIX}"):
+            relative = path.relative_to(self.root).as_posix()
+            if relative.startswith("."):
+                continue
+            key = relative[: -len(_SUFFIX)]
+            if key.startswith(prefix):
+                keys.append(key)
+        return sorted(keys)
+
+    # --- internals ---------------------------------------------------------------------------
+    def _path(self, key: str) -> Path:
+        return self.root / (check_key(key) + _SUFFIX)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            deadline = time.monotonic() + timing.STORE_LOCK_TIMEOUT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StoreUnavailable(
+                            f"could not lock {self.root} within {timing.STORE_LOCK_TIMEOUT_S} s"
+                        ) from None
+                    time.sleep(timing.STORE_LOCK_POLL_S)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    def _read(self, path: Path) -> tuple[bytes, str] | None:
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        return _decode(raw, str(path))
+
+    def _write(self, path: Path, data: bytes, previous: str | None) -> str:
+        version = _next_version(previous)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self.root / ".tmp" / f"{path.name}.{secrets.token_hex(6)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_encode(data, version))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)  # atomic: readers see the old value or the new, never a mix
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return version

@@ -1,0 +1,134 @@
+"""The S3 store: conditional writes (``IfMatch``/``IfNoneMatch``) make compare-and-swap shared
+by operators on several hosts, with no server of our own. boto3 is imported lazily.
+
+The version is the object's ETag. Two writes of identical bytes share an ETag, so a
+compare-and-swap here compares values; every record gpuops writes carries a revision, so
+identical bytes mean an identical state and that is safe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuops import timing
+from gpuops.errors import AlreadyExists, StoreUnavailable, UsageError, VersionConflict
+from gpuops.store.base import Versioned, check_key
+
+# S3 answers a failed precondition with 412; a concurrent conditional write may get 409.
+_CONFLICT_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
+_MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+
+
+def _code(exc: Any) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class S3Store:
+    """Versioned values under ``s3://bucket/prefix``."""
+
+    def __init__(self, bucket: str, prefix: str = "", client: Any = None) -> None:
+        if not bucket:
+            raise UsageError("an s3:// state URL needs a bucket: s3://bucket/prefix")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self._client = client
+
+    @classmethod
+    def from_url(cls, url: str) -> S3Store:
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        return cls(bucket, prefix)
+
+    # --- interface ---------------------------------------------------------------------------
+    def get(self, key: str) -> Versioned | None:
+        try:
+            answer = self._s3().get_object(Bucket=self.bucket, Key=self._name(key))
+            data = answer["Body"].read()
+        except _boto_errors() as exc:
+            if _is_missing(exc):
+                return None
+            raise _translate(exc, key, None) from exc
+        return Versioned(key, data, answer["ETag"])
+
+    def create(self, key: str, data: bytes) -> str:
+        try:
+            answer = self._s3().put_object(
+                Bucket=self.bucket, Key=self._name(key), Body=data, IfNoneMatch="*"
+            )
+        except _boto_errors() as exc:
+            if _is_conflict(exc):
+                raise AlreadyExists(key) from exc
+            raise _translate(exc, key, None) from exc
+        return str(answer["ETag"])
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        try:
+            answer = self._s3().put_object(
+                Bucket=self.bucket, Key=self._name(key), Body=data, IfMatch=version
+            )
+        except _boto_errors() as exc:
+            raise _translate(exc, key, version) from exc
+        return str(answer["ETag"])
+
+    def delete(self, key: str, version: str) -> None:
+        try:
+            self._s3().delete_object(Bucket=self.bucket, Key=self._name(key), IfMatch=version)
+        except _boto_errors() as exc:
+            raise _translate(exc, key, version) from exc
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        keys = []
+        try:
+            pages = self._s3().get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=self.bucket, Prefix=base + prefix):
+                keys.extend(item["Key"][len(base) :] for item in page.get("Contents", []))
+        except _boto_errors() as exc:
+            raise _translate(exc, prefix, None) from exc
+        return sorted(keys)
+
+    # --- internals ---------------------------------------------------------------------------
+    def _name(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _s3(self) -> Any:
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            config = Config(
+                connect_timeout=timing.HTTP_TIMEOUT_S,
+                read_timeout=timing.HTTP_TIMEOUT_S,
+                retries={"mode": "standard"},
+            )
+            self._client = boto3.client("s3", config=config)
+        return self._client
+
+
+def _boto_errors() -> tuple[type[Exception], ...]:
+    """botocore's two roots: evaluated only when an exception is already propagating."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return (ClientError, BotoCoreError)
+
+
+def _is_client_error(exc: Exception) -> bool:
+    return hasattr(exc, "response") and isinstance(getattr(exc, "response"), dict)
+
+
+def _is_conflict(exc: Exception) -> bool:
+    return _is_client_error(exc) and _code(exc) in _CONFLICT_CODES
+
+
+def _is_missing(exc: Exception) -> bool:
+    return _is_client_error(exc) and _code(exc) in _MISSING_CODES
+
+
+def _translate(exc: Exception, key: str, version: str | None) -> Exception:
+    """Map one botocore failure into the gpuops tree (the one place this happens)."""
+    if _is_conflict(exc) or (version is not None and _is_missing(exc)):
+        return VersionConflict(key, version)
+    if _is_client_error(exc):
+        return StoreUnavailable(f"S3 refused {key!r}: {_code(exc)}: {exc}")
+    return StoreUnavailable(f"S3 unreachable for {key!r}: {type(exc).__name__}: {exc}")

@@ -1,0 +1,78 @@
+"""Every duration gpuops uses, in seconds; nothing else under gpuops/ may hold one (rule M6).
+
+On 20 September three timing constants in three modules disagreed, every guardian decided it
+had been superseded and exited 0, and ten boxes billed until a human noticed (seeds/001).
+So: one module, one name per duration, a one-line reason beside each, and tests in
+tests/test_timing.py that pin every value and every relation safety depends on. The
+supersession check and the heartbeat must read the same constants from here.
+"""
+
+from __future__ import annotations
+
+# --- guardian lease (M5, M7) ---------------------------------------------------------------
+# A guardian renews its lease this often; the heartbeat is what "alive" means.
+GUARDIAN_HEARTBEAT_S = 15.0
+# A lease whose heartbeat is older than this is stale and may be taken over; >= 3 heartbeats,
+# so one slow store write or a short network blip never hands the box to a second guardian.
+LEASE_TTL_S = 60.0
+# A standby guardian re-reads the lease this often while waiting for it to go stale.
+LEASE_POLL_S = 5.0
+# A guardian that believes it was superseded re-checks its successor this long before leaving:
+# two heartbeats, so it sees at least one fresh renewal by the successor (M7).
+SUPERSESSION_VERIFY_S = 30.0
+
+# --- billing ceiling (M5) ------------------------------------------------------------------
+# Copying results off starts this long before the wall-clock deadline.
+DEADLINE_MARGIN_S = 600.0
+# The copy may run at most this long; shorter than the margin so the destroy still lands
+# before the deadline even when the copy overruns (the ceiling wins).
+RESULTS_COPY_BUDGET_S = 420.0
+# After a destroy call, ask for that instance until it is confirmed gone, for at most this long.
+DESTROY_CONFIRM_TIMEOUT_S = 120.0
+# Between two "is it gone?" questions about one instance.
+DESTROY_CONFIRM_POLL_S = 5.0
+
+# --- jobs and the watchdog (M10) -----------------------------------------------------------
+# No log progress for this long makes a job "stalled": a judgment, alert only.
+STALL_THRESHOLD_S = 1800.0
+# A watcher polls the job's log and exit-code file this often.
+WATCH_POLL_S = 10.0
+
+# --- the lane (L5, L8, L9) -----------------------------------------------------------------
+# The startup script syncs its log to storage this often (the seed's 30 s rule, L5).
+LOG_SYNC_S = 30.0
+# After a start, this attempt's boot marker must appear within this window, or the start was
+# a silent no-op on a running instance (L2).
+BOOT_MARKER_WINDOW_S = 300.0
+# A claim busy this long without a successful start is flagged STALE for a human (L8); the
+# seed's silent retry death left a board "busy" for ten hours.
+STALE_CLAIM_S = 7200.0
+# How long `lane watch` watches before it exits 5 (still running, not failed: L9).
+LANE_WATCH_TIMEOUT_S = 3600.0
+# Between two stockout start attempts while holding the claim (L7).
+STOCKOUT_RETRY_S = 120.0
+
+# --- market selection and probing (M1, M2, M12) --------------------------------------------
+# A machine that failed a probe on a real host fault stays out of the pool this long (M2).
+QUARANTINE_TTL_S = 86400.0
+# The whole hardware probe of one box (GPU, VRAM, disk, CUDA) must finish within this.
+PROBE_TIMEOUT_S = 180.0
+# OpenSSH ConnectTimeout for every ssh to a rented box.
+SSH_CONNECT_TIMEOUT_S = 10.0
+# One remote command over ssh (one probe step) must finish within this.
+SSH_COMMAND_TIMEOUT_S = 60.0
+# A box that has not reached "running" within this is treated as a failed candidate.
+BOOT_TIMEOUT_S = 600.0
+# Minimum spacing between two create calls: back-to-back creates drew 429s (M12).
+CREATE_PACING_S = 2.0
+# Exponential backoff for 429s and unavailable providers: first wait, and the cap.
+BACKOFF_BASE_S = 1.0
+BACKOFF_MAX_S = 60.0
+# One HTTP call to a provider must answer within this.
+HTTP_TIMEOUT_S = 30.0
+
+# --- state store -----------------------------------------------------------------------------
+# Waiting for the local store's file lock longer than this is an error, never a silent skip.
+STORE_LOCK_TIMEOUT_S = 10.0
+# Between two attempts to take the store lock.
+STORE_LOCK_POLL_S = 0.01
