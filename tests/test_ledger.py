@@ -1,0 +1,509 @@
+"""The ownership ledger: the pure transition decision and the compare-and-swap shell (M3, M4)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from gpuops.errors import (
+    CorruptState,
+    IllegalTransition,
+    NameTaken,
+    NotOwned,
+    UsageError,
+    VersionConflict,
+)
+from gpuops.ledger import (
+    ALLOWED,
+    CAS_ATTEMPTS,
+    BoxState,
+    Ledger,
+    Record,
+    advance,
+    decode,
+    encode,
+    utc_iso,
+)
+from gpuops.store.local import LocalStore
+from gpuops.store.memory import MemoryStore
+
+KNOWN = [s for s in BoxState if s is not BoxState.UNKNOWN]
+T0 = 1_790_000_000.0
+
+
+class ListEvents:
+    """A fake event sink that keeps what was appended."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def append(self, kind: str, /, **payload: Any) -> None:
+        self.events.append((kind, payload))
+
+
+def record(state: BoxState = BoxState.LIVE, **changes: Any) -> Record:
+    base = Record(
+        name="box",
+        owner="alice",
+        state=state,
+        intent_id="i1",
+        provider="vast",
+        revision=4,
+        updated_at="then",
+        instance_id="123" if state is not BoxState.INTENT else None,
+    )
+    return Record(**{**base.__dict__, **changes})
+
+
+@pytest.fixture
+def clock() -> Any:
+    ticks = itertools.count()
+    return lambda: T0 + next(ticks)
+
+
+@pytest.fixture
+def events() -> ListEvents:
+    return ListEvents()
+
+
+@pytest.fixture
+def alice(events: ListEvents, clock: Any) -> Ledger:
+    return Ledger(MemoryStore(), events, "alice", clock=clock)
+
+
+def other(ledger: Ledger, operator: str) -> Ledger:
+    return Ledger(ledger.store, ledger.events, operator, clock=ledger.clock)
+
+
+# --- the pure decision -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "target"), list(itertools.product(BoxState, KNOWN)))
+def test_every_transition_is_allowed_exactly_when_the_table_says(source, target):
+    """M4: the transition table is the whole truth; nothing outside it ever happens."""
+    extra = {"error": "boom"} if source is target is BoxState.DESTROYING else {}
+    allowed = {
+        BoxState.INTENT: {BoxState.LIVE, BoxState.DESTROYING, BoxState.GONE_CONFIRMED},
+        BoxState.LIVE: {BoxState.DESTROYING},
+        BoxState.DESTROYING: {BoxState.DESTROYING, BoxState.GONE_CONFIRMED},
+        BoxState.GONE_CONFIRMED: {BoxState.RELEASED},
+        BoxState.RELEASED: {BoxState.INTENT},
+        BoxState.UNKNOWN: set(),
+    }[source]
+
+    if target in allowed:
+        moved = advance(
+            record(source), target, operator="alice", now_iso="now", instance_id="9", **extra
+        )
+        assert moved.state is target
+        assert moved.revision == 5
+        assert moved.updated_at == "now"
+    else:
+        with pytest.raises(IllegalTransition) as caught:
+            advance(record(source), target, operator="alice", now_iso="now", instance_id="9")
+        assert caught.value.rule == "M4"
+        assert (caught.value.current, caught.value.requested) == (source.value, target.value)
+    assert ALLOWED[source] == allowed
+
+
+def test_release_before_gone_confirmed_is_refused_with_rule_m4():
+    """M4: a live box's record cannot be released."""
+    with pytest.raises(IllegalTransition, match=r"refused \(M4\): 'box' is live"):
+        advance(record(BoxState.LIVE), BoxState.RELEASED, operator="alice", now_iso="now")
+
+
+def test_another_operator_cannot_move_a_record():
+    """M3: only the owner acts on a record; the refusal names both."""
+    with pytest.raises(NotOwned) as caught:
+        advance(record(BoxState.LIVE), BoxState.DESTROYING, operator="bob", now_iso="now")
+
+    assert (caught.value.rule, caught.value.owner, caught.value.operator) == ("M3", "alice", "bob")
+    assert caught.value.exit_code == 3
+
+
+def test_going_live_records_the_instance_id_and_requires_one():
+    """M3: a live record always says which provider instance is ours."""
+    moved = advance(
+        record(BoxState.INTENT), BoxState.LIVE, operator="alice", now_iso="n", instance_id="77"
+    )
+
+    assert moved.instance_id == "77"
+    with pytest.raises(UsageError, match="instance id"):
+        advance(record(BoxState.INTENT), BoxState.LIVE, operator="alice", now_iso="n")
+
+
+def test_a_failed_destroy_counts_attempts_and_keeps_the_error():
+    """M4: each failed destroy is recorded on the record that stays on the retry list."""
+    once = advance(
+        record(BoxState.DESTROYING), BoxState.DESTROYING, operator="alice", now_iso="n", error="e1"
+    )
+    twice = advance(once, BoxState.DESTROYING, operator="alice", now_iso="n", error="e2")
+
+    assert (once.destroy_attempts, once.last_error) == (1, "e1")
+    assert (twice.destroy_attempts, twice.last_error, twice.revision) == (2, "e2", 6)
+
+
+def test_a_repeated_destroy_without_an_error_is_a_usage_error():
+    """A destroying record only stays destroying because something failed."""
+    with pytest.raises(UsageError, match="must say what failed"):
+        advance(record(BoxState.DESTROYING), BoxState.DESTROYING, operator="alice", now_iso="n")
+
+
+def test_an_error_on_anything_but_a_destroy_is_a_usage_error():
+    """Errors belong to destroys; a confirm-gone with an error is a bug in the caller."""
+    with pytest.raises(UsageError, match="only a destroy"):
+        advance(
+            record(BoxState.DESTROYING),
+            BoxState.GONE_CONFIRMED,
+            operator="alice",
+            now_iso="n",
+            error="x",
+        )
+
+
+def test_first_failed_destroy_from_live_is_counted():
+    """A destroy that fails on its first call already counts as attempt 1."""
+    moved = advance(
+        record(BoxState.LIVE), BoxState.DESTROYING, operator="alice", now_iso="n", error="503"
+    )
+
+    assert (moved.destroy_attempts, moved.last_error) == (1, "503")
+
+
+def test_active_is_false_only_for_released_records():
+    """Only a released record no longer stands for a possible box."""
+    assert [s for s in BoxState if not record(s).active] == [BoxState.RELEASED]
+
+
+# --- encoding ----------------------------------------------------------------------------
+
+
+def test_records_round_trip_through_their_stored_form():
+    """What is written is exactly what is read back."""
+    original = record(BoxState.DESTROYING, destroy_attempts=2, last_error="x", deadline_at="d")
+
+    assert decode("k", encode(original)) == original
+    assert json.loads(encode(original))["state"] == "destroying"
+
+
+def test_an_unknown_stored_state_is_kept_raw_and_allows_nothing():
+    """A record written by a newer gpuops is UNKNOWN: kept verbatim, never moved."""
+    raw = json.loads(encode(record()))
+    raw["state"] = "hibernating"
+
+    parsed = decode("k", json.dumps(raw).encode())
+
+    assert (parsed.state, parsed.raw_state) == (BoxState.UNKNOWN, "hibernating")
+    assert json.loads(encode(parsed))["state"] == "hibernating"
+    assert "raw_state" not in json.loads(encode(parsed))
+    with pytest.raises(IllegalTransition):
+        advance(parsed, BoxState.RELEASED, operator="alice", now_iso="n")
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"not json", "not a ledger record"),
+        (b"[]", "not a ledger record"),
+        (b'{"name": "x"}', "not a ledger record"),
+        (json.dumps({**json.loads(encode(record())), "surprise": 1}).encode(), "ledger record"),
+        (json.dumps({**json.loads(encode(record())), "revision": "4"}).encode(), "integer"),
+        (json.dumps({**json.loads(encode(record())), "state": 3}).encode(), "state a string"),
+    ],
+)
+def test_a_malformed_record_is_reported_as_corrupt_naming_the_key(data, reason):
+    """Bad stored data is a clear error naming where it is, never a guess."""
+    with pytest.raises(CorruptState, match=reason) as caught:
+        decode("ledger/boxes/x", data)
+
+    assert caught.value.where == "ledger/boxes/x"
+
+
+def test_utc_iso_is_explicit_utc():
+    """Timestamps carry their zone."""
+    assert utc_iso(0.0) == "1970-01-01T00:00:00+00:00"
+
+
+# --- the shell ---------------------------------------------------------------------------
+
+
+def test_an_operator_id_is_required():
+    """M3: a record always names its owner, so a ledger without an operator is refused."""
+    with pytest.raises(UsageError, match="operator"):
+        Ledger(MemoryStore(), ListEvents(), "")
+
+
+def test_an_intent_is_recorded_and_logged_before_anything_else(alice, events):
+    """M3: the intent names its owner and is in the store and the log."""
+    rec, created = alice.record_intent("box", "vast", deadline_at="2026-12-01T00:00:00+00:00")
+
+    assert created is True
+    assert (rec.owner, rec.state, rec.revision, rec.provider) == (
+        "alice",
+        BoxState.INTENT,
+        1,
+        "vast",
+    )
+    assert rec.deadline_at == "2026-12-01T00:00:00+00:00"
+    assert rec.updated_at == utc_iso(T0)
+    assert len(rec.intent_id) == 16
+    assert alice.get("box") == rec
+    assert alice.store.list() == ["ledger/boxes/box"]
+    assert events.events == [
+        (
+            "ledger.transition",
+            {
+                "name": "box",
+                "owner": "alice",
+                "intent_id": rec.intent_id,
+                "instance_id": None,
+                "before": None,
+                "after": "intent",
+                "revision": 1,
+                "error": None,
+            },
+        )
+    ]
+
+
+def test_recording_the_same_name_twice_returns_the_existing_record(alice, events):
+    """M8: asking again never creates a second intent for one name."""
+    first, _ = alice.record_intent("box", "vast")
+    alice.mark_live("box", "555")
+
+    again, created = alice.record_intent("box", "vast")
+
+    assert created is False
+    assert (again.intent_id, again.state, again.instance_id) == (
+        first.intent_id,
+        BoxState.LIVE,
+        "555",
+    )
+    assert len(events.events) == 2
+
+
+def test_another_operator_cannot_take_an_active_name(alice):
+    """M3: a name held by alice is refused to bob, whatever its state short of released."""
+    alice.record_intent("box", "vast")
+
+    with pytest.raises(NameTaken) as caught:
+        other(alice, "bob").record_intent("box", "vast")
+
+    assert (caught.value.owner, caught.value.rule, caught.value.exit_code) == ("alice", "M3", 3)
+    assert alice.get("box").owner == "alice"
+
+
+def test_a_released_name_starts_a_fresh_intent_for_anyone(alice, events):
+    """After release the name is free; the new intent has a new id and a later revision."""
+    first, _ = alice.record_intent("box", "vast")
+    alice.confirm_gone("box")
+    alice.release("box")
+
+    second, created = other(alice, "bob").record_intent("box", "vast")
+
+    assert created is True
+    assert (second.owner, second.state, second.revision) == ("bob", BoxState.INTENT, 4)
+    assert second.intent_id != first.intent_id
+    assert events.events[-1][1]["before"] == "released"
+    assert events.events[-1][1]["after"] == "intent"
+
+
+def test_the_full_lifecycle_logs_every_transition(alice, events):
+    """M4: intent -> live -> destroying -> gone-confirmed -> released, each one logged."""
+    alice.record_intent("box", "vast")
+    alice.mark_live("box", "42")
+    alice.begin_destroy("box")
+    alice.confirm_gone("box")
+    final = alice.release("box")
+
+    assert final.state is BoxState.RELEASED
+    assert final.revision == 5
+    assert [(p["before"], p["after"]) for _, p in events.events] == [
+        (None, "intent"),
+        ("intent", "live"),
+        ("live", "destroying"),
+        ("destroying", "gone-confirmed"),
+        ("gone-confirmed", "released"),
+    ]
+    assert {p["instance_id"] for _, p in events.events[1:]} == {"42"}
+
+
+def test_release_of_a_live_box_is_refused_and_changes_nothing(alice, events):
+    """M4: release only from gone-confirmed; the refused attempt leaves the record alone."""
+    alice.record_intent("box", "vast")
+    live = alice.mark_live("box", "42")
+
+    with pytest.raises(IllegalTransition, match="M4"):
+        alice.release("box")
+
+    assert alice.get("box") == live
+    assert len(events.events) == 2
+
+
+def test_another_operator_cannot_destroy_or_release(alice):
+    """M3: bob can neither start a destroy of alice's box nor release it."""
+    alice.record_intent("box", "vast")
+    alice.mark_live("box", "42")
+    bob = other(alice, "bob")
+
+    with pytest.raises(NotOwned):
+        bob.begin_destroy("box")
+    with pytest.raises(NotOwned):
+        bob.release("box")
+    with pytest.raises(NotOwned):
+        bob.confirm_gone("box")
+    assert alice.get("box").state is BoxState.LIVE
+
+
+def test_a_failed_destroy_stays_on_the_retry_list_for_every_process(tmp_path, events, clock):
+    """M4: a destroy that failed is visible to other operators and after a restart."""
+    alice = Ledger(LocalStore(tmp_path), events, "alice", clock=clock)
+    alice.record_intent("box", "vast")
+    alice.record_intent("other", "vast")
+    alice.mark_live("box", "42")
+    alice.begin_destroy("box")
+    alice.destroy_failed("box", "HTTP 503")
+
+    restarted = Ledger(LocalStore(tmp_path), ListEvents(), "bob", clock=clock)
+    pending = restarted.retry_list()
+
+    assert [(r.name, r.owner, r.destroy_attempts, r.last_error) for r in pending] == [
+        ("box", "alice", 1, "HTTP 503")
+    ]
+    assert [r.name for r in restarted.records()] == ["box", "other"]
+
+
+def test_steps_already_taken_are_harmless_to_repeat(alice, events):
+    """A retry after a crash repeats begin-destroy, confirm-gone or release without harm."""
+    alice.record_intent("box", "vast")
+    first = alice.begin_destroy("box")
+    assert alice.begin_destroy("box") == first
+    gone = alice.confirm_gone("box")
+    assert alice.confirm_gone("box") == gone
+    released = alice.release("box")
+    assert alice.release("box") == released
+    assert len(events.events) == 4
+
+
+def test_a_repeat_by_another_operator_is_still_refused(alice):
+    """Idempotence is for the owner only: bob repeating alice's release is refused."""
+    alice.record_intent("box", "vast")
+    alice.confirm_gone("box")
+    alice.release("box")
+
+    with pytest.raises(NotOwned):
+        other(alice, "bob").release("box")
+
+
+def test_acting_on_a_missing_record_names_it(alice):
+    """A typo'd name is a usage error naming the name."""
+    with pytest.raises(UsageError, match="'nope'"):
+        alice.begin_destroy("nope")
+
+
+class Interleaving(MemoryStore):
+    """A store in which another writer slips in once between our read and our write."""
+
+    def __init__(self, intrude: Any) -> None:
+        super().__init__()
+        self.intrude = intrude
+        self.puts = 0
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        self.puts += 1
+        if self.intrude is not None:
+            intrude, self.intrude = self.intrude, None
+            intrude(self)
+        return super().put(key, data, version)
+
+
+def test_a_lost_compare_and_swap_is_retried_on_the_fresh_record(events, clock):
+    """A concurrent write between read and write is never overwritten: the ledger re-reads."""
+
+    def bob_records_a_failure(store: Any) -> None:
+        Ledger(store, ListEvents(), "alice", clock=clock).destroy_failed("box", "first failure")
+
+    store = Interleaving(None)
+    ledger = Ledger(store, events, "alice", clock=clock)
+    ledger.record_intent("box", "vast")
+    ledger.begin_destroy("box")
+    store.intrude = bob_records_a_failure
+
+    final = ledger.destroy_failed("box", "second failure")
+
+    assert (final.destroy_attempts, final.last_error) == (2, "second failure")
+    assert final.revision == 4
+
+
+def test_a_lost_intent_race_returns_the_winners_record(events, clock):
+    """Two processes recording one name at once end with one record, not two."""
+    store = MemoryStore()
+    racer = Ledger(store, ListEvents(), "alice", clock=clock)
+
+    original_create = store.create
+    raced: list[Any] = []
+
+    def create(key: str, data: bytes) -> str:
+        if not raced:
+            raced.append(None)
+            raced[0] = racer.record_intent("box", "vast")[0]
+        return original_create(key, data)
+
+    store.create = create  # type: ignore[method-assign]
+    ledger = Ledger(store, events, "alice", clock=clock)
+
+    rec, created = ledger.record_intent("box", "vast")
+
+    assert created is False
+    assert rec.intent_id == raced[0].intent_id
+    assert events.events == []
+
+
+class AlwaysConflicting(MemoryStore):
+    """A store where every compare-and-swap loses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.puts = 0
+        self.creates = 0
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        self.puts += 1
+        raise VersionConflict(key, version)
+
+
+def test_endless_contention_is_loud_after_a_bounded_number_of_tries(events, clock):
+    """A compare-and-swap that never wins raises instead of spinning forever."""
+    store = AlwaysConflicting()
+    ledger = Ledger(store, events, "alice", clock=clock)
+    ledger.record_intent("box", "vast")
+
+    with pytest.raises(VersionConflict):
+        ledger.begin_destroy("box")
+
+    assert store.puts == CAS_ATTEMPTS == 8
+
+
+def test_endless_contention_on_reuse_of_a_released_name_is_loud(events, clock):
+    """Reusing a released name under endless contention raises after bounded tries."""
+    plain = MemoryStore()
+    Ledger(plain, ListEvents(), "alice", clock=clock).record_intent("box", "vast")
+    alice = Ledger(plain, ListEvents(), "alice", clock=clock)
+    alice.confirm_gone("box")
+    alice.release("box")
+    store = AlwaysConflicting()
+    store._values = plain._values  # the same released record, behind a store that always loses
+
+    with pytest.raises(VersionConflict):
+        Ledger(store, events, "bob", clock=clock).record_intent("box", "vast")
+
+    assert store.puts == CAS_ATTEMPTS
+
+
+def test_names_that_are_not_valid_keys_are_refused(alice):
+    """A name that could escape the ledger's folder is a usage error."""
+    with pytest.raises(UsageError):
+        alice.record_intent("../etc", "vast")
