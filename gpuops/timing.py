@@ -65,8 +65,9 @@ SSH_COMMAND_TIMEOUT_S = 60.0
 BOOT_TIMEOUT_S = 600.0
 # Minimum spacing between two create calls: back-to-back creates drew 429s (M12).
 CREATE_PACING_S = 2.0
-# Exponential backoff for 429s and unavailable providers: first wait, and the cap.
+# Exponential backoff for 429s and unavailable providers starts here...
 BACKOFF_BASE_S = 1.0
+# ...and is capped here, the longest Retry-After the vastai client honours (tooling.md §2).
 BACKOFF_MAX_S = 60.0
 # One HTTP call to a provider must answer within this.
 HTTP_TIMEOUT_S = 30.0

@@ -1,0 +1,126 @@
+"""The `gpuops` command line: parsing and printing only; every decision lives elsewhere.
+
+Start-up is kept under 0.1 s: only argparse and gpuops' own light modules load here, and
+each command imports what it needs when it runs (no provider SDK for `--help` or `rules`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from gpuops.errors import GpuopsError
+
+EXIT_CODES = """exit codes:
+  0 ok                        1 unexpected error          2 usage
+  3 refused by a safety rule  4 capacity or provider unavailable after retries
+  5 still running or unknown  6 the job failed or died"""
+
+
+def _common() -> argparse.ArgumentParser:
+    """Global options, accepted before or after the command name."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    common.add_argument(
+        "--state",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="state store: a directory or s3://bucket/prefix (env GPUOPS_STATE)",
+    )
+    common.add_argument(
+        "--operator",
+        metavar="ID",
+        default=argparse.SUPPRESS,
+        help="who is acting (env GPUOPS_OPERATOR; default user@host)",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="gpuops",
+        description="A safety-first control plane for unattended GPU jobs on rented hardware.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version="gpuops 0.1.0")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands.add_parser(
+        "demo",
+        parents=[common],
+        help="the story so far against local stand-ins; exit 0 only if nothing leaked",
+    )
+    commands.add_parser(
+        "rules", parents=[common], help="every prevention rule with its honest status"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except GpuopsError as exc:
+        print(f"gpuops: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:  # the reader left (`gpuops rules | head`): not our failure
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        print("gpuops: interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # the last line of defence: loud, with the traceback, exit 1
+        traceback.print_exc()
+        print("gpuops: unexpected error (a bug): see the traceback above", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    as_json = getattr(args, "json", False)
+    if args.command == "rules":
+        return _rules(as_json)
+    from gpuops.context import Context, check_operator, default_operator
+
+    state = getattr(args, "state", None)
+    operator = check_operator(getattr(args, "operator", None) or default_operator())
+    if args.command == "demo":
+        from gpuops.demo import run_demo
+
+        return run_demo(state, operator, as_json)
+    raise AssertionError(f"unhandled command {args.command!r}")  # argparse allows no other
+
+
+def _rules(as_json: bool) -> int:
+    from gpuops.rules import RULES
+
+    if as_json:
+        _print_json([rule.__dict__ for rule in RULES])
+        return 0
+    for rule in RULES:
+        status = rule.status if rule.status != "written" else "written (not enforced)"
+        print(f"{rule.id:<4} {status:<22} {rule.summary}")
+        if rule.test:
+            print(f"{'':28}enforced by {rule.test}")
+        if rule.scope:
+            print(f"{'':28}scope: {rule.scope}")
+        if rule.observed:
+            print(f"{'':28}observed: {rule.observed}")
+    return 0
+
+
+def _print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

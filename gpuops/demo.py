@@ -1,0 +1,98 @@
+"""`gpuops demo`: the story so far, told against a throwaway local store.
+
+What exists today is the foundation: the state store, the ownership ledger, the event log
+and the rules. The demo walks one box's ownership record through its whole lifecycle with
+two operators, shows the refusals the ledger makes, and exits 0 only if no record is left
+active. There is no provider yet: the demo says plainly where a provider's answer stands in.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpuops.errors import Refused
+from gpuops.events import EventLog, read_events
+from gpuops.ledger import Ledger
+from gpuops.store import open_store
+
+
+def run_demo(state_url: str | None, operator: str, as_json: bool) -> int:
+    """Run the story; the return value is the exit code (0 only if nothing is left active)."""
+    with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as scratch:
+        root = state_url or str(Path(scratch) / "state")
+        return _story(root, operator, as_json)
+
+
+def _story(state_url: str, operator: str, as_json: bool) -> int:
+    store = open_store(state_url)
+    events_path = Path(scratch_events(state_url))
+    other = "bob@demo" if operator != "bob@demo" else "carol@demo"
+    me = Ledger(store, EventLog(events_path, operator), operator)
+    them = Ledger(store, EventLog(events_path, other), other)
+    steps: list[dict[str, Any]] = []
+
+    def say(step: str, outcome: str, **detail: Any) -> None:
+        steps.append({"step": step, "outcome": outcome, **detail})
+        if not as_json:
+            print(f"  {step:<58} {outcome}")
+
+    def refused(step: str, action: Any) -> None:
+        try:
+            action()
+        except Refused as exc:
+            say(step, f"refused ({exc.rule})", reason=str(exc))
+            return
+        say(step, "NOT REFUSED: this is a bug")
+        raise AssertionError(f"{step} was not refused")
+
+    if not as_json:
+        print(f"gpuops demo: state store {store.url}, event log {events_path}")
+        print(f"operators: {operator} (owner) and {other} (a second operator)\n")
+
+    rec, _ = me.record_intent("demo-box", "stand-in", deadline_at=None)
+    say(f"{operator} records the intent before any create", rec.state.value, intent=rec.intent_id)
+    again, created = me.record_intent("demo-box", "stand-in")
+    say("asking again for the same name returns the same record", f"created={created}")
+    refused(f"{other} asks for the name demo-box", lambda: them.record_intent("demo-box", "x"))
+    rec = me.mark_live("demo-box", "standin-1001")
+    say("the create answered: instance standin-1001 is ours", rec.state.value)
+    refused(f"{other} tries to destroy {operator}'s box", lambda: them.begin_destroy("demo-box"))
+    refused(f"{operator} tries to release a box still live", lambda: me.release("demo-box"))
+    rec = me.begin_destroy("demo-box")
+    say("destroy begins: the record goes on the retry list first", rec.state.value)
+    rec = me.destroy_failed("demo-box", "HTTP 503 (a stand-in for the provider's answer)")
+    say("the destroy call fails", f"{rec.state.value}, attempt {rec.destroy_attempts}")
+    restarted = Ledger(open_store(state_url), EventLog(events_path, other), other)
+    pending = [r.name for r in restarted.retry_list()]
+    say("a fresh process (another operator) sees the retry list", ", ".join(pending))
+    refused(f"{operator} tries to release before gone is confirmed", lambda: me.release("demo-box"))
+    rec = me.confirm_gone("demo-box")
+    say("the retry succeeds and the stand-in says the box is gone", rec.state.value)
+    rec = me.release("demo-box")
+    say("ownership released", rec.state.value)
+
+    leaked = [r.name for r in Ledger(store, EventLog(events_path, operator), operator).records()
+              if r.active]
+    logged = sum(1 for _ in read_events(events_path))
+    say("records still active (must be none)", ", ".join(leaked) or "none")
+    say("event log lines, every one complete JSON", str(logged))
+    if as_json:
+        json.dump({"steps": steps, "leaked": leaked, "events": logged}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print("\nrules (gpuops rules):")
+        from gpuops.cli import main as cli
+
+        cli(["rules"])
+    return 0 if not leaked else 1
+
+
+def scratch_events(state_url: str) -> str:
+    """The demo keeps its event log beside its store, never in the user's real log."""
+    if state_url.startswith("s3://"):
+        return str(Path(tempfile.mkdtemp(prefix="gpuops-demo-events-")) / "events.jsonl")
+    return str(Path(state_url.removeprefix("file://")) / "events.jsonl")

@@ -1,0 +1,235 @@
+"""M6: every duration lives in gpuops/timing.py, every value is pinned, every relation holds."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from gpuops import timing
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gpuops"
+
+PINNED = {
+    "GUARDIAN_HEARTBEAT_S": 15.0,
+    "LEASE_TTL_S": 60.0,
+    "LEASE_POLL_S": 5.0,
+    "SUPERSESSION_VERIFY_S": 30.0,
+    "DEADLINE_MARGIN_S": 600.0,
+    "RESULTS_COPY_BUDGET_S": 420.0,
+    "DESTROY_CONFIRM_TIMEOUT_S": 120.0,
+    "DESTROY_CONFIRM_POLL_S": 5.0,
+    "STALL_THRESHOLD_S": 1800.0,
+    "WATCH_POLL_S": 10.0,
+    "LOG_SYNC_S": 30.0,
+    "BOOT_MARKER_WINDOW_S": 300.0,
+    "STALE_CLAIM_S": 7200.0,
+    "LANE_WATCH_TIMEOUT_S": 3600.0,
+    "STOCKOUT_RETRY_S": 120.0,
+    "QUARANTINE_TTL_S": 86400.0,
+    "PROBE_TIMEOUT_S": 180.0,
+    "SSH_CONNECT_TIMEOUT_S": 10.0,
+    "SSH_COMMAND_TIMEOUT_S": 60.0,
+    "BOOT_TIMEOUT_S": 600.0,
+    "CREATE_PACING_S": 2.0,
+    "BACKOFF_BASE_S": 1.0,
+    "BACKOFF_MAX_S": 60.0,
+    "HTTP_TIMEOUT_S": 30.0,
+    "STORE_LOCK_TIMEOUT_S": 10.0,
+    "STORE_LOCK_POLL_S": 0.01,
+}
+
+
+def durations() -> dict[str, float]:
+    return {name: getattr(timing, name) for name in dir(timing) if name.endswith("_S")}
+
+
+def test_every_duration_is_pinned_to_its_value():
+    """M6: changing any constant, or adding one without pinning it, fails here."""
+    assert durations() == PINNED
+    assert all(type(value) is float for value in durations().values())
+
+
+def test_every_duration_has_a_reason_beside_it():
+    """M6: each constant is preceded by a comment saying why it has its value."""
+    lines = (PACKAGE / "timing.py").read_text().splitlines()
+    for index, line in enumerate(lines):
+        name = line.split(" = ")[0]
+        if name in PINNED:
+            assert lines[index - 1].startswith("#"), f"{name} has no reason above it"
+
+
+def test_the_lease_survives_at_least_three_missed_heartbeats():
+    """M6/M7: one slow write must never make a live guardian look dead."""
+    assert timing.LEASE_TTL_S >= 3 * timing.GUARDIAN_HEARTBEAT_S
+
+
+def test_the_lease_outlasts_a_heartbeat_plus_one_slow_store_write():
+    """M6/M7: a heartbeat whose S3 write takes the full HTTP timeout still lands in time."""
+    assert timing.LEASE_TTL_S >= timing.GUARDIAN_HEARTBEAT_S + timing.HTTP_TIMEOUT_S
+    assert timing.LEASE_TTL_S > timing.GUARDIAN_HEARTBEAT_S + timing.STORE_LOCK_TIMEOUT_S
+
+
+def test_supersession_is_verified_over_at_least_two_heartbeats_and_within_one_lease():
+    """M7: a guardian leaves as superseded only after seeing its successor renew."""
+    assert timing.SUPERSESSION_VERIFY_S >= 2 * timing.GUARDIAN_HEARTBEAT_S
+    assert timing.SUPERSESSION_VERIFY_S < timing.LEASE_TTL_S
+
+
+def test_a_standby_guardian_polls_faster_than_the_heartbeat():
+    """M6: a standby sees a stale lease within one heartbeat of it going stale."""
+    assert timing.LEASE_POLL_S < timing.GUARDIAN_HEARTBEAT_S
+
+
+def test_the_copy_budget_leaves_room_to_destroy_before_the_deadline():
+    """M5: copying results can never push the destroy past the deadline."""
+    assert timing.RESULTS_COPY_BUDGET_S < timing.DEADLINE_MARGIN_S
+    assert (
+        timing.RESULTS_COPY_BUDGET_S + timing.DESTROY_CONFIRM_TIMEOUT_S
+        <= timing.DEADLINE_MARGIN_S
+    )
+    assert timing.DESTROY_CONFIRM_POLL_S < timing.DESTROY_CONFIRM_TIMEOUT_S
+
+
+def test_stall_judgment_spans_many_polls_and_log_syncs():
+    """M10: 'stalled' is only said after many chances to see progress."""
+    assert timing.STALL_THRESHOLD_S >= 10 * timing.WATCH_POLL_S
+    assert timing.STALL_THRESHOLD_S >= 10 * timing.LOG_SYNC_S
+
+
+def test_the_lane_windows_fit_the_startup_script_contract():
+    """L5/L2/L8: log sync is the seed's 30 s; the boot marker window spans several syncs;
+    a stale claim is hours, many stockout retries long."""
+    assert timing.LOG_SYNC_S == 30.0
+    assert timing.BOOT_MARKER_WINDOW_S >= 5 * timing.LOG_SYNC_S
+    assert timing.STALE_CLAIM_S >= 3600.0
+    assert timing.STALE_CLAIM_S >= 10 * timing.STOCKOUT_RETRY_S
+    assert timing.LANE_WATCH_TIMEOUT_S > timing.BOOT_MARKER_WINDOW_S
+
+
+def test_probe_timeouts_nest():
+    """M1: one ssh connect fits in one command, one command in the whole probe."""
+    assert timing.SSH_CONNECT_TIMEOUT_S < timing.SSH_COMMAND_TIMEOUT_S < timing.PROBE_TIMEOUT_S
+    assert timing.PROBE_TIMEOUT_S < timing.BOOT_TIMEOUT_S
+
+
+def test_backoff_and_pacing_are_bounded():
+    """M12: creates are spaced; backoff starts small and is capped."""
+    assert 0 < timing.CREATE_PACING_S
+    assert 0 < timing.BACKOFF_BASE_S < timing.BACKOFF_MAX_S
+    assert timing.QUARANTINE_TTL_S >= 3600.0
+    assert 0 < timing.STORE_LOCK_POLL_S < timing.STORE_LOCK_TIMEOUT_S
+
+
+# --- no duration literal anywhere else ---------------------------------------------------
+
+_CALLS = {"sleep", "wait", "join", "timedelta", "settimeout", "alarm"}
+_TIME_KEYWORDS = {
+    "timeout",
+    "seconds",
+    "minutes",
+    "hours",
+    "milliseconds",
+    "connect_timeout",
+    "read_timeout",
+}
+
+
+def _number(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp):
+        return _number(node.operand)
+    if isinstance(node, ast.BinOp):
+        return _number(node.left) and _number(node.right)
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    )
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def duration_literals(source: str) -> list[str]:
+    """Every place in ``source`` where a number is used as a duration."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            name = _call_name(node)
+            if name in _CALLS and any(_number(arg) for arg in node.args):
+                found.append(f"line {node.lineno}: {name}(<number>)")
+            for keyword in node.keywords:
+                if keyword.arg in _TIME_KEYWORDS and _number(keyword.value):
+                    found.append(f"line {node.lineno}: {keyword.arg}=<number>")
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        for target in targets:
+            name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
+            if name.lower().endswith("_s") and _number(value):
+                found.append(f"line {node.lineno}: {name} = <number>")
+        if isinstance(node, ast.FunctionDef):
+            defaults = node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
+            args = node.args.args + node.args.kwonlyargs
+            for arg, default in zip(args[len(args) - len(defaults) :], defaults, strict=False):
+                if arg.arg.lower().endswith("_s") and _number(default):
+                    found.append(f"line {node.lineno}: default {arg.arg}=<number>")
+    return found
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "time.sleep(5)",
+        "sleep(0.5)",
+        "event.wait(2 * 60)",
+        "requests.get(url, timeout=30)",
+        "timedelta(seconds=10)",
+        "timedelta(3)",
+        "POLL_S = 10",
+        "poll_s = 1.5",
+        "self.retry_s = 4",
+        "x: float = 0\nwait_s: float = 9",
+        "def f(heartbeat_s=15): pass",
+        "def f(*, lease_ttl_s=60.0): pass",
+        "proc.join(-1)",
+    ],
+)
+def test_the_scanner_catches_each_kind_of_duration_literal(snippet):
+    """M6: the scan itself is tested, so a clean result means something."""
+    assert duration_literals(snippet)
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "time.sleep(timing.LEASE_POLL_S)",
+        "requests.get(url, timeout=timing.HTTP_TIMEOUT_S)",
+        "attempts = 8",
+        "x = [1, 2][0]",
+        "def f(limit=3): pass",
+    ],
+)
+def test_the_scanner_accepts_durations_read_from_timing(snippet):
+    """M6: reading timing's constants, and non-duration numbers, are fine."""
+    assert duration_literals(snippet) == []
+
+
+def test_no_module_but_timing_holds_a_duration_literal():
+    """M6: the September leak came from constants redefined in three modules."""
+    offenders = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "timing.py" and path.parent == PACKAGE:
+            continue
+        hits = duration_literals(path.read_text())
+        if hits:
+            offenders[str(path.relative_to(PACKAGE.parent))] = hits
+    assert offenders == {}
+    assert len(list(PACKAGE.rglob("*.py"))) >= 5
