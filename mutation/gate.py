@@ -1,0 +1,141 @@
+"""The mutation gate (rule H2): run mutmut, score each load-bearing module, fail loudly.
+
+    python mutation/gate.py            run mutmut, then judge
+    python mutation/gate.py --judge    judge the results already in mutants/
+
+mutmut exits 0 even when mutants survive, so this script is the gate. It reads each
+mutant's exit code from ``mutants/<file>.py.meta``, accepts a survivor only when
+``mutation/survivors.md`` lists it with a reason, and compares each module's score,
+(killed + justified) / tested, with the floor in FLOORS. "No tests" counts as survived:
+code no test reaches is code no test pins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The score each load-bearing module must reach, in percent of tested mutants killed or
+# justified. The ledger, timing and the event log are all-or-nothing; the store's floor is
+# the foundation issue's 90%.
+FLOORS: dict[str, float] = {
+    "gpuops/timing.py": 100.0,
+    "gpuops/ledger.py": 100.0,
+    "gpuops/events.py": 100.0,
+    "gpuops/store/base.py": 90.0,
+    "gpuops/store/local.py": 90.0,
+    "gpuops/store/s3.py": 90.0,
+}
+
+# mutmut 3.8 exit codes per mutant (shared/reference/tooling.md §1).
+KILLED_CODES = {1, 3, 36, 24, -24, 152, 255, 37}  # failed, timed out, or caught by types
+SURVIVED_CODES = {0, 33, 5}  # tests passed, or no test covered the mutant
+SKIPPED_CODES = {34}
+
+_JUSTIFIED = re.compile(r"^\|\s*`?(gpuops\.[^\s|`]+__mutmut_\d+)`?\s*\|\s*(\S[^|]*?)\s*\|")
+
+
+@dataclass
+class ModuleScore:
+    path: str
+    killed: int = 0
+    justified: list[str] = field(default_factory=list)
+    survivors: list[str] = field(default_factory=list)  # unjustified
+    skipped: int = 0
+    odd: list[str] = field(default_factory=list)  # segfaults and unknown codes
+
+    @property
+    def tested(self) -> int:
+        return self.killed + len(self.justified) + len(self.survivors) + len(self.odd)
+
+    @property
+    def score(self) -> float:
+        return 100.0 if self.tested == 0 else 100.0 * (self.killed + len(self.justified)) / self.tested
+
+
+def read_justified(text: str) -> dict[str, str]:
+    """Mutant name -> reason, from the table rows of survivors.md."""
+    out = {}
+    for line in text.splitlines():
+        match = _JUSTIFIED.match(line.strip())
+        if match:
+            out[match.group(1)] = match.group(2)
+    return out
+
+
+def score_module(path: str, codes: Mapping[str, int | None], justified: Mapping[str, str]) -> ModuleScore:
+    result = ModuleScore(path)
+    for name, code in sorted(codes.items()):
+        if code in KILLED_CODES:
+            result.killed += 1
+        elif code in SKIPPED_CODES:
+            result.skipped += 1
+        elif code in SURVIVED_CODES and name in justified:
+            result.justified.append(name)
+        elif code in SURVIVED_CODES:
+            result.survivors.append(name)
+        else:
+            result.odd.append(f"{name} (exit code {code})")
+    return result
+
+
+def judge(scores: Iterable[ModuleScore], floors: Mapping[str, float]) -> tuple[bool, list[str]]:
+    """Whether every module meets its floor, and the report lines."""
+    ok = True
+    lines = []
+    for s in scores:
+        floor = floors[s.path]
+        passed = s.score >= floor
+        ok = ok and passed
+        lines.append(
+            f"{'ok  ' if passed else 'FAIL'} {s.path:<24} {s.score:6.1f}% (floor {floor:.0f}%)"
+            f"  killed {s.killed}, justified {len(s.justified)}, survived {len(s.survivors)},"
+            f" odd {len(s.odd)}, skipped {s.skipped}"
+        )
+        lines.extend(f"       unjustified survivor: {name}" for name in s.survivors)
+        lines.extend(f"       odd result: {name}" for name in s.odd)
+    return ok, lines
+
+
+def read_meta(mutants: Path, path: str) -> dict[str, int | None]:
+    meta = mutants / f"{path}.meta"
+    if not meta.exists():
+        return {}
+    return dict(json.loads(meta.read_text())["exit_code_by_key"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--judge", action="store_true", help="only judge existing results")
+    args = parser.parse_args(argv)
+    mutants = ROOT / "mutants"
+    if not args.judge:
+        env = {**os.environ, "HYPOTHESIS_PROFILE": "mutation"}
+        subprocess.run(["mutmut", "run"], cwd=ROOT, env=env, check=True)
+    justified = read_justified((ROOT / "mutation" / "survivors.md").read_text())
+    scores = [score_module(p, read_meta(mutants, p), justified) for p in FLOORS]
+    ok, lines = judge(scores, FLOORS)
+    total = sum(s.tested for s in scores)
+    good = sum(s.killed + len(s.justified) for s in scores)
+    print("\n".join(lines))
+    print(f"mutation gate: {good}/{total} killed or justified -> {'PASS' if ok else 'FAIL'}")
+    stale = sorted(set(justified) - {n for s in scores for n in s.justified})
+    for name in stale:
+        print(f"note: survivors.md lists {name}, which no longer survives; remove it")
+    if not ok:
+        print("see a mutant with: mutmut show <name>; kill it with a test or justify it in "
+              "mutation/survivors.md", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

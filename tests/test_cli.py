@@ -1,0 +1,185 @@
+"""The CLI as a user runs it: subprocesses, exit codes of DESIGN §3, --json anywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuops import cli, errors
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def gpuops(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuops", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
+
+
+def test_help_lists_the_commands_and_the_exit_codes():
+    """--help names each command and documents every exit code."""
+    done = gpuops("--help")
+
+    assert done.returncode == 0
+    for word in ("demo", "rules", "3 refused by a safety rule", "5 still running or unknown"):
+        assert word in done.stdout
+
+
+def test_rules_json_lists_every_rule_once(tmp_path):
+    """`gpuops rules --json` is machine-readable and complete."""
+    done = gpuops("rules", "--json")
+
+    ids = [rule["id"] for rule in json.loads(done.stdout)]
+    assert done.returncode == 0
+    assert len(ids) == len(set(ids)) == 26
+
+
+def test_json_is_accepted_before_or_after_the_command():
+    """DESIGN §3: the global --json works on either side of the command name."""
+    before = gpuops("--json", "rules")
+    after = gpuops("rules", "--json")
+
+    assert before.returncode == after.returncode == 0
+    assert json.loads(before.stdout) == json.loads(after.stdout)
+
+
+def test_rules_text_marks_unenforced_rules_plainly():
+    """A written rule says it is not enforced; an implemented one names its test."""
+    done = gpuops("rules")
+
+    assert "L1   written (not enforced)" in done.stdout
+    assert "enforced by tests/test_ledger.py::" in done.stdout
+
+
+def test_an_unknown_command_is_a_usage_error():
+    """Exit 2 for bad usage, with argparse's message."""
+    done = gpuops("stop", "lane")
+
+    assert done.returncode == 2
+    assert "invalid choice: 'stop'" in done.stderr
+
+
+def test_a_bad_operator_id_is_a_usage_error_naming_it():
+    """An operator id that could not be a record owner is refused with exit 2."""
+    done = gpuops("demo", "--operator", "no spaces please")
+
+    assert done.returncode == 2
+    assert "'no spaces please'" in done.stderr
+
+
+def test_an_unsupported_state_url_is_a_usage_error(tmp_path):
+    """--state http://... is refused with a message naming the URL."""
+    done = gpuops("demo", "--state", "http://example.invalid/x")
+
+    assert done.returncode == 2
+    assert "unsupported state URL 'http://example.invalid/x'" in done.stderr
+
+
+def test_demo_ends_with_nothing_leaked_and_exits_zero(tmp_path):
+    """The demo walks a record to released, shows the refusals, and exits 0."""
+    done = gpuops("--json", "demo", "--state", str(tmp_path / "s"), "--operator", "alice")
+
+    report = json.loads(done.stdout)
+    outcomes = [step["outcome"] for step in report["steps"]]
+    assert done.returncode == 0, done.stderr
+    assert report["leaked"] == []
+    assert outcomes.count("refused (M3)") == 2
+    assert outcomes.count("refused (M4)") == 2
+    assert report["events"] == 6
+    lines = (tmp_path / "s" / "events.jsonl").read_text().splitlines()
+    assert [json.loads(line)["payload"]["after"] for line in lines][-1] == "released"
+
+
+def test_demo_text_tells_the_story(tmp_path):
+    """The human output shows each step and ends with the rules."""
+    done = gpuops("demo", "--state", str(tmp_path / "s"), "--operator", "alice")
+
+    assert done.returncode == 0, done.stderr
+    assert "records still active (must be none)" in done.stdout
+    assert "M4   implemented" in done.stdout
+
+
+def test_a_corrupt_state_file_fails_loudly_and_is_left_in_place(tmp_path):
+    """A corrupt ledger file is reported with its path (exit 1), never replaced."""
+    state = tmp_path / "s"
+    record = state / "ledger" / "boxes" / "demo-box~"
+    record.parent.mkdir(parents=True)
+    record.write_bytes(b"garbage")
+
+    done = gpuops("demo", "--state", str(state))
+
+    assert done.returncode == 1
+    assert "corrupt state at" in done.stderr and "demo-box~" in done.stderr
+    assert record.read_bytes() == b"garbage"
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (errors.GpuopsError("x"), 1),
+        (errors.UsageError("x"), 2),
+        (errors.NotOwned("b", "alice", "bob"), 3),
+        (errors.NameTaken("b", "alice"), 3),
+        (errors.IllegalTransition("b", "live", "released"), 3),
+        (errors.Refused("L1", "x"), 3),
+        (errors.Unavailable("x"), 4),
+        (errors.StoreUnavailable("x"), 4),
+        (errors.StillRunning("x"), 5),
+        (errors.JobFailed("x"), 6),
+        (errors.VersionConflict("k", "1"), 1),
+        (errors.AlreadyExists("k"), 1),
+        (errors.CorruptState("k", "bad"), 1),
+    ],
+)
+def test_each_error_maps_to_its_exit_code(monkeypatch, capsys, error, code):
+    """DESIGN §3: the exception tree decides the exit code, and the message reaches stderr."""
+
+    def boom(args):
+        raise error
+
+    monkeypatch.setattr(cli, "_dispatch", boom)
+
+    assert cli.main(["rules"]) == code
+    assert str(error) in capsys.readouterr().err
+
+
+def test_a_refusal_names_its_rule():
+    """Every refusal names the rule id."""
+    assert str(errors.Refused("L2", "instance is RUNNING")) == "refused (L2): instance is RUNNING"
+
+
+def test_an_unexpected_exception_is_loud_with_exit_1(monkeypatch, capsys):
+    """A bug is never silent: traceback on stderr, exit 1."""
+
+    def boom(args):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(cli, "_dispatch", boom)
+
+    assert cli.main(["rules"]) == 1
+    err = capsys.readouterr().err
+    assert "ZeroDivisionError" in err and "unexpected error" in err
+
+
+def test_rules_and_help_import_no_provider_sdk():
+    """Start-up stays fast: no SDK, boto3 or requests is imported for rules or --help."""
+    code = (
+        "import sys; from gpuops.cli import main; main(['rules']);"
+        "heavy = [m for m in ('boto3', 'botocore', 'requests', 'vastai', 'google', 'yaml')"
+        " if m in sys.modules]; print('HEAVY', heavy)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+
+    assert "HEAVY []" in done.stdout

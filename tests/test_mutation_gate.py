@@ -1,0 +1,116 @@
+"""H2: the mutation gate's judgement, tested on synthetic mutmut results."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+GATE_PATH = Path(__file__).resolve().parent.parent / "mutation" / "gate.py"
+spec = importlib.util.spec_from_file_location("mutation_gate", GATE_PATH)
+gate = importlib.util.module_from_spec(spec)
+sys.modules["mutation_gate"] = gate  # dataclasses look their module up here
+spec.loader.exec_module(gate)
+
+SURVIVORS_MD = """
+| mutant | why it is equivalent |
+|---|---|
+| `gpuops.ledger.x_f__mutmut_2` | the default is never used |
+| gpuops.store.local.xǁLocalStoreǁget__mutmut_7 | same bytes either way |
+"""
+
+
+def test_justified_survivors_are_read_from_the_table():
+    """H2: each table row names a mutant and its reason; the header is not a mutant."""
+    assert gate.read_justified(SURVIVORS_MD) == {
+        "gpuops.ledger.x_f__mutmut_2": "the default is never used",
+        "gpuops.store.local.xǁLocalStoreǁget__mutmut_7": "same bytes either way",
+    }
+
+
+def test_the_gate_fails_on_an_unjustified_survivor():
+    """H2: one surviving mutant in an all-or-nothing module fails the gate."""
+    codes = {"gpuops.ledger.x_f__mutmut_1": 1, "gpuops.ledger.x_f__mutmut_3": 0}
+
+    score = gate.score_module("gpuops/ledger.py", codes, {})
+    ok, lines = gate.judge([score], {"gpuops/ledger.py": 100.0})
+
+    assert not ok
+    assert score.survivors == ["gpuops.ledger.x_f__mutmut_3"]
+    assert score.score == 50.0
+    assert any("unjustified survivor: gpuops.ledger.x_f__mutmut_3" in line for line in lines)
+
+
+def test_a_justified_survivor_passes_the_gate():
+    """H2: a survivor listed with its reason counts as accepted."""
+    codes = {"gpuops.ledger.x_f__mutmut_1": 1, "gpuops.ledger.x_f__mutmut_2": 0}
+    justified = gate.read_justified(SURVIVORS_MD)
+
+    score = gate.score_module("gpuops/ledger.py", codes, justified)
+    ok, _ = gate.judge([score], {"gpuops/ledger.py": 100.0})
+
+    assert ok
+    assert (score.killed, score.justified, score.survivors) == (
+        1,
+        ["gpuops.ledger.x_f__mutmut_2"],
+        [],
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "bucket"),
+    [(1, "killed"), (3, "killed"), (36, "killed"), (-24, "killed"), (37, "killed"),
+     (0, "survivors"), (33, "survivors"), (5, "survivors"), (34, "skipped"),
+     (-11, "odd"), (None, "odd")],
+)
+def test_each_mutmut_exit_code_lands_in_its_bucket(code, bucket):
+    """H2: 'no tests' is a survivor, timeouts are kills, crashes are never silently passed."""
+    score = gate.score_module("m.py", {"gpuops.m.x_f__mutmut_1": code}, {})
+
+    counts = {
+        "killed": score.killed,
+        "survivors": len(score.survivors),
+        "skipped": score.skipped,
+        "odd": len(score.odd),
+    }
+    assert counts == {k: int(k == bucket) for k in counts}
+
+
+def test_a_floor_below_100_allows_that_share_of_survivors():
+    """H2: the store's 90% floor passes at 90% and fails just under it."""
+    nine = {f"gpuops.s.x_f__mutmut_{i}": 1 for i in range(9)}
+    at_floor = gate.score_module("s.py", {**nine, "gpuops.s.x_f__mutmut_9": 0}, {})
+    under = gate.score_module(
+        "s.py", {**nine, "gpuops.s.x_f__mutmut_9": 0, "gpuops.s.x_f__mutmut_10": 0}, {}
+    )
+
+    assert gate.judge([at_floor], {"s.py": 90.0})[0] is True
+    assert gate.judge([under], {"s.py": 90.0})[0] is False
+
+
+def test_a_module_with_no_mutants_scores_full(tmp_path):
+    """A module mutmut cannot mutate (module-level constants only) has nothing to fail."""
+    assert gate.read_meta(tmp_path, "gpuops/timing.py") == {}
+    assert gate.score_module("gpuops/timing.py", {}, {}).score == 100.0
+
+
+def test_meta_files_are_read_per_module(tmp_path):
+    """The per-mutant exit codes come from mutants/<file>.py.meta."""
+    meta = tmp_path / "gpuops" / "ledger.py.meta"
+    meta.parent.mkdir()
+    meta.write_text(json.dumps({"exit_code_by_key": {"gpuops.ledger.x_f__mutmut_1": 1}}))
+
+    assert gate.read_meta(tmp_path, "gpuops/ledger.py") == {"gpuops.ledger.x_f__mutmut_1": 1}
+
+
+def test_every_load_bearing_module_has_a_floor_and_is_mutated():
+    """H2: the gate's floors and mutmut's only_mutate list name the same files."""
+    import tomllib
+
+    config = tomllib.loads((GATE_PATH.parent.parent / "pyproject.toml").read_text())
+    assert sorted(config["tool"]["mutmut"]["only_mutate"]) == sorted(gate.FLOORS)
+    assert gate.FLOORS["gpuops/ledger.py"] == gate.FLOORS["gpuops/timing.py"] == 100.0
+    assert gate.FLOORS["gpuops/store/local.py"] >= 90.0
