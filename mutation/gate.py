@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     mutants = ROOT / "mutants"
     if not args.judge:
         env = {**os.environ, "HYPOTHESIS_PROFILE": "mutation"}
-        subprocess.run(["mutmut", "run"], cwd=ROOT, env=env, check=True)
+        subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=ROOT, env=env, check=True)
     justified = read_justified((ROOT / "mutation" / "survivors.md").read_text())
     scores = [score_module(p, read_meta(mutants, p), justified) for p in FLOORS]
     ok, lines = judge(scores, FLOORS)
