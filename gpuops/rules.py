@@ -81,7 +81,7 @@ RULES: tuple[Rule, ...] = (
         "H3",
         "Secrets never reach logs, the event log or recordings.",
         IMPLEMENTED,
-        "tests/test_events.py::test_bearer_token_in_header_dict_never_reaches_the_file",
+        "tests/test_events.py::test_a_generated_key_in_random_text_never_reaches_the_file",
         scope="the event log scrubs before writing; recordings arrive with the record command",
     ),
 )
