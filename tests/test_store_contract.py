@@ -19,10 +19,12 @@ from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from gpuops.errors import AlreadyExists, UsageError, VersionConflict
+from gpuops.store.base import check_key
 from gpuops.store.local import LocalStore
+from gpuops.store.memory import MemoryStore
 from gpuops.store.s3 import S3Store
 
-BACKENDS = ["local", "s3-mock", "s3-server"]
+BACKENDS = ["local", "memory", "s3-mock", "s3-server"]
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
 
@@ -65,6 +67,8 @@ def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[object]:
     """A fresh, empty store of each backend."""
     if request.param == "local":
         yield LocalStore(tmp_path / "state")
+    elif request.param == "memory":
+        yield MemoryStore()
     elif request.param == "s3-mock":
         client = request.getfixturevalue("mock_client")
         with mock_aws():
@@ -269,14 +273,27 @@ METHODS = {
 }
 
 
-@pytest.mark.parametrize("method", METHODS.keys())
 @pytest.mark.parametrize("key", INVALID_KEYS)
-def test_an_invalid_key_raises_usage_error_on_every_method(store, method, key) -> None:
-    """A malformed key is refused before anything is read or written."""
-    with pytest.raises(UsageError) as caught:
-        METHODS[method](store, key)
-    assert repr(key) in str(caught.value)
+def test_an_invalid_key_raises_usage_error_on_every_method(store, key) -> None:
+    """A malformed key is refused by get, create, put and delete before anything is written."""
+    for name, method in METHODS.items():
+        with pytest.raises(UsageError) as caught:
+            method(store, key)
+        assert repr(key) in str(caught.value), name
     assert store.list() == []
+
+
+def test_the_invalid_key_message_says_what_a_segment_may_hold() -> None:
+    """The UsageError quotes the key and the bad segment and states the rule in full."""
+    with pytest.raises(UsageError) as caught:
+        check_key("ledger/.hidden")
+    assert str(caught.value) == (
+        "store key 'ledger/.hidden': segment '.hidden' must be 1-128 characters of "
+        "letters, digits and _.@+=- and must not start with '.' or '-'"
+    )
+    with pytest.raises(UsageError) as caught:
+        check_key("a/b/c/d/e/f/g/h/i")
+    assert str(caught.value) == "store key 'a/b/c/d/e/f/g/h/i' has more than 8 segments"
 
 
 @pytest.mark.parametrize(

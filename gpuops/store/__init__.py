@@ -6,6 +6,6 @@ several processes and hosts share one truth with no server to run (DESIGN §2).
 
 from __future__ import annotations
 
-from gpuops.store.base import Store, Versioned, check_key, open_store
+from gpuops.store.base import Store, Versioned, check_key, is_key, open_store
 
-__all__ = ["Store", "Versioned", "check_key", "open_store"]
+__all__ = ["Store", "Versioned", "check_key", "is_key", "open_store"]

@@ -54,6 +54,8 @@ class Store(Protocol):
 
 def check_key(key: str) -> str:
     """Return ``key`` if it is a valid store key, else raise UsageError naming the fault."""
+    if is_key(key):
+        return key
     segments = key.split("/")
     if len(segments) > _MAX_SEGMENTS:
         raise UsageError(f"store key {key!r} has more than {_MAX_SEGMENTS} segments")
@@ -64,6 +66,12 @@ def check_key(key: str) -> str:
                 "letters, digits and _.@+=- and must not start with '.' or '-'"
             )
     return key
+
+
+def is_key(key: str) -> bool:
+    """Whether ``key`` is a valid store key (for filtering listings, which may hold strays)."""
+    segments = key.split("/")
+    return len(segments) <= _MAX_SEGMENTS and all(_SEGMENT.fullmatch(s) for s in segments)
 
 
 def open_store(url: str) -> Store:

@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -24,10 +25,11 @@ from pathlib import Path
 
 from gpuops import timing
 from gpuops.errors import AlreadyExists, CorruptState, StoreUnavailable, VersionConflict
-from gpuops.store.base import Versioned, check_key
+from gpuops.store.base import Versioned, check_key, is_key
 
 _SUFFIX = "~"  # '~' is not allowed in a key segment, so a key file never collides with a folder
 _FORMAT = 1
+_VERSION = re.compile(r"[1-9][0-9]*\.[0-9a-f]{8}")
 
 
 def _encode(data: bytes, version: str) -> bytes:
@@ -46,8 +48,8 @@ def _decode(raw: bytes, where: str) -> tuple[bytes, str]:
     if not isinstance(header, dict) or header.get("format") != _FORMAT:
         raise CorruptState(where, f"unknown header {head[:80]!r}")
     version = header.get("version")
-    if not isinstance(version, str) or not version:
-        raise CorruptState(where, "header has no version")
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise CorruptState(where, f"header version {version!r} is not <revision>.<nonce>")
     if hashlib.sha256(data).hexdigest() != header.get("sha256"):
         raise CorruptState(where, "checksum mismatch (half-written or edited by hand)")
     return data, version
@@ -67,6 +69,7 @@ class LocalStore:
         self.root = Path(root).expanduser().resolve()
         self.url = str(self.root)
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.root.chmod(0o700)  # private to its user even when it already existed (DESIGN §4)
         (self.root / ".tmp").mkdir(mode=0o700, exist_ok=True)
 
     # --- interface ---------------------------------------------------------------------------
@@ -108,7 +111,7 @@ class LocalStore:
             if relative.startswith("."):
                 continue
             key = relative[: -len(_SUFFIX)]
-            if key.startswith(prefix):
+            if key.startswith(prefix) and is_key(key):  # an editor's backup is not a key
                 keys.append(key)
         return sorted(keys)
 

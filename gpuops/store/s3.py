@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuops import timing
 from gpuops.errors import AlreadyExists, StoreUnavailable, UsageError, VersionConflict
-from gpuops.store.base import Versioned, check_key
+from gpuops.store.base import Versioned, check_key, is_key
 
 # S3 answers a failed precondition with 412; a concurrent conditional write may get 409.
 _CONFLICT_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
@@ -82,7 +82,8 @@ class S3Store:
         try:
             pages = self._s3().get_paginator("list_objects_v2")
             for page in pages.paginate(Bucket=self.bucket, Prefix=base + prefix):
-                keys.extend(item["Key"][len(base) :] for item in page.get("Contents", []))
+                names = (item["Key"][len(base) :] for item in page.get("Contents", []))
+                keys.extend(name for name in names if is_key(name))  # skip folder markers
         except _boto_errors() as exc:
             raise _translate(exc, prefix, None) from exc
         return sorted(keys)

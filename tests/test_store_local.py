@@ -1,0 +1,412 @@
+"""LocalStore behaviour beyond the shared contract: many processes, corrupt files, file
+modes, crash debris, no ABA, the lock timeout, and opening a store by URL."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import multiprocessing
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuops import timing
+from gpuops.errors import CorruptState, StoreUnavailable, UsageError, VersionConflict
+from gpuops.store.base import check_key, open_store
+from gpuops.store.local import LocalStore
+from gpuops.store.s3 import S3Store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalStore:
+    """An empty LocalStore in a directory that does not exist yet."""
+    return LocalStore(tmp_path / "state")
+
+
+def _header(data: bytes, version: object, **overrides: object) -> bytes:
+    header = {"format": 1, "version": version, "sha256": hashlib.sha256(data).hexdigest()}
+    header.update(overrides)
+    return json.dumps(header, sort_keys=True).encode() + b"\n" + data
+
+
+# --- many processes ------------------------------------------------------------------------------
+PROCESSES = 4
+INCREMENTS = 50
+
+
+def _increment_worker(root: str, key: str, increments: int, barrier, report: str) -> None:
+    """Add 1 to the counter ``increments`` times by compare-and-swap, retrying lost races.
+
+    Runs in a forked child. It polls the lock every 0.1 ms instead of the default 10 ms: with
+    the default, the process that just released the lock takes it again before the sleeping
+    others wake, so the four workers barely interleave and conflicts stay near zero.
+    """
+    timing.STORE_LOCK_POLL_S = 0.0001
+    store = LocalStore(root)
+    barrier.wait(timeout=30)
+    done = conflicts = 0
+    while done < increments:
+        current = store.get(key)
+        try:
+            store.put(key, str(int(current.data) + 1).encode(), current.version)
+        except VersionConflict:
+            conflicts += 1
+            continue
+        done += 1
+    Path(report).write_text(json.dumps({"done": done, "conflicts": conflicts}))
+
+
+@pytest.mark.slow
+def test_concurrent_processes_incrementing_one_counter_lose_no_update(tmp_path: Path) -> None:
+    """4 forked processes x 50 get-then-put increments end at exactly 200."""
+    root = tmp_path / "state"
+    LocalStore(root).create("counter", b"0")
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(PROCESSES)
+    reports = [tmp_path / f"worker-{n}.json" for n in range(PROCESSES)]
+    workers = [
+        context.Process(
+            target=_increment_worker, args=(str(root), "counter", INCREMENTS, barrier, str(report))
+        )
+        for report in reports
+    ]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    wall = time.perf_counter() - started
+    assert [worker.exitcode for worker in workers] == [0] * PROCESSES
+    figures = [json.loads(report.read_text()) for report in reports]
+    assert [figure["done"] for figure in figures] == [INCREMENTS] * PROCESSES
+    final = LocalStore(root).get("counter")
+    assert final.data == str(PROCESSES * INCREMENTS).encode()
+    conflicts = sum(figure["conflicts"] for figure in figures)
+    print(
+        f"\nlocal store: {PROCESSES} processes x {INCREMENTS} increments = {final.data.decode()}, "
+        f"{conflicts} conflicts retried {[f['conflicts'] for f in figures]}, {wall:.2f} s wall"
+    )
+    # Every successful put bumps the revision once, so the version counts the increments too.
+    assert final.version.split(".")[0] == str(1 + PROCESSES * INCREMENTS)
+
+
+# --- corrupt files -------------------------------------------------------------------------------
+NO_HEADER = "no header line (a truncated or foreign file)"
+BAD_CHECKSUM = "checksum mismatch (half-written or edited by hand)"
+CORRUPTIONS = {  # name: (bytes to write given the good file, the exact reason reported)
+    "garbage": (lambda raw: b"\x00\x01 garbage, not json\nmore garbage", "header is not JSON: "),
+    "truncated-header": (lambda raw: raw[:20], NO_HEADER),
+    "empty-file": (lambda raw: b"", NO_HEADER),
+    "data-edited-by-hand": (lambda raw: raw.replace(b"\nhello", b"\nHELLO"), BAD_CHECKSUM),
+    "data-truncated": (lambda raw: raw[:-2], BAD_CHECKSUM),
+    "unknown-format": (lambda raw: _header(b"hello", "1.aaaaaaaa", format=2), "unknown header "),
+    "header-not-an-object": (lambda raw: b"[1]\nhello", "unknown header b'[1]'"),
+    "no-version": (lambda raw: _header(b"hello", ""), "header version '' is not <revision>.<nonce>"),
+    "version-not-a-string": (
+        lambda raw: _header(b"hello", 7),
+        "header version 7 is not <revision>.<nonce>",
+    ),
+    "version-not-numbered": (
+        lambda raw: _header(b"hello", "banana"),
+        "header version 'banana' is not <revision>.<nonce>",
+    ),
+}
+
+
+def _expected_reason(corruption: str, corrupt: bytes) -> str:
+    reason = CORRUPTIONS[corruption][1]
+    if corruption == "unknown-format":  # the header line is quoted, cut at 80 bytes
+        head = corrupt.partition(b"\n")[0]
+        assert len(head) > 80
+        return f"unknown header {head[:80]!r}"
+    return reason
+
+
+OPERATIONS = {
+    "get": lambda s, k, v: s.get(k),
+    "create": lambda s, k, v: s.create(k, b"new"),
+    "put": lambda s, k, v: s.put(k, b"new", v),
+    "delete": lambda s, k, v: s.delete(k, v),
+}
+
+
+@pytest.mark.parametrize("operation", OPERATIONS.keys())
+@pytest.mark.parametrize("corruption", CORRUPTIONS.keys())
+def test_a_corrupt_value_file_raises_corrupt_state_and_is_left_on_disk(
+    store: LocalStore, corruption: str, operation: str
+) -> None:
+    """Every read path reports CorruptState naming the file, and never rewrites the bytes."""
+    version = store.create("ledger/boxes/a", b"hello")
+    path = store.root / "ledger" / "boxes" / "a~"
+    corrupt_bytes, reason = CORRUPTIONS[corruption]
+    corrupt = corrupt_bytes(path.read_bytes())
+    path.write_bytes(corrupt)
+    with pytest.raises(CorruptState) as caught:
+        OPERATIONS[operation](store, "ledger/boxes/a", version)
+    assert caught.value.where == str(path)
+    assert str(path) in str(caught.value)
+    if corruption == "garbage":  # the JSON parser's own words follow
+        assert caught.value.reason.startswith(reason)
+    else:
+        assert caught.value.reason == _expected_reason(corruption, corrupt)
+    assert path.read_bytes() == corrupt
+    assert list((store.root / ".tmp").iterdir()) == []
+    assert store.list() == ["ledger/boxes/a"]
+
+
+def test_a_corrupt_file_does_not_affect_other_keys(store: LocalStore) -> None:
+    """One damaged value is reported alone; its neighbours still read and write."""
+    store.create("ledger/boxes/a", b"a")
+    other = store.create("ledger/boxes/b", b"b")
+    (store.root / "ledger" / "boxes" / "a~").write_bytes(b"garbage")
+    assert store.get("ledger/boxes/b").data == b"b"
+    store.put("ledger/boxes/b", b"b2", other)
+    assert store.get("ledger/boxes/b").data == b"b2"
+
+
+def test_a_version_without_a_numeric_revision_is_reported_as_corrupt(store: LocalStore) -> None:
+    """A checksummed header whose version is not '<int>.<nonce>' is CorruptState on put."""
+    store.create("board", b"hello")
+    path = store.root / "board~"
+    path.write_bytes(_header(b"hello", "banana"))
+    with pytest.raises(CorruptState):
+        store.put("board", b"new", "banana")
+    assert path.read_bytes() == _header(b"hello", "banana")
+
+
+# --- on-disk layout ------------------------------------------------------------------------------
+def test_a_value_file_is_a_json_header_line_then_the_raw_bytes(store: LocalStore) -> None:
+    """The file holds format, version and SHA-256 in one sorted JSON line, then the data."""
+    data = b"\xff\x00binary\nvalue"
+    version = store.create("ledger/boxes/a", data)
+    raw = (store.root / "ledger" / "boxes" / "a~").read_bytes()
+    assert raw == _header(data, version)
+    head = json.loads(raw.partition(b"\n")[0])
+    assert head == {"format": 1, "version": version, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def test_versions_count_revisions_and_carry_a_fresh_nonce(store: LocalStore) -> None:
+    """Versions read '<revision>.<nonce>': revision 1, 2, 3 and an 8-hex-digit nonce."""
+    versions = [store.create("board", b"0")]
+    for n in (1, 2):
+        versions.append(store.put("board", str(n).encode(), versions[-1]))
+    revisions = [version.split(".", 1)[0] for version in versions]
+    nonces = [version.split(".", 1)[1] for version in versions]
+    assert revisions == ["1", "2", "3"]
+    assert all(len(nonce) == 8 and int(nonce, 16) >= 0 for nonce in nonces)
+    assert len(set(versions)) == 3
+
+
+def test_the_state_directory_is_0700_and_value_files_are_0600(tmp_path: Path) -> None:
+    """Even under a permissive umask, the root and .tmp are 0700 and value and lock files 0600."""
+    old_umask = os.umask(0)
+    try:
+        store = LocalStore(tmp_path / "state")
+        store.create("ledger/boxes/a", b"a")
+        store.create("board", b"b")
+    finally:
+        os.umask(old_umask)
+
+    def mode(path: Path) -> int:
+        return stat.S_IMODE(path.stat().st_mode)
+
+    assert mode(store.root) == 0o700
+    assert mode(store.root / ".tmp") == 0o700
+    assert mode(store.root / ".lock") == 0o600
+    assert mode(store.root / "board~") == 0o600
+    assert mode(store.root / "ledger" / "boxes" / "a~") == 0o600
+    assert mode(store.root / "ledger" / "boxes") == 0o700
+
+
+def test_a_store_root_with_missing_parents_is_created_with_them(tmp_path: Path) -> None:
+    """LocalStore creates every missing directory up to its root, plus .tmp inside it."""
+    store = LocalStore(tmp_path / "no" / "such" / "state")
+    assert store.root == (tmp_path / "no" / "such" / "state").resolve()
+    assert (store.root / ".tmp").is_dir()
+    store.create("board", b"b")
+    assert store.get("board").data == b"b"
+
+
+def test_crash_debris_in_tmp_is_not_listed_and_does_not_affect_reads(store: LocalStore) -> None:
+    """Half-written files left in .tmp/ by a crash are invisible to list, get and put."""
+    version = store.create("ledger/boxes/a", b"A")
+    debris = {
+        store.root / ".tmp" / "a~.0123456789ab": b'{"format": 1, "versi',
+        store.root / ".tmp" / "orphan~": b"garbage",
+        store.root / ".tmp" / "ledger" / "boxes" / "b~": _header(b"B", "1.deadbeef"),
+    }
+    for path, raw in debris.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(raw)
+    assert store.list() == ["ledger/boxes/a"]
+    # Keys in many top-level folders, so that some are walked after .tmp/ whatever the
+    # directory order: skipping the debris must not end the walk.
+    spread = [f"d{n:02d}/key" for n in range(20)]
+    for key in spread:
+        store.create(key, b"s")
+    assert store.list() == sorted(spread) + ["ledger/boxes/a"]
+    assert store.list("d") == sorted(spread)
+    # Hidden files at the root are walked before any folder: skipping them must not end the walk.
+    (store.root / ".orphan~").write_bytes(b"garbage")
+    assert store.list() == sorted(spread) + ["ledger/boxes/a"]
+    assert store.get("ledger/boxes/a").data == b"A"
+    assert store.get("ledger/boxes/b") is None
+    store.put("ledger/boxes/a", b"A2", version)
+    assert store.get("ledger/boxes/a").data == b"A2"
+    assert store.list("ledger/") == ["ledger/boxes/a"]
+    assert {path: path.read_bytes() for path in debris} == debris
+
+
+def test_list_reports_only_valid_keys_when_stray_files_sit_beside_the_values(
+    store: LocalStore,
+) -> None:
+    """A stray file such as an editor backup never shows up as an (invalid) key."""
+    store.create("board", b"b")
+    (store.root / "board~~").write_bytes(b"an emacs backup of board~")
+    for key in store.list():
+        check_key(key)
+    assert store.list() == ["board"]
+
+
+def test_a_version_from_before_delete_and_recreate_does_not_validate(store: LocalStore) -> None:
+    """No ABA: a recreated key gets a new version, so an old reader's version is refused."""
+    old = store.create("lease", b"same bytes")
+    store.delete("lease", old)
+    new = store.create("lease", b"same bytes")
+    assert new != old
+    with pytest.raises(VersionConflict) as caught:
+        store.put("lease", b"stale writer", old)
+    assert caught.value.expected == old
+    with pytest.raises(VersionConflict):
+        store.delete("lease", old)
+    found = store.get("lease")
+    assert (found.data, found.version) == (b"same bytes", new)
+
+
+# --- the lock ------------------------------------------------------------------------------------
+def _hold_lock(root: Path) -> int:
+    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+@pytest.mark.parametrize("operation", ["get", "create", "put", "delete"])
+def test_a_held_lock_makes_the_operation_raise_store_unavailable_after_the_timeout(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch, operation: str
+) -> None:
+    """When another holder keeps the lock past STORE_LOCK_TIMEOUT_S, the call fails loudly."""
+    version = store.create("board", b"kept")
+    monkeypatch.setattr(timing, "STORE_LOCK_TIMEOUT_S", 0.05)
+    calls = {
+        "get": lambda: store.get("board"),
+        "create": lambda: store.create("new", b"x"),
+        "put": lambda: store.put("board", b"lost", version),
+        "delete": lambda: store.delete("board", version),
+    }
+    fd = _hold_lock(store.root)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable) as caught:
+            calls[operation]()
+        waited = time.monotonic() - started
+    finally:
+        os.close(fd)
+    assert 0.05 <= waited < 2.0
+    assert str(store.root) in str(caught.value)
+    assert "0.05 s" in str(caught.value)
+    found = store.get("board")
+    assert (found.data, found.version) == (b"kept", version)
+    assert store.list() == ["board"]
+
+
+def test_an_operation_waits_for_a_lock_released_before_the_timeout(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock held briefly by someone else delays the call instead of failing it."""
+    version = store.create("board", b"one")
+    monkeypatch.setattr(timing, "STORE_LOCK_TIMEOUT_S", 10.0)
+    fd = _hold_lock(store.root)
+    release = threading.Timer(0.1, os.close, args=(fd,))
+    started = time.monotonic()
+    release.start()
+    try:
+        new = store.put("board", b"two", version)
+    finally:
+        release.join()
+    waited = time.monotonic() - started
+    assert 0.1 <= waited < 5.0
+    assert store.get("board").version == new
+
+
+# --- opening a store by URL ----------------------------------------------------------------------
+def test_open_store_with_a_path_gives_a_local_store_there(tmp_path: Path) -> None:
+    """A bare directory path opens (and creates) a LocalStore rooted there."""
+    opened = open_store(str(tmp_path / "state"))
+    assert isinstance(opened, LocalStore)
+    assert opened.root == (tmp_path / "state").resolve()
+    assert opened.url == str((tmp_path / "state").resolve())
+    assert (tmp_path / "state").is_dir()
+
+
+def test_open_store_with_a_file_url_gives_a_local_store_at_its_path(tmp_path: Path) -> None:
+    """file:///abs/path opens a LocalStore on /abs/path."""
+    opened = open_store(f"file://{tmp_path / 'state'}")
+    assert isinstance(opened, LocalStore)
+    assert opened.root == (tmp_path / "state").resolve()
+
+
+def test_open_store_expands_a_home_relative_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """~/state is the state directory under $HOME."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    opened = open_store("~/state")
+    assert isinstance(opened, LocalStore)
+    assert opened.root == (tmp_path / "state").resolve()
+
+
+@pytest.mark.parametrize(
+    ("url", "bucket", "prefix", "normalised"),
+    [
+        ("s3://bkt/team/state", "bkt", "team/state", "s3://bkt/team/state"),
+        ("s3://bkt/team/state/", "bkt", "team/state", "s3://bkt/team/state"),
+        ("s3://bkt", "bkt", "", "s3://bkt"),
+        ("s3://bkt/", "bkt", "", "s3://bkt"),
+    ],
+)
+def test_open_store_with_an_s3_url_parses_bucket_and_prefix(
+    url: str, bucket: str, prefix: str, normalised: str
+) -> None:
+    """s3://bucket/prefix opens an S3Store without contacting S3."""
+    opened = open_store(url)
+    assert isinstance(opened, S3Store)
+    assert (opened.bucket, opened.prefix, opened.url) == (bucket, prefix, normalised)
+
+
+@pytest.mark.parametrize("url", ["http://x", "https://example.com/state", "gs://bucket/p", "s3://"])
+def test_open_store_with_an_unsupported_url_raises_usage_error(url: str) -> None:
+    """Any other scheme, or an s3 URL without a bucket, is a usage error."""
+    with pytest.raises(UsageError):
+        open_store(url)
+
+
+def test_open_store_names_the_unsupported_url_in_the_error() -> None:
+    """The error message quotes the URL the operator gave."""
+    with pytest.raises(UsageError, match="'http://x'"):
+        open_store("http://x")
+
+
+def test_an_existing_state_directory_is_made_private(tmp_path: Path) -> None:
+    """DESIGN §4: a state directory that already existed as 0755 is tightened to 0700."""
+    root = tmp_path / "shared-looking"
+    root.mkdir(mode=0o755)
+    root.chmod(0o755)
+
+    LocalStore(root)
+
+    assert root.stat().st_mode & 0o777 == 0o700

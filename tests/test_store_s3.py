@@ -1,0 +1,334 @@
+"""S3Store beyond the shared contract: how S3 failures become gpuops errors, prefixes, and
+the client it builds for itself. moto answers in decorator mode; botocore's Stubber stands
+in for answers moto never gives (409 conflicts, numeric HEAD-style codes, AccessDenied)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.stub import Stubber
+from moto import mock_aws
+
+from gpuops import timing
+from gpuops.errors import AlreadyExists, StoreUnavailable, UsageError, VersionConflict
+from gpuops.store.base import check_key, open_store
+from gpuops.store.s3 import S3Store
+
+BUCKET = "gpuops-s3-tests"
+DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+STALE_ETAG = '"0123456789abcdef0123456789abcdef"'
+
+
+@pytest.fixture(scope="module")
+def client() -> object:
+    """One boto3 client for the module (building one costs about 0.1 s)."""
+    return boto3.client("s3", region_name="us-east-1", **DUMMY_CREDENTIALS)
+
+
+@pytest.fixture
+def s3(client) -> Iterator[object]:
+    """A client with moto active and an empty bucket."""
+    with mock_aws():
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+@pytest.fixture
+def store(s3) -> S3Store:
+    """An S3Store under a prefix of the test bucket."""
+    return S3Store(BUCKET, "team/state", client=s3)
+
+
+# --- conditional writes against moto --------------------------------------------------------------
+def test_put_with_a_stale_etag_raises_version_conflict(store: S3Store, s3) -> None:
+    """IfMatch with an old ETag is refused (412) and reported as VersionConflict."""
+    old = store.create("board", b"one")
+    current = store.put("board", b"two", old)
+    with pytest.raises(VersionConflict) as caught:
+        store.put("board", b"lost", old)
+    assert (caught.value.key, caught.value.expected) == ("board", old)
+    body = s3.get_object(Bucket=BUCKET, Key="team/state/board")
+    assert (body["Body"].read(), body["ETag"]) == (b"two", current)
+
+
+def test_delete_with_a_stale_etag_raises_version_conflict(store: S3Store, s3) -> None:
+    """delete with IfMatch on an old ETag is refused and the object stays."""
+    old = store.create("lease", b"one")
+    store.put("lease", b"two", old)
+    with pytest.raises(VersionConflict) as caught:
+        store.delete("lease", old)
+    assert (caught.value.key, caught.value.expected) == ("lease", old)
+    assert s3.get_object(Bucket=BUCKET, Key="team/state/lease")["Body"].read() == b"two"
+
+
+def test_create_on_an_existing_key_raises_already_exists(store: S3Store, s3) -> None:
+    """IfNoneMatch='*' on an existing object is refused and reported as AlreadyExists."""
+    s3.put_object(Bucket=BUCKET, Key="team/state/board", Body=b"written by someone else")
+    with pytest.raises(AlreadyExists) as caught:
+        store.create("board", b"mine")
+    assert caught.value.key == "board"
+    assert store.get("board").data == b"written by someone else"
+
+
+def test_the_version_is_the_objects_etag(store: S3Store, s3) -> None:
+    """create, put and get all hand out the object's ETag, quotes included."""
+    created = store.create("board", b"one")
+    assert created == s3.head_object(Bucket=BUCKET, Key="team/state/board")["ETag"]
+    assert created.startswith('"') and created.endswith('"')
+    written = store.put("board", b"two", created)
+    assert written == s3.head_object(Bucket=BUCKET, Key="team/state/board")["ETag"]
+    assert store.get("board").version == written
+
+
+def test_writing_identical_bytes_gives_the_same_version(store: S3Store) -> None:
+    """ETags compare values: identical bytes share a version (the documented S3 caveat)."""
+    first = store.create("board", b"same")
+    assert store.put("board", b"same", first) == first
+
+
+@pytest.mark.parametrize(
+    "operation",
+    ["get", "create", "put", "delete", "list"],
+)
+def test_a_missing_bucket_raises_store_unavailable(s3, operation: str) -> None:
+    """A bucket that does not exist is an unavailable store, never an absent key."""
+    store = S3Store("no-such-bucket", "team/state", client=s3)
+    calls = {
+        "get": lambda: store.get("board"),
+        "create": lambda: store.create("board", b"x"),
+        "put": lambda: store.put("board", b"x", STALE_ETAG),
+        "delete": lambda: store.delete("board", STALE_ETAG),
+        "list": lambda: store.list("ledger/"),
+    }
+    with pytest.raises(StoreUnavailable) as caught:
+        calls[operation]()
+    assert "NoSuchBucket" in str(caught.value)
+    assert str(caught.value).startswith("S3 refused ")
+
+
+@pytest.fixture(scope="module")
+def unreachable_client() -> object:
+    """A client for a loopback port nobody listens on, failing fast with no retries."""
+    config = Config(connect_timeout=0.5, read_timeout=0.5, retries={"total_max_attempts": 1})
+    return boto3.client(
+        "s3",
+        endpoint_url="http://127.0.0.1:9",
+        region_name="us-east-1",
+        config=config,
+        **DUMMY_CREDENTIALS,
+    )
+
+
+@pytest.mark.parametrize("operation", ["get", "create", "put", "delete", "list"])
+def test_an_unreachable_endpoint_raises_store_unavailable(unreachable_client, operation) -> None:
+    """A connection failure on any operation is StoreUnavailable saying S3 is unreachable."""
+    store = S3Store(BUCKET, "team/state", client=unreachable_client)
+    calls = {
+        "get": lambda: store.get("board"),
+        "create": lambda: store.create("board", b"x"),
+        "put": lambda: store.put("board", b"x", STALE_ETAG),
+        "delete": lambda: store.delete("board", STALE_ETAG),
+        "list": lambda: store.list("ledger/"),
+    }
+    with pytest.raises(StoreUnavailable) as caught:
+        calls[operation]()
+    assert str(caught.value).startswith("S3 unreachable for ")
+    assert "EndpointConnectionError" in str(caught.value)
+
+
+# --- error codes moto never sends ----------------------------------------------------------------
+@pytest.fixture
+def stubbed(client) -> Iterator[tuple[S3Store, Stubber]]:
+    """An S3Store whose client answers from a Stubber queue instead of the network."""
+    stubber = Stubber(client)
+    with stubber:
+        yield S3Store(BUCKET, "team/state", client=client), stubber
+    stubber.assert_no_pending_responses()
+
+
+CONFLICT_CODES = [
+    ("PreconditionFailed", 412),
+    ("412", 412),
+    ("ConditionalRequestConflict", 409),
+    ("409", 409),
+]
+MISSING_CODES = [("NoSuchKey", 404), ("404", 404), ("NotFound", 404)]
+
+
+@pytest.mark.parametrize(("code", "status"), CONFLICT_CODES)
+def test_a_conflict_answer_to_put_or_delete_is_a_version_conflict(stubbed, code, status) -> None:
+    """412 and 409 answers, by name or by number, mean someone else wrote first."""
+    store, stubber = stubbed
+    stubber.add_client_error("put_object", service_error_code=code, http_status_code=status)
+    stubber.add_client_error("delete_object", service_error_code=code, http_status_code=status)
+    with pytest.raises(VersionConflict) as caught:
+        store.put("board", b"x", STALE_ETAG)
+    assert (caught.value.key, caught.value.expected) == ("board", STALE_ETAG)
+    with pytest.raises(VersionConflict) as caught:
+        store.delete("board", STALE_ETAG)
+    assert (caught.value.key, caught.value.expected) == ("board", STALE_ETAG)
+
+
+@pytest.mark.parametrize(("code", "status"), CONFLICT_CODES)
+def test_a_conflict_answer_to_create_is_already_exists(stubbed, code, status) -> None:
+    """create-if-absent turns 412 and 409 answers into AlreadyExists."""
+    store, stubber = stubbed
+    stubber.add_client_error("put_object", service_error_code=code, http_status_code=status)
+    with pytest.raises(AlreadyExists) as caught:
+        store.create("board", b"x")
+    assert caught.value.key == "board"
+
+
+@pytest.mark.parametrize(("code", "status"), MISSING_CODES)
+def test_a_missing_answer_is_none_on_get_and_a_conflict_on_put_and_delete(
+    stubbed, code, status
+) -> None:
+    """A missing object reads as None, and a conditional write to it is a VersionConflict."""
+    store, stubber = stubbed
+    stubber.add_client_error("get_object", service_error_code=code, http_status_code=status)
+    stubber.add_client_error("put_object", service_error_code=code, http_status_code=status)
+    stubber.add_client_error("delete_object", service_error_code=code, http_status_code=status)
+    assert store.get("board") is None
+    with pytest.raises(VersionConflict):
+        store.put("board", b"x", STALE_ETAG)
+    with pytest.raises(VersionConflict):
+        store.delete("board", STALE_ETAG)
+
+
+@pytest.mark.parametrize(("code", "status"), MISSING_CODES)
+def test_a_missing_answer_to_create_is_store_unavailable(stubbed, code, status) -> None:
+    """create has no version to conflict with, so a 404 there means the store is broken."""
+    store, stubber = stubbed
+    stubber.add_client_error("put_object", service_error_code=code, http_status_code=status)
+    with pytest.raises(StoreUnavailable, match=f"S3 refused 'board': {code}: "):
+        store.create("board", b"x")
+
+
+@pytest.mark.parametrize("operation", ["get", "create", "put", "delete", "list"])
+def test_access_denied_is_store_unavailable_naming_the_code(stubbed, operation) -> None:
+    """Any other S3 refusal is StoreUnavailable quoting the key and the S3 error code."""
+    store, stubber = stubbed
+    method = {"list": "list_objects_v2"}.get(operation, f"{operation}_object")
+    method = "put_object" if operation == "create" else method
+    stubber.add_client_error(method, service_error_code="AccessDenied", http_status_code=403)
+    calls = {
+        "get": lambda: store.get("board"),
+        "create": lambda: store.create("board", b"x"),
+        "put": lambda: store.put("board", b"x", STALE_ETAG),
+        "delete": lambda: store.delete("board", STALE_ETAG),
+        "list": lambda: store.list("board"),
+    }
+    with pytest.raises(StoreUnavailable) as caught:
+        calls[operation]()
+    assert str(caught.value).startswith("S3 refused 'board': AccessDenied: ")
+
+
+class _FailingClient:
+    """A stand-in client whose every call fails with an error answer that carries no code."""
+
+    def __getattr__(self, name: str):
+        from botocore.exceptions import ClientError
+
+        def fail(**kwargs):
+            raise ClientError({}, "PutObject")
+
+        return fail
+
+
+def test_an_error_answer_without_a_code_is_store_unavailable() -> None:
+    """An S3 error with no Error.Code is neither conflict nor absence: the store is unavailable."""
+    store = S3Store(BUCKET, "team/state", client=_FailingClient())
+    with pytest.raises(StoreUnavailable) as caught:
+        store.put("board", b"x", STALE_ETAG)
+    assert str(caught.value) == (
+        "S3 refused 'board': : "
+        "An error occurred (Unknown) when calling the PutObject operation: Unknown"
+    )
+
+
+# --- prefixes ----------------------------------------------------------------------------------
+def test_keys_are_stored_under_the_prefix_and_list_strips_it(s3) -> None:
+    """Key 'ledger/a' under prefix 'team/state' is object 'team/state/ledger/a'; list strips it."""
+    store = S3Store(BUCKET, "/team/state/", client=s3)
+    assert (store.prefix, store.url) == ("team/state", f"s3://{BUCKET}/team/state")
+    store.create("ledger/a", b"a")
+    store.create("board", b"b")
+    for foreign in ["team/stateX/ledger/b", "other/ledger/c", "team/ledger/d"]:
+        s3.put_object(Bucket=BUCKET, Key=foreign, Body=b"not ours")
+    names = sorted(item["Key"] for item in s3.list_objects_v2(Bucket=BUCKET)["Contents"])
+    assert "team/state/ledger/a" in names and "team/state/board" in names
+    assert store.list() == ["board", "ledger/a"]
+    assert store.list("ledger/") == ["ledger/a"]
+    assert store.get("ledger/a").key == "ledger/a"
+    assert s3.get_object(Bucket=BUCKET, Key="team/state/ledger/a")["Body"].read() == b"a"
+
+
+def test_an_s3_store_made_without_a_prefix_has_none() -> None:
+    """S3Store(bucket) has the empty prefix and the URL s3://bucket."""
+    store = S3Store(BUCKET)
+    assert (store.bucket, store.prefix, store.url) == (BUCKET, "", f"s3://{BUCKET}")
+
+
+@pytest.mark.parametrize(
+    ("given", "prefix"),
+    [("team/state", "team/state"), ("/team/state/", "team/state"), ("//X-state-X//", "X-state-X")],
+)
+def test_only_slashes_are_trimmed_from_the_prefix(given: str, prefix: str) -> None:
+    """Leading and trailing slashes go; every other character of the prefix stays."""
+    store = S3Store(BUCKET, given)
+    assert (store.prefix, store.url) == (prefix, f"s3://{BUCKET}/{prefix}")
+
+
+def test_without_a_prefix_keys_are_object_names(s3) -> None:
+    """An empty prefix stores each key under its own name at the bucket root."""
+    store = S3Store(BUCKET, "", client=s3)
+    assert store.url == f"s3://{BUCKET}"
+    store.create("ledger/a", b"a")
+    assert s3.get_object(Bucket=BUCKET, Key="ledger/a")["Body"].read() == b"a"
+    assert store.list() == ["ledger/a"]
+
+
+def test_list_reports_only_valid_keys_when_a_folder_marker_exists(store: S3Store, s3) -> None:
+    """A zero-byte 'folder' object under the prefix never shows up as an (invalid) key."""
+    store.create("ledger/a", b"a")
+    s3.put_object(Bucket=BUCKET, Key="team/state/ledger/", Body=b"")
+    for key in store.list():
+        check_key(key)
+    assert store.list() == ["ledger/a"]
+
+
+def test_two_prefixes_in_one_bucket_do_not_see_each_other(s3) -> None:
+    """Stores on different prefixes of one bucket are independent."""
+    blue = S3Store(BUCKET, "blue", client=s3)
+    green = S3Store(BUCKET, "green", client=s3)
+    blue.create("board", b"blue")
+    assert green.get("board") is None
+    green.create("board", b"green")
+    assert (blue.get("board").data, green.get("board").data) == (b"blue", b"green")
+    assert blue.list() == ["board"] and green.list() == ["board"]
+
+
+def test_an_s3_store_needs_a_bucket() -> None:
+    """S3Store('') and s3:///prefix are usage errors that show the URL form."""
+    with pytest.raises(UsageError) as caught:
+        S3Store("")
+    assert str(caught.value) == "an s3:// state URL needs a bucket: s3://bucket/prefix"
+    with pytest.raises(UsageError):
+        open_store("s3:///team/state")
+
+
+def test_without_a_client_the_store_builds_one_with_the_http_timeout(
+    s3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lazily built client uses timing.HTTP_TIMEOUT_S and standard retries, and works."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_RETRY_MODE", "legacy")  # the store must insist on standard
+    store = open_store(f"s3://{BUCKET}/team/state")
+    store.create("board", b"one")
+    assert s3.get_object(Bucket=BUCKET, Key="team/state/board")["Body"].read() == b"one"
+    config = store._client.meta.config
+    assert (config.connect_timeout, config.read_timeout) == (timing.HTTP_TIMEOUT_S,) * 2
+    assert config.retries["mode"] == "standard"
