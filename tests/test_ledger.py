@@ -121,6 +121,7 @@ def test_another_operator_cannot_move_a_record():
         advance(record(BoxState.LIVE), BoxState.DESTROYING, operator="bob", now_iso="now")
 
     assert (caught.value.rule, caught.value.owner, caught.value.operator) == ("M3", "alice", "bob")
+    assert caught.value.name == "box"
     assert caught.value.exit_code == 3
 
 
@@ -209,9 +210,15 @@ def test_an_unknown_stored_state_is_kept_raw_and_allows_nothing():
         (b"not json", "not a ledger record"),
         (b"[]", "not a ledger record"),
         (b'{"name": "x"}', "not a ledger record"),
-        (json.dumps({**json.loads(encode(record())), "surprise": 1}).encode(), "ledger record"),
-        (json.dumps({**json.loads(encode(record())), "revision": "4"}).encode(), "integer"),
-        (json.dumps({**json.loads(encode(record())), "state": 3}).encode(), "state a string"),
+        (json.dumps({**json.loads(encode(record())), "surprise": 1}).encode(), "not a ledger"),
+        (
+            json.dumps({**json.loads(encode(record())), "revision": "4"}).encode(),
+            "revision must be an integer and state a string",
+        ),
+        (
+            json.dumps({**json.loads(encode(record())), "state": 3}).encode(),
+            "revision must be an integer and state a string",
+        ),
     ],
 )
 def test_a_malformed_record_is_reported_as_corrupt_naming_the_key(data, reason):
@@ -220,6 +227,7 @@ def test_a_malformed_record_is_reported_as_corrupt_naming_the_key(data, reason):
         decode("ledger/boxes/x", data)
 
     assert caught.value.where == "ledger/boxes/x"
+    assert caught.value.reason.startswith(reason)
 
 
 def test_utc_iso_is_explicit_utc():
@@ -232,8 +240,10 @@ def test_utc_iso_is_explicit_utc():
 
 def test_an_operator_id_is_required():
     """M3: a record always names its owner, so a ledger without an operator is refused."""
-    with pytest.raises(UsageError, match="operator"):
+    with pytest.raises(UsageError) as caught:
         Ledger(MemoryStore(), ListEvents(), "")
+
+    assert str(caught.value) == "an operator id is required: every record names its owner"
 
 
 def test_an_intent_is_recorded_and_logged_before_anything_else(alice, events):
@@ -293,6 +303,7 @@ def test_another_operator_cannot_take_an_active_name(alice):
         other(alice, "bob").record_intent("box", "vast")
 
     assert (caught.value.owner, caught.value.rule, caught.value.exit_code) == ("alice", "M3", 3)
+    assert caught.value.name == "box"
     assert alice.get("box").owner == "alice"
 
 
@@ -481,10 +492,11 @@ def test_endless_contention_is_loud_after_a_bounded_number_of_tries(events, cloc
     ledger = Ledger(store, events, "alice", clock=clock)
     ledger.record_intent("box", "vast")
 
-    with pytest.raises(VersionConflict):
+    with pytest.raises(VersionConflict) as caught:
         ledger.begin_destroy("box")
 
     assert store.puts == CAS_ATTEMPTS == 8
+    assert caught.value.key == "ledger/boxes/box"
 
 
 def test_endless_contention_on_reuse_of_a_released_name_is_loud(events, clock):
@@ -497,13 +509,68 @@ def test_endless_contention_on_reuse_of_a_released_name_is_loud(events, clock):
     store = AlwaysConflicting()
     store._values = plain._values  # the same released record, behind a store that always loses
 
-    with pytest.raises(VersionConflict):
+    with pytest.raises(VersionConflict) as caught:
         Ledger(store, events, "bob", clock=clock).record_intent("box", "vast")
 
     assert store.puts == CAS_ATTEMPTS
+    assert caught.value.key == "ledger/boxes/box"
 
 
 def test_names_that_are_not_valid_keys_are_refused(alice):
     """A name that could escape the ledger's folder is a usage error."""
     with pytest.raises(UsageError):
         alice.record_intent("../etc", "vast")
+
+
+def test_records_are_stored_with_sorted_keys():
+    """One state, one byte string: S3 versions compare values, so encoding is canonical."""
+    encoded = json.loads(encode(record()))
+
+    assert list(encoded) == sorted(encoded)
+    assert encode(record()).startswith(b'{"deadline_at": null, "destroy_attempts": 0')
+
+
+def test_a_failed_destroy_is_logged_with_its_error(alice, events):
+    """M4: the event log says why a destroy failed."""
+    alice.record_intent("box", "vast")
+    alice.begin_destroy("box")
+
+    alice.destroy_failed("box", "HTTP 503")
+
+    assert events.events[-1][1]["error"] == "HTTP 503"
+    assert events.events[-1][1]["after"] == "destroying"
+
+
+def test_every_transition_stamps_the_injected_clock(alice):
+    """Each move records when it happened, from the ledger's clock."""
+    alice.record_intent("box", "vast")  # tick 0
+
+    moved = alice.mark_live("box", "7")  # tick 1
+
+    assert moved.updated_at == utc_iso(T0 + 1)
+
+
+def test_a_missing_name_reads_as_none(alice):
+    """get() of a name with no record is None, not an error."""
+    assert alice.get("nope") is None
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        lambda ledger: ledger.get("box"),
+        lambda ledger: ledger.records(),
+        lambda ledger: ledger.record_intent("box", "vast"),
+        lambda ledger: ledger.begin_destroy("box"),
+    ],
+    ids=["get", "records", "record_intent", "begin_destroy"],
+)
+def test_a_corrupt_stored_record_is_reported_with_its_key(alice, action):
+    """A record that cannot be read stops every operation and names where it is."""
+    alice.store.create("ledger/boxes/box", b"{broken")
+
+    with pytest.raises(CorruptState) as caught:
+        action(alice)
+
+    assert caught.value.where == "ledger/boxes/box"
+    assert alice.store.get("ledger/boxes/box").data == b"{broken"

@@ -410,3 +410,9 @@ def test_an_existing_state_directory_is_made_private(tmp_path: Path) -> None:
     LocalStore(root)
 
     assert root.stat().st_mode & 0o777 == 0o700
+
+
+def test_an_eight_segment_key_with_a_bad_segment_names_the_segment(store: LocalStore) -> None:
+    """A key at the segment limit is judged on its segments, and the bad one is named."""
+    with pytest.raises(UsageError, match="segment '.x' must be"):
+        store.get("a/b/c/d/e/f/g/.x")

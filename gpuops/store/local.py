@@ -58,7 +58,7 @@ def _decode(raw: bytes, where: str) -> tuple[bytes, str]:
 def _next_version(previous: str | None) -> str:
     """``<revision>.<nonce>``: readable order, and a fresh nonce so a deleted-then-recreated
     key never repeats a version an old reader still holds (no ABA)."""
-    revision = int(previous.split(".", 1)[0]) + 1 if previous else 1
+    revision = int(previous.partition(".")[0]) + 1 if previous else 1
     return f"{revision}.{secrets.token_hex(4)}"
 
 
@@ -107,11 +107,9 @@ class LocalStore:
     def list(self, prefix: str = "") -> list[str]:
         keys = []
         for path in self.root.rglob(f"*{_SUFFIX}"):
-            relative = path.relative_to(self.root).as_posix()
-            if relative.startswith("."):
-                continue
-            key = relative[: -len(_SUFFIX)]
-            if key.startswith(prefix) and is_key(key):  # an editor's backup is not a key
+            key = path.relative_to(self.root).as_posix()[: -len(_SUFFIX)]
+            # is_key drops our own dot-folders, editors' backups and any other stray file
+            if key.startswith(prefix) and is_key(key):
                 keys.append(key)
         return sorted(keys)
 
