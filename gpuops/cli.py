@@ -88,7 +88,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     as_json = getattr(args, "json", False)
     if args.command == "rules":
         return _rules(as_json)
-    from gpuops.context import Context, check_operator, default_operator
+    from gpuops.context import check_operator, default_operator
 
     state = getattr(args, "state", None)
     operator = check_operator(getattr(args, "operator", None) or default_operator())

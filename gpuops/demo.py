@@ -75,8 +75,11 @@ def _story(state_url: str, operator: str, as_json: bool) -> int:
     rec = me.release("demo-box")
     say("ownership released", rec.state.value)
 
-    leaked = [r.name for r in Ledger(store, EventLog(events_path, operator), operator).records()
-              if r.active]
+    leaked = [
+        r.name
+        for r in Ledger(store, EventLog(events_path, operator), operator).records()
+        if r.active
+    ]
     logged = sum(1 for _ in read_events(events_path))
     say("records still active (must be none)", ", ".join(leaked) or "none")
     say("event log lines, every one complete JSON", str(logged))

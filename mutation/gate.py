@@ -59,7 +59,9 @@ class ModuleScore:
 
     @property
     def score(self) -> float:
-        return 100.0 if self.tested == 0 else 100.0 * (self.killed + len(self.justified)) / self.tested
+        return (
+            100.0 if self.tested == 0 else 100.0 * (self.killed + len(self.justified)) / self.tested
+        )
 
 
 def read_justified(text: str) -> dict[str, str]:
@@ -72,7 +74,9 @@ def read_justified(text: str) -> dict[str, str]:
     return out
 
 
-def score_module(path: str, codes: Mapping[str, int | None], justified: Mapping[str, str]) -> ModuleScore:
+def score_module(
+    path: str, codes: Mapping[str, int | None], justified: Mapping[str, str]
+) -> ModuleScore:
     result = ModuleScore(path)
     for name, code in sorted(codes.items()):
         if code in KILLED_CODES:
@@ -132,8 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in stale:
         print(f"note: survivors.md lists {name}, which no longer survives; remove it")
     if not ok:
-        print("see a mutant with: mutmut show <name>; kill it with a test or justify it in "
-              "mutation/survivors.md", file=sys.stderr)
+        print(
+            "see a mutant with: mutmut show <name>; kill it with a test or justify it in "
+            "mutation/survivors.md",
+            file=sys.stderr,
+        )
     return 0 if ok else 1
 
 

@@ -62,9 +62,19 @@ def test_a_justified_survivor_passes_the_gate():
 
 @pytest.mark.parametrize(
     ("code", "bucket"),
-    [(1, "killed"), (3, "killed"), (36, "killed"), (-24, "killed"), (37, "killed"),
-     (0, "survivors"), (33, "survivors"), (5, "survivors"), (34, "skipped"),
-     (-11, "odd"), (None, "odd")],
+    [
+        (1, "killed"),
+        (3, "killed"),
+        (36, "killed"),
+        (-24, "killed"),
+        (37, "killed"),
+        (0, "survivors"),
+        (33, "survivors"),
+        (5, "survivors"),
+        (34, "skipped"),
+        (-11, "odd"),
+        (None, "odd"),
+    ],
 )
 def test_each_mutmut_exit_code_lands_in_its_bucket(code, bucket):
     """H2: 'no tests' is a survivor, timeouts are kills, crashes are never silently passed."""

@@ -12,11 +12,15 @@ from gpuops.rules import IMPLEMENTED, RULES, VERIFIED, WRITTEN, by_id
 
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT.parent / "shared" / "DESIGN.md"
-EXPECTED_IDS = [f"L{i}" for i in range(1, 12)] + [f"M{i}" for i in range(1, 13)] + [
-    "H1",
-    "H2",
-    "H3",
-]
+EXPECTED_IDS = (
+    [f"L{i}" for i in range(1, 12)]
+    + [f"M{i}" for i in range(1, 13)]
+    + [
+        "H1",
+        "H2",
+        "H3",
+    ]
+)
 
 
 def test_every_rule_of_the_design_is_listed_once_in_order():

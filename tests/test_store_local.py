@@ -106,7 +106,10 @@ CORRUPTIONS = {  # name: (bytes to write given the good file, the exact reason r
     "data-truncated": (lambda raw: raw[:-2], BAD_CHECKSUM),
     "unknown-format": (lambda raw: _header(b"hello", "1.aaaaaaaa", format=2), "unknown header "),
     "header-not-an-object": (lambda raw: b"[1]\nhello", "unknown header b'[1]'"),
-    "no-version": (lambda raw: _header(b"hello", ""), "header version '' is not <revision>.<nonce>"),
+    "no-version": (
+        lambda raw: _header(b"hello", ""),
+        "header version '' is not <revision>.<nonce>",
+    ),
     "version-not-a-string": (
         lambda raw: _header(b"hello", 7),
         "header version 7 is not <revision>.<nonce>",

@@ -81,7 +81,9 @@ def open_store(url: str) -> Store:
 
         return S3Store.from_url(url)
     if "://" in url and not url.startswith("file://"):
-        raise UsageError(f"unsupported state URL {url!r}: use a directory path or s3://bucket/prefix")
+        raise UsageError(
+            f"unsupported state URL {url!r}: use a directory path or s3://bucket/prefix"
+        )
     from gpuops.store.local import LocalStore
 
     return LocalStore(url.removeprefix("file://"))

@@ -78,7 +78,7 @@ class S3Store:
 
     def list(self, prefix: str = "") -> list[str]:
         base = f"{self.prefix}/" if self.prefix else ""
-        keys = []
+        keys: list[str] = []
         try:
             pages = self._s3().get_paginator("list_objects_v2")
             for page in pages.paginate(Bucket=self.bucket, Prefix=base + prefix):
@@ -115,7 +115,7 @@ def _boto_errors() -> tuple[type[Exception], ...]:
 
 
 def _is_client_error(exc: Exception) -> bool:
-    return hasattr(exc, "response") and isinstance(getattr(exc, "response"), dict)
+    return hasattr(exc, "response") and isinstance(exc.response, dict)
 
 
 def _is_conflict(exc: Exception) -> bool:

@@ -41,9 +41,7 @@ def main() -> int:
     print(f"{'command':<30} {'median':>9} {'min':>9} {'max':>9}   ({runs} runs each)")
     for label, argv in cases.items():
         times = measure(argv, runs)
-        print(
-            f"{label:<30} {statistics.median(times):8.4f}s {min(times):8.4f}s {max(times):8.4f}s"
-        )
+        print(f"{label:<30} {statistics.median(times):8.4f}s {min(times):8.4f}s {max(times):8.4f}s")
     return 0
 
 
