@@ -11,7 +11,15 @@ adapter catches a foreign exception.
     │   ├── NameTaken                        M3/M8: the name is held by another operator
     │   └── IllegalTransition                M4: e.g. release before gone-confirmed
     ├── Unavailable                  exit 4  capacity or provider unavailable after retries
-    │   └── StoreUnavailable                 the state store could not be reached or locked
+    │   ├── StoreUnavailable                 the state store could not be reached or locked
+    │   ├── ProviderUnavailable              5xx or no connection, after the retries we allow
+    │   ├── CapacityExhausted                no capacity (a GCE stockout)
+    │   ├── OfferTaken                       the offer went between search and rent
+    │   └── RateLimited                      429; ``retry_after_s`` when the provider said
+    │       └── SearchQuotaExceeded          Vast's daily search quota: never retried
+    ├── ProviderError                exit 1  the provider said something we cannot act on
+    │   ├── AuthFailed                       our credentials were refused
+    │   └── UnexpectedResponse               the body's shape drifted from the recordings
     ├── StillRunning                 exit 5  still running or unknown; not a failure (L9)
     ├── JobFailed                    exit 6  the job failed or died (a fact, M10)
     └── StateError                   exit 1  the state store refused or holds bad data
@@ -82,6 +90,76 @@ class Unavailable(GpuopsError):
 
 class StoreUnavailable(Unavailable):
     """The state store could not be reached or locked in time."""
+
+
+class _FromProvider:
+    """Mixin: which provider answered, the HTTP status, and a short (scrubbed) body."""
+
+    def _attach(self, provider: str, status: int | None, body: str) -> None:
+        self.provider = provider
+        self.status = status
+        self.body = body[:500]
+
+
+class ProviderUnavailable(Unavailable, _FromProvider):
+    """The provider answered 5xx or could not be reached."""
+
+    def __init__(self, provider: str, message: str, status: int | None = None, body: str = ""):
+        super().__init__(f"{provider} unavailable: {message}")
+        self._attach(provider, status, body)
+
+
+class CapacityExhausted(Unavailable, _FromProvider):
+    """No capacity for this request (a GCE stockout); any claim is kept (L7)."""
+
+    def __init__(self, provider: str, message: str, status: int | None = None, body: str = ""):
+        super().__init__(f"{provider} has no capacity: {message}")
+        self._attach(provider, status, body)
+
+
+class OfferTaken(Unavailable, _FromProvider):
+    """The offer was rented by someone else between search and rent (``no_such_ask``)."""
+
+    def __init__(self, provider: str, offer_id: int, status: int | None = None, body: str = ""):
+        super().__init__(f"{provider} offer {offer_id} is no longer available")
+        self._attach(provider, status, body)
+        self.offer_id = offer_id
+
+
+class RateLimited(Unavailable, _FromProvider):
+    """HTTP 429. ``retry_after_s`` is the provider's hint when it gave one."""
+
+    def __init__(
+        self,
+        provider: str,
+        message: str,
+        status: int | None = 429,
+        body: str = "",
+        retry_after_s: float | None = None,
+    ):
+        super().__init__(f"{provider} rate limited: {message}")
+        self._attach(provider, status, body)
+        self.retry_after_s = retry_after_s
+
+
+class SearchQuotaExceeded(RateLimited):
+    """Vast's search quota, which resets at UTC midnight: retrying is pointless."""
+
+
+class ProviderError(GpuopsError, _FromProvider):
+    """The provider said something we cannot act on."""
+
+    def __init__(self, provider: str, message: str, status: int | None = None, body: str = ""):
+        super().__init__(f"{provider}: {message}")
+        self._attach(provider, status, body)
+
+
+class AuthFailed(ProviderError):
+    """The provider refused our credentials (401/403, ``auth_error``)."""
+
+
+class UnexpectedResponse(ProviderError):
+    """A body whose shape drifted from every recording we hold; ``body`` keeps the start."""
 
 
 class StillRunning(GpuopsError):

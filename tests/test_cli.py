@@ -134,6 +134,14 @@ def test_a_corrupt_state_file_fails_loudly_and_is_left_in_place(tmp_path):
         (errors.Refused("L1", "x"), 3),
         (errors.Unavailable("x"), 4),
         (errors.StoreUnavailable("x"), 4),
+        (errors.ProviderUnavailable("vast", "503"), 4),
+        (errors.CapacityExhausted("gce", "ZONE_RESOURCE_POOL_EXHAUSTED"), 4),
+        (errors.OfferTaken("vast", 42), 4),
+        (errors.RateLimited("vast", "too frequent"), 4),
+        (errors.SearchQuotaExceeded("vast", "quota"), 4),
+        (errors.ProviderError("vast", "odd"), 1),
+        (errors.AuthFailed("vast", "Invalid user key", 401), 1),
+        (errors.UnexpectedResponse("vast", "offers is not a list"), 1),
         (errors.StillRunning("x"), 5),
         (errors.JobFailed("x"), 6),
         (errors.VersionConflict("k", "1"), 1),
@@ -183,3 +191,13 @@ def test_rules_and_help_import_no_provider_sdk():
     )
 
     assert "HEAVY []" in done.stdout
+
+
+def test_provider_errors_carry_what_the_provider_said():
+    """An adapter error keeps the provider, the status and a bounded body excerpt."""
+    error = errors.RateLimited("vast", "slow down", body="x" * 2000, retry_after_s=3.0)
+
+    assert (error.provider, error.status, error.retry_after_s) == ("vast", 429, 3.0)
+    assert len(error.body) == 500
+    assert errors.OfferTaken("vast", 42, 410).offer_id == 42
+    assert str(errors.OfferTaken("vast", 42)) == "vast offer 42 is no longer available"
