@@ -154,6 +154,12 @@ def _call_name(node: ast.Call) -> str:
     return func.id if isinstance(func, ast.Name) else ""
 
 
+def _is_duration_name(name: str) -> bool:
+    """``*_s`` is seconds; ``*_per_s`` is a rate (disk_mb_per_s), not a duration."""
+    lowered = name.lower()
+    return lowered.endswith("_s") and not lowered.endswith("_per_s")
+
+
 def duration_literals(source: str) -> list[str]:
     """Every place in ``source`` where a number is used as a duration."""
     found = []
@@ -172,13 +178,13 @@ def duration_literals(source: str) -> list[str]:
             targets, value = [node.target], node.value
         for target in targets:
             name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
-            if name.lower().endswith("_s") and _number(value):
+            if _is_duration_name(name) and _number(value):
                 found.append(f"line {node.lineno}: {name} = <number>")
         if isinstance(node, ast.FunctionDef):
             defaults = node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
             args = node.args.args + node.args.kwonlyargs
             for arg, default in zip(args[len(args) - len(defaults) :], defaults, strict=False):
-                if arg.arg.lower().endswith("_s") and _number(default):
+                if _is_duration_name(arg.arg) and _number(default):
                     found.append(f"line {node.lineno}: default {arg.arg}=<number>")
     return found
 
@@ -214,6 +220,8 @@ def test_the_scanner_catches_each_kind_of_duration_literal(snippet):
         "attempts = 8",
         "x = [1, 2][0]",
         "def f(limit=3): pass",
+        "MIN_DISK_MB_PER_S = 500.0",
+        "def f(disk_mb_per_s=500): pass",
     ],
 )
 def test_the_scanner_accepts_durations_read_from_timing(snippet):

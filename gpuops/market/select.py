@@ -1,0 +1,133 @@
+"""Offer selection: the default filter, the ranking, and exploration with logged propensities (M11).
+
+Pure: offers in, a Selection out. The seed's data: inside the default filter (reliability
+>= 0.98, disk bandwidth >= 500 MB/s) hosts failed 2.3% of the time, outside it 71%. So the
+filter is the policy's backbone; the ranking orders what passes it; and 10% of the time a
+pick is made uniformly among the candidates so that another policy can later be scored from
+the log without renting anything (the full ranked set and each pick's propensity are kept).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+MIN_RELIABILITY = 0.98
+MIN_DISK_MB_PER_S = 500.0
+DEFAULT_VRAM_FLOOR_MB = 8192
+EXPLORE_RATE = 0.10
+
+
+class OfferLike(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def machine_id(self) -> int: ...
+    @property
+    def reliability(self) -> float: ...
+    @property
+    def disk_bw(self) -> float: ...
+    @property
+    def gpu_ram(self) -> float: ...
+    @property
+    def dph_total(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Filter:
+    min_reliability: float = MIN_RELIABILITY
+    min_disk_mb_per_s: float = MIN_DISK_MB_PER_S
+    vram_floor_mb: float = DEFAULT_VRAM_FLOOR_MB
+
+
+@dataclass(frozen=True)
+class Removed:
+    offer: OfferLike
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Pick:
+    offer: OfferLike
+    rank: int  # 0-based position in the ranked candidates
+    propensity: float  # probability this pick was made, given the picks before it
+    explored: bool
+
+
+@dataclass(frozen=True)
+class Selection:
+    candidates: tuple[OfferLike, ...]  # ranked, best first
+    removed: tuple[Removed, ...]  # by the filter or quarantine, with reasons
+    quarantined: int  # how many offers were left out because their machine is quarantined
+    picks: tuple[Pick, ...]
+
+
+def reasons_to_remove(offer: OfferLike, rules: Filter, quarantined: frozenset[int]) -> list[str]:
+    """Why the default filter leaves this offer out; empty when it passes."""
+    reasons = []
+    if offer.machine_id in quarantined:
+        reasons.append("quarantined")
+    if offer.reliability < rules.min_reliability:
+        reasons.append(f"reliability {offer.reliability:.4f} < {rules.min_reliability}")
+    if offer.disk_bw < rules.min_disk_mb_per_s:
+        reasons.append(f"disk {offer.disk_bw:.0f} MB/s < {rules.min_disk_mb_per_s:.0f}")
+    if offer.gpu_ram < rules.vram_floor_mb:
+        reasons.append(f"vram {offer.gpu_ram:.0f} MB < {rules.vram_floor_mb:.0f}")
+    return reasons
+
+
+def rank_key(offer: OfferLike) -> tuple[float, float, int]:
+    """Cheapest first; among equal prices the more reliable; then the lower id (stable)."""
+    return (offer.dph_total, -offer.reliability, offer.id)
+
+
+def select(
+    offers: Iterable[OfferLike],
+    *,
+    k: int,
+    rng: random.Random,
+    rules: Filter = Filter(),
+    quarantined: frozenset[int] = frozenset(),
+    explore_rate: float = EXPLORE_RATE,
+) -> Selection:
+    """Filter, rank, and pick up to ``k`` distinct candidates (M11)."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, not {k}")
+    kept, removed = [], []
+    for offer in offers:
+        why = reasons_to_remove(offer, rules, quarantined)
+        if why:
+            removed.append(Removed(offer, tuple(why)))
+        else:
+            kept.append(offer)
+    ranked = tuple(sorted(kept, key=rank_key))
+    picks = pick(ranked, k=k, rng=rng, explore_rate=explore_rate)
+    in_quarantine = sum(1 for r in removed if "quarantined" in r.reasons)
+    return Selection(ranked, tuple(removed), in_quarantine, picks)
+
+
+def pick(
+    ranked: Sequence[OfferLike], *, k: int, rng: random.Random, explore_rate: float
+) -> tuple[Pick, ...]:
+    """Epsilon-greedy without replacement: each slot takes the best remaining offer, or with
+    probability ``explore_rate`` a uniformly random remaining one. The propensity of a pick
+    is its probability given the slots before it."""
+    remaining = list(range(len(ranked)))
+    picks = []
+    for _ in range(min(k, len(ranked))):
+        explored = rng.random() < explore_rate
+        chosen = remaining[rng.randrange(len(remaining))] if explored else remaining[0]
+        position = remaining.index(chosen)
+        propensity = propensity_of(position, len(remaining), explore_rate)
+        picks.append(Pick(ranked[chosen], chosen, propensity, explored))
+        remaining.remove(chosen)
+    return tuple(picks)
+
+
+def propensity_of(position: int, remaining: int, explore_rate: float) -> float:
+    """Probability that one epsilon-greedy slot picks the offer at ``position`` (0 = best)
+    among ``remaining`` offers."""
+    share = explore_rate / remaining
+    return share + (1.0 - explore_rate) if position == 0 else share

@@ -1,0 +1,146 @@
+"""Offer selection: the default filter, ranking, and logged propensities (M1, M11)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuops.market.select import (
+    DEFAULT_VRAM_FLOOR_MB,
+    EXPLORE_RATE,
+    MIN_DISK_MB_PER_S,
+    MIN_RELIABILITY,
+    Filter,
+    pick,
+    propensity_of,
+    rank_key,
+    reasons_to_remove,
+    select,
+)
+
+
+@dataclass(frozen=True)
+class O:
+    """An offer with just the fields selection reads."""
+
+    id: int
+    dph_total: float = 0.40
+    reliability: float = 0.995
+    disk_bw: float = 2000.0
+    gpu_ram: float = 24564.0
+    machine_id: int = 0
+
+
+def offers(n: int) -> list[O]:
+    return [O(id=i, dph_total=0.30 + i / 100, machine_id=100 + i) for i in range(n)]
+
+
+def test_the_default_filter_is_the_seeds():
+    """M1: reliability >= 0.98 and disk >= 500 MB/s, the filter the seed's data supports."""
+    assert (MIN_RELIABILITY, MIN_DISK_MB_PER_S, DEFAULT_VRAM_FLOOR_MB) == (0.98, 500.0, 8192)
+    assert EXPLORE_RATE == 0.10
+    assert Filter() == Filter(0.98, 500.0, 8192)
+
+
+@pytest.mark.parametrize(
+    ("offer", "reasons"),
+    [
+        (O(1), []),
+        (O(1, reliability=0.98, disk_bw=500.0, gpu_ram=8192.0), []),
+        (O(1, reliability=0.9799), ["reliability 0.9799 < 0.98"]),
+        (O(1, disk_bw=499.9), ["disk 500 MB/s < 500"]),
+        (O(1, gpu_ram=8191.0), ["vram 8191 MB < 8192"]),
+        (O(1, machine_id=7), ["quarantined"]),
+        (
+            O(1, reliability=0.5, disk_bw=10.0, gpu_ram=100.0, machine_id=7),
+            ["quarantined", "reliability 0.5000 < 0.98", "disk 10 MB/s < 500", "vram 100 MB < 8192"],
+        ),
+    ],
+)
+def test_each_filter_reason_is_named(offer, reasons):
+    """M1: the filter says exactly why an offer is left out, boundaries included."""
+    assert reasons_to_remove(offer, Filter(), frozenset({7})) == reasons
+
+
+def test_candidates_are_ranked_cheapest_then_most_reliable_then_by_id():
+    """Ranking is total and stable."""
+    a = O(3, dph_total=0.5, reliability=0.99)
+    b = O(2, dph_total=0.4, reliability=0.99)
+    c = O(1, dph_total=0.5, reliability=0.999)
+    d = O(0, dph_total=0.5, reliability=0.99)
+
+    assert sorted([a, b, c, d], key=rank_key) == [b, c, d, a]
+
+
+def test_selection_reports_removed_offers_and_counts_quarantine():
+    """M2: quarantined machines are left out and counted; the rest keep their reasons."""
+    pool = [O(1, machine_id=5), O(2, reliability=0.5), O(3, machine_id=5, disk_bw=1.0), O(4)]
+
+    chosen = select(pool, k=3, rng=random.Random(1), quarantined=frozenset({5}), explore_rate=0)
+
+    assert [o.id for o in chosen.candidates] == [4]
+    assert [(r.offer.id, r.reasons[0]) for r in chosen.removed] == [
+        (1, "quarantined"),
+        (2, "reliability 0.5000 < 0.98"),
+        (3, "quarantined"),
+    ]
+    assert chosen.quarantined == 2
+    assert [p.offer.id for p in chosen.picks] == [4]
+
+
+def test_without_exploration_the_top_k_are_picked_in_order_with_certainty():
+    """M11: a greedy pick has propensity 1."""
+    chosen = select(offers(5), k=3, rng=random.Random(0), explore_rate=0.0)
+
+    assert [(p.offer.id, p.rank, p.propensity, p.explored) for p in chosen.picks] == [
+        (0, 0, 1.0, False),
+        (1, 1, 1.0, False),
+        (2, 2, 1.0, False),
+    ]
+
+
+def test_pure_exploration_picks_uniformly_with_matching_propensities():
+    """M11: with explore rate 1 each slot is uniform over what remains."""
+    picks = pick(offers(4), k=4, rng=random.Random(3), explore_rate=1.0)
+
+    assert [p.propensity for p in picks] == [1 / 4, 1 / 3, 1 / 2, 1.0]
+    assert all(p.explored for p in picks)
+    assert sorted(p.offer.id for p in picks) == [0, 1, 2, 3]
+
+
+def test_picks_never_repeat_and_stop_at_the_candidates():
+    """k larger than the pool picks every candidate once."""
+    picks = pick(offers(2), k=5, rng=random.Random(0), explore_rate=0.5)
+
+    assert sorted(p.offer.id for p in picks) == [0, 1]
+
+
+def test_k_must_be_positive():
+    """A race of zero is a usage bug."""
+    with pytest.raises(ValueError, match="k must be at least 1, not 0"):
+        select(offers(2), k=0, rng=random.Random(0))
+
+
+@given(remaining=st.integers(1, 50), rate=st.floats(0.0, 1.0))
+def test_propensities_of_one_slot_sum_to_one(remaining, rate):
+    """M11: the logged propensities are a probability distribution over the choices."""
+    total = sum(propensity_of(i, remaining, rate) for i in range(remaining))
+
+    assert total == pytest.approx(1.0)
+    assert propensity_of(0, remaining, rate) == pytest.approx(1 - rate + rate / remaining)
+
+
+def test_the_explore_rate_is_what_is_observed():
+    """M11: over many seeded draws the top offer is taken 1 - 0.1 + 0.1/n of the time."""
+    ranked = offers(5)
+    draws = 20_000
+    rng = random.Random(2026)
+
+    top = sum(pick(ranked, k=1, rng=rng, explore_rate=0.1)[0].rank == 0 for _ in range(draws))
+
+    assert top / draws == pytest.approx(0.9 + 0.1 / 5, abs=0.01)
+    assert propensity_of(0, 5, 0.1) == pytest.approx(0.92)
