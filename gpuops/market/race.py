@@ -1,0 +1,166 @@
+"""The race: rent several offers at once, keep the first that probes healthy (M1, M2, M12).
+
+Pure: ``decide(race, now)`` looks at every candidate and returns the actions to take next;
+the shell (market/rent.py) performs them and feeds the results back. Nothing here sleeps,
+calls a provider or reads the clock.
+
+A candidate moves  picked -> creating -> booting -> probing -> passed | failed -> destroyed
+(or picked -> create-failed, when the create was refused and nothing exists).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from gpuops import timing
+from gpuops.market.quarantine import is_host_fault
+
+
+class Phase(Enum):
+    PICKED = "picked"
+    CREATING = "creating"  # the create call is in flight or its answer was lost
+    CREATE_FAILED = "create-failed"  # refused: nothing exists
+    BOOTING = "booting"
+    PROBING = "probing"
+    PASSED = "passed"
+    FAILED = "failed"
+    KEPT = "kept"
+    DESTROYING = "destroying"
+    DESTROYED = "destroyed"
+
+
+HAS_BOX = frozenset(
+    {Phase.CREATING, Phase.BOOTING, Phase.PROBING, Phase.PASSED, Phase.FAILED, Phase.DESTROYING}
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    slot: int
+    offer_id: int
+    machine_id: int
+    phase: Phase = Phase.PICKED
+    instance_id: str | None = None
+    created_at: float | None = None
+    cause: str | None = None  # why it failed: a probe cause, "taken", "boot-timeout", ...
+
+
+@dataclass(frozen=True)
+class Race:
+    candidates: tuple[Candidate, ...]
+    last_create_at: float | None = None
+    spare_offers: tuple[tuple[int, int], ...] = ()  # (offer_id, machine_id) not yet tried
+    max_creates: int = 0  # 0: no replacements beyond the first picks
+
+
+# --- actions ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Create:
+    slot: int
+
+
+@dataclass(frozen=True)
+class Destroy:
+    slot: int
+    quarantine: str | None = None  # the host-fault cause to quarantine the machine for
+
+
+@dataclass(frozen=True)
+class Keep:
+    slot: int
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Add a candidate for the next spare offer (after a failure, while creates remain)."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The race is over without a winner; ``reason`` says why, ``rule`` cites the rule."""
+
+    reason: str
+    rule: str | None = None
+
+
+@dataclass(frozen=True)
+class Wait:
+    seconds: float
+
+
+Action = Create | Destroy | Keep | Replace | Stop | Wait
+
+
+def decide(race: Race, now: float) -> list[Action]:
+    """The next actions for ``race`` at time ``now``; an empty list means it is finished."""
+    cands = race.candidates
+    kept = [c for c in cands if c.phase is Phase.KEPT]
+    passed = [c for c in cands if c.phase is Phase.PASSED]
+    if kept or passed:
+        winner = kept[0] if kept else min(passed, key=lambda c: c.slot)
+        plan: list[Action] = [] if kept else [Keep(winner.slot)]
+        plan += [Destroy(c.slot) for c in cands if c.slot != winner.slot and c.phase in HAS_BOX]
+        return plan
+
+    plan = []
+    for c in cands:
+        if c.phase is Phase.FAILED:
+            plan.append(Destroy(c.slot, c.cause if c.cause and is_host_fault(c.cause) else None))
+        elif c.phase is Phase.BOOTING and c.created_at is not None:
+            if now - c.created_at >= timing.BOOT_TIMEOUT_S:
+                plan.append(Destroy(c.slot))  # never came up: not judged a host fault
+    if plan:
+        return plan
+
+    probed = [c for c in cands if c.phase is Phase.DESTROYED and c.cause]
+    if probed and all(c.cause == "ssh-auth" for c in probed) and not _open(cands):
+        return [
+            Stop(
+                "every probe failed on SSH authentication: our key is the problem, "
+                "not the hosts (check that it is registered and offered)",
+                "M2",
+            )
+        ]
+
+    picked = [c for c in cands if c.phase is Phase.PICKED]
+    if picked:
+        wait = _pacing(race, now)
+        return [Wait(wait)] if wait > 0 else [Create(picked[0].slot)]
+
+    if not _open(cands):
+        creates = sum(1 for c in cands if c.phase is not Phase.PICKED)
+        if race.spare_offers and creates < race.max_creates:
+            return [Replace()]
+        return [Stop("no candidate passed its probe and no offers are left to try")]
+    return []  # something is booting or probing: wait for its news
+
+
+def _open(cands: tuple[Candidate, ...]) -> bool:
+    """Whether any candidate may still pass."""
+    return any(c.phase in (Phase.PICKED, Phase.CREATING, Phase.BOOTING, Phase.PROBING) for c in cands)
+
+
+def _pacing(race: Race, now: float) -> float:
+    """Seconds to wait before the next create: never back-to-back (M12)."""
+    if race.last_create_at is None:
+        return 0.0
+    return max(0.0, race.last_create_at + timing.CREATE_PACING_S - now)
+
+
+# --- applying outcomes (pure state updates the shell calls) -------------------------------
+def update(race: Race, slot: int, **changes: object) -> Race:
+    """A copy of ``race`` with candidate ``slot`` changed."""
+    cands = tuple(replace(c, **changes) if c.slot == slot else c for c in race.candidates)  # type: ignore[arg-type]
+    return replace(race, candidates=cands)
+
+
+def add_spare(race: Race) -> Race:
+    """Move the next spare offer into the race as a new picked candidate."""
+    (offer_id, machine_id), rest = race.spare_offers[0], race.spare_offers[1:]
+    slot = max((c.slot for c in race.candidates), default=-1) + 1
+    return replace(
+        race,
+        candidates=race.candidates + (Candidate(slot, offer_id, machine_id),),
+        spare_offers=rest,
+    )

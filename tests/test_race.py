@@ -1,0 +1,129 @@
+"""The race's decisions, on plain values (M1, M2, M12)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuops import timing
+from gpuops.market.race import (
+    Candidate,
+    Create,
+    Destroy,
+    Keep,
+    Phase,
+    Race,
+    Replace,
+    Stop,
+    Wait,
+    add_spare,
+    decide,
+    update,
+)
+
+T = 1000.0
+
+
+def race(*phases: Phase, **kw: object) -> Race:
+    cands = tuple(
+        Candidate(i, offer_id=100 + i, machine_id=200 + i, phase=p, instance_id=f"i{i}")
+        for i, p in enumerate(phases)
+    )
+    return Race(cands, **kw)  # type: ignore[arg-type]
+
+
+def test_the_first_create_goes_at_once_and_the_next_waits_for_pacing():
+    """M12: creates are never back-to-back; the wait is what remains of CREATE_PACING_S."""
+    fresh = race(Phase.PICKED, Phase.PICKED)
+
+    assert decide(fresh, T) == [Create(0)]
+    paced = update(fresh, 0, phase=Phase.BOOTING, created_at=T)
+    paced = Race(paced.candidates, last_create_at=T)
+    assert decide(paced, T + 0.5) == [Wait(timing.CREATE_PACING_S - 0.5)]
+    assert decide(paced, T + timing.CREATE_PACING_S) == [Create(1)]
+
+
+def test_the_first_pass_is_kept_and_every_other_box_destroyed():
+    """M1: one winner; the losers, booting or probing or passed later, are destroyed."""
+    state = race(Phase.BOOTING, Phase.PASSED, Phase.PROBING, Phase.PASSED, Phase.CREATE_FAILED)
+
+    assert decide(state, T) == [Keep(1), Destroy(0), Destroy(2), Destroy(3)]
+
+
+def test_after_keeping_only_leftover_boxes_are_destroyed():
+    """M1: once kept, nothing more is kept; remaining losers still go."""
+    state = race(Phase.KEPT, Phase.PASSED, Phase.DESTROYED, Phase.DESTROYING, Phase.PICKED)
+
+    assert decide(state, T) == [Destroy(1), Destroy(3)]
+    assert decide(race(Phase.KEPT, Phase.DESTROYED), T) == []
+
+
+def test_a_failed_host_fault_is_destroyed_and_quarantined():
+    """M2: a slow disk is the host's fault: destroy and quarantine the machine."""
+    state = update(race(Phase.FAILED, Phase.BOOTING), 0, cause="slow-disk")
+
+    assert decide(state, T) == [Destroy(0, "slow-disk")]
+
+
+def test_an_auth_failure_is_destroyed_but_never_quarantined():
+    """M2: an SSH auth failure is our key's fault, not the host's."""
+    state = update(race(Phase.FAILED, Phase.BOOTING), 0, cause="ssh-auth")
+
+    assert decide(state, T) == [Destroy(0, None)]
+
+
+def test_a_box_that_never_boots_is_destroyed_at_the_boot_timeout():
+    """A box stuck before running is given BOOT_TIMEOUT_S, then destroyed."""
+    state = update(race(Phase.BOOTING), 0, created_at=T)
+
+    assert decide(state, T + timing.BOOT_TIMEOUT_S - 0.1) == []
+    assert decide(state, T + timing.BOOT_TIMEOUT_S) == [Destroy(0)]
+
+
+def test_when_every_probe_fails_on_auth_the_race_stops_and_blames_our_key():
+    """M2: the 20 September lesson: stop burning offers, say the key is the problem."""
+    state = race(Phase.DESTROYED, Phase.DESTROYED, Phase.CREATE_FAILED)
+    state = update(update(state, 0, cause="ssh-auth"), 1, cause="ssh-auth")
+    state = update(state, 2, cause="taken")
+    state = Race(state.candidates, spare_offers=((9, 9),), max_creates=10)
+
+    [stop] = decide(state, T)
+
+    assert isinstance(stop, Stop)
+    assert stop.rule == "M2"
+    assert "our key is the problem" in stop.reason
+
+
+def test_a_mix_of_failures_tries_a_spare_offer_while_creates_remain():
+    """With offers left and creates to spare, a failed race takes the next offer."""
+    state = race(Phase.DESTROYED, Phase.CREATE_FAILED)
+    state = update(update(state, 0, cause="slow-disk"), 1, cause="taken")
+    state = Race(state.candidates, spare_offers=((7, 70), (8, 80)), max_creates=3)
+
+    assert decide(state, T) == [Replace()]
+    grown = add_spare(state)
+    assert grown.candidates[-1] == Candidate(2, 7, 70)
+    assert grown.spare_offers == ((8, 80),)
+    assert decide(grown, T) == [Create(2)]
+
+
+def test_a_race_out_of_creates_or_offers_stops_without_a_winner():
+    """No winner and nothing left to try is a stop with a reason, never a silent end."""
+    state = update(race(Phase.DESTROYED), 0, cause="no-gpu")
+    capped = Race(state.candidates, spare_offers=((7, 70),), max_creates=1)
+    dry = Race(state.candidates, spare_offers=(), max_creates=5)
+
+    for finished in (capped, dry):
+        [stop] = decide(finished, T)
+        assert stop == Stop("no candidate passed its probe and no offers are left to try")
+
+
+def test_a_race_with_boxes_in_flight_waits_for_news():
+    """Booting or probing candidates mean: nothing to do yet."""
+    assert decide(update(race(Phase.PROBING, Phase.BOOTING), 1, created_at=T), T) == []
+    assert decide(race(Phase.CREATING), T) == []
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+def test_every_phase_is_handled_without_error(phase):
+    """A race of any single phase yields a list of actions."""
+    assert isinstance(decide(race(phase), T), list)
