@@ -319,7 +319,9 @@ def _write_all(fd: int, data: bytes) -> None:
 def _refuse_secret(field: str, value: str) -> None:
     """Identity fields are written unscrubbed, so one that looks like a secret is refused."""
     if _scrub_text(value, env_secrets()) != value:
-        raise UsageError(f"the event {field} {value!r} looks like a secret (H3); not logging it")
+        # the message names the field and shows the value scrubbed: an error must not leak it
+        shown = _scrub_text(value, env_secrets())
+        raise UsageError(f"the event {field} {shown!r} looks like a secret (H3); not logging it")
 
 
 # --- reading ------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -180,22 +180,25 @@ def test_a_self_identifying_key_inside_prose_is_redacted(log: EventLog, text: st
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "expected"),
     [
-        '{"api_key": "hunter2hunter2", "n": 1}',
-        '{\\"api_key\\": \\"hunter2hunter2\\"}',
-        "{'password': 'hunter2hunter2'}",
-        '"client_secret" : "hunter2hunter2',
-        "Authorization: Basic hunter2hunter2",
-        "X-Api-Key: hunter2hunter2",
+        ('{"api_key": "hunter2hunter2", "n": 1}', '{"api_key": "[REDACTED]", "n": 1}'),
+        ('{\\"api_key\\": \\"hunter2hunter2\\"}', '{\\"api_key\\": \\"[REDACTED]\\"}'),
+        ("{'password': 'hunter2hunter2'}", "{'password': '[REDACTED]'}"),
+        ('"client_secret" : "hunter2hunter2', '"client_secret" : "[REDACTED]"'),
+        ("Authorization: Basic hunter2hunter2", "Authorization: Basic [REDACTED]"),
+        ("X-Api-Key: hunter2hunter2", "X-Api-Key: [REDACTED]"),
     ],
     ids=["json", "escaped-json", "repr", "truncated-json", "basic-header", "header-line"],
 )
-def test_a_json_ish_secret_pair_inside_a_string_is_redacted(log: EventLog, text: str) -> None:
-    """H3: '"api_key": "..."' embedded in a string (a logged body or repr) loses its value."""
-    log.append("provider.response", body=text)
+def test_a_json_ish_secret_pair_inside_a_string_is_redacted(
+    log: EventLog, text: str, expected: str
+) -> None:
+    """H3: '"api_key": "..."' in a string loses its value and keeps its own quoting."""
+    event = log.append("provider.response", body=text)
 
     assert_not_written(log.path, "hunter2hunter2")
+    assert event["payload"] == {"body": expected}
 
 
 def test_an_environment_secret_inside_an_unrelated_string_is_redacted(
@@ -236,11 +239,18 @@ def test_short_or_unrelated_environment_values_are_not_treated_as_secrets() -> N
 
 def test_a_kind_or_operator_that_looks_like_a_secret_is_refused(log_path: Path) -> None:
     """H3: identity fields are written as they are, so a secret-shaped one is refused."""
-    with pytest.raises(UsageError, match="looks like a secret"):
+    with pytest.raises(UsageError) as operator:
         EventLog(log_path, f"bot {VAST_KEY}")
-    with pytest.raises(UsageError, match=r"kind .* looks like a secret \(H3\)"):
+    with pytest.raises(UsageError) as kind:
         EventLog(log_path, "alice").append("a" * 64)
 
+    assert str(operator.value) == (
+        "the event operator 'bot [REDACTED]' looks like a secret (H3); not logging it"
+    )
+    assert str(kind.value) == (
+        "the event kind '[REDACTED]' looks like a secret (H3); not logging it"
+    )
+    assert VAST_KEY not in str(operator.value)
     assert not log_path.exists()
 
 
@@ -346,6 +356,59 @@ def test_a_secret_in_a_dict_key_is_redacted() -> None:
     assert scrub({f"Bearer {BEARER}": 1}) == {f"Bearer {REDACTED}": 1}
 
 
+def test_a_secret_name_at_the_end_of_a_list_does_not_redact_its_first_item() -> None:
+    """H3: only the item after a secret name or flag goes; the list does not wrap around."""
+    assert scrub(["plainvalue99", "password"]) == ["plainvalue99", "password"]
+    assert scrub(("job-1", "x", "--token")) == ("job-1", "x", "--token")
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ('{{"private_key": "{}", "n": 1}}', '{"private_key": "[REDACTED PRIVATE KEY]", "n": 1}'),
+        ("{{'private_key': '{}'}}", "{'private_key': '[REDACTED PRIVATE KEY]'}"),
+        ("private_key={} (rotated)", "private_key=[REDACTED PRIVATE KEY] (rotated)"),
+    ],
+    ids=["double-quoted", "single-quoted", "bare"],
+)
+def test_a_private_key_under_a_secret_name_keeps_its_private_key_marker(
+    template: str, expected: str
+) -> None:
+    """H3: a value already redacted by the PEM rule is not redacted a second time."""
+    assert scrub(template.format(pem("RSA ").strip())) == expected
+
+
+def test_a_value_with_text_before_the_marker_is_not_taken_as_already_redacted() -> None:
+    """H3: a secret value counts as redacted only when it starts with the marker."""
+    assert scrub('password="X[REDACTED]"') == 'password="[REDACTED]"'
+
+
+def test_an_auth_scheme_with_no_credential_does_not_end_the_scan() -> None:
+    """H3: a bare "auth=basic" is kept, and the pairs after it are still judged."""
+    assert scrub("auth=basic&password=hunter22") == "auth=basic&password=[REDACTED]"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "api_key=a1b2c3&password=d4e5f6&page=2",
+            "api_key=[REDACTED]&password=[REDACTED]&page=2",
+        ),
+        (
+            "password=a1b2c3 Authorization: Basic dXNlcjpw",
+            "password=[REDACTED] Authorization: Basic [REDACTED]",
+        ),
+    ],
+    ids=["two-pairs", "pair-then-scheme"],
+)
+def test_every_secret_pair_in_one_string_loses_its_value_and_keeps_the_text_between(
+    text: str, expected: str
+) -> None:
+    """H3: several secret pairs in one string are each redacted; nothing else is dropped."""
+    assert scrub(text) == expected
+
+
 # --- many writers ----------------------------------------------------------------------------
 WRITERS = 4
 APPENDS = 250
@@ -443,13 +506,25 @@ def test_a_torn_line_is_not_repaired_twice(log: EventLog) -> None:
     ("line", "reason"),
     [
         (b"", "empty line"),
-        (b"[1, 2]", "a JSON list"),
-        (b'{"ts": "x"}', "missing operator"),
-        (b"\xff\xfe{}", "not UTF-8"),
-        (b'{"ts": 1, "operator": "a", "kind": "k", "payload": {}}', "must be strings"),
-        (b'{"ts": "t", "operator": "a", "kind": "k", "payload": []}', "payload an object"),
+        (b"   ", "empty line"),
+        (b"[1, 2]", "a JSON list, not an event object"),
+        (b'{"ts": "x"}', "not an event: missing operator, kind, payload"),
+        (b"\xff\xfe{}", "not UTF-8 (invalid start byte at byte 0)"),
+        (
+            b'{"ts": 1, "operator": "a", "kind": "k", "payload": {}}',
+            "not an event: ts, operator and kind must be strings, payload an object",
+        ),
+        (
+            b'{"ts": "t", "operator": "a", "kind": "k", "payload": []}',
+            "not an event: ts, operator and kind must be strings, payload an object",
+        ),
+        (
+            b'{"ts": "t", "operator": "a",',
+            "incomplete or not JSON (Expecting property name enclosed in double quotes"
+            " at column 29)",
+        ),
     ],
-    ids=["empty", "array", "missing", "binary", "ts-number", "payload-list"],
+    ids=["empty", "blank", "array", "missing", "binary", "ts-number", "payload-list", "torn"],
 )
 def test_a_line_that_is_not_an_event_is_reported_with_its_reason(
     log: EventLog, line: bytes, reason: str
@@ -462,14 +537,35 @@ def test_a_line_that_is_not_an_event_is_reported_with_its_reason(
     stream = read_events(log.path)
 
     assert [e["kind"] for e in stream] == ["good"]
-    assert len(stream.bad_lines) == 1 and stream.bad_lines[0].lineno == 2
-    assert reason in stream.bad_lines[0].reason
+    assert stream.bad_lines == [events.BadLine(2, reason)]
 
 
 def test_reading_a_missing_log_is_a_usage_error(tmp_path: Path) -> None:
     """A typo'd path is named, not read as an empty history."""
     with pytest.raises(UsageError, match="no event log at .*nope.jsonl"):
         list(read_events(tmp_path / "nope.jsonl"))
+
+
+def test_an_event_stream_is_lenient_by_default_and_counts_nothing_before_it_is_read(
+    log: EventLog,
+) -> None:
+    """EventStream(path) lists a bad line instead of raising; its counters start at zero."""
+    log.append("good")
+    with log.path.open("ab") as fh:
+        fh.write(b"{\n")
+
+    stream = events.EventStream(log.path)
+
+    assert (stream.strict, stream.events, stream.bad_lines) == (False, 0, [])
+    assert [e["kind"] for e in stream] == ["good"]
+    assert stream.events == 1
+    assert stream.bad_lines == [
+        events.BadLine(
+            2,
+            "incomplete or not JSON (Expecting property name enclosed in double quotes"
+            " at column 2)",
+        )
+    ]
 
 
 def test_read_events_streams_a_20000_line_log(tmp_path: Path) -> None:
@@ -505,6 +601,39 @@ def test_timestamps_are_utc_and_increase_per_writer_even_when_the_clock_steps_ba
     assert all(datetime.fromisoformat(s).tzinfo == UTC for s in stamps)
 
 
+def test_events_at_the_same_instant_get_distinct_increasing_stamps(log_path: Path) -> None:
+    """A clock that returns one time again and again still gives each event its own stamp."""
+    at = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+    log = EventLog(log_path, "alice", clock=lambda: at)
+
+    stamps = [log.append("tick")["ts"] for _ in range(3)]
+
+    assert stamps == [
+        "2025-03-01T12:00:00.000000Z",
+        "2025-03-01T12:00:00.000001Z",
+        "2025-03-01T12:00:00.000002Z",
+    ]
+
+
+@pytest.fixture
+def local_zone_is_not_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone is UTC+05:30 for one test, then restored."""
+    monkeypatch.setenv("TZ", "IST-05:30")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("local_zone_is_not_utc")
+def test_stamps_are_utc_whatever_the_local_time_zone(log_path: Path) -> None:
+    """An aware clock reading is converted to UTC, never to the host's local zone."""
+    at = datetime(2025, 3, 1, 12, 0, 0, tzinfo=timezone(timedelta(hours=-7)))
+    log = EventLog(log_path, "alice", clock=lambda: at)
+
+    assert log.append("tick")["ts"] == "2025-03-01T19:00:00.000000Z"
+
+
 def test_the_real_clock_gives_utc_stamps(log: EventLog) -> None:
     """Without an injected clock the stamp is now, in UTC."""
     before = datetime.now(UTC)
@@ -518,8 +647,11 @@ def test_a_naive_clock_is_a_usage_error(log_path: Path) -> None:
     """A clock without a timezone cannot be trusted to be UTC."""
     log = EventLog(log_path, "alice", clock=lambda: datetime(2025, 1, 1))
 
-    with pytest.raises(UsageError, match="naive"):
+    with pytest.raises(UsageError) as caught:
         log.append("tick")
+
+    assert str(caught.value) == "the event clock returned a naive datetime; it must be UTC-aware"
+    assert not log_path.exists()
 
 
 def test_operator_kind_and_payload_are_recorded_as_returned(log: EventLog) -> None:
@@ -545,8 +677,10 @@ def test_a_bad_kind_is_a_usage_error_naming_it(log: EventLog, kind: str) -> None
 @pytest.mark.parametrize("operator", ["", "   ", None])
 def test_an_empty_operator_is_a_usage_error(log_path: Path, operator: str) -> None:
     """Every event says who acted; an empty operator is refused."""
-    with pytest.raises(UsageError, match="non-empty operator"):
+    with pytest.raises(UsageError) as caught:
         EventLog(log_path, operator)
+
+    assert str(caught.value) == "an event log needs a non-empty operator id"
 
 
 @pytest.mark.parametrize(
@@ -578,6 +712,46 @@ class Offer:
     offer_id: int
     seen_at: datetime
     api_key: str
+
+
+class Ratio(enum.Enum):
+    UNKNOWN = float("nan")
+
+
+@dataclass(frozen=True)
+class Box:
+    name: str
+    tags: set[str]
+
+
+ACCEPTED = "(use str, numbers, lists, dicts, datetime, Path, bytes, enums or dataclasses)"
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"ratio": Ratio.UNKNOWN}, "event payload payload.ratio is nan, which JSON cannot hold"),
+        (
+            {"box": Box("b1", {"a"})},
+            f"event payload payload.box.tags is a set, which the event log cannot write {ACCEPTED}",
+        ),
+        (
+            {"ids": frozenset()},
+            "event payload payload.ids is a frozenset, which the event log cannot write "
+            + ACCEPTED,
+        ),
+    ],
+    ids=["enum-value", "dataclass-field", "plain"],
+)
+def test_a_bad_value_inside_an_enum_or_dataclass_is_named_by_its_full_key_path(
+    log: EventLog, payload: dict[str, object], message: str
+) -> None:
+    """The error gives the whole path through enums and dataclasses and the accepted types."""
+    with pytest.raises(UsageError) as caught:
+        log.append("note", **payload)
+
+    assert str(caught.value) == message
+    assert not log.path.exists()
 
 
 def test_common_values_are_converted_deterministically(log: EventLog) -> None:
@@ -622,6 +796,16 @@ def test_the_log_is_private_to_its_user(log: EventLog) -> None:
     assert stat.S_IMODE(log.path.parent.stat().st_mode) == 0o700
 
 
+def test_an_append_creates_every_missing_directory_above_the_log(tmp_path: Path) -> None:
+    """A log three directories below anything that exists is created, its own one private."""
+    path = tmp_path / "a" / "b" / "c" / "events.jsonl"
+
+    EventLog(path, "alice").append("first", n=1)
+
+    assert [e["payload"] for e in read_events(path)] == [{"n": 1}]
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
 def test_fsync_is_called_only_when_asked_for(
     log_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -658,6 +842,18 @@ def test_a_short_write_is_completed_by_the_write_loop(
     EventLog(log_path, "alice").append("long", text="y" * 1000)
 
     assert json.loads(log_path.read_bytes())["payload"]["text"] == "y" * 1000
+
+
+def test_a_write_of_one_byte_at_a_time_still_completes_the_line(
+    log_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """write(2) returning 1 is progress, not failure: the loop writes the line byte by byte."""
+    real_write = os.write
+    monkeypatch.setattr(events.os, "write", lambda fd, data: real_write(fd, bytes(data[:1])))
+
+    event = EventLog(log_path, "alice").append("slow", n=1)
+
+    assert log_path.read_bytes() == json.dumps(event, separators=(",", ":")).encode() + b"\n"
 
 
 def test_a_write_that_makes_no_progress_is_an_error_not_a_hang(
