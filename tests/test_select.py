@@ -29,8 +29,8 @@ class O:
 
     id: int
     dph_total: float = 0.40
-    reliability: float = 0.995
-    disk_bw: float = 2000.0
+    reliability: float | None = 0.995
+    disk_bw: float | None = 2000.0
     gpu_ram: float = 24564.0
     machine_id: int = 0
 
@@ -55,6 +55,8 @@ def test_the_default_filter_is_the_seeds():
         (O(1, disk_bw=499.9), ["disk 500 MB/s < 500"]),
         (O(1, gpu_ram=8191.0), ["vram 8191 MB < 8192"]),
         (O(1, machine_id=7), ["quarantined"]),
+        (O(1, reliability=None), ["reliability unknown"]),
+        (O(1, disk_bw=None), ["disk bandwidth unknown"]),
         (
             O(1, reliability=0.5, disk_bw=10.0, gpu_ram=100.0, machine_id=7),
             ["quarantined", "reliability 0.5000 < 0.98", "disk 10 MB/s < 500", "vram 100 MB < 8192"],
@@ -67,13 +69,14 @@ def test_each_filter_reason_is_named(offer, reasons):
 
 
 def test_candidates_are_ranked_cheapest_then_most_reliable_then_by_id():
-    """Ranking is total and stable."""
+    """Ranking is total and stable; an unknown reliability ranks as the least reliable."""
     a = O(3, dph_total=0.5, reliability=0.99)
     b = O(2, dph_total=0.4, reliability=0.99)
     c = O(1, dph_total=0.5, reliability=0.999)
     d = O(0, dph_total=0.5, reliability=0.99)
+    e = O(4, dph_total=0.5, reliability=None)
 
-    assert sorted([a, b, c, d], key=rank_key) == [b, c, d, a]
+    assert sorted([e, a, b, c, d], key=rank_key) == [b, c, d, a, e]
 
 
 def test_selection_reports_removed_offers_and_counts_quarantine():

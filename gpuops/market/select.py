@@ -26,9 +26,9 @@ class OfferLike(Protocol):
     @property
     def machine_id(self) -> int: ...
     @property
-    def reliability(self) -> float: ...
+    def reliability(self) -> float | None: ...
     @property
-    def disk_bw(self) -> float: ...
+    def disk_bw(self) -> float | None: ...
     @property
     def gpu_ram(self) -> float: ...
     @property
@@ -69,9 +69,14 @@ def reasons_to_remove(offer: OfferLike, rules: Filter, quarantined: frozenset[in
     reasons = []
     if offer.machine_id in quarantined:
         reasons.append("quarantined")
-    if offer.reliability < rules.min_reliability:
+    # a field the provider left out fails its filter: missing is never passing
+    if offer.reliability is None:
+        reasons.append("reliability unknown")
+    elif offer.reliability < rules.min_reliability:
         reasons.append(f"reliability {offer.reliability:.4f} < {rules.min_reliability}")
-    if offer.disk_bw < rules.min_disk_mb_per_s:
+    if offer.disk_bw is None:
+        reasons.append("disk bandwidth unknown")
+    elif offer.disk_bw < rules.min_disk_mb_per_s:
         reasons.append(f"disk {offer.disk_bw:.0f} MB/s < {rules.min_disk_mb_per_s:.0f}")
     if offer.gpu_ram < rules.vram_floor_mb:
         reasons.append(f"vram {offer.gpu_ram:.0f} MB < {rules.vram_floor_mb:.0f}")
@@ -80,7 +85,7 @@ def reasons_to_remove(offer: OfferLike, rules: Filter, quarantined: frozenset[in
 
 def rank_key(offer: OfferLike) -> tuple[float, float, int]:
     """Cheapest first; among equal prices the more reliable; then the lower id (stable)."""
-    return (offer.dph_total, -offer.reliability, offer.id)
+    return (offer.dph_total, -(offer.reliability or 0.0), offer.id)
 
 
 def select(
