@@ -1,0 +1,143 @@
+"""The fake boxes: the box table (``$GPUOPS_FAKE_SSH_BOXES``), each box's fate, and the state
+kept beside the table (attempt counters, the call log). Format: fakes/ssh/README.md.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fakes.ssh.replay import FakeSshError, _loader
+
+TABLE_ENV = "GPUOPS_FAKE_SSH_BOXES"
+
+# A healthy box answers every probe step with these recordings; a fate replaces some of them.
+HEALTHY = {"gpu": "nvidia-smi-h100x8", "cuda": "cuda-check-ok", "disk": "dd-1gib-fast"}
+FATES = {
+    "healthy": {},
+    "ssh-auth": {"connect": "openssh-auth-publickey"},
+    "unreachable": {"connect": "openssh-connect-timed-out"},
+    "host-key-changed": {"connect": "openssh-host-key-changed"},
+    "no-gpu": {"gpu": "nvidia-smi-driver-unreachable"},
+    "low-vram": {"gpu": "nvidia-smi-rtx4090"},
+    "cuda-broken": {"cuda": "cuda-check-no-device"},
+    "slow-disk": {"disk": "dd-1gib-overlay-disk"},
+}
+_TRANSIENT = re.compile(r"ssh-auth-transient:(\d+)")
+_REPLAY = re.compile(r"replay:([A-Za-z0-9_.-]+)")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """What the box's nvidia-smi lists, rendered in the recorded CSV format (C.2)."""
+
+    name: str
+    vram_mb: int
+    driver: str = "550.90.07"
+    count: int = 1
+
+    def csv(self) -> str:
+        return f"{self.name}, {self.vram_mb}, {self.driver}\n" * self.count
+
+
+@dataclass(frozen=True)
+class Box:
+    host: str
+    port: int
+    fate: str
+    gpu: Gpu | None = None
+    host_key: str = ""
+    recordings: dict[str, str] = field(default_factory=dict)
+    transient_failures: int = 0
+    hang: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _fate(fate: str) -> tuple[dict[str, str], int, bool]:
+    """(recordings by step, transient auth failures, hang) for a fate name."""
+    if fate in FATES:
+        return {**HEALTHY, **FATES[fate]}, 0, False
+    if m := _TRANSIENT.fullmatch(fate):
+        return {**HEALTHY, "connect": FATES["ssh-auth"]["connect"]}, int(m[1]), False
+    if fate == "hang":
+        return dict(HEALTHY), 0, True
+    if m := _REPLAY.fullmatch(fate):
+        from fakes.ssh.replay import load
+
+        return {**HEALTHY, load(m[1]).step: m[1]}, 0, False
+    known = [*FATES, "ssh-auth-transient:N", "hang", "replay:RECORDING"]
+    raise FakeSshError(f"unknown fate {fate!r}; known: {', '.join(known)}")
+
+
+def _box(key: str, spec: object) -> Box:
+    host, _, port = key.rpartition(":")
+    if not host or not port.isdigit():
+        raise FakeSshError(f"box {key!r}: keys are 'host:port'")
+    spec = {"fate": spec} if isinstance(spec, str) else spec
+    if not isinstance(spec, dict) or not isinstance(spec.get("fate"), str):
+        raise FakeSshError(f"box {key!r}: give a fate, or a mapping with 'fate'")
+    unknown = set(spec) - {"fate", "gpu", "host_key"}
+    if unknown:
+        raise FakeSshError(f"box {key!r}: unknown fields {sorted(unknown)}")
+    gpu = spec.get("gpu")
+    try:
+        parsed = Gpu(**gpu) if gpu is not None else None
+    except TypeError as exc:
+        raise FakeSshError(f"box {key!r}: gpu takes name, vram_mb, driver, count: {exc}") from exc
+    recordings, transient, hang = _fate(spec["fate"])
+    seed = str(spec.get("host_key", key))
+    return Box(host, int(port), spec["fate"], parsed, seed, recordings, transient, hang)
+
+
+def load_table(path: Path) -> dict[str, Box]:
+    """The box table: ``{boxes: {"host:port": fate | {fate, gpu, host_key}}}`` (YAML or JSON)."""
+    import yaml
+
+    try:
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader(yaml))
+    except (OSError, yaml.YAMLError) as exc:
+        raise FakeSshError(f"cannot read the box table {path}: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("boxes"), dict):
+        raise FakeSshError(f"{path}: the box table needs a top-level 'boxes' mapping")
+    boxes = [_box(str(key), spec) for key, spec in doc["boxes"].items()]
+    return {box.key: box for box in boxes}
+
+
+class TableState:
+    """Files beside the table: ``<table>.counters.json`` and ``<table>.calls.jsonl``."""
+
+    def __init__(self, table: Path) -> None:
+        self.counters = table.with_name(table.name + ".counters.json")
+        self.calls = table.with_name(table.name + ".calls.jsonl")
+        self._lock = table.with_name(table.name + ".lock")
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
+    def attempt(self, box: str) -> int:
+        """Count one more connection to ``box`` that reached authentication; returns its number."""
+        with self._locked():
+            counts = json.loads(self.counters.read_text()) if self.counters.exists() else {}
+            counts[box] = counts.get(box, 0) + 1
+            self.counters.write_text(json.dumps(counts, sort_keys=True))
+            return int(counts[box])
+
+    def log(self, record: dict[str, object]) -> None:
+        with self._locked(), self.calls.open("a") as handle:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def read_calls(self) -> list[dict[str, object]]:
+        if not self.calls.exists():
+            return []
+        return [json.loads(line) for line in self.calls.read_text().splitlines()]

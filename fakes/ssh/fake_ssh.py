@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""The fake ssh client: takes OpenSSH's argv, finds the fake box at host:port in the box table,
+and replays recordings/ssh/ for it, in the order a real connection fails: connect, host key,
+authentication, then the remote command (fakes/ssh/README.md).
+
+Loud by design: an unknown box, fate or option form prints ``fake-ssh: ...`` and exits 255, which
+the probe judges UNKNOWN with that line as its detail. It never reads your real known_hosts.
+"""
+
+from __future__ import annotations
+
+import getopt
+import os
+import re
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fakes.ssh import boxes, hostkeys, replay  # noqa: E402
+from fakes.ssh.replay import FakeSshError, Recording  # noqa: E402
+from gpuops.market.probe import PROBE_STEPS  # noqa: E402
+
+# OpenSSH 9.2's own getopt string (ssh.c): which options take an argument.
+OPTSTRING = "1246ab:c:e:fgi:kl:m:no:p:qstvxAB:CD:E:F:GI:J:KL:MNO:P:Q:R:S:TVw:W:XYy"
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_CUDA_DEVICES = re.compile(r"devices=\d+")
+
+
+@dataclass
+class Invocation:
+    host: str
+    port: int
+    user: str
+    command: str
+    options: dict[str, str] = field(default_factory=dict)  # -o, keys lower-cased, first wins
+    identities: list[str] = field(default_factory=list)
+
+
+def parse(argv: list[str]) -> Invocation:
+    try:
+        opts, rest = getopt.getopt(argv, OPTSTRING)
+    except getopt.GetoptError as exc:
+        raise FakeSshError(f"bad ssh arguments: {exc}") from exc
+    if not rest:
+        raise FakeSshError("no destination given")
+    options: dict[str, str] = {}
+    identities, port, user = [], 22, None
+    for flag, value in opts:
+        if flag == "-o":
+            name, _, setting = value.replace("=", " ", 1).partition(" ")
+            options.setdefault(name.lower(), setting.strip())
+        elif flag == "-p":
+            port = int(value)
+        elif flag == "-i":
+            identities.append(value)
+        elif flag == "-l":
+            user = value
+    destination = rest[0]
+    if destination.startswith("ssh://"):
+        raise FakeSshError("ssh:// destinations are not modelled")
+    login, _, host = destination.rpartition("@")
+    command = " ".join(rest[1:])
+    if not command:
+        raise FakeSshError("interactive sessions are not modelled; give a command")
+    return Invocation(host, port, login or user or "root", command, options, identities)
+
+
+def _emit(stdout: str, stderr: str) -> None:
+    sys.stdout.buffer.write(stdout.encode())
+    sys.stderr.buffer.write(stderr.encode())
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def _replay(rec: Recording, call: Invocation, box: boxes.Box, known_hosts: str) -> int:
+    def addressed(text: str) -> str:
+        return replay.readdress(
+            text, rec, host=call.host, port=call.port, user=call.user, known_hosts=known_hosts
+        )
+
+    stdout, stderr = addressed(rec.stdout), addressed(rec.stderr)
+    if box.gpu is not None and rec.step == "gpu" and rec.expect in ("pass", "low-vram"):
+        stdout = box.gpu.csv()
+    if box.gpu is not None and rec.step == "cuda" and rec.expect == "pass":
+        stdout = _CUDA_DEVICES.sub(f"devices={box.gpu.count}", stdout)
+    _emit(stdout, stderr)
+    return rec.exit_code
+
+
+def _host_key_refusal(call: Invocation, box: boxes.Box, known_hosts: Path) -> int | None:
+    """accept-new: pin an unknown key, refuse a changed one with OpenSSH's own block."""
+    pattern = replay.host_pattern(call.host, call.port)
+    key = hostkeys.public_key(box.host_key)
+    entries = hostkeys.pinned(known_hosts, pattern)
+    if any(e.key_type == "ssh-ed25519" and e.key == key for e in entries):
+        return None
+    strict = call.options.get("stricthostkeychecking", "ask").lower()
+    if entries:
+        rec = replay.load("openssh-host-key-changed")
+        old_fp = re.search(r"SHA256:[A-Za-z0-9+/]+", rec.stderr)
+        text = replay.readdress(
+            rec.stderr, rec, host=call.host, port=call.port, user=call.user,
+            known_hosts=str(known_hosts),
+        )  # fmt: skip
+        text = text.replace(f"{known_hosts}:1", f"{known_hosts}:{entries[0].line}")
+        if old_fp:
+            text = text.replace(old_fp[0], hostkeys.fingerprint(key))
+        _emit("", text)
+        return rec.exit_code
+    if strict in ("accept-new", "no", "off"):
+        hostkeys.pin(known_hosts, pattern, key)
+        return None
+    rec = replay.load("openssh-host-key-unknown-strict")
+    return _replay(rec, call, box, str(known_hosts))
+
+
+def run(argv: list[str], environ: dict[str, str]) -> int:
+    call = parse(argv)
+    table_path = environ.get(boxes.TABLE_ENV)
+    if not table_path:
+        raise FakeSshError(f"{boxes.TABLE_ENV} is not set: it names the box table")
+    table = boxes.load_table(Path(table_path))
+    state = boxes.TableState(Path(table_path))
+    box = table.get(f"{call.host}:{call.port}")
+    state.log(
+        {
+            "argv": argv,
+            "box": f"{call.host}:{call.port}",
+            "secret_env": sorted(k for k in environ if _SECRET_NAME.search(k)),
+        }
+    )
+    if box is None:
+        raise FakeSshError(f"no box at {call.host}:{call.port}; known: {', '.join(table)}")
+    known = call.options.get("userknownhostsfile")
+    if not known:
+        raise FakeSshError("refusing to use your real known_hosts: pass -o UserKnownHostsFile=")
+    connect = replay.load(box.recordings["connect"]) if "connect" in box.recordings else None
+    if connect is not None and connect.expect not in ("ssh-host-key-changed", "ssh-auth"):
+        return _replay(connect, call, box, known)  # the connection never got to the host key
+    refused = _host_key_refusal(call, box, Path(known))
+    if refused is not None:
+        return refused
+    if connect is not None and connect.expect == "ssh-host-key-changed":
+        return _replay(connect, call, box, known)
+    if connect is not None and connect.expect == "ssh-auth":
+        attempt = state.attempt(box.key)  # ssh-auth-transient:N refuses attempts 1..N only
+        if box.transient_failures == 0 or attempt <= box.transient_failures:
+            return _replay(connect, call, box, known)
+    if box.hang:
+        while True:  # a box that accepted the command and never answers
+            signal.pause()
+    step = next((name for name, command in PROBE_STEPS if command == call.command), None)
+    if step is None:
+        return 0  # not a probe step: nothing is modelled yet (jobs under tmux come later)
+    return _replay(replay.load(box.recordings[step]), call, box, known)
+
+
+def main() -> int:
+    try:
+        return run(sys.argv[1:], dict(os.environ))
+    except FakeSshError as exc:
+        _emit("", f"fake-ssh: {exc}\r\n")
+        return 255
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The market (Vast.ai): probe verdicts, selection, race, quarantine, guardian."""

@@ -1,0 +1,187 @@
+"""The SSH adapter: runs the real OpenSSH client against a rented box and probes it (M1, M2).
+
+Decide, then act: :func:`ssh_argv` builds the argv (pure), :func:`run_command` runs it (the only
+I/O), and :func:`probe` runs the steps of ``gpuops.market.probe`` in order, stopping at the
+first failure, and hands the raw transcript to the pure ``judge``.
+
+Security (DESIGN §4): every box gets its own known_hosts file (:func:`known_hosts_path`), so its
+host key is pinned on first contact (``StrictHostKeyChecking=accept-new``) and a changed key is
+refused by ssh itself; the probe reports that as SSH_HOST_KEY_CHANGED and never retries it.
+Key files are keyed by box, not by ``host:port``: Vast reuses proxy host:port pairs across
+instances (provider-formats C), so a shared file would refuse every innocent newcomer. The ssh
+child gets an environment without API keys or tokens (H3), and nothing here logs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuops import timing
+from gpuops.errors import UsageError
+from gpuops.market.probe import (
+    PROBE_STEPS,
+    ProbeResult,
+    StepOutput,
+    Transcript,
+    first_failure,
+    judge,
+)
+
+SSH_PROGRAM_ENV = "GPUOPS_SSH"
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_BOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# ssh splits UserKnownHostsFile on whitespace and expands % and ~ in it and in -i: a path with
+# any of those would silently name another file, so only plain characters are accepted.
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./@+=,-]+")
+# Environment names the ssh child never sees (a user's SendEnv could forward them).
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_KEEP = frozenset({"SSH_AUTH_SOCK"})
+
+Runner = Callable[[Sequence[str], float], StepOutput]
+
+
+@dataclass(frozen=True)
+class SshEndpoint:
+    """Where a box answers ssh: Vast's proxy (ssh_host, ssh_port) or its public_ipaddr and port."""
+
+    host: str
+    port: int
+    user: str = "root"
+
+    def __post_init__(self) -> None:
+        # A host or user that starts with "-" would be read by ssh as an option.
+        if not _HOST.fullmatch(self.host):
+            raise UsageError(f"ssh host {self.host!r} is not a host name or address")
+        if isinstance(self.port, bool) or not 0 < self.port < 65536:
+            raise UsageError(f"ssh port {self.port!r} is not a TCP port")
+        if not _USER.fullmatch(self.user):
+            raise UsageError(f"ssh user {self.user!r} is not a user name")
+
+
+def ssh_program() -> str:
+    """The ssh client to run: ``$GPUOPS_SSH`` (the fake, in tests and demos) or ``ssh``."""
+    return os.environ.get(SSH_PROGRAM_ENV) or "ssh"
+
+
+def known_hosts_path(state_dir: Path, box_id: str) -> Path:
+    """The box's own known_hosts file under the state dir, created empty (0600) if absent."""
+    if not _BOX_ID.fullmatch(box_id):
+        raise UsageError(f"box id {box_id!r} must be letters, digits and _.- (an instance id)")
+    folder = state_dir / "ssh" / "known_hosts"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / box_id
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    return path
+
+
+def _plain(path: Path, what: str) -> str:
+    text = str(path)
+    if not _PLAIN_PATH.fullmatch(text) or text.startswith("-"):
+        raise UsageError(f"the {what} path {text!r} holds characters ssh would reinterpret")
+    return text
+
+
+def ssh_argv(
+    endpoint: SshEndpoint,
+    command: str,
+    *,
+    identity_file: Path,
+    known_hosts: Path,
+    program: str | None = None,
+) -> list[str]:
+    """The argv that runs ``command`` on the box: batch mode, pinned host key, bounded connect."""
+    return [
+        program or ssh_program(),
+        "-o", "BatchMode=yes",
+        "-o", f"ConnectTimeout={int(timing.SSH_CONNECT_TIMEOUT_S)}",
+        "-o", "StrictHostKeyChecking=accept-new",
+        "-o", f"UserKnownHostsFile={_plain(known_hosts, 'known_hosts')}",
+        "-o", "LogLevel=ERROR",
+        # Only our key: agent keys tried first would use up the server's MaxAuthTries and turn
+        # a good key into "Too many authentication failures".
+        "-o", "IdentitiesOnly=yes",
+        "-p", str(endpoint.port),
+        "-i", _plain(identity_file, "identity file"),
+        "--",
+        f"{endpoint.user}@{endpoint.host}",
+        command,
+    ]  # fmt: skip
+
+
+def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for ssh: the caller's, less anything named like a key or token (H3)."""
+    source = os.environ if environ is None else environ
+    return {k: v for k, v in source.items() if k in _KEEP or not _SECRET_NAME.search(k)}
+
+
+def run_command(argv: Sequence[str], timeout_s: float) -> StepOutput:
+    """Run one ssh command; a timeout kills its whole process group and is reported, not raised."""
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise UsageError(
+            f"the ssh program {argv[0]!r} was not found (set {SSH_PROGRAM_ENV})"
+        ) from exc
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return StepOutput(None, _text(out), _text(err), timed_out=True)
+    return StepOutput(proc.returncode, _text(out), _text(err))
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+def probe(
+    endpoint: SshEndpoint,
+    *,
+    identity_file: Path,
+    known_hosts: Path,
+    vram_floor_mb: int,
+    disk_floor_mb_per_s: float,
+    runner: Runner = run_command,
+    clock: Callable[[], float] = time.monotonic,
+) -> ProbeResult:
+    """Probe one box on its real hardware: GPU, VRAM floor, CUDA, disk throughput (M1).
+
+    Each step is one ssh call bounded by SSH_COMMAND_TIMEOUT_S; the whole probe by
+    PROBE_TIMEOUT_S. The first failing step ends the probe (an ssh failure, a timeout or a
+    host fault); a timeout is SSH_UNREACHABLE "timed out", never a host fault (M2).
+    """
+    deadline = clock() + timing.PROBE_TIMEOUT_S
+    steps: dict[str, StepOutput] = {}
+    for name, command in PROBE_STEPS:
+        left_s = deadline - clock()
+        if left_s <= 0:
+            steps[name] = StepOutput(None, timed_out=True)  # the whole-probe budget is spent
+        else:
+            argv = ssh_argv(endpoint, command, identity_file=identity_file, known_hosts=known_hosts)
+            steps[name] = runner(argv, min(timing.SSH_COMMAND_TIMEOUT_S, left_s))
+        failed = first_failure(
+            Transcript(**steps),
+            vram_floor_mb=vram_floor_mb,
+            disk_floor_mb_per_s=disk_floor_mb_per_s,
+        )
+        if failed is not None:
+            return failed
+    return judge(
+        Transcript(**steps), vram_floor_mb=vram_floor_mb, disk_floor_mb_per_s=disk_floor_mb_per_s
+    )
