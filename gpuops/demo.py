@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuops.errors import Refused
 from gpuops.events import EventLog, read_events
-from gpuops.ledger import Ledger
+from gpuops.ledger import GONE_BY_SHOW, Ledger
 from gpuops.store import open_store
 
 
@@ -70,7 +70,7 @@ def _story(state_url: str, operator: str, as_json: bool) -> int:
     pending = [r.name for r in restarted.retry_list()]
     say("a fresh process (another operator) sees the retry list", ", ".join(pending))
     refused(f"{operator} tries to release before gone is confirmed", lambda: me.release("demo-box"))
-    rec = me.confirm_gone("demo-box")
+    rec = me.confirm_gone("demo-box", GONE_BY_SHOW)
     say("the retry succeeds and the stand-in says the box is gone", rec.state.value)
     rec = me.release("demo-box")
     say("ownership released", rec.state.value)

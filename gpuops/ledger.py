@@ -34,12 +34,15 @@ from gpuops.errors import (
     IllegalTransition,
     NameTaken,
     NotOwned,
+    Refused,
     UsageError,
     VersionConflict,
 )
+from gpuops.events import scrub
 from gpuops.store.base import Store, check_key
 
 PREFIX = "ledger/boxes/"
+INSTANCES = "ledger/instances/"  # instance id -> the one record that owns it
 # A compare-and-swap that keeps losing means heavy contention or a bug; say so, don't spin.
 CAS_ATTEMPTS = 8
 
@@ -95,6 +98,15 @@ def utc_iso(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).isoformat()
 
 
+# What earns gone-confirmed (M4), by the state it is earned from. A box that may exist is
+# gone only when the provider, asked about that very instance, says so; an intent whose create
+# the provider refused outright (the offer was taken, a 429) never produced a box. An empty
+# instance list, or a create whose answer was lost, is evidence of nothing.
+GONE_BY_SHOW = "provider-show-says-gone"
+CREATE_REFUSED = "create-refused"
+EVIDENCE_FOR = {BoxState.DESTROYING: GONE_BY_SHOW, BoxState.INTENT: CREATE_REFUSED}
+
+
 def advance(
     record: Record,
     to: BoxState,
@@ -103,12 +115,19 @@ def advance(
     now_iso: str,
     instance_id: str | None = None,
     error: str | None = None,
+    evidence: str | None = None,
 ) -> Record:
     """Decide the next record for a requested transition, or raise a refusal. Pure."""
     if record.owner != operator:
         raise NotOwned(record.name, record.owner, operator)
     if to not in ALLOWED[record.state]:
         raise IllegalTransition(record.name, record.state.value, to.value)
+    if to is BoxState.GONE_CONFIRMED and evidence != EVIDENCE_FOR[record.state]:
+        raise IllegalTransition(
+            record.name,
+            record.state.value,
+            f"{to.value} on evidence {evidence!r} (needs {EVIDENCE_FOR[record.state]!r})",
+        )
     changes: dict[str, Any] = {"state": to, "revision": record.revision + 1, "updated_at": now_iso}
     if to is BoxState.LIVE:
         if not instance_id:
@@ -220,6 +239,16 @@ class Ledger:
         raise VersionConflict(key, None)
 
     def mark_live(self, name: str, instance_id: str) -> Record:
+        """The create answered with ``instance_id``: claim it for this record (M3).
+
+        An instance index makes the claim exclusive: one instance, one record. Repeating the
+        call with the same instance (a retry after a lost reply) is harmless.
+        """
+        current = self.get(name)
+        if current is not None and current.state is BoxState.LIVE:
+            if current.owner == self.operator and current.instance_id == instance_id:
+                return current
+        self._claim_instance(name, instance_id)
         return self._move(name, BoxState.LIVE, instance_id=instance_id)
 
     def begin_destroy(self, name: str) -> Record:
@@ -230,13 +259,54 @@ class Ledger:
         """The destroy call failed: stay on the retry list with the reason (M4)."""
         return self._move(name, BoxState.DESTROYING, error=error)
 
-    def confirm_gone(self, name: str) -> Record:
-        """The provider, asked about this very box, said it is gone (M4)."""
-        return self._move(name, BoxState.GONE_CONFIRMED, idempotent=True)
+    def confirm_gone(self, name: str, evidence: str) -> Record:
+        """Gone, on ``evidence``: GONE_BY_SHOW for a box, CREATE_REFUSED for an intent (M4)."""
+        return self._move(name, BoxState.GONE_CONFIRMED, idempotent=True, evidence=evidence)
 
     def release(self, name: str) -> Record:
         """Drop ownership; only from gone-confirmed (M4)."""
-        return self._move(name, BoxState.RELEASED, idempotent=True)
+        released = self._move(name, BoxState.RELEASED, idempotent=True)
+        if released.instance_id is not None:
+            self._unclaim_instance(released)
+        return released
+
+    def _claim_instance(self, name: str, instance_id: str) -> None:
+        key = check_key(INSTANCES + instance_id)
+        record = self.get(name)
+        if record is None:
+            raise Refused("M3", f"no ledger record named {name!r}: gpuops cannot prove it owns it")
+        mine = json.dumps({"name": name, "intent_id": record.intent_id}, sort_keys=True).encode()
+        for _ in range(CAS_ATTEMPTS):
+            found = self.store.get(key)
+            try:
+                if found is None:
+                    self.store.create(key, mine)
+                    return
+                if found.data == mine:
+                    return
+                holder = json.loads(found.data)
+                held = self.get(holder["name"])
+                stale = held is None or held.intent_id != holder["intent_id"] or not held.active
+                if not stale:
+                    raise Refused(
+                        "M3",
+                        f"instance {instance_id} is already claimed by {holder['name']!r} "
+                        f"(owner {held.owner!r}); one instance has one owner",
+                    )
+                self.store.put(key, mine, found.version)
+                return
+            except (AlreadyExists, VersionConflict):
+                continue
+        raise VersionConflict(key, None)
+
+    def _unclaim_instance(self, record: Record) -> None:
+        key = check_key(INSTANCES + str(record.instance_id))
+        found = self.store.get(key)
+        if found is not None and json.loads(found.data).get("intent_id") == record.intent_id:
+            try:
+                self.store.delete(key, found.version)
+            except VersionConflict:
+                pass  # reclaimed meanwhile by a later record: it is theirs now
 
     # --- shell ---------------------------------------------------------------------------
     def _key(self, name: str) -> str:
@@ -249,13 +319,14 @@ class Ledger:
         *,
         instance_id: str | None = None,
         error: str | None = None,
+        evidence: str | None = None,
         idempotent: bool = False,
     ) -> Record:
         key = self._key(name)
         for _ in range(CAS_ATTEMPTS):
             found = self.store.get(key)
             if found is None:
-                raise UsageError(f"no ledger record named {name!r}")
+                raise Refused("M3", f"no ledger record named {name!r}: gpuops cannot prove it owns it")
             current = decode(key, found.data)
             if idempotent and current.state is to and current.owner == self.operator:
                 return current  # already there: a retry after a crash is harmless
@@ -265,7 +336,8 @@ class Ledger:
                 operator=self.operator,
                 now_iso=utc_iso(self.clock()),
                 instance_id=instance_id,
-                error=error,
+                error=None if error is None else str(scrub(error)),  # records sync to S3 (H3)
+                evidence=evidence,
             )
             try:
                 self.store.put(key, encode(new), found.version)

@@ -61,6 +61,8 @@ PROBE_TIMEOUT_S = 180.0
 SSH_CONNECT_TIMEOUT_S = 10.0
 # One remote command over ssh (one probe step) must finish within this.
 SSH_COMMAND_TIMEOUT_S = 60.0
+# While racing, booting candidates are asked for their status this often.
+RACE_POLL_S = 5.0
 # A box that has not reached "running" within this is treated as a failed candidate.
 BOOT_TIMEOUT_S = 600.0
 # Minimum spacing between two create calls: back-to-back creates drew 429s (M12).

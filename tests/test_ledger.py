@@ -10,6 +10,7 @@ import pytest
 
 from gpuops.errors import (
     CorruptState,
+    Refused,
     IllegalTransition,
     NameTaken,
     NotOwned,
@@ -19,6 +20,10 @@ from gpuops.errors import (
 from gpuops.ledger import (
     ALLOWED,
     CAS_ATTEMPTS,
+    CREATE_REFUSED,
+    EVIDENCE_FOR,
+    GONE_BY_SHOW,
+    INSTANCES,
     BoxState,
     Ledger,
     Record,
@@ -84,7 +89,9 @@ def other(ledger: Ledger, operator: str) -> Ledger:
 @pytest.mark.parametrize(("source", "target"), list(itertools.product(BoxState, KNOWN)))
 def test_every_transition_is_allowed_exactly_when_the_table_says(source, target):
     """M4: the transition table is the whole truth; nothing outside it ever happens."""
-    extra = {"error": "boom"} if source is target is BoxState.DESTROYING else {}
+    extra: dict[str, str] = {"error": "boom"} if source is target is BoxState.DESTROYING else {}
+    if target is BoxState.GONE_CONFIRMED and source in EVIDENCE_FOR:
+        extra["evidence"] = EVIDENCE_FOR[source]
     allowed = {
         BoxState.INTENT: {BoxState.LIVE, BoxState.DESTROYING, BoxState.GONE_CONFIRMED},
         BoxState.LIVE: {BoxState.DESTROYING},
@@ -162,6 +169,7 @@ def test_an_error_on_anything_but_a_destroy_is_a_usage_error():
             operator="alice",
             now_iso="n",
             error="x",
+            evidence=GONE_BY_SHOW,
         )
 
 
@@ -310,7 +318,7 @@ def test_another_operator_cannot_take_an_active_name(alice):
 def test_a_released_name_starts_a_fresh_intent_for_anyone(alice, events):
     """After release the name is free; the new intent has a new id and a later revision."""
     first, _ = alice.record_intent("box", "vast")
-    alice.confirm_gone("box")
+    alice.confirm_gone("box", CREATE_REFUSED)
     alice.release("box")
 
     second, created = other(alice, "bob").record_intent("box", "vast")
@@ -327,7 +335,7 @@ def test_the_full_lifecycle_logs_every_transition(alice, events):
     alice.record_intent("box", "vast")
     alice.mark_live("box", "42")
     alice.begin_destroy("box")
-    alice.confirm_gone("box")
+    alice.confirm_gone("box", GONE_BY_SHOW)
     final = alice.release("box")
 
     assert final.state is BoxState.RELEASED
@@ -365,7 +373,7 @@ def test_another_operator_cannot_destroy_or_release(alice):
     with pytest.raises(NotOwned):
         bob.release("box")
     with pytest.raises(NotOwned):
-        bob.confirm_gone("box")
+        bob.confirm_gone("box", GONE_BY_SHOW)
     assert alice.get("box").state is BoxState.LIVE
 
 
@@ -392,8 +400,8 @@ def test_steps_already_taken_are_harmless_to_repeat(alice, events):
     alice.record_intent("box", "vast")
     first = alice.begin_destroy("box")
     assert alice.begin_destroy("box") == first
-    gone = alice.confirm_gone("box")
-    assert alice.confirm_gone("box") == gone
+    gone = alice.confirm_gone("box", GONE_BY_SHOW)
+    assert alice.confirm_gone("box", GONE_BY_SHOW) == gone
     released = alice.release("box")
     assert alice.release("box") == released
     assert len(events.events) == 4
@@ -402,17 +410,19 @@ def test_steps_already_taken_are_harmless_to_repeat(alice, events):
 def test_a_repeat_by_another_operator_is_still_refused(alice):
     """Idempotence is for the owner only: bob repeating alice's release is refused."""
     alice.record_intent("box", "vast")
-    alice.confirm_gone("box")
+    alice.confirm_gone("box", CREATE_REFUSED)
     alice.release("box")
 
     with pytest.raises(NotOwned):
         other(alice, "bob").release("box")
 
 
-def test_acting_on_a_missing_record_names_it(alice):
-    """A typo'd name is a usage error naming the name."""
-    with pytest.raises(UsageError, match="'nope'"):
+def test_acting_on_a_missing_record_is_refused_naming_it(alice):
+    """M3: with no record gpuops cannot prove it owns the box: a refusal (exit 3)."""
+    with pytest.raises(Refused, match="'nope'") as caught:
         alice.begin_destroy("nope")
+
+    assert (caught.value.rule, caught.value.exit_code) == ("M3", 3)
 
 
 class Interleaving(MemoryStore):
@@ -504,7 +514,7 @@ def test_endless_contention_on_reuse_of_a_released_name_is_loud(events, clock):
     plain = MemoryStore()
     Ledger(plain, ListEvents(), "alice", clock=clock).record_intent("box", "vast")
     alice = Ledger(plain, ListEvents(), "alice", clock=clock)
-    alice.confirm_gone("box")
+    alice.confirm_gone("box", CREATE_REFUSED)
     alice.release("box")
     store = AlwaysConflicting()
     store._values = plain._values  # the same released record, behind a store that always loses
@@ -574,3 +584,81 @@ def test_a_corrupt_stored_record_is_reported_with_its_key(alice, action):
 
     assert caught.value.where == "ledger/boxes/box"
     assert alice.store.get("ledger/boxes/box").data == b"{broken"
+
+
+@pytest.mark.parametrize(
+    ("source", "evidence"),
+    [
+        (BoxState.DESTROYING, None),
+        (BoxState.DESTROYING, CREATE_REFUSED),
+        (BoxState.DESTROYING, "the list was empty"),
+        (BoxState.INTENT, None),
+        (BoxState.INTENT, GONE_BY_SHOW),
+        (BoxState.INTENT, "create answer lost"),
+    ],
+)
+def test_gone_confirmed_needs_the_right_evidence(source, evidence):
+    """M4: a box is gone only on the provider's answer about it; an intent only when its
+    create was refused. An empty list or a lost answer proves nothing."""
+    with pytest.raises(IllegalTransition, match="needs") as caught:
+        advance(
+            record(source), BoxState.GONE_CONFIRMED, operator="alice", now_iso="n", evidence=evidence
+        )
+
+    assert caught.value.rule == "M4"
+    assert EVIDENCE_FOR == {
+        BoxState.DESTROYING: "provider-show-says-gone",
+        BoxState.INTENT: "create-refused",
+    }
+
+
+def test_one_instance_cannot_be_claimed_by_two_records(alice):
+    """M3: bob cannot mark his record live on alice's instance, so he can never destroy it."""
+    alice.record_intent("a", "vast")
+    alice.mark_live("a", "42")
+    bob = other(alice, "bob")
+    bob.record_intent("b", "vast")
+
+    with pytest.raises(Refused, match="instance 42 is already claimed by 'a'") as caught:
+        bob.mark_live("b", "42")
+
+    assert caught.value.rule == "M3"
+    assert (bob.get("b").state, bob.get("b").instance_id) == (BoxState.INTENT, None)
+    assert alice.get("a").instance_id == "42"
+
+
+def test_a_released_records_instance_can_be_claimed_again(alice):
+    """Release frees the instance index; a stale index entry does not block a new claim."""
+    alice.record_intent("a", "vast")
+    alice.mark_live("a", "42")
+    alice.begin_destroy("a")
+    alice.confirm_gone("a", GONE_BY_SHOW)
+    alice.release("a")
+    assert alice.store.get(INSTANCES + "42") is None
+
+    alice.record_intent("b", "vast")
+    alice.store.create(INSTANCES + "42", b'{"intent_id": "old", "name": "a"}')  # crash debris
+
+    assert alice.mark_live("b", "42").instance_id == "42"
+
+
+def test_marking_live_again_with_the_same_instance_is_harmless(alice, events):
+    """A retry after a lost reply to a successful write repeats nothing."""
+    alice.record_intent("a", "vast")
+    first = alice.mark_live("a", "42")
+
+    assert alice.mark_live("a", "42") == first
+    assert len(events.events) == 2
+
+
+def test_a_destroy_error_is_scrubbed_before_it_is_stored(alice, monkeypatch):
+    """H3: the ledger record (synced to S3) never holds a secret from an error text."""
+    key = "k" * 40
+    monkeypatch.setenv("VAST_API_KEY", key)
+    alice.record_intent("a", "vast")
+    alice.begin_destroy("a")
+
+    rec = alice.destroy_failed("a", f"GET https://console.vast.ai/x?api_key={key} failed")
+
+    assert key not in rec.last_error
+    assert key.encode() not in alice.store.get("ledger/boxes/a").data

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from gpuops.errors import Refused
-from gpuops.ledger import BoxState, Ledger
+from gpuops.ledger import CREATE_REFUSED, GONE_BY_SHOW, BoxState, Ledger
 from gpuops.store.memory import MemoryStore
 
 OPERATORS = ("alice", "bob", "carol")
@@ -37,6 +37,8 @@ class CrashingStore(MemoryStore):
         self.plan: str | None = None
 
     def _guard(self, write: Any, *args: Any) -> Any:
+        if not str(args[0]).startswith("ledger/boxes/"):
+            return write(*args)  # the instance index: a crash there is a crash before the record
         plan, self.plan = self.plan, None
         if plan == "before-write":
             raise Crash
@@ -53,8 +55,13 @@ class CrashingStore(MemoryStore):
 
 
 class Sink:
+    """The event log, shared by every operator's ledger: what actually happened."""
+
+    def __init__(self) -> None:
+        self.transitions: list[dict[str, Any]] = []
+
     def append(self, kind: str, /, **payload: Any) -> None:
-        pass
+        self.transitions.append(payload)
 
 
 @dataclass
@@ -71,13 +78,14 @@ class LedgerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.store = CrashingStore()
+        self.sink = Sink()
         self.ledgers = {op: self._restart(op) for op in OPERATORS}
         self.expected: dict[str, Expected] = {}
         self.boxes: dict[str, str] = {}  # provider: alive instance id -> label (intent id)
         self.ids = itertools.count(1000)
 
     def _restart(self, operator: str) -> Ledger:
-        return Ledger(self.store, Sink(), operator)
+        return Ledger(self.store, self.sink, operator)
 
     def _attempt(self, op: str, crash: str | None, action: Any) -> str:
         """Run one ledger call; 'ok', 'refused', or where the crash struck."""
@@ -159,9 +167,34 @@ class LedgerMachine(RuleBasedStateMachine):
         for instance in [i for i, lbl in self.boxes.items() if lbl == label]:
             del self.boxes[instance]
         # only after the provider, asked about that box, says it is gone (M4)
-        outcome = self._attempt(op, crash, lambda ledger: ledger.confirm_gone(name))
+        outcome = self._attempt(
+            op, crash, lambda ledger: ledger.confirm_gone(name, GONE_BY_SHOW)
+        )
         assert outcome != "refused"
         self._moved(name, outcome, BoxState.GONE_CONFIRMED)
+
+    @rule(op=st.sampled_from(OPERATORS), name=st.sampled_from(NAMES), crash=CRASHES)
+    def create_refused(self, op: str, name: str, crash: str | None) -> None:
+        """The provider refused the create outright: the intent is gone without a box."""
+        if not self._owned(op, name, BoxState.INTENT):
+            return
+        if self.expected[name].intent_id in self.boxes.values():
+            return  # a box carries its label: the create was not refused
+        outcome = self._attempt(
+            op, crash, lambda ledger: ledger.confirm_gone(name, CREATE_REFUSED)
+        )
+        assert outcome != "refused"
+        self._moved(name, outcome, BoxState.GONE_CONFIRMED)
+
+    @rule(thief=st.sampled_from(OPERATORS), name=st.sampled_from(NAMES))
+    def claim_another_records_instance(self, thief: str, name: str) -> None:
+        """M3: nobody can mark a record live on an instance another record holds."""
+        victims = [n for n, e in self.expected.items() if e.state is BoxState.LIVE and n != name]
+        if not victims or not self._owned(thief, name, BoxState.INTENT):
+            return
+        instance = self.ledgers[thief].get(victims[0]).instance_id
+        outcome = self._attempt(thief, None, lambda ledger: ledger.mark_live(name, instance))
+        assert outcome == "refused", "M3: one instance, one owner"
 
     @rule(op=st.sampled_from(OPERATORS), name=st.sampled_from(NAMES), crash=CRASHES)
     def release(self, op: str, name: str, crash: str | None) -> None:
@@ -188,6 +221,9 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @invariant()
     def nothing_is_released_before_gone_confirmed(self) -> None:
+        for logged in self.sink.transitions:  # what the ledger wrote, not what the model hoped
+            if logged["after"] == "released":
+                assert logged["before"] == "gone-confirmed", logged
         for exp in self.expected.values():
             for before, after in itertools.pairwise(exp.history):
                 if after is BoxState.RELEASED:

@@ -32,6 +32,7 @@ PINNED = {
     "SSH_CONNECT_TIMEOUT_S": 10.0,
     "SSH_COMMAND_TIMEOUT_S": 60.0,
     "BOOT_TIMEOUT_S": 600.0,
+    "RACE_POLL_S": 5.0,
     "CREATE_PACING_S": 2.0,
     "BACKOFF_BASE_S": 1.0,
     "BACKOFF_MAX_S": 60.0,
@@ -111,6 +112,7 @@ def test_probe_timeouts_nest():
     """M1: one ssh connect fits in one command, one command in the whole probe."""
     assert timing.SSH_CONNECT_TIMEOUT_S < timing.SSH_COMMAND_TIMEOUT_S < timing.PROBE_TIMEOUT_S
     assert timing.PROBE_TIMEOUT_S < timing.BOOT_TIMEOUT_S
+    assert timing.CREATE_PACING_S <= timing.RACE_POLL_S < timing.BOOT_TIMEOUT_S / 10
 
 
 def test_backoff_and_pacing_are_bounded():

@@ -1,0 +1,106 @@
+"""Destroying boxes we own: destroy, then confirm gone by asking for that box (M3, M4).
+
+A destroy call's success says nothing about whether the box stopped billing; only ``show``
+answering "no such instance" does. An empty instance *list* is never taken as proof: the
+list can lag or answer empty while the box still runs. A destroy that fails, or a box that
+will not confirm gone in time, stays on the ledger's retry list for ``gpuops sweep``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from gpuops import timing
+from gpuops.errors import GpuopsError, ProviderError, Unavailable
+from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger, Record
+from gpuops.model import Instance
+
+
+class Destroyer(Protocol):
+    def destroy(self, instance_id: str) -> None: ...
+    def show(self, instance_id: str) -> Instance | None: ...
+
+
+LABEL_PREFIX = "gpuops:"
+
+
+def label_for(intent_id: str) -> str:
+    """The instance label that carries our intent id, written at create (M3)."""
+    return f"{LABEL_PREFIX}{intent_id}"
+
+
+def intent_of(label: str | None) -> str | None:
+    """The intent id a label carries, or None for a box gpuops did not create."""
+    if label and label.startswith(LABEL_PREFIX) and len(label) > len(LABEL_PREFIX):
+        return label[len(LABEL_PREFIX) :]
+    return None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    name: str
+    released: bool
+    detail: str
+
+
+def destroy_box(
+    vast: Destroyer,
+    ledger: Ledger,
+    name: str,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Outcome:
+    """Destroy the box behind ledger record ``name`` and release it once confirmed gone.
+
+    Refuses (NotOwned, M3) unless this operator owns the record. A record with no instance
+    (an intent whose create never produced one) is confirmed gone by the caller's
+    reconciliation, not here.
+    """
+    record = ledger.begin_destroy(name)  # owner check (M3); on the retry list from now on (M4)
+    if record.instance_id is None:
+        return Outcome(name, False, "no instance recorded: reconcile its intent by label first")
+    try:
+        vast.destroy(record.instance_id)
+    except (Unavailable, ProviderError) as exc:
+        ledger.destroy_failed(name, f"{type(exc).__name__}: {exc}")
+        return Outcome(name, False, f"destroy failed, kept on the retry list: {exc}")
+    return confirm_and_release(vast, ledger, record, clock=clock, sleep=sleep)
+
+
+def confirm_and_release(
+    vast: Destroyer,
+    ledger: Ledger,
+    record: Record,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Outcome:
+    """Ask for this very instance until it is gone, then confirm and release (M4)."""
+    if record.instance_id is None:
+        raise ValueError(f"{record.name!r} has no instance to confirm gone")
+    deadline = clock() + timing.DESTROY_CONFIRM_TIMEOUT_S
+    while True:
+        try:
+            gone = vast.show(record.instance_id) is None
+        except GpuopsError as exc:
+            gone = False
+            last = f"{type(exc).__name__}: {exc}"
+        else:
+            last = "the provider still shows it"
+        if gone:
+            ledger.confirm_gone(record.name, GONE_BY_SHOW)
+            ledger.release(record.name)
+            return Outcome(record.name, True, f"instance {record.instance_id} confirmed gone")
+        if clock() >= deadline:
+            ledger.destroy_failed(record.name, f"not confirmed gone in time: {last}")
+            return Outcome(record.name, False, f"not confirmed gone, kept on the retry list: {last}")
+        sleep(timing.DESTROY_CONFIRM_POLL_S)
+
+
+def is_pending(record: Record) -> bool:
+    """On the retry list: a destroy began and the box is not confirmed gone (M4)."""
+    return record.state is BoxState.DESTROYING
