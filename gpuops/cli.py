@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except GpuopsError as exc:
-        print(f"gpuops: {exc}", file=sys.stderr)
+        print(f"gpuops: {_scrubbed(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # the reader left (`gpuops rules | head`): not our failure
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -79,9 +79,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("gpuops: interrupted", file=sys.stderr)
         return 130
     except Exception:  # the last line of defence: loud, with the traceback, exit 1
-        traceback.print_exc()
+        print(_scrubbed(traceback.format_exc()), file=sys.stderr, end="")
         print("gpuops: unexpected error (a bug): see the traceback above", file=sys.stderr)
         return 1
+
+
+def _scrubbed(text: str) -> str:
+    """What reaches a terminal is scrubbed like the event log (H3)."""
+    from gpuops.events import scrub
+
+    return str(scrub(text))
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -96,9 +96,11 @@ class _FromProvider:
     """Mixin: which provider answered, the HTTP status, and a short (scrubbed) body."""
 
     def _attach(self, provider: str, status: int | None, body: str) -> None:
+        from gpuops.events import scrub  # errors is imported by events: import at use
+
         self.provider = provider
         self.status = status
-        self.body = body[:500]
+        self.body = str(scrub(body[:500]))
 
 
 class ProviderUnavailable(Unavailable, _FromProvider):

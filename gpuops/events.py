@@ -68,6 +68,7 @@ _SECRET_NAME_PARTS = (
     "private_key",
     "credential",
     "signature",
+    "cookie",
 )
 _SECRET_NAMES = frozenset({"key", "sig", "pwd", "auth"})
 # Environment variables whose values are secrets; shorter values would redact ordinary words.
@@ -86,6 +87,11 @@ _VALUE = re.compile(
     r""""(?:\\.|[^"\\])*(?:"|\Z)|'(?:\\.|[^'\\])*(?:'|\Z)|\\"(?:(?!\\").)*(?:\\"|\Z)"""
     r"""|[^\s&"'<>,;]+""",
     re.DOTALL,
+)
+# A password inside a URL: scheme://user:password@host
+# (the lookbehind lets a match start only at a word's start: linear on long runs of letters)
+_URL_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.-])(?P<head>[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@]{1,256}:)[^/\s@]{1,256}(?=@)"
 )
 _AUTH_SCHEMES = frozenset({"bearer", "basic", "token"})
 _SCHEME_CREDENTIAL = re.compile(r"""(?P<space>\s+)[^\s"'<>,;&]+""")
@@ -159,6 +165,7 @@ def _scrub_text(text: str, secrets: tuple[str, ...]) -> str:
     for secret in secrets:  # exact values first, before any pattern can split one
         text = text.replace(secret, REDACTED)
     text = _PEM.sub(REDACTED_PRIVATE_KEY, text)
+    text = _URL_USERINFO.sub(lambda m: m["head"] + REDACTED, text)
     text = _redact_pairs(text)
     text = _BEARER.sub(lambda m: m["scheme"] + m["space"] + REDACTED, text)
     return _TOKENS.sub(REDACTED, text)

@@ -71,8 +71,8 @@ CREATE_PACING_S = 2.0
 BACKOFF_BASE_S = 1.0
 # ...and is capped here, the longest Retry-After the vastai client honours (tooling.md §2).
 BACKOFF_MAX_S = 60.0
-# One HTTP call to a provider must answer within this.
-HTTP_TIMEOUT_S = 30.0
+# One HTTP call must connect within this, and answer within this again (connect + read).
+HTTP_TIMEOUT_S = 20.0
 
 # --- state store -----------------------------------------------------------------------------
 # Waiting for the local store's file lock longer than this is an error, never a silent skip.

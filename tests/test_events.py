@@ -864,3 +864,22 @@ def test_a_write_that_makes_no_progress_is_an_error_not_a_hang(
 
     with pytest.raises(StateError, match="write returned 0"):
         EventLog(log_path, "alice").append("x")
+
+
+def test_a_password_inside_a_url_is_redacted(log: EventLog) -> None:
+    """H3: https://user:password@host keeps the user and host and loses the password."""
+    log.append("http.call", url="https://deploy:hunter2-secret@example.com/x")
+
+    text = log.path.read_text()
+
+    assert "hunter2-secret" not in text
+    assert "https://deploy:[REDACTED]@example.com/x" in text
+
+
+def test_a_cookie_header_is_redacted(log: EventLog) -> None:
+    """H3: a session cookie is a credential."""
+    log.append("http.call", headers={"Cookie": "session=abcdef123456"}, note="Cookie: sid=zz99")
+
+    text = log.path.read_text()
+
+    assert "abcdef123456" not in text and "zz99" not in text

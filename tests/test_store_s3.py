@@ -323,12 +323,13 @@ def test_an_s3_store_needs_a_bucket() -> None:
 def test_without_a_client_the_store_builds_one_with_the_http_timeout(
     s3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The lazily built client uses timing.HTTP_TIMEOUT_S and standard retries, and works."""
+    """The lazily built client uses timing.HTTP_TIMEOUT_S and one attempt per call, and works:
+    a retried conditional write whose first reply was lost would read as a lost race."""
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_RETRY_MODE", "legacy")  # the store must insist on standard
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "5")  # the store must insist on one attempt
     store = open_store(f"s3://{BUCKET}/team/state")
     store.create("board", b"one")
     assert s3.get_object(Bucket=BUCKET, Key="team/state/board")["Body"].read() == b"one"
     config = store._client.meta.config
     assert (config.connect_timeout, config.read_timeout) == (timing.HTTP_TIMEOUT_S,) * 2
-    assert config.retries["mode"] == "standard"
+    assert config.retries["total_max_attempts"] == 1

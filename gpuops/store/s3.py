@@ -101,7 +101,9 @@ class S3Store:
             config = Config(
                 connect_timeout=timing.HTTP_TIMEOUT_S,
                 read_timeout=timing.HTTP_TIMEOUT_S,
-                retries={"mode": "standard"},
+                # One attempt per call: a conditional write whose reply was lost must not be
+                # retried into a 412 that reads as "someone else wrote"; callers re-read instead.
+                retries={"total_max_attempts": 1},
             )
             self._client = boto3.client("s3", config=config)
         return self._client
