@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuops.errors import Refused
+from gpuops.errors import Refused, UsageError
 from gpuops.events import EventLog, read_events
 from gpuops.ledger import GONE_BY_SHOW, Ledger
 from gpuops.store import open_store
@@ -22,9 +22,23 @@ from gpuops.store import open_store
 
 def run_demo(state_url: str | None, operator: str, as_json: bool) -> int:
     """Run the story; the return value is the exit code (0 only if nothing is left active)."""
+    if state_url is not None:
+        _check_fresh(state_url)
     with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as scratch:
         root = state_url or str(Path(scratch) / "state")
         return _story(root, operator, as_json)
+
+
+def _check_fresh(state_url: str) -> None:
+    """The demo writes records and events of its own: never into state that holds anything."""
+    if state_url.startswith("s3://"):
+        raise UsageError("the demo runs on a local directory only; omit --state or give a new one")
+    path = Path(state_url.removeprefix("file://")).expanduser()
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UsageError(
+            f"the demo needs a new or empty state directory, and {path} is not; "
+            "omit --state to use a throwaway one"
+        )
 
 
 def _story(state_url: str, operator: str, as_json: bool) -> int:
@@ -95,7 +109,5 @@ def _story(state_url: str, operator: str, as_json: bool) -> int:
 
 
 def scratch_events(state_url: str) -> str:
-    """The demo keeps its event log beside its store, never in the user's real log."""
-    if state_url.startswith("s3://"):
-        return str(Path(tempfile.mkdtemp(prefix="gpuops-demo-events-")) / "events.jsonl")
+    """The demo keeps its event log beside its (local, fresh) store."""
     return str(Path(state_url.removeprefix("file://")) / "events.jsonl")

@@ -109,8 +109,8 @@ def test_demo_text_tells_the_story(tmp_path):
     assert "M4   implemented" in done.stdout
 
 
-def test_a_corrupt_state_file_fails_loudly_and_is_left_in_place(tmp_path):
-    """A corrupt ledger file is reported with its path (exit 1), never replaced."""
+def test_the_demo_never_touches_existing_state(tmp_path):
+    """The demo refuses a state directory that holds anything (exit 2) and leaves it alone."""
     state = tmp_path / "s"
     record = state / "ledger" / "boxes" / "demo-box~"
     record.parent.mkdir(parents=True)
@@ -118,9 +118,10 @@ def test_a_corrupt_state_file_fails_loudly_and_is_left_in_place(tmp_path):
 
     done = gpuops("demo", "--state", str(state))
 
-    assert done.returncode == 1
-    assert "corrupt state at" in done.stderr and "demo-box~" in done.stderr
+    assert done.returncode == 2
+    assert "the demo needs a new or empty state directory" in done.stderr
     assert record.read_bytes() == b"garbage"
+    assert gpuops("demo", "--state", "s3://bucket/x").returncode == 2
 
 
 @pytest.mark.parametrize(

@@ -40,8 +40,10 @@ def quarantine(clock: Clock) -> Quarantine:
 
 def test_only_real_host_faults_are_quarantinable():
     """M2: ssh-auth (our key) and pass are never host faults."""
-    assert HOST_FAULTS == {"ssh-unreachable", "no-gpu", "low-vram", "slow-disk", "cuda-broken"}
+    assert HOST_FAULTS == {"no-gpu", "low-vram", "slow-disk", "cuda-broken"}
     assert not is_host_fault("ssh-auth")
+    assert not is_host_fault("ssh-unreachable")
+    assert not is_host_fault("ssh-host-key-changed")
     assert not is_host_fault("pass")
     assert not is_host_fault("unknown")
 

@@ -404,13 +404,25 @@ def test_open_store_names_the_unsupported_url_in_the_error() -> None:
         open_store("http://x")
 
 
-def test_an_existing_state_directory_is_made_private(tmp_path: Path) -> None:
-    """DESIGN §4: a state directory that already existed as 0755 is tightened to 0700."""
+def test_an_existing_state_directory_open_to_others_is_refused_untouched(tmp_path: Path) -> None:
+    """DESIGN §4: an existing 0755 directory (a home, say) is never chmod'ed: it is refused."""
     root = tmp_path / "shared-looking"
     root.mkdir(mode=0o755)
     root.chmod(0o755)
 
-    LocalStore(root)
+    with pytest.raises(UsageError, match=r"open to other users \(mode 755\)"):
+        LocalStore(root)
+
+    assert root.stat().st_mode & 0o777 == 0o755
+
+
+def test_an_existing_private_directory_is_used_as_it_is(tmp_path: Path) -> None:
+    """A 0700 directory that already exists is accepted and left 0700."""
+    root = tmp_path / "mine"
+    root.mkdir(mode=0o700)
+    root.chmod(0o700)
+
+    LocalStore(root).create("k", b"v")
 
     assert root.stat().st_mode & 0o777 == 0o700
 

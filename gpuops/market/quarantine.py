@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from gpuops import timing
 from gpuops.errors import AlreadyExists, CorruptState, VersionConflict
 from gpuops.ledger import EventSink
+from gpuops.market.probe import Verdict
 from gpuops.store.base import Store
 
 PREFIX = "market/quarantine/"
-# Probe causes that are the host's fault. "ssh-auth" is ours (the key), "pass" is no fault.
-HOST_FAULTS = frozenset({"ssh-unreachable", "no-gpu", "low-vram", "slow-disk", "cuda-broken"})
+# Probe causes that are the host's fault, as the probe's verdicts define them (one source):
+# SSH trouble is never one: auth is our key, and half the unreachable hosts passed later.
+HOST_FAULTS = frozenset(v.value for v in Verdict if v.host_fault)
 
 
 @dataclass(frozen=True)

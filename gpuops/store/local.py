@@ -24,7 +24,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gpuops import timing
-from gpuops.errors import AlreadyExists, CorruptState, StoreUnavailable, VersionConflict
+from gpuops.errors import (
+    AlreadyExists,
+    CorruptState,
+    StoreUnavailable,
+    UsageError,
+    VersionConflict,
+)
 from gpuops.store.base import Versioned, check_key, is_key
 
 _SUFFIX = "~"  # '~' is not allowed in a key segment, so a key file never collides with a folder
@@ -68,8 +74,16 @@ class LocalStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).expanduser().resolve()
         self.url = str(self.root)
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.root.chmod(0o700)  # private to its user even when it already existed (DESIGN §4)
+        if not self.root.exists():
+            self.root.mkdir(mode=0o700, parents=True)
+            self.root.chmod(0o700)  # whatever the umask: private to its user (DESIGN §4)
+        mode = self.root.stat().st_mode & 0o777
+        if mode & 0o077:
+            # never chmod a directory we did not make (it could be a home directory): say so
+            raise UsageError(
+                f"state directory {self.root} is open to other users (mode {mode:o}); "
+                "run `chmod 700` on it or choose another with --state"
+            )
         (self.root / ".tmp").mkdir(mode=0o700, exist_ok=True)
 
     # --- interface ---------------------------------------------------------------------------
