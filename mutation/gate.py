@@ -36,6 +36,11 @@ FLOORS: dict[str, float] = {
     "gpuops/store/s3.py": 90.0,
 }
 
+# Modules mutmut cannot mutate (it mutates code inside functions only): timing.py is module-level
+# constants, pinned value by value in tests/test_timing.py. Any other module without results
+# means mutmut did not run on it, and that fails the gate.
+NO_MUTANTS = frozenset({"gpuops/timing.py"})
+
 # mutmut 3.8 exit codes per mutant (shared/reference/tooling.md §1).
 KILLED_CODES = {1, 3, 36, 24, -24, 152, 255, 37}  # failed, timed out, or caught by types
 SURVIVED_CODES = {0, 33, 5}  # tests passed, or no test covered the mutant
@@ -111,10 +116,17 @@ def judge(scores: Iterable[ModuleScore], floors: Mapping[str, float]) -> tuple[b
 
 
 def read_meta(mutants: Path, path: str) -> dict[str, int | None]:
+    """Exit code per mutant of ``path``; a module with no results is an error unless it is
+    one mutmut cannot mutate."""
     meta = mutants / f"{path}.meta"
     if not meta.exists():
-        return {}
-    return dict(json.loads(meta.read_text())["exit_code_by_key"])
+        if path in NO_MUTANTS:
+            return {}
+        raise SystemExit(f"mutation gate: no mutmut results for {path} ({meta} missing): FAIL")
+    codes = dict(json.loads(meta.read_text())["exit_code_by_key"])
+    if not codes and path not in NO_MUTANTS:
+        raise SystemExit(f"mutation gate: mutmut made no mutants of {path}: FAIL")
+    return codes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.judge:
         env = {**os.environ, "HYPOTHESIS_PROFILE": "mutation"}
         subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=ROOT, env=env, check=True)
+    if not args.judge:
+        subprocess.run([sys.executable, "-m", "mutmut", "export-cicd-stats"], cwd=ROOT, check=True)
+        stats = json.loads((mutants / "mutmut-cicd-stats.json").read_text())
+        print(f"mutmut export-cicd-stats: {stats}")
     justified = read_justified((ROOT / "mutation" / "survivors.md").read_text())
     scores = [score_module(p, read_meta(mutants, p), justified) for p in FLOORS]
     ok, lines = judge(scores, FLOORS)

@@ -101,10 +101,19 @@ def test_a_floor_below_100_allows_that_share_of_survivors():
     assert gate.judge([under], {"s.py": 90.0})[0] is False
 
 
-def test_a_module_with_no_mutants_scores_full(tmp_path):
-    """A module mutmut cannot mutate (module-level constants only) has nothing to fail."""
+def test_only_a_module_mutmut_cannot_mutate_may_have_no_results(tmp_path):
+    """timing.py (module-level constants) has no mutants; any other module without results
+    fails the gate instead of scoring a vacuous 100%."""
+    assert gate.NO_MUTANTS == {"gpuops/timing.py"}
     assert gate.read_meta(tmp_path, "gpuops/timing.py") == {}
     assert gate.score_module("gpuops/timing.py", {}, {}).score == 100.0
+    with pytest.raises(SystemExit, match="no mutmut results for gpuops/ledger.py"):
+        gate.read_meta(tmp_path, "gpuops/ledger.py")
+    empty = tmp_path / "gpuops" / "events.py.meta"
+    empty.parent.mkdir()
+    empty.write_text(json.dumps({"exit_code_by_key": {}}))
+    with pytest.raises(SystemExit, match="made no mutants of gpuops/events.py"):
+        gate.read_meta(tmp_path, "gpuops/events.py")
 
 
 def test_meta_files_are_read_per_module(tmp_path):

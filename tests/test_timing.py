@@ -126,7 +126,9 @@ def test_backoff_and_pacing_are_bounded():
 
 # --- no duration literal anywhere else ---------------------------------------------------
 
-_CALLS = {"sleep", "wait", "join", "timedelta", "settimeout", "alarm"}
+_CALLS = {"sleep", "wait", "join", "timedelta", "settimeout", "alarm", "Timer"}
+# Words that make a number a duration whatever the suffix: POLL_INTERVAL = 10 is one.
+_DURATION_WORDS = ("interval", "timeout", "delay", "ttl", "period", "backoff", "heartbeat")
 _TIME_KEYWORDS = {
     "timeout",
     "seconds",
@@ -158,9 +160,12 @@ def _call_name(node: ast.Call) -> str:
 
 
 def _is_duration_name(name: str) -> bool:
-    """``*_s`` is seconds; ``*_per_s`` is a rate (disk_mb_per_s), not a duration."""
+    """``*_s`` is seconds (``*_per_s`` is a rate, disk_mb_per_s); so is any name built on a
+    duration word (``poll_interval``)."""
     lowered = name.lower()
-    return lowered.endswith("_s") and not lowered.endswith("_per_s")
+    if lowered.endswith("_per_s"):
+        return False
+    return lowered.endswith("_s") or any(word in lowered for word in _DURATION_WORDS)
 
 
 def duration_literals(source: str) -> list[str]:
@@ -172,7 +177,8 @@ def duration_literals(source: str) -> list[str]:
             if name in _CALLS and any(_number(arg) for arg in node.args):
                 found.append(f"line {node.lineno}: {name}(<number>)")
             for keyword in node.keywords:
-                if keyword.arg in _TIME_KEYWORDS and _number(keyword.value):
+                named = keyword.arg in _TIME_KEYWORDS or _is_duration_name(keyword.arg or "")
+                if named and _number(keyword.value):
                     found.append(f"line {node.lineno}: {keyword.arg}=<number>")
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
@@ -183,10 +189,19 @@ def duration_literals(source: str) -> list[str]:
             name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
             if _is_duration_name(name) and _number(value):
                 found.append(f"line {node.lineno}: {name} = <number>")
-        if isinstance(node, ast.FunctionDef):
-            defaults = node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
-            args = node.args.args + node.args.kwonlyargs
-            for arg, default in zip(args[len(args) - len(defaults) :], defaults, strict=False):
+            elif name.endswith("_S") and not name.endswith("_PER_S"):
+                # a *_S constant outside timing.py is a second home, whatever its value:
+                # LEASE_TTL_S = 2 * timing.GUARDIAN_HEARTBEAT_S redefines a relation
+                found.append(f"line {node.lineno}: {name} defined outside timing.py")
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            positional = node.args.posonlyargs + node.args.args
+            pairs = list(zip(positional[::-1], node.args.defaults[::-1], strict=False))
+            pairs += [
+                (arg, default)
+                for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True)
+                if default is not None
+            ]
+            for arg, default in pairs:
                 if _is_duration_name(arg.arg) and _number(default):
                     found.append(f"line {node.lineno}: default {arg.arg}=<number>")
     return found
@@ -208,6 +223,14 @@ def duration_literals(source: str) -> list[str]:
         "def f(heartbeat_s=15): pass",
         "def f(*, lease_ttl_s=60.0): pass",
         "proc.join(-1)",
+        "POLL_INTERVAL = 10",
+        "retry(delay_s=5)",
+        "async def f(poll_s=5): pass",
+        "threading.Timer(30, f)",
+        "g = lambda wait_s=3: wait_s",
+        "LEASE_TTL_S = 2 * timing.GUARDIAN_HEARTBEAT_S",
+        "self.lease_ttl = 60",
+        "def f(a, b, /, c, timeout_s=9): pass",
     ],
 )
 def test_the_scanner_catches_each_kind_of_duration_literal(snippet):
