@@ -62,6 +62,41 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "rules", parents=[common], help="every prevention rule with its honest status"
     )
+    offers = commands.add_parser(
+        "offers", parents=[common], help="Vast offers that pass the default filter, ranked"
+    )
+    offers.add_argument("--gpu", metavar="MODEL", help="GPU model, e.g. 'RTX 4090'")
+    offers.add_argument("--vram-gb", type=float, default=8.0, help="VRAM floor (default 8)")
+    offers.add_argument("--all", action="store_true", help="also show what the filter removed")
+    rent = commands.add_parser(
+        "rent", parents=[common], help="rent a healthy box: race offers, probe, keep one"
+    )
+    rent.add_argument("name", metavar="NAME")
+    rent.add_argument("--gpu", metavar="MODEL", required=True)
+    rent.add_argument("--hours", type=float, required=True, help="billing ceiling in hours")
+    rent.add_argument("--race", type=int, default=3, metavar="K", help="offers raced (default 3)")
+    rent.add_argument("--vram-gb", type=float, default=8.0)
+    rent.add_argument("--disk-gb", type=float, default=20.0)
+    rent.add_argument("--image", default="vastai/base-image:@vastai-automatic-tag")
+    boxes = commands.add_parser("boxes", parents=[common], help="rented boxes and their spend")
+    boxes.add_argument("--all", action="store_true", help="every operator's, not only mine")
+    destroy = commands.add_parser(
+        "destroy", parents=[common], help="destroy a box you own and confirm it gone"
+    )
+    destroy.add_argument("name", metavar="NAME")
+    commands.add_parser(
+        "sweep",
+        parents=[common],
+        help="retry pending destroys, end expired boxes, report boxes nobody owns",
+    )
+    fakes = commands.add_parser("fakes", parents=[common], help="local provider fakes")
+    fake_commands = fakes.add_subparsers(dest="fakes_command", metavar="COMMAND", required=True)
+    serve = fake_commands.add_parser(
+        "serve", help="serve the fakes on loopback; prints export lines first"
+    )
+    serve.add_argument("--scenario", metavar="FILE")
+    serve.add_argument("--port", type=int, default=0)
+    serve.add_argument("--state-dir", metavar="DIR")
     return parser
 
 
@@ -95,7 +130,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     as_json = getattr(args, "json", False)
     if args.command == "rules":
         return _rules(as_json)
-    from gpuops.context import check_operator, default_operator
+    from gpuops.context import check_operator, default_operator, default_state_url
 
     state = getattr(args, "state", None)
     operator = check_operator(getattr(args, "operator", None) or default_operator())
@@ -103,7 +138,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         from gpuops.demo import run_demo
 
         return run_demo(state, operator, as_json)
-    raise AssertionError(f"unhandled command {args.command!r}")  # argparse allows no other
+    if args.command == "fakes":
+        from fakes.serve import main as serve
+
+        argv = [f"--port={args.port}"]
+        argv += [f"--scenario={args.scenario}"] if args.scenario else []
+        argv += [f"--state-dir={args.state_dir}"] if args.state_dir else []
+        return serve(argv)
+    from gpuops.cli_market import run_market
+
+    return run_market(args, state or default_state_url(), operator, as_json)
 
 
 def _rules(as_json: bool) -> int:

@@ -97,7 +97,9 @@ def confirm_and_release(
             return Outcome(record.name, True, f"instance {record.instance_id} confirmed gone")
         if clock() >= deadline:
             ledger.destroy_failed(record.name, f"not confirmed gone in time: {last}")
-            return Outcome(record.name, False, f"not confirmed gone, kept on the retry list: {last}")
+            return Outcome(
+                record.name, False, f"not confirmed gone, kept on the retry list: {last}"
+            )
         sleep(timing.DESTROY_CONFIRM_POLL_S)
 
 

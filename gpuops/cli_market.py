@@ -1,0 +1,175 @@
+"""Printing for the market commands (offers, rent, boxes, destroy, sweep); no decisions here.
+
+`--json` keeps the provider's field names (gpu_name, dph_total, actual_status) and calls the
+provider's instance id `instance_id` (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import sys
+from typing import Any
+
+
+def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+    from gpuops.market.session import open_market
+
+    def progress(line: str) -> None:
+        if not as_json:
+            print(line, file=sys.stderr if args.command == "rent" else sys.stdout, flush=True)
+
+    need_key = args.command == "rent"
+    vram_mb = int(getattr(args, "vram_gb", 8.0) * 1024)
+    market = open_market(
+        state_url, operator, vram_floor_mb=vram_mb, progress=progress, need_key=need_key
+    )
+    if args.command == "offers":
+        return _offers(market, args, vram_mb, as_json)
+    if args.command == "rent":
+        return _rent(market, args, vram_mb, as_json)
+    if args.command == "boxes":
+        return _boxes(market, args, as_json)
+    if args.command == "destroy":
+        from gpuops.market.rent import destroy_rental
+
+        lines = destroy_rental(market, args.name)
+        _out(as_json, {"name": args.name, "outcomes": lines}, lines)
+        return 0 if all("confirmed gone" in line for line in lines) else 4
+    from gpuops.market.rent import sweep
+
+    report = sweep(market)
+    text = [f"{field}: {len(items)}" for field, items in dataclasses.asdict(report).items()]
+    text += [f"UNOWNED (not touched): {line}" for line in report.unowned]
+    _out(as_json, dataclasses.asdict(report), text)
+    if report.unowned:
+        print(
+            f"gpuops: {len(report.unowned)} instance(s) on the account no ledger owns; "
+            "they were not touched",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
+    from gpuops.market.select import Filter, select
+
+    offers = market.vast.search_offers(gpu_name=args.gpu)
+    chosen = select(
+        offers,
+        k=1,
+        rng=random.Random(0),
+        rules=Filter(vram_floor_mb=vram_mb),
+        quarantined=market.quarantine.machines(),
+        explore_rate=0.0,
+    )
+    rows = [_offer_row(o) for o in chosen.candidates]
+    removed = [{**_offer_row(x.offer), "removed": list(x.reasons)} for x in chosen.removed]
+    if as_json:
+        payload: dict[str, Any] = {"offers": rows, "quarantined": chosen.quarantined}
+        if args.all:
+            payload["removed"] = removed
+        _print_json(payload)
+        return 0
+    for row in rows:
+        print(_offer_line(row))
+    print(
+        f"{len(rows)} offers pass the filter; {len(removed)} removed "
+        f"({chosen.quarantined} quarantined){'' if args.all else '; --all shows them'}"
+    )
+    if args.all:
+        for row in removed:
+            print(f"{_offer_line(row)}  REMOVED: {', '.join(row['removed'])}")
+    return 0
+
+
+def _rent(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
+    from gpuops.market.rent import RentRequest
+
+    rental = market.rent(
+        RentRequest(
+            name=args.name,
+            gpu_name=args.gpu,
+            hours=args.hours,
+            race_k=args.race,
+            vram_floor_mb=vram_mb,
+            image=args.image,
+            disk_gb=args.disk_gb,
+        )
+    )
+    row = dataclasses.asdict(rental)
+    _out(
+        as_json,
+        row,
+        [
+            f"{rental.name}: live as instance {rental.instance_id} "
+            f"({rental.gpu_name}, ${rental.dph_total}/h)"
+        ],
+    )
+    return 0
+
+
+def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
+    now = market.clock()
+    rows = []
+    for rental in market.rentals.all():
+        if not args.all and rental.owner != market.ledger.operator:
+            continue
+        spend = None
+        if rental.dph_total is not None and rental.started_at is not None:
+            until = rental.ended_at if rental.ended_at is not None else now
+            spend = round(rental.dph_total * max(0.0, until - rental.started_at) / 3600.0, 4)
+        rows.append({**dataclasses.asdict(rental), "spend_usd": spend})
+    pending = [dataclasses.asdict(r) for r in market.ledger.retry_list()]
+    for record in pending:
+        record["state"] = record["state"].value
+    if as_json:
+        _print_json({"rentals": rows, "pending_destroys": pending})
+        return 0
+    for row in rows:
+        print(
+            f"{row['name']:<20} {row['state']:<9} {row['owner']:<24} "
+            f"instance {row['instance_id']}  ${row['dph_total']}/h  spent ${row['spend_usd']}"
+        )
+    for record in pending:
+        print(
+            f"PENDING DESTROY {record['name']} instance {record['instance_id']}: "
+            f"{record['last_error']}"
+        )
+    if not rows and not pending:
+        print("no boxes")
+    return 0
+
+
+def _offer_row(offer: Any) -> dict[str, Any]:
+    return {
+        "id": offer.id,
+        "machine_id": offer.machine_id,
+        "gpu_name": offer.gpu_name,
+        "gpu_ram": offer.gpu_ram,
+        "dph_total": offer.dph_total,
+        "reliability": offer.reliability,
+        "disk_bw": offer.disk_bw,
+        "geolocation": offer.geolocation,
+    }
+
+
+def _offer_line(row: dict[str, Any]) -> str:
+    return (
+        f"{row['id']:>10}  {row['gpu_name']:<14} {row['gpu_ram']:>6} MB  "
+        f"${row['dph_total']:.4f}/h  rel {row['reliability']}  disk {row['disk_bw']} MB/s"
+    )
+
+
+def _out(as_json: bool, payload: Any, lines: list[str]) -> None:
+    if as_json:
+        _print_json(payload)
+    else:
+        print("\n".join(lines))
+
+
+def _print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")

@@ -1,0 +1,133 @@
+"""Rentals: the name a user rents under, and the one box that answers to it (M8).
+
+``market/rentals/<NAME>`` maps a rental name to its owner, its state and the ledger record of
+the box that won its race. Boxes themselves are ledger records named ``<NAME>+<race>-<slot>``
+(one per candidate), so ownership stays per box while ``rent NAME`` stays idempotent: a live
+rental of ours is returned as it is, never rented again, from any process, after any crash.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from gpuops.errors import AlreadyExists, CorruptState, NameTaken, UsageError, VersionConflict
+from gpuops.ledger import CAS_ATTEMPTS
+from gpuops.store.base import Store
+
+PREFIX = "market/rentals/"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+RACING, LIVE, FAILED, RELEASED = "racing", "live", "failed", "released"
+
+
+@dataclass(frozen=True)
+class Rental:
+    name: str
+    owner: str
+    state: str
+    race: int  # how many races this rental has started; names its candidates' records
+    box: str | None = None  # the ledger record of the kept box
+    instance_id: str | None = None
+    offer_id: int | None = None
+    machine_id: int | None = None
+    gpu_name: str | None = None
+    dph_total: float | None = None
+    started_at: float | None = None  # epoch seconds the box was kept
+    deadline_at: float | None = None  # epoch seconds
+    ended_at: float | None = None  # epoch seconds every box of it was confirmed gone
+    revision: int = 1
+
+
+def check_name(name: str) -> str:
+    """A rental name: letters, digits, '_' and '-', starting with a letter or digit."""
+    if not _NAME.fullmatch(name):
+        raise UsageError(
+            f"rental name {name!r} must be 1-64 letters, digits, '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def box_name(name: str, race: int, slot: int) -> str:
+    """The ledger record of candidate ``slot`` in race ``race`` of rental ``name``."""
+    return f"{name}+{race}-{slot}"
+
+
+def rental_of(box: str) -> str:
+    """The rental a candidate's ledger record belongs to."""
+    return box.split("+", 1)[0]
+
+
+class Rentals:
+    """Compare-and-swap access to rental records."""
+
+    def __init__(self, store: Store, operator: str) -> None:
+        self.store = store
+        self.operator = operator
+
+    def get(self, name: str) -> Rental | None:
+        found = self.store.get(PREFIX + check_name(name))
+        return None if found is None else _decode(found.key, found.data)
+
+    def all(self) -> list[Rental]:
+        out = []
+        for key in self.store.list(PREFIX):
+            found = self.store.get(key)
+            if found is not None:
+                out.append(_decode(key, found.data))
+        return out
+
+    def begin_race(self, name: str) -> Rental:
+        """Start (or restart) a race for ``name``: new, released and failed rentals of anyone,
+        racing ones of ours. An active rental of another operator is refused (M3)."""
+
+        def start(current: Rental | None) -> Rental:
+            if current is None:
+                return Rental(name, self.operator, RACING, race=1)
+            if current.state in (RACING, LIVE) and current.owner != self.operator:
+                raise NameTaken(name, current.owner)
+            if current.state == LIVE:
+                raise UsageError(f"{name!r} is already live; it is returned, not raced again")
+            return Rental(
+                name, self.operator, RACING, current.race + 1, revision=current.revision + 1
+            )
+
+        return self._change(name, start)
+
+    def update(self, name: str, **changes: Any) -> Rental:
+        def apply(current: Rental | None) -> Rental:
+            if current is None:
+                raise UsageError(f"no rental named {name!r}")
+            if current.owner != self.operator:
+                raise NameTaken(name, current.owner)
+            return replace(current, revision=current.revision + 1, **changes)
+
+        return self._change(name, apply)
+
+    def _change(self, name: str, decide: Callable[[Rental | None], Rental]) -> Rental:
+        key = PREFIX + check_name(name)
+        for _ in range(CAS_ATTEMPTS):
+            found = self.store.get(key)
+            current = None if found is None else _decode(key, found.data)
+            new = decide(current)
+            data = json.dumps(asdict(new), sort_keys=True).encode()
+            try:
+                if found is None:
+                    self.store.create(key, data)
+                else:
+                    self.store.put(key, data, found.version)
+            except (AlreadyExists, VersionConflict):
+                continue
+            return new
+        raise VersionConflict(key, None)
+
+
+def _decode(key: str, data: bytes) -> Rental:
+    try:
+        return Rental(**json.loads(data))
+    except (ValueError, TypeError) as exc:
+        raise CorruptState(key, f"not a rental record: {exc}") from exc

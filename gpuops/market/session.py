@@ -1,0 +1,89 @@
+"""Building the market from the environment: adapter, event log, ledger, SSH prober.
+
+The CLI calls ``open_market``; tests build ``Market`` directly with fakes. Keys come from the
+environment or the providers' own files and are never logged (H3).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from gpuops.context import user_state_dir
+from gpuops.errors import UsageError
+from gpuops.events import EventLog
+from gpuops.ledger import Ledger
+from gpuops.market.probe import Verdict
+from gpuops.market.rent import Market, Prober
+from gpuops.market.select import MIN_DISK_MB_PER_S
+from gpuops.model import Instance
+from gpuops.store import open_store
+
+DEFAULT_PUBLIC_KEY = Path.home() / ".ssh" / "id_ed25519.pub"
+
+
+def public_key_path() -> Path:
+    """GPUOPS_SSH_KEY (a .pub file), else ~/.ssh/id_ed25519.pub."""
+    return Path(os.environ.get("GPUOPS_SSH_KEY") or DEFAULT_PUBLIC_KEY).expanduser()
+
+
+def read_public_key(path: Path) -> str:
+    try:
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read the SSH public key {path}: {exc.strerror}") from exc
+    if not text.startswith(("ssh-", "ecdsa-", "sk-")):
+        raise UsageError(f"{path} does not hold an SSH public key")
+    return text
+
+
+def local_dir(state_url: str) -> Path:
+    """Where per-host files (known_hosts, the event log) go: the state dir, or for s3://
+    state the per-user directory."""
+    if state_url.startswith("s3://"):
+        return user_state_dir()
+    return Path(state_url.removeprefix("file://")).expanduser()
+
+
+def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prober:
+    from gpuops.providers import ssh
+
+    def probe(instance: Instance, box: str) -> Verdict:
+        if instance.ssh_host and instance.ssh_port:
+            endpoint = ssh.SshEndpoint(instance.ssh_host, instance.ssh_port)
+        elif instance.public_ipaddr and instance.direct_ssh_port:
+            endpoint = ssh.SshEndpoint(instance.public_ipaddr, instance.direct_ssh_port)
+        else:
+            return Verdict.SSH_UNREACHABLE
+        result = ssh.probe(
+            endpoint,
+            identity_file=identity_file,
+            known_hosts=ssh.known_hosts_path(state_dir, instance.instance_id),
+            vram_floor_mb=vram_floor_mb,
+            disk_floor_mb_per_s=MIN_DISK_MB_PER_S,
+        )
+        return result.cause
+
+    return probe
+
+
+def open_market(
+    state_url: str,
+    operator: str,
+    *,
+    vram_floor_mb: int = 8192,
+    progress: Callable[[str], None] = lambda line: None,
+    need_key: bool = True,
+) -> Market:
+    from gpuops.providers.vast import VastAdapter
+
+    store = open_store(state_url)
+    here = local_dir(state_url)
+    events = EventLog(Path(os.environ.get("GPUOPS_EVENTS") or here / "events.jsonl"), operator)
+    vast = VastAdapter(events=events)
+    key_path = public_key_path()
+    public_key = read_public_key(key_path) if need_key else ""
+    prober = ssh_prober(here, key_path.with_suffix(""), vram_floor_mb)
+    ledger = Ledger(store, events, operator)
+    return Market(vast, ledger, events, probe=prober, public_key=public_key, progress=progress)
