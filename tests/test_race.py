@@ -127,3 +127,11 @@ def test_a_race_with_boxes_in_flight_waits_for_news():
 def test_every_phase_is_handled_without_error(phase):
     """A race of any single phase yields a list of actions."""
     assert isinstance(decide(race(phase), T), list)
+
+
+def test_a_host_fault_found_in_the_same_round_as_a_winner_is_still_quarantined():
+    """M2: a slow disk is quarantined even when another box passed in the same poll."""
+    state = update(race(Phase.FAILED, Phase.PASSED, Phase.FAILED), 0, cause="slow-disk")
+    state = update(state, 2, cause="ssh-auth")
+
+    assert decide(state, T) == [Keep(1), Destroy(0, "slow-disk"), Destroy(2, None)]

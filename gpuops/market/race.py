@@ -100,13 +100,13 @@ def decide(race: Race, now: float) -> list[Action]:
     if kept or passed:
         winner = kept[0] if kept else min(passed, key=lambda c: c.slot)
         plan: list[Action] = [] if kept else [Keep(winner.slot)]
-        plan += [Destroy(c.slot) for c in cands if c.slot != winner.slot and c.phase in HAS_BOX]
+        plan += [_destroy(c) for c in cands if c.slot != winner.slot and c.phase in HAS_BOX]
         return plan
 
     plan = []
     for c in cands:
         if c.phase is Phase.FAILED:
-            plan.append(Destroy(c.slot, c.cause if c.cause and is_host_fault(c.cause) else None))
+            plan.append(_destroy(c))
         elif c.phase is Phase.BOOTING and c.created_at is not None:
             if now - c.created_at >= timing.BOOT_TIMEOUT_S:
                 plan.append(Destroy(c.slot))  # never came up: not judged a host fault
@@ -136,9 +136,17 @@ def decide(race: Race, now: float) -> list[Action]:
     return []  # something is booting or probing: wait for its news
 
 
+def _destroy(c: Candidate) -> Destroy:
+    """Destroy a candidate; a failed one whose cause is a host fault is also quarantined (M2)."""
+    fault = c.phase is Phase.FAILED and c.cause is not None and is_host_fault(c.cause)
+    return Destroy(c.slot, c.cause if fault else None)
+
+
 def _open(cands: tuple[Candidate, ...]) -> bool:
     """Whether any candidate may still pass."""
-    return any(c.phase in (Phase.PICKED, Phase.CREATING, Phase.BOOTING, Phase.PROBING) for c in cands)
+    return any(
+        c.phase in (Phase.PICKED, Phase.CREATING, Phase.BOOTING, Phase.PROBING) for c in cands
+    )
 
 
 def _pacing(race: Race, now: float) -> float:

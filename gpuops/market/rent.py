@@ -272,7 +272,7 @@ class Market:
         box = box_name(rental.name, rental.race, action.slot)
         record = self.ledger.get(box)
         if record is not None and record.state is not BoxState.RELEASED:
-            outcome = destroy_box(self.vast, self.ledger, box, sleep=self.sleep)
+            outcome = destroy_box(self.vast, self.ledger, box, clock=self.clock, sleep=self.sleep)
             self._say(rental, state, action.slot, f"destroyed: {outcome.detail}")
         cause = cand.cause or ("boot-timeout" if cand.phase is r.Phase.BOOTING else "lost race")
         return r.update(state, action.slot, phase=r.Phase.DESTROYED, cause=cause)
@@ -327,7 +327,7 @@ class Market:
                 and record.owner == self.ledger.operator
                 and record.state in (BoxState.LIVE, BoxState.DESTROYING)
             ):
-                destroy_box(self.vast, self.ledger, record.name, sleep=self.sleep)
+                destroy_box(self.vast, self.ledger, record.name, clock=self.clock, sleep=self.sleep)
 
     def _clean_earlier_races(self, rental: Rental) -> None:
         """Candidates of a race that crashed: adopt their boxes by label and destroy them."""
@@ -341,7 +341,7 @@ class Market:
                 self.ledger.mark_live(record.name, found.instance_id)
                 record = self.ledger.get(record.name) or record
             if record.state in (BoxState.LIVE, BoxState.DESTROYING):
-                destroy_box(self.vast, self.ledger, record.name, sleep=self.sleep)
+                destroy_box(self.vast, self.ledger, record.name, clock=self.clock, sleep=self.sleep)
 
     def _log_selection(self, req: RentRequest, chosen: Selection) -> None:
         """M11: the full ranked candidate set and each pick's propensity."""
@@ -407,7 +407,7 @@ def destroy_rental(market: Market, name: str) -> list[str]:
         if rental_of(record.name) != name or record.owner != market.ledger.operator:
             continue
         if record.state in (BoxState.LIVE, BoxState.DESTROYING) and record.instance_id:
-            outcome = destroy_box(market.vast, market.ledger, record.name, sleep=market.sleep)
+            outcome = destroy_box(market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep)
             outcomes.append(f"{record.name}: {outcome.detail}")
             all_gone = all_gone and outcome.released
         elif record.state is BoxState.INTENT:
@@ -427,7 +427,7 @@ def sweep(market: Market) -> SweepReport:
         if record.owner != me:
             continue
         if record.state is BoxState.DESTROYING and record.instance_id:
-            outcome = destroy_box(market.vast, market.ledger, record.name, sleep=market.sleep)
+            outcome = destroy_box(market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep)
             report.retried.append(f"{record.name}: {outcome.detail}")
         elif record.state is BoxState.INTENT:
             found = market._reconcile(label_for(record.intent_id))
@@ -438,7 +438,7 @@ def sweep(market: Market) -> SweepReport:
             report.adopted.append(f"{record.name}: instance {found.instance_id}")
             rental = market.rentals.get(rental_of(record.name))
             if rental is None or rental.box != record.name:
-                destroy_box(market.vast, market.ledger, record.name, sleep=market.sleep)
+                destroy_box(market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep)
     now = market.clock()
     for rental in market.rentals.all():
         if rental.owner == me and rental.state == LIVE and rental.deadline_at is not None:

@@ -1,0 +1,30 @@
+"""FakeVast: one stateful model of Vast.ai, served in-process (``responses``) or on loopback.
+
+    model.py      state: offers, instances on an injected clock, SSH keys, scripted faults
+    faults.py     the failures a request can meet (raised by the model, rendered by routes)
+    boxtable.py   the fake ssh box table the model keeps (fakes/ssh/README.md)
+    wire.py       requests, replies, and bodies rendered from recordings/vast
+    query.py      Vast's filter language over wire rows
+    routes.py     the URL table and ``dispatch``
+    inprocess.py  ``FakeVast.activate()``: responses callbacks
+    server.py     ``serve_http(model)``: ThreadingHTTPServer on 127.0.0.1
+    clock.py      FakeClock (tests), ScaledClock (loopback)
+
+Nothing here imports ``responses`` or ``vastai`` until a fake is activated.
+"""
+
+from fakes.vast.clock import FakeClock, ScaledClock
+from fakes.vast.model import DEFAULT_BASE_URL, FakeVast
+from fakes.vast.routes import UnknownRoute, known_routes
+from fakes.vast.server import FakeVastServer, serve_http
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "FakeClock",
+    "FakeVast",
+    "FakeVastServer",
+    "ScaledClock",
+    "UnknownRoute",
+    "known_routes",
+    "serve_http",
+]

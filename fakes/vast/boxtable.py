@@ -1,0 +1,72 @@
+"""The fake ssh box table FakeVast keeps: each box's two ssh endpoints and their fate.
+
+fakes/ssh/ssh reads the table named by GPUOPS_FAKE_SSH_BOXES on every call (its README has the
+format). A box is ``unreachable`` while it boots, once it died and after it was destroyed; while
+running it has its offer's fate, and its GPU as nvidia-smi would list it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fakes.vast.model import InstanceState
+
+# A low-vram box lists this much per GPU unless the scenario says (box_gpu): under the default
+# VRAM floor of gpuops.market.select (8192 MB), whatever the offer advertised.
+LOW_VRAM_MB = 4096
+# Fates whose probe never gets to list GPUs, so no ``gpu`` option is written.
+_NO_GPU_LISTING = frozenset({"no-gpu", "ssh-auth", "unreachable", "host-key-changed"})
+
+
+def box_entries(
+    boxes: Iterable[InstanceState], status: Callable[[InstanceState], str | None]
+) -> dict[str, object]:
+    """``host:port`` -> box spec, for the proxy and the direct endpoint of every box."""
+    entries: dict[str, object] = {}
+    for box in sorted(boxes, key=lambda b: b.id):
+        running = box.destroyed_at is None and status(box) == "running"
+        spec: dict[str, object] = {"fate": "unreachable", "host_key": f"vast-{box.id}"}
+        if running:
+            spec["fate"] = box.fate.box_fate
+            gpu = box_gpu(box)
+            if gpu is not None:
+                spec["gpu"] = gpu
+        entries[f"{box.ssh_host}:{box.ssh_port}"] = spec
+        entries[f"{box.offer_row['public_ipaddr']}:{box.direct_port}"] = dict(spec)
+    return entries
+
+
+def box_gpu(box: InstanceState) -> dict[str, object] | None:
+    """What the running box's nvidia-smi lists: the scenario's box_gpu, else the offer's GPUs."""
+    if box.box_gpu is not None:
+        return dict(box.box_gpu)
+    if box.fate.kind in _NO_GPU_LISTING:
+        return None
+    row = box.offer_row
+    return {
+        "name": nvidia_name(str(row["gpu_name"])),
+        "vram_mb": LOW_VRAM_MB if box.fate.kind == "low-vram" else int(row["gpu_ram"]),
+        "count": int(row["num_gpus"]),
+    }
+
+
+def nvidia_name(vast_name: str) -> str:
+    """How nvidia-smi names a GPU Vast calls ``vast_name`` (GeForce cards carry the brand)."""
+    if re.fullmatch(r"(RTX|GTX) [0-9]{4}( Ti)?", vast_name):
+        return f"NVIDIA GeForce {vast_name}"
+    return f"NVIDIA {vast_name}"
+
+
+def write_table(path: Path, entries: dict[str, object]) -> None:
+    """Replace the table atomically, so the fake ssh never reads half of one. JSON, which the
+    table's YAML reader reads, because it is rewritten on every change of any box."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps({"boxes": entries}, sort_keys=True), encoding="utf-8")
+    os.replace(partial, path)

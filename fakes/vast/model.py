@@ -1,0 +1,433 @@
+"""FakeVast's state: one Vast.ai account (offers, instances, SSH keys, scripted faults, a clock).
+
+Moto-style, this is the model: it knows nothing of HTTP. ``routes.py`` parses a request,
+calls one method here under ``lock`` and renders the result with ``wire.py``; a failure the
+scenario scripted is raised as a :class:`Fault` and rendered the same way. Both ways of serving
+(``inprocess.py`` through ``responses``, ``server.py`` on loopback) share one model, so a test
+can assert on ``instances`` and ``calls`` whichever way the client reached it.
+
+Time is the injected clock only. An instance is provisioning (``actual_status`` null) for
+``provisioning_s``, then loading for ``loading_s``, then running; a ``dies-after:M`` offer's box
+turns exited M minutes after it started running. SSH fates are realised by the fake ssh box
+table (fakes/ssh/README.md) that :meth:`FakeVast.tick` rewrites from this state (boxtable.py).
+Failures are raised as faults (faults.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from fakes.scenario import (
+    GENERATED_KEY,
+    CreatePacing,
+    DestroyFailure,
+    Fate,
+    LostCreate,
+    OfferSpec,
+    RateLimitBurst,
+    Scenario,
+    VastScenario,
+    recorded_offer,
+)
+from fakes.vast.boxtable import box_entries, write_table
+from fakes.vast.clock import RECORDED_EPOCH, Clock, FakeClock
+from fakes.vast.faults import Dropped, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
+
+if TYPE_CHECKING:
+    import responses
+
+DEFAULT_BASE_URL = "https://console.vast.ai"
+MINUTE_S = 60.0
+# The first ids handed out: the key id of recordings/vast/ssh_keys_list.yaml, and proxy and
+# direct ports in the ranges the recordings show (ssh_port 30568, direct port 20000).
+FIRST_KEY_ID = 40211
+FIRST_SSH_PORT = 30000
+FIRST_DIRECT_PORT = 20000
+SSH_PROXY_HOSTS = 9  # ssh1.vast.ai .. ssh9.vast.ai
+T = TypeVar("T")
+
+
+# --- state ---------------------------------------------------------------------------------------
+@dataclass
+class OfferState:
+    spec: OfferSpec
+    fate: Fate
+    taken_status: int
+    held_by: int | None = None  # the instance of ours that rents it
+    taken: bool = False  # rented by someone else: a create answered no_such_ask
+
+    @property
+    def id(self) -> int:
+        return self.spec.id
+
+    def row(self) -> dict[str, object]:
+        """The offer as search answers it: the recorded offer with the scenario's values."""
+        row = recorded_offer()
+        fields = dict(self.spec.fields)
+        num_gpus = fields.get("num_gpus", 1)
+        row.update(
+            num_gpus=num_gpus,
+            gpu_total_ram=fields["gpu_ram"] * num_gpus,  # type: ignore[operator]
+            dph_base=fields["dph_total"],
+            reliability2=fields["reliability"],
+        )
+        row.update(fields)
+        row.update(ask_contract_id=self.id, rented=self.held_by is not None or self.taken)
+        return row
+
+
+@dataclass
+class InstanceState:
+    id: int
+    offer_id: int
+    offer_row: Mapping[str, Any]
+    fate: Fate
+    box_gpu: Mapping[str, object] | None
+    label: str | None
+    image: str
+    runtype: str
+    onstart: str | None
+    disk_gb: float
+    env: Mapping[str, object]
+    created_at: float
+    ssh_host: str
+    ssh_port: int
+    direct_port: int
+    destroyed_at: float | None = None
+
+
+@dataclass
+class KeyState:
+    id: int
+    key: str
+    created_at: str
+    deleted_at: str | None = None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request the fake answered (``route`` None: unknown route)."""
+
+    route: str | None
+    method: str
+    path: str
+    status: int
+    at: float
+
+
+@dataclass
+class _Burst:
+    spec: RateLimitBurst
+    base: int  # matching calls already counted when the burst was scripted
+
+
+@dataclass
+class _Left(Generic[T]):
+    """A scripted fault and how many more times it fires."""
+
+    spec: T
+    left: int
+
+
+@dataclass
+class _Counters:
+    per_route: dict[str, int] = field(default_factory=dict)
+    total: int = 0
+
+
+class FakeVast:
+    """One Vast.ai account, scripted by a scenario, on an injected clock."""
+
+    def __init__(
+        self,
+        scenario: Scenario | VastScenario,
+        *,
+        clock: Clock | None = None,
+        state_dir: Path | None = None,
+        generated_key: str | None = None,
+    ) -> None:
+        """``state_dir``: where the fake ssh box table goes (``boxes.yaml``); None writes none.
+        ``generated_key``: the public key the scenario's ``generated`` entries stand for (default
+        the recorded one of ssh_keys_list.yaml)."""
+        start = scenario.start_time if isinstance(scenario, Scenario) else None
+        self.scenario = scenario.vast if isinstance(scenario, Scenario) else scenario
+        self.clock: Clock = clock or FakeClock(start or RECORDED_EPOCH)
+        self.api_key = self.scenario.api_key
+        self.lock = threading.RLock()
+        self.offers: dict[int, OfferState] = {}
+        self.instances: dict[int, InstanceState] = {}
+        self.keys: list[KeyState] = []
+        self.calls: list[Call] = []
+        self._ids = itertools.count(self.scenario.first_instance_id)
+        self._key_ids = itertools.count(FIRST_KEY_ID)
+        self._counters = _Counters()
+        self._bursts: list[_Burst] = []
+        self._destroy_failures: list[_Left[DestroyFailure]] = []
+        self._lost: list[_Left[LostCreate]] = []
+        self._empty_lists_left = self.scenario.empty_list
+        self._pacing: CreatePacing | None = self.scenario.create_pacing
+        self._last_create_at: float | None = None
+        self.box_table = None if state_dir is None else Path(state_dir) / "boxes.yaml"
+        self._box_entries: dict[str, object] | None = None
+        self._boxes_changed = True  # a box was created or destroyed since the last tick
+        self._next_change_at = -math.inf  # when the clock next changes some box's status
+        for spec in self.scenario.offers:
+            self.add_offer(spec)
+        for burst in self.scenario.rate_limits:
+            self.add_rate_limit(burst)
+        for failure in self.scenario.destroy_failures:
+            self.add_destroy_failure(failure)
+        for lost in self.scenario.lost_creates:
+            self.add_lost_create(lost)
+        recorded_key = _recorded_public_key()
+        for key, deleted_at in self.scenario.ssh_keys:
+            text = (generated_key or recorded_key) if key == GENERATED_KEY else key
+            self.keys.append(KeyState(next(self._key_ids), text, self._iso(), deleted_at))
+        self.tick()
+
+    def __repr__(self) -> str:
+        return f"FakeVast(offers={len(self.offers)}, instances={len(self.instances)})"
+
+    # --- serving it ------------------------------------------------------------------------------
+    def activate(
+        self, base_url: str = DEFAULT_BASE_URL, *, mock: responses.RequestsMock | None = None
+    ) -> contextlib.AbstractContextManager[responses.RequestsMock]:
+        """Answer ``base_url`` in-process through ``responses`` callbacks (inprocess.py)."""
+        from fakes.vast.inprocess import activate
+
+        return activate(self, base_url, mock=mock)
+
+    # --- time ------------------------------------------------------------------------------------
+    def now(self) -> float:
+        return self.clock.now()
+
+    def advance(self, seconds: float) -> None:
+        """Move a FakeClock on, then apply the new time (box table)."""
+        if not isinstance(self.clock, FakeClock):
+            raise TypeError(f"only a FakeClock is advanced by hand, not {self.clock!r}")
+        self.clock.advance(seconds)
+        self.tick()
+
+    def status(self, box: InstanceState) -> str | None:
+        """The ``actual_status`` wire value now: null, loading, running or exited."""
+        age_s = self.now() - box.created_at
+        boot_s = self.scenario.provisioning_s + self.scenario.loading_s
+        if age_s < self.scenario.provisioning_s:
+            return None
+        if age_s < boot_s:
+            return "loading"
+        if box.fate.kind == "dies-after" and age_s >= boot_s + box.fate.minutes * MINUTE_S:
+            return "exited"
+        return "running"
+
+    def _transitions(self, box: InstanceState) -> list[float]:
+        """When ``box`` changes status: running starts, loading starts, and its death."""
+        loading_at = box.created_at + self.scenario.provisioning_s
+        running_at = loading_at + self.scenario.loading_s
+        times = [loading_at, running_at]
+        if box.fate.kind == "dies-after":
+            times.append(running_at + box.fate.minutes * MINUTE_S)
+        return times
+
+    def visible(self, box: InstanceState) -> bool:
+        """Whether show and list still report the box (a destroy lags ``destroy_lag_s``)."""
+        if box.destroyed_at is None:
+            return True
+        return self.now() < box.destroyed_at + self.scenario.destroy_lag_s
+
+    # --- scripting, for scenarios and tests ----------------------------------------------------
+    def add_offer(self, spec: OfferSpec) -> None:
+        """A new offer on the market (a scenario's offers are added this way at start)."""
+        if spec.id in self.offers:
+            raise ValueError(f"offer {spec.id} is already on the market")
+        self.offers[spec.id] = OfferState(spec, spec.fate, spec.taken_status)
+
+    def set_fate(self, offer_id: int, fate: str, *, taken_status: int | None = None) -> None:
+        offer = self.offers[offer_id]
+        offer.fate = Fate.parse(fate)
+        if taken_status is not None:
+            offer.taken_status = taken_status
+
+    def add_rate_limit(self, burst: RateLimitBurst) -> None:
+        """Script a 429 burst; ``after_calls`` counts from now."""
+        counted = self._counters.total if burst.route is None else self._route_count(burst.route)
+        self._bursts.append(_Burst(burst, counted))
+
+    def add_destroy_failure(self, failure: DestroyFailure) -> None:
+        self._destroy_failures.append(_Left(failure, failure.count))
+
+    def add_lost_create(self, lost: LostCreate) -> None:
+        self._lost.append(_Left(lost, lost.count))
+
+    def clear_faults(self) -> None:
+        """Stop every scripted fault: bursts, failing destroys, lost creates, lists, pacing."""
+        self._bursts.clear()
+        self._destroy_failures.clear()
+        self._lost.clear()
+        self._empty_lists_left = 0
+        self._pacing = None
+
+    def answer_lists_empty(self, count: int | None = None) -> None:
+        """The next ``count`` list calls (None: all) answer an empty page."""
+        self._empty_lists_left = count
+
+    # --- requests --------------------------------------------------------------------------------
+    def authorized(self, bearer: str | None) -> bool:
+        return bearer == self.api_key
+
+    def admit(self, route: str) -> None:
+        """Count one authorized call on ``route``; raise RateLimit if a burst covers it."""
+        self._counters.total += 1
+        self._counters.per_route[route] = self._route_count(route) + 1
+        for burst in self._bursts:
+            spec = burst.spec
+            if spec.route not in (None, route):
+                continue
+            number = self._counters.total if spec.route is None else self._route_count(route)
+            if spec.after_calls < number - burst.base <= spec.after_calls + spec.count:
+                raise RateLimit(spec.body, spec.retry_after_s)
+
+    def record(self, call: Call) -> None:
+        self.calls.append(call)
+
+    def searchable(self) -> list[OfferState]:
+        return list(self.offers.values())
+
+    def create(self, offer_id: int, payload: Mapping[str, Any]) -> InstanceState:
+        """Rent ``offer_id``. A taken offer raises NoSuchAsk; a lost create raises after the
+        box exists, so only reconciling by label finds it (M12)."""
+        now = self.now()
+        pacing = self._pacing
+        last = self._last_create_at
+        if pacing is not None and last is not None and now - last < pacing.min_interval_s:
+            raise RateLimit(pacing.body)
+        self._last_create_at = now
+        offer = self.offers.get(offer_id)
+        if offer is None:
+            raise NoSuchAsk(offer_id, 404)
+        if offer.fate.kind == "taken" or offer.taken:
+            offer.taken = True
+            raise NoSuchAsk(offer_id, offer.taken_status)
+        if offer.held_by is not None:
+            raise NoSuchAsk(offer_id, 410)
+        box = self._new_box(offer, payload, now)
+        self.instances[box.id] = box
+        offer.held_by = box.id
+        self._boxes_changed = True
+        self.tick()
+        for entry in self._lost:
+            if entry.spec.offer == offer_id and entry.left > 0:
+                entry.left -= 1
+                if entry.spec.answer == "close":
+                    raise Dropped(f"create of offer {offer_id} lost: connection closed")
+                raise Unavailable(int(entry.spec.answer))
+        return box
+
+    def _new_box(self, offer: OfferState, payload: Mapping[str, Any], now: float) -> InstanceState:
+        number = next(self._ids)
+        serial = number - self.scenario.first_instance_id
+        env = payload.get("env")
+        label = payload.get("label")
+        onstart = payload.get("onstart")
+        return InstanceState(
+            id=number,
+            offer_id=offer.id,
+            offer_row=offer.row(),
+            fate=offer.fate,
+            box_gpu=offer.spec.box_gpu,
+            label=label if isinstance(label, str) else None,
+            image=str(payload.get("image") or "vastai/base-image"),
+            runtype=str(payload.get("runtype") or "ssh_direc ssh_proxy"),
+            onstart=onstart if isinstance(onstart, str) else None,
+            disk_gb=float(payload.get("disk") or 0.0),
+            env=env if isinstance(env, dict) else {},
+            created_at=now,
+            ssh_host=f"ssh{serial % SSH_PROXY_HOSTS + 1}.vast.ai",
+            ssh_port=FIRST_SSH_PORT + 2 * serial,
+            direct_port=FIRST_DIRECT_PORT + 10 * serial,
+        )
+
+    def show(self, instance_id: int) -> InstanceState | None:
+        box = self.instances.get(instance_id)
+        return box if box is not None and self.visible(box) else None
+
+    def listed(self) -> list[InstanceState]:
+        """Every box the list reports, by id; empty while the scenario says lists lie."""
+        if self._empty_lists_left is None:
+            return []
+        if self._empty_lists_left > 0:
+            self._empty_lists_left -= 1
+            return []
+        return sorted((b for b in self.instances.values() if self.visible(b)), key=lambda b: b.id)
+
+    def destroy(self, instance_id: int) -> None:
+        box = self.instances.get(instance_id)
+        if box is None or box.destroyed_at is not None:
+            raise NoSuchInstance(instance_id, self.scenario.destroy_gone_error)
+        for entry in self._destroy_failures:
+            failure = entry.spec
+            aimed = failure.instance == instance_id or failure.offer == box.offer_id
+            if aimed and entry.left > 0:
+                entry.left -= 1
+                if failure.status == 429:
+                    raise RateLimit("json-error")
+                raise Unavailable(failure.status)
+        box.destroyed_at = self.now()
+        offer = self.offers.get(box.offer_id)
+        if offer is not None and offer.held_by == instance_id:
+            offer.held_by = None  # the machine is rentable again
+        self._boxes_changed = True
+        self.tick()
+
+    def ssh_keys(self) -> list[KeyState]:
+        return list(self.keys)
+
+    def register_ssh_key(self, key: str) -> KeyState:
+        """A new key entry each time, as the create endpoint documents no de-duplication."""
+        entry = KeyState(next(self._key_ids), key.strip(), self._iso())
+        self.keys.append(entry)
+        return entry
+
+    def tick(self) -> None:
+        """Apply the clock: rewrite the box table when a box's ssh fate changed."""
+        if self.box_table is None:
+            return
+        with self.lock:
+            now = self.now()
+            if not self._boxes_changed and now < self._next_change_at:
+                return  # nothing can have changed: keeps a request O(1) with 1,000 boxes
+            self._boxes_changed = False
+            self._next_change_at = min(
+                (t for box in self.boxes() for t in self._transitions(box) if t > now),
+                default=math.inf,
+            )
+            entries = box_entries(self.instances.values(), self.status)
+            if entries != self._box_entries:  # rewritten only when some box's fate changed
+                write_table(self.box_table, entries)
+                self._box_entries = entries
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _route_count(self, route: str) -> int:
+        return self._counters.per_route.get(route, 0)
+
+    def _iso(self) -> str:
+        from fakes.vast.wire import iso
+
+        return iso(self.now())
+
+    def boxes(self) -> Iterator[InstanceState]:
+        """Every box not destroyed (the truth, whatever the list answers)."""
+        return (b for b in self.instances.values() if b.destroyed_at is None)
+
+
+def _recorded_public_key() -> str:
+    from fakes.vast.wire import recorded
+
+    return str(recorded("ssh_keys_list")[0]["key"])

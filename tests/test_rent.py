@@ -1,0 +1,300 @@
+"""Renting, destroying and sweeping against FakeVast through the real adapter (M1-M4, M8, M9, M12).
+
+The provider is FakeVast served in-process; the adapter is the real one over the real `vastai`
+client; the probe verdict of each box comes from its offer's scripted fate (the probe itself is
+tested on recordings in test_probe.py and through the fake ssh in test_ssh.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from fakes.scenario import parse_scenario
+from fakes.vast import FakeClock, FakeVast
+from gpuops.errors import NameTaken, NotOwned, Refused, Unavailable
+from gpuops.ledger import BoxState, Ledger
+from gpuops.market.probe import Verdict
+from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
+from gpuops.market.rentals import LIVE, RELEASED
+from gpuops.model import Instance
+from gpuops.providers.vast import VastAdapter
+from gpuops.store.memory import MemoryStore
+
+BASE = "https://console.vast.ai"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsTestKeyForRentTests000000000000000 test"
+FATES = {
+    "healthy": Verdict.PASS,
+    "ssh-auth": Verdict.SSH_AUTH,
+    "slow-disk": Verdict.SLOW_DISK,
+    "no-gpu": Verdict.NO_GPU,
+    "unreachable": Verdict.SSH_UNREACHABLE,
+}
+
+
+def offer(i: int, fate: str, price: float) -> dict[str, Any]:
+    return {
+        "id": 1000 + i,
+        "machine_id": 500 + i,
+        "gpu_name": "RTX 4090",
+        "gpu_ram": 24564,
+        "dph_total": price,
+        "reliability": 0.995,
+        "disk_bw": 2000.0,
+        "fate": fate,
+    }
+
+
+def scenario(*fates: str, **vast: Any) -> dict[str, Any]:
+    offers = [offer(i, fate, 0.30 + i / 100) for i, fate in enumerate(fates)]
+    return {"vast": {"api_key": "k-test", "ssh_keys": [KEY], "offers": offers, **vast}}
+
+
+class Events:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def append(self, kind: str, /, **payload: Any) -> None:
+        self.events.append((kind, payload))
+
+    def kinds(self, kind: str) -> list[dict[str, Any]]:
+        return [p for k, p in self.events if k == kind]
+
+
+@dataclass
+class World:
+    fake: FakeVast
+    store: MemoryStore
+    events: Events
+    probed: list[int]
+
+    def market(self, operator: str = "alice") -> Market:
+        fates = {box.id: box.fate.kind for box in self.fake.instances.values()}
+
+        def probe(instance: Instance, box: str) -> Verdict:
+            self.probed.append(instance.machine_id or 0)
+            kind = fates.get(int(instance.instance_id)) or self.fake.instances[
+                int(instance.instance_id)
+            ].fate.kind
+            return FATES[kind]
+
+        vast = VastAdapter(
+            api_key="k-test", base_url=BASE, sleep=self.fake.advance, monotonic=self.fake.now
+        )
+        ledger = Ledger(self.store, self.events, operator, clock=self.fake.now)
+        return Market(
+            vast,
+            ledger,
+            self.events,
+            probe=probe,
+            public_key=KEY,
+            clock=self.fake.now,
+            sleep=self.fake.advance,
+            rng=random.Random(7),
+        )
+
+    def alive(self) -> list[int]:
+        return sorted(box.id for box in self.fake.boxes())
+
+    def creates(self) -> int:
+        return sum(1 for call in self.fake.calls if call.route == "create")
+
+
+@pytest.fixture
+def world(request: pytest.FixtureRequest) -> Iterator[World]:
+    doc = copy.deepcopy(getattr(request, "param", scenario("taken", "ssh-auth", "healthy")))
+    fake = FakeVast(parse_scenario(doc), clock=FakeClock())
+    with fake.activate(BASE):
+        yield World(fake, MemoryStore(), Events(), [])
+
+
+def request(name: str = "job", k: int = 3) -> RentRequest:
+    return RentRequest(name=name, gpu_name="RTX 4090", hours=2.0, race_k=k)
+
+
+def test_rent_keeps_the_first_healthy_box_and_destroys_every_loser(world):
+    """M1: taken, auth-failing and healthy offers race; one box survives, the rest are gone."""
+    market = world.market()
+
+    rental = market.rent(request())
+
+    assert rental.state == LIVE
+    assert rental.offer_id == 1002
+    assert world.alive() == [int(rental.instance_id)]
+    live = [r for r in market.ledger.records() if r.active]
+    assert [(r.name, r.state) for r in live] == [(rental.box, BoxState.LIVE)]
+    assert rental.deadline_at == pytest.approx(rental.started_at + 2 * 3600.0, abs=120)
+
+
+def test_every_offer_decision_is_logged_with_propensities(world):
+    """M11: the full ranked candidate set and each pick's propensity are in the log."""
+    world.market().rent(request())
+
+    [selection] = world.events.kinds("market.selection")
+
+    assert [c["id"] for c in selection["candidates"]] == [1000, 1001, 1002]
+    assert [p["id"] for p in selection["picks"]] == [1000, 1001, 1002]
+    assert all(0 < p["propensity"] <= 1 for p in selection["picks"])
+
+
+def test_an_auth_failure_is_never_quarantined(world):
+    """M2: the box that refused our key is destroyed but its machine is not blamed."""
+    market = world.market()
+    market.rent(request())
+
+    assert market.quarantine.machines() == frozenset()
+
+
+@pytest.mark.parametrize("world", [scenario("slow-disk", "healthy")], indirect=True)
+def test_a_host_fault_is_quarantined_and_the_pool_heals_later(world):
+    """M2: a slow disk quarantines its machine; the next rent leaves it out."""
+    market = world.market()
+
+    rental = market.rent(request(k=2))
+
+    assert rental.offer_id == 1001
+    assert market.quarantine.machines() == {500}
+
+
+@pytest.mark.parametrize("world", [scenario("ssh-auth", "ssh-auth", "ssh-auth")], indirect=True)
+def test_when_every_probe_fails_on_auth_the_race_stops_and_blames_our_key(world):
+    """M2: all-auth failures stop the race with exit 3 and quarantine nothing."""
+    market = world.market()
+
+    with pytest.raises(Refused, match="our key is the problem") as caught:
+        market.rent(request())
+
+    assert caught.value.rule == "M2"
+    assert world.alive() == []
+    assert market.quarantine.machines() == frozenset()
+    assert [r for r in market.ledger.records() if r.active] == []
+
+
+def test_renting_again_returns_the_live_box_and_never_creates(world):
+    """M8: a re-run (a restarted watcher, another process) never rents again."""
+    first = world.market().rent(request())
+    creates = world.creates()
+
+    again = world.market().rent(request())
+
+    assert again.instance_id == first.instance_id
+    assert world.creates() == creates
+    assert world.alive() == [int(first.instance_id)]
+
+
+def test_another_operator_cannot_rent_or_destroy_the_name(world):
+    """M3: bob can neither rent alice's name nor destroy her box."""
+    world.market("alice").rent(request())
+    bob = world.market("bob")
+
+    with pytest.raises(NameTaken):
+        bob.rent(request())
+    with pytest.raises(NotOwned):
+        destroy_rental(bob, "job")
+    assert len(world.alive()) == 1
+
+
+@pytest.mark.parametrize(
+    "world", [{**scenario("healthy"), "vast": {**scenario("healthy")["vast"], "ssh_keys": []}}],
+    indirect=True,
+)
+def test_an_unregistered_key_is_refused_before_any_create(world):
+    """M9: without our key on the account nothing is rented (exit 3)."""
+    with pytest.raises(Refused, match="not registered") as caught:
+        world.market().rent(request())
+
+    assert caught.value.rule == "M9"
+    assert world.creates() == 0
+    assert world.market().rentals.get("job") is None
+
+
+def test_destroy_confirms_gone_by_asking_for_the_box_and_releases(world):
+    """M4: destroy, ask for that instance, release only when it answers gone."""
+    market = world.market()
+    rental = market.rent(request())
+
+    outcomes = destroy_rental(market, "job")
+
+    assert outcomes == [f"{rental.box}: instance {rental.instance_id} confirmed gone"]
+    assert world.alive() == []
+    assert market.rentals.get("job").state == RELEASED
+    assert market.ledger.get(rental.box).state is BoxState.RELEASED
+
+
+def test_a_failing_destroy_stays_on_the_retry_list_and_sweep_finishes_it(world):
+    """M4: a destroy that fails keeps the record pending; a later sweep destroys and releases."""
+    market = world.market()
+    rental = market.rent(request())
+    from fakes.scenario import DestroyFailure
+
+    world.fake.add_destroy_failure(DestroyFailure(instance=int(rental.instance_id), count=10))
+
+    outcomes = destroy_rental(market, "job")
+
+    assert "kept on the retry list" in outcomes[0]
+    assert [r.name for r in market.ledger.retry_list()] == [rental.box]
+    assert market.rentals.get("job").state == LIVE
+    world.fake.instances[int(rental.instance_id)]  # still there, still billing
+    world.fake._destroy_failures.clear()
+
+    report = sweep(world.market())
+
+    assert report.retried == [f"{rental.box}: instance {rental.instance_id} confirmed gone"]
+    assert market.ledger.retry_list() == []
+    assert world.alive() == []
+
+
+def test_sweep_reports_a_box_no_ledger_owns_and_never_touches_it(world):
+    """M3: an instance on the account without our label is reported, not destroyed."""
+    stranger = world.fake.create(1002, {"label": "someone-else", "image": "x", "disk": 10})
+
+    report = sweep(world.market())
+
+    assert report.unowned == [f"instance {stranger.id} label 'someone-else': no ledger owns it"]
+    assert world.alive() == [stranger.id]
+
+
+@pytest.mark.parametrize(
+    "world",
+    [{**scenario("healthy"), "vast": {**scenario("healthy")["vast"],
+      "faults": {"lost_creates": [{"offer": 1000, "answer": 503, "count": 1}]}}}],
+    indirect=True,
+)
+def test_a_create_whose_answer_is_lost_is_reconciled_by_its_label(world):
+    """M12: the create is not retried; the box it made is found by label and adopted."""
+    market = world.market()
+
+    rental = market.rent(request(k=1))
+
+    assert world.creates() == 1
+    assert rental.state == LIVE
+    assert world.alive() == [int(rental.instance_id)]
+
+
+@pytest.mark.parametrize("world", [scenario("healthy", "healthy", "healthy")], indirect=True)
+def test_creates_are_paced_never_back_to_back(world):
+    """M12: consecutive creates are at least CREATE_PACING_S apart on the clock."""
+    from gpuops import timing
+
+    world.market().rent(request())
+
+    times = [call.at for call in world.fake.calls if call.route == "create"]
+    assert len(times) == 3
+    assert all(b - a >= timing.CREATE_PACING_S for a, b in zip(times, times[1:], strict=False))
+
+
+@pytest.mark.parametrize("world", [scenario("no-gpu")], indirect=True)
+def test_a_race_with_no_winner_fails_loudly_and_leaves_nothing(world):
+    """No healthy box: exit 4 with a reason, every box destroyed, nothing left active."""
+    market = world.market()
+
+    with pytest.raises(Unavailable, match="no candidate passed"):
+        market.rent(request(k=1))
+
+    assert world.alive() == []
+    assert [r for r in market.ledger.records() if r.active] == []
