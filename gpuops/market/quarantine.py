@@ -70,7 +70,9 @@ class Quarantine:
                     self.store.put(key, data, found.version)  # a fresh fault renews the TTL
                 except VersionConflict:
                     pass  # someone else renewed it at the same moment: quarantined either way
-        self.events.append("market.quarantine", machine_id=machine_id, cause=cause, until=entry.until)
+        self.events.append(
+            "market.quarantine", machine_id=machine_id, cause=cause, until=entry.until
+        )
         return entry
 
     def entries(self) -> list[Entry]:
