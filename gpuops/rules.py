@@ -37,15 +37,28 @@ RULES: tuple[Rule, ...] = (
     Rule("L9", "A watcher timing out is not a job failure; status file and results decide."),
     Rule("L10", "A reused script's unconditional fetches are checked against staged inputs."),
     Rule("L11", "Retry state is durable and any gpuops invocation can resume it."),
-    Rule("M1", "Rent a healthy box: race offers, probe real hardware, destroy the losers."),
-    Rule("M2", "Quarantine failing machines with a TTL; SSH auth failures are not host faults."),
+    Rule(
+        "M1",
+        "Rent a healthy box: race offers, probe real hardware, destroy the losers.",
+        IMPLEMENTED,
+        "tests/test_rent.py::test_rent_keeps_the_first_healthy_box_and_destroys_every_loser",
+        scope="against FakeVast and the fake ssh; the probe's parsers are tested on recordings, "
+        "none captured on a real Vast host yet",
+    ),
+    Rule(
+        "M2",
+        "Quarantine failing machines with a TTL; SSH auth failures are not host faults.",
+        IMPLEMENTED,
+        "tests/test_rent.py::test_when_every_probe_fails_on_auth_the_race_stops_and_blames_our_key",
+    ),
     Rule(
         "M3",
         "Destroy only what you can prove you own; the intent is recorded before the create.",
         IMPLEMENTED,
         "tests/test_ledger.py::test_another_operator_cannot_move_a_record",
-        scope="the ledger: records name their owner, only the owner moves one, a name held "
-        "by another is refused; the create path that writes the intent arrives with the market",
+        scope="records name their owner and only the owner moves one; rent writes each intent "
+        "before its create and labels the box with it; one instance has one record; sweep "
+        "reports unowned boxes and never touches them",
     ),
     Rule(
         "M4",
@@ -53,8 +66,8 @@ RULES: tuple[Rule, ...] = (
         "stay on the retry list.",
         IMPLEMENTED,
         "tests/test_ledger.py::test_release_before_gone_confirmed_is_refused_with_rule_m4",
-        scope="the ledger: release only from gone-confirmed, failed destroys stay on the retry "
-        "list across processes; asking the provider arrives with the market",
+        scope="release only from gone-confirmed, earned by the provider's show() answering gone "
+        "(or a refused create); failed destroys stay on the retry list and sweep retries them",
     ),
     Rule("M5", "A detached guardian destroys the box at a wall-clock deadline, results first."),
     Rule(
@@ -64,18 +77,48 @@ RULES: tuple[Rule, ...] = (
         "tests/test_timing.py::test_no_module_but_timing_holds_a_duration_literal",
     ),
     Rule("M7", "A guardian exits 0 only for a box confirmed gone; supersession is verified."),
-    Rule("M8", "Restarting a watcher or re-running rent never rents again (idempotent name)."),
-    Rule("M9", "Before a race, check that our SSH key is registered with the account."),
+    Rule(
+        "M8",
+        "Restarting a watcher or re-running rent never rents again (idempotent name).",
+        IMPLEMENTED,
+        "tests/test_rent.py::test_renting_again_returns_the_live_box_and_never_creates",
+        scope="rent; the watcher and guardian arrive with issue 4",
+    ),
+    Rule(
+        "M9",
+        "Before a race, check that our SSH key is registered with the account.",
+        IMPLEMENTED,
+        "tests/test_rent.py::test_an_unregistered_key_is_refused_before_any_create",
+    ),
     Rule("M10", "Dead is a fact (act on it); stalled is a judgment (alert only)."),
-    Rule("M11", "Every offer decision is logged with its propensity; explore 10% of the time."),
-    Rule("M12", "Creates are paced, 429s back off, an unclear create is reconciled by label."),
-    Rule("H1", "Capture real output before writing a parser; parsers are tested on recordings."),
+    Rule(
+        "M11",
+        "Every offer decision is logged with its propensity; explore 10% of the time.",
+        IMPLEMENTED,
+        "tests/test_rent.py::test_every_offer_decision_is_logged_with_propensities",
+        scope="logging and exploration; scoring other policies from the log is issue 6",
+    ),
+    Rule(
+        "M12",
+        "Creates are paced, 429s back off, an unclear create is reconciled by label.",
+        IMPLEMENTED,
+        "tests/test_rent.py::test_a_create_whose_answer_is_lost_is_reconciled_by_its_label",
+    ),
+    Rule(
+        "H1",
+        "Capture real output before writing a parser; parsers are tested on recordings.",
+        IMPLEMENTED,
+        "tests/test_vast_adapter.py::test_every_vast_recording_loads_with_honest_provenance",
+        scope="every parser is tested on recordings with provenance; Vast bodies are public or "
+        "reconstructed, SSH output captured on loopback, nothing yet from a real rental",
+    ),
     Rule(
         "H2",
         "Mutation-test every load-bearing behaviour (mutation/).",
         IMPLEMENTED,
         "tests/test_mutation_gate.py::test_the_gate_fails_on_an_unjustified_survivor",
-        scope="timing, store, ledger and event log; later modules join as they land",
+        scope="timing, store, ledger and event log; the market modules join as their "
+        "survivors are killed",
     ),
     Rule(
         "H3",
