@@ -240,7 +240,7 @@ def test_a_failing_destroy_stays_on_the_retry_list_and_sweep_finishes_it(world):
     assert [r.name for r in market.ledger.retry_list()] == [rental.box]
     assert market.rentals.get("job").state == LIVE
     world.fake.instances[int(rental.instance_id)]  # still there, still billing
-    world.fake._destroy_failures.clear()
+    world.fake.clear_faults()
 
     report = sweep(world.market())
 
