@@ -14,10 +14,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpuops import timing
 from gpuops.errors import Refused, UsageError
 from gpuops.events import EventLog, read_events
 from gpuops.ledger import GONE_BY_SHOW, Ledger
 from gpuops.store import open_store
+
+
+DEMO_TIME_SCALE = 120.0  # fake seconds per real second in the demo's market
+EXPORT_LINES = 6  # `gpuops fakes serve` prints this many export lines first
 
 
 def run_demo(state_url: str | None, operator: str, as_json: bool) -> int:
@@ -26,7 +31,9 @@ def run_demo(state_url: str | None, operator: str, as_json: bool) -> int:
         _check_fresh(state_url)
     with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as scratch:
         root = state_url or str(Path(scratch) / "state")
-        return _story(root, operator, as_json)
+        ledger_code = _story(root, operator, as_json)
+        market_code = _market_story(root, operator, Path(scratch), as_json)
+        return ledger_code or market_code
 
 
 def _check_fresh(state_url: str) -> None:
@@ -106,6 +113,71 @@ def _story(state_url: str, operator: str, as_json: bool) -> int:
 
         cli(["rules"])
     return 0 if not leaked else 1
+
+
+def _market_story(state_url: str, operator: str, scratch: Path, as_json: bool) -> int:
+    """Rent, list, refuse, destroy and sweep against `gpuops fakes serve` in another process."""
+    import os
+    import subprocess
+
+    import yaml
+
+    from fakes.scenario import DEFAULT_SCENARIO
+    from gpuops.market.rent import RentRequest, destroy_rental, sweep
+    from gpuops.market.session import open_market
+
+    def say(line: str) -> None:
+        if not as_json:
+            print(line, flush=True)
+
+    doc = yaml.safe_load(Path(DEFAULT_SCENARIO).read_text(encoding="utf-8"))
+    doc["time_scale"] = DEMO_TIME_SCALE  # boots in well under a second of wall time
+    scenario = scratch / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuops",
+            "fakes",
+            "serve",
+            f"--scenario={scenario}",
+            f"--state-dir={scratch / 'fakes'}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    saved = dict(os.environ)
+    try:
+        assert serve.stdout is not None
+        for _ in range(EXPORT_LINES):
+            name, _, value = serve.stdout.readline().strip().removeprefix("export ").partition("=")
+            os.environ[name] = value
+        os.environ["GPUOPS_EVENTS"] = str(Path(state_url) / "events.jsonl")
+        say(f"\nthe market, against `gpuops fakes serve` at {os.environ['VAST_URL']}:")
+        market = open_market(state_url, operator, vram_floor_mb=8192, progress=say)
+        ask = RentRequest("demo-gpu", "RTX 4090", timing.DEMO_RENTAL_S / 3600.0, race_k=3)
+        rental = market.rent(ask)
+        say(f"  rented demo-gpu: instance {rental.instance_id}, ${rental.dph_total}/h")
+        again = market.rent(ask)
+        say(f"  renting again returns the same box (M8): instance {again.instance_id}")
+        for line in destroy_rental(market, "demo-gpu"):
+            say(f"  destroy: {line}")
+        report = sweep(market)
+        leaked = [r.name for r in market.ledger.records() if r.active]
+        still = [i for i in (rental.instance_id,) if i and market.vast.show(i) is not None]
+        say(
+            f"  sweep: {len(report.unowned)} unowned, {len(report.retried)} retried; "
+            f"records still active: {', '.join(leaked) or 'none'}; boxes still alive: "
+            f"{', '.join(still) or 'none'}"
+        )
+        return 0 if not leaked and not still and again.instance_id == rental.instance_id else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        serve.terminate()
+        serve.wait(timeout=timing.HTTP_TIMEOUT_S)
 
 
 def scratch_events(state_url: str) -> str:

@@ -74,6 +74,10 @@ BACKOFF_MAX_S = 60.0
 # One HTTP call must connect within this, and answer within this again (connect + read).
 HTTP_TIMEOUT_S = 20.0
 
+# --- the demo ---------------------------------------------------------------------------------
+# `gpuops demo` rents its box for this long (fake time), the issue's --hours 0.02.
+DEMO_RENTAL_S = 72.0
+
 # --- state store -----------------------------------------------------------------------------
 # Waiting for the local store's file lock longer than this is an error, never a silent skip.
 STORE_LOCK_TIMEOUT_S = 10.0

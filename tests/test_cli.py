@@ -96,8 +96,14 @@ def test_demo_ends_with_nothing_leaked_and_exits_zero(tmp_path):
     assert outcomes.count("refused (M3)") == 2
     assert outcomes.count("refused (M4)") == 2
     assert report["events"] == 6
-    lines = (tmp_path / "s" / "events.jsonl").read_text().splitlines()
-    assert [json.loads(line)["payload"]["after"] for line in lines][-1] == "released"
+    lines = [
+        json.loads(line) for line in (tmp_path / "s" / "events.jsonl").read_text().splitlines()
+    ]
+    transitions = [e["payload"] for e in lines if e["kind"] == "ledger.transition"]
+    assert [t["after"] for t in transitions if t["name"] == "demo-box"][-1] == "released"
+    rented = [e for e in lines if e["kind"] == "market.rent.done"]
+    assert [e["payload"]["name"] for e in rented] == ["demo-gpu"]
+    assert {t["after"] for t in transitions if t["name"].startswith("demo-gpu")} >= {"released"}
 
 
 def test_demo_text_tells_the_story(tmp_path):

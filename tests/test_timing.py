@@ -38,6 +38,7 @@ PINNED = {
     "BACKOFF_MAX_S": 60.0,
     "HTTP_TIMEOUT_S": 20.0,
     "STORE_LOCK_TIMEOUT_S": 10.0,
+    "DEMO_RENTAL_S": 72.0,
     "STORE_LOCK_POLL_S": 0.01,
 }
 
