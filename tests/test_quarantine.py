@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from gpuops import timing
-from gpuops.errors import CorruptState
+from gpuops.errors import CorruptState, VersionConflict
+from gpuops.ledger import CAS_ATTEMPTS
 from gpuops.market.quarantine import HOST_FAULTS, PREFIX, Quarantine, is_host_fault
 from gpuops.store.memory import MemoryStore
 
@@ -26,6 +28,33 @@ class Events:
 
     def append(self, kind: str, /, **payload: Any) -> None:
         self.events.append((kind, payload))
+
+
+class Interleaved(MemoryStore):
+    """A MemoryStore where another process acts just before our next get, create or put:
+    ``before[op]`` holds the actions, each run once, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before: dict[str, list[Callable[[], object]]] = {"get": [], "create": [], "put": []}
+        self.calls: list[str] = []
+
+    def _meanwhile(self, op: str) -> None:
+        self.calls.append(op)
+        if self.before[op]:
+            self.before[op].pop(0)()
+
+    def get(self, key: str) -> Any:
+        self._meanwhile("get")
+        return super().get(key)
+
+    def create(self, key: str, data: bytes) -> str:
+        self._meanwhile("create")
+        return super().create(key, data)
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        self._meanwhile("put")
+        return super().put(key, data, version)
 
 
 @pytest.fixture
@@ -117,3 +146,112 @@ def test_an_entry_with_a_non_numeric_until_is_corrupt(quarantine):
 
     with pytest.raises(CorruptState, match="until a number"):
         quarantine.entries()
+
+
+def test_an_entry_is_stored_as_canonical_json(quarantine, clock):
+    """Every operator reads the same bytes: sorted keys, the entry's four fields."""
+    quarantine.add(42, "slow-disk")
+
+    assert quarantine.store.get(f"{PREFIX}42").data == (
+        b'{"by": "alice", "cause": "slow-disk", "machine_id": 42, "until": 1086400.0}'
+    )
+
+
+def test_a_fault_is_quarantined_even_when_a_sweep_deletes_the_expired_entry_meanwhile(clock):
+    """M2: a renewal that loses its race to a sweep re-reads and writes; it never assumes."""
+    store = Interleaved()
+    mine = Quarantine(store, Events(), "alice", clock=clock)
+    mine.add(42, "slow-disk")
+    clock.now += timing.QUARANTINE_TTL_S + 1  # expired: the next add renews it
+    store.before["put"].append(lambda: Quarantine(store, Events(), "bob", clock=clock).sweep())
+
+    entry = mine.add(42, "no-gpu")
+
+    assert mine.entries() == [entry]
+    assert (entry.cause, entry.until) == ("no-gpu", clock.now + timing.QUARANTINE_TTL_S)
+    assert mine.events.events[-1][1] == {"machine_id": 42, "cause": "no-gpu", "until": entry.until}
+
+
+def test_a_fault_is_written_over_an_entry_created_meanwhile(clock):
+    """M2: another operator creating the entry first makes ours a renewal, not a loss."""
+    store = Interleaved()
+    mine = Quarantine(store, Events(), "alice", clock=clock)
+    theirs = Quarantine(store, Events(), "bob", clock=clock)
+    store.before["create"].append(lambda: theirs.add(42, "slow-disk"))
+
+    entry = mine.add(42, "cuda-broken")
+
+    assert store.calls == ["get", "create", "get", "create", "get", "put"]  # theirs in between
+    assert mine.entries() == [entry]
+    assert entry.by == "alice"
+
+
+def test_a_quarantine_that_keeps_losing_its_race_says_so(clock):
+    """A compare-and-swap that loses CAS_ATTEMPTS times is an error naming the key, not a spin."""
+    store = Interleaved()
+    mine = Quarantine(store, Events(), "alice", clock=clock)
+    mine.add(42, "slow-disk")
+
+    def renew() -> None:  # a rival renewal lands between each of our reads and our put
+        found = MemoryStore.get(store, f"{PREFIX}42")
+        MemoryStore.put(store, f"{PREFIX}42", found.data, found.version)
+
+    store.before["put"] = [renew] * CAS_ATTEMPTS
+    store.calls.clear()
+
+    with pytest.raises(VersionConflict) as caught:
+        mine.add(42, "no-gpu")
+
+    assert caught.value.key == f"{PREFIX}42"
+    assert store.calls == ["get", "put"] * CAS_ATTEMPTS
+    assert mine.events.events[-1][1]["cause"] == "slow-disk"
+
+
+def test_an_entry_deleted_between_listing_and_reading_is_skipped(quarantine, clock):
+    """A sweep elsewhere may delete an entry after we listed it: the others still count."""
+    store = Interleaved()
+    mine = Quarantine(store, Events(), "alice", clock=clock)
+    mine.add(1, "slow-disk")
+    mine.add(2, "no-gpu")
+    found = store.get(f"{PREFIX}1")
+    store.before["get"].append(lambda: store.delete(f"{PREFIX}1", found.version))
+
+    assert mine.machines() == {2}
+
+
+def test_sweep_deletes_every_entry_whose_time_is_up_the_boundary_included(quarantine, clock):
+    """An entry is out of force at its ``until`` (entries() agrees), so sweep counts it gone."""
+    quarantine.add(1, "slow-disk")
+    quarantine.add(2, "no-gpu")
+    clock.now += 10
+    quarantine.add(3, "low-vram")
+    clock.now += timing.QUARANTINE_TTL_S - 10  # exactly the until of 1 and 2
+
+    assert quarantine.machines() == {3}
+    assert quarantine.sweep() == 2
+    assert quarantine.store.list() == [f"{PREFIX}3"]
+
+
+def test_sweep_reports_a_corrupt_entry_with_its_key(quarantine):
+    """Sweep never deletes what it cannot read; it names the key."""
+    quarantine.store.create(f"{PREFIX}9", b"[1, 2]")
+
+    with pytest.raises(CorruptState) as caught:
+        quarantine.sweep()
+
+    assert caught.value.where == f"{PREFIX}9"
+    assert caught.value.reason.startswith("not a quarantine entry: ")
+    assert quarantine.store.list() == [f"{PREFIX}9"]
+
+
+def test_an_entry_with_a_non_integer_machine_is_corrupt_and_named(quarantine):
+    """The type check names the key and says what is wrong."""
+    quarantine.store.create(
+        f"{PREFIX}9", b'{"machine_id": "9", "cause": "slow-disk", "until": 5.0, "by": "x"}'
+    )
+
+    with pytest.raises(CorruptState) as caught:
+        quarantine.entries()
+
+    assert caught.value.where == f"{PREFIX}9"
+    assert caught.value.reason == "machine_id must be an integer and until a number"

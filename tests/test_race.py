@@ -42,6 +42,14 @@ def test_the_first_create_goes_at_once_and_the_next_waits_for_pacing():
     assert decide(paced, T + timing.CREATE_PACING_S) == [Create(1)]
 
 
+def test_any_pacing_left_is_waited_out_even_under_a_second():
+    """M12: a create is paced by whatever remains, however small, never rounded away."""
+    paced = Race(update(race(Phase.BOOTING, Phase.PICKED), 0, created_at=T).candidates, T)
+
+    assert decide(paced, T + timing.CREATE_PACING_S - 0.25) == [Wait(0.25)]
+    assert decide(paced, T + timing.CREATE_PACING_S + 0.25) == [Create(1)]
+
+
 def test_the_first_pass_is_kept_and_every_other_box_destroyed():
     """M1: one winner; the losers, booting or probing or passed later, are destroyed."""
     state = race(Phase.BOOTING, Phase.PASSED, Phase.PROBING, Phase.PASSED, Phase.CREATE_FAILED)
@@ -86,11 +94,13 @@ def test_when_every_probe_fails_on_auth_the_race_stops_and_blames_our_key():
     state = update(state, 2, cause="taken")
     state = Race(state.candidates, spare_offers=((9, 9),), max_creates=10)
 
-    [stop] = decide(state, T)
-
-    assert isinstance(stop, Stop)
-    assert stop.rule == "M2"
-    assert "our key is the problem" in stop.reason
+    assert decide(state, T) == [
+        Stop(
+            "every probe failed on SSH authentication: our key is the problem, "
+            "not the hosts (check that it is registered and offered)",
+            "M2",
+        )
+    ]
 
 
 def test_a_mix_of_failures_tries_a_spare_offer_while_creates_remain():
@@ -104,6 +114,14 @@ def test_a_mix_of_failures_tries_a_spare_offer_while_creates_remain():
     assert grown.candidates[-1] == Candidate(2, 7, 70)
     assert grown.spare_offers == ((8, 80),)
     assert decide(grown, T) == [Create(2)]
+
+
+def test_a_spare_added_to_an_empty_race_takes_slot_zero():
+    """Slots count from 0 even when the race has no candidate yet."""
+    grown = add_spare(Race((), spare_offers=((7, 70),), max_creates=1))
+
+    assert grown.candidates == (Candidate(0, 7, 70),)
+    assert grown.spare_offers == ()
 
 
 def test_a_race_out_of_creates_or_offers_stops_without_a_winner():

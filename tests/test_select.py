@@ -147,3 +147,28 @@ def test_the_explore_rate_is_what_is_observed():
 
     assert top / draws == pytest.approx(0.9 + 0.1 / 5, abs=0.01)
     assert propensity_of(0, 5, 0.1) == pytest.approx(0.92)
+
+
+class Draws(random.Random):
+    """A random source that draws ``value`` every time and always takes the last index."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+    def randrange(self, n: int) -> int:  # type: ignore[override]
+        return n - 1
+
+
+def test_a_draw_equal_to_the_explore_rate_is_greedy():
+    """M11: a slot explores only when the draw is strictly below the explore rate."""
+    [greedy] = pick(offers(3), k=1, rng=Draws(0.25), explore_rate=0.25)
+    [explored] = pick(offers(3), k=1, rng=Draws(0.2499), explore_rate=0.25)
+
+    assert (greedy.offer.id, greedy.rank, greedy.explored) == (0, 0, False)
+    assert greedy.propensity == pytest.approx(0.75 + 0.25 / 3)
+    assert (explored.offer.id, explored.rank, explored.explored) == (2, 2, True)
+    assert explored.propensity == pytest.approx(0.25 / 3)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from gpuops import timing
 from gpuops.errors import AlreadyExists, CorruptState, VersionConflict
-from gpuops.ledger import EventSink
+from gpuops.ledger import CAS_ATTEMPTS, EventSink
 from gpuops.market.probe import Verdict
 from gpuops.store.base import Store
 
@@ -61,19 +61,26 @@ class Quarantine:
         entry = Entry(machine_id, cause, self.clock() + timing.QUARANTINE_TTL_S, self.operator)
         data = json.dumps(entry.__dict__, sort_keys=True).encode()
         key = f"{PREFIX}{machine_id}"
-        try:
-            self.store.create(key, data)
-        except AlreadyExists:
-            found = self.store.get(key)
-            if found is not None:
-                try:
-                    self.store.put(key, data, found.version)  # a fresh fault renews the TTL
-                except VersionConflict:
-                    pass  # someone else renewed it at the same moment: quarantined either way
+        self._write(key, data)
         self.events.append(
             "market.quarantine", machine_id=machine_id, cause=cause, until=entry.until
         )
         return entry
+
+    def _write(self, key: str, data: bytes) -> None:
+        """Create the entry or renew it, by compare-and-swap. A lost race (another renewal, or
+        a sweep deleting the expired entry we read) is read again, never taken as quarantined."""
+        for _ in range(CAS_ATTEMPTS):
+            found = self.store.get(key)
+            try:
+                if found is None:
+                    self.store.create(key, data)
+                else:
+                    self.store.put(key, data, found.version)  # a fresh fault renews the TTL
+            except (AlreadyExists, VersionConflict):
+                continue
+            return
+        raise VersionConflict(key, None)
 
     def entries(self) -> list[Entry]:
         """Entries still in force."""

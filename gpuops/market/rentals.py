@@ -59,7 +59,7 @@ def box_name(name: str, race: int, slot: int) -> str:
 
 def rental_of(box: str) -> str:
     """The rental a candidate's ledger record belongs to."""
-    return box.split("+", 1)[0]
+    return box.partition("+")[0]
 
 
 class Rentals:

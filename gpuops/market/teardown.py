@@ -85,16 +85,15 @@ def confirm_and_release(
     deadline = clock() + timing.DESTROY_CONFIRM_TIMEOUT_S
     while True:
         try:
-            gone = vast.show(record.instance_id) is None
+            shown = vast.show(record.instance_id)
         except GpuopsError as exc:
-            gone = False
             last = f"{type(exc).__name__}: {exc}"
         else:
+            if shown is None:
+                ledger.confirm_gone(record.name, GONE_BY_SHOW)
+                ledger.release(record.name)
+                return Outcome(record.name, True, f"instance {record.instance_id} confirmed gone")
             last = "the provider still shows it"
-        if gone:
-            ledger.confirm_gone(record.name, GONE_BY_SHOW)
-            ledger.release(record.name)
-            return Outcome(record.name, True, f"instance {record.instance_id} confirmed gone")
         if clock() >= deadline:
             ledger.destroy_failed(record.name, f"not confirmed gone in time: {last}")
             return Outcome(

@@ -1,0 +1,287 @@
+"""Rental records: names, idempotent races, compare-and-swap updates (M3, M8)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import pytest
+
+from gpuops.errors import CorruptState, NameTaken, UsageError, VersionConflict
+from gpuops.ledger import CAS_ATTEMPTS
+from gpuops.market.rentals import (
+    FAILED,
+    LIVE,
+    PREFIX,
+    RACING,
+    RELEASED,
+    Rental,
+    Rentals,
+    box_name,
+    check_name,
+    rental_of,
+)
+from gpuops.store.memory import MemoryStore
+
+
+class Interleaved(MemoryStore):
+    """A MemoryStore where another process acts just before our next get, create or put:
+    ``before[op]`` holds the actions, each run once, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before: dict[str, list[Callable[[], object]]] = {"get": [], "create": [], "put": []}
+        self.calls: list[str] = []
+
+    def _meanwhile(self, op: str) -> None:
+        self.calls.append(op)
+        if self.before[op]:
+            self.before[op].pop(0)()
+
+    def get(self, key: str) -> Any:
+        self._meanwhile("get")
+        return super().get(key)
+
+    def create(self, key: str, data: bytes) -> str:
+        self._meanwhile("create")
+        return super().create(key, data)
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        self._meanwhile("put")
+        return super().put(key, data, version)
+
+
+@pytest.fixture
+def store() -> Interleaved:
+    return Interleaved()
+
+
+@pytest.fixture
+def alice(store: Interleaved) -> Rentals:
+    return Rentals(store, "alice")
+
+
+@pytest.fixture
+def bob(store: Interleaved) -> Rentals:
+    return Rentals(store, "bob")
+
+
+def stored(store: MemoryStore, name: str) -> Rental:
+    found = MemoryStore.get(store, PREFIX + name)
+    assert found is not None
+    return Rental(**json.loads(found.data))
+
+
+@pytest.mark.parametrize("name", ["a", "job", "Job_2-b", "9lives", "x" * 64])
+def test_a_rental_name_of_letters_digits_underscore_and_dash_is_accepted(name):
+    """M8: the names a user rents under; returned as given."""
+    assert check_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "-job", "_job", "a b", "job+1-0", "a/b", "é", "x" * 65])
+def test_any_other_rental_name_is_a_usage_error_that_says_why(name):
+    """A bad name is refused before any record is read or written, with the rule spelled out."""
+    with pytest.raises(UsageError) as caught:
+        check_name(name)
+
+    assert str(caught.value) == (
+        f"rental name {name!r} must be 1-64 letters, digits, '_' or '-', "
+        "starting with a letter or digit"
+    )
+
+
+def test_a_box_record_names_its_rental_race_and_slot_and_leads_back_to_the_rental():
+    """M3: ``NAME+race-slot`` per candidate; the rental is everything before the first '+'."""
+    assert box_name("job", 2, 1) == "job+2-1"
+    assert rental_of("job+2-1") == "job"
+    assert rental_of("job+2-1+extra") == "job"
+    assert rental_of("job") == "job"
+
+
+def test_a_first_race_creates_a_racing_rental_owned_by_the_caller(alice, store):
+    """M8: a new name starts race 1, revision 1, owned by whoever rents it."""
+    rental = alice.begin_race("job")
+
+    assert rental == Rental("job", "alice", RACING, race=1)
+    assert stored(store, "job") == rental
+    assert alice.get("job") == rental
+
+
+def test_a_rental_is_stored_as_canonical_json(alice, store):
+    """Every process reads the same bytes: every field, keys sorted."""
+    rental = alice.begin_race("job")
+    data = MemoryStore.get(store, PREFIX + "job").data
+
+    assert json.loads(data) == asdict(rental)
+    assert data == json.dumps(json.loads(data), sort_keys=True).encode()
+
+
+def test_restarting_our_own_race_counts_it_and_keeps_nothing_of_the_last(alice, store):
+    """M8: a crashed race of ours is raced again under the next race number."""
+    alice.begin_race("job")
+    alice.update("job", instance_id="77", offer_id=5)
+
+    again = alice.begin_race("job")
+
+    assert again == Rental("job", "alice", RACING, race=2, revision=3)
+    assert stored(store, "job") == again
+
+
+@pytest.mark.parametrize("state", [FAILED, RELEASED])
+def test_a_finished_rental_of_anyone_may_be_raced_again_by_anyone(alice, bob, store, state):
+    """M3: a failed or released name is free; the new race is the new renter's."""
+    alice.begin_race("job")
+    alice.update("job", state=state, box="job+1-0", instance_id="77", ended_at=5.0)
+
+    rental = bob.begin_race("job")
+
+    assert rental == Rental("job", "bob", RACING, race=2, revision=3)
+    assert stored(store, "job") == rental
+
+
+@pytest.mark.parametrize("state", [RACING, LIVE])
+def test_an_active_rental_of_another_operator_is_refused(alice, bob, store, state):
+    """M3: bob cannot race a name alice is racing or holds live."""
+    alice.begin_race("job")
+    alice.update("job", state=state)
+
+    with pytest.raises(NameTaken) as caught:
+        bob.begin_race("job")
+
+    assert (caught.value.name, caught.value.owner, caught.value.rule) == ("job", "alice", "M3")
+    assert stored(store, "job").owner == "alice"
+
+
+def test_our_live_rental_is_returned_not_raced_again(alice, store):
+    """M8: a live rental of ours is never raced a second time."""
+    alice.begin_race("job")
+    live = alice.update("job", state=LIVE)
+
+    with pytest.raises(UsageError) as caught:
+        alice.begin_race("job")
+
+    assert str(caught.value) == "'job' is already live; it is returned, not raced again"
+    assert stored(store, "job") == live
+
+
+def test_an_update_changes_the_named_fields_and_counts_a_revision(alice, store):
+    """Updates are compare-and-swap writes of the whole record, one revision each."""
+    alice.begin_race("job")
+
+    live = alice.update("job", state=LIVE, instance_id="77", dph_total=0.4)
+
+    assert live == Rental(
+        "job", "alice", LIVE, race=1, instance_id="77", dph_total=0.4, revision=2
+    )
+    assert stored(store, "job") == live
+    assert alice.update("job", ended_at=9.0).revision == 3
+
+
+def test_updating_a_rental_that_does_not_exist_is_a_usage_error(alice, store):
+    """Nothing is created by an update."""
+    with pytest.raises(UsageError) as caught:
+        alice.update("job", state=LIVE)
+
+    assert str(caught.value) == "no rental named 'job'"
+    assert store.list() == []
+
+
+def test_only_the_owner_updates_a_rental(alice, bob, store):
+    """M3: bob cannot change alice's rental, not even to release it."""
+    mine = alice.begin_race("job")
+
+    with pytest.raises(NameTaken) as caught:
+        bob.update("job", state=RELEASED)
+
+    assert (caught.value.name, caught.value.owner) == ("job", "alice")
+    assert stored(store, "job") == mine
+
+
+def test_a_lost_race_to_create_is_read_again_and_decided_afresh(alice, bob, store):
+    """M3: when bob creates the name between our read and our create, we see his rental."""
+    store.before["create"].append(lambda: bob.begin_race("job"))
+
+    with pytest.raises(NameTaken):
+        alice.begin_race("job")
+
+    assert stored(store, "job").owner == "bob"
+
+
+def test_a_lost_compare_and_swap_is_retried_on_the_new_record(alice, bob, store):
+    """An update that loses to another write re-reads and applies itself to the winner's."""
+    alice.begin_race("job")
+    store.before["put"].append(lambda: alice.update("job", instance_id="77"))
+
+    live = alice.update("job", state=LIVE)
+
+    assert (live.state, live.instance_id, live.revision) == (LIVE, "77", 3)
+    assert stored(store, "job") == live
+
+
+def test_a_compare_and_swap_that_keeps_losing_says_so(alice, store):
+    """CAS_ATTEMPTS lost races are a VersionConflict naming the key, never a silent spin."""
+    alice.begin_race("job")
+
+    def rival() -> None:
+        found = MemoryStore.get(store, PREFIX + "job")
+        MemoryStore.put(store, PREFIX + "job", found.data, found.version)
+
+    store.before["put"] = [rival] * CAS_ATTEMPTS
+    store.calls.clear()
+
+    with pytest.raises(VersionConflict) as caught:
+        alice.update("job", state=LIVE)
+
+    assert (caught.value.key, caught.value.expected) == (PREFIX + "job", None)
+    assert store.calls == ["get", "put"] * CAS_ATTEMPTS
+    assert stored(store, "job").state == RACING
+
+
+def test_get_and_all_read_what_is_stored(alice, bob):
+    """``get`` is None for an unknown name; ``all`` lists every rental, anyone's."""
+    assert alice.get("job") is None
+    assert alice.all() == []
+    a = alice.begin_race("a")
+    b = bob.begin_race("b")
+
+    assert alice.get("a") == a
+    assert alice.all() == [a, b]
+
+
+def test_all_skips_a_rental_deleted_between_listing_and_reading(alice, store):
+    """Another process may remove a record after we listed it; the rest still count."""
+    alice.begin_race("a")
+    b = alice.begin_race("b")
+    found = MemoryStore.get(store, PREFIX + "a")
+    store.before["get"].append(lambda: MemoryStore.delete(store, PREFIX + "a", found.version))
+
+    assert alice.all() == [b]
+
+
+def test_get_refuses_a_bad_name_before_reading(alice, store):
+    """Names are checked on every read too."""
+    with pytest.raises(UsageError):
+        alice.get("../etc")
+
+    assert store.calls == []
+
+
+@pytest.mark.parametrize("data", [b"{not json", b"[1]", b'{"name": "job"}', b'{"colour": 1}'])
+@pytest.mark.parametrize("read", ["get", "all", "begin_race", "update"])
+def test_a_corrupt_rental_is_reported_with_its_key_and_never_replaced(alice, store, data, read):
+    """A record we cannot read is CorruptState naming the key; nothing overwrites it."""
+    MemoryStore.create(store, PREFIX + "job", data)
+
+    with pytest.raises(CorruptState) as caught:
+        if read == "all":
+            alice.all()
+        elif read == "update":
+            alice.update("job", state=LIVE)
+        else:
+            getattr(alice, read)("job")
+
+    assert caught.value.where == PREFIX + "job"
+    assert caught.value.reason.startswith("not a rental record: ")
+    assert MemoryStore.get(store, PREFIX + "job").data == data

@@ -1,0 +1,291 @@
+"""Destroying a box: destroy, then confirm gone by asking for that very box (M3, M4)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from gpuops import timing
+from gpuops.errors import (
+    AuthFailed,
+    NotOwned,
+    ProviderError,
+    ProviderUnavailable,
+    StillRunning,
+    Unavailable,
+)
+from gpuops.ledger import BoxState, Ledger
+from gpuops.market.teardown import (
+    LABEL_PREFIX,
+    Outcome,
+    confirm_and_release,
+    destroy_box,
+    intent_of,
+    is_pending,
+    label_for,
+)
+from gpuops.model import Instance, InstanceStatus
+from gpuops.store.memory import MemoryStore
+
+BOX = "job+1-0"
+POLLS_IN_TIME = int(timing.DESTROY_CONFIRM_TIMEOUT_S / timing.DESTROY_CONFIRM_POLL_S) + 1
+
+
+class Clock:
+    """Fake monotonic time that moves only when something sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 5_000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+class Provider:
+    """A provider's boxes, with state: a destroyed box keeps answering ``show`` for
+    ``lingers`` more calls, then is gone; ``destroy_errors`` and ``show_errors`` are raised
+    first, one per call."""
+
+    def __init__(self, *instance_ids: str, lingers: int = 0) -> None:
+        self.alive = set(instance_ids)
+        self.lingering: dict[str, int] = {}
+        self.lingers = lingers
+        self.destroy_errors: list[Exception] = []
+        self.show_errors: list[Exception] = []
+        self.calls: list[tuple[str, str]] = []
+        self.clock: Clock | None = None  # when set, every show after the first needs a sleep
+
+    def destroy(self, instance_id: str) -> None:
+        self.calls.append(("destroy", instance_id))
+        if self.destroy_errors:
+            raise self.destroy_errors.pop(0)
+        if instance_id in self.alive:
+            self.alive.discard(instance_id)
+            self.lingering[instance_id] = self.lingers
+
+    def show(self, instance_id: str) -> Instance | None:
+        self.calls.append(("show", instance_id))
+        if len(self.calls) > 10 * POLLS_IN_TIME:
+            raise AssertionError("polled long past any deadline: the clock is not the one given")
+        if self.clock is not None and self.shows() > 1 + len(self.clock.slept):
+            raise AssertionError("asked again without sleeping on the sleep given")
+        if self.show_errors:
+            raise self.show_errors.pop(0)
+        if self.lingering.get(instance_id, 0) > 0:
+            self.lingering[instance_id] -= 1
+            return running(instance_id)
+        if instance_id in self.alive:
+            return running(instance_id)
+        return None
+
+    def shows(self) -> int:
+        return sum(1 for call, _ in self.calls if call == "show")
+
+
+def running(instance_id: str) -> Instance:
+    return Instance(
+        instance_id, label_for("x"), InstanceStatus.RUNNING, "running",
+        None, None, None, None, None, None, None, None,
+    )
+
+
+class Events:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def append(self, kind: str, /, **payload: Any) -> None:
+        self.events.append((kind, payload))
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def ledger() -> Ledger:
+    return Ledger(MemoryStore(), Events(), "alice", clock=lambda: 1_800_000_000.0)
+
+
+def live(ledger: Ledger, instance_id: str = "77", name: str = BOX) -> None:
+    ledger.record_intent(name, "vast")
+    ledger.mark_live(name, instance_id)
+
+
+def destroy(vast: Provider, ledger: Ledger, clock: Clock, name: str = BOX) -> Outcome:
+    vast.clock = clock
+    return destroy_box(vast, ledger, name, clock=clock, sleep=clock.sleep)
+
+
+def test_a_label_carries_the_intent_id_and_only_ours_give_one_back():
+    """M3: ``gpuops:<intent>`` is ours; any other label, or none, belongs to no intent."""
+    assert LABEL_PREFIX == "gpuops:"
+    assert label_for("abc123") == "gpuops:abc123"
+    assert intent_of("gpuops:abc123") == "abc123"
+    assert intent_of("gpuops:gpuops:x") == "gpuops:x"
+    for foreign in (None, "", "gpuops:", "gpuops", "someone-else-entirely", "x-gpuops:abc"):
+        assert intent_of(foreign) is None
+
+
+def test_a_destroyed_box_is_released_once_show_says_it_is_gone(ledger, clock):
+    """M4: destroy, then ask for that instance every poll until it answers gone; release."""
+    live(ledger)
+    vast = Provider("77", lingers=2)
+
+    outcome = destroy(vast, ledger, clock)
+
+    assert outcome == Outcome(BOX, True, "instance 77 confirmed gone")
+    assert vast.calls == [("destroy", "77"), ("show", "77"), ("show", "77"), ("show", "77")]
+    assert clock.slept == [timing.DESTROY_CONFIRM_POLL_S] * 2
+    record = ledger.get(BOX)
+    assert record.state is BoxState.RELEASED
+    assert not is_pending(record)
+    assert [p["after"] for _, p in ledger.events.events][-3:] == [
+        "destroying", "gone-confirmed", "released"
+    ]
+
+
+def test_a_box_already_gone_is_released_without_waiting(ledger, clock):
+    """M4: the first show answering gone is enough; nothing sleeps."""
+    live(ledger)
+
+    assert destroy(Provider(), ledger, clock).released
+    assert clock.slept == []
+
+
+def test_an_intent_with_no_instance_goes_on_the_retry_list_untouched(ledger, clock):
+    """M4: with no instance to ask about, nothing is called; reconciliation by label decides."""
+    ledger.record_intent(BOX, "vast")
+    vast = Provider("77")
+
+    outcome = destroy(vast, ledger, clock)
+
+    assert outcome == Outcome(
+        BOX, False, "no instance recorded: reconcile its intent by label first"
+    )
+    assert vast.calls == []
+    assert is_pending(ledger.get(BOX))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ProviderUnavailable("vast", "503 from /instances"), AuthFailed("vast", "bad key", 403)],
+)
+def test_a_failed_destroy_call_stays_on_the_retry_list_with_its_error(ledger, clock, error):
+    """M4: a destroy that fails is never followed by a release; the error is on the record."""
+    live(ledger)
+    vast = Provider("77")
+    vast.destroy_errors.append(error)
+
+    outcome = destroy(vast, ledger, clock)
+
+    assert outcome == Outcome(BOX, False, f"destroy failed, kept on the retry list: {error}")
+    assert vast.calls == [("destroy", "77")]
+    record = ledger.get(BOX)
+    assert is_pending(record)
+    assert (record.destroy_attempts, record.last_error) == (
+        1, f"{type(error).__name__}: {error}"
+    )
+    assert vast.alive == {"77"}
+
+
+def test_an_error_the_destroy_cannot_judge_is_raised_with_the_box_still_pending(ledger, clock):
+    """Only provider answers are absorbed; anything else surfaces, the record kept pending."""
+    live(ledger)
+    vast = Provider("77")
+    vast.destroy_errors.append(StillRunning("unexpected"))
+
+    with pytest.raises(StillRunning):
+        destroy(vast, ledger, clock)
+
+    assert is_pending(ledger.get(BOX))
+
+
+def test_a_box_that_will_not_go_is_asked_about_until_the_deadline_then_kept_pending(ledger, clock):
+    """M4: DESTROY_CONFIRM_TIMEOUT_S of polls, the deadline's own poll included; no release."""
+    live(ledger)
+    vast = Provider("77", lingers=10**6)
+
+    outcome = destroy(vast, ledger, clock)
+
+    assert outcome == Outcome(
+        BOX, False, "not confirmed gone, kept on the retry list: the provider still shows it"
+    )
+    assert vast.shows() == POLLS_IN_TIME
+    assert clock.slept == [timing.DESTROY_CONFIRM_POLL_S] * (POLLS_IN_TIME - 1)
+    record = ledger.get(BOX)
+    assert is_pending(record)
+    assert record.last_error == "not confirmed gone in time: the provider still shows it"
+
+
+def test_a_box_gone_at_the_deadlines_own_poll_is_released(ledger, clock):
+    """M4: the poll at the deadline still counts; the one after it never happens."""
+    live(ledger)
+    vast = Provider("77", lingers=POLLS_IN_TIME - 1)
+
+    assert destroy(vast, ledger, clock).released
+    assert vast.shows() == POLLS_IN_TIME
+
+
+def test_errors_while_confirming_are_retried_and_the_last_one_reported(ledger, clock):
+    """M4: a failing show is no evidence either way: ask again; report the last reason."""
+    live(ledger)
+    vast = Provider("77", lingers=10**6)
+    vast.show_errors = [ProviderUnavailable("vast", "timeout")] * (POLLS_IN_TIME - 1)
+    vast.show_errors.append(Unavailable("rate limited"))
+
+    outcome = destroy(vast, ledger, clock)
+
+    assert outcome.detail == "not confirmed gone, kept on the retry list: Unavailable: rate limited"
+    assert ledger.get(BOX).last_error == "not confirmed gone in time: Unavailable: rate limited"
+
+
+def test_a_failing_show_then_gone_is_released(ledger, clock):
+    """M4: an error on one poll does not stop the next from confirming."""
+    live(ledger)
+    vast = Provider("77")
+    vast.show_errors = [ProviderError("vast", "500"), ProviderUnavailable("vast", "503")]
+
+    outcome = destroy(vast, ledger, clock)
+
+    assert outcome == Outcome(BOX, True, "instance 77 confirmed gone")
+    assert clock.slept == [timing.DESTROY_CONFIRM_POLL_S] * 2
+    assert ledger.get(BOX).state is BoxState.RELEASED
+
+
+def test_only_the_owner_may_destroy(ledger, clock):
+    """M3: bob's destroy of alice's box is refused before any provider call."""
+    live(ledger)
+    vast = Provider("77")
+    bob = Ledger(ledger.store, Events(), "bob", clock=ledger.clock)
+
+    with pytest.raises(NotOwned):
+        destroy(vast, bob, clock)
+
+    assert vast.calls == []
+    assert ledger.get(BOX).state is BoxState.LIVE
+
+
+def test_confirming_needs_an_instance(ledger, clock):
+    """A record without an instance cannot be confirmed gone by asking about it."""
+    record, _ = ledger.record_intent(BOX, "vast")
+
+    with pytest.raises(ValueError) as caught:
+        confirm_and_release(Provider(), ledger, record, clock=clock, sleep=clock.sleep)
+
+    assert str(caught.value) == f"{BOX!r} has no instance to confirm gone"
+
+
+@pytest.mark.parametrize("state", list(BoxState))
+def test_pending_means_exactly_a_destroy_not_yet_confirmed(ledger, state):
+    """M4: the retry list is the records in ``destroying``, and only those."""
+    record, _ = ledger.record_intent(BOX, "vast")
+
+    assert is_pending(replace(record, state=state)) is (state is BoxState.DESTROYING)
