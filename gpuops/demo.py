@@ -9,6 +9,7 @@ active. There is no provider yet: the demo says plainly where a provider's answe
 from __future__ import annotations
 
 import json
+import random
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +22,7 @@ from gpuops.ledger import GONE_BY_SHOW, Ledger
 from gpuops.store import open_store
 
 
+DEMO_SEED = 2026
 DEMO_TIME_SCALE = 120.0  # fake seconds per real second in the demo's market
 EXPORT_LINES = 6  # `gpuops fakes serve` prints this many export lines first
 
@@ -156,7 +158,10 @@ def _market_story(state_url: str, operator: str, scratch: Path, as_json: bool) -
             os.environ[name] = value
         os.environ["GPUOPS_EVENTS"] = str(Path(state_url) / "events.jsonl")
         say(f"\nthe market, against `gpuops fakes serve` at {os.environ['VAST_URL']}:")
-        market = open_market(state_url, operator, vram_floor_mb=8192, progress=say)
+        # a seeded selector: the demo tells the same story every time (exploration included)
+        market = open_market(
+            state_url, operator, vram_floor_mb=8192, progress=say, rng=random.Random(DEMO_SEED)
+        )
         ask = RentRequest("demo-gpu", "RTX 4090", timing.DEMO_RENTAL_S / 3600.0, race_k=3)
         rental = market.rent(ask)
         say(f"  rented demo-gpu: instance {rental.instance_id}, ${rental.dph_total}/h")

@@ -6,6 +6,7 @@ import pytest
 
 from gpuops import timing
 from gpuops.market.race import (
+    KEY_BLAME_MIN_PROBES,
     Candidate,
     Create,
     Destroy,
@@ -89,17 +90,40 @@ def test_a_box_that_never_boots_is_destroyed_at_the_boot_timeout():
 
 def test_when_every_probe_fails_on_auth_the_race_stops_and_blames_our_key():
     """M2: the 20 September lesson: stop burning offers, say the key is the problem."""
-    state = race(Phase.DESTROYED, Phase.DESTROYED, Phase.CREATE_FAILED)
+    state = race(Phase.DESTROYED, Phase.DESTROYED, Phase.DESTROYED, Phase.CREATE_FAILED)
     state = update(update(state, 0, cause="ssh-auth"), 1, cause="ssh-auth")
-    state = update(state, 2, cause="taken")
+    state = update(update(state, 2, cause="ssh-auth"), 3, cause="taken")
     state = Race(state.candidates, spare_offers=((9, 9),), max_creates=10)
 
+    assert KEY_BLAME_MIN_PROBES == 3
     assert decide(state, T) == [
         Stop(
             "every probe failed on SSH authentication: our key is the problem, "
             "not the hosts (check that it is registered and offered)",
             "M2",
         )
+    ]
+
+
+def test_two_auth_failures_are_bad_luck_and_the_race_goes_on():
+    """M2: one or two auth failures are ordinary (29% of probes fail on SSH): try a spare."""
+    state = race(Phase.DESTROYED, Phase.DESTROYED)
+    state = update(update(state, 0, cause="ssh-auth"), 1, cause="ssh-auth")
+    spare = Race(state.candidates, spare_offers=((9, 90),), max_creates=5)
+    dry = Race(state.candidates, spare_offers=(), max_creates=5)
+
+    assert decide(spare, T) == [Replace()]
+    assert decide(dry, T) == [Stop("no candidate passed its probe and no offers are left to try")]
+
+
+def test_auth_failures_mixed_with_a_host_fault_do_not_blame_our_key():
+    """M2: a probe that got past auth proves the key works."""
+    state = race(Phase.DESTROYED, Phase.DESTROYED, Phase.DESTROYED, Phase.DESTROYED)
+    for slot, cause in enumerate(["ssh-auth", "ssh-auth", "ssh-auth", "slow-disk"]):
+        state = update(state, slot, cause=cause)
+
+    assert decide(Race(state.candidates), T) == [
+        Stop("no candidate passed its probe and no offers are left to try")
     ]
 
 

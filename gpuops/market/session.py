@@ -7,6 +7,7 @@ environment or the providers' own files and are never logged (H3).
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,6 +76,7 @@ def open_market(
     vram_floor_mb: int = 8192,
     progress: Callable[[str], None] = lambda line: None,
     need_key: bool = True,
+    rng: random.Random | None = None,
 ) -> Market:
     from gpuops.providers.vast import VastAdapter
 
@@ -86,4 +88,6 @@ def open_market(
     public_key = read_public_key(key_path) if need_key else ""
     prober = ssh_prober(here, key_path.with_suffix(""), vram_floor_mb)
     ledger = Ledger(store, events, operator)
-    return Market(vast, ledger, events, probe=prober, public_key=public_key, progress=progress)
+    return Market(
+        vast, ledger, events, probe=prober, public_key=public_key, progress=progress, rng=rng
+    )
