@@ -510,6 +510,7 @@ def test_a_create_on_someone_elses_terms_is_auth_failed(http, vast):
 )
 def test_create_arguments_are_checked_before_anything_is_sent(http, vast, arguments):
     """M3: a create without a usable ownership label never reaches the provider."""
+    arguments = dict(arguments)  # the parameter is shared: mutmut runs a test more than once
     offer_id = arguments.pop("offer_id")
 
     with pytest.raises(UsageError):
