@@ -662,3 +662,110 @@ def test_a_destroy_error_is_scrubbed_before_it_is_stored(alice, monkeypatch):
 
     assert key not in rec.last_error
     assert key.encode() not in alice.store.get("ledger/boxes/a").data
+
+
+def test_gone_confirmed_without_evidence_names_the_record_and_its_state():
+    """M4: the refusal says which record and from which state."""
+    with pytest.raises(IllegalTransition) as caught:
+        advance(record(BoxState.DESTROYING), BoxState.GONE_CONFIRMED, operator="alice", now_iso="n")
+
+    assert (caught.value.name, caught.value.current) == ("box", "destroying")
+
+
+def test_marking_a_missing_record_live_is_an_m3_refusal(alice):
+    """M3: an instance cannot be claimed for a record that does not exist."""
+    with pytest.raises(Refused) as caught:
+        alice.mark_live("ghost", "42")
+
+    assert caught.value.rule == "M3"
+    assert str(caught.value) == (
+        "refused (M3): no ledger record named 'ghost': gpuops cannot prove it owns it"
+    )
+    assert alice.store.get(INSTANCES + "42") is None
+
+
+def test_the_instance_index_names_its_record_canonically(alice):
+    """M3: the index entry is sorted JSON of the claiming record's name and intent."""
+    rec, _ = alice.record_intent("a", "vast")
+    alice.mark_live("a", "42")
+
+    assert alice.store.get(INSTANCES + "42").data == (
+        f'{{"intent_id": "{rec.intent_id}", "name": "a"}}'.encode()
+    )
+
+
+def test_an_index_left_by_a_released_record_of_the_same_intent_is_stale(alice):
+    """A crash between release and unclaiming leaves the index; it does not block a claim."""
+    a, _ = alice.record_intent("a", "vast")
+    alice.mark_live("a", "42")
+    alice.begin_destroy("a")
+    alice.confirm_gone("a", GONE_BY_SHOW)
+    alice.release("a")
+    alice.store.create(
+        INSTANCES + "42", f'{{"intent_id": "{a.intent_id}", "name": "a"}}'.encode()
+    )
+    alice.record_intent("b", "vast")
+
+    assert alice.mark_live("b", "42").instance_id == "42"
+
+
+def test_an_index_naming_a_record_that_no_longer_exists_is_stale(alice):
+    """An index entry whose record is gone entirely does not block a claim."""
+    alice.store.create(INSTANCES + "42", b'{"intent_id": "x", "name": "vanished"}')
+    alice.record_intent("b", "vast")
+
+    assert alice.mark_live("b", "42").instance_id == "42"
+
+
+def test_a_concurrent_identical_claim_is_not_an_error(events, clock):
+    """Two processes claiming the same instance for the same record: both succeed."""
+    store = MemoryStore()
+    ledger = Ledger(store, events, "alice", clock=clock)
+    ledger.record_intent("a", "vast")
+    original = store.create
+
+    def racing_create(key: str, data: bytes) -> str:
+        if key.startswith(INSTANCES):
+            original(key, data)  # the other process got there first
+        return original(key, data)
+
+    store.create = racing_create  # type: ignore[method-assign]
+
+    assert ledger.mark_live("a", "42").instance_id == "42"
+
+
+def test_endless_contention_on_the_instance_index_is_loud(events, clock):
+    """A claim that keeps losing its compare-and-swap raises, naming the index key."""
+    store = AlwaysConflicting()
+    ledger = Ledger(store, events, "alice", clock=clock)
+    ledger.record_intent("a", "vast")
+    store._values[INSTANCES + "42"] = (b'{"intent_id": "x", "name": "vanished"}', "v")
+
+    with pytest.raises(VersionConflict) as caught:
+        ledger.mark_live("a", "42")
+
+    assert caught.value.key == INSTANCES + "42"
+
+
+def test_release_without_an_index_entry_is_harmless(alice):
+    """Releasing a record whose index entry is already gone does not fail."""
+    alice.record_intent("a", "vast")
+    alice.mark_live("a", "42")
+    alice.begin_destroy("a")
+    alice.confirm_gone("a", GONE_BY_SHOW)
+    index = alice.store.get(INSTANCES + "42")
+    alice.store.delete(INSTANCES + "42", index.version)
+
+    assert alice.release("a").state is BoxState.RELEASED
+
+
+def test_a_live_record_cannot_be_moved_to_another_instance(alice):
+    """M3: a live record keeps its instance; a second mark_live with another id is refused."""
+    alice.record_intent("a", "vast")
+    alice.mark_live("a", "42")
+
+    with pytest.raises(IllegalTransition):
+        alice.mark_live("a", "43")
+    with pytest.raises(NotOwned):
+        other(alice, "bob").mark_live("a", "42")
+    assert alice.get("a").instance_id == "42"

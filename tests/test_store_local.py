@@ -410,8 +410,13 @@ def test_an_existing_state_directory_open_to_others_is_refused_untouched(tmp_pat
     root.mkdir(mode=0o755)
     root.chmod(0o755)
 
-    with pytest.raises(UsageError, match=r"open to other users \(mode 755\)"):
+    with pytest.raises(UsageError) as caught:
         LocalStore(root)
+
+    assert str(caught.value) == (
+        f"state directory {root.resolve()} is open to other users (mode 755); "
+        "run `chmod 700` on it or choose another with --state"
+    )
 
     assert root.stat().st_mode & 0o777 == 0o755
 
