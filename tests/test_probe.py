@@ -371,3 +371,259 @@ def test_the_probe_runs_the_documented_commands_in_order():
     assert "bs=1M count=1024 conv=fdatasync" in DISK_COMMAND and "exit $rc" in DISK_COMMAND
     assert CUDA_COMMAND.startswith("python3 -c '") and CUDA_COMMAND.count("'") == 2
     assert 'ctypes.CDLL("libcuda.so.1")' in CUDA_COMMAND
+
+
+# --- exact details: each verdict says what it rests on, word for word ------------------------
+NO_NVML = "Failed to initialize NVML: Unknown Error\n"
+DD_NO_SPACE = "dd: error writing '.gpuops-probe-dd.7': No space left on device\n"
+HEALTHY_PASS = "8x NVIDIA H100 80GB HBM3 (81559 MiB), CUDA on 8 devices, disk 2147.5 MB/s"
+
+
+@pytest.mark.parametrize(
+    ("step", "out", "cause", "detail"),
+    [
+        ("gpu", StepOutput(None), Verdict.SSH_UNREACHABLE, "timed out"),
+        ("gpu", StepOutput(0, timed_out=True), Verdict.SSH_UNREACHABLE, "timed out"),
+        (
+            "gpu",
+            StepOutput(255),
+            Verdict.SSH_UNREACHABLE,
+            "ssh exited 255 without a message (connection dropped)",
+        ),
+        (
+            "gpu",
+            StepOutput(255, "remote said this\n"),
+            Verdict.UNKNOWN,
+            "exit 255 with unrecognised output: remote said this",
+        ),
+        (
+            "gpu",
+            StepOutput(9),
+            Verdict.NO_GPU,
+            "nvidia-smi cannot talk to the NVIDIA driver (exit 9)",
+        ),
+        ("gpu", StepOutput(6), Verdict.UNKNOWN, "nvidia-smi exited 6: no output"),
+        ("gpu", StepOutput(127), Verdict.NO_GPU, "nvidia-smi is not installed: no output"),
+        (
+            "gpu",
+            StepOutput(2, "", NO_NVML),
+            Verdict.UNKNOWN,
+            "nvidia-smi exited 2: Failed to initialize NVML: Unknown Error",
+        ),
+        (
+            "gpu",
+            StepOutput(2, "Unable to determine the device handle\n", NO_NVML),
+            Verdict.UNKNOWN,
+            "nvidia-smi exited 2: Unable to determine the device handle",
+        ),
+        ("gpu", StepOutput(0), Verdict.UNKNOWN, "nvidia-smi exited 0 and listed no GPU"),
+        (
+            "gpu",
+            StepOutput(0, "NVIDIA GH200 480GB, [N/A], 550.90.07\n"),
+            Verdict.UNKNOWN,
+            "NVIDIA GH200 480GB reports memory.total '[N/A]'",
+        ),
+        (
+            "gpu",
+            StepOutput(0, "NVIDIA L4, 23034, 550.90.07\n"),
+            Verdict.LOW_VRAM,
+            "1x NVIDIA L4: 23034 MiB, below the 40000 MiB floor",
+        ),
+        (
+            "cuda",
+            StepOutput(1, "GPUOPS_CUDA_OK devices=8\n"),
+            Verdict.UNKNOWN,
+            "the CUDA check exited 1 without a verdict line: GPUOPS_CUDA_OK devices=8",
+        ),
+        (
+            "cuda",
+            StepOutput(0),
+            Verdict.UNKNOWN,
+            "the CUDA check exited 0 without a verdict line: no output",
+        ),
+        (
+            "cuda",
+            StepOutput(1, "stdout line\n", "stderr line\n"),
+            Verdict.UNKNOWN,
+            "the CUDA check exited 1 without a verdict line: stderr line",
+        ),
+        (
+            "cuda",
+            StepOutput(1, "stdout line\n"),
+            Verdict.UNKNOWN,
+            "the CUDA check exited 1 without a verdict line: stdout line",
+        ),
+        (
+            "cuda",
+            StepOutput(127, "", "bash: python3: command not found\n"),
+            Verdict.UNKNOWN,
+            "the CUDA check needs python3 on the box: bash: python3: command not found",
+        ),
+        (
+            "disk",
+            StepOutput(1, "", "1+0 records in\n" + DD_NO_SPACE),
+            Verdict.UNKNOWN,
+            "dd exited 1: " + DD_NO_SPACE.strip(),
+        ),
+        (
+            "disk",
+            StepOutput(1, "", "something odd\n"),
+            Verdict.UNKNOWN,
+            "dd exited 1: something odd",
+        ),
+        ("disk", StepOutput(1), Verdict.UNKNOWN, "dd exited 1: no output"),
+        (
+            "disk",
+            StepOutput(0, "stdout words\n"),
+            Verdict.UNKNOWN,
+            "dd printed no summary line: stdout words",
+        ),
+        (
+            "disk",
+            StepOutput(0, "stdout words\n", "dd: weird\n"),
+            Verdict.UNKNOWN,
+            "dd printed no summary line: dd: weird",
+        ),
+        (
+            "disk",
+            StepOutput(0, "", "1024 bytes copied, 0 s, 0.0 kB/s\n"),
+            Verdict.UNKNOWN,
+            "dd's summary gives no rate: 1024 bytes copied, 0 s, 0.0 kB/s",
+        ),
+        (
+            "disk",
+            output("dd-1gib-overlay-disk"),
+            Verdict.SLOW_DISK,
+            "disk writes 461.1 MB/s (1073741824 bytes in 2.32847 s), below the 500 MB/s floor",
+        ),
+    ],
+)
+def test_each_verdict_names_the_line_it_rests_on_word_for_word(step, out, cause, detail):
+    """UNKNOWN and every failure carry the exact line a human needs, or say 'no output'."""
+    result = judge(with_step(step, out), **FLOORS)
+
+    assert (result.cause, result.detail, result.step) == (cause, detail, step)
+
+
+def test_a_pass_detail_states_every_measurement_exactly():
+    """M1: the pass line names GPU count and model, VRAM, CUDA devices and disk rate."""
+    result = judge(Transcript(**healthy()), **FLOORS)
+
+    assert (result.cause, result.detail) == (Verdict.PASS, HEALTHY_PASS)
+
+
+def test_vram_exactly_at_the_floor_passes():
+    """M1: the floor is a minimum: a GPU with exactly that much memory meets it."""
+    gpu = StepOutput(0, "NVIDIA A100-SXM4-40GB, 40000, 550.90.07\n")
+
+    result = judge(with_step("gpu", gpu), **FLOORS)
+
+    assert (result.cause, result.vram_mb) == (Verdict.PASS, 40000)
+
+
+def test_a_gpu_name_with_a_comma_is_read_from_the_right():
+    """nvidia-smi's CSV does not quote names: only the last two fields are split off."""
+    gpu = StepOutput(0, "NVIDIA H100, PCIe, 81559, 550.90.07\n")
+
+    result = judge(with_step("gpu", gpu), **FLOORS)
+
+    assert result.cause is Verdict.PASS
+    assert (result.gpu_name, result.vram_mb, result.driver_version) == (
+        "NVIDIA H100, PCIe",
+        81559,
+        "550.90.07",
+    )
+
+
+def test_exit_9_alone_is_no_gpu_and_so_is_the_driver_message_alone():
+    """provider-formats C.2: either sign of a missing driver decides NO_GPU on its own."""
+    by_code = judge(with_step("gpu", StepOutput(9, "", "")), **FLOORS)
+    by_text = judge(with_step("gpu", output("nvidia-smi-driver-unreachable")), **FLOORS)
+    text_only = dataclasses.replace(output("nvidia-smi-driver-unreachable"), exit_code=1)
+
+    assert by_code.cause is by_text.cause is Verdict.NO_GPU
+    assert judge(with_step("gpu", text_only), **FLOORS).detail == (
+        "nvidia-smi cannot talk to the NVIDIA driver (exit 1)"
+    )
+
+
+def test_the_raw_excerpt_names_each_step_and_how_it_ended():
+    """M1: the raw kept for a human says step, exit or timeout, then stdout and stderr."""
+    timed = StepOutput(None, "partial\n", "dd: still writing\n", timed_out=True)
+
+    result = judge(with_step("disk", timed), **FLOORS)
+
+    assert len(result.raw) == 3
+    assert result.raw[0].startswith("gpu: exit 0\n--- stdout\nNVIDIA H100 80GB HBM3, 81559")
+    assert result.raw[2] == (
+        "disk: timed out\n--- stdout\npartial\n\n--- stderr\ndd: still writing\n"
+    )
+
+
+def test_a_step_that_did_not_run_says_which_in_its_detail():
+    """M1: the missing step is named, so nobody mistakes it for a box fault."""
+    result = judge(
+        Transcript(gpu=output("nvidia-smi-h100x8"), cuda=output("cuda-check-ok")), **FLOORS
+    )
+
+    assert (result.cause, result.detail) == (Verdict.UNKNOWN, "the disk step did not run")
+
+
+def test_a_negative_floor_is_refused_with_its_reason():
+    """The refusal says what was wrong, exactly."""
+    with pytest.raises(UsageError) as caught:
+        judge(Transcript(**healthy()), vram_floor_mb=0, disk_floor_mb_per_s=-0.5)
+
+    assert str(caught.value) == "the VRAM and disk floors must not be negative"
+
+
+def test_asking_a_transcript_for_an_unknown_step_names_the_known_ones():
+    """Transcript.step refuses a name outside gpu, cuda, disk and lists them."""
+    with pytest.raises(UsageError) as caught:
+        Transcript().step("network")
+
+    assert str(caught.value) == "unknown probe step 'network'; steps are gpu, cuda, disk"
+
+
+def test_a_transcript_from_a_mapping_keeps_every_field_exactly():
+    """A recording's {exit_code, stdout, stderr, timed_out} become the same StepOutput."""
+    built = Transcript.from_mapping(
+        {
+            "gpu": {"exit_code": 0, "stdout": "out", "stderr": "err"},
+            "cuda": {"exit_code": 3},
+            "disk": {"exit_code": None, "stdout": "o", "stderr": "e", "timed_out": True},
+        }
+    )
+
+    assert built == Transcript(
+        gpu=StepOutput(0, "out", "err", False),
+        cuda=StepOutput(3, "", "", False),
+        disk=StepOutput(None, "o", "e", True),
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"exit_code": True}, "step cuda: exit_code must be an integer or null, not True"),
+        (
+            {"exit_code": 0, "stdout": 1},
+            "step cuda: stdout/stderr must be text and timed_out a boolean",
+        ),
+        (
+            {"exit_code": 0, "stderr": b"x"},
+            "step cuda: stdout/stderr must be text and timed_out a boolean",
+        ),
+        (
+            {"exit_code": 0, "timed_out": "no"},
+            "step cuda: stdout/stderr must be text and timed_out a boolean",
+        ),
+        ({"exit_code": None}, "step cuda: exit_code is null but the step did not time out"),
+    ],
+)
+def test_each_bad_field_of_a_mapped_step_is_refused_by_name(raw, message):
+    """A mistyped step names the step and the field; a bool is not an exit code."""
+    with pytest.raises(UsageError) as caught:
+        Transcript.from_mapping({"cuda": raw})
+
+    assert str(caught.value) == message

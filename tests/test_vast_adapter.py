@@ -33,7 +33,7 @@ from gpuops.errors import (
     UnexpectedResponse,
     UsageError,
 )
-from gpuops.events import REDACTED, EventLog, read_events
+from gpuops.events import REDACTED, EventLog, read_events, scrub
 from gpuops.model import Instance, InstanceStatus, Offer, SshKey
 from gpuops.providers import Recording, load_recording, recording_names
 from gpuops.providers.vast import READ_ATTEMPTS, VastAdapter, backoff_s, translate_error
@@ -962,3 +962,825 @@ def test_backoff_is_monotone_and_bounded(attempt):
     """Waiting never shrinks as attempts grow, and always lies within [base, max]."""
     assert timing.BACKOFF_BASE_S <= backoff_s(attempt) <= timing.BACKOFF_MAX_S
     assert backoff_s(attempt) <= backoff_s(attempt + 1)
+
+
+# --- exact errors: every failure says who answered, what, and which call --------------------------
+def body_start(recording: Recording) -> str:
+    """What an UnexpectedResponse quotes of a body: its first 120 characters, scrubbed (H3)."""
+    return f"(body starts {str(scrub(recording.body))[:120]!r})"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "headers", "offer_id", "expected"),
+    [
+        (None, "", None, None, (ProviderUnavailable, "vast unavailable: no answer", None)),
+        (503, None, None, None, (ProviderUnavailable, "vast unavailable: HTTP 503", 503)),
+        (
+            502,
+            '{"msg": "bad gateway"}',
+            None,
+            None,
+            (ProviderUnavailable, "vast unavailable: HTTP 502 bad gateway", 502),
+        ),
+        (429, "", None, None, (RateLimited, "vast rate limited: HTTP 429", 429)),
+        (
+            429,
+            "too   frequent\n" * 30,
+            None,
+            None,
+            (RateLimited, "vast rate limited: " + ("too frequent " * 16)[:200], 429),
+        ),
+        (
+            429,
+            '{"message": "slow down", "detail": "later"}',
+            None,
+            None,
+            (RateLimited, "vast rate limited: slow down", 429),
+        ),
+        (
+            429,
+            '{"detail": "too frequent"}',
+            None,
+            None,
+            (RateLimited, "vast rate limited: too frequent", 429),
+        ),
+        (
+            429,
+            '{"error": "search_quota_exceeded"}',
+            None,
+            None,
+            (SearchQuotaExceeded, "vast rate limited: search quota exceeded", 429),
+        ),
+        (
+            429,
+            '{"error": "search_quota_exceeded"}',
+            {"x-ratelimit-reset": "soon"},
+            None,
+            (
+                SearchQuotaExceeded,
+                "vast rate limited: search quota exceeded; it resets at 'soon'",
+                429,
+            ),
+        ),
+        (
+            410,
+            '{"error": "no_such_ask"}',
+            None,
+            7,
+            (OfferTaken, "vast offer 7 is no longer available", 410),
+        ),
+        (
+            401,
+            '{"error": "auth_error", "msg": "Invalid user key"}',
+            None,
+            None,
+            (AuthFailed, "vast: credentials refused (HTTP 401): Invalid user key", 401),
+        ),
+        (
+            400,
+            '{"error": "invalid_args", "msg": "bad"}',
+            None,
+            None,
+            (UnexpectedResponse, "vast: HTTP 400 invalid_args bad", 400),
+        ),
+        (400, "[1, 2]", None, None, (UnexpectedResponse, "vast: HTTP 400  [1, 2]", 400)),
+        (
+            400,
+            '"just a string"',
+            None,
+            None,
+            (UnexpectedResponse, 'vast: HTTP 400  "just a string"', 400),
+        ),
+    ],
+)
+def test_translate_error_says_exactly_what_failed_and_keeps_the_body(
+    status, body, headers, offer_id, expected
+):
+    """One function, exact results: type, message, provider, status and the body as sent."""
+    if body is None:
+        error = translate_error(status)
+    else:
+        error = translate_error(status, body, headers, offer_id=offer_id)
+
+    assert (type(error), str(error), error.status) == expected  # type: ignore[attr-defined]
+    assert (error.provider, error.body) == ("vast", body or "")  # type: ignore[attr-defined]
+
+
+def test_a_lost_connection_names_its_exception_class_and_text():
+    """No answer at all: the transport's own error, scrubbed, is the message."""
+    error = translate_error(None, cause=requests.ConnectionError("reset by peer"))
+
+    assert str(error) == "vast unavailable: ConnectionError: reset by peer"
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("0", 0.0), ("0.5", 0.5), ("3", 3.0)])
+def test_retry_after_of_zero_or_a_fraction_is_honoured(value, seconds):
+    """Any finite, non-negative number of seconds is the provider's hint, zero included."""
+    error = translate_error(429, "", {"Retry-After": value})
+
+    assert error.retry_after_s == seconds  # type: ignore[attr-defined]
+
+
+def test_the_quota_reset_is_told_in_utc_whatever_the_local_zone(monkeypatch):
+    """X-RateLimit-Reset is an epoch; it is shown in UTC even on a machine set to Kolkata."""
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        error = translate_error(
+            429, '{"error": "search_quota_exceeded"}', {"X-RateLimit-Reset": "1796083200"}
+        )
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+    assert (
+        str(error) == "vast rate limited: search quota exceeded; it resets at 2026-12-01 00:00 UTC"
+    )
+
+
+# --- exact drift messages: the call, the problem, the start of the body ---------------------------
+def test_each_call_names_itself_when_its_body_is_not_an_object(http, vast):
+    """M11: a body of the wrong shape is refused naming the call and quoting the body."""
+    calls = [
+        ("search_offers", rec("search_offers", body="[]"), lambda: vast.search_offers()),
+        ("show", rec("show_running", body="[]"), lambda: vast.show(BOX)),
+        ("list_instances", rec("list_instances_page1", body="[]"), lambda: vast.list_instances()),
+        (
+            "create",
+            rec("create_success", body="[]"),
+            lambda: vast.create(OFFER, label="gpuops:x", image="img", disk_gb=10.0),
+        ),
+        ("destroy", rec("destroy_success", body="[]"), lambda: vast.destroy(BOX)),
+        (
+            "register_ssh_key",
+            rec("ssh_key_register", body="[]"),
+            lambda: vast.register_ssh_key(KEY_RIG),
+        ),
+    ]
+    for op, recording, action in calls:
+        replay(http, recording)
+        with pytest.raises(UnexpectedResponse) as caught:
+            action()
+        assert str(caught.value) == (
+            f"vast: {op}: body is a list, expected an object (body starts '[]')"
+        )
+        assert (caught.value.status, caught.value.body) == (200, "[]")
+
+
+def test_a_key_list_that_is_not_a_list_is_named(http, vast):
+    """GET /ssh/ answers a JSON list; an object is drift, named as such."""
+    replay(http, rec("ssh_keys_list", body="{}"))
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.list_ssh_keys()
+
+    assert str(caught.value) == (
+        "vast: list_ssh_keys: the body is an object, expected a list of keys (body starts '{}')"
+    )
+
+
+def test_a_body_that_is_not_json_names_the_call_and_quotes_the_body(http, vast):
+    """A proxy's HTML page on a 200 is refused with its first characters."""
+    replay(http, rec("search_offers", body="<html>maintenance</html>"))
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.search_offers()
+
+    assert str(caught.value) == (
+        "vast: search_offers: the body is not JSON (body starts '<html>maintenance</html>')"
+    )
+
+
+def test_an_error_quotes_only_the_first_120_characters_of_the_body(http, vast):
+    """M4: an answer about another box is refused; the message quotes 120 characters, no more."""
+    recording = rebody("show_running", lambda doc: doc["instances"].update(id=999))
+    replay(http, recording)
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.show(BOX)
+
+    assert len(recording.body) > 120
+    assert str(caught.value) == f"vast: show: asked for 1234568, got 999 {body_start(recording)}"
+
+
+def test_show_without_an_instances_field_is_named_not_taken_as_gone(http, vast):
+    """Only an explicit `instances: null` means gone (M4); a missing field is drift."""
+    recording = rec("show_running", body='{"success": true}')
+    replay(http, recording)
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.show(BOX)
+
+    assert str(caught.value) == (
+        "vast: show: field 'instances' is missing (body starts '{\"success\": true}')"
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("actual_status", 3, "field 'actual_status' is a int, expected a string"),
+        ("id", "x", "field 'id' is a string 'x', expected an integer"),
+        ("label", 5, "field 'label' is a int, expected a string"),
+        ("ssh_host", 1, "field 'ssh_host' is a int, expected a string"),
+        ("ssh_port", "1", "field 'ssh_port' is a string '1', expected an integer"),
+        ("public_ipaddr", [1], "field 'public_ipaddr' is a list, expected a string"),
+        ("machine_id", "m", "field 'machine_id' is a string 'm', expected an integer"),
+        ("gpu_name", 4090, "field 'gpu_name' is a int, expected a string"),
+        ("dph_total", "0.3", "field 'dph_total' is a string '0.3', expected a number"),
+        ("start_date", True, "field 'start_date' is a boolean True, expected a number"),
+    ],
+)
+def test_a_mistyped_instance_field_is_named_with_where_it_was(http, vast, field, value, problem):
+    """show names `instances`, the row, the field, its kind and value, and what was expected."""
+    recording = rebody("show_running", lambda doc: doc["instances"].update({field: value}))
+    replay(http, recording)
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.show(BOX)
+
+    assert str(caught.value) == f"vast: show: instances: {problem} {body_start(recording)}"
+
+
+@pytest.mark.parametrize(
+    ("binding", "kind"),
+    [
+        ([], "null"),
+        ({"HostPort": "20000"}, "null"),
+        (["20000"], "null"),
+        ([{"HostIp": "0.0.0.0"}], "null"),
+        ([{"HostPort": "ssh"}], "a string"),
+        ([{"HostPort": 20000.0}], "a float"),
+        ([{"HostPort": True}], "a boolean"),
+    ],
+)
+def test_a_port_22_mapping_without_a_port_number_is_named(http, vast, binding, kind):
+    """ports["22/tcp"] must hold [{"HostPort": digits}]; anything else is drift, never a port."""
+    ports = {"22/tcp": binding}
+    recording = rebody("show_running", lambda doc: doc["instances"].update(ports=ports))
+    replay(http, recording)
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.show(BOX)
+
+    assert str(caught.value) == (
+        f'vast: show: field instances.ports["22/tcp"][0].HostPort is {kind}, expected a port '
+        f"number {body_start(recording)}"
+    )
+
+
+def test_an_integer_host_port_is_read_like_a_string_one(http, vast):
+    """Vast sends HostPort as a string of digits; an int with the same digits means the same."""
+    ports = {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": 20001}]}
+    replay(http, rebody("show_running", lambda doc: doc["instances"].update(ports=ports)))
+
+    instance = vast.show(BOX)
+
+    assert instance is not None and instance.direct_ssh_port == 20001
+
+
+def test_an_instance_row_that_is_not_an_object_is_named(http, vast):
+    """show names `instances`, the list names the row's index: never a bare type error."""
+    shown = rebody("show_running", lambda doc: doc.update(instances=5))
+    listed = rebody("list_instances_page1", lambda doc: doc.update(instances=["x"]))
+    replay(http, shown, listed)
+
+    with pytest.raises(UnexpectedResponse) as show:
+        vast.show(BOX)
+    with pytest.raises(UnexpectedResponse) as page:
+        vast.list_instances()
+
+    assert str(show.value) == (
+        f"vast: show: instances is a int, expected an object {body_start(shown)}"
+    )
+    assert str(page.value) == (
+        f"vast: list_instances: instances[0] is a string, expected an object {body_start(listed)}"
+    )
+
+
+def test_null_ssh_host_and_address_are_none_and_others_are_stripped(http, vast):
+    """Before an instance has endpoints both are null; present ones lose stray whitespace."""
+
+    def edit(doc):
+        doc["instances"].update(ssh_host=None, public_ipaddr=None)
+
+    def padded(doc):
+        doc["instances"].update(ssh_host=" ssh4.vast.ai\n", public_ipaddr="203.0.113.17 ")
+
+    replay(http, rebody("show_running", edit), rebody("show_running", padded))
+
+    bare, spaced = vast.show(BOX), vast.show(BOX)
+
+    assert bare is not None and (bare.ssh_host, bare.public_ipaddr) == (None, None)
+    assert spaced is not None and (spaced.ssh_host, spaced.public_ipaddr) == (
+        "ssh4.vast.ai",
+        "203.0.113.17",
+    )
+
+
+def test_show_reads_a_row_the_sdk_cannot_post_process(http, vast):
+    """vastai's show_instance trips over a row without extra_env; our parser does not need it."""
+    replay(http, rebody("show_running", lambda doc: doc["instances"].pop("extra_env")))
+
+    instance = vast.show(BOX)
+
+    assert instance is not None and instance.instance_id == BOX
+
+
+def test_a_404_on_show_is_unexpected_even_when_it_says_no_such_instance(http, vast):
+    """Only destroy reads a 404 as gone; on show, gone is `instances: null` (M4)."""
+    gone = rec("destroy_404_no_such_instance", method="GET", query=(("owner", "me"),))
+    replay(http, gone)
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.show(BOX)
+
+    assert str(caught.value) == "vast: HTTP 404 no_such_instance Instance 1234568 not found."
+    assert caught.value.status == 404
+
+
+def test_a_drifted_list_row_and_a_mistyped_cursor_are_named(http, vast):
+    """The list names the row index, and `body` for its next_token."""
+    row = rebody("list_instances_page1", lambda doc: doc["instances"][1].update(label=5))
+    cursor = rebody("list_instances_page1", lambda doc: doc.update(next_token=5))
+    replay(http, row, cursor)
+
+    with pytest.raises(UnexpectedResponse) as first:
+        vast.list_instances()
+    with pytest.raises(UnexpectedResponse) as second:
+        vast.list_instances()
+
+    assert str(first.value) == (
+        f"vast: list_instances: instances[1]: field 'label' is a int, expected a string "
+        f"{body_start(row)}"
+    )
+    assert str(second.value) == (
+        f"vast: list_instances: body: field 'next_token' is a int, expected a string "
+        f"{body_start(cursor)}"
+    )
+
+
+def test_a_repeating_cursor_is_named_with_the_token(http, vast):
+    """The repeated next_token is quoted, so the loop it would have caused is visible."""
+    page1 = rec("list_instances_page1")
+    again = dataclasses.replace(page1, query=rec("list_instances_page2").query)
+    replay(http, page1, again)
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.list_instances()
+
+    token = json.loads(page1.body)["next_token"]
+    assert str(caught.value) == (
+        f"vast: list_instances: next_token {token!r} repeats {body_start(page1)}"
+    )
+
+
+def test_the_list_is_asked_in_id_order_from_the_first_page(http, vast):
+    """Paging by cursor needs a stable order: id ascending, 25 rows a page, no filter."""
+    replay(http, rec("list_instances_page1"), rec("list_instances_page2"))
+
+    vast.list_instances()
+
+    first = http.calls[0].request.params
+    assert json.loads(first["order_by"]) == [{"col": "id", "dir": "asc"}]
+    assert (json.loads(first["select_filters"]), first["limit"]) == ({}, "25")
+    assert "after_token" not in first
+
+
+@pytest.mark.parametrize(
+    ("index", "field", "value", "problem"),
+    [
+        (1, None, 1, "offers[1] is a int, expected an object"),
+        (
+            3,
+            "reliability",
+            "high",
+            "offers[3]: field 'reliability' is a string 'high', expected a number",
+        ),
+        (
+            1,
+            "inet_down",
+            "fast",
+            "offers[1]: field 'inet_down' is a string 'fast', expected a number",
+        ),
+        (1, "verification", 3, "offers[1]: field 'verification' is a int, expected a string"),
+        (
+            1,
+            "cuda_max_good",
+            [12],
+            "offers[1]: field 'cuda_max_good' is a list [12], expected a number",
+        ),
+        (1, "id", True, "offers[1]: field 'id' is a boolean True, expected an integer"),
+        (1, "dph_total", None, "offers[1]: field 'dph_total' is null"),
+        (1, "gpu_ram", {}, "offers[1]: field 'gpu_ram' is an object {}, expected an integer"),
+    ],
+)
+def test_a_drifted_offer_is_named_exactly(http, vast, index, field, value, problem):
+    """The message names the offer index, the field, its kind and value, and what was expected."""
+
+    def edit(doc):
+        if field is None:
+            doc["offers"][index] = value
+        else:
+            doc["offers"][index][field] = value
+
+    recording = rebody("search_offers", edit)
+    replay(http, recording)
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.search_offers()
+
+    assert str(caught.value) == f"vast: search_offers: {problem} {body_start(recording)}"
+
+
+def test_a_whole_float_count_is_read_as_an_integer(http, vast):
+    """JSON has one number type: 2.0 GPUs is 2, an int, not a float."""
+    replay(http, rebody("search_offers", lambda doc: doc["offers"][0].update(num_gpus=2.0)))
+
+    offer = vast.search_offers()[0]
+
+    assert offer.num_gpus == 2 and type(offer.num_gpus) is int
+
+
+@pytest.mark.parametrize(
+    ("keys", "problem"),
+    [
+        (["ssh-ed25519 AAAA"], "[0] is a string, expected an object"),
+        ([{"key": KEY_RIG, "deleted_at": None}], "[0]: field 'id' is missing"),
+        ([{"id": 1, "key": None}], "[0]: field 'key' is null"),
+    ],
+)
+def test_a_drifted_key_row_is_named_by_its_index(http, vast, keys, problem):
+    """M9: a key row we cannot read is refused, never skipped."""
+    recording = rec("ssh_keys_list", body=json.dumps(keys))
+    replay(http, recording)
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.list_ssh_keys()
+
+    assert str(caught.value) == f"vast: list_ssh_keys: {problem} {body_start(recording)}"
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (lambda doc: doc.pop("key"), "key is null, expected an object"),
+        (lambda doc: doc.update(key="k"), "key is a string, expected an object"),
+        (lambda doc: doc["key"].pop("id"), "key: field 'id' is missing"),
+        (lambda doc: doc["key"].pop("public_key"), "key: field 'public_key' is missing"),
+    ],
+)
+def test_a_drifted_registration_answer_is_named(http, vast, edit, problem):
+    """M9: a registration we cannot read is not a registered key."""
+    recording = rebody("ssh_key_register", edit)
+    replay(http, recording)
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.register_ssh_key(KEY_RIG)
+
+    assert str(caught.value) == f"vast: register_ssh_key: {problem} {body_start(recording)}"
+
+
+def test_a_registration_of_another_key_is_named(http, vast):
+    """M9: the answer names a key that is not ours: refused with the body quoted."""
+    recording = rec("ssh_key_register")
+    replay(http, recording)
+    other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBgSW+HOidJG9/iTqjNqG8vhBeCqekf7IOQtVeMd2PiB"
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.register_ssh_key(other)
+
+    assert str(caught.value) == (
+        f"vast: register_ssh_key: the registered key is not the one sent {body_start(recording)}"
+    )
+
+
+def test_create_and_destroy_drift_are_named_exactly(http, vast):
+    """M12/M4: no new_contract, or success false, each say so with the call's name."""
+    no_contract = rec("create_drift_no_new_contract")
+    refused = rebody("create_success", lambda doc: doc.update(success=False))
+    not_destroyed = rebody("destroy_success", lambda doc: doc.update(success=False))
+    replay(http, no_contract, refused, not_destroyed)
+    messages = []
+
+    for action in (
+        lambda: vast.create(OFFER, label="gpuops:x", image="img", disk_gb=10.0),
+        lambda: vast.create(OFFER, label="gpuops:x", image="img", disk_gb=10.0),
+        lambda: vast.destroy(BOX),
+    ):
+        with pytest.raises(UnexpectedResponse) as caught:
+            action()
+        messages.append(str(caught.value))
+
+    assert messages == [
+        f"vast: create: body: field 'new_contract' is missing {body_start(no_contract)}",
+        f"vast: create: success is false on a 2xx {body_start(refused)}",
+        f"vast: destroy: success is false on a 2xx: the destroy was not accepted "
+        f"{body_start(not_destroyed)}",
+    ]
+
+
+# --- transport failures the SDK can raise ---------------------------------------------------------
+def test_an_http_error_without_a_response_is_a_provider_error(http, vast, sleeps):
+    """requests can raise HTTPError with no response attached: said plainly, not retried."""
+    replay(http, failure("GET", "/api/v0/ssh/", requests.HTTPError("odd")))
+
+    with pytest.raises(ProviderError) as caught:
+        vast.list_ssh_keys()
+
+    assert type(caught.value) is ProviderError
+    assert str(caught.value) == "vast: list_ssh_keys: an HTTP error without a response"
+    assert caught.value.provider == "vast" and sleeps == []
+
+
+def test_a_non_transient_request_error_names_its_class_and_text(http, vast):
+    """Too many redirects: the message is the call, the exception class and its text."""
+    replay(http, failure("GET", "/api/v0/ssh/", requests.TooManyRedirects("loop")))
+
+    with pytest.raises(ProviderError) as caught:
+        vast.list_ssh_keys()
+
+    assert str(caught.value) == "vast: list_ssh_keys: TooManyRedirects: loop"
+    assert caught.value.provider == "vast"
+
+
+def test_an_sdk_call_that_sends_nothing_is_a_provider_error(http, vast, monkeypatch):
+    """If vastai returned without a request, there is no answer to read: said, not guessed."""
+    import vastai.api.keys
+
+    monkeypatch.setattr(vastai.api.keys, "show_ssh_keys", lambda client: None)
+
+    with pytest.raises(ProviderError) as caught:
+        vast.list_ssh_keys()
+
+    assert type(caught.value) is ProviderError
+    assert str(caught.value) == "vast: list_ssh_keys: the SDK returned without sending a request"
+    assert caught.value.provider == "vast"
+
+
+def test_a_bug_before_any_request_is_raised_as_it_is(http, vast, monkeypatch):
+    """A KeyError with no response behind it is a bug, shown as itself, never a ProviderError."""
+    import vastai.api.keys
+
+    def broken(client):
+        raise KeyError("not about a body")
+
+    monkeypatch.setattr(vastai.api.keys, "show_ssh_keys", broken)
+
+    with pytest.raises(KeyError, match="not about a body"):
+        vast.list_ssh_keys()
+
+
+# --- events ---------------------------------------------------------------------------------------
+def test_each_call_logs_its_own_name_as_op(http, vast, event_path):
+    """Every exchange's vast.call event carries the public call that made it."""
+    replay(
+        http,
+        rec("search_offers"),
+        rec("list_instances_page2", query=(("limit", "25"),)),
+        rec("ssh_keys_list"),
+        rec("create_success"),
+        rec("destroy_success"),
+        rec("ssh_key_register"),
+    )
+
+    vast.search_offers()
+    vast.list_instances()
+    vast.list_ssh_keys()
+    vast.create(OFFER, label="gpuops:x", image="img", disk_gb=10.0)
+    vast.destroy(BOX)
+    vast.register_ssh_key(KEY_RIG)
+
+    assert [c["op"] for c in calls_of(event_path)] == [
+        "search_offers",
+        "list_instances",
+        "list_ssh_keys",
+        "create",
+        "destroy",
+        "register_ssh_key",
+    ]
+
+
+def test_a_retry_is_logged_with_its_op_attempt_wait_and_reason(http, vast, event_path):
+    """Each backoff is one vast.retry event, exactly: what, which attempt, how long, why."""
+    replay(http, rec("unavailable_503"), rec("search_offers"))
+
+    vast.search_offers()
+
+    assert calls_of(event_path, "vast.retry") == [
+        {
+            "op": "search_offers",
+            "attempt": 0,
+            "wait_s": timing.BACKOFF_BASE_S,
+            "reason": "vast unavailable: HTTP 503",
+        }
+    ]
+
+
+def test_a_call_event_rounds_its_duration_to_microseconds_and_has_no_error(
+    http, sleeps, event_path
+):
+    """The duration comes from the injected clock, rounded to 6 places; success has error None."""
+    ticks = iter([100.0, 100.1234567])
+    vast = VastAdapter(
+        api_key=API_KEY,
+        base_url=BASE,
+        events=EventLog(event_path, "tester@ci"),
+        sleep=sleeps.append,
+        monotonic=lambda: next(ticks),
+        environ={},
+    )
+    replay(http, rec("ssh_keys_list"))
+
+    vast.list_ssh_keys()
+
+    (call,) = calls_of(event_path)
+    assert (call["duration_s"], call["error"], call["attempt"]) == (0.123457, None, 0)
+
+
+def test_an_unwritable_log_warns_at_the_caller_of_log(http, tmp_path, sleeps, monkeypatch):
+    """The warning is attributed one frame up (stacklevel 2): the call that lost its line."""
+    import gpuops.providers.vast as vast_module
+
+    (tmp_path / "events.jsonl").mkdir()
+    log = EventLog(tmp_path / "events.jsonl", "tester@ci")
+    vast = VastAdapter(api_key=API_KEY, base_url=BASE, events=log, sleep=sleeps.append, environ={})
+    warned: list[tuple[object, ...]] = []
+    monkeypatch.setattr(
+        vast_module, "warnings", type("W", (), {"warn": staticmethod(lambda *a: warned.append(a))})
+    )
+    replay(http, rec("ssh_keys_list"))
+
+    vast.list_ssh_keys()
+
+    assert len(warned) == 1
+    message, category, stacklevel = warned[0]
+    assert str(message).startswith("vast.call not written to the event log: ")
+    assert (category, stacklevel) == (RuntimeWarning, 2)
+
+
+# --- retries and arguments, at their edges --------------------------------------------------------
+def test_a_retry_after_of_exactly_backoff_max_is_still_honoured(http, vast, sleeps):
+    """The cap is inclusive: a hint of exactly BACKOFF_MAX_S is slept, not handed back."""
+    limited = rec("create_429_detail", method="POST", path="/api/v0/bundles/")
+    hinted = dataclasses.replace(limited, headers=(("Retry-After", str(timing.BACKOFF_MAX_S)),))
+    replay(http, hinted, rec("search_offers"))
+
+    vast.search_offers()
+
+    assert sleeps == [timing.BACKOFF_MAX_S]
+
+
+def test_a_negative_attempt_is_refused_with_its_value():
+    """backoff_s is defined from attempt 0; the refusal names the bad value."""
+    with pytest.raises(ValueError) as caught:
+        backoff_s(-1)
+
+    assert str(caught.value) == "attempt must be >= 0, not -1"
+
+
+def test_search_asks_for_32_offers_unless_told_and_accepts_a_limit_of_one(http, vast):
+    """The default page is 32 offers; 1 is the smallest limit allowed."""
+    replay(http, rec("search_offers"), rec("search_offers"))
+
+    vast.search_offers()
+    vast.search_offers(limit=1)
+
+    assert [json.loads(c.request.body)["limit"] for c in http.calls] == [32, 1]
+
+
+def test_create_accepts_every_argument_at_its_limit(http, vast):
+    """Offer 1, a 256-character label, half a GB of disk, a 4048-character onstart: all sent."""
+    replay(http, rec("create_success", path="/api/v0/asks/1/"))
+
+    instance_id = vast.create(1, label="x" * 256, image="img", disk_gb=0.5, onstart="y" * 4048)
+
+    assert instance_id == BOX
+    sent = json.loads(http.calls[0].request.body)
+    assert (len(sent["label"]), sent["disk"], len(sent["onstart"])) == (256, 0.5, 4048)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"offer_id": 0}, "offer_id must be a positive integer, not 0"),
+        ({"offer_id": True}, "offer_id must be a positive integer, not True"),
+        ({"label": ""}, "a label (ownership, M3) is required: 1-256 characters"),
+        ({"label": "x" * 257}, "a label (ownership, M3) is required: 1-256 characters"),
+        ({"image": ""}, "an image is required"),
+        ({"disk_gb": 0.0}, "disk_gb must be positive, not 0.0"),
+        ({"onstart": "x" * 4049}, "onstart is 4049 chars; Vast allows 4048"),
+    ],
+)
+def test_each_refused_create_argument_says_what_is_wrong(http, vast, changes, message):
+    """M3: the refusal names the argument and the limit it broke."""
+    arguments = {"offer_id": OFFER, "label": "gpuops:x", "image": "img", "disk_gb": 10.0}
+    arguments.update(changes)
+    offer_id = arguments.pop("offer_id")
+
+    with pytest.raises(UsageError) as caught:
+        vast.create(offer_id, **arguments)
+
+    assert str(caught.value) == message
+
+
+def test_a_bad_instance_id_is_quoted_in_the_refusal(vast):
+    """The id is shown as given, so a stray space or letter is visible."""
+    with pytest.raises(UsageError) as caught:
+        vast.show("12a")
+
+    assert str(caught.value) == "a Vast instance id is a string of digits, not '12a'"
+
+
+def test_register_refusals_say_exactly_why(vast):
+    """H3: a private key and a non-key are refused with their own reasons."""
+    with pytest.raises(UsageError) as private:
+        vast.register_ssh_key("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn...\n")
+    with pytest.raises(UsageError) as garbage:
+        vast.register_ssh_key("hello")
+
+    assert str(private.value) == "that is a private key; only the .pub half is ever sent (H3)"
+    assert str(garbage.value) == (
+        "not an OpenSSH public key (expected 'ssh-ed25519 AAAA... comment')"
+    )
+
+
+# --- configuration, exactly -----------------------------------------------------------------------
+def test_without_environ_the_process_environment_is_read(monkeypatch):
+    """environ=None means os.environ: VAST_API_KEY and VAST_URL come from the real process."""
+    monkeypatch.setenv("VAST_API_KEY", "from-os-environ")
+    monkeypatch.setenv("VAST_URL", "http://127.0.0.1:8765")
+
+    vast = VastAdapter()
+
+    assert (vast._api_key, vast.base_url) == ("from-os-environ", "http://127.0.0.1:8765")
+
+
+def test_read_attempts_below_one_is_refused_with_its_value():
+    """At least one attempt is always made; zero is a caller's bug."""
+    with pytest.raises(UsageError) as caught:
+        VastAdapter(api_key=API_KEY, read_attempts=0, environ={})
+
+    assert str(caught.value) == "read_attempts must be at least 1, not 0"
+
+
+def test_only_trailing_slashes_are_trimmed_from_the_base_url():
+    """A base URL keeps its path; only the slash at its end goes."""
+    vast = VastAdapter(api_key=API_KEY, base_url="http://127.0.0.1:8765/proxy-X/", environ={})
+
+    assert vast.base_url == "http://127.0.0.1:8765/proxy-X"
+
+
+def test_the_key_file_under_xdg_config_home_wins_over_home(tmp_path):
+    """vastai's order: $XDG_CONFIG_HOME/vastai/vast_api_key before anything under HOME."""
+    (tmp_path / "xdg" / "vastai").mkdir(parents=True)
+    (tmp_path / "xdg" / "vastai" / "vast_api_key").write_text("xdg-key\n")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".vast_api_key").write_text("home-key\n")
+    environ = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")}
+
+    assert VastAdapter(environ=environ)._api_key == "xdg-key"
+
+
+def test_the_legacy_home_key_file_is_read_when_the_config_file_is_absent(tmp_path, monkeypatch):
+    """~/.vast_api_key is the last place looked; a missing config file is skipped, not fatal."""
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".vast_api_key").write_text(" legacy-key \n")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+
+    assert VastAdapter(environ={"HOME": str(tmp_path / "home")})._api_key == "legacy-key"
+
+
+def test_without_home_no_file_is_read_and_the_refusal_says_where_to_put_a_key(
+    tmp_path, monkeypatch
+):
+    """No HOME and no XDG_CONFIG_HOME: nothing relative to the working directory is tried."""
+    (tmp_path / "None" / ".config" / "vastai").mkdir(parents=True)
+    (tmp_path / "None" / ".config" / "vastai" / "vast_api_key").write_text("cwd-key\n")
+    monkeypatch.chdir(tmp_path)
+
+    with pytest.raises(UsageError) as caught:
+        VastAdapter(environ={})
+
+    assert str(caught.value) == (
+        "no Vast.ai API key: pass api_key=, set VAST_API_KEY, or write it to "
+        "~/.config/vastai/vast_api_key"
+    )
+
+
+def test_the_key_file_is_read_as_utf8_whatever_the_locale(tmp_path):
+    """The key file is opened with an explicit encoding (PEP 597's warning never fires)."""
+    (tmp_path / ".vast_api_key").write_text("file-key\n")
+    assert VastAdapter(environ={"HOME": str(tmp_path)})._api_key == "file-key"
+    code = (
+        "import sys; from gpuops.providers.vast import VastAdapter\n"
+        f"print(VastAdapter(environ={{'HOME': {str(tmp_path)!r}}})._api_key)\n"
+    )
+    argv = [sys.executable, "-X", "warn_default_encoding", "-W", "error::EncodingWarning"]
+
+    result = subprocess.run([*argv, "-c", code], cwd=ROOT, capture_output=True, text=True)
+
+    assert (result.returncode, result.stdout) == (0, "file-key\n"), result.stderr

@@ -292,7 +292,7 @@ class VastAdapter:
                     raise
                 self._log("vast.retry", op=op, attempt=attempt, wait_s=wait, reason=str(err))
                 self._sleep(wait)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        raise AssertionError  # unreachable: _retry_wait gives up on the last attempt
 
     def _once(
         self,
@@ -311,11 +311,11 @@ class VastAdapter:
             response = exc.response
             if response is None:
                 raise ProviderError(PROVIDER, f"{op}: an HTTP error without a response") from exc
-            if gone_on_404 and response.status_code == 404 and _is_gone(response.text):
-                return _Reply(response.status_code, response.text)
-            raise translate_error(
-                response.status_code, response.text, response.headers, offer_id=offer_id
-            ) from exc
+            if not (gone_on_404 and response.status_code == 404 and _is_gone(response.text)):
+                raise translate_error(
+                    response.status_code, response.text, response.headers, offer_id=offer_id
+                ) from exc
+            # else a 404 that means gone: the SDK kept it as last_response, returned below
         except (requests.ConnectionError, requests.Timeout) as exc:
             raise translate_error(None, cause=exc) from exc
         except requests.JSONDecodeError:
@@ -451,16 +451,14 @@ def translate_error(
     error = _wire_text(doc, "error")
     if doc is None:  # plain text, e.g. a 429's "API requests too frequent"
         message = " ".join(text.split())[:200]
-    else:
-        message = ""
-        for name in ("msg", "message", "detail"):  # the docs: "some return only msg or message"
-            message = message or _wire_text(doc, name)
-    found = _header(headers, "X-RateLimit-Reset")
+    else:  # the docs: "some return only msg or message"
+        message = _wire_text(doc, "msg") or _wire_text(doc, "message") or _wire_text(doc, "detail")
+    found = _header(headers, "x-ratelimit-reset")
     if status == 429 and error == "search_quota_exceeded":
         reset = f"; it resets at {_epoch_text(found)}" if found else ""
         return SearchQuotaExceeded(PROVIDER, f"search quota exceeded{reset}", body=text)
     if status == 429:
-        wait = _seconds(_header(headers, "Retry-After"))
+        wait = _seconds(_header(headers, "retry-after"))
         return RateLimited(PROVIDER, message or "HTTP 429", body=text, retry_after_s=wait)
     if offer_id is not None and status in (400, 404, 410) and "no_such_ask" in error + message:
         return OfferTaken(PROVIDER, offer_id, status, text)
@@ -498,8 +496,9 @@ def _wire_text(doc: Mapping[str, object] | None, name: str) -> str:
 
 
 def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
+    """The value of header ``name`` (given in lower case), whatever case the server used."""
     for key, value in (headers or {}).items():
-        if key.lower() == name.lower():
+        if key.lower() == name:
             return value
     return None
 
@@ -605,7 +604,7 @@ def _direct_ssh_port(ports: object, where: str) -> int | None:
     bindings = ports["22/tcp"]
     first = bindings[0] if isinstance(bindings, list) and bindings else None
     value = first.get("HostPort") if isinstance(first, dict) else None
-    text = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else ""
+    text = str(value)  # of JSON values, only a string or an int can print as digits
     if not text.isdigit():
         raise _Drift(f"field {name} is {_kind(value)}, expected a port number")
     return int(text)
