@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from gpuops.errors import CorruptState, VersionConflict
 from gpuops.ledger import CAS_ATTEMPTS
 from gpuops.market.quarantine import HOST_FAULTS, PREFIX, Quarantine, is_host_fault
 from gpuops.store.memory import MemoryStore
+from tests.store_fakes import Interleaved
 
 
 class Clock:
@@ -30,33 +30,6 @@ class Events:
         self.events.append((kind, payload))
 
 
-class Interleaved(MemoryStore):
-    """A MemoryStore where another process acts just before our next get, create or put:
-    ``before[op]`` holds the actions, each run once, in order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.before: dict[str, list[Callable[[], object]]] = {"get": [], "create": [], "put": []}
-        self.calls: list[str] = []
-
-    def _meanwhile(self, op: str) -> None:
-        self.calls.append(op)
-        if self.before[op]:
-            self.before[op].pop(0)()
-
-    def get(self, key: str) -> Any:
-        self._meanwhile("get")
-        return super().get(key)
-
-    def create(self, key: str, data: bytes) -> str:
-        self._meanwhile("create")
-        return super().create(key, data)
-
-    def put(self, key: str, data: bytes, version: str) -> str:
-        self._meanwhile("put")
-        return super().put(key, data, version)
-
-
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
@@ -69,7 +42,7 @@ def quarantine(clock: Clock) -> Quarantine:
 
 def test_only_real_host_faults_are_quarantinable():
     """M2: ssh-auth (our key) and pass are never host faults."""
-    assert HOST_FAULTS == {"no-gpu", "low-vram", "slow-disk", "cuda-broken"}
+    assert {"no-gpu", "low-vram", "slow-disk", "cuda-broken"} == HOST_FAULTS
     assert not is_host_fault("ssh-auth")
     assert not is_host_fault("ssh-unreachable")
     assert not is_host_fault("ssh-host-key-changed")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
 
 import pytest
 
@@ -24,33 +22,7 @@ from gpuops.market.rentals import (
     rental_of,
 )
 from gpuops.store.memory import MemoryStore
-
-
-class Interleaved(MemoryStore):
-    """A MemoryStore where another process acts just before our next get, create or put:
-    ``before[op]`` holds the actions, each run once, in order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.before: dict[str, list[Callable[[], object]]] = {"get": [], "create": [], "put": []}
-        self.calls: list[str] = []
-
-    def _meanwhile(self, op: str) -> None:
-        self.calls.append(op)
-        if self.before[op]:
-            self.before[op].pop(0)()
-
-    def get(self, key: str) -> Any:
-        self._meanwhile("get")
-        return super().get(key)
-
-    def create(self, key: str, data: bytes) -> str:
-        self._meanwhile("create")
-        return super().create(key, data)
-
-    def put(self, key: str, data: bytes, version: str) -> str:
-        self._meanwhile("put")
-        return super().put(key, data, version)
+from tests.store_fakes import Interleaved
 
 
 @pytest.fixture
