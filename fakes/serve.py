@@ -170,6 +170,9 @@ def _restore(previous: dict[signal.Signals, SignalHandler]) -> None:
 
 
 def _cleanup(state_dir: Path, owned: bool) -> None:
+    from fakes.ssh.sandbox import stop_all
+
+    stop_all(state_dir / BOX_TABLE)  # the fake boxes' jobs end with the fake world
     if owned:
         shutil.rmtree(state_dir, ignore_errors=True)
 

@@ -19,7 +19,8 @@ from gpuops.errors import GpuopsError
 EXIT_CODES = """exit codes:
   0 ok                        1 unexpected error          2 usage
   3 refused by a safety rule  4 capacity or provider unavailable after retries
-  5 still running or unknown  6 the job failed or died"""
+  5 still running or unknown  6 the job failed or died
+  7 a guardian verified that another guardian is responsible (M7)"""
 
 
 def _common() -> argparse.ArgumentParser:
@@ -78,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     rent.add_argument("--vram-gb", type=float, default=8.0)
     rent.add_argument("--disk-gb", type=float, default=20.0)
     rent.add_argument("--image", default="vastai/base-image:@vastai-automatic-tag")
+    rent.add_argument(
+        "--no-guard", action="store_true", help="do not start a guardian (the box has no ceiling)"
+    )
+    from gpuops.cli_guard import add_parsers
+
+    add_parsers(commands, common)
     boxes = commands.add_parser("boxes", parents=[common], help="rented boxes and their spend")
     boxes.add_argument("--all", action="store_true", help="every operator's, not only mine")
     destroy = commands.add_parser(
@@ -145,6 +152,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         argv += [f"--scenario={args.scenario}"] if args.scenario else []
         argv += [f"--state-dir={args.state_dir}"] if args.state_dir else []
         return serve(argv)
+    if args.command in ("guard", "run", "watch"):
+        from gpuops.cli_guard import run_guard
+
+        return run_guard(args, state or default_state_url(), operator, as_json)
     from gpuops.cli_market import run_market
 
     return run_market(args, state or default_state_url(), operator, as_json)

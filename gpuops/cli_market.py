@@ -29,7 +29,7 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
     if args.command == "offers":
         return _offers(market, args, vram_mb, as_json)
     if args.command == "rent":
-        return _rent(market, args, vram_mb, as_json)
+        return _rent(market, args, vram_mb, as_json, state_url)
     if args.command == "boxes":
         return _boxes(market, args, as_json)
     if args.command == "destroy":
@@ -85,7 +85,9 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
     return 0
 
 
-def _rent(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
+def _rent(
+    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, state_url: str
+) -> int:
     from gpuops.market.rent import RentRequest
 
     rental = market.rent(
@@ -100,15 +102,35 @@ def _rent(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) ->
         )
     )
     row = dataclasses.asdict(rental)
-    _out(
-        as_json,
-        row,
-        [
-            f"{rental.name}: live as instance {rental.instance_id} "
-            f"({rental.gpu_name}, ${rental.dph_total}/h)"
-        ],
-    )
+    lines = [
+        f"{rental.name}: live as instance {rental.instance_id} "
+        f"({rental.gpu_name}, ${rental.dph_total}/h)"
+    ]
+    if args.no_guard:
+        row["guardian"] = None
+        lines.append(f"{rental.name}: NO guardian (--no-guard): nothing destroys it at the deadline")
+    else:
+        row["guardian"] = _guarded(market, rental.name, state_url)
+        lines.append(f"{rental.name}: {row['guardian']['detail']}")
+    _out(as_json, row, lines)
     return 0
+
+
+def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
+    """M5: a rented box gets a detached guardian, unless a live one already guards it."""
+    from gpuops.market import guardian as g
+    from gpuops.market.guard import Leases, spawn
+    from gpuops.market.session import local_dir
+
+    lease, _ = Leases(market.ledger.store).read(name)
+    if lease is not None and not g.is_stale(lease, market.clock()):
+        return {"holder": lease.holder, "detail": f"already guarded by {lease.holder}"}
+    spawned = spawn(name, state_url, market.ledger.operator, local_dir(state_url))
+    return {
+        "pid": spawned.pid,
+        "log": str(spawned.log),
+        "detail": f"guardian pid {spawned.pid} runs detached until the deadline; log {spawned.log}",
+    }
 
 
 def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:

@@ -27,6 +27,9 @@ DEADLINE_MARGIN_S = 600.0
 # The copy may run at most this long; shorter than the margin so the destroy still lands
 # before the deadline even when the copy overruns (the ceiling wins).
 RESULTS_COPY_BUDGET_S = 420.0
+# A rental shorter than DEADLINE_MARGIN_S / DEADLINE_MARGIN_FRACTION gets a margin (and a copy
+# budget) scaled down to this share of its length: a 72 s rental is not destroyed at birth.
+DEADLINE_MARGIN_FRACTION = 0.25
 # After a destroy call, ask for that instance until it is confirmed gone, for at most this long.
 DESTROY_CONFIRM_TIMEOUT_S = 120.0
 # Between two "is it gone?" questions about one instance.
@@ -37,6 +40,18 @@ DESTROY_CONFIRM_POLL_S = 5.0
 STALL_THRESHOLD_S = 1800.0
 # A watcher polls the job's log and exit-code file this often.
 WATCH_POLL_S = 10.0
+# `gpuops watch` watches this long before it exits 5: still running, not failed (M10, L9).
+WATCH_TIMEOUT_S = 3600.0
+
+# --- starting guardians (M5) ---------------------------------------------------------------
+# `gpuops guard` waits this long for the detached guardian it started to report in.
+GUARD_SPAWN_WAIT_S = 10.0
+# ... reading its log for the line that says it is running this often.
+GUARD_SPAWN_POLL_S = 0.1
+# A fire drill (`gpuops guard NAME --drill`) rents its box for this long: about a cent.
+DRILL_RENTAL_S = 120.0
+# The drill asks whether the guardian has destroyed the box this often.
+DRILL_POLL_S = 1.0
 
 # --- the lane (L5, L8, L9) -----------------------------------------------------------------
 # The startup script syncs its log to storage this often (the seed's 30 s rule, L5).

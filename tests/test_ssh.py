@@ -274,26 +274,27 @@ def test_the_fake_is_loud_about_a_box_it_does_not_know(fake_ssh):
     assert "fake-ssh: no box at ssh4.vast.ai:2099; known: ssh4.vast.ai:2012" in result.detail
 
 
-def test_a_command_that_is_not_a_probe_step_runs_nothing_on_a_fake_box(fake_ssh):
-    """The fake models probe steps only; other commands exit 0 after connect and auth."""
+def test_a_command_that_is_not_a_probe_step_runs_for_real_in_the_box_sandbox(fake_ssh):
+    """The fake box runs any other command under sh in its own sandbox $HOME, after connect
+    and auth; a box that refuses auth runs nothing."""
     fake_ssh.write({f"{HOST}:2013": "healthy", f"{HOST}:2014": "ssh-auth"})
     kh = fake_ssh.known_hosts("x")
+    script = 'echo "$HOME" > where; printf made; echo oops >&2; exit 3'
 
     ok = run_command(
-        ssh_argv(
-            SshEndpoint(HOST, 2013), "tmux ls", identity_file=fake_ssh.identity, known_hosts=kh
-        ),
+        ssh_argv(SshEndpoint(HOST, 2013), script, identity_file=fake_ssh.identity, known_hosts=kh),
         timing.SSH_COMMAND_TIMEOUT_S,
     )
     refused = run_command(
-        ssh_argv(
-            SshEndpoint(HOST, 2014), "tmux ls", identity_file=fake_ssh.identity, known_hosts=kh
-        ),
+        ssh_argv(SshEndpoint(HOST, 2014), script, identity_file=fake_ssh.identity, known_hosts=kh),
         timing.SSH_COMMAND_TIMEOUT_S,
     )
 
-    assert ok == StepOutput(0, "", "")
+    home = fake_ssh.table.parent / "sandboxes" / f"{HOST}_2013".replace(":", "_")
+    assert ok == StepOutput(3, "made", "oops\n")
+    assert (home / "where").read_text().strip() == str(home)
     assert refused.exit_code == 255 and "Permission denied (publickey)" in refused.stderr
+    assert not (fake_ssh.table.parent / "sandboxes" / f"{HOST}_2014").exists()
 
 
 def test_a_gpu_from_the_box_table_is_what_nvidia_smi_lists(fake_ssh):

@@ -22,6 +22,11 @@ PINNED = {
     "DESTROY_CONFIRM_POLL_S": 5.0,
     "STALL_THRESHOLD_S": 1800.0,
     "WATCH_POLL_S": 10.0,
+    "WATCH_TIMEOUT_S": 3600.0,
+    "GUARD_SPAWN_WAIT_S": 10.0,
+    "GUARD_SPAWN_POLL_S": 0.1,
+    "DRILL_RENTAL_S": 120.0,
+    "DRILL_POLL_S": 1.0,
     "LOG_SYNC_S": 30.0,
     "BOOT_MARKER_WINDOW_S": 300.0,
     "STALE_CLAIM_S": 7200.0,
@@ -92,6 +97,24 @@ def test_the_copy_budget_leaves_room_to_destroy_before_the_deadline():
         timing.RESULTS_COPY_BUDGET_S + timing.DESTROY_CONFIRM_TIMEOUT_S <= timing.DEADLINE_MARGIN_S
     )
     assert timing.DESTROY_CONFIRM_POLL_S < timing.DESTROY_CONFIRM_TIMEOUT_S
+
+
+def test_a_short_rental_keeps_most_of_its_time_and_the_same_copy_share():
+    """M5: the scaled margin is a fixed, pinned share of a short rental's length."""
+    assert timing.DEADLINE_MARGIN_FRACTION == 0.25
+    assert 0 < timing.DEADLINE_MARGIN_FRACTION < 0.5
+
+
+def test_a_guardian_renews_its_lease_between_two_destroy_confirmations():
+    """M7: waiting for a destroy to confirm never lets the guardian's own lease go stale."""
+    assert timing.DESTROY_CONFIRM_POLL_S < timing.GUARDIAN_HEARTBEAT_S
+    assert timing.LEASE_POLL_S + timing.GUARDIAN_HEARTBEAT_S < timing.LEASE_TTL_S
+
+
+def test_a_watch_outlasts_a_stall_judgment():
+    """M10: a watch lives long enough to call a job stalled before it gives up with exit 5."""
+    assert timing.WATCH_TIMEOUT_S >= timing.STALL_THRESHOLD_S
+    assert timing.WATCH_POLL_S < timing.WATCH_TIMEOUT_S
 
 
 def test_stall_judgment_spans_many_polls_and_log_syncs():

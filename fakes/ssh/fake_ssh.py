@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fakes.ssh import boxes, hostkeys, replay  # noqa: E402
+from fakes.ssh import boxes, hostkeys, replay, sandbox  # noqa: E402
 from fakes.ssh.replay import FakeSshError, Recording  # noqa: E402
 from gpuops.market.probe import PROBE_STEPS  # noqa: E402
 
@@ -153,8 +153,8 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
         while True:  # a box that accepted the command and never answers
             signal.pause()
     step = next((name for name, command in PROBE_STEPS if command == call.command), None)
-    if step is None:
-        return 0  # not a probe step: nothing is modelled yet (jobs under tmux come later)
+    if step is None:  # anything else runs for real in the box's sandbox (sandbox.py)
+        return sandbox.run(sandbox.sandbox_dir(Path(table_path), box.host_key), call.command)
     return _replay(replay.load(box.recordings[step]), call, box, known)
 
 

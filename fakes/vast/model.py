@@ -36,6 +36,7 @@ from fakes.scenario import (
     VastScenario,
     recorded_offer,
 )
+from fakes.ssh import sandbox
 from fakes.vast.boxtable import box_entries, write_table
 from fakes.vast.clock import RECORDED_EPOCH, Clock, FakeClock
 from fakes.vast.faults import Dropped, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
@@ -380,6 +381,8 @@ class FakeVast:
                     raise RateLimit("json-error")
                 raise Unavailable(failure.status)
         box.destroyed_at = self.now()
+        if self.box_table is not None:  # its jobs die with it
+            sandbox.stop(sandbox.sandbox_dir(self.box_table, f"vast-{box.id}"))
         offer = self.offers.get(box.offer_id)
         if offer is not None and offer.held_by == instance_id:
             offer.held_by = None  # the machine is rentable again

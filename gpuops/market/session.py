@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuops.context import user_state_dir
 from gpuops.errors import UsageError
@@ -20,6 +22,9 @@ from gpuops.market.rent import Market, Prober
 from gpuops.market.select import MIN_DISK_MB_PER_S
 from gpuops.model import Instance
 from gpuops.store import open_store
+
+if TYPE_CHECKING:
+    from gpuops.market.jobs import BoxShell
 
 DEFAULT_PUBLIC_KEY = Path.home() / ".ssh" / "id_ed25519.pub"
 
@@ -50,12 +55,11 @@ def local_dir(state_url: str) -> Path:
 def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prober:
     from gpuops.providers import ssh
 
+    from gpuops.market.jobs import endpoint_of
+
     def probe(instance: Instance, box: str) -> Verdict:
-        if instance.ssh_host and instance.ssh_port:
-            endpoint = ssh.SshEndpoint(instance.ssh_host, instance.ssh_port)
-        elif instance.public_ipaddr and instance.direct_ssh_port:
-            endpoint = ssh.SshEndpoint(instance.public_ipaddr, instance.direct_ssh_port)
-        else:
+        endpoint = endpoint_of(instance)
+        if endpoint is None:
             return Verdict.SSH_UNREACHABLE
         result = ssh.probe(
             endpoint,
@@ -77,6 +81,7 @@ def open_market(
     progress: Callable[[str], None] = lambda line: None,
     need_key: bool = True,
     rng: random.Random | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Market:
     from gpuops.providers.vast import VastAdapter
 
@@ -89,5 +94,19 @@ def open_market(
     prober = ssh_prober(here, key_path.with_suffix(""), vram_floor_mb)
     ledger = Ledger(store, events, operator)
     return Market(
-        vast, ledger, events, probe=prober, public_key=public_key, progress=progress, rng=rng
+        vast,
+        ledger,
+        events,
+        probe=prober,
+        public_key=public_key,
+        progress=progress,
+        rng=rng,
+        sleep=sleep,
     )
+
+
+def box_shell(state_url: str) -> BoxShell:
+    """Runs scripts on our boxes with our key (the private half of GPUOPS_SSH_KEY)."""
+    from gpuops.market.jobs import BoxShell
+
+    return BoxShell(local_dir(state_url), public_key_path().with_suffix(""))

@@ -1,0 +1,197 @@
+"""Printing for `guard`, `run` and `watch` (M5, M7, M10); the decisions live in gpuops/market."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuops.errors import UsageError
+
+
+def run_guard(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+    if args.command == "guard":
+        return _guard(args, state_url, operator, as_json)
+    from gpuops.market import jobs
+    from gpuops.market.session import box_shell, open_market
+
+    market = open_market(state_url, operator, need_key=False)
+    rental = jobs.owned_live(market.rentals.get(args.name), args.name, operator)
+    shell = box_shell(state_url)
+    if args.command == "run":
+        return _run(market, rental, shell, args, as_json)
+    return _watch(market, rental, shell, args, as_json)
+
+
+def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+    from gpuops.market import guard
+
+    if args.print_systemd_unit:
+        print(guard.systemd_unit(state_url, operator), end="")
+        return 0
+    if args.name is None:
+        raise UsageError("gpuops guard needs the rental NAME")
+    if args.drill:
+        from gpuops.market.drill import drill
+
+        result = drill(state_url, operator, args.name, args.gpu, args.hours, say=_stderr)
+        _out(as_json, result, [result["summary"]])
+        return 0 if result["passed"] else 1
+    from gpuops.market.jobs import owned_live
+    from gpuops.market.session import box_shell, local_dir, open_market
+
+    market = open_market(state_url, operator, need_key=False)
+    owned_live(market.rentals.get(args.name), args.name, operator)
+    deadline = _deadline(args, market.clock())
+    if deadline is not None:
+        market.rentals.update(args.name, deadline_at=deadline)
+    if args.foreground:
+        results = os.environ.get(guard.RESULTS_ENV) or str(local_dir(state_url) / "results")
+        guardian = guard.Guardian(
+            market,
+            args.name,
+            shell=box_shell(state_url),
+            results=guard.open_results(results),
+            clockwork=guard.clockwork_from_env(),
+        )
+        guard.install_signal_handlers(guardian)
+        return guardian.run()
+    spawned = guard.spawn(args.name, state_url, operator, local_dir(state_url))
+    _out(
+        as_json,
+        {"name": args.name, "pid": spawned.pid, "log": str(spawned.log)},
+        [f"{args.name}: guardian pid {spawned.pid} is running detached; log {spawned.log}"],
+    )
+    return 0
+
+
+def _deadline(args: argparse.Namespace, now: float) -> float | None:
+    if args.hours is not None and args.deadline is not None:
+        raise UsageError("give --hours or --deadline, not both")
+    if args.hours is not None:
+        if not args.hours > 0:
+            raise UsageError(f"--hours must be positive, not {args.hours}")
+        return now + args.hours * 3600.0
+    if args.deadline is not None:
+        try:
+            parsed = datetime.fromisoformat(args.deadline)
+        except ValueError:
+            raise UsageError(f"--deadline {args.deadline!r} is not an ISO-8601 time") from None
+        if parsed.tzinfo is None:
+            raise UsageError(f"--deadline {args.deadline!r} needs a time zone, e.g. ...Z or +00:00")
+        return parsed.astimezone(UTC).timestamp()
+    return None
+
+
+def _run(market: Any, rental: Any, shell: Any, args: argparse.Namespace, as_json: bool) -> int:
+    from gpuops.errors import Unavailable
+    from gpuops.market import jobs
+    from gpuops.market import watchdog as w
+
+    instance = market.vast.show(rental.instance_id)
+    if instance is None:
+        raise Unavailable(f"{rental.name!r}: the provider no longer shows its box")
+    argv = list(args.job)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    job = jobs.start(rental, instance, shell, argv, args.results)
+    jobs.Jobs(market.ledger.store).put(job)
+    market.events.append(
+        "market.job.started", name=job.name, instance_id=job.instance_id, results=job.results
+    )
+    where = f"~/{w.JOBS_DIR}/{job.name}"
+    _out(
+        as_json,
+        {**job.__dict__, "session": w.session_name(job.name), "log": f"{where}/log"},
+        [
+            f"{job.name}: started in tmux session {w.session_name(job.name)} on instance "
+            f"{job.instance_id}; log {where}/log, results {where}/{job.results}"
+        ],
+    )
+    return 0
+
+
+def _watch(market: Any, rental: Any, shell: Any, args: argparse.Namespace, as_json: bool) -> int:
+    from gpuops import timing
+    from gpuops.errors import Unavailable
+    from gpuops.market import jobs
+    from gpuops.market import watchdog as w
+
+    def look() -> w.Status:
+        try:
+            instance = market.vast.show(rental.instance_id)
+        except Unavailable as exc:
+            return w.unreachable(str(exc))
+        return jobs.observe(rental.name, instance, shell)
+
+    def report(status: w.Status) -> None:
+        market.events.append(
+            "market.job.status",
+            name=rental.name,
+            state=status.state.value,
+            detail=status.detail,
+            exit_code=status.exit_code,
+        )
+        if status.state is w.JobState.STALLED:
+            print(f"gpuops: ALERT {rental.name}: {status.detail}", file=sys.stderr, flush=True)
+        if not as_json:
+            print(f"{rental.name}: {status.state.value}: {status.detail}", flush=True)
+
+    if args.once:
+        status = look()
+        report(status)
+    else:
+        timeout_s = args.timeout if args.timeout is not None else timing.WATCH_TIMEOUT_S
+        status = jobs.watch(look, report, timeout_s=timeout_s)
+    if as_json:
+        _out(True, {"name": rental.name, "state": status.state.value, "detail": status.detail,
+                    "exit_code": status.exit_code}, [])  # fmt: skip
+    return w.watch_exit_code(status)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _out(as_json: bool, payload: Any, lines: list[str]) -> None:
+    from gpuops.cli_market import _out as out
+
+    out(as_json, payload, lines)
+
+
+def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
+    """`guard`, `run` and `watch` on the command line (called by cli.build_parser)."""
+    guard = commands.add_parser(
+        "guard",
+        parents=[common],
+        help="start a detached guardian: copy results off, destroy at the deadline",
+    )
+    guard.add_argument("name", metavar="NAME", nargs="?")
+    when = guard.add_mutually_exclusive_group()
+    when.add_argument("--hours", type=float, help="set the deadline this many hours from now")
+    when.add_argument("--deadline", metavar="ISO", help="set the deadline (ISO-8601 with zone)")
+    guard.add_argument("--foreground", action="store_true", help="run here, not detached")
+    guard.add_argument(
+        "--print-systemd-unit", action="store_true", help="print a unit for an always-on host"
+    )
+    guard.add_argument(
+        "--drill", action="store_true", help="rent NAME briefly and prove the guardian destroys it"
+    )
+    guard.add_argument("--gpu", metavar="MODEL", help="the GPU a drill rents (default: cheapest)")
+    run = commands.add_parser(
+        "run", parents=[common], help="start a job detached under tmux on a box: run NAME -- CMD"
+    )
+    run.add_argument("name", metavar="NAME")
+    run.add_argument(
+        "--results", default="results", help="results directory, relative to the job's (default results)"
+    )
+    run.add_argument("job", nargs=argparse.REMAINDER, metavar="-- CMD")
+    watch = commands.add_parser(
+        "watch", parents=[common], help="running, dead (a fact), stalled (alert only) or unknown"
+    )
+    watch.add_argument("name", metavar="NAME")
+    watch.add_argument("--once", action="store_true", help="look once and exit")
+    watch.add_argument("--timeout", type=float, metavar="SECONDS", help="default one hour")
+

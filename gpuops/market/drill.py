@@ -1,0 +1,101 @@
+"""The fire drill (M5): rent a box briefly, let a detached guardian destroy it, record it.
+
+Until 20 September the backstop had never once fired (seeds/001). A drill proves it fires end
+to end: a real rental (a one-cent box on Vast, or a fake box on the loopback fakes), a real
+detached guardian process, and the provider asked afterwards whether the box is gone. The
+result is kept in the state store under ``drills/``, with whether it ran against the fakes or
+a real provider; only a drill on a real box may make M5 ``verified``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlparse
+
+from gpuops import timing
+from gpuops.ledger import utc_iso
+from gpuops.market.rent import RentRequest
+from gpuops.market.rentals import RELEASED
+
+DRILLS = "drills/"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def target_of(base_url: str) -> str:
+    """'fakes' for a provider on loopback (`gpuops fakes serve`), else 'vast'."""
+    return "fakes" if urlparse(base_url).hostname in _LOOPBACK else "vast"
+
+
+def drill(
+    state_url: str,
+    operator: str,
+    name: str,
+    gpu: str | None,
+    hours: float | None,
+    *,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    from gpuops.market.guard import spawn
+    from gpuops.market.session import local_dir, open_market
+
+    market = open_market(state_url, operator, progress=say)
+    target = target_of(getattr(market.vast, "base_url", ""))
+    length_s = hours * 3600.0 if hours else timing.DRILL_RENTAL_S
+    if gpu is None:
+        offers = sorted(market.vast.search_offers(num_gpus=1), key=lambda o: o.dph_total)
+        gpu = offers[0].gpu_name if offers else "RTX 3060"
+    say(f"drill on {target}: renting {name} ({gpu}) for {length_s:.0f} s")
+    rental = market.rent(RentRequest(name=name, gpu_name=gpu, hours=length_s / 3600.0, race_k=1))
+    assert rental.deadline_at is not None and rental.instance_id is not None
+    spawned = spawn(name, state_url, operator, local_dir(state_url))
+    say(f"guardian pid {spawned.pid} started; waiting for the deadline {utc_iso(rental.deadline_at)}")
+    give_up = rental.deadline_at + timing.DESTROY_CONFIRM_TIMEOUT_S + timing.LEASE_TTL_S
+    confirmed_at = None
+    while time.time() < give_up:
+        current = market.rentals.get(name)
+        if current is not None and current.state == RELEASED:
+            if market.vast.show(rental.instance_id) is None:
+                confirmed_at = time.time()
+                break
+        time.sleep(timing.DRILL_POLL_S)
+    passed = confirmed_at is not None
+    result: dict[str, Any] = {
+        "date": datetime.now(UTC).date().isoformat(),
+        "target": target,
+        "name": name,
+        "instance_id": rental.instance_id,
+        "deadline": utc_iso(rental.deadline_at),
+        "confirmed_at": utc_iso(confirmed_at) if confirmed_at else None,
+        "delay_s": round(confirmed_at - rental.deadline_at, 3) if confirmed_at else None,
+        "passed": passed,
+        "guardian_pid": spawned.pid,
+        "guardian_log": str(spawned.log),
+    }
+    key = f"{DRILLS}{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{name}"
+    market.ledger.store.create(key, json.dumps(result, sort_keys=True).encode())
+    market.events.append("guard.drill", **result)
+    if passed:
+        result["summary"] = (
+            f"drill PASSED on {target}: instance {rental.instance_id} confirmed gone "
+            f"{result['delay_s']:+.1f} s from its deadline"
+        )
+    else:
+        result["summary"] = (
+            f"drill FAILED on {target}: instance {rental.instance_id} not confirmed gone by "
+            f"{utc_iso(give_up)}; see {spawned.log} and `gpuops boxes`"
+        )
+    return result
+
+
+def drills(store: Any) -> list[dict[str, Any]]:
+    """Every recorded drill, oldest first."""
+    out = []
+    for key in sorted(store.list(DRILLS)):
+        found = store.get(key)
+        if found is not None:
+            out.append(json.loads(found.data))
+    return out

@@ -1,0 +1,189 @@
+"""The guardian's decisions: the billing ceiling (M5) and one responsible guardian (M7).
+
+Pure: plain values in, one action out; ``market/guard.py`` performs it and reports back.
+
+On 20 September every guardian decided it had been superseded and exited 0, because three
+timing constants in three modules disagreed; the backstop never fired and ten boxes billed
+until a human noticed (seeds/001). So here:
+
+- every duration comes from :mod:`gpuops.timing`, through one :class:`Clockwork`;
+- a guardian is *responsible* only while it holds the box's lease; a newcomer that finds a
+  fresh lease waits as a standby and takes over only once that lease is stale;
+- a guardian that lost its lease leaves as superseded only after watching its successor renew
+  the lease over SUPERSESSION_VERIFY_S; a successor that never renews is taken over again;
+- the only clean exit is a box the provider confirms gone (GONE, 0); supersession has its own
+  code (SUPERSEDED, 7), and everything else is loud and non-zero (M7).
+
+Near the deadline the responsible guardian copies results off, then destroys; the copy may run
+until the deadline at most, and the destroy follows whether or not it finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from gpuops import timing
+
+GONE = 0  # exit code: the box is confirmed gone
+SUPERSEDED = 7  # exit code: a successor was seen renewing the lease (verified, M7)
+
+
+@dataclass(frozen=True)
+class Clockwork:
+    """The lease's durations, read from timing.py together so they cannot disagree (M6).
+
+    ``scaled(k)`` divides every one of them by the same k, keeping each relation that
+    tests/test_timing.py pins; only process tests use it, to run guardians in seconds.
+    """
+
+    heartbeat_s: float = timing.GUARDIAN_HEARTBEAT_S
+    lease_ttl_s: float = timing.LEASE_TTL_S
+    poll_s: float = timing.LEASE_POLL_S
+    verify_s: float = timing.SUPERSESSION_VERIFY_S
+    confirm_poll_s: float = timing.DESTROY_CONFIRM_POLL_S
+
+    def scaled(self, k: float) -> Clockwork:
+        if not k >= 1.0:
+            raise ValueError(f"a time scale must be at least 1, not {k!r}")
+        return Clockwork(
+            self.heartbeat_s / k,
+            self.lease_ttl_s / k,
+            self.poll_s / k,
+            self.verify_s / k,
+            self.confirm_poll_s / k,
+        )
+
+
+NORMAL = Clockwork()
+
+
+class Role(Enum):
+    STANDBY = "standby"  # another guardian holds a fresh lease; take over when it goes stale
+    RESPONSIBLE = "responsible"  # holds the lease: copies, destroys, confirms
+    VERIFYING = "verifying"  # lost the lease; watching the successor renew before leaving
+
+
+@dataclass(frozen=True)
+class Lease:
+    """``market/leases/<NAME>``: who guards the box, and when it last said so."""
+
+    holder: str
+    heartbeat_at: float  # epoch seconds of the holder's last renewal
+    beats: int = 0  # renewals since it was taken: a successor that renews raises it
+    copied: bool = False  # results were copied off by some holder: a successor skips the copy
+
+
+@dataclass(frozen=True)
+class Box:
+    """What the guardian knows of its box this round."""
+
+    gone: bool  # the provider, asked for this very instance, says it is gone
+    started_at: float  # epoch seconds the box was kept
+    deadline_at: float  # the wall-clock billing ceiling
+
+
+@dataclass(frozen=True)
+class Mind:
+    """What one guardian remembers between rounds."""
+
+    me: str
+    role: Role = Role.STANDBY
+    held: bool = False  # it has held the lease at some point
+    watching: str | None = None  # the successor it is verifying
+    watch_beats: int = 0  # the successor's beats when watching began
+    watch_since: float = 0.0
+    copied: bool = False  # it made its copy attempt (success or not)
+
+
+@dataclass(frozen=True)
+class Take:
+    """Take the lease: it is free, or its holder's heartbeat is stale."""
+
+
+@dataclass(frozen=True)
+class Renew:
+    """Renew our own lease: the heartbeat is due."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Copy results off for at most ``budget_s``: it never runs past the deadline."""
+
+    budget_s: float
+
+
+@dataclass(frozen=True)
+class Destroy:
+    """Destroy the box, confirm it gone by asking for it, release the record."""
+
+
+@dataclass(frozen=True)
+class Leave:
+    code: int
+    reason: str
+
+
+Action = Take | Renew | Wait | Copy | Destroy | Leave
+
+
+def schedule(started_at: float, deadline_at: float) -> tuple[float, float]:
+    """(when the copy starts, how long it may take) for a box kept at ``started_at``.
+
+    The margin is DEADLINE_MARGIN_S, or DEADLINE_MARGIN_FRACTION of a rental too short for it;
+    the copy budget keeps the same share of the margin as RESULTS_COPY_BUDGET_S has of
+    DEADLINE_MARGIN_S, so the destroy has room before the deadline either way.
+    """
+    length = max(0.0, deadline_at - started_at)
+    margin = min(timing.DEADLINE_MARGIN_S, length * timing.DEADLINE_MARGIN_FRACTION)
+    budget = margin * timing.RESULTS_COPY_BUDGET_S / timing.DEADLINE_MARGIN_S
+    return deadline_at - margin, budget
+
+
+def is_stale(lease: Lease, now: float, clock: Clockwork = NORMAL) -> bool:
+    """A lease whose holder has not renewed for a whole TTL: its guardian is presumed dead."""
+    return now - lease.heartbeat_at >= clock.lease_ttl_s
+
+
+def decide(
+    mind: Mind, lease: Lease | None, box: Box, now: float, clock: Clockwork = NORMAL
+) -> tuple[Mind, Action]:
+    """The guardian's next step, and what it remembers afterwards."""
+    if box.gone:
+        return mind, Leave(GONE, "the box is confirmed gone")
+    if lease is None or (lease.holder != mind.me and is_stale(lease, now, clock)):
+        return mind, Take()
+    if lease.holder == mind.me:
+        mind = replace(mind, role=Role.RESPONSIBLE, held=True, watching=None)
+        if now - lease.heartbeat_at >= clock.heartbeat_s:
+            return mind, Renew()
+        return mind, _duty(mind, lease, box, now, clock)
+    if not mind.held:
+        return replace(mind, role=Role.STANDBY), Wait(clock.poll_s)
+    if mind.watching != lease.holder:
+        watching = replace(
+            mind,
+            role=Role.VERIFYING,
+            watching=lease.holder,
+            watch_beats=lease.beats,
+            watch_since=now,
+        )
+        return watching, Wait(clock.poll_s)
+    if lease.beats > mind.watch_beats and now - mind.watch_since >= clock.verify_s:
+        return mind, Leave(SUPERSEDED, f"superseded by {lease.holder}, seen renewing the lease")
+    return mind, Wait(clock.poll_s)
+
+
+def _duty(mind: Mind, lease: Lease, box: Box, now: float, clock: Clockwork) -> Action:
+    """The responsible guardian's work: wait, copy, then destroy (the ceiling wins)."""
+    if now >= box.deadline_at or mind.copied or lease.copied:
+        return Destroy()
+    copy_at, budget = schedule(box.started_at, box.deadline_at)
+    if now < copy_at:
+        return Wait(min(lease.heartbeat_at + clock.heartbeat_s - now, copy_at - now))
+    return Copy(min(budget, box.deadline_at - now))

@@ -1,0 +1,205 @@
+"""Jobs on a rented box: start under tmux, observe, copy results off (M5, M10).
+
+The shell around ``market/watchdog.py``: it finds the box, runs the watchdog's scripts over the
+real ``ssh`` (providers/ssh.py: batch mode, pinned host key, no secret in the child's
+environment, so no account key ever reaches a box), and records each job in the state store
+(``market/jobs/<NAME>``) so the guardian knows what results to copy off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gpuops import timing
+from gpuops.errors import (
+    AlreadyExists,
+    CorruptState,
+    NotOwned,
+    StillRunning,
+    Unavailable,
+    UsageError,
+    VersionConflict,
+)
+from gpuops.ledger import CAS_ATTEMPTS
+from gpuops.market import watchdog as w
+from gpuops.market.rentals import LIVE, Rental, check_name
+from gpuops.model import Instance
+from gpuops.providers import ssh
+from gpuops.store.base import Store
+
+JOBS = "market/jobs/"
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    owner: str
+    instance_id: str
+    command: str
+    results: str
+    started_at: float
+
+
+def endpoint_of(instance: Instance) -> ssh.SshEndpoint | None:
+    """Where the box answers ssh: Vast's proxy, else its public address and direct port."""
+    if instance.ssh_host and instance.ssh_port:
+        return ssh.SshEndpoint(instance.ssh_host, instance.ssh_port)
+    if instance.public_ipaddr and instance.direct_ssh_port:
+        return ssh.SshEndpoint(instance.public_ipaddr, instance.direct_ssh_port)
+    return None
+
+
+@dataclass(frozen=True)
+class BoxShell:
+    """Runs scripts on boxes over ssh with our identity and each box's own known_hosts."""
+
+    state_dir: Path
+    identity_file: Path
+
+    def argv(self, instance: Instance, script: str) -> list[str]:
+        endpoint = endpoint_of(instance)
+        if endpoint is None:
+            raise Unavailable(f"instance {instance.instance_id} has no ssh address yet")
+        return ssh.ssh_argv(
+            endpoint,
+            script,
+            identity_file=self.identity_file,
+            known_hosts=ssh.known_hosts_path(self.state_dir, instance.instance_id),
+        )
+
+    def run(self, instance: Instance, script: str) -> ssh.StepOutput:
+        return ssh.run_command(self.argv(instance, script), timing.SSH_COMMAND_TIMEOUT_S)
+
+    def stream_to(self, instance: Instance, script: str, target: Path, budget_s: float) -> str:
+        """Run ``script`` with its stdout written to ``target`` (bytes); '' on success, else
+        what went wrong. A budget overrun kills the ssh and says so."""
+        with target.open("wb") as out:
+            proc = subprocess.Popen(
+                self.argv(instance, script),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                env=ssh.child_env(),
+                start_new_session=True,
+            )
+            try:
+                _, err = proc.communicate(timeout=max(budget_s, 0.0))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                return f"the copy overran its {budget_s:.0f} s budget and was stopped"
+        if proc.returncode != 0:
+            text = err.decode("utf-8", errors="replace").strip().splitlines()
+            return f"exit {proc.returncode}: {text[-1] if text else 'no message'}"
+        return ""
+
+
+class Jobs:
+    """Compare-and-swap access to job records."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def get(self, name: str) -> Job | None:
+        found = self.store.get(JOBS + check_name(name))
+        if found is None:
+            return None
+        try:
+            return Job(**json.loads(found.data))
+        except (ValueError, TypeError) as exc:
+            raise CorruptState(found.key, f"not a job record: {exc}") from exc
+
+    def put(self, job: Job) -> None:
+        key = JOBS + check_name(job.name)
+        data = json.dumps(asdict(job), sort_keys=True).encode()
+        for _ in range(CAS_ATTEMPTS):
+            found = self.store.get(key)
+            try:
+                if found is None:
+                    self.store.create(key, data)
+                else:
+                    self.store.put(key, data, found.version)
+                return
+            except (AlreadyExists, VersionConflict):
+                continue
+        raise VersionConflict(key, None)
+
+
+def owned_live(rental: Rental | None, name: str, operator: str) -> Rental:
+    """The live rental ``name`` of this operator, or a clear refusal (M3)."""
+    if rental is None:
+        raise UsageError(f"no rental named {name!r}; rent it first (gpuops rent {name} ...)")
+    if rental.owner != operator:
+        raise NotOwned(name, rental.owner, operator)
+    if rental.state != LIVE or rental.instance_id is None:
+        raise UsageError(f"{name!r} is {rental.state}, not live")
+    return rental
+
+
+def start(
+    rental: Rental, instance: Instance, shell: BoxShell, argv: Sequence[str], results: str
+) -> Job:
+    """Start the job detached under tmux on the box; refuses a second one while it runs."""
+    command = w.shell_command(argv)
+    w.check_results(results)
+    out = shell.run(instance, w.start_script(rental.name, command))
+    if out.exit_code == w.ALREADY_RUNNING:
+        raise StillRunning(
+            f"a job is already running on {rental.name!r} (tmux session "
+            f"{w.session_name(rental.name)}); watch it with `gpuops watch {rental.name}`"
+        )
+    if out.exit_code == w.NO_TMUX:
+        raise UsageError(f"tmux is not installed on {rental.name!r}; install it in the image")
+    if out.exit_code != 0:
+        raise Unavailable(f"could not start the job on {rental.name!r}: {_why(out)}")
+    assert rental.instance_id is not None
+    return Job(rental.name, rental.owner, rental.instance_id, command, results, time.time())
+
+
+def observe(name: str, instance: Instance | None, shell: BoxShell) -> w.Status:
+    """One look at the job: the box gone is a fact (dead); an unanswered ssh is unknown."""
+    if instance is None:
+        return w.Status(w.JobState.DEAD, "the box is gone (the provider no longer shows it)")
+    out = shell.run(instance, w.observe_script(name))
+    if out.timed_out or out.exit_code != 0:
+        return w.unreachable(_why(out))
+    try:
+        return w.judge(w.parse_observation(out.stdout))
+    except UsageError as exc:
+        return w.unreachable(str(exc))
+
+
+def watch(
+    look: Callable[[], w.Status],
+    report: Callable[[w.Status], None],
+    *,
+    timeout_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> w.Status:
+    """Look every WATCH_POLL_S until the job is dead or ``timeout_s`` passes (then it is still
+    open: exit 5, never 'failed'). Each change of state is reported once."""
+    ends = clock() + timeout_s
+    last: w.JobState | None = None
+    while True:
+        status = look()
+        if status.state is not last:
+            report(status)
+            last = status.state
+        if status.state is w.JobState.DEAD or clock() >= ends:
+            return status
+        sleep(min(timing.WATCH_POLL_S, max(ends - clock(), 0.0)))
+
+
+def _why(out: ssh.StepOutput) -> str:
+    if out.timed_out:
+        return "ssh timed out"
+    lines = (out.stderr or out.stdout).strip().splitlines()
+    return f"exit {out.exit_code}: {lines[-1] if lines else 'no message'}"

@@ -1,0 +1,268 @@
+"""The guardian's pure decisions: one responsible guardian, verified supersession, the ceiling
+(M5, M7), on plain values."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuops import timing
+from gpuops.market import guardian as g
+from gpuops.market.guardian import (
+    GONE,
+    NORMAL,
+    SUPERSEDED,
+    Box,
+    Clockwork,
+    Copy,
+    Destroy,
+    Lease,
+    Leave,
+    Mind,
+    Renew,
+    Role,
+    Take,
+    Wait,
+)
+
+T0 = 1_800_000_000.0
+HOUR = 3600.0
+BOX = Box(gone=False, started_at=T0, deadline_at=T0 + 10 * HOUR)
+ME, OTHER = "alice/pi/1/aa", "alice/laptop/2/bb"
+
+
+def mine(at: float, beats: int = 0, copied: bool = False) -> Lease:
+    return Lease(ME, at, beats, copied)
+
+
+def theirs(at: float, beats: int = 0, holder: str = OTHER) -> Lease:
+    return Lease(holder, at, beats)
+
+
+def test_the_exit_codes_are_distinct_and_only_gone_is_zero():
+    """M7: 0 is a confirmed-gone box; supersession has its own documented code."""
+    assert GONE == 0
+    assert SUPERSEDED == 7
+
+
+def test_a_gone_box_ends_the_guardian_with_exit_0_whatever_the_lease_says():
+    """M7: the one clean exit is the provider confirming the box gone."""
+    gone = Box(True, T0, T0 + HOUR)
+    for lease in (None, mine(T0), theirs(T0)):
+        mind, action = g.decide(Mind(ME), lease, gone, T0 + 1)
+        assert action == Leave(GONE, "the box is confirmed gone")
+        assert mind == Mind(ME)
+
+
+def test_a_free_lease_is_taken():
+    """M7: with no lease, the first guardian takes responsibility."""
+    assert g.decide(Mind(ME), None, BOX, T0) == (Mind(ME), Take())
+
+
+def test_a_newcomer_waits_as_standby_while_the_holder_is_fresh():
+    """M7: a second guardian never takes over a fresh lease (the 20 September fix)."""
+    lease = theirs(T0, beats=3)
+    now = T0 + timing.LEASE_TTL_S - 0.001
+    mind, action = g.decide(Mind(ME), lease, BOX, now)
+    assert action == Wait(timing.LEASE_POLL_S)
+    assert mind == Mind(ME, role=Role.STANDBY)
+
+
+def test_a_stale_lease_is_taken_over_exactly_at_the_ttl():
+    """M7: the holder's heartbeat a whole TTL old means it is presumed dead."""
+    lease = theirs(T0)
+    assert g.decide(Mind(ME), lease, BOX, T0 + timing.LEASE_TTL_S) == (Mind(ME), Take())
+    assert g.is_stale(lease, T0 + timing.LEASE_TTL_S)
+    assert not g.is_stale(lease, T0 + timing.LEASE_TTL_S - 0.001)
+
+
+def test_the_holder_renews_once_a_heartbeat_is_due_and_not_before():
+    """M7: the heartbeat is what 'alive' means; it is renewed every GUARDIAN_HEARTBEAT_S."""
+    due = g.decide(Mind(ME), mine(T0), BOX, T0 + timing.GUARDIAN_HEARTBEAT_S)
+    assert due == (Mind(ME, role=Role.RESPONSIBLE, held=True), Renew())
+    mind, action = g.decide(Mind(ME), mine(T0), BOX, T0 + timing.GUARDIAN_HEARTBEAT_S - 1)
+    assert mind == Mind(ME, role=Role.RESPONSIBLE, held=True)
+    assert action == Wait(1.0)
+
+
+def test_the_holder_renews_even_its_own_stale_lease_rather_than_taking_it():
+    """M7: a guardian that was paused past its TTL and still holds the lease keeps it."""
+    mind, action = g.decide(Mind(ME), mine(T0), BOX, T0 + 10 * timing.LEASE_TTL_S)
+    assert action == Renew()
+    assert mind.role is Role.RESPONSIBLE
+
+
+def test_holding_the_lease_clears_a_verification_in_progress():
+    """M7: a guardian that got its lease back stops watching the one it lost it to."""
+    watching = Mind(ME, Role.VERIFYING, True, OTHER, 2, T0)
+    mind, _ = g.decide(watching, mine(T0), BOX, T0 + 1)
+    assert mind == Mind(ME, Role.RESPONSIBLE, True, None, 2, T0)
+
+
+def test_a_guardian_that_lost_its_lease_starts_watching_its_successor():
+    """M7: losing the lease is not yet supersession: the successor must prove it is alive."""
+    held = Mind(ME, Role.RESPONSIBLE, held=True)
+    mind, action = g.decide(held, theirs(T0, beats=4), BOX, T0 + 2)
+    assert action == Wait(timing.LEASE_POLL_S)
+    assert mind == Mind(ME, Role.VERIFYING, True, OTHER, 4, T0 + 2)
+
+
+def test_supersession_needs_a_renewal_seen_over_the_whole_verification_window():
+    """M7: leave as superseded only after watching the successor renew for SUPERSESSION_VERIFY_S."""
+    watching = Mind(ME, Role.VERIFYING, True, OTHER, 4, T0)
+    end = T0 + timing.SUPERSESSION_VERIFY_S
+    renewed = theirs(end - 1, beats=5)
+    assert g.decide(watching, renewed, BOX, end - 0.001) == (watching, Wait(timing.LEASE_POLL_S))
+    mind, action = g.decide(watching, renewed, BOX, end)
+    assert mind == watching
+    assert action == Leave(SUPERSEDED, f"superseded by {OTHER}, seen renewing the lease")
+    silent = theirs(T0, beats=4)  # never renewed: not verified, keep watching
+    assert g.decide(watching, silent, BOX, end + 1) == (watching, Wait(timing.LEASE_POLL_S))
+
+
+def test_a_successor_that_never_renews_is_taken_over_once_stale():
+    """M7: a successor that took the lease and died is replaced, not trusted."""
+    watching = Mind(ME, Role.VERIFYING, True, OTHER, 0, T0)
+    mind, action = g.decide(watching, theirs(T0, beats=0), BOX, T0 + timing.LEASE_TTL_S)
+    assert action == Take()
+    assert mind == watching
+
+
+def test_a_third_guardian_taking_the_lease_restarts_the_verification():
+    """M7: the renewals counted are those of the guardian now holding the lease."""
+    watching = Mind(ME, Role.VERIFYING, True, OTHER, 9, T0)
+    third = theirs(T0 + 40, beats=1, holder="alice/ci/3/cc")
+    mind, action = g.decide(watching, third, BOX, T0 + 41)
+    assert action == Wait(timing.LEASE_POLL_S)
+    assert mind == Mind(ME, Role.VERIFYING, True, "alice/ci/3/cc", 1, T0 + 41)
+
+
+def test_the_holder_waits_until_the_copy_starts_or_the_next_heartbeat():
+    """M5: before the margin the holder only keeps its heartbeat going."""
+    copy_at, _ = g.schedule(BOX.started_at, BOX.deadline_at)
+    _, action = g.decide(Mind(ME), mine(copy_at - 3), BOX, copy_at - 2)
+    assert action == Wait(2.0)
+    _, early = g.decide(Mind(ME), mine(T0), BOX, T0 + 5)
+    assert early == Wait(timing.GUARDIAN_HEARTBEAT_S - 5)
+
+
+def test_copying_starts_at_the_margin_with_its_budget():
+    """M5: results are copied off from DEADLINE_MARGIN_S before the deadline."""
+    copy_at = BOX.deadline_at - timing.DEADLINE_MARGIN_S
+    _, action = g.decide(Mind(ME), mine(copy_at), BOX, copy_at)
+    assert action == Copy(timing.RESULTS_COPY_BUDGET_S)
+
+
+def test_a_copy_started_late_may_run_only_until_the_deadline():
+    """M5: the ceiling wins: the copy budget never reaches past the deadline."""
+    now = BOX.deadline_at - 30
+    _, action = g.decide(Mind(ME), mine(now), BOX, now)
+    assert action == Copy(30.0)
+
+
+def test_after_the_copy_attempt_the_holder_destroys():
+    """M5: a copy that finished, failed or overran is followed by the destroy."""
+    now = BOX.deadline_at - 100
+    assert g.decide(Mind(ME, copied=True), mine(now), BOX, now)[1] == Destroy()
+    assert g.decide(Mind(ME), mine(now, copied=True), BOX, now)[1] == Destroy()
+
+
+def test_at_the_deadline_the_holder_destroys_without_copying():
+    """M5: the ceiling wins over the copy."""
+    _, action = g.decide(Mind(ME), mine(BOX.deadline_at), BOX, BOX.deadline_at)
+    assert action == Destroy()
+
+
+def test_a_heartbeat_due_comes_before_the_destroy():
+    """M7: even while destroying, the lease is renewed first, so nobody takes over mid-destroy."""
+    late = BOX.deadline_at + 5
+    _, action = g.decide(Mind(ME), mine(late - timing.GUARDIAN_HEARTBEAT_S), BOX, late)
+    assert action == Renew()
+
+
+def test_the_schedule_uses_the_full_margin_for_long_rentals():
+    """M5: a ten-hour box copies from ten minutes before its deadline, for seven minutes."""
+    assert g.schedule(T0, T0 + 10 * HOUR) == (
+        T0 + 10 * HOUR - timing.DEADLINE_MARGIN_S,
+        timing.RESULTS_COPY_BUDGET_S,
+    )
+
+
+def test_the_schedule_scales_down_for_a_short_rental():
+    """M5: a 72 s rental (--hours 0.02) keeps 54 s, copies for up to 12.6 s, then destroys."""
+    copy_at, budget = g.schedule(T0, T0 + 72)
+    assert copy_at == T0 + 54
+    assert budget == pytest.approx(12.6)
+
+
+def test_the_schedule_of_a_rental_past_its_start_has_no_margin():
+    """M5: a deadline before the start (a clock jump) means copy nothing and destroy now."""
+    assert g.schedule(T0, T0 - 5) == (T0 - 5, 0.0)
+
+
+@given(
+    start=st.floats(0, 1e9),
+    length=st.floats(0, 1e6),
+)
+def test_the_copy_always_ends_before_the_deadline_with_room_to_destroy(start, length):
+    """M5: for any rental, copy start + budget lies before the deadline."""
+    copy_at, budget = g.schedule(start, start + length)
+    assert copy_at >= start - 1e-6
+    assert copy_at + budget <= start + length + 1e-6
+    assert budget <= timing.RESULTS_COPY_BUDGET_S
+
+
+def test_the_clockwork_reads_every_duration_from_timing():
+    """M6: the guardian's lease durations are the timing module's, not copies of them."""
+    assert NORMAL == Clockwork(
+        timing.GUARDIAN_HEARTBEAT_S,
+        timing.LEASE_TTL_S,
+        timing.LEASE_POLL_S,
+        timing.SUPERSESSION_VERIFY_S,
+        timing.DESTROY_CONFIRM_POLL_S,
+    )
+
+
+def test_scaling_the_clockwork_divides_every_duration_alike():
+    """M6: a scaled clockwork (process tests only) keeps every relation between durations."""
+    fast = NORMAL.scaled(50)
+    assert fast == Clockwork(0.3, 1.2, 0.1, 0.6, 0.1)
+    assert NORMAL.scaled(1) == NORMAL
+    for bad in (0.5, 0, -2, float("nan")):
+        with pytest.raises(ValueError, match="at least 1"):
+            NORMAL.scaled(bad)
+
+
+def test_a_scaled_clockwork_drives_every_lease_decision():
+    """M6: the decisions use the clockwork they are given, never a constant of their own."""
+    fast = NORMAL.scaled(10)
+    assert g.decide(Mind(ME), theirs(T0), BOX, T0 + 6, fast) == (Mind(ME), Take())
+    assert g.decide(Mind(ME), theirs(T0), BOX, T0 + 5.9, fast)[1] == Wait(0.5)
+    assert g.decide(Mind(ME), mine(T0), BOX, T0 + 1.5, fast)[1] == Renew()
+    assert g.decide(Mind(ME), mine(T0), BOX, T0 + 1, fast)[1] == Wait(0.5)
+    watching = Mind(ME, Role.VERIFYING, True, OTHER, 0, T0)
+    assert g.decide(watching, theirs(T0 + 2, 1), BOX, T0 + 3, fast)[1] == Leave(
+        SUPERSEDED, f"superseded by {OTHER}, seen renewing the lease"
+    )
+    assert g.decide(watching, theirs(T0 + 2, 1), BOX, T0 + 2.9, fast)[1] == Wait(0.5)
+    assert g.is_stale(theirs(T0), T0 + 6, fast)
+    assert not g.is_stale(theirs(T0), T0 + 5.9, fast)
+
+
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["me", "other", "none"]), st.floats(0, 200), st.integers(0, 9)),
+        max_size=30,
+    )
+)
+def test_no_sequence_of_leases_makes_a_live_box_exit_0(steps):
+    """M7: whatever the lease does, a guardian whose box is not gone never leaves with 0."""
+    mind, now = Mind(ME), T0
+    for who, dt, beats in steps:
+        now += dt
+        lease = {"me": mine(now - dt, beats), "other": theirs(now - dt, beats), "none": None}[who]
+        mind, action = g.decide(mind, lease, BOX, now)
+        if isinstance(action, Leave):
+            assert action.code == SUPERSEDED
+            assert mind.held and mind.watching == OTHER
