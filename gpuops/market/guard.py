@@ -84,9 +84,10 @@ class Leases:
         except (ValueError, TypeError) as exc:
             raise CorruptState(found.key, f"not a guardian lease: {exc}") from exc
 
-    def take(self, name: str, me: str, now: float, version: str | None) -> bool:
-        """Take the lease read at ``version`` (None: absent); False when another got there."""
-        data = _lease_bytes(g.Lease(me, now))
+    def take(self, name: str, me: str, now: float, lease: g.Lease | None, version: str | None) -> bool:
+        """Take ``lease`` as read at ``version`` (None: absent), keeping whether results were
+        already copied off; False when another guardian got there first."""
+        data = _lease_bytes(g.Lease(me, now, copied=lease is not None and lease.copied))
         try:
             if version is None:
                 self.store.create(LEASES + name, data)
@@ -205,6 +206,22 @@ class Guardian:
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> int:
+        self.bind()
+        while True:
+            try:
+                code = self.step()
+            except Unavailable as exc:  # the store or the provider: loud, then try again
+                self._log("guard.error", error=f"{type(exc).__name__}: {exc}")
+                self.say(f"gpuops guard: {self.name}: {exc}; retrying")
+                self._sleep(self.clockwork.poll_s)
+                continue
+            if code is not None:
+                return code
+
+    def bind(self) -> None:
+        """Refuse anything but our own live rental with a deadline (M3); remember its box."""
+        if self.instance_id is not None:
+            return
         rental = owned_live(self.market.rentals.get(self.name), self.name, self.operator)
         if rental.deadline_at is None:
             raise UsageError(f"{self.name!r} has no deadline; give one: gpuops guard {self.name} --hours H")
@@ -220,19 +237,10 @@ class Guardian:
             f"gpuops guard: guardian {self.me} (pid {os.getpid()}) guards {self.name} "
             f"(instance {self.instance_id}) until {utc_iso(rental.deadline_at)}"
         )
-        while True:
-            try:
-                code = self.step()
-            except Unavailable as exc:  # the store or the provider: loud, then try again
-                self._log("guard.error", error=f"{type(exc).__name__}: {exc}")
-                self.say(f"gpuops guard: {self.name}: {exc}; retrying")
-                self._sleep(self.clockwork.poll_s)
-                continue
-            if code is not None:
-                return code
 
     def step(self) -> int | None:
         """One round: read, decide, act. Returns an exit code when the guardian is done."""
+        self.bind()
         lease, version = self.leases.read(self.name)
         box = self._box()
         now = self.clock()
@@ -248,7 +256,8 @@ class Guardian:
             self.say(f"gpuops guard: {self.name}: {action.reason} (exit {action.code})")
             return action.code
         if isinstance(action, g.Take):
-            if self.leases.take(self.name, self.me, now, version):
+            if self.leases.take(self.name, self.me, now, lease, version):
+                self.mind = replace(self.mind, held=True)
                 self._log("guard.lease.taken", previous=lease.holder if lease else None)
         elif isinstance(action, g.Renew):
             self.leases.renew(self.name, self.me, now)
@@ -265,21 +274,25 @@ class Guardian:
         """Sleep, renewing our lease whenever its heartbeat falls due."""
         ends = self.clock() + seconds
         while True:
-            left = ends - self.clock()
-            lease, _ = self.leases.read(self.name)
-            if lease is not None and lease.holder == self.me:
-                due = lease.heartbeat_at + self.clockwork.heartbeat_s - self.clock()
-                if due <= 0:
-                    self.leases.renew(self.name, self.me, self.clock())
-                    due = self.clockwork.heartbeat_s
-                nap = min(left, due)
-            else:
-                nap = left
+            due = self._heartbeat()
+            nap = min(ends - self.clock(), due)
             if nap <= 0:
                 return
             self._sleep(nap)
             if self.clock() >= ends:
                 return
+
+    def _heartbeat(self) -> float:
+        """Renew our lease if its heartbeat is due; seconds until the next one is (a whole
+        heartbeat when another guardian holds the lease: nothing of ours to renew)."""
+        lease, _ = self.leases.read(self.name)
+        if lease is None or lease.holder != self.me:
+            return self.clockwork.heartbeat_s
+        due = lease.heartbeat_at + self.clockwork.heartbeat_s - self.clock()
+        if due > 0:
+            return due
+        self.leases.renew(self.name, self.me, self.clock())
+        return self.clockwork.heartbeat_s
 
     # --- what the box is ---------------------------------------------------------------
     def _box(self) -> g.Box:
@@ -328,11 +341,9 @@ class Guardian:
 
         worker = threading.Thread(target=pull, daemon=True)
         worker.start()
-        while worker.is_alive():
-            self.sleep(self.clockwork.poll_s)  # heartbeat through the copy
-            if self.clock() - started > budget_s:
-                break
-        worker.join(max(budget_s - (self.clock() - started), 0.0))
+        while worker.is_alive() and self.clock() - started <= budget_s:
+            worker.join(self.clockwork.poll_s)  # the copy is a real process: wait for real
+            self._heartbeat()  # and keep the lease through it
         error = outcome.get("error", f"the copy overran its {budget_s:.0f} s budget")
         destination = None
         if not error:

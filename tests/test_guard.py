@@ -1,0 +1,309 @@
+"""The guardian shell against FakeVast in-process and the fake ssh (M5, M7).
+
+The provider is FakeVast through the real adapter on an injected clock; jobs and the results
+copy run for real in the fake box's sandbox through the fake ssh program and a real tmux.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakes.scenario import parse_scenario
+from fakes.ssh import sandbox
+from fakes.vast import FakeClock, FakeVast
+from gpuops import timing
+from gpuops.errors import NotOwned, StoreUnavailable
+from gpuops.ledger import BoxState, Ledger
+from gpuops.market import guardian as g
+from gpuops.market import jobs
+from gpuops.market.guard import Guardian, Leases, LocalResults
+from gpuops.market.probe import Verdict
+from gpuops.market.rent import Market, RentRequest, destroy_rental
+from gpuops.market.rentals import RELEASED
+from gpuops.providers.vast import VastAdapter
+from gpuops.store.memory import MemoryStore
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_SSH = ROOT / "fakes" / "ssh" / "ssh"
+BASE = "https://console.vast.ai"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsTestKeyForRentTests000000000000000 test"
+OFFER = 18432117
+
+
+def scenario(**faults: Any) -> dict[str, Any]:
+    offer = {
+        "id": OFFER,
+        "machine_id": 31218,
+        "gpu_name": "RTX 4090",
+        "gpu_ram": 24564,
+        "dph_total": 0.4,
+        "reliability": 0.995,
+        "disk_bw": 2000.0,
+        "fate": "healthy",
+    }
+    doc: dict[str, Any] = {"vast": {"api_key": "k-test", "ssh_keys": [KEY], "offers": [offer]}}
+    if faults:
+        doc["vast"]["faults"] = faults
+    return doc
+
+
+class Events:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def append(self, kind: str, /, **payload: Any) -> None:
+        self.events.append((kind, payload))
+
+    def kinds(self, kind: str) -> list[dict[str, Any]]:
+        return [p for k, p in self.events if k == kind]
+
+
+@dataclass
+class World:
+    fake: FakeVast
+    store: MemoryStore
+    events: Events
+    tmp: Path
+
+    def market(self, operator: str = "alice") -> Market:
+        vast = VastAdapter(
+            api_key="k-test", base_url=BASE, sleep=self.fake.advance, monotonic=self.fake.now
+        )
+        return Market(
+            vast,
+            Ledger(self.store, self.events, operator, clock=self.fake.now),
+            self.events,
+            probe=lambda instance, box: Verdict.PASS,
+            public_key=KEY,
+            clock=self.fake.now,
+            sleep=self.fake.advance,
+            rng=random.Random(3),
+        )
+
+    def rent(self, hours: float = 2.0) -> Market:
+        market = self.market()
+        market.rent(RentRequest(name="job", gpu_name="RTX 4090", hours=hours, race_k=1))
+        return market
+
+    def shell(self) -> jobs.BoxShell:
+        return jobs.BoxShell(self.tmp / "local", self.tmp / "id_ed25519")
+
+    def guardian(self, market: Market, me: str, **kwargs: Any) -> Guardian:
+        return Guardian(
+            market,
+            "job",
+            shell=self.shell(),
+            results=LocalResults(self.tmp / "results"),
+            me=me,
+            clock=self.fake.now,
+            sleep=self.fake.advance,
+            say=lambda line: None,
+            **kwargs,
+        )
+
+    def alive(self) -> list[int]:
+        return sorted(box.id for box in self.fake.boxes())
+
+    def run_job(self, market: Market, command: str) -> None:
+        rental = market.rentals.get("job")
+        assert rental is not None and rental.instance_id is not None
+        instance = market.vast.show(rental.instance_id)
+        assert instance is not None
+        job = jobs.start(rental, instance, self.shell(), [command], "results")
+        jobs.Jobs(self.store).put(job)
+        ends = time.monotonic() + timing.SSH_COMMAND_TIMEOUT_S
+        while time.monotonic() < ends:  # the job is a real process: wait for its exit code
+            status = jobs.observe("job", instance, self.shell())
+            if status.state.value == "dead":
+                return
+            time.sleep(timing.GUARD_SPAWN_POLL_S)
+        raise AssertionError("the job did not finish")
+
+
+@pytest.fixture
+def world(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch) -> Iterator[World]:
+    doc = copy.deepcopy(getattr(request, "param", scenario()))
+    fake_dir = tmp_path / "fake"
+    fake = FakeVast(parse_scenario(doc), clock=FakeClock(), state_dir=fake_dir)
+    monkeypatch.setenv("GPUOPS_SSH", str(FAKE_SSH))
+    monkeypatch.setenv("GPUOPS_FAKE_SSH_PYTHON", sys.executable)
+    monkeypatch.setenv("GPUOPS_FAKE_SSH_BOXES", str(fake_dir / "boxes.yaml"))
+    with fake.activate(BASE):
+        yield World(fake, MemoryStore(), Events(), tmp_path)
+    sandbox.stop_all(fake_dir / "boxes.yaml")
+
+
+def test_the_guardian_copies_results_destroys_at_the_deadline_and_exits_0(world):
+    """M5: results copied off first, then destroy, confirmed gone by show, records released."""
+    market = world.rent(hours=2.0)
+    box_id = world.alive()[0]
+    world.run_job(market, "mkdir -p results/ckpt && echo 42 > results/ckpt/answer.txt")
+    rental = market.rentals.get("job")
+    assert rental is not None and rental.deadline_at is not None
+
+    code = world.guardian(world.market(), "alice/pi/1/aa").run()
+
+    assert code == g.GONE
+    assert world.alive() == []
+    assert world.fake.instances[box_id].destroyed_at is not None
+    assert (world.tmp / "results" / "job" / "ckpt" / "answer.txt").read_text() == "42\n"
+    after = market.rentals.get("job")
+    assert after is not None and after.state == RELEASED
+    assert market.ledger.get(after.box or "").state is BoxState.RELEASED
+    (copied,) = world.events.kinds("guard.copy")
+    assert copied["ok"] is True
+    (gone,) = world.events.kinds("guard.confirmed_gone")
+    copy_at, _ = g.schedule(rental.started_at or 0.0, rental.deadline_at)
+    assert copy_at - rental.deadline_at <= gone["delay_s"] <= 0
+    assert world.events.kinds("guard.exit")[-1]["code"] == 0
+    assert Leases(world.store).read("job") == (None, None)
+
+
+def test_without_a_declared_job_the_guardian_destroys_without_copying(world):
+    """M5: nothing to copy is said in the log, and the destroy still happens."""
+    world.rent(hours=1.0)
+    assert world.guardian(world.market(), "alice/pi/1/aa").run() == g.GONE
+    assert world.alive() == []
+    (copied,) = world.events.kinds("guard.copy")
+    assert copied == {
+        "name": "job",
+        "instance_id": copied["instance_id"],
+        "guardian": "alice/pi/1/aa",
+        "ok": False,
+        "detail": "no job declared results: nothing to copy",
+    }
+
+
+def test_a_missing_results_directory_is_logged_and_the_box_still_destroyed(world):
+    """M5: a failed copy never keeps the box: the ceiling wins."""
+    market = world.rent(hours=1.0)
+    world.run_job(market, "echo no results here")
+    assert world.guardian(world.market(), "alice/pi/1/aa").run() == g.GONE
+    (copied,) = world.events.kinds("guard.copy")
+    assert copied["ok"] is False and "no results directory results" in copied["detail"]
+    assert world.alive() == []
+
+
+@pytest.mark.parametrize(
+    "world", [scenario(destroy_failures=[{"offer": OFFER, "count": 9, "status": 503}])],
+    indirect=True,
+)  # fmt: skip
+def test_a_failing_destroy_is_retried_until_the_box_is_confirmed_gone(world):
+    """M4/M5: a destroy that fails keeps the guardian at it; it never exits 0 before gone."""
+    world.rent(hours=1.0)
+    assert world.guardian(world.market(), "alice/pi/1/aa").run() == g.GONE
+    assert world.alive() == []
+    assert len(world.events.kinds("guard.destroy")) >= 2
+    assert world.events.kinds("guard.destroy.pending")
+
+
+def test_a_second_guardian_stands_by_and_takes_over_only_when_the_first_goes_stale(world):
+    """M7: one responsible guardian; a standby takes over a stale lease and finishes the job."""
+    world.rent(hours=1.0)
+    first = world.guardian(world.market(), "alice/laptop/1/aa")
+    second = world.guardian(world.market(), "alice/pi/2/bb")
+    assert first.step() is None  # takes the lease
+    assert second.step() is None
+    assert second.mind.role is g.Role.STANDBY
+    held = Leases(world.store).read("job")[0]
+    assert held is not None and held.holder == "alice/laptop/1/aa"
+    world.fake.advance(timing.LEASE_TTL_S / 2)
+    second.step()
+    lease = Leases(world.store).read("job")[0]
+    assert lease is not None and lease.holder == "alice/laptop/1/aa"  # still fresh: no takeover
+    world.fake.advance(timing.LEASE_TTL_S / 2)
+    assert second.run() == g.GONE  # the first went silent: the second takes over and destroys
+    assert world.alive() == []
+    taken = world.events.kinds("guard.lease.taken")
+    assert [t["guardian"] for t in taken] == ["alice/laptop/1/aa", "alice/pi/2/bb"]
+    assert taken[1]["previous"] == "alice/laptop/1/aa"
+
+
+def test_a_guardian_that_lost_its_lease_leaves_7_only_after_its_successor_renews(world):
+    """M7: superseded counts only with a verified-live successor."""
+    world.rent(hours=10.0)
+    first = world.guardian(world.market(), "alice/laptop/1/aa")
+    second = world.guardian(world.market(), "alice/pi/2/bb")
+    first.step()
+    world.fake.advance(timing.LEASE_TTL_S)  # the laptop slept through its heartbeats
+    second.step()  # takes over
+    assert first.step() is None  # sees the successor: starts verifying, does not leave
+    assert first.mind.role is g.Role.VERIFYING
+    code = None
+    for _ in range(40):
+        world.fake.advance(timing.LEASE_POLL_S)
+        second.step()
+        code = first.step()
+        if code is not None:
+            break
+    assert code == g.SUPERSEDED
+    assert world.alive() != []  # the box is the successor's to destroy at its deadline
+    (left,) = [e for e in world.events.kinds("guard.exit") if e["guardian"] == first.me]
+    assert left["code"] == 7 and "alice/pi/2/bb" in left["reason"]
+
+
+def test_a_standby_leaves_0_once_another_destroyed_the_box(world):
+    """M7: a standby exits 0 only after the provider confirms the box gone."""
+    market = world.rent(hours=1.0)
+    holder = world.guardian(world.market(), "alice/laptop/1/aa")
+    standby = world.guardian(world.market(), "alice/pi/2/bb")
+    holder.step()
+    standby.step()
+    destroy_rental(market, "job")  # the user destroys it by hand
+    assert standby.step() == g.GONE
+
+
+def test_another_operators_guardian_is_refused(world):
+    """M3: a guardian acts only on its own operator's rental."""
+    world.rent(hours=1.0)
+    with pytest.raises(NotOwned):
+        world.guardian(world.market("bob"), "bob/pi/1/aa").run()
+    assert world.alive() != []
+
+
+def test_a_store_outage_is_loud_and_the_guardian_carries_on(world):
+    """M7: an unreachable store is an error event and a retry, never a silent exit."""
+    world.rent(hours=1.0)
+    guardian = world.guardian(world.market(), "alice/pi/1/aa")
+    real_get = world.store.get
+    failures = iter(range(3))
+
+    def flaky(key: str):
+        if key.startswith("market/leases/") and next(failures, None) is not None:
+            raise StoreUnavailable("the store is unreachable")
+        return real_get(key)
+
+    world.store.get = flaky  # type: ignore[method-assign]
+    assert guardian.run() == g.GONE
+    errors = world.events.kinds("guard.error")
+    assert len(errors) == 3 and "unreachable" in errors[0]["error"]
+    assert world.alive() == []
+
+
+def test_the_lease_records_a_finished_copy_so_a_successor_skips_it(world):
+    """M5: a guardian taking over after the copy destroys at once instead of copying again."""
+    market = world.rent(hours=1.0)
+    world.run_job(market, "mkdir -p results && echo 1 > results/a")
+    first = world.guardian(world.market(), "alice/laptop/1/aa")
+    rental = market.rentals.get("job")
+    assert rental is not None and rental.deadline_at is not None
+    copy_at, _ = g.schedule(rental.started_at or 0.0, rental.deadline_at)
+    first.step()
+    world.fake.advance(copy_at - world.fake.now())
+    first.step()  # a heartbeat was due
+    first.step()  # copies
+    lease = Leases(world.store).read("job")[0]
+    assert lease is not None and lease.copied
+    world.fake.advance(timing.LEASE_TTL_S)  # then dies before destroying
+    second = world.guardian(world.market(), "alice/pi/2/bb")
+    assert second.run() == g.GONE
+    assert len(world.events.kinds("guard.copy")) == 1

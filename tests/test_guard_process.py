@@ -1,0 +1,214 @@
+"""Guardians as real detached processes against `gpuops fakes serve` (M5, M7, M8).
+
+Every command is the real CLI in its own process; the fakes serve on loopback; guardians run
+with GPUOPS_GUARD_TIME_SCALE so their lease durations (all from timing.py, divided alike) pass
+in seconds. Deadlines are real wall-clock times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuops import timing
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+SCALE = 30.0  # guardians: heartbeat 0.5 s, lease TTL 2 s, verification 1 s
+WAIT_S = 90.0  # the longest any step here may take before the test fails
+OFFERS = [
+    {"id": 900 + i, "machine_id": 70 + i, "gpu_name": "RTX 4090", "gpu_ram": 24564,
+     "dph_total": 0.30 + i / 100, "reliability": 0.995, "disk_bw": 2000.0, "fate": "healthy"}
+    for i in range(3)
+]  # fmt: skip
+
+
+class Fakes:
+    """`gpuops fakes serve` in its own process, and the environment its exports make."""
+
+    def __init__(self, tmp: Path) -> None:
+        scenario = tmp / "scenario.yaml"
+        scenario.write_text(
+            yaml.safe_dump({"time_scale": 60, "vast": {"ssh_keys": ["generated"], "offers": OFFERS}})
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuops", "fakes", "serve", "--scenario", str(scenario)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stdout], daemon=True).start()
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
+        while "GPUOPS_SSH_KEY" not in self.env:
+            words = shlex.split(lines.get(timeout=WAIT_S))
+            name, _, value = words[1].partition("=")
+            self.env[name] = value
+        self.state = tmp / "state"
+        self.results = tmp / "results"
+        self.env.update(
+            GPUOPS_STATE=str(self.state),
+            GPUOPS_OPERATOR="alice",
+            GPUOPS_GUARD_TIME_SCALE=str(SCALE),
+            GPUOPS_RESULTS=str(self.results),
+        )
+
+    def gpuops(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuops", *args],
+            env=self.env, capture_output=True, text=True, timeout=WAIT_S, cwd=ROOT,
+        )  # fmt: skip
+        if check and done.returncode != 0:
+            raise AssertionError(f"gpuops {args} exited {done.returncode}: {done.stderr}")
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.gpuops("--json", *args).stdout)
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        path = self.state / "events.jsonl"
+        if not path.exists():
+            return []
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [{**r["payload"], "ts": r["ts"]} for r in rows if r["kind"] == kind]
+
+    def wait_for(self, what: str, check: Any, limit_s: float = WAIT_S) -> Any:
+        ends = time.monotonic() + limit_s
+        while time.monotonic() < ends:
+            found = check()
+            if found:
+                return found
+            time.sleep(timing.GUARD_SPAWN_POLL_S)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def live_instances(self) -> list[dict[str, Any]]:
+        from gpuops.providers.vast import VastAdapter
+
+        adapter = VastAdapter(
+            api_key=self.env["VAST_API_KEY"], base_url=self.env["VAST_URL"], environ={}
+        )
+        return [{"id": i.instance_id, "label": i.label} for i in adapter.list_instances()]
+
+
+@pytest.fixture
+def fakes(tmp_path: Path) -> Iterator[Fakes]:
+    served = Fakes(tmp_path)
+    yield served
+    for pid in _guardian_pids(served):
+        _kill(pid)
+    served.proc.send_signal(signal.SIGTERM)
+    served.proc.wait(timeout=WAIT_S)
+
+
+def _guardian_pids(fakes: Fakes) -> set[int]:
+    return {int(e["pid"]) for e in fakes.events("guard.start")}
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_rented_box_is_destroyed_at_its_deadline_after_the_shell_that_rented_it_is_gone(fakes):
+    """M5: rent and run in a shell, kill that shell's whole session; the detached guardian
+    copies the results off, destroys the box by its deadline, and nothing is left or leaked."""
+    script = (
+        f"{shlex.quote(sys.executable)} -m gpuops rent demo-box --gpu 'RTX 4090' --hours 0.006 "
+        f"--race 1 && {shlex.quote(sys.executable)} -m gpuops run demo-box -- "
+        "'mkdir -p results && echo trained > results/model.txt && sleep 600'; sleep 600"
+    )
+    shell = subprocess.Popen(
+        ["bash", "-c", script], env=fakes.env, cwd=ROOT, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    fakes.wait_for("the job to start", lambda: fakes.events("market.job.started"))
+    os.killpg(shell.pid, signal.SIGKILL)  # the terminal closes: shell, rent, run all gone
+    shell.wait(timeout=WAIT_S)
+    (started,) = fakes.events("guard.start")
+    assert _alive(int(started["pid"]))
+
+    (gone,) = fakes.wait_for("the confirmed destroy", lambda: fakes.events("guard.confirmed_gone"))
+    fakes.wait_for("the guardian to exit", lambda: not _alive(int(started["pid"])))
+
+    assert (fakes.results / "demo-box" / "model.txt").read_text() == "trained\n"
+    assert -timing.DEADLINE_MARGIN_S <= gone["delay_s"] <= timing.DESTROY_CONFIRM_TIMEOUT_S
+    assert [e["code"] for e in fakes.events("guard.exit")] == [0]
+    assert fakes.live_instances() == []
+    boxes = fakes.json("boxes")
+    assert [r["state"] for r in boxes["rentals"]] == ["released"]
+    assert boxes["pending_destroys"] == []
+    sweep = fakes.json("sweep")
+    assert sweep["unowned"] == [] and sweep["unresolved"] == []
+
+
+def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box_and_destroy_it(
+    fakes,
+):
+    """M7/M8: ten guardians started in quick succession while the watcher that starts them is
+    killed and restarted: one box is rented, exactly one guardian is responsible at a time,
+    none exits 0 before the box is confirmed gone, and the box is destroyed by its deadline."""
+    rent = f"{shlex.quote(sys.executable)} -m gpuops rent pi-box --gpu 'RTX 4090' --hours 0.008"
+    watcher_script = f"{rent} --race 2 && sleep 600"
+    for _ in range(3):  # the crash-looping watcher: each restart re-runs rent (M8)
+        watcher = subprocess.Popen(
+            ["bash", "-c", watcher_script], env=fakes.env, cwd=ROOT, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        fakes.wait_for("a live rental", lambda: fakes.json("boxes")["rentals"])
+        fakes.wait_for(
+            "the rent to finish",
+            lambda: fakes.json("boxes")["rentals"][0]["state"] == "live",
+        )
+        time.sleep(timing.GUARD_SPAWN_POLL_S)
+        os.killpg(watcher.pid, signal.SIGKILL)
+        watcher.wait(timeout=WAIT_S)
+    pids = [fakes.json("guard", "pi-box")["pid"] for _ in range(10)]
+
+    assert len(fakes.live_instances()) == 1  # never a second box for one name
+    holders = {e["guardian"] for e in fakes.events("guard.lease.taken")}
+    assert len(holders) == 1
+    (responsible,) = holders
+    first_pid = int(responsible.split("/")[2])
+    _kill(first_pid)  # the responsible guardian dies: one standby takes over, once
+    fakes.wait_for("a takeover", lambda: len(fakes.events("guard.lease.taken")) == 2)
+
+    (gone,) = fakes.wait_for("the destroy", lambda: fakes.events("guard.confirmed_gone"))
+    for pid in pids:
+        fakes.wait_for(f"guardian {pid} to exit", lambda pid=pid: not _alive(pid))
+
+    assert fakes.live_instances() == []
+    assert gone["delay_s"] <= timing.DESTROY_CONFIRM_TIMEOUT_S
+    exits = fakes.events("guard.exit")
+    assert {e["code"] for e in exits} == {0}
+    assert all(e["ts"] >= gone["ts"] for e in exits)  # no clean exit before the confirmation
+    assert len(exits) == len(_guardian_pids(fakes)) - 1  # everyone but the one killed
+    taken = fakes.events("guard.lease.taken")
+    assert len(taken) == 2 and taken[1]["previous"] == responsible
