@@ -69,20 +69,37 @@ RULES: tuple[Rule, ...] = (
         scope="release only from gone-confirmed, earned by the provider's show() answering gone "
         "(or a refused create); failed destroys stay on the retry list and sweep retries them",
     ),
-    Rule("M5", "A detached guardian destroys the box at a wall-clock deadline, results first."),
+    Rule(
+        "M5",
+        "A detached guardian destroys the box at a wall-clock deadline, results first.",
+        IMPLEMENTED,
+        "tests/test_guard_process.py::"
+        "test_a_rented_box_is_destroyed_at_its_deadline_after_the_shell_that_rented_it_is_gone",
+        scope="rent starts a detached guardian (own session); drilled against the loopback fakes "
+        "only (`gpuops guard NAME --drill`); never yet on a real Vast box, so not verified",
+    ),
     Rule(
         "M6",
         "One home for every timing constant (gpuops/timing.py); tests pin their relations.",
         IMPLEMENTED,
         "tests/test_timing.py::test_no_module_but_timing_holds_a_duration_literal",
     ),
-    Rule("M7", "A guardian exits 0 only for a box confirmed gone; supersession is verified."),
+    Rule(
+        "M7",
+        "A guardian exits 0 only for a box confirmed gone; supersession is verified.",
+        IMPLEMENTED,
+        "tests/test_guardian.py::test_no_sequence_of_leases_makes_a_live_box_exit_0",
+        scope="one lease per box with a heartbeat; standbys take over only a stale lease; "
+        "supersession (exit 7) only after the successor is seen renewing; the 20 September "
+        "test runs ten real guardian processes (tests/test_guard_process.py)",
+    ),
     Rule(
         "M8",
         "Restarting a watcher or re-running rent never rents again (idempotent name).",
         IMPLEMENTED,
         "tests/test_rent.py::test_renting_again_returns_the_live_box_and_never_creates",
-        scope="rent; the watcher and guardian arrive with issue 4",
+        scope="rent; re-running rent from a crash-looping watcher in the 20 September test "
+        "rents one box and starts no second responsible guardian",
     ),
     Rule(
         "M9",
@@ -90,7 +107,14 @@ RULES: tuple[Rule, ...] = (
         IMPLEMENTED,
         "tests/test_rent.py::test_an_unregistered_key_is_refused_before_any_create",
     ),
-    Rule("M10", "Dead is a fact (act on it); stalled is a judgment (alert only)."),
+    Rule(
+        "M10",
+        "Dead is a fact (act on it); stalled is a judgment (alert only).",
+        IMPLEMENTED,
+        "tests/test_watchdog.py::test_a_quiet_log_is_stalled_and_never_dead",
+        scope="`gpuops run` starts jobs under tmux; `gpuops watch` judges dead / stalled / "
+        "unknown; tested on real tmux processes in fake boxes' sandboxes",
+    ),
     Rule(
         "M11",
         "Every offer decision is logged with its propensity; explore 10% of the time.",

@@ -212,3 +212,16 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
     assert len(exits) == len(_guardian_pids(fakes)) - 1  # everyone but the one killed
     taken = fakes.events("guard.lease.taken")
     assert len(taken) == 2 and taken[1]["previous"] == responsible
+
+
+def test_a_fire_drill_on_the_fakes_rents_guards_destroys_and_records_itself(fakes):
+    """M5: `gpuops guard NAME --drill` proves the backstop fires end to end, and says where."""
+    done = fakes.gpuops("--json", "guard", "drill-box", "--drill", "--hours", "0.004")
+    result = json.loads(done.stdout)
+
+    assert result["passed"] is True and result["target"] == "fakes"
+    assert result["delay_s"] <= timing.DESTROY_CONFIRM_TIMEOUT_S
+    assert fakes.live_instances() == []
+    drills = sorted((fakes.state / "drills").iterdir())
+    assert len(drills) == 1
+    assert [e["passed"] for e in fakes.events("guard.drill")] == [True]
