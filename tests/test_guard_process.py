@@ -40,11 +40,10 @@ OFFERS = [
 class Fakes:
     """`gpuops fakes serve` in its own process, and the environment its exports make."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, **vast: Any) -> None:
         scenario = tmp / "scenario.yaml"
-        scenario.write_text(
-            yaml.safe_dump({"time_scale": 60, "vast": {"ssh_keys": ["generated"], "offers": OFFERS}})
-        )
+        vast = {"ssh_keys": ["generated"], "offers": OFFERS, **vast}
+        scenario.write_text(yaml.safe_dump({"time_scale": 60, "vast": vast}))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gpuops", "fakes", "serve", "--scenario", str(scenario)],
             stdout=subprocess.PIPE,
@@ -106,8 +105,8 @@ class Fakes:
 
 
 @pytest.fixture
-def fakes(tmp_path: Path) -> Iterator[Fakes]:
-    served = Fakes(tmp_path)
+def fakes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fakes]:
+    served = Fakes(tmp_path, **getattr(request, "param", {}))
     yield served
     for pid in _guardian_pids(served):
         _kill(pid)
@@ -225,3 +224,33 @@ def test_a_fire_drill_on_the_fakes_rents_guards_destroys_and_records_itself(fake
     drills = sorted((fakes.state / "drills").iterdir())
     assert len(drills) == 1
     assert [e["passed"] for e in fakes.events("guard.drill")] == [True]
+
+
+@pytest.mark.parametrize("fakes", [{"destroy_lag_s": 180}], indirect=True)
+def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_the_box(fakes):
+    """M4/M5: kill -9 the guardian after it copied, restart; kill -9 the next after its destroy
+    call, before confirmation, restart; the box ends destroyed, and its record is released only
+    after the provider confirmed it gone."""
+    fakes.gpuops("rent", "crash-box", "--gpu", "RTX 4090", "--hours", "0.005", "--race", "1")
+    fakes.gpuops("run", "crash-box", "--", "mkdir -p results && echo ok > results/r.txt")
+    (first,) = fakes.wait_for("the first guardian", lambda: fakes.events("guard.start"))
+    fakes.wait_for("the copy", lambda: fakes.events("guard.copy"))
+    _kill(int(first["pid"]))
+
+    second = fakes.json("guard", "crash-box")["pid"]
+    fakes.wait_for("the destroy call", lambda: fakes.events("guard.destroy"))
+    assert fakes.events("ledger.transition")[-1]["after"] == "destroying"
+    _kill(second)
+    assert fakes.events("guard.confirmed_gone") == []  # killed before the confirmation
+
+    third = fakes.json("guard", "crash-box")["pid"]
+    (gone,) = fakes.wait_for("the confirmation", lambda: fakes.events("guard.confirmed_gone"))
+    fakes.wait_for("the last guardian to exit", lambda: not _alive(third))
+
+    assert gone["guardian"].split("/")[2] == str(third)
+    assert len(fakes.events("guard.copy")) == 1  # the successors skipped the copy
+    assert (fakes.results / "crash-box" / "r.txt").read_text() == "ok\n"
+    assert fakes.live_instances() == []
+    moves = [e["after"] for e in fakes.events("ledger.transition") if e["name"].startswith("crash-box")]
+    assert moves[-3:] == ["destroying", "gone-confirmed", "released"]
+    assert [e["code"] for e in fakes.events("guard.exit")] == [0]
