@@ -41,6 +41,29 @@ FLOORS: dict[str, float] = {
     "gpuops/market/teardown.py": 100.0,
 }
 
+# Per-module test selection: a mutant of a module listed here runs only that module's own tests
+# (tests/conftest.py deselects the rest of what mutmut picked), instead of every test that
+# happens to call it. The adapter and the probe are called by nearly every market test; their
+# own tests pin them on recordings and cost a fraction of the time. A mutant no own test
+# reaches is "no tests", which counts as survived: the selection can only make the gate
+# stricter, never quietly pass a mutant.
+OWN_TESTS: dict[str, tuple[str, ...]] = {
+    "gpuops.providers.vast": ("tests/test_vast_adapter.py", "tests/test_vast_contract.py"),
+    "gpuops.market.probe": ("tests/test_probe.py",),
+    "gpuops.market.guardian": ("tests/test_guardian.py", "tests/test_guardian_more.py"),
+    "gpuops.market.watchdog": ("tests/test_watchdog.py",),
+}
+
+
+def own_tests(mutant: str) -> tuple[str, ...] | None:
+    """The test files a mutant (``gpuops.providers.vast.x_f__mutmut_3``) is limited to, or None
+    for a module that runs every covering test."""
+    for module, files in OWN_TESTS.items():
+        if mutant.startswith(module + ".") and "__mutmut_" in mutant:
+            return files
+    return None
+
+
 # Modules mutmut cannot mutate (it mutates code inside functions only): timing.py is module-level
 # constants, pinned value by value in tests/test_timing.py. Any other module without results
 # means mutmut did not run on it, and that fails the gate.

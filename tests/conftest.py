@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
+
+import pytest
 
 from hypothesis import HealthCheck, settings
 
@@ -17,3 +21,24 @@ settings.register_profile(
     derandomize=True,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under mutmut, a mutant of a module with its own tests runs only those
+    (mutation/gate.py OWN_TESTS)."""
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+    if "__mutmut_" not in mutant:
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "mutation"))
+    try:
+        from gate import own_tests
+    finally:
+        sys.path.pop(0)
+    files = own_tests(mutant)
+    if files is None:
+        return
+    keep = [item for item in items if item.nodeid.split("::")[0] in files]
+    dropped = [item for item in items if item.nodeid.split("::")[0] not in files]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

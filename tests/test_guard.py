@@ -307,3 +307,21 @@ def test_the_lease_records_a_finished_copy_so_a_successor_skips_it(world):
     second = world.guardian(world.market(), "alice/pi/2/bb")
     assert second.run() == g.GONE
     assert len(world.events.kinds("guard.copy")) == 1
+
+
+def test_no_account_key_reaches_the_ssh_that_starts_a_job_or_copies_its_results(
+    world, monkeypatch
+):
+    """M5/H3: the provider key stays on this host: the ssh child never sees it."""
+    monkeypatch.setenv("VAST_API_KEY", "k-secret-never-on-a-box")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-never-on-a-box")
+    market = world.rent(hours=1.0)
+    world.run_job(market, "mkdir -p results && env > results/env.txt")
+    assert world.guardian(world.market(), "alice/pi/1/aa").run() == g.GONE
+
+    from fakes.ssh.boxes import TableState
+
+    calls = TableState(world.tmp / "fake" / "boxes.yaml").read_calls()
+    assert calls and all(call["secret_env"] == [] for call in calls)
+    copied = (world.tmp / "results" / "job" / "env.txt").read_text()
+    assert "never-on-a-box" not in copied

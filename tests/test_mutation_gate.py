@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-GATE_PATH = Path(__file__).resolve().parent.parent / "mutation" / "gate.py"
+ROOT = Path(__file__).resolve().parent.parent
+GATE_PATH = ROOT / "mutation" / "gate.py"
 spec = importlib.util.spec_from_file_location("mutation_gate", GATE_PATH)
 gate = importlib.util.module_from_spec(spec)
 sys.modules["mutation_gate"] = gate  # dataclasses look their module up here
@@ -133,3 +136,32 @@ def test_every_load_bearing_module_has_a_floor_and_is_mutated():
     assert sorted(config["tool"]["mutmut"]["only_mutate"]) == sorted(gate.FLOORS)
     assert gate.FLOORS["gpuops/ledger.py"] == gate.FLOORS["gpuops/timing.py"] == 100.0
     assert gate.FLOORS["gpuops/store/local.py"] >= 90.0
+
+
+def test_a_mutant_of_a_module_with_own_tests_is_limited_to_them_and_others_are_not():
+    """H2: per-module selection maps adapter/probe/guardian/watchdog mutants to their own
+    tests; every other mutant keeps every covering test."""
+    assert gate.own_tests("gpuops.providers.vast.x_translate_error__mutmut_3") == (
+        "tests/test_vast_adapter.py",
+        "tests/test_vast_contract.py",
+    )
+    assert gate.own_tests("gpuops.market.probe.xǁProbeǁjudge__mutmut_1") == ("tests/test_probe.py",)
+    assert gate.own_tests("gpuops.ledger.x_advance__mutmut_2") is None
+    assert gate.own_tests("gpuops.market.probe_extra.x_f__mutmut_1") is None
+    assert gate.own_tests("gpuops.market.probe.x_f") is None  # not a mutant name
+    for files in gate.OWN_TESTS.values():
+        for name in files:
+            assert (ROOT / name).is_file() or name.endswith("_more.py"), name
+
+
+def test_under_mutmut_the_conftest_deselects_what_a_mutant_does_not_own(tmp_path):
+    """H2: the conftest hook runs only the owning module's tests for its mutants."""
+    env = {**os.environ, "MUTANT_UNDER_TEST": "gpuops.market.probe.x_judge__mutmut_1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "0", "-q", "--collect-only", "-p", "no:cacheprovider",
+         "tests/test_probe.py", "tests/test_timing.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "deselected" in done.stdout
+    assert "test_timing.py" not in done.stdout
+    assert "test_probe.py" in done.stdout

@@ -1,0 +1,36 @@
+"""Sweep and boxes over an account with 1,000 instances, over loopback HTTP (DESIGN §4 Scale).
+
+Correctness only; the time it takes is measured by tests/benchmarks/bench_sweep.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuops.market.rent import sweep
+from gpuops.market.rentals import RELEASED
+from scale_world import build
+
+pytestmark = pytest.mark.slow
+
+
+def test_sweep_over_a_thousand_instances_ends_ours_and_reports_every_other_untouched(tmp_path):
+    """M3/M4: 100 expired boxes of ours destroyed and confirmed; 900 others only reported."""
+    account = build(tmp_path, total=1000, ours=100)
+    try:
+        listed = account.market.vast.list_instances()
+        assert len(listed) == 1000  # every page of the paged v1 list
+
+        report = sweep(account.market)
+
+        assert len(report.expired) == 100
+        assert all("confirmed gone" in line for line in report.expired)
+        assert len(report.unowned) == 900
+        assert sorted(line.split()[1] for line in report.unowned) == sorted(account.theirs)
+        alive = {str(box.id) for box in account.fake.boxes()}
+        assert alive == set(account.theirs)
+        rentals = account.market.rentals.all()
+        assert len(rentals) == 100 and {r.state for r in rentals} == {RELEASED}
+        assert account.market.ledger.retry_list() == []
+    finally:
+        account.close()
