@@ -143,7 +143,7 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
         if rental.dph_total is not None and rental.started_at is not None:
             until = rental.ended_at if rental.ended_at is not None else now
             spend = round(rental.dph_total * max(0.0, until - rental.started_at) / 3600.0, 4)
-        rows.append({**dataclasses.asdict(rental), "spend_usd": spend})
+        rows.append({**dataclasses.asdict(rental), "spend_usd": spend, **_guard_of(market, rental)})
     pending = [dataclasses.asdict(r) for r in market.ledger.retry_list()]
     for record in pending:
         record["state"] = record["state"].value
@@ -154,6 +154,7 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
         print(
             f"{row['name']:<20} {row['state']:<9} {row['owner']:<24} "
             f"instance {row['instance_id']}  ${row['dph_total']}/h  spent ${row['spend_usd']}"
+            + (f"  guard {row['guard']}" if row["state"] == "live" else "")
         )
     for record in pending:
         print(
@@ -163,6 +164,19 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
     if not rows and not pending:
         print("no boxes")
     return 0
+
+
+def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
+    """Who guards a rental (M5): the lease holder, and whether its heartbeat is fresh."""
+    from gpuops.market import guardian as g
+    from gpuops.market.guard import Leases
+
+    lease, _ = Leases(market.ledger.store).read(rental.name)
+    if lease is None:
+        return {"guardian": None, "guard": "NONE (no ceiling: gpuops guard NAME)"}
+    fresh = not g.is_stale(lease, market.clock())
+    state = "fresh" if fresh else "STALE (its guardian is not running)"
+    return {"guardian": lease.holder, "guard": f"{state}: {lease.holder}"}
 
 
 def _offer_row(offer: Any) -> dict[str, Any]:

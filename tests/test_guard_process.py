@@ -195,6 +195,8 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
     holders = {e["guardian"] for e in fakes.events("guard.lease.taken")}
     assert len(holders) == 1
     (responsible,) = holders
+    (row,) = fakes.json("boxes")["rentals"]
+    assert row["guardian"] == responsible and row["guard"].startswith("fresh")
     first_pid = int(responsible.split("/")[2])
     _kill(first_pid)  # the responsible guardian dies: one standby takes over, once
     fakes.wait_for("a takeover", lambda: len(fakes.events("guard.lease.taken")) == 2)
