@@ -25,7 +25,7 @@ import yaml
 
 from gpuops import timing
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 ROOT = Path(__file__).resolve().parent.parent
 SCALE = 30.0  # guardians: heartbeat 0.5 s, lease TTL 2 s, verification 1 s
@@ -174,19 +174,18 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
     """M7/M8: ten guardians started in quick succession while the watcher that starts them is
     killed and restarted: one box is rented, exactly one guardian is responsible at a time,
     none exits 0 before the box is confirmed gone, and the box is destroyed by its deadline."""
-    rent = f"{shlex.quote(sys.executable)} -m gpuops rent pi-box --gpu 'RTX 4090' --hours 0.008"
+    rent = f"{shlex.quote(sys.executable)} -m gpuops rent pi-box --gpu 'RTX 4090' --hours 1"
     watcher_script = f"{rent} --race 2 && sleep 600"
     for _ in range(3):  # the crash-looping watcher: each restart re-runs rent (M8)
         watcher = subprocess.Popen(
             ["bash", "-c", watcher_script], env=fakes.env, cwd=ROOT, start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        fakes.wait_for("a live rental", lambda: fakes.json("boxes")["rentals"])
         fakes.wait_for(
-            "the rent to finish",
-            lambda: fakes.json("boxes")["rentals"][0]["state"] == "live",
+            "a live rental",
+            lambda: [r for r in fakes.json("boxes")["rentals"] if r["state"] == "live"],
         )
-        time.sleep(timing.GUARD_SPAWN_POLL_S)
+        fakes.wait_for("its guardian", lambda: fakes.events("guard.lease.taken"))
         os.killpg(watcher.pid, signal.SIGKILL)
         watcher.wait(timeout=WAIT_S)
     pids = [fakes.json("guard", "pi-box")["pid"] for _ in range(10)]
@@ -200,17 +199,22 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
     first_pid = int(responsible.split("/")[2])
     _kill(first_pid)  # the responsible guardian dies: one standby takes over, once
     fakes.wait_for("a takeover", lambda: len(fakes.events("guard.lease.taken")) == 2)
+    fakes.gpuops("guard", "pi-box", "--hours", "0.001")  # bring the deadline to 3.6 s from now
+    (row,) = fakes.json("boxes")["rentals"]
+    deadline = row["deadline_at"]
 
     (gone,) = fakes.wait_for("the destroy", lambda: fakes.events("guard.confirmed_gone"))
-    for pid in pids:
+    for pid in _guardian_pids(fakes) - {first_pid}:
         fakes.wait_for(f"guardian {pid} to exit", lambda pid=pid: not _alive(pid))
 
     assert fakes.live_instances() == []
-    assert gone["delay_s"] <= timing.DESTROY_CONFIRM_TIMEOUT_S
+    assert -timing.DEADLINE_MARGIN_S <= gone["delay_s"] <= timing.DESTROY_CONFIRM_TIMEOUT_S
+    assert time.time() >= deadline - timing.DEADLINE_MARGIN_S
     exits = fakes.events("guard.exit")
     assert {e["code"] for e in exits} == {0}
     assert all(e["ts"] >= gone["ts"] for e in exits)  # no clean exit before the confirmation
     assert len(exits) == len(_guardian_pids(fakes)) - 1  # everyone but the one killed
+    assert len(_guardian_pids(fakes)) >= 11 and set(pids) <= _guardian_pids(fakes)
     taken = fakes.events("guard.lease.taken")
     assert len(taken) == 2 and taken[1]["previous"] == responsible
 

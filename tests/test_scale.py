@@ -11,7 +11,7 @@ from gpuops.market.rent import sweep
 from gpuops.market.rentals import RELEASED
 from scale_world import build
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 
 def test_sweep_over_a_thousand_instances_ends_ours_and_reports_every_other_untouched(tmp_path):
