@@ -18,7 +18,7 @@ import pytest
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops.errors import NameTaken, NotOwned, Refused, Unavailable
-from gpuops.ledger import BoxState, Ledger
+from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
 from gpuops.market.rentals import LIVE, RELEASED
@@ -298,3 +298,28 @@ def test_a_race_with_no_winner_fails_loudly_and_leaves_nothing(world):
 
     assert world.alive() == []
     assert [r for r in market.ledger.records() if r.active] == []
+
+
+@pytest.mark.parametrize("finish", ["destroy", "sweep"])
+def test_a_release_cut_off_by_a_crash_is_finished_by_destroy_or_sweep(world, finish):
+    """M4: a box confirmed gone whose release a crash cut off is released by the next
+    `destroy` or `sweep`, without another destroy call."""
+    market = world.market()
+    rental = market.rent(request())
+    box = rental.box or ""
+    market.ledger.begin_destroy(box)
+    market.vast.destroy(rental.instance_id or "")
+    market.ledger.confirm_gone(box, GONE_BY_SHOW)
+    destroys = sum(1 for call in world.fake.calls if call.route == "destroy")
+
+    if finish == "destroy":
+        lines = destroy_rental(market, "job")
+        assert lines == [f"{box}: instance {rental.instance_id} was confirmed gone; released"]
+        assert market.rentals.get("job").state == RELEASED
+    else:
+        report = sweep(market)
+        assert report.retried == [
+            f"{box}: instance {rental.instance_id} was confirmed gone; released"
+        ]
+    assert market.ledger.get(box).state is BoxState.RELEASED
+    assert sum(1 for call in world.fake.calls if call.route == "destroy") == destroys

@@ -16,7 +16,7 @@ from gpuops.errors import (
     StillRunning,
     Unavailable,
 )
-from gpuops.ledger import BoxState, Ledger
+from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger
 from gpuops.market.teardown import (
     LABEL_PREFIX,
     Outcome,
@@ -289,3 +289,32 @@ def test_pending_means_exactly_a_destroy_not_yet_confirmed(ledger, state):
     record, _ = ledger.record_intent(BOX, "vast")
 
     assert is_pending(replace(record, state=state)) is (state is BoxState.DESTROYING)
+
+
+def test_a_confirmation_whose_release_a_crash_cut_off_is_released_without_a_new_destroy(
+    ledger, clock
+):
+    """M4: a record left gone-confirmed by a crash is finished, not refused, and not destroyed
+    again: the evidence was already recorded."""
+    live(ledger)
+    ledger.begin_destroy(BOX)
+    ledger.confirm_gone(BOX, GONE_BY_SHOW)
+    vast = Provider()
+
+    outcome = destroy(vast, ledger, clock)
+
+    assert outcome == Outcome(BOX, True, "instance 77 was confirmed gone; released")
+    assert vast.calls == []
+    assert ledger.get(BOX).state is BoxState.RELEASED
+
+
+def test_finishing_a_cut_off_release_is_refused_to_another_operator(ledger, clock):
+    """M3: only the owner releases, even a box already confirmed gone."""
+    live(ledger)
+    ledger.begin_destroy(BOX)
+    ledger.confirm_gone(BOX, GONE_BY_SHOW)
+    bob = Ledger(ledger.store, Events(), "bob", clock=lambda: 1_800_000_000.0)
+
+    with pytest.raises(NotOwned):
+        destroy(Provider(), bob, clock)
+    assert ledger.get(BOX).state is BoxState.GONE_CONFIRMED

@@ -394,6 +394,12 @@ class SweepReport:
     unowned: list[str]  # instances on the account no ledger owns: reported, never touched
 
 
+# A destroy began and was not finished: the retry list, plus a confirmation whose release a
+# crash cut off (M4). _ENDING adds the live boxes `destroy` ends.
+_PENDING = (BoxState.DESTROYING, BoxState.GONE_CONFIRMED)
+_ENDING = (BoxState.LIVE, *_PENDING)
+
+
 def destroy_rental(market: Market, name: str) -> list[str]:
     """``gpuops destroy NAME``: refuse unless ours (M3); destroy every box of the rental with
     confirmation (M4); mark the rental released only when all are confirmed gone."""
@@ -406,7 +412,7 @@ def destroy_rental(market: Market, name: str) -> list[str]:
     for record in market.ledger.records():
         if rental_of(record.name) != name or record.owner != market.ledger.operator:
             continue
-        if record.state in (BoxState.LIVE, BoxState.DESTROYING) and record.instance_id:
+        if record.state in _ENDING and record.instance_id:
             outcome = destroy_box(market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep)
             outcomes.append(f"{record.name}: {outcome.detail}")
             all_gone = all_gone and outcome.released
@@ -426,7 +432,7 @@ def sweep(market: Market) -> SweepReport:
     for record in market.ledger.records():
         if record.owner != me:
             continue
-        if record.state is BoxState.DESTROYING and record.instance_id:
+        if record.state in _PENDING and record.instance_id:
             outcome = destroy_box(market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep)
             report.retried.append(f"{record.name}: {outcome.detail}")
         elif record.state is BoxState.INTENT:

@@ -60,6 +60,11 @@ def destroy_box(
     (an intent whose create never produced one) is confirmed gone by the caller's
     reconciliation, not here.
     """
+    current = ledger.get(name)
+    if current is not None and current.state is BoxState.GONE_CONFIRMED:
+        # a crash between the confirmation and the release: the evidence is already recorded
+        ledger.release(name)  # owner check (M3) in the ledger
+        return Outcome(name, True, f"instance {current.instance_id} was confirmed gone; released")
     record = ledger.begin_destroy(name)  # owner check (M3); on the retry list from now on (M4)
     if record.instance_id is None:
         return Outcome(name, False, "no instance recorded: reconcile its intent by label first")
