@@ -111,7 +111,7 @@ RULES: tuple[Rule, ...] = (
         "M10",
         "Dead is a fact (act on it); stalled is a judgment (alert only).",
         IMPLEMENTED,
-        "tests/test_watchdog.py::test_a_quiet_log_is_stalled_and_never_dead",
+        "tests/test_watchdog.py::test_a_quiet_real_job_is_stalled_by_the_box_clock_and_left_running",
         scope="`gpuops run` starts jobs under tmux; `gpuops watch` judges dead / stalled / "
         "unknown; tested on real tmux processes in fake boxes' sandboxes",
     ),
