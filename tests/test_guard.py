@@ -325,3 +325,19 @@ def test_no_account_key_reaches_the_ssh_that_starts_a_job_or_copies_its_results(
     assert calls and all(call["secret_env"] == [] for call in calls)
     copied = (world.tmp / "results" / "job" / "env.txt").read_text()
     assert "never-on-a-box" not in copied
+
+
+def test_an_unexpected_error_ends_the_guardian_loudly_in_the_event_log(world):
+    """M7: a crash is never silent: its exit code and reason reach the event log first."""
+    world.rent(hours=1.0)
+    guardian = world.guardian(world.market(), "alice/pi/1/aa")
+    guardian.bind()
+
+    def broken(key: str):
+        raise RuntimeError("disk on fire")
+
+    world.store.get = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        guardian.run()
+    (ended,) = world.events.kinds("guard.exit")
+    assert ended["code"] == 1 and ended["reason"] == "RuntimeError: disk on fire"

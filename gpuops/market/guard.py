@@ -210,11 +210,17 @@ class Guardian:
         while True:
             try:
                 code = self.step()
-            except Unavailable as exc:  # the store or the provider: loud, then try again
+            except (Unavailable, VersionConflict) as exc:
+                # the store or the provider, or a write that kept losing its race: loud, retried
                 self._log("guard.error", error=f"{type(exc).__name__}: {exc}")
                 self.say(f"gpuops guard: {self.name}: {exc}; retrying")
                 self._sleep(self.clockwork.poll_s)
                 continue
+            except BaseException as exc:  # anything else ends it: loudly, never silently (M7)
+                code = exc.exit_code if isinstance(exc, GpuopsError) else 1
+                if not isinstance(exc, SystemExit):  # the signal handler logged its own
+                    self._log("guard.exit", code=code, reason=f"{type(exc).__name__}: {exc}")
+                raise
             if code is not None:
                 return code
 

@@ -113,7 +113,7 @@ def start_script(name: str, command: str) -> str:
             "echo $? > exit_code.partial && mv exit_code.partial exit_code",
             _EOF,
             ": > log",
-            f'tmux new-session -d -s {session} "sh $J/job.sh" || exit 1',
+            f'tmux new-session -d -s {session} -c "$J" "sh job.sh" || exit 1',
             'echo "started in $J"',
         ]
     )
@@ -131,7 +131,9 @@ def observe_script(name: str) -> str:
             'if [ -f "$J/log" ]; then',
             '  echo "log_bytes=$(wc -c < "$J/log")"',
             '  echo "log_mtime=$(stat -c %Y "$J/log")"',
-            '  echo "last_line=$(tail -n 1 "$J/log" | tr -d \'\\r\' | cut -c1-200)"',
+            # the newest progress: after the last carriage return of the last non-blank line
+            '  echo "last_line=$(tail -c 4096 "$J/log" | tr \'\\r\' \'\\n\' '
+            "| grep -av '^[[:space:]]*$' | tail -n 1 | cut -c1-200)\"",
             "fi",
             'echo "now=$(date +%s)"',
         ]
@@ -155,7 +157,10 @@ def parse_observation(stdout: str) -> Observation:
     """Parse :func:`observe_script`'s output; missing or malformed required lines are a
     UsageError naming the line, never a guess."""
     seen: dict[str, str] = {}
-    for line in stdout.splitlines():
+    # the shell ends lines at "\n" only: str.splitlines() would also split at \f, \v, \x1c,
+    # \u2028..., and let a job's log line forge an exit code
+    for line in stdout.split("\n"):
+        line = line.removesuffix("\r")
         key, sep, value = line.partition("=")
         if sep and key in _KEYS and key not in seen:
             seen[key] = value.strip() if key != "last_line" else value
@@ -191,15 +196,15 @@ def _int(seen: dict[str, str], key: str) -> int:
 
 def judge(obs: Observation) -> Status:
     """Running, dead (a fact) or stalled (a judgment), from one observation (M10)."""
-    if not obs.tmux:
-        return Status(JobState.UNKNOWN, "tmux is not installed on the box")
-    if obs.exit_code is not None:
+    if obs.exit_code is not None:  # a recorded exit code is a fact, whatever else is true
         try:
             code = int(obs.exit_code)
         except ValueError:
             return Status(JobState.DEAD, f"ended; its exit code file holds {obs.exit_code!r}")
         word = "succeeded" if code == 0 else "failed"
         return Status(JobState.DEAD, f"{word} with exit code {code}", code)
+    if not obs.tmux:
+        return Status(JobState.UNKNOWN, "tmux is not installed on the box")
     if not obs.session:
         return Status(
             JobState.DEAD,
