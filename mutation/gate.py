@@ -39,6 +39,10 @@ FLOORS: dict[str, float] = {
     "gpuops/market/quarantine.py": 100.0,
     "gpuops/market/rentals.py": 100.0,
     "gpuops/market/teardown.py": 100.0,
+    "gpuops/providers/vast.py": 100.0,
+    "gpuops/market/probe.py": 100.0,
+    "gpuops/market/guardian.py": 100.0,
+    "gpuops/market/watchdog.py": 100.0,
 }
 
 # Per-module test selection: a mutant of a module listed here runs only that module's own tests
@@ -48,6 +52,18 @@ FLOORS: dict[str, float] = {
 # reaches is "no tests", which counts as survived: the selection can only make the gate
 # stricter, never quietly pass a mutant.
 OWN_TESTS: dict[str, tuple[str, ...]] = {
+    "gpuops.ledger": ("tests/test_ledger.py", "tests/test_ledger_machine.py"),
+    "gpuops.events": ("tests/test_events.py",),
+    "gpuops.store.base": (
+        "tests/test_store_contract.py", "tests/test_store_local.py", "tests/test_store_s3.py",
+    ),
+    "gpuops.store.local": ("tests/test_store_local.py", "tests/test_store_contract.py"),
+    "gpuops.store.s3": ("tests/test_store_s3.py", "tests/test_store_contract.py"),
+    "gpuops.market.select": ("tests/test_select.py",),
+    "gpuops.market.race": ("tests/test_race.py",),
+    "gpuops.market.quarantine": ("tests/test_quarantine.py",),
+    "gpuops.market.rentals": ("tests/test_rentals.py",),
+    "gpuops.market.teardown": ("tests/test_teardown.py",),
     "gpuops.providers.vast": ("tests/test_vast_adapter.py", "tests/test_vast_contract.py"),
     "gpuops.market.probe": ("tests/test_probe.py",),
     "gpuops.market.guardian": ("tests/test_guardian.py", "tests/test_guardian_more.py"),

@@ -139,14 +139,18 @@ def test_every_load_bearing_module_has_a_floor_and_is_mutated():
 
 
 def test_a_mutant_of_a_module_with_own_tests_is_limited_to_them_and_others_are_not():
-    """H2: per-module selection maps adapter/probe/guardian/watchdog mutants to their own
-    tests; every other mutant keeps every covering test."""
+    """H2: per-module selection maps each gated module's mutants to its own tests; a module
+    not listed keeps every covering test."""
     assert gate.own_tests("gpuops.providers.vast.x_translate_error__mutmut_3") == (
         "tests/test_vast_adapter.py",
         "tests/test_vast_contract.py",
     )
     assert gate.own_tests("gpuops.market.probe.xǁProbeǁjudge__mutmut_1") == ("tests/test_probe.py",)
-    assert gate.own_tests("gpuops.ledger.x_advance__mutmut_2") is None
+    assert gate.own_tests("gpuops.ledger.x_advance__mutmut_2") == (
+        "tests/test_ledger.py",
+        "tests/test_ledger_machine.py",
+    )
+    assert gate.own_tests("gpuops.cli.x_main__mutmut_2") is None
     assert gate.own_tests("gpuops.market.probe_extra.x_f__mutmut_1") is None
     assert gate.own_tests("gpuops.market.probe.x_f") is None  # not a mutant name
     for files in gate.OWN_TESTS.values():
