@@ -58,10 +58,22 @@ def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: boo
         )
         guard.install_signal_handlers(guardian)
         return guardian.run()
+    from gpuops.market import guardian as g
+
+    lease, _ = guard.Leases(market.ledger.store).read(args.name)
+    if lease is not None and not g.is_stale(lease, market.clock()) and not args.standby:
+        # M5/M7: one live guardian is enough; a crash-looping caller never multiplies them
+        moved = "; deadline moved" if deadline is not None else ""
+        _out(
+            as_json,
+            {"name": args.name, "pid": None, "guardian": lease.holder, "deadline_at": deadline},
+            [f"{args.name}: already guarded by {lease.holder}{moved}"],
+        )
+        return 0
     spawned = guard.spawn(args.name, state_url, operator, local_dir(state_url))
     _out(
         as_json,
-        {"name": args.name, "pid": spawned.pid, "log": str(spawned.log)},
+        {"name": args.name, "pid": spawned.pid, "log": str(spawned.log), "deadline_at": deadline},
         [f"{args.name}: guardian pid {spawned.pid} is running detached; log {spawned.log}"],
     )
     return 0
@@ -73,7 +85,7 @@ def _deadline(args: argparse.Namespace, now: float) -> float | None:
     if args.hours is not None:
         if not args.hours > 0:
             raise UsageError(f"--hours must be positive, not {args.hours}")
-        return now + args.hours * 3600.0
+        return float(now + args.hours * 3600.0)
     if args.deadline is not None:
         try:
             parsed = datetime.fromisoformat(args.deadline)
@@ -174,6 +186,11 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     when.add_argument("--deadline", metavar="ISO", help="set the deadline (ISO-8601 with zone)")
     guard.add_argument("--foreground", action="store_true", help="run here, not detached")
     guard.add_argument(
+        "--standby",
+        action="store_true",
+        help="start one even if a live guardian holds the box (a backup, e.g. on another host)",
+    )
+    guard.add_argument(
         "--print-systemd-unit", action="store_true", help="print a unit for an always-on host"
     )
     guard.add_argument(
@@ -185,7 +202,9 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     run.add_argument("name", metavar="NAME")
     run.add_argument(
-        "--results", default="results", help="results directory, relative to the job's (default results)"
+        "--results",
+        default="results",
+        help="results directory, relative to the job's (default results)",
     )
     run.add_argument("job", nargs=argparse.REMAINDER, metavar="-- CMD")
     watch = commands.add_parser(
@@ -194,4 +213,3 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     watch.add_argument("name", metavar="NAME")
     watch.add_argument("--once", action="store_true", help="look once and exit")
     watch.add_argument("--timeout", type=float, metavar="SECONDS", help="default one hour")
-

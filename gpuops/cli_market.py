@@ -108,7 +108,9 @@ def _rent(
     ]
     if args.no_guard:
         row["guardian"] = None
-        lines.append(f"{rental.name}: NO guardian (--no-guard): nothing destroys it at the deadline")
+        lines.append(
+            f"{rental.name}: NO guardian (--no-guard): nothing destroys it at the deadline"
+        )
     else:
         row["guardian"] = _guarded(market, rental.name, state_url)
         lines.append(f"{rental.name}: {row['guardian']['detail']}")

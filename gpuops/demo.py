@@ -21,7 +21,6 @@ from gpuops.events import EventLog, read_events
 from gpuops.ledger import GONE_BY_SHOW, Ledger
 from gpuops.store import open_store
 
-
 DEMO_SEED = 2026
 DEMO_TIME_SCALE = 120.0  # fake seconds per real second in the demo's market
 EXPORT_LINES = 6  # `gpuops fakes serve` prints this many export lines first

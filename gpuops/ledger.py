@@ -326,7 +326,9 @@ class Ledger:
         for _ in range(CAS_ATTEMPTS):
             found = self.store.get(key)
             if found is None:
-                raise Refused("M3", f"no ledger record named {name!r}: gpuops cannot prove it owns it")
+                raise Refused(
+                    "M3", f"no ledger record named {name!r}: gpuops cannot prove it owns it"
+                )
             current = decode(key, found.data)
             if idempotent and current.state is to and current.owner == self.operator:
                 return current  # already there: a retry after a crash is harmless

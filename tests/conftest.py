@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("default", deadline=None)

@@ -1,4 +1,5 @@
-"""Store fakes shared by tests: a MemoryStore that lets another process act mid-operation."""
+"""Fakes shared by tests: a MemoryStore that lets another process act mid-operation, and an
+event sink that keeps what it is given."""
 
 from __future__ import annotations
 
@@ -33,3 +34,16 @@ class Interleaved(MemoryStore):
     def put(self, key: str, data: bytes, version: str) -> str:
         self._meanwhile("put")
         return super().put(key, data, version)
+
+
+class Events:
+    """An event sink (``EventLog.append``'s shape) that keeps every event in memory."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def append(self, kind: str, /, **payload: Any) -> None:
+        self.events.append((kind, payload))
+
+    def kinds(self, kind: str) -> list[dict[str, Any]]:
+        return [p for k, p in self.events if k == kind]

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def gpuops(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpuops", "--state", str(tmp_path / "s"), "--operator", "alice", *args],
+        [sys.executable, "-m", "gpuops", "--state", str(tmp_path / "s"), "--operator", "alice",
+         *args],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
         env={**os.environ, "VAST_API_KEY": "k-test", "VAST_URL": "http://127.0.0.1:9"},
     )  # fmt: skip
@@ -30,8 +31,11 @@ def gpuops(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_the_systemd_unit_restarts_failures_but_not_success_or_verified_supersession():
     """M7: exit 0 and exit 7 are final; every other exit is restarted by the supervisor."""
     unit = systemd_unit("s3://bucket/state", "alice@pi")
-    assert f"ExecStart={sys.executable} -m gpuops guard %i --foreground --state s3://bucket/state "
-    "--operator alice@pi" in unit
+    exec_start = (
+        f"\nExecStart={sys.executable} -m gpuops guard %i --foreground "
+        "--state s3://bucket/state --operator alice@pi\n"
+    )
+    assert exec_start in unit
     assert "\nSuccessExitStatus=7\n" in unit
     assert "\nRestart=on-failure\n" in unit
     assert "\nRestartPreventExitStatus=3\n" in unit

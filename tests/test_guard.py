@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from store_fakes import Events
 
 from fakes.scenario import parse_scenario
 from fakes.ssh import sandbox
@@ -54,17 +55,6 @@ def scenario(**faults: Any) -> dict[str, Any]:
     if faults:
         doc["vast"]["faults"] = faults
     return doc
-
-
-class Events:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def append(self, kind: str, /, **payload: Any) -> None:
-        self.events.append((kind, payload))
-
-    def kinds(self, kind: str) -> list[dict[str, Any]]:
-        return [p for k, p in self.events if k == kind]
 
 
 @dataclass
@@ -309,9 +299,7 @@ def test_the_lease_records_a_finished_copy_so_a_successor_skips_it(world):
     assert len(world.events.kinds("guard.copy")) == 1
 
 
-def test_no_account_key_reaches_the_ssh_that_starts_a_job_or_copies_its_results(
-    world, monkeypatch
-):
+def test_no_account_key_reaches_the_ssh_that_starts_a_job_or_copies_its_results(world, monkeypatch):
     """M5/H3: the provider key stays on this host: the ssh child never sees it."""
     monkeypatch.setenv("VAST_API_KEY", "k-secret-never-on-a-box")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-never-on-a-box")

@@ -7,6 +7,7 @@ in seconds. Deadlines are real wall-clock times.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -52,7 +53,9 @@ class Fakes:
             cwd=ROOT,
         )
         lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stdout], daemon=True).start()
+        threading.Thread(
+            target=lambda: [lines.put(x) for x in self.proc.stdout], daemon=True
+        ).start()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
         while "GPUOPS_SSH_KEY" not in self.env:
             words = shlex.split(lines.get(timeout=WAIT_S))
@@ -119,10 +122,8 @@ def _guardian_pids(fakes: Fakes) -> set[int]:
 
 
 def _kill(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _alive(pid: int) -> bool:
@@ -188,7 +189,8 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
         fakes.wait_for("its guardian", lambda: fakes.events("guard.lease.taken"))
         os.killpg(watcher.pid, signal.SIGKILL)
         watcher.wait(timeout=WAIT_S)
-    pids = [fakes.json("guard", "pi-box")["pid"] for _ in range(10)]
+    assert fakes.json("guard", "pi-box")["pid"] is None  # already guarded: none is added
+    pids = [fakes.json("guard", "pi-box", "--standby")["pid"] for _ in range(10)]
 
     assert len(fakes.live_instances()) == 1  # never a second box for one name
     holders = {e["guardian"] for e in fakes.events("guard.lease.taken")}
@@ -199,7 +201,12 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
     first_pid = int(responsible.split("/")[2])
     _kill(first_pid)  # the responsible guardian dies: one standby takes over, once
     fakes.wait_for("a takeover", lambda: len(fakes.events("guard.lease.taken")) == 2)
-    fakes.gpuops("guard", "pi-box", "--hours", "0.001")  # bring the deadline to 3.6 s from now
+
+    def taken_over() -> str:
+        return str(fakes.events("guard.lease.taken")[1]["guardian"])
+
+    moved = fakes.json("guard", "pi-box", "--hours", "0.001")  # the deadline: 3.6 s from now
+    assert moved["pid"] is None and moved["guardian"] == taken_over()
     (row,) = fakes.json("boxes")["rentals"]
     deadline = row["deadline_at"]
 
@@ -214,7 +221,7 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
     assert {e["code"] for e in exits} == {0}
     assert all(e["ts"] >= gone["ts"] for e in exits)  # no clean exit before the confirmation
     assert len(exits) == len(_guardian_pids(fakes)) - 1  # everyone but the one killed
-    assert len(_guardian_pids(fakes)) >= 11 and set(pids) <= _guardian_pids(fakes)
+    assert len(_guardian_pids(fakes)) == 11 and set(pids) <= _guardian_pids(fakes)
     taken = fakes.events("guard.lease.taken")
     assert len(taken) == 2 and taken[1]["previous"] == responsible
 
@@ -237,19 +244,22 @@ def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_th
     """M4/M5: kill -9 the guardian after it copied, restart; kill -9 the next after its destroy
     call, before confirmation, restart; the box ends destroyed, and its record is released only
     after the provider confirmed it gone."""
-    fakes.gpuops("rent", "crash-box", "--gpu", "RTX 4090", "--hours", "0.005", "--race", "1")
+    fakes.gpuops("rent", "crash-box", "--gpu", "RTX 4090", "--hours", "1", "--race", "1")
     fakes.gpuops("run", "crash-box", "--", "mkdir -p results && echo ok > results/r.txt")
+    fakes.wait_for("the results", lambda: fakes.gpuops("watch", "crash-box", "--once",
+                                                        check=False).returncode == 0)  # fmt: skip
     (first,) = fakes.wait_for("the first guardian", lambda: fakes.events("guard.start"))
+    assert fakes.json("guard", "crash-box", "--hours", "0.004")["pid"] is None  # 14 s from now
     fakes.wait_for("the copy", lambda: fakes.events("guard.copy"))
     _kill(int(first["pid"]))
 
-    second = fakes.json("guard", "crash-box")["pid"]
+    second = fakes.json("guard", "crash-box", "--standby")["pid"]  # restarted
     fakes.wait_for("the destroy call", lambda: fakes.events("guard.destroy"))
     assert fakes.events("ledger.transition")[-1]["after"] == "destroying"
     _kill(second)
     assert fakes.events("guard.confirmed_gone") == []  # killed before the confirmation
 
-    third = fakes.json("guard", "crash-box")["pid"]
+    third = fakes.json("guard", "crash-box", "--standby")["pid"]
     (gone,) = fakes.wait_for("the confirmation", lambda: fakes.events("guard.confirmed_gone"))
     fakes.wait_for("the last guardian to exit", lambda: not _alive(third))
 
@@ -257,6 +267,8 @@ def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_th
     assert len(fakes.events("guard.copy")) == 1  # the successors skipped the copy
     assert (fakes.results / "crash-box" / "r.txt").read_text() == "ok\n"
     assert fakes.live_instances() == []
-    moves = [e["after"] for e in fakes.events("ledger.transition") if e["name"].startswith("crash-box")]
+    moves = [
+        e["after"] for e in fakes.events("ledger.transition") if e["name"].startswith("crash-box")
+    ]
     assert moves[-3:] == ["destroying", "gone-confirmed", "released"]
     assert [e["code"] for e in fakes.events("guard.exit")] == [0]

@@ -215,12 +215,15 @@ def test_the_copy_always_ends_before_the_deadline_with_room_to_destroy(start, le
 
 def test_the_clockwork_reads_every_duration_from_timing():
     """M6: the guardian's lease durations are the timing module's, not copies of them."""
-    assert NORMAL == Clockwork(
-        timing.GUARDIAN_HEARTBEAT_S,
-        timing.LEASE_TTL_S,
-        timing.LEASE_POLL_S,
-        timing.SUPERSESSION_VERIFY_S,
-        timing.DESTROY_CONFIRM_POLL_S,
+    assert (
+        Clockwork(
+            timing.GUARDIAN_HEARTBEAT_S,
+            timing.LEASE_TTL_S,
+            timing.LEASE_POLL_S,
+            timing.SUPERSESSION_VERIFY_S,
+            timing.DESTROY_CONFIRM_POLL_S,
+        )
+        == NORMAL
     )
 
 

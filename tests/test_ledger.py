@@ -10,10 +10,10 @@ import pytest
 
 from gpuops.errors import (
     CorruptState,
-    Refused,
     IllegalTransition,
     NameTaken,
     NotOwned,
+    Refused,
     UsageError,
     VersionConflict,
 )
@@ -602,7 +602,11 @@ def test_gone_confirmed_needs_the_right_evidence(source, evidence):
     create was refused. An empty list or a lost answer proves nothing."""
     with pytest.raises(IllegalTransition, match="needs") as caught:
         advance(
-            record(source), BoxState.GONE_CONFIRMED, operator="alice", now_iso="n", evidence=evidence
+            record(source),
+            BoxState.GONE_CONFIRMED,
+            operator="alice",
+            now_iso="n",
+            evidence=evidence,
         )
 
     assert caught.value.rule == "M4"
@@ -701,9 +705,7 @@ def test_an_index_left_by_a_released_record_of_the_same_intent_is_stale(alice):
     alice.begin_destroy("a")
     alice.confirm_gone("a", GONE_BY_SHOW)
     alice.release("a")
-    alice.store.create(
-        INSTANCES + "42", f'{{"intent_id": "{a.intent_id}", "name": "a"}}'.encode()
-    )
+    alice.store.create(INSTANCES + "42", f'{{"intent_id": "{a.intent_id}", "name": "a"}}'.encode())
     alice.record_intent("b", "vast")
 
     assert alice.mark_live("b", "42").instance_id == "42"

@@ -167,9 +167,7 @@ class LedgerMachine(RuleBasedStateMachine):
         for instance in [i for i, lbl in self.boxes.items() if lbl == label]:
             del self.boxes[instance]
         # only after the provider, asked about that box, says it is gone (M4)
-        outcome = self._attempt(
-            op, crash, lambda ledger: ledger.confirm_gone(name, GONE_BY_SHOW)
-        )
+        outcome = self._attempt(op, crash, lambda ledger: ledger.confirm_gone(name, GONE_BY_SHOW))
         assert outcome != "refused"
         self._moved(name, outcome, BoxState.GONE_CONFIRMED)
 
@@ -180,9 +178,7 @@ class LedgerMachine(RuleBasedStateMachine):
             return
         if self.expected[name].intent_id in self.boxes.values():
             return  # a box carries its label: the create was not refused
-        outcome = self._attempt(
-            op, crash, lambda ledger: ledger.confirm_gone(name, CREATE_REFUSED)
-        )
+        outcome = self._attempt(op, crash, lambda ledger: ledger.confirm_gone(name, CREATE_REFUSED))
         assert outcome != "refused"
         self._moved(name, outcome, BoxState.GONE_CONFIRMED)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from gpuops import timing
@@ -11,7 +9,7 @@ from gpuops.errors import CorruptState, VersionConflict
 from gpuops.ledger import CAS_ATTEMPTS
 from gpuops.market.quarantine import HOST_FAULTS, PREFIX, Quarantine, is_host_fault
 from gpuops.store.memory import MemoryStore
-from tests.store_fakes import Interleaved
+from tests.store_fakes import Events, Interleaved
 
 
 class Clock:
@@ -20,14 +18,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Events:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def append(self, kind: str, /, **payload: Any) -> None:
-        self.events.append((kind, payload))
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from store_fakes import Events
 
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
@@ -55,17 +56,6 @@ def scenario(*fates: str, **vast: Any) -> dict[str, Any]:
     return {"vast": {"api_key": "k-test", "ssh_keys": [KEY], "offers": offers, **vast}}
 
 
-class Events:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def append(self, kind: str, /, **payload: Any) -> None:
-        self.events.append((kind, payload))
-
-    def kinds(self, kind: str) -> list[dict[str, Any]]:
-        return [p for k, p in self.events if k == kind]
-
-
 @dataclass
 class World:
     fake: FakeVast
@@ -78,9 +68,10 @@ class World:
 
         def probe(instance: Instance, box: str) -> Verdict:
             self.probed.append(instance.machine_id or 0)
-            kind = fates.get(int(instance.instance_id)) or self.fake.instances[
-                int(instance.instance_id)
-            ].fate.kind
+            kind = (
+                fates.get(int(instance.instance_id))
+                or self.fake.instances[int(instance.instance_id)].fate.kind
+            )
             return FATES[kind]
 
         vast = VastAdapter(
@@ -200,7 +191,8 @@ def test_another_operator_cannot_rent_or_destroy_the_name(world):
 
 
 @pytest.mark.parametrize(
-    "world", [{**scenario("healthy"), "vast": {**scenario("healthy")["vast"], "ssh_keys": []}}],
+    "world",
+    [{**scenario("healthy"), "vast": {**scenario("healthy")["vast"], "ssh_keys": []}}],
     indirect=True,
 )
 def test_an_unregistered_key_is_refused_before_any_create(world):
@@ -261,8 +253,15 @@ def test_sweep_reports_a_box_no_ledger_owns_and_never_touches_it(world):
 
 @pytest.mark.parametrize(
     "world",
-    [{**scenario("healthy"), "vast": {**scenario("healthy")["vast"],
-      "faults": {"lost_creates": [{"offer": 1000, "answer": 503, "count": 1}]}}}],
+    [
+        {
+            **scenario("healthy"),
+            "vast": {
+                **scenario("healthy")["vast"],
+                "faults": {"lost_creates": [{"offer": 1000, "answer": 503, "count": 1}]},
+            },
+        }
+    ],
     indirect=True,
 )
 def test_a_create_whose_answer_is_lost_is_reconciled_by_its_label(world):

@@ -144,9 +144,7 @@ def test_an_update_changes_the_named_fields_and_counts_a_revision(alice, store):
 
     live = alice.update("job", state=LIVE, instance_id="77", dph_total=0.4)
 
-    assert live == Rental(
-        "job", "alice", LIVE, race=1, instance_id="77", dph_total=0.4, revision=2
-    )
+    assert live == Rental("job", "alice", LIVE, race=1, instance_id="77", dph_total=0.4, revision=2)
     assert stored(store, "job") == live
     assert alice.update("job", ended_at=9.0).revision == 3
 

@@ -6,10 +6,10 @@ Correctness only; the time it takes is measured by tests/benchmarks/bench_sweep.
 from __future__ import annotations
 
 import pytest
+from scale_world import build
 
 from gpuops.market.rent import sweep
 from gpuops.market.rentals import RELEASED
-from scale_world import build
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 

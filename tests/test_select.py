@@ -59,7 +59,12 @@ def test_the_default_filter_is_the_seeds():
         (O(1, disk_bw=None), ["disk bandwidth unknown"]),
         (
             O(1, reliability=0.5, disk_bw=10.0, gpu_ram=100.0, machine_id=7),
-            ["quarantined", "reliability 0.5000 < 0.98", "disk 10 MB/s < 500", "vram 100 MB < 8192"],
+            [
+                "quarantined",
+                "reliability 0.5000 < 0.98",
+                "disk 10 MB/s < 500",
+                "vram 100 MB < 8192",
+            ],
         ),
     ],
 )

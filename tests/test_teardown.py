@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
+from store_fakes import Events
 
 from gpuops import timing
 from gpuops.errors import (
@@ -91,17 +91,19 @@ class Provider:
 
 def running(instance_id: str) -> Instance:
     return Instance(
-        instance_id, label_for("x"), InstanceStatus.RUNNING, "running",
-        None, None, None, None, None, None, None, None,
+        instance_id,
+        label_for("x"),
+        InstanceStatus.RUNNING,
+        "running",
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
     )
-
-
-class Events:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def append(self, kind: str, /, **payload: Any) -> None:
-        self.events.append((kind, payload))
 
 
 @pytest.fixture
@@ -148,7 +150,9 @@ def test_a_destroyed_box_is_released_once_show_says_it_is_gone(ledger, clock):
     assert record.state is BoxState.RELEASED
     assert not is_pending(record)
     assert [p["after"] for _, p in ledger.events.events][-3:] == [
-        "destroying", "gone-confirmed", "released"
+        "destroying",
+        "gone-confirmed",
+        "released",
     ]
 
 
@@ -190,9 +194,7 @@ def test_a_failed_destroy_call_stays_on_the_retry_list_with_its_error(ledger, cl
     assert vast.calls == [("destroy", "77")]
     record = ledger.get(BOX)
     assert is_pending(record)
-    assert (record.destroy_attempts, record.last_error) == (
-        1, f"{type(error).__name__}: {error}"
-    )
+    assert (record.destroy_attempts, record.last_error) == (1, f"{type(error).__name__}: {error}")
     assert vast.alive == {"77"}
 
 

@@ -119,7 +119,7 @@ def test_an_empty_or_blank_command_is_refused_with_an_example(argv):
 
 def test_one_argument_is_a_shell_string_kept_verbatim():
     """M10: a single argument is run by the box's shell as written, pipes and $vars included."""
-    command = "python train.py --lr 3e-4 | tee out.txt && echo \"$HOME\""
+    command = 'python train.py --lr 3e-4 | tee out.txt && echo "$HOME"'
 
     assert w.shell_command([command]) == command
 
@@ -472,7 +472,7 @@ def test_the_last_line_is_quoted_with_repr_in_the_message():
     """M10: a user sees the last line quoted, control characters escaped."""
     status = w.judge(running(last_line="it's\tdone", log_bytes=0))
 
-    assert status.detail == "running; log 0 bytes: \"it's\\tdone\""
+    assert status.detail == 'running; log 0 bytes: "it\'s\\tdone"'
 
 
 def test_an_unreachable_box_is_unknown_never_dead():

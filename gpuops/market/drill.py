@@ -52,15 +52,15 @@ def drill(
     rental = market.rent(RentRequest(name=name, gpu_name=gpu, hours=length_s / 3600.0, race_k=1))
     assert rental.deadline_at is not None and rental.instance_id is not None
     spawned = spawn(name, state_url, operator, local_dir(state_url))
-    say(f"guardian pid {spawned.pid} started; waiting for the deadline {utc_iso(rental.deadline_at)}")
+    say(f"guardian pid {spawned.pid} started; the deadline is {utc_iso(rental.deadline_at)}")
     give_up = rental.deadline_at + timing.DESTROY_CONFIRM_TIMEOUT_S + timing.LEASE_TTL_S
     confirmed_at = None
     while time.time() < give_up:
         current = market.rentals.get(name)
-        if current is not None and current.state == RELEASED:
-            if market.vast.show(rental.instance_id) is None:
-                confirmed_at = time.time()
-                break
+        released = current is not None and current.state == RELEASED
+        if released and market.vast.show(rental.instance_id) is None:
+            confirmed_at = time.time()
+            break
         time.sleep(timing.DRILL_POLL_S)
     passed = confirmed_at is not None
     result: dict[str, Any] = {

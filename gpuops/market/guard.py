@@ -13,6 +13,7 @@ watcher leaves it running. ``systemd_unit`` prints a unit for an always-on host.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -84,7 +85,9 @@ class Leases:
         except (ValueError, TypeError) as exc:
             raise CorruptState(found.key, f"not a guardian lease: {exc}") from exc
 
-    def take(self, name: str, me: str, now: float, lease: g.Lease | None, version: str | None) -> bool:
+    def take(
+        self, name: str, me: str, now: float, lease: g.Lease | None, version: str | None
+    ) -> bool:
         """Take ``lease`` as read at ``version`` (None: absent), keeping whether results were
         already copied off; False when another guardian got there first."""
         data = _lease_bytes(g.Lease(me, now, copied=lease is not None and lease.copied))
@@ -102,7 +105,9 @@ class Leases:
         lease, version = self.read(name)
         if lease is None or lease.holder != me or version is None:
             return False
-        fresh = replace(lease, heartbeat_at=now, beats=lease.beats + 1, copied=lease.copied or copied)
+        fresh = replace(
+            lease, heartbeat_at=now, beats=lease.beats + 1, copied=lease.copied or copied
+        )
         try:
             self.store.put(LEASES + name, _lease_bytes(fresh), version)
         except VersionConflict:
@@ -112,10 +117,8 @@ class Leases:
     def drop(self, name: str, me: str) -> None:
         lease, version = self.read(name)
         if lease is not None and lease.holder == me and version is not None:
-            try:
+            with contextlib.suppress(VersionConflict):  # taken meanwhile: it is theirs now
                 self.store.delete(LEASES + name, version)
-            except VersionConflict:
-                pass
 
 
 def _lease_bytes(lease: g.Lease) -> bytes:
@@ -230,7 +233,9 @@ class Guardian:
             return
         rental = owned_live(self.market.rentals.get(self.name), self.name, self.operator)
         if rental.deadline_at is None:
-            raise UsageError(f"{self.name!r} has no deadline; give one: gpuops guard {self.name} --hours H")
+            raise UsageError(
+                f"{self.name!r} has no deadline; give one: gpuops guard {self.name} --hours H"
+            )
         self.instance_id = rental.instance_id
         self.deadline_at = rental.deadline_at
         self._log(
@@ -253,7 +258,9 @@ class Guardian:
         before = self.mind.role
         self.mind, action = g.decide(self.mind, lease, box, now, self.clockwork)
         if self.mind.role is not before:
-            self._log("guard.role", role=self.mind.role.value, holder=lease.holder if lease else None)
+            self._log(
+                "guard.role", role=self.mind.role.value, holder=lease.holder if lease else None
+            )
             self.say(f"gpuops guard: {self.name}: {self.mind.role.value}")
         if isinstance(action, g.Leave):
             if action.code == g.GONE:
@@ -311,8 +318,7 @@ class Guardian:
             started_at = rental.started_at if rental.started_at is not None else deadline_at
             record = self.market.ledger.get(rental.box) if rental.box else None
             recorded_gone = rental.state == RELEASED or (
-                record is not None
-                and record.state in (BoxState.GONE_CONFIRMED, BoxState.RELEASED)
+                record is not None and record.state in (BoxState.GONE_CONFIRMED, BoxState.RELEASED)
             )
         self.deadline_at = deadline_at
         gone = recorded_gone and self._shown_gone()
@@ -433,9 +439,7 @@ def spawn(name: str, state_url: str, operator: str, log_dir: Path) -> Spawned:
             tail = "\n".join(text.splitlines()[-5:])
             raise GuardFailed(f"the guardian for {name!r} exited {code} at start:\n{tail}")
         time.sleep(timing.GUARD_SPAWN_POLL_S)
-    raise GuardFailed(
-        f"the guardian for {name!r} (pid {proc.pid}) did not report in; see {log}"
-    )
+    raise GuardFailed(f"the guardian for {name!r} (pid {proc.pid}) did not report in; see {log}")
 
 
 class GuardFailed(GpuopsError):

@@ -29,6 +29,7 @@ from gpuops.errors import (
 )
 from gpuops.ledger import CAS_ATTEMPTS
 from gpuops.market import watchdog as w
+from gpuops.market.probe import StepOutput
 from gpuops.market.rentals import LIVE, Rental, check_name
 from gpuops.model import Instance
 from gpuops.providers import ssh
@@ -74,7 +75,7 @@ class BoxShell:
             known_hosts=ssh.known_hosts_path(self.state_dir, instance.instance_id),
         )
 
-    def run(self, instance: Instance, script: str) -> ssh.StepOutput:
+    def run(self, instance: Instance, script: str) -> StepOutput:
         return ssh.run_command(self.argv(instance, script), timing.SSH_COMMAND_TIMEOUT_S)
 
     def stream_to(self, instance: Instance, script: str, target: Path, budget_s: float) -> str:
@@ -198,7 +199,7 @@ def watch(
         sleep(min(timing.WATCH_POLL_S, max(ends - clock(), 0.0)))
 
 
-def _why(out: ssh.StepOutput) -> str:
+def _why(out: StepOutput) -> str:
     if out.timed_out:
         return "ssh timed out"
     lines = (out.stderr or out.stdout).strip().splitlines()

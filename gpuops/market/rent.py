@@ -413,7 +413,9 @@ def destroy_rental(market: Market, name: str) -> list[str]:
         if rental_of(record.name) != name or record.owner != market.ledger.operator:
             continue
         if record.state in _ENDING and record.instance_id:
-            outcome = destroy_box(market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep)
+            outcome = destroy_box(
+                market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep
+            )
             outcomes.append(f"{record.name}: {outcome.detail}")
             all_gone = all_gone and outcome.released
         elif record.state is BoxState.INTENT:
@@ -433,7 +435,9 @@ def sweep(market: Market) -> SweepReport:
         if record.owner != me:
             continue
         if record.state in _PENDING and record.instance_id:
-            outcome = destroy_box(market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep)
+            outcome = destroy_box(
+                market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep
+            )
             report.retried.append(f"{record.name}: {outcome.detail}")
         elif record.state is BoxState.INTENT:
             found = market._reconcile(label_for(record.intent_id))
@@ -444,7 +448,9 @@ def sweep(market: Market) -> SweepReport:
             report.adopted.append(f"{record.name}: instance {found.instance_id}")
             rental = market.rentals.get(rental_of(record.name))
             if rental is None or rental.box != record.name:
-                destroy_box(market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep)
+                destroy_box(
+                    market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep
+                )
     now = market.clock()
     for rental in market.rentals.all():
         if rental.owner == me and rental.state == LIVE and rental.deadline_at is not None:

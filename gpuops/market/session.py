@@ -53,9 +53,8 @@ def local_dir(state_url: str) -> Path:
 
 
 def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prober:
-    from gpuops.providers import ssh
-
     from gpuops.market.jobs import endpoint_of
+    from gpuops.providers import ssh
 
     def probe(instance: Instance, box: str) -> Verdict:
         endpoint = endpoint_of(instance)

@@ -132,7 +132,7 @@ def observe_script(name: str) -> str:
             '  echo "log_bytes=$(wc -c < "$J/log")"',
             '  echo "log_mtime=$(stat -c %Y "$J/log")"',
             # the newest progress: after the last carriage return of the last non-blank line
-            '  echo "last_line=$(tail -c 4096 "$J/log" | tr \'\\r\' \'\\n\' '
+            "  echo \"last_line=$(tail -c 4096 \"$J/log\" | tr '\\r' '\\n' "
             "| grep -av '^[[:space:]]*$' | tail -n 1 | cut -c1-200)\"",
             "fi",
             'echo "now=$(date +%s)"',

@@ -57,8 +57,10 @@ def main() -> None:
                       f"{e['delay_s']:+7.1f}s  {copy.get('detail', '-')[:40]} "
                       f"({copy.get('seconds', 0):.2f} s)")  # fmt: skip
             delays = [e["delay_s"] for e in gone]
-            print(f"delay median {statistics.median(delays):+.1f} s, "
-                  f"min {min(delays):+.1f} s, max {max(delays):+.1f} s")
+            print(
+                f"delay median {statistics.median(delays):+.1f} s, "
+                f"min {min(delays):+.1f} s, max {max(delays):+.1f} s"
+            )
             print(f"left on the account: {len(fakes.live_instances())}")
         finally:
             fakes.proc.terminate()

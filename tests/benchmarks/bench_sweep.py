@@ -17,8 +17,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gpuops.market.rent import sweep  # noqa: E402
 from scale_world import build  # noqa: E402
+
+from gpuops.market.rent import sweep  # noqa: E402
 
 
 def once(total: int, ours: int) -> dict[str, float]:
@@ -54,8 +55,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     runs = [once(args.total, args.ours) for _ in range(args.runs)]
-    print(f"{args.total} instances, {args.ours} of them ours and past their deadline; "
-          f"median of {args.runs} runs")
+    print(
+        f"{args.total} instances, {args.ours} of them ours and past their deadline; "
+        f"median of {args.runs} runs"
+    )
     for phase in runs[0]:
         values = [r[phase] for r in runs]
         print(f"  {phase:<22} {statistics.median(values):7.2f} s  (min {min(values):.2f})")
