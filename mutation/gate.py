@@ -55,7 +55,9 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.ledger": ("tests/test_ledger.py", "tests/test_ledger_machine.py"),
     "gpuops.events": ("tests/test_events.py",),
     "gpuops.store.base": (
-        "tests/test_store_contract.py", "tests/test_store_local.py", "tests/test_store_s3.py",
+        "tests/test_store_contract.py",
+        "tests/test_store_local.py",
+        "tests/test_store_s3.py",
     ),
     "gpuops.store.local": ("tests/test_store_local.py", "tests/test_store_contract.py"),
     "gpuops.store.s3": ("tests/test_store_s3.py", "tests/test_store_contract.py"),
