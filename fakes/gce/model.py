@@ -62,6 +62,7 @@ class FakeGCE:
         self._starts = list(self.scenario.starts)
         self._races = self.scenario.fingerprint_races
         self._boot_id = 0
+        self._applying: float | None = None
         for name in self.scenario.staged:
             self.objects[name] = b"staged input\n"
         if self.scenario.running_job:
@@ -69,15 +70,22 @@ class FakeGCE:
 
     # --- the clock ----------------------------------------------------------------------------
     def _at(self, delay_s: float, action: Callable[[], None]) -> None:
-        heapq.heappush(self._events, (self.clock.now() + delay_s, next(self._seq), action))
+        """Schedule ``action`` ``delay_s`` after now, or after the event being applied: a
+        change applied late (nobody asked for a while) still schedules its sequels on time."""
+        base = self.clock.now() if self._applying is None else self._applying
+        heapq.heappush(self._events, (base + delay_s, next(self._seq), action))
 
     def tick(self) -> None:
         """Apply every scheduled change whose time has come, in order."""
         with self.lock:
             now = self.clock.now()
             while self._events and self._events[0][0] <= now:
-                _, _, action = heapq.heappop(self._events)
-                action()
+                when, _, action = heapq.heappop(self._events)
+                self._applying = when
+                try:
+                    action()
+                finally:
+                    self._applying = None
 
     # --- compute ------------------------------------------------------------------------------
     def start(self) -> Operation:

@@ -56,6 +56,12 @@ def _handler(fake: FakeGCE) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True
 
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except ConnectionResetError:  # a client process exited with its keep-alive open
+                pass
+
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             parts = urlsplit(self.path)
