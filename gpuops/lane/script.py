@@ -82,7 +82,7 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
 def _order(script: str) -> list[Finding]:
     positions = []
     for word in ORDER:
-        match = re.search(rf"^{word}\b", script, re.M)
+        match = re.search(rf"^{word}\b(?!\s*\()", script, re.M)
         if match is None:
             return [] if word != "run_job" else [Finding("L6", "missing the job step (run_job)")]
         positions.append(match.start())
