@@ -112,9 +112,13 @@ class Lane:
 
     # --- commands -------------------------------------------------------------------------------
     def claim(self, job: str) -> b.Board:
-        return self._transition(
+        before = self.read()[0]
+        after = self._transition(
             lambda bd: b.claim(bd, self.operator, job, self.clock()), f"claimed the lane for {job}"
         )
+        if after.revision != before.revision:
+            self.events.append("lane.claim", lane=after.lane, job=job, revision=after.revision)
+        return after
 
     def install(self, job: str, script_text: str) -> None:
         """Lint, check staged inputs, then set the metadata by fingerprint (L4, L10, L5, L6)."""
