@@ -57,7 +57,7 @@ def test_rules_text_marks_unenforced_rules_plainly():
     """A written rule says it is not enforced; an implemented one names its test."""
     done = gpuops("rules")
 
-    assert "L1   written (not enforced)" in done.stdout
+    assert "M5   written (not enforced)" in done.stdout
     assert "enforced by tests/test_ledger.py::" in done.stdout
 
 

@@ -42,8 +42,10 @@ def gpuops(env: dict[str, str], operator: str, *args: str) -> subprocess.Complet
 
 
 def test_two_operators_share_the_lane_through_the_cli_over_loopback_l3(lane_env, tmp_path):
-    """L1/L2/L3/L4/L7/L9 end to end: bob is refused while alice holds the lane, alice's typo is
-    refused, her start rides out a stockout, release waits for the power-off, then frees."""
+    """L2/L3/L4/L7 end to end: bob is refused while alice holds the lane, alice's typo is
+    refused, her start rides out a stockout, and bob's board shows her retry state. (Watch,
+    release and the rest run in-process in tests/test_lane_incidents.py: each process here
+    pays the 3 s google-cloud-compute import.)"""
     assert gpuops(lane_env, "alice", "lane", "claim", "--job", "portraits").returncode == 0
     bob_claim = gpuops(lane_env, "bob", "lane", "claim", "--job", "vids")
     script = gpuops(lane_env, "alice", "lane", "script", "--job", "portraits").stdout
@@ -54,8 +56,7 @@ def test_two_operators_share_the_lane_through_the_cli_over_loopback_l3(lane_env,
                        str(tmp_path / "job.sh"))
     started = gpuops(lane_env, "alice", "lane", "start", "--job", "portraits")
     bob_start = gpuops(lane_env, "bob", "lane", "start", "--job", "portraits")
-    watched = gpuops(lane_env, "alice", "lane", "watch", "--job", "portraits")
-    released = gpuops(lane_env, "alice", "--json", "lane", "release", "--job", "portraits")
+    board = gpuops(lane_env, "bob", "--json", "lane", "board")
 
     assert bob_claim.returncode == 3 and "refused (L3)" in bob_claim.stderr
     assert typo.returncode == 3 and "refused (L4)" in typo.stderr
@@ -63,12 +64,11 @@ def test_two_operators_share_the_lane_through_the_cli_over_loopback_l3(lane_env,
     assert started.returncode == 0, started.stderr
     assert "stockout; the claim is kept (L7)" in started.stderr
     assert bob_start.returncode == 3 and "refused (L3)" in bob_start.stderr
-    assert watched.returncode == 0 and "succeeded" in watched.stdout, watched.stderr
-    assert released.returncode in (0, 3), released.stderr
-    if released.returncode == 3:  # still powering off: L1 says wait, never stop
-        assert "refused (L1)" in released.stderr
-        released = gpuops(lane_env, "alice", "--json", "lane", "release", "--job", "portraits")
-    assert json.loads(released.stdout)["state"] == "free"
+    view = json.loads(board.stdout)
+    assert (view["state"], view["owner"], view["attempt"], view["stockouts"]) == (
+        "running", "alice", 2, 1
+    )
+    assert view["status"] in ("RUNNING", "STOPPING", "TERMINATED") and not view["stale"]
     events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").open()]
     outcomes = [e["payload"]["outcome"] for e in events if e["kind"] == "lane.start"]
     assert outcomes == ["stockout", "started"]

@@ -31,8 +31,8 @@ class Step(enum.Enum):
     ALREADY_RUNNING = "already-running"  # our job's boot was already confirmed
 
 
-def start_step(board: Board, operator: str, job: str, instance_status: str) -> Step:
-    """What `lane start` does next. Refusals name the rule (L2, L3)."""
+def check_holder(board: Board, operator: str, job: str) -> None:
+    """Refuse (L3) unless ``operator`` holds the lane for ``job``: asked before the provider."""
     if board.owner != operator or board.job != job or board.state not in (
         CLAIMED,
         STARTING,
@@ -43,6 +43,11 @@ def start_step(board: Board, operator: str, job: str, instance_status: str) -> S
             f"lane {board.lane} is {board.state} (owner {board.owner!r}, job {board.job!r}); "
             f"claim it for {job!r} before starting",
         )
+
+
+def start_step(board: Board, operator: str, job: str, instance_status: str) -> Step:
+    """What `lane start` does next. Refusals name the rule (L2, L3)."""
+    check_holder(board, operator, job)
     if board.state == STARTING:
         return Step.CHECK_BOOT
     if board.state == RUNNING:

@@ -165,6 +165,7 @@ class Lane:
         tries = 0
         while True:
             board, _, _ = self.read()
+            d.check_holder(board, self.operator, job)  # the board first: no provider call
             inst = self.gce.get(self.config.instance)
             step = d.start_step(board, self.operator, job, inst.status_raw)
             if step is d.Step.ALREADY_RUNNING:
