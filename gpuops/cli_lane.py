@@ -48,8 +48,9 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
             p.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
 
 
-def run_lane(args: argparse.Namespace, state_url: str, operator: str, as_json: bool,
-             events_path: Path) -> int:
+def run_lane(
+    args: argparse.Namespace, state_url: str, operator: str, as_json: bool, events_path: Path
+) -> int:
     from gpuops.errors import UsageError
 
     command = args.lane_command
@@ -59,17 +60,31 @@ def run_lane(args: argparse.Namespace, state_url: str, operator: str, as_json: b
         from gpuops.lane import script
 
         bucket = os.environ.get("GPUOPS_LANE_BUCKET") or "BUCKET"
-        print(script.render(args.job, bucket, args.job_command, imports=tuple(args.imports or
-              ["torch"]), inputs=tuple(args.input), min_free_gb=args.min_free_gb), end="")
+        print(
+            script.render(
+                args.job,
+                bucket,
+                args.job_command,
+                imports=tuple(args.imports or ["torch"]),
+                inputs=tuple(args.input),
+                min_free_gb=args.min_free_gb,
+            ),
+            end="",
+        )
         return 0
     from gpuops.lane.session import open_lane
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    lane = open_lane(state_url, operator, events_path,
-                     usd_per_hour=getattr(args, "usd_per_hour", None),
-                     disk_usd_per_day=getattr(args, "disk_usd_per_day", None), progress=progress)
+    lane = open_lane(
+        state_url,
+        operator,
+        events_path,
+        usd_per_hour=getattr(args, "usd_per_hour", None),
+        disk_usd_per_day=getattr(args, "disk_usd_per_day", None),
+        progress=progress,
+    )
     if command == "board":
         view = lane.view()
         if as_json:
@@ -107,8 +122,17 @@ def run_lane(args: argparse.Namespace, state_url: str, operator: str, as_json: b
 def _board_out(as_json: bool, board: Any, line: str) -> int:
     from gpuops.lane.board import state_line
 
-    _out(as_json, {"state_line": state_line(board), "state": board.state, "job": board.job,
-                   "attempt": board.attempt, "stockouts": board.stockouts}, line)
+    _out(
+        as_json,
+        {
+            "state_line": state_line(board),
+            "state": board.state,
+            "job": board.job,
+            "attempt": board.attempt,
+            "stockouts": board.stockouts,
+        },
+        line,
+    )
     return 0
 
 
@@ -120,8 +144,10 @@ def _print_board(view: dict[str, Any]) -> None:
             f"should check: instance {view['status']}, attempt {view['attempt']} "
             f"({view['stockouts']} stockouts), last log line: {view['last_log_line']!r} (L8)"
         )
-    print(f"instance {view['status']}; cost so far ${view['cost_usd']:.2f}; "
-          f"last log line: {view['last_log_line'] or '-'}")
+    print(
+        f"instance {view['status']}; cost so far ${view['cost_usd']:.2f}; "
+        f"last log line: {view['last_log_line'] or '-'}"
+    )
     for line in view["history"]:
         print(f"  {line}")
 

@@ -36,12 +36,25 @@ class World:
     def lane(self, operator: str) -> Lane:
         events = EventLog(self.events_path, operator)
         s = self.fake.scenario
-        gce = GceAdapter(s.project, s.zone, events=events, endpoint=BASE,
-                         clock=self.clock.now, sleep=self.clock.advance)
+        gce = GceAdapter(
+            s.project,
+            s.zone,
+            events=events,
+            endpoint=BASE,
+            clock=self.clock.now,
+            sleep=self.clock.advance,
+        )
         return Lane(
-            self.store, events, operator, gce, GcsAdapter(s.bucket, s.project),
-            LaneConfig(s.instance, s.bucket), clock=self.clock.now, sleep=self.clock.advance,
-            new_boot_id=lambda: f"boot{next(self._ids)}", progress=self.lines.append,
+            self.store,
+            events,
+            operator,
+            gce,
+            GcsAdapter(s.bucket, s.project),
+            LaneConfig(s.instance, s.bucket),
+            clock=self.clock.now,
+            sleep=self.clock.advance,
+            new_boot_id=lambda: f"boot{next(self._ids)}",
+            progress=self.lines.append,
         )
 
     def events(self, kind: str) -> list[dict[str, object]]:

@@ -31,8 +31,14 @@ def _body(name: str, provider: str = "gce") -> dict:
 
 @pytest.fixture
 def gce(tmp_path):
-    return GceAdapter("gpuops-lane", "us-central1-b", events=EventLog(tmp_path / "e.jsonl", "t"),
-                      endpoint=BASE, clock=lambda: 0.0, sleep=lambda s: None)
+    return GceAdapter(
+        "gpuops-lane",
+        "us-central1-b",
+        events=EventLog(tmp_path / "e.jsonl", "t"),
+        endpoint=BASE,
+        clock=lambda: 0.0,
+        sleep=lambda s: None,
+    )
 
 
 @pytest.mark.parametrize("provider", ["gce", "gcs"])
@@ -96,10 +102,20 @@ def test_a_finished_operation_is_classified_from_its_recorded_body(name, error):
 
 def test_an_operation_error_that_is_neither_capacity_nor_quota_keeps_its_status():
     """A 5xx without a capacity sign is unavailable; a 4xx is a provider error, both named."""
-    five = operation_error({"name": "o", "httpErrorStatusCode": 503, "error": {"errors": [
-        {"code": "SERVICE_UNAVAILABLE", "message": "later"}]}})
-    four = operation_error({"name": "o", "httpErrorStatusCode": 400, "error": {"errors": [
-        {"code": "RESOURCE_NOT_READY", "message": "stopping"}]}})
+    five = operation_error(
+        {
+            "name": "o",
+            "httpErrorStatusCode": 503,
+            "error": {"errors": [{"code": "SERVICE_UNAVAILABLE", "message": "later"}]},
+        }
+    )
+    four = operation_error(
+        {
+            "name": "o",
+            "httpErrorStatusCode": 400,
+            "error": {"errors": [{"code": "RESOURCE_NOT_READY", "message": "stopping"}]},
+        }
+    )
     bare = operation_error({"name": "o", "httpErrorStatusCode": 500, "httpErrorMessage": "X"})
 
     assert type(five) is ProviderUnavailable and five.status == 503
@@ -166,8 +182,10 @@ def test_set_metadata_sends_the_fingerprint_and_every_item(gce):
         gce.set_metadata("gpu-lane", {"startup-script": "s", "gpuops-job": "j"}, "fp1")
         sent = json.loads(mock.calls[0].request.body)
 
-    assert sent == {"fingerprint": "fp1", "items": [
-        {"key": "gpuops-job", "value": "j"}, {"key": "startup-script", "value": "s"}]}
+    assert sent == {
+        "fingerprint": "fp1",
+        "items": [{"key": "gpuops-job", "value": "j"}, {"key": "startup-script", "value": "s"}],
+    }
 
 
 def test_a_missing_instance_is_a_provider_error_naming_it(gce):
@@ -182,11 +200,19 @@ def test_a_missing_instance_is_a_provider_error_naming_it(gce):
 
 def test_refused_credentials_are_auth_failed(gce):
     """A 403 that is not quota is our credentials."""
-    body = {"error": {"code": 403, "message": "Required 'compute.instances.get' permission",
-                      "errors": [{"reason": "forbidden", "message": "no"}]}}
+    body = {
+        "error": {
+            "code": 403,
+            "message": "Required 'compute.instances.get' permission",
+            "errors": [{"reason": "forbidden", "message": "no"}],
+        }
+    }
     with responses.RequestsMock() as mock:
-        mock.get(f"{BASE}/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane",
-                 json=body, status=403)
+        mock.get(
+            f"{BASE}/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane",
+            json=body,
+            status=403,
+        )
         with pytest.raises(AuthFailed):
             gce.get("gpu-lane")
 

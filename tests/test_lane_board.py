@@ -17,7 +17,8 @@ FREE = b.Board("gpu-lane", "gpu-lane", T0)
 
 def _held(**changes: object) -> b.Board:
     return dataclasses.replace(
-        b.claim(FREE, "alice", "portraits", T0 + 60), **changes  # type: ignore[arg-type]
+        b.claim(FREE, "alice", "portraits", T0 + 60),
+        **changes,  # type: ignore[arg-type]
     )
 
 
@@ -171,7 +172,10 @@ def test_an_attempt_moves_count_and_boot_marker_together():
     started = b.begin_attempt(_held(attempt=2), "alice", "portraits", "b9", T0 + 200)
 
     assert (started.state, started.attempt, started.boot, started.since) == (
-        b.STARTING, 3, "b9", T0 + 200
+        b.STARTING,
+        3,
+        "b9",
+        T0 + 200,
     )
     assert started.revision == _held().revision + 1
 
@@ -201,7 +205,10 @@ def test_a_stockout_keeps_the_claim_and_counts_l7():
     after = b.stockout(starting, T0 + 300)
 
     assert (after.state, after.owner, after.job, after.stockouts) == (
-        b.CLAIMED, "alice", "portraits", 1
+        b.CLAIMED,
+        "alice",
+        "portraits",
+        1,
     )
     assert (after.boot, after.attempt, after.since) == (None, 1, T0 + 300)
 

@@ -37,7 +37,12 @@ def lane_env(tmp_path: Path):
 def gpuops(env: dict[str, str], operator: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gpuops", "--operator", operator, *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
     )
 
 
@@ -51,9 +56,12 @@ def test_two_operators_share_the_lane_through_the_cli_over_loopback_l3(lane_env,
     script = gpuops(lane_env, "alice", "lane", "script", "--job", "portraits").stdout
     (tmp_path / "typo.sh").write_text(script.replace('JOB="portraits"', 'JOB="portroaits"'))
     (tmp_path / "job.sh").write_text(script)
-    typo = gpuops(lane_env, "alice", "lane", "install", "--job", "portraits", str(tmp_path / "typo.sh"))
-    installed = gpuops(lane_env, "alice", "lane", "install", "--job", "portraits",
-                       str(tmp_path / "job.sh"))
+    typo = gpuops(
+        lane_env, "alice", "lane", "install", "--job", "portraits", str(tmp_path / "typo.sh")
+    )
+    installed = gpuops(
+        lane_env, "alice", "lane", "install", "--job", "portraits", str(tmp_path / "job.sh")
+    )
     started = gpuops(lane_env, "alice", "lane", "start", "--job", "portraits")
     bob_start = gpuops(lane_env, "bob", "lane", "start", "--job", "portraits")
     board = gpuops(lane_env, "bob", "--json", "lane", "board")
@@ -66,7 +74,10 @@ def test_two_operators_share_the_lane_through_the_cli_over_loopback_l3(lane_env,
     assert bob_start.returncode == 3 and "refused (L3)" in bob_start.stderr
     view = json.loads(board.stdout)
     assert (view["state"], view["owner"], view["attempt"], view["stockouts"]) == (
-        "running", "alice", 2, 1
+        "running",
+        "alice",
+        2,
+        1,
     )
     assert view["status"] in ("RUNNING", "STOPPING", "TERMINATED") and not view["stale"]
     events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").open()]

@@ -91,7 +91,10 @@ def test_stockout_retries_stop_at_the_limit_of_this_invocation_l7():
     "text, parsed",
     [
         ("succeeded b1\n", d.Status("succeeded", "b1", "")),
-        ("failed b1 preflight: import x failed", d.Status("failed", "b1", "preflight: import x failed")),
+        (
+            "failed b1 preflight: import x failed",
+            d.Status("failed", "b1", "preflight: import x failed"),
+        ),
         ("running b2   \nmore", d.Status("running", "b2", "")),
         ("failed b1  spaced reason ", d.Status("failed", "b1", "spaced reason")),
         ("", None),

@@ -113,6 +113,7 @@ class LaneMachine(RuleBasedStateMachine):
         fake._starts[:0] = ["stockout"] * stockouts
         real = lane.gce.start
         if crash:
+
             def crashing(instance: str) -> None:
                 raise Crash
 

@@ -21,9 +21,9 @@ def lane_calls(source: str) -> list[str]:
     """Every attribute call named like a GCE stop/suspend/delete, and every REST path to one."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr in GCE_FORBIDDEN:
-                found.append(f"line {node.lineno}: .{node.func.attr}(...)")
+        call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        if call and node.func.attr in GCE_FORBIDDEN:  # type: ignore[attr-defined]
+            found.append(f"line {node.lineno}: .{node.func.attr}(...)")
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             text = node.value
             if any(text.rstrip("/").endswith(f"/{verb}") for verb in ("stop", "suspend")):

@@ -3,10 +3,14 @@ every breach, and unconditional fetches are found exactly."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 
 from gpuops.lane import script as s
 
+CHECK_TIMEOUT_S = 10.0
 TEMPLATE = s.render("portraits", "bkt", "python3 gen.py", inputs=("ref-1.png", "ref-2.png"))
 
 
@@ -30,7 +34,11 @@ def test_a_job_name_mismatch_is_a_finding_naming_both_names_l4():
 def test_a_script_must_set_job_exactly_once_l4(jobs):
     """L4: no JOB line, or two, is refused (which one would the boot use?)."""
     body = TEMPLATE.replace('JOB="portraits"\n', "")
-    body = body.replace('BUCKET="bkt"', 'JOB="portraits"\nJOB="portraits"\nBUCKET="bkt"') if jobs else body
+    body = (
+        body.replace('BUCKET="bkt"', 'JOB="portraits"\nJOB="portraits"\nBUCKET="bkt"')
+        if jobs
+        else body
+    )
 
     findings = s.lint(body, "portraits")
 
@@ -51,8 +59,10 @@ def test_a_script_must_set_job_exactly_once_l4(jobs):
 )
 def test_each_missing_piece_of_the_contract_is_named_l5(remove, rule, words):
     """L5/L6: removing one required line yields a finding that names it."""
-    body = TEMPLATE.replace(remove, "", 1) if remove != "boot_marker\n" else TEMPLATE.replace(
-        "\nboot_marker\n", "\n"
+    body = (
+        TEMPLATE.replace(remove, "", 1)
+        if remove != "boot_marker\n"
+        else TEMPLATE.replace("\nboot_marker\n", "\n")
     )
 
     findings = s.lint(body, "portraits")
@@ -134,3 +144,16 @@ def test_the_template_fetches_exactly_the_inputs_it_was_given():
     """L10: render -> fetch lines -> unconditional_fetches is the identity on inputs."""
     assert s.unconditional_fetches(TEMPLATE) == ["ref-1.png", "ref-2.png"]
     assert s.unconditional_fetches(s.render("j", "b", "true")) == []
+
+
+def test_the_template_is_valid_bash_l5():
+    """L5: `bash -n` parses the rendered script (nothing is executed)."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash on this machine")
+
+    done = subprocess.run(
+        [bash, "-n"], input=TEMPLATE, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S
+    )
+
+    assert done.returncode == 0, done.stderr

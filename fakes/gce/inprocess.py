@@ -33,7 +33,9 @@ def activate(fake: FakeGCE, base_url: str) -> Iterator[responses.RequestsMock]:
         def callback(prepared: requests.PreparedRequest) -> tuple[int, dict[str, str], str]:
             parts = urlsplit(str(prepared.url))
             body = prepared.body
-            raw = body.encode() if isinstance(body, str) else body if isinstance(body, bytes) else b""
+            raw = (
+                body.encode() if isinstance(body, str) else body if isinstance(body, bytes) else b""
+            )
             request = Request(
                 method=str(prepared.method),
                 path=parts.path,

@@ -22,6 +22,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from fakes.gce.scenario import LaneScenario
 from fakes.vast.clock import Clock
@@ -119,8 +120,10 @@ class FakeGCE:
 
     def foreign_start(self, job: str, runtime_s: float | None = None) -> None:
         """A third operator starts the instance with their own tooling and their own script."""
-        self.metadata = {"startup-script": f'#!/bin/bash\nJOB="{job}"\nboot_marker\n',
-                         "gpuops-attempt": "foreign"}
+        self.metadata = {
+            "startup-script": f'#!/bin/bash\nJOB="{job}"\nboot_marker\n',
+            "gpuops-attempt": "foreign",
+        }
         self._new_fingerprint()
         self._power_on(runtime_s)
 
@@ -129,8 +132,8 @@ class FakeGCE:
         boot = self._boot_id
         s = self.scenario
         self.status = "PROVISIONING"
-        self._at(s.provisioning_s, lambda: self._set_status("STAGING"))
-        self._at(s.provisioning_s + s.staging_s, lambda: self._boot(boot, runtime_s))
+        self._at(s.provisioning_s, partial(self._set_status, "STAGING"))
+        self._at(s.provisioning_s + s.staging_s, partial(self._boot, boot, runtime_s))
 
     def _set_status(self, status: str) -> None:
         self.status = status
@@ -138,7 +141,7 @@ class FakeGCE:
     def _power_off(self) -> None:
         self.status = "STOPPING"
         self._serial("systemd-shutdown: powering off")
-        self._at(self.scenario.stopping_s, lambda: self._set_status("TERMINATED"))
+        self._at(self.scenario.stopping_s, partial(self._set_status, "TERMINATED"))
 
     # --- the boot: the startup-script contract, played -----------------------------------------
     def _boot(self, boot: int, runtime_s: float | None) -> None:
@@ -157,16 +160,16 @@ class FakeGCE:
         play.marker()
         for module in (_IMPORTS.search(script) or _empty).group(1).split():
             if module in self.scenario.broken_imports:
-                self._at(4.0, lambda m=module: play.fail(f"preflight: import {m} failed"))
+                self._at(4.0, partial(play.fail, f"preflight: import {module} failed"))
                 return
         need = _DISK.search(script)
         if need and int(need.group(1)) > self.scenario.disk_free_gb:
             free, gb = self.scenario.disk_free_gb, need.group(1)
-            self._at(4.0, lambda: play.fail(f"preflight: {free} GB free on /work, need {gb}"))
+            self._at(4.0, partial(play.fail, f"preflight: {free} GB free on /work, need {gb}"))
             return
         for name in _FETCH.findall(script):
             if f"jobs/{job}/inputs/{name}" not in self.objects:
-                self._at(6.0, lambda n=name: play.fail(f"missing staged input {n}"))
+                self._at(6.0, partial(play.fail, f"missing staged input {name}"))
                 return
         play.run(runtime)
 
@@ -222,15 +225,21 @@ class _Play:
 
     def run(self, runtime_s: float) -> None:
         fake, n = self.fake, max(self.fake.scenario.results, 0)
-        fake._at(6.0, lambda: self._stage("running"))
+        fake._at(6.0, partial(self._stage, "running"))
         syncs = int(runtime_s // LOG_SYNC_EVERY_S)
         for k in range(1, syncs + 1):
-            fake._at(6.0 + k * LOG_SYNC_EVERY_S, lambda k=k: (self._log(f"progress {k}"), self._sync()))
+            fake._at(6.0 + k * LOG_SYNC_EVERY_S, partial(self._progress, k))
         for i in range(n):
-            at = 6.0 + runtime_s * (i + 1) / n
-            fake._at(at, lambda i=i: (fake.put(self._path(f"results/out-{i + 1:03d}.png"), b"png"),
-                                      self._log(f"result {i + 1}/{n}")))
+            fake._at(6.0 + runtime_s * (i + 1) / n, partial(self._result, i + 1, n))
         fake._at(6.0 + runtime_s + 1.0, self._finish)
+
+    def _progress(self, k: int) -> None:
+        self._log(f"progress {k}")
+        self._sync()
+
+    def _result(self, i: int, n: int) -> None:
+        self.fake.put(self._path(f"results/out-{i:03d}.png"), b"png")
+        self._log(f"result {i}/{n}")
 
     def _finish(self) -> None:
         self._stage("uploading")

@@ -74,12 +74,19 @@ def _op_body(fake: FakeGCE, name: str, done: bool) -> dict[str, Any]:
     }.get(op.outcome, "operation_done")
     body = _recorded("gce", recording if done else "start_operation_running")
     if op.outcome == "unavailable" and done:
-        body.update(httpErrorStatusCode=503, httpErrorMessage="SERVICE UNAVAILABLE",
-                    error={"errors": [{"code": "SERVICE_UNAVAILABLE", "message": "try later"}]})
+        body.update(
+            httpErrorStatusCode=503,
+            httpErrorMessage="SERVICE UNAVAILABLE",
+            error={"errors": [{"code": "SERVICE_UNAVAILABLE", "message": "try later"}]},
+        )
     if op.outcome == "not-ready" and done:
-        body.update(httpErrorStatusCode=400, httpErrorMessage="BAD REQUEST",
-                    error={"errors": [{"code": "RESOURCE_NOT_READY",
-                                       "message": "The instance is stopping."}]})
+        body.update(
+            httpErrorStatusCode=400,
+            httpErrorMessage="BAD REQUEST",
+            error={
+                "errors": [{"code": "RESOURCE_NOT_READY", "message": "The instance is stopping."}]
+            },
+        )
     body["name"] = name
     body["operationType"] = op.kind
     body["selfLink"] = body["selfLink"].rsplit("/", 1)[0] + "/" + name
@@ -121,8 +128,13 @@ def serial(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
 def _object(fake: FakeGCE, name: str) -> dict[str, Any]:
     item = dict(_recorded("gcs", "list_objects")["items"][0])
     b = fake.scenario.bucket
-    item.update(name=name, bucket=b, id=f"{b}/{name}/1", size=str(len(fake.objects[name])),
-                contentType="application/octet-stream")
+    item.update(
+        name=name,
+        bucket=b,
+        id=f"{b}/{name}/1",
+        size=str(len(fake.objects[name])),
+        contentType="application/octet-stream",
+    )
     return item
 
 

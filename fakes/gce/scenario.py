@@ -10,7 +10,14 @@ from dataclasses import dataclass, fields
 
 from fakes.scenario import ScenarioError
 
-START_OUTCOMES = ("ok", "stockout", "stockout-plain", "insufficient-capacity", "quota", "unavailable")
+START_OUTCOMES = (
+    "ok",
+    "stockout",
+    "stockout-plain",
+    "insufficient-capacity",
+    "quota",
+    "unavailable",
+)
 
 
 @dataclass(frozen=True)

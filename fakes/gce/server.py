@@ -5,6 +5,7 @@ Binds 127.0.0.1 only. A ticker applies the clock so a boot plays on while nobody
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import traceback
@@ -26,8 +27,12 @@ class FakeGCEServer:
         self.url = f"http://127.0.0.1:{httpd.server_address[1]}"
         self._stop = threading.Event()
         self._threads = [
-            threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S},
-                             daemon=True, name="fake-gce-http"),
+            threading.Thread(
+                target=httpd.serve_forever,
+                kwargs={"poll_interval": SHUTDOWN_POLL_S},
+                daemon=True,
+                name="fake-gce-http",
+            ),
             threading.Thread(target=self._tick, daemon=True, name="fake-gce-tick"),
         ]
         for thread in self._threads:
@@ -57,10 +62,9 @@ def _handler(fake: FakeGCE) -> type[BaseHTTPRequestHandler]:
         disable_nagle_algorithm = True
 
         def handle(self) -> None:
-            try:
+            # a client process that exits with its keep-alive open resets the connection
+            with contextlib.suppress(ConnectionResetError):
                 super().handle()
-            except ConnectionResetError:  # a client process exited with its keep-alive open
-                pass
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
@@ -79,8 +83,9 @@ def _handler(fake: FakeGCE) -> type[BaseHTTPRequestHandler]:
             except Exception as exc:  # a bug in the fake: loud, never a hang
                 traceback.print_exc(file=sys.stderr)
                 reply = Reply(500, (), f"FakeGCE internal error: {type(exc).__name__}: {exc}")
-            data = reply.body.encode("latin-1" if not reply.headers or "json" not in
-                                     reply.headers[0][1] else "utf-8")
+            data = reply.body.encode(
+                "latin-1" if not reply.headers or "json" not in reply.headers[0][1] else "utf-8"
+            )
             self.send_response(reply.status)
             for name, value in reply.headers:
                 self.send_header(name, value)

@@ -19,6 +19,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from gpuops.errors import CorruptState, Refused, UsageError
 
@@ -166,7 +167,7 @@ def check_job(job: str) -> str:
     return job
 
 
-def _next(board: Board, now: float, **changes: object) -> Board:
+def _next(board: Board, now: float, **changes: Any) -> Board:
     return dataclasses.replace(board, since=now, revision=board.revision + 1, **changes)
 
 
@@ -191,8 +192,18 @@ def claim(board: Board, operator: str, job: str, now: float) -> Board:
         raise Refused(
             "L3", f"lane {board.lane} is {board.state}, held by {board.owner!r} for {board.job!r}"
         )
-    return _next(board, now, state=CLAIMED, owner=operator, job=job, claimed=now, attempt=0,
-                 stockouts=0, started=None, boot=None)
+    return _next(
+        board,
+        now,
+        state=CLAIMED,
+        owner=operator,
+        job=job,
+        claimed=now,
+        attempt=0,
+        stockouts=0,
+        started=None,
+        boot=None,
+    )
 
 
 def begin_attempt(board: Board, operator: str, job: str, boot: str, now: float) -> Board:
@@ -231,8 +242,18 @@ def release(board: Board, operator: str, job: str, instance_terminated: bool, no
             f"instance {board.instance} is not TERMINATED: the lane is released only after the "
             "job powers the instance off (gpuops never stops it)",
         )
-    return _next(board, now, state=FREE, owner=None, job=None, claimed=None, started=None,
-                 boot=None, attempt=0, stockouts=0)
+    return _next(
+        board,
+        now,
+        state=FREE,
+        owner=None,
+        job=None,
+        claimed=None,
+        started=None,
+        boot=None,
+        attempt=0,
+        stockouts=0,
+    )
 
 
 def _expect(board: Board, state: str) -> None:

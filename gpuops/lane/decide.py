@@ -33,10 +33,15 @@ class Step(enum.Enum):
 
 def check_holder(board: Board, operator: str, job: str) -> None:
     """Refuse (L3) unless ``operator`` holds the lane for ``job``: asked before the provider."""
-    if board.owner != operator or board.job != job or board.state not in (
-        CLAIMED,
-        STARTING,
-        RUNNING,
+    if (
+        board.owner != operator
+        or board.job != job
+        or board.state
+        not in (
+            CLAIMED,
+            STARTING,
+            RUNNING,
+        )
     ):
         raise Refused(
             "L3",

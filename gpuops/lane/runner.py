@@ -19,6 +19,7 @@ from gpuops import timing
 from gpuops.errors import (
     AlreadyExists,
     CapacityExhausted,
+    CorruptState,
     GpuopsError,
     JobFailed,
     QuotaExceeded,
@@ -75,7 +76,12 @@ class Lane:
     ) -> None:
         self.store, self.events, self.operator = store, events, operator
         self.gce, self.gcs, self.config = gce, gcs, config
-        self.clock, self.sleep, self.new_boot_id, self.progress = clock, sleep, new_boot_id, progress
+        self.clock, self.sleep, self.new_boot_id, self.progress = (
+            clock,
+            sleep,
+            new_boot_id,
+            progress,
+        )
         self.key = f"lane/{config.instance}/board"
 
     # --- the board ------------------------------------------------------------------------------
@@ -86,7 +92,7 @@ class Lane:
         try:
             text = got.data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise b.CorruptState(self.key, "the board is not UTF-8") from exc
+            raise CorruptState(self.key, "the board is not UTF-8") from exc
         board, history = b.parse(text, self.key)
         return board, history, got.version
 
@@ -105,8 +111,14 @@ class Lane:
                     self.store.put(self.key, data, version)
             except (VersionConflict, AlreadyExists):
                 continue  # someone wrote first: re-read and decide again (L3)
-            self.events.append("lane.board", lane=new.lane, state=new.state, job=new.job,
-                               attempt=new.attempt, revision=new.revision)
+            self.events.append(
+                "lane.board",
+                lane=new.lane,
+                state=new.state,
+                job=new.job,
+                attempt=new.attempt,
+                revision=new.revision,
+            )
             return new
         raise StateError(f"{self.key}: lost {CAS_TRIES} compare-and-swap races in a row")
 
@@ -247,7 +259,8 @@ class Lane:
             self.progress(f"attempt {done.attempt}: boot marker {board.boot} seen; {job} runs")
             return done
         failed = self._transition(
-            lambda bd: b.attempt_failed(bd, self.clock()), f"attempt {board.attempt}: {verdict.value}"
+            lambda bd: b.attempt_failed(bd, self.clock()),
+            f"attempt {board.attempt}: {verdict.value}",
         )
         self._start_event(failed, job, board.attempt, "noop" if verdict is d.Boot.NOOP else "error")
         if verdict is d.Boot.NOOP:
@@ -275,8 +288,11 @@ class Lane:
             verdict = d.job_verdict(status, attempt, inst)
             shown = (status.stage, status.reason) if status else None
             if shown != last:
-                self.progress(f"{job}: stage {shown[0]} {shown[1]}".rstrip() if shown else
-                              f"{job}: no status file yet (instance {inst})")
+                self.progress(
+                    f"{job}: stage {shown[0]} {shown[1]}".rstrip()
+                    if shown
+                    else f"{job}: no status file yet (instance {inst})"
+                )
                 last = shown
             if verdict is d.Verdict.SUCCEEDED:
                 return verdict
@@ -315,7 +331,8 @@ class Lane:
             job=job,
             attempts=before.attempt,
             stockouts=before.stockouts,
-            waiting_s=0.0 if before.started is None or before.claimed is None
+            waiting_s=0.0
+            if before.started is None or before.claimed is None
             else before.started - before.claimed,
             running_s=running_s,
             cost_usd=self.cost(running_s, held_s),
@@ -324,8 +341,12 @@ class Lane:
         return after
 
     def cost(self, running_s: float, held_s: float) -> float:
-        return d.cost_usd(running_s, held_s, usd_per_hour=self.config.usd_per_hour,
-                          disk_usd_per_day=self.config.disk_usd_per_day)
+        return d.cost_usd(
+            running_s,
+            held_s,
+            usd_per_hour=self.config.usd_per_hour,
+            disk_usd_per_day=self.config.disk_usd_per_day,
+        )
 
     def view(self) -> dict[str, Any]:
         """The board for humans and --json: state, STALE (L8), instance, retry, last log line."""

@@ -33,15 +33,27 @@ _FUNCTION = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*\(\)\s*\{")
 # What the contract requires, each as (rule, what, a pattern that must match somewhere).
 REQUIRED: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("L5", "a boot marker written first (boot_marker)", re.compile(r"^boot_marker\s*$", re.M)),
-    ("L5", "the log synced every 30 s (sync_log_every 30 &)",
-     re.compile(r"^sync_log_every 30 &\s*$", re.M)),
+    (
+        "L5",
+        "the log synced every 30 s (sync_log_every 30 &)",
+        re.compile(r"^sync_log_every 30 &\s*$", re.M),
+    ),
     ("L5", "a status file with the current stage (stage ...)", re.compile(r"^stage \w+", re.M)),
-    ("L5", "a final log upload on exit (trap final_log EXIT)",
-     re.compile(r"^trap final_log EXIT\s*$", re.M)),
-    ("L5", "a gsutil-to-REST fallback with retries in final_log",
-     re.compile(r"gsutil[^\n]*\|\|[^\n]*upload_rest", re.M)),
-    ("L6", "an import gate before work (preflight_imports NAME...)",
-     re.compile(r"^preflight_imports \w", re.M)),
+    (
+        "L5",
+        "a final log upload on exit (trap final_log EXIT)",
+        re.compile(r"^trap final_log EXIT\s*$", re.M),
+    ),
+    (
+        "L5",
+        "a gsutil-to-REST fallback with retries in final_log",
+        re.compile(r"gsutil[^\n]*\|\|[^\n]*upload_rest", re.M),
+    ),
+    (
+        "L6",
+        "an import gate before work (preflight_imports NAME...)",
+        re.compile(r"^preflight_imports \w", re.M),
+    ),
     ("L6", "a disk-capacity gate before work (disk_gate GB)", re.compile(r"^disk_gate \d+", re.M)),
     ("L5", "power-off at the end (poweroff)", re.compile(r"^\s*poweroff\b", re.M)),
 )
@@ -120,8 +132,15 @@ def missing_inputs(script: str, staged: list[str]) -> list[str]:
     return [name for name in unconditional_fetches(script) if name not in have]
 
 
-def render(job: str, bucket: str, command: str, *, imports: tuple[str, ...] = ("torch",),
-           inputs: tuple[str, ...] = (), min_free_gb: int = 20) -> str:
+def render(
+    job: str,
+    bucket: str,
+    command: str,
+    *,
+    imports: tuple[str, ...] = ("torch",),
+    inputs: tuple[str, ...] = (),
+    min_free_gb: int = 20,
+) -> str:
     """A startup script for ``job`` that keeps the whole contract (L5, L6)."""
     fetches = "\n".join(f"fetch_input {name}" for name in inputs)
     return TEMPLATE.format(
@@ -140,7 +159,8 @@ set -uo pipefail
 JOB="{job}"
 BUCKET="{bucket}"
 MD=http://metadata.google.internal/computeMetadata/v1
-ATTEMPT=$(curl -sf -H 'Metadata-Flavor: Google' "$MD/instance/attributes/gpuops-attempt" || echo unknown)
+ATTEMPT=$(curl -sf -H 'Metadata-Flavor: Google' "$MD/instance/attributes/gpuops-attempt" \
+  || echo unknown)
 PREFIX="gs://$BUCKET/jobs/$JOB"
 LOG=/var/log/gpuops-job.log
 mkdir -p /work/inputs /work/results
@@ -163,10 +183,14 @@ stage() {{  # the status file: stage, attempt, reason
   echo "$1 $ATTEMPT ${{2:-}}" > /tmp/status && put /tmp/status status
 }}
 fail() {{ stage failed "$1"; exit 1; }}
-boot_marker() {{ echo "$ATTEMPT $(date -u +%FT%TZ)" > /tmp/boot && put /tmp/boot "boot/$ATTEMPT"; }}
+boot_marker() {{
+  echo "$ATTEMPT $(date -u +%FT%TZ)" > /tmp/boot && put /tmp/boot "boot/$ATTEMPT"
+}}
 sync_log_every() {{ while sleep "$1"; do put "$LOG" log.txt; done; }}
 final_log() {{ put "$LOG" log.txt || echo "final log upload failed" >&2; }}
-fetch_input() {{ gsutil -q cp "$PREFIX/inputs/$1" /work/inputs/ || fail "missing staged input $1"; }}
+fetch_input() {{
+  gsutil -q cp "$PREFIX/inputs/$1" /work/inputs/ || fail "missing staged input $1"
+}}
 preflight_imports() {{
   for module in "$@"; do
     python3 -c "import $module" >> "$LOG" 2>&1 || fail "preflight: import $module failed"

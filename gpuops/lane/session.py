@@ -1,9 +1,9 @@
 """Building a Lane from the environment (the CLI's path; tests build Lane directly).
 
-    GPUOPS_LANE_PROJECT, GPUOPS_LANE_ZONE, GPUOPS_LANE_INSTANCE, GPUOPS_LANE_BUCKET  required
-    GPUOPS_GCE_ENDPOINT       an http:// loopback fake (anonymous credentials); else real GCE
-    STORAGE_EMULATOR_HOST     google-cloud-storage's own variable for a fake bucket
-    GPUOPS_LANE_TIME_SCALE    loopback only: the fake's time scale, so waits shrink with it
+GPUOPS_LANE_PROJECT, GPUOPS_LANE_ZONE, GPUOPS_LANE_INSTANCE, GPUOPS_LANE_BUCKET  required
+GPUOPS_GCE_ENDPOINT       an http:// loopback fake (anonymous credentials); else real GCE
+STORAGE_EMULATOR_HOST     google-cloud-storage's own variable for a fake bucket
+GPUOPS_LANE_TIME_SCALE    loopback only: the fake's time scale, so waits shrink with it
 """
 
 from __future__ import annotations
@@ -79,5 +79,14 @@ def open_lane(
         config = LaneConfig(config.instance, config.bucket, usd_per_hour, config.disk_usd_per_day)
     if disk_usd_per_day is not None:
         config = LaneConfig(config.instance, config.bucket, config.usd_per_hour, disk_usd_per_day)
-    return Lane(open_store(state_url), events, operator, gce, gcs, config, clock=now,
-                sleep=sleep, progress=progress)
+    return Lane(
+        open_store(state_url),
+        events,
+        operator,
+        gce,
+        gcs,
+        config,
+        clock=now,
+        sleep=sleep,
+        progress=progress,
+    )

@@ -113,8 +113,10 @@ def operation_error(op: Mapping[str, Any]) -> GpuopsError | None:
     )
     code = int(status) if status else None
     body = str(op)
-    if any(c in CAPACITY_CODES for c in codes) or CAPACITY_REASON in reasons or any(
-        CAPACITY_TEXT in str(e.get("message", "")) for e in errors
+    if (
+        any(c in CAPACITY_CODES for c in codes)
+        or CAPACITY_REASON in reasons
+        or any(CAPACITY_TEXT in str(e.get("message", "")) for e in errors)
     ):
         return CapacityExhausted(PROVIDER, message, code, body)
     if any(c in QUOTA_CODES for c in codes):
@@ -182,7 +184,7 @@ class GceAdapter:
             if self.endpoint:
                 from google.auth.credentials import AnonymousCredentials
 
-                kwargs["credentials"] = AnonymousCredentials()
+                kwargs["credentials"] = AnonymousCredentials()  # type: ignore[no-untyped-call]
                 kwargs["client_options"] = {"api_endpoint": self.endpoint}
             self._clients = (
                 compute_v1.InstancesClient(**kwargs),
@@ -256,14 +258,16 @@ class GceAdapter:
                 f"operation {name}",
                 lambda: operations.get(project=self.project, zone=self.zone, operation=name),
             )
-            body = compute_v1.Operation.to_dict(
+            body: dict[str, Any] = compute_v1.Operation.to_dict(
                 got, use_integers_for_enums=False, preserving_proto_field_name=False
             )
             if body.get("status") == "DONE":
                 error = operation_error(body)
                 self.events.append(
-                    "gce.operation", operation=name, call=what, error=None if error is None
-                    else type(error).__name__
+                    "gce.operation",
+                    operation=name,
+                    call=what,
+                    error=None if error is None else type(error).__name__,
                 )
                 if error is not None:
                     raise error

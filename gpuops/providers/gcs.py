@@ -22,13 +22,14 @@ class GcsAdapter:
 
     def _get_bucket(self) -> Any:
         if self._bucket is None:
-            from google.cloud import storage
+            from google.cloud import storage  # type: ignore[attr-defined]
 
             if os.environ.get("STORAGE_EMULATOR_HOST"):
                 from google.auth.credentials import AnonymousCredentials
 
                 client = storage.Client(
-                    project=self.project or "gpuops-lane", credentials=AnonymousCredentials()
+                    project=self.project or "gpuops-lane",
+                    credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
                 )
             else:
                 client = storage.Client(project=self.project)
