@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuops import timing
-from gpuops.errors import JobFailed, Refused, StillRunning, Unavailable
+from gpuops.errors import JobFailed, Refused, StateError, StillRunning, Unavailable
 from gpuops.lane import board as b
 from gpuops.lane import script
 from tests.lane_world import World, lane_world
@@ -266,3 +266,23 @@ def test_release_is_only_the_claimants_and_only_once_terminated_l1(tmp_path, mon
         (end,) = world.events("lane.job_end")
         assert end["outcome"] == "succeeded" and end["attempts"] == 1 and end["stockouts"] == 0
         assert end["cost_usd"] > 0 and end["running_s"] > 60.0
+
+
+def test_a_metadata_write_that_loses_a_fingerprint_race_rereads_and_checks_again(
+    tmp_path, monkeypatch
+):
+    """L2/L3: a 412 means someone wrote the metadata first: re-read (TERMINATED again) and
+    retry; a writer that keeps losing stops with a state error, nothing overwritten blindly."""
+    with lane_world(tmp_path, monkeypatch, fingerprint_races=1) as world:
+        lane = _ready(world, "alice", "validation")
+
+        assert world.fake.metadata[script.JOB_KEY] == "validation"
+        assert world.fake.calls.count("POST set_metadata") == 2
+    with lane_world(tmp_path, monkeypatch, fingerprint_races=9) as world:
+        lane = world.lane("alice")
+        lane.claim("validation")
+
+        with pytest.raises(StateError, match="fingerprint kept changing"):
+            lane.install("validation", script.render("validation", BUCKET, "true"))
+
+        assert script.JOB_KEY not in world.fake.metadata
