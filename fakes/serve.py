@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -121,6 +122,7 @@ def main(argv: list[str]) -> int:
             "GPUOPS_LANE_INSTANCE": lane.instance,
             "GPUOPS_LANE_BUCKET": lane.bucket,
             "GPUOPS_LANE_TIME_SCALE": f"{scenario.time_scale:g}",
+            "GPUOPS_LANE_TIME_ORIGIN": f"{time.time():.3f}",
         }
         for name, value in exports.items():
             print(f"export {name}={shlex.quote(value)}")

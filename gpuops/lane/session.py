@@ -19,8 +19,6 @@ from gpuops.lane.runner import Lane, LaneConfig
 from gpuops.store import open_store
 
 REQUIRED = ("GPUOPS_LANE_PROJECT", "GPUOPS_LANE_ZONE", "GPUOPS_LANE_INSTANCE", "GPUOPS_LANE_BUCKET")
-# A fixed origin for the scaled clock, so every process agrees on "now" without talking.
-_SCALE_ORIGIN = 1796029925.0
 
 
 def lane_env() -> dict[str, str]:
@@ -40,9 +38,13 @@ def _clock() -> tuple[Callable[[], float], Callable[[float], None]]:
         raise UsageError(f"GPUOPS_LANE_TIME_SCALE={text!r} is not a number") from None
     if not scale > 0:
         raise UsageError("GPUOPS_LANE_TIME_SCALE must be positive")
+    try:
+        origin = float(os.environ.get("GPUOPS_LANE_TIME_ORIGIN") or time.time())
+    except ValueError:
+        raise UsageError("GPUOPS_LANE_TIME_ORIGIN is not an epoch in seconds") from None
 
     def now() -> float:
-        return _SCALE_ORIGIN + (time.time() - _SCALE_ORIGIN) * scale
+        return origin + (time.time() - origin) * scale
 
     def sleep(seconds: float) -> None:
         time.sleep(seconds / scale)
