@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 from hypothesis import given
@@ -119,8 +120,48 @@ def test_a_first_line_that_is_not_exactly_a_state_line_is_corrupt_never_guessed(
 )
 def test_an_inconsistent_state_line_is_corrupt(line):
     """L3: a free lane holds nothing; a held one names owner, job, claim and its boot."""
-    with pytest.raises(CorruptState, match="must"):
-        b.parse(line)
+    with pytest.raises(CorruptState) as raised:
+        b.parse(line, "lane/gpu-lane/board")
+
+    assert raised.value.where == "lane/gpu-lane/board"
+    assert raised.value.reason in (
+        "a free lane must not name an owner, job, claim or boot",
+        "a claimed lane must name its owner, job and claim time",
+        "a starting lane must name the boot marker it expects",
+        "a running lane must name the boot marker it expects",
+    )
+
+
+def test_a_corrupt_first_line_names_where_and_shows_its_start():
+    """Bad input: the error says where, and quotes the first 120 characters only."""
+    with pytest.raises(CorruptState) as named:
+        b.parse("x" * 200, "lane/l/board")
+    with pytest.raises(CorruptState) as default:
+        b.parse("garbage")
+
+    assert named.value.where == "lane/l/board" and default.value.where == "lane board"
+    assert repr("x" * 120) in named.value.reason and "x" * 121 not in named.value.reason
+
+
+def test_history_without_its_header_keeps_every_line():
+    """L3: only the exact header line is dropped from the history."""
+    _, history = b.parse(b.state_line(FREE) + "\nfirst prose\nsecond\n")
+
+    assert history == ["first prose", "second"]
+
+
+def test_stamps_are_utc_whatever_the_local_zone(monkeypatch):
+    """L3: a board shared between hosts in different zones reads the same."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        line = b.state_line(FREE)
+        parsed, _ = b.parse(line)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+    assert "since=2026-11-30T09:12:05Z" in line and parsed.since == T0
 
 
 def test_a_consistent_held_line_without_a_boot_parses():
@@ -141,7 +182,8 @@ def test_history_is_bounded_to_the_newest_lines():
 
 def test_claiming_a_free_lane_records_owner_job_and_time():
     """L3: free -> claimed, a new revision, retry counters at zero."""
-    claimed = b.claim(dataclasses.replace(FREE, attempt=4, stockouts=2), "alice", "p", T0 + 5)
+    stale = dataclasses.replace(FREE, attempt=4, stockouts=2, started=T0, boot="old")
+    claimed = b.claim(stale, "alice", "p", T0 + 5)
 
     assert (claimed.state, claimed.owner, claimed.job) == (b.CLAIMED, "alice", "p")
     assert (claimed.claimed, claimed.since, claimed.revision) == (T0 + 5, T0 + 5, 1)
@@ -196,6 +238,13 @@ def test_only_the_claimant_of_a_claimed_lane_begins_an_attempt_l2(board, operato
         b.begin_attempt(board, operator, job, "b1", T0)
 
     assert refused.value.rule == "L2"
+    assert str(refused.value).removeprefix("refused (L2): ") in (
+        "lane gpu-lane is free: claim it for 'portraits' first",
+        "lane gpu-lane is held by 'alice' for job 'portraits', not by you",
+        "you hold lane gpu-lane for job 'portraits', not 'other'",
+        "lane gpu-lane is starting; a start needs it claimed",
+        "lane gpu-lane is running; a start needs it claimed",
+    )
 
 
 def test_a_stockout_keeps_the_claim_and_counts_l7():
@@ -235,8 +284,11 @@ def test_attempt_outcomes_apply_only_to_a_starting_lane(transition, state):
     """L3: an outcome for an attempt that is not in flight is refused, not applied."""
     board = FREE if state == b.FREE else _held(state=state, boot="b")
 
-    with pytest.raises(Refused, match=f"is {state}, not starting"):
+    with pytest.raises(Refused) as refused:
         transition(board, T0)
+
+    assert refused.value.rule == "L3"
+    assert str(refused.value) == f"refused (L3): lane gpu-lane is {state}, not starting"
 
 
 def test_release_needs_the_claimant_and_a_terminated_instance_l1():
@@ -251,3 +303,7 @@ def test_release_needs_the_claimant_and_a_terminated_instance_l1():
 
     assert freed == dataclasses.replace(FREE, since=T0 + 999, revision=running.revision + 1)
     assert not_off.value.rule == "L1" and not_yours.value.rule == "L3"
+    assert str(not_off.value) == (
+        "refused (L1): instance gpu-lane is not TERMINATED: the lane is released only after "
+        "the job powers the instance off (gpuops never stops it)"
+    )

@@ -148,3 +148,27 @@ def test_cost_is_running_hours_plus_disk_days_at_the_seeds_rates():
     assert d.cost_usd(1380.0, 0.0) == round(1380 / 3600 * 0.70, 4)
     assert d.cost_usd(7200.0, 43200.0, usd_per_hour=2.0, disk_usd_per_day=1.0) == 4.5
     assert d.cost_usd(0.0, 0.0) == 0.0
+
+
+def test_refusals_say_what_to_do_l3():
+    """L2/L3: the refusal names the holder, the job and what the operator should do."""
+    with pytest.raises(Refused) as not_held:
+        d.start_step(HELD, "bob", "p", "TERMINATED")
+    with pytest.raises(Refused) as running:
+        d.start_step(HELD, "alice", "p", "RUNNING")
+
+    assert str(not_held.value) == (
+        "refused (L3): lane gpu-lane is claimed (owner 'alice', job 'p'); "
+        "claim it for 'p' before starting"
+    )
+    assert "it is not your job and gpuops will not start over it or stop it" in str(running.value)
+
+
+def test_only_the_first_line_of_a_status_file_counts():
+    """L9: a later line, even a valid one, is not the status."""
+    assert d.parse_status("running b2\nsucceeded b2\nfailed b2 x") == d.Status("running", "b2", "")
+
+
+def test_a_hundred_days_of_disk_cost_exactly_a_hundred_days():
+    """The day is 86400 s: rounding would hide an off-by-one second at small spans."""
+    assert d.cost_usd(0.0, 100 * 86400.0) == 83.0

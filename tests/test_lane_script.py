@@ -157,3 +157,51 @@ def test_the_template_is_valid_bash_l5():
     )
 
     assert done.returncode == 0, done.stderr
+
+
+def test_a_missing_gate_is_one_finding_not_also_a_missing_job_step_l6():
+    """L6: a script without its boot marker is told exactly that, nothing more."""
+    body = TEMPLATE.replace("\nboot_marker\n", "\n")
+
+    assert s.lint(body, "portraits") == [
+        s.Finding("L5", "missing a boot marker written first (boot_marker)")
+    ]
+
+
+def test_order_findings_name_rule_l6_and_say_what_is_wrong_l6():
+    """L6: the exact findings for a missing job step and for work before the gates."""
+    no_job = TEMPLATE.replace("run_job ||", "true ||")
+    early = TEMPLATE.replace("run_job ||", "true ||").replace(
+        "boot_marker\nsync_log", "run_job\nboot_marker\nsync_log"
+    )
+
+    assert s.lint(no_job, "portraits") == [s.Finding("L6", "missing the job step (run_job)")]
+    assert s.lint(early, "portraits") == [
+        s.Finding("L6", "the boot marker and both gates must come before run_job, in order")
+    ]
+
+
+@pytest.mark.parametrize(
+    "body, fetched",
+    [
+        ("outer() {\ninner() {\n}\nfetch_input x\n}\nfetch_input y", ["y"]),
+        ("helper() {\n  echo hi\n  fetch_input f.png\n}\nfetch_input y", ["y"]),
+        ("if a; then\nif b; then\nfi\nfetch_input x\nfi\nfetch_input y", ["y"]),
+        ("for a in b; do # x; done # y\nfetch_input z\ndone\nfetch_input y", ["y"]),
+        ("if x; then  # ; fi\nfetch_input a\nfi\nfetch_input y", ["y"]),
+        ("one() { fetch_input g.png; }   \nfetch_input y", ["y"]),
+    ],
+)
+def test_nesting_and_comments_never_make_a_guarded_fetch_unconditional_l10(body, fetched):
+    """L10: nested functions and conditionals, comments holding keywords, trailing spaces."""
+    assert s.unconditional_fetches(body) == fetched
+
+
+def test_render_fills_every_field_and_defaults_the_disk_gate_to_twenty_gb():
+    """The template names the bucket, the command, the gates; no inputs is said so."""
+    body = s.render("j", "the-bucket", "python3 train.py --fast")
+
+    assert 'BUCKET="the-bucket"' in body
+    assert "run_job() { ( python3 train.py --fast ) >>" in body
+    assert "\ndisk_gate 20\n" in body and "\npreflight_imports torch\n" in body
+    assert "\n# (no staged inputs)\n" in body
