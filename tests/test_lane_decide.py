@@ -161,7 +161,10 @@ def test_refusals_say_what_to_do_l3():
         "refused (L3): lane gpu-lane is claimed (owner 'alice', job 'p'); "
         "claim it for 'p' before starting"
     )
-    assert "it is not your job and gpuops will not start over it or stop it" in str(running.value)
+    assert str(running.value) == (
+        "refused (L2): instance gpu-lane is RUNNING, not TERMINATED: a boot you did not start "
+        "is running; it is not your job and gpuops will not start over it or stop it"
+    )
 
 
 def test_only_the_first_line_of_a_status_file_counts():
