@@ -1,5 +1,23 @@
 """Every incident of the lane seed (seeds/000), replayed against FakeGCE through the real
-google SDK clients: each ends as the seed's prevention rule says (refused, loud, recovered)."""
+google SDK clients: each ends as the seed's prevention rule says (refused, loud, recovered).
+
+    the stop that stopped the wrong job (2 Nov)   ..._refused_and_nothing_is_stopped_l2,
+                                                  ..._loud_noop_and_the_claim_is_kept_l2,
+                                                  test_lane_safety.py (no stop anywhere, L1)
+    the board showing an older attempt (10 Nov)   ..._never_shows_an_older_attempt_..._l3
+    "back to free" read as state (12 Nov)         test_back_to_free_in_prose_never_frees_the_lane_l3
+                                                  and test_lane_board.py's property tests
+    the job-name typo, 93 s, reports misfiled     ..._misspelt_job_name_is_refused_..._l4
+                                                  (and test_fake_gce.py: where the reports went)
+    the shared environment broken twice          ..._broken_import_ends_the_job_at_preflight_..._l6,
+                                                  ..._too_little_disk_ends_the_job_at_preflight_l6
+    the reused script and its unstaged inputs     ..._reused_script_is_refused_until_..._l10
+    thirteen attempts; five more stockouts       ..._thirteen_attempts_keep_the_claim_..._l7
+    the retry that died after eight stockouts     ..._died_after_eight_stockouts_..._l11 (and L8)
+    the watcher that timed out at two of six      ..._watcher_timeout_is_not_a_failure_..._l9
+    the initial upload failure (no reports)       test_lane_script.py: final log with the
+                                                  gsutil-to-REST fallback is required (L5)
+"""
 
 from __future__ import annotations
 
