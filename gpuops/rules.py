@@ -189,7 +189,8 @@ RULES: tuple[Rule, ...] = (
         "tests/test_mutation_gate.py::test_the_gate_fails_on_an_unjustified_survivor",
         scope="CI's gate: timing, store, ledger, event log, and the market's selection, race, "
         "quarantine, rentals and teardown, and the lane's board, decisions and script linter; "
-        "probe parsing and the Vast adapter are fully killed or justified in a separate run but wait outside CI's gate for time",
+        "probe parsing and the Vast adapter are fully killed or justified in a separate run "
+        "but wait outside CI's gate for time",
     ),
     Rule(
         "H3",
