@@ -243,3 +243,22 @@ def test_gcs_lists_and_reads_and_a_missing_object_is_none(monkeypatch):
         missing = gcs.read("jobs/portraits/status")
 
     assert names == ["jobs/portraits/inputs/ref-1.png"] and missing is None
+
+
+def test_gcs_reads_an_objects_update_time_and_none_when_missing(monkeypatch):
+    """The job's end is its status file's `updated` (recorded object fields); 404 is None."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", BASE)
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane")
+    item = _body("list_objects", "gcs")["items"][0]
+    meta = f"{BASE}/storage/v1/b/gpuops-lane-jobs/o/jobs%2Fportraits%2Finputs%2Fref-1.png"
+    with responses.RequestsMock() as mock:
+        mock.get(meta, json=item)
+        mock.get(
+            f"{BASE}/storage/v1/b/gpuops-lane-jobs/o/nope",
+            status=404,
+            json=_body("object_404", "gcs"),
+        )
+        when = gcs.updated("jobs/portraits/inputs/ref-1.png")
+        missing = gcs.updated("nope")
+
+    assert when == 1796031002.113 and missing is None

@@ -283,7 +283,10 @@ def test_release_is_only_the_claimants_and_only_once_terminated_l1(tmp_path, mon
         assert freed.state == b.FREE
         (end,) = world.events("lane.job_end")
         assert end["outcome"] == "succeeded" and end["attempts"] == 1 and end["stockouts"] == 0
-        assert end["cost_usd"] > 0 and end["running_s"] > 60.0
+        # claimed at 0, boot marker at +15 s, status "succeeded" written at +82 s, release at
+        # +115 s: running is 67 s (until the job ended, not until the release)
+        assert (end["waiting_s"], end["running_s"]) == (15.0, 67.0)
+        assert end["cost_usd"] == round(67 / 3600 * 0.70 + 115 / 86400 * 0.83, 4)
 
 
 def test_a_metadata_write_that_loses_a_fingerprint_race_rereads_and_checks_again(

@@ -52,6 +52,7 @@ class FakeGCE:
     serial: str = ""
     operations: dict[str, Operation] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)  # "METHOD route" of every request, in order
+    updated: dict[str, float] = field(default_factory=dict)  # object name -> last write time
     boots: int = 0
 
     def __post_init__(self) -> None:
@@ -65,7 +66,7 @@ class FakeGCE:
         self._boot_id = 0
         self._applying: float | None = None
         for name in self.scenario.staged:
-            self.objects[name] = b"staged input\n"
+            self.put(name, b"staged input\n")
         if self.scenario.running_job:
             self.foreign_start(self.scenario.running_job)
 
@@ -178,6 +179,7 @@ class FakeGCE:
 
     def put(self, name: str, data: bytes) -> None:
         self.objects[name] = data
+        self.updated[name] = self._applying if self._applying is not None else self.clock.now()
 
 
 class _Empty:

@@ -128,14 +128,23 @@ def serial(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
 def _object(fake: FakeGCE, name: str) -> dict[str, Any]:
     item = dict(_recorded("gcs", "list_objects")["items"][0])
     b = fake.scenario.bucket
+    stamp = _rfc3339(fake.updated.get(name, fake.clock.now()))
     item.update(
         name=name,
         bucket=b,
         id=f"{b}/{name}/1",
         size=str(len(fake.objects[name])),
         contentType="application/octet-stream",
+        updated=stamp,
+        timeCreated=stamp,
     )
     return item
+
+
+def _rfc3339(epoch: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _bucket_ok(fake: FakeGCE, m: re.Match[str]) -> bool:

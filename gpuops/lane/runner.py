@@ -49,6 +49,7 @@ class Compute(Protocol):
 class Bucket(Protocol):
     def list(self, prefix: str) -> list[str]: ...
     def read(self, name: str) -> bytes | None: ...
+    def updated(self, name: str) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -323,7 +324,10 @@ class Lane:
         raw = self.gcs.read(f"jobs/{job}/status")
         status = d.parse_status(raw.decode("utf-8", "replace")) if raw is not None else None
         outcome = d.job_verdict(status, before.boot, inst).value
-        running_s = 0.0 if before.started is None else now - before.started
+        # A job that ended ran until its last status write, not until this release.
+        end = self.gcs.updated(f"jobs/{job}/status") if outcome != "unknown" else None
+        until = now if end is None else min(now, end)
+        running_s = 0.0 if before.started is None else max(0.0, until - before.started)
         held_s = 0.0 if before.claimed is None else now - before.claimed
         self.events.append(
             "lane.job_end",

@@ -72,6 +72,16 @@ class GcsAdapter:
         except self._foreign() as exc:
             raise self._translate(exc, f"read gs://{self.bucket_name}/{name}") from exc
 
+    def updated(self, name: str) -> float | None:
+        """When the object was last written (epoch seconds), or None when it does not exist."""
+        try:
+            blob = self._get_bucket().get_blob(name)
+        except self._foreign() as exc:
+            raise self._translate(exc, f"stat gs://{self.bucket_name}/{name}") from exc
+        if blob is None or blob.updated is None:
+            return None
+        return float(blob.updated.timestamp())
+
     def write(self, name: str, data: bytes) -> None:
         try:
             self._get_bucket().blob(name).upload_from_string(data)
