@@ -101,7 +101,10 @@ def main(argv: list[str]) -> int:
         from fakes.gce.server import serve_http as serve_gce
 
         lane = parse_lane(scenario.lane, scenario.source)
-        gce = serve_gce(FakeGCE(lane, clock))
+        # The lane's fake runs on its own scaled clock from real now, and exports that origin:
+        # the runner's scaled clock then agrees with the bucket's object times.
+        lane_origin = time.time()
+        gce = serve_gce(FakeGCE(lane, ScaledClock(scenario.time_scale, lane_origin)))
     except OSError as exc:
         print(f"gpuops fakes serve: cannot start: {exc}", file=sys.stderr)
         _restore(previous)
@@ -122,7 +125,7 @@ def main(argv: list[str]) -> int:
             "GPUOPS_LANE_INSTANCE": lane.instance,
             "GPUOPS_LANE_BUCKET": lane.bucket,
             "GPUOPS_LANE_TIME_SCALE": f"{scenario.time_scale:g}",
-            "GPUOPS_LANE_TIME_ORIGIN": f"{time.time():.3f}",
+            "GPUOPS_LANE_TIME_ORIGIN": repr(lane_origin),
         }
         for name, value in exports.items():
             print(f"export {name}={shlex.quote(value)}")
