@@ -307,3 +307,20 @@ def test_a_metadata_write_that_loses_a_fingerprint_race_rereads_and_checks_again
             lane.install("validation", script.render("validation", BUCKET, "true"))
 
         assert script.JOB_KEY not in world.fake.metadata
+
+
+def test_a_start_waits_out_a_power_off_and_gives_up_loudly_if_it_never_ends_l7(
+    tmp_path, monkeypatch
+):
+    """L7/L1: STOPPING is waited for with the claim held; stuck, exit 4, nothing forced."""
+    with lane_world(tmp_path, monkeypatch, job_runtime_s=60.0) as world:
+        lane = _ready(world, "alice", "validation")
+        world.fake.status = "STOPPING"  # the previous job powering off, never finishing
+
+        with pytest.raises(Unavailable, match="stayed STOPPING") as stuck:
+            lane.start("validation")
+        world.fake.status = "TERMINATED"
+        done = lane.start("validation")
+
+        assert stuck.value.exit_code == 4
+        assert (done.state, done.attempt) == (b.RUNNING, 1)

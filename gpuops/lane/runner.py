@@ -176,6 +176,7 @@ class Lane:
     def start(self, job: str, *, max_attempts: int = 20) -> b.Board:
         """Start this job's boot, retrying stockouts with the claim held (L2, L7, L11)."""
         tries = 0
+        waiting_since: float | None = None
         while True:
             board, _, _ = self.read()
             d.check_holder(board, self.operator, job)  # the board first: no provider call
@@ -185,9 +186,17 @@ class Lane:
                 self.progress(f"job {job} is already running (attempt {board.attempt})")
                 return board
             if step is d.Step.WAIT_STOPPING:
+                waiting_since = self.clock() if waiting_since is None else waiting_since
+                if self.clock() - waiting_since >= timing.GCE_OPERATION_TIMEOUT_S:
+                    raise Unavailable(
+                        f"instance {inst.name} stayed {inst.status_raw} for "
+                        f"{timing.GCE_OPERATION_TIMEOUT_S:g} s; the claim is kept, and gpuops "
+                        "does not stop or reset it: run `lane start` again later (L1, L7)"
+                    )
                 self.progress(f"instance is {inst.status_raw}; waiting for TERMINATED")
                 self.sleep(timing.LANE_POLL_S)
                 continue
+            waiting_since = None
             if step is d.Step.CHECK_BOOT:
                 self.progress(f"resuming attempt {board.attempt}: looking for its boot marker")
                 result = self._await_boot(job, board)
