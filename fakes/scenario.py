@@ -157,6 +157,7 @@ class Scenario:
     time_scale: float = 1.0  # loopback mode: fake seconds per real second
     start_time: float | None = None  # epoch seconds of the fake clock at start
     source: str = "<scenario>"
+    lane: object = None  # the lane section, validated by fakes.gce.scenario.parse_lane
 
 
 def load_scenario(path: Path | str) -> Scenario:
@@ -174,8 +175,14 @@ def load_scenario(path: Path | str) -> Scenario:
 def parse_scenario(doc: object, source: str = "<scenario>") -> Scenario:
     """A Scenario from an already-parsed document (a mapping)."""
     top = _Reader(doc, source, "")
-    top.only("time_scale", "start_time", "vast")
+    top.only("time_scale", "start_time", "vast", "lane")
+    lane = doc.get("lane") if isinstance(doc, Mapping) else None
+    if lane is not None:
+        from fakes.gce.scenario import parse_lane
+
+        parse_lane(lane, source)  # fail at load, naming the field
     return Scenario(
+        lane=lane,
         vast=_parse_vast(top.section("vast")),
         time_scale=top.number("time_scale", 1.0, positive=True),
         start_time=top.optional_number("start_time"),

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -96,6 +97,14 @@ def main(argv: list[str]) -> int:
             generated_key=public_key.read_text(encoding="utf-8").strip(),
         )
         server = serve_http(model, port=args.port)
+        from fakes.gce import FakeGCE, parse_lane
+        from fakes.gce.server import serve_http as serve_gce
+
+        lane = parse_lane(scenario.lane, scenario.source)
+        # The lane's fake runs on its own scaled clock from real now, and exports that origin:
+        # the runner's scaled clock then agrees with the bucket's object times.
+        lane_origin = time.time()
+        gce = serve_gce(FakeGCE(lane, ScaledClock(scenario.time_scale, lane_origin)))
     except OSError as exc:
         print(f"gpuops fakes serve: cannot start: {exc}", file=sys.stderr)
         _restore(previous)
@@ -109,6 +118,14 @@ def main(argv: list[str]) -> int:
             "GPUOPS_FAKE_SSH_BOXES": str(model.box_table),
             "GPUOPS_FAKE_SSH_PYTHON": sys.executable,
             "GPUOPS_SSH_KEY": str(public_key),
+            "GPUOPS_GCE_ENDPOINT": gce.url,
+            "STORAGE_EMULATOR_HOST": gce.url,
+            "GPUOPS_LANE_PROJECT": lane.project,
+            "GPUOPS_LANE_ZONE": lane.zone,
+            "GPUOPS_LANE_INSTANCE": lane.instance,
+            "GPUOPS_LANE_BUCKET": lane.bucket,
+            "GPUOPS_LANE_TIME_SCALE": f"{scenario.time_scale:g}",
+            "GPUOPS_LANE_TIME_ORIGIN": repr(lane_origin),
         }
         for name, value in exports.items():
             print(f"export {name}={shlex.quote(value)}")
@@ -124,6 +141,7 @@ def main(argv: list[str]) -> int:
             pass
     finally:
         server.close()
+        gce.close()
         _restore(previous)
         _cleanup(state_dir, owned)
     return 0

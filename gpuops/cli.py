@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="retry pending destroys, end expired boxes, report boxes nobody owns",
     )
+    from gpuops.cli_lane import add_lane_parser
+
+    add_lane_parser(commands, common)
     fakes = commands.add_parser("fakes", parents=[common], help="local provider fakes")
     fake_commands = fakes.add_subparsers(dest="fakes_command", metavar="COMMAND", required=True)
     serve = fake_commands.add_parser(
@@ -156,6 +159,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         from gpuops.cli_guard import run_guard
 
         return run_guard(args, state or default_state_url(), operator, as_json)
+    if args.command == "lane":
+        from gpuops.cli_lane import run_lane
+        from gpuops.context import Context
+
+        url = state or default_state_url()
+        return run_lane(args, url, operator, as_json, Context(url, operator).events_path())
     from gpuops.cli_market import run_market
 
     return run_market(args, state or default_state_url(), operator, as_json)

@@ -14,6 +14,7 @@ adapter catches a foreign exception.
     │   ├── StoreUnavailable                 the state store could not be reached or locked
     │   ├── ProviderUnavailable              5xx or no connection, after the retries we allow
     │   ├── CapacityExhausted                no capacity (a GCE stockout)
+    │   ├── QuotaExceeded                    a provider quota said no (GCE QUOTA_EXCEEDED)
     │   ├── OfferTaken                       the offer went between search and rent
     │   └── RateLimited                      429; ``retry_after_s`` when the provider said
     │       └── SearchQuotaExceeded          Vast's daily search quota: never retried
@@ -116,6 +117,14 @@ class CapacityExhausted(Unavailable, _FromProvider):
 
     def __init__(self, provider: str, message: str, status: int | None = None, body: str = ""):
         super().__init__(f"{provider} has no capacity: {message}")
+        self._attach(provider, status, body)
+
+
+class QuotaExceeded(Unavailable, _FromProvider):
+    """A provider quota refused the request (GCE ``QUOTA_EXCEEDED``/``quotaExceeded``)."""
+
+    def __init__(self, provider: str, message: str, status: int | None = None, body: str = ""):
+        super().__init__(f"{provider} quota exceeded: {message}")
         self._attach(provider, status, body)
 
 

@@ -98,3 +98,10 @@ DEMO_RENTAL_S = 72.0
 STORE_LOCK_TIMEOUT_S = 10.0
 # Between two attempts to take the store lock.
 STORE_LOCK_POLL_S = 0.01
+
+# --- the lane's provider calls (L2, L7) --------------------------------------------------------
+# Between two reads of a GCE zone operation, and of the bucket while waiting for a boot marker
+# or a status change; several reads per log sync, so a watcher never lags a sync by much.
+LANE_POLL_S = 5.0
+# A start or setMetadata operation that is not DONE within this is reported unavailable.
+GCE_OPERATION_TIMEOUT_S = 300.0

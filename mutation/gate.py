@@ -43,6 +43,9 @@ FLOORS: dict[str, float] = {
     "gpuops/market/probe.py": 100.0,
     "gpuops/market/guardian.py": 100.0,
     "gpuops/market/watchdog.py": 100.0,
+    "gpuops/lane/board.py": 100.0,
+    "gpuops/lane/decide.py": 100.0,
+    "gpuops/lane/script.py": 100.0,
 }
 
 # Per-module test selection: a mutant of a module listed here runs only that module's own tests
@@ -51,6 +54,13 @@ FLOORS: dict[str, float] = {
 # own tests pin them on recordings and cost a fraction of the time. A mutant no own test
 # reaches is "no tests", which counts as survived: the selection can only make the gate
 # stricter, never quietly pass a mutant.
+_LANE = tuple(
+    f"tests/test_{name}.py"
+    for name in (
+        "lane_board", "lane_board_view", "lane_decide", "lane_incidents", "lane_machine",
+        "lane_safety", "lane_script", "lane_session", "gce_adapter", "fake_gce",
+    )
+)  # fmt: skip
 OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.ledger": ("tests/test_ledger.py", "tests/test_ledger_machine.py"),
     "gpuops.events": ("tests/test_events.py",),
@@ -70,6 +80,7 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.market.probe": ("tests/test_probe.py",),
     "gpuops.market.guardian": ("tests/test_guardian.py", "tests/test_guardian_more.py"),
     "gpuops.market.watchdog": ("tests/test_watchdog.py",),
+    **dict.fromkeys(("gpuops.lane.board", "gpuops.lane.decide", "gpuops.lane.script"), _LANE),
 }
 
 

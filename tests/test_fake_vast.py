@@ -787,7 +787,7 @@ def test_the_default_scenario_has_offers_the_default_filter_removes(sleeps):
         ({"vast": {"faults": {"destroy_failures": [{"count": 1}]}}}, r"exactly one of 'offer' or"),
         ({"vast": {"ssh_keys": ["my key"]}}, r"ssh_keys\[0\]\.key: 'my key' is neither"),
         ({"vast": {"offers": {"id": 1}}}, r"vast\.offers: expected a list"),
-        ({"gce": {}}, r"gce: unknown field; known here: start_time, time_scale, vast"),
+        ({"gce": {}}, r"gce: unknown field; known here: lane, start_time, time_scale, vast"),
         ([1, 2], r"\(top level\): expected a mapping"),
     ],
 )

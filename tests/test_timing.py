@@ -12,6 +12,8 @@ from gpuops import timing
 PACKAGE = Path(__file__).resolve().parent.parent / "gpuops"
 
 PINNED = {
+    "LANE_POLL_S": 5.0,
+    "GCE_OPERATION_TIMEOUT_S": 300.0,
     "GUARDIAN_HEARTBEAT_S": 15.0,
     "LEASE_TTL_S": 60.0,
     "LEASE_POLL_S": 5.0,
@@ -131,6 +133,8 @@ def test_the_lane_windows_fit_the_startup_script_contract():
     assert timing.STALE_CLAIM_S >= 3600.0
     assert timing.STALE_CLAIM_S >= 10 * timing.STOCKOUT_RETRY_S
     assert timing.LANE_WATCH_TIMEOUT_S > timing.BOOT_MARKER_WINDOW_S
+    assert timing.LANE_POLL_S < timing.LOG_SYNC_S
+    assert timing.GCE_OPERATION_TIMEOUT_S >= 10 * timing.LANE_POLL_S
 
 
 def test_probe_timeouts_nest():

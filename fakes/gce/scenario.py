@@ -1,0 +1,73 @@
+"""The ``lane:`` section of a scenario file (fakes/README.md): what FakeGCE scripts.
+
+Every field is checked; an unknown one is a ScenarioError naming it, never a silent default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from fakes.scenario import ScenarioError
+
+START_OUTCOMES = (
+    "ok",
+    "stockout",
+    "stockout-plain",
+    "insufficient-capacity",
+    "quota",
+    "unavailable",
+)
+
+
+@dataclass(frozen=True)
+class LaneScenario:
+    project: str = "gpuops-lane"
+    zone: str = "us-central1-b"
+    instance: str = "gpu-lane"
+    bucket: str = "gpuops-lane-jobs"
+    provisioning_s: float = 5.0  # PROVISIONING -> STAGING
+    staging_s: float = 10.0  # STAGING -> RUNNING
+    stopping_s: float = 5.0  # STOPPING -> TERMINATED after the script powers off
+    job_runtime_s: float = 600.0  # run_job's duration
+    results: int = 6  # result files a successful job uploads
+    disk_free_gb: int = 100
+    starts: tuple[str, ...] = ()  # outcome of each start on a TERMINATED instance, then "ok"
+    fingerprint_races: int = 0  # setMetadata calls that lose to another writer first (412)
+    broken_imports: tuple[str, ...] = ()  # modules whose import fails at preflight
+    staged: tuple[str, ...] = ()  # objects in the bucket at the start
+    running_job: str | None = None  # a third operator's job already running (its own tooling)
+
+
+def parse_lane(doc: object, source: str = "<scenario>") -> LaneScenario:
+    if doc is None:
+        return LaneScenario()
+    if not isinstance(doc, Mapping):
+        raise ScenarioError(f"{source}: lane must be a mapping")
+    known = {f.name: f for f in fields(LaneScenario)}
+    values: dict[str, object] = {}
+    for key, value in doc.items():
+        if key not in known:
+            raise ScenarioError(f"{source}: lane.{key} is not a lane field; known: {sorted(known)}")
+        default = known[key].default
+        if isinstance(default, tuple):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ScenarioError(f"{source}: lane.{key} must be a list of strings")
+            value = tuple(value)
+        elif isinstance(default, float):
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                raise ScenarioError(f"{source}: lane.{key} must be a number >= 0")
+            value = float(value)
+        elif isinstance(default, int):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ScenarioError(f"{source}: lane.{key} must be an integer >= 0")
+        elif not isinstance(value, str) or not value:
+            raise ScenarioError(f"{source}: lane.{key} must be a non-empty string")
+        values[key] = value
+    scenario = LaneScenario(**values)  # type: ignore[arg-type]
+    for index, outcome in enumerate(scenario.starts):
+        if outcome not in START_OUTCOMES:
+            raise ScenarioError(
+                f"{source}: lane.starts[{index}] {outcome!r} is not one of {START_OUTCOMES}"
+            )
+    return scenario

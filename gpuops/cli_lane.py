@@ -1,0 +1,164 @@
+"""`gpuops lane board|claim|script|install|start|watch|release`: parsing and printing only.
+
+There is no stop and no delete command (L1): the lane's jobs power themselves off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+COMMANDS = ("board", "claim", "script", "install", "start", "watch", "release")
+
+
+def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    lane = commands.add_parser(
+        "lane", parents=[common], help="the shared single-GPU GCE lane (no stop, no delete)"
+    )
+    sub = lane.add_subparsers(dest="lane_command", metavar="COMMAND", required=True)
+    board = sub.add_parser("board", parents=[common], help="the state line, STALE, cost, log")
+    board.add_argument("--usd-per-hour", type=float, default=None, help="default 0.70")
+    board.add_argument("--disk-usd-per-day", type=float, default=None, help="default 0.83")
+    for name, text in (
+        ("claim", "claim the lane for a job (L3)"),
+        ("script", "print a startup script that keeps the contract (L5, L6)"),
+        ("install", "lint a script and install it for your claimed job (L4, L10)"),
+        ("start", "verify TERMINATED, start, confirm this attempt's boot (L2, L7, L11)"),
+        ("watch", "report the job's stage; a timeout exits 5, not failed (L9)"),
+        ("release", "hand the lane back: claimant only, instance TERMINATED"),
+    ):
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("--job", required=True, metavar="NAME")
+        if name == "script":
+            p.add_argument("--command", dest="job_command", default="python3 /work/job.py")
+            p.add_argument("--input", action="append", default=[], metavar="NAME")
+            p.add_argument("--import", dest="imports", action="append", default=[])
+            p.add_argument("--min-free-gb", type=int, default=20)
+        if name == "install":
+            p.add_argument("file", metavar="FILE", type=Path)
+        if name == "start":
+            p.add_argument("--max-attempts", type=int, default=20)
+        if name in ("watch", "release"):
+            p.add_argument("--usd-per-hour", type=float, default=None)
+            p.add_argument("--disk-usd-per-day", type=float, default=None)
+        if name == "watch":
+            p.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
+
+
+def run_lane(
+    args: argparse.Namespace, state_url: str, operator: str, as_json: bool, events_path: Path
+) -> int:
+    from gpuops.errors import UsageError
+
+    command = args.lane_command
+    if command == "script":
+        import os
+
+        from gpuops.lane import script
+
+        bucket = os.environ.get("GPUOPS_LANE_BUCKET") or "BUCKET"
+        print(
+            script.render(
+                args.job,
+                bucket,
+                args.job_command,
+                imports=tuple(args.imports or ["torch"]),
+                inputs=tuple(args.input),
+                min_free_gb=args.min_free_gb,
+            ),
+            end="",
+        )
+        return 0
+    from gpuops.lane.session import open_lane
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    lane = open_lane(
+        state_url,
+        operator,
+        events_path,
+        usd_per_hour=getattr(args, "usd_per_hour", None),
+        disk_usd_per_day=getattr(args, "disk_usd_per_day", None),
+        progress=progress,
+    )
+    if command == "board":
+        view = lane.view()
+        if as_json:
+            _print_json(view)
+        else:
+            _print_board(view)
+        return 0
+    if command == "claim":
+        done = lane.claim(args.job)
+        return _board_out(as_json, done, f"lane {done.lane} claimed by {done.owner} for {done.job}")
+    if command == "install":
+        try:
+            text = args.file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read the script {args.file}: {exc}") from exc
+        lane.install(args.job, text)
+        _out(as_json, {"job": args.job, "installed": True}, f"installed the script for {args.job}")
+        return 0
+    if command == "start":
+        if args.max_attempts < 1:
+            raise UsageError("--max-attempts must be at least 1")
+        done = lane.start(args.job, max_attempts=args.max_attempts)
+        return _board_out(as_json, done, f"{args.job} is running (attempt {done.attempt})")
+    if command == "watch":
+        from gpuops import timing
+
+        timeout_s = timing.LANE_WATCH_TIMEOUT_S if args.timeout is None else args.timeout
+        verdict = lane.watch(args.job, timeout_s=timeout_s)
+        _out(as_json, {"job": args.job, "outcome": verdict.value}, f"{args.job}: {verdict.value}")
+        return 0
+    done = lane.release(args.job)
+    return _board_out(as_json, done, f"lane {done.lane} released; it is {done.state}")
+
+
+def _board_out(as_json: bool, board: Any, line: str) -> int:
+    from gpuops.lane.board import state_line
+
+    _out(
+        as_json,
+        {
+            "state_line": state_line(board),
+            "state": board.state,
+            "job": board.job,
+            "attempt": board.attempt,
+            "stockouts": board.stockouts,
+        },
+        line,
+    )
+    return 0
+
+
+def _print_board(view: dict[str, Any]) -> None:
+    print(view["state_line"])
+    if view["stale"]:
+        print(
+            f"STALE: held {view['held_s'] / 3600:.1f} h without a successful start; a human "
+            f"should check: instance {view['status']}, attempt {view['attempt']} "
+            f"({view['stockouts']} stockouts), last log line: {view['last_log_line']!r} (L8)"
+        )
+    print(
+        f"instance {view['status']}; cost so far ${view['cost_usd']:.2f}; "
+        f"last log line: {view['last_log_line'] or '-'}"
+    )
+    for line in view["history"]:
+        print(f"  {line}")
+
+
+def _out(as_json: bool, payload: Any, line: str) -> None:
+    if as_json:
+        _print_json(payload)
+    else:
+        print(line)
+
+
+def _print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")

@@ -1,0 +1,156 @@
+"""The lane runner's decisions, as pure functions of what was read (decide, then act).
+
+``gpuops.lane.runner`` reads the board, the instance and the bucket, asks these functions
+what to do, and does it. Nothing here performs I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from gpuops import timing
+from gpuops.errors import Refused
+from gpuops.lane.board import CLAIMED, RUNNING, STARTING, Board
+from gpuops.lane.script import STAGES
+
+# GCE statuses (provider-formats.md B.2) in the three groups the runner cares about.
+TERMINATED = "TERMINATED"
+BOOTING = frozenset({"PROVISIONING", "STAGING", "RUNNING", "PENDING", "REPAIRING"})
+STOPPING = frozenset({"STOPPING", "PENDING_STOP", "SUSPENDING", "SUSPENDED"})
+
+# The seed's figures (seeds/000, Methods): about $0.70/h running, about $0.83/day disk.
+RUNNING_USD_PER_HOUR = 0.70
+DISK_USD_PER_DAY = 0.83
+
+
+class Step(enum.Enum):
+    START = "start"  # the instance is TERMINATED and the lane is ours: send start
+    CHECK_BOOT = "check-boot"  # a start was sent earlier (maybe by a crashed process): look
+    WAIT_STOPPING = "wait-stopping"  # the last job is still powering off: wait, keep the claim
+    ALREADY_RUNNING = "already-running"  # our job's boot was already confirmed
+
+
+def check_holder(board: Board, operator: str, job: str) -> None:
+    """Refuse (L3) unless ``operator`` holds the lane for ``job``: asked before the provider."""
+    if (
+        board.owner != operator
+        or board.job != job
+        or board.state
+        not in (
+            CLAIMED,
+            STARTING,
+            RUNNING,
+        )
+    ):
+        raise Refused(
+            "L3",
+            f"lane {board.lane} is {board.state} (owner {board.owner!r}, job {board.job!r}); "
+            f"claim it for {job!r} before starting",
+        )
+
+
+def start_step(board: Board, operator: str, job: str, instance_status: str) -> Step:
+    """What `lane start` does next. Refusals name the rule (L2, L3)."""
+    check_holder(board, operator, job)
+    if board.state == STARTING:
+        return Step.CHECK_BOOT
+    if board.state == RUNNING:
+        return Step.ALREADY_RUNNING
+    if instance_status == TERMINATED:
+        return Step.START
+    if instance_status in STOPPING:
+        return Step.WAIT_STOPPING
+    raise Refused(
+        "L2",
+        f"instance {board.instance} is {instance_status}, not TERMINATED: a boot you did not "
+        "start is running; it is not your job and gpuops will not start over it or stop it",
+    )
+
+
+class Boot(enum.Enum):
+    OURS = "ours"  # this attempt's boot marker is in the bucket
+    WAIT = "wait"  # not yet: poll again
+    NOOP = "noop"  # the window passed and no marker: the start did nothing for us (L2)
+    NOT_STARTED = "not-started"  # the instance is TERMINATED and no marker: start did nothing
+
+
+def boot_verdict(marker_seen: bool, waited_s: float, instance_status: str) -> Boot:
+    """After a start (or on resuming one): is this attempt's boot ours? (L2)
+
+    ``waited_s`` counts from the attempt's board write, so a resumed process keeps the window.
+    A TERMINATED instance without the marker never booted for this attempt (a stockout or a
+    start never sent before a crash): try again. A running one without it, past the window,
+    is somebody else's boot: the silent no-op of seeds/000.
+    """
+    if marker_seen:
+        return Boot.OURS
+    if instance_status == TERMINATED:
+        return Boot.NOT_STARTED
+    if waited_s >= timing.BOOT_MARKER_WINDOW_S:
+        return Boot.NOOP
+    return Boot.WAIT
+
+
+def retry_stockout(attempts_this_run: int, max_attempts: int) -> bool:
+    """Whether this invocation tries again after a stockout; the claim is kept either way (L7)."""
+    return attempts_this_run < max_attempts
+
+
+@dataclass(frozen=True)
+class Status:
+    """The job's status file: ``<stage> <attempt> <reason...>``."""
+
+    stage: str
+    attempt: str
+    reason: str
+
+
+def parse_status(text: str) -> Status | None:
+    """The status file's one line, or None when it is not one a lane script writes."""
+    line = text.strip().split("\n", 1)[0]
+    parts = line.split(" ", 2)
+    if len(parts) < 2 or parts[0] not in STAGES or not parts[1]:
+        return None
+    return Status(parts[0], parts[1], parts[2].strip() if len(parts) == 3 else "")
+
+
+class Verdict(enum.Enum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RUNNING = "running"
+    UNKNOWN = "unknown"
+
+
+def job_verdict(status: Status | None, attempt: str | None, instance_status: str) -> Verdict:
+    """Judged by the status file of *this* attempt, never by a watcher's patience (L9).
+
+    A status written by another attempt says nothing about ours. A TERMINATED instance whose
+    status never reached an end is unknown (loud), not failed: the evidence may be elsewhere.
+    """
+    if status is not None and status.attempt == attempt:
+        if status.stage == "succeeded":
+            return Verdict.SUCCEEDED
+        if status.stage == "failed":
+            return Verdict.FAILED
+    if instance_status in BOOTING:
+        return Verdict.RUNNING
+    return Verdict.UNKNOWN
+
+
+def is_stale(board: Board, now: float) -> bool:
+    """A claim held this long without a successful start needs a human (L8)."""
+    if board.state not in (CLAIMED, STARTING) or board.started is not None:
+        return False
+    return board.claimed is not None and now - board.claimed >= timing.STALE_CLAIM_S
+
+
+def cost_usd(
+    running_s: float,
+    held_s: float,
+    *,
+    usd_per_hour: float = RUNNING_USD_PER_HOUR,
+    disk_usd_per_day: float = DISK_USD_PER_DAY,
+) -> float:
+    """Running time at the hourly rate plus the disk for the time the claim was held."""
+    return round(running_s / 3600.0 * usd_per_hour + held_s / 86400.0 * disk_usd_per_day, 4)

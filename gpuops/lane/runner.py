@@ -1,0 +1,390 @@
+"""The lane's shell: reads the board, the instance and the bucket, applies decide.py's answers.
+
+Every board change goes through ``_transition``: read with version, apply a pure transition
+from board.py, compare-and-swap, re-read and re-decide on a lost race (L3). The retry state
+lives in the board line itself, so any later `lane start`, from any process or host sharing
+the store, resumes exactly where a dead one stopped (L11). There is no stop and no delete
+anywhere (L1).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gpuops import timing
+from gpuops.errors import (
+    AlreadyExists,
+    CapacityExhausted,
+    CorruptState,
+    GpuopsError,
+    JobFailed,
+    QuotaExceeded,
+    Refused,
+    StateError,
+    StillRunning,
+    Unavailable,
+    VersionConflict,
+)
+from gpuops.events import EventLog
+from gpuops.lane import board as b
+from gpuops.lane import decide as d
+from gpuops.lane import script as s
+from gpuops.providers.gce import LaneInstance
+from gpuops.store.base import Store
+
+CAS_TRIES = 8
+METADATA_TRIES = 3
+
+
+class Compute(Protocol):
+    def get(self, instance: str) -> LaneInstance: ...
+    def set_metadata(self, instance: str, items: dict[str, str], fingerprint: str) -> None: ...
+    def start(self, instance: str) -> None: ...
+
+
+class Bucket(Protocol):
+    def list(self, prefix: str) -> list[str]: ...
+    def read(self, name: str) -> bytes | None: ...
+    def updated(self, name: str) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class LaneConfig:
+    instance: str
+    bucket: str
+    usd_per_hour: float = d.RUNNING_USD_PER_HOUR
+    disk_usd_per_day: float = d.DISK_USD_PER_DAY
+
+
+class Lane:
+    def __init__(
+        self,
+        store: Store,
+        events: EventLog,
+        operator: str,
+        gce: Compute,
+        gcs: Bucket,
+        config: LaneConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        new_boot_id: Callable[[], str] = lambda: secrets.token_hex(6),
+        progress: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        self.store, self.events, self.operator = store, events, operator
+        self.gce, self.gcs, self.config = gce, gcs, config
+        self.clock, self.sleep, self.new_boot_id, self.progress = (
+            clock,
+            sleep,
+            new_boot_id,
+            progress,
+        )
+        self.key = f"lane/{config.instance}/board"
+
+    # --- the board ------------------------------------------------------------------------------
+    def read(self) -> tuple[b.Board, list[str], str | None]:
+        got = self.store.get(self.key)
+        if got is None:
+            return b.Board(self.config.instance, self.config.instance, self.clock()), [], None
+        try:
+            text = got.data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptState(self.key, "the board is not UTF-8") from exc
+        board, history = b.parse(text, self.key)
+        return board, history, got.version
+
+    def _transition(self, change: Callable[[b.Board], b.Board], prose: str) -> b.Board:
+        for _ in range(CAS_TRIES):
+            board, history, version = self.read()
+            new = change(board)
+            if new == board:
+                return board
+            line = f"{b.stamp(self.clock())} {self.operator}: {prose}"
+            data = b.render(new, [*history, line]).encode("utf-8")
+            try:
+                if version is None:
+                    self.store.create(self.key, data)
+                else:
+                    self.store.put(self.key, data, version)
+            except (VersionConflict, AlreadyExists):
+                continue  # someone wrote first: re-read and decide again (L3)
+            self.events.append(
+                "lane.board",
+                lane=new.lane,
+                state=new.state,
+                job=new.job,
+                attempt=new.attempt,
+                revision=new.revision,
+            )
+            return new
+        raise StateError(f"{self.key}: lost {CAS_TRIES} compare-and-swap races in a row")
+
+    # --- commands -------------------------------------------------------------------------------
+    def claim(self, job: str) -> b.Board:
+        before = self.read()[0]
+        after = self._transition(
+            lambda bd: b.claim(bd, self.operator, job, self.clock()), f"claimed the lane for {job}"
+        )
+        if after.revision != before.revision:
+            self.events.append("lane.claim", lane=after.lane, job=job, revision=after.revision)
+        return after
+
+    def install(self, job: str, script_text: str) -> None:
+        """Lint, check staged inputs, then set the metadata by fingerprint (L4, L10, L5, L6)."""
+        board, _, _ = self.read()
+        if board.state != b.CLAIMED or board.owner != self.operator or board.job != job:
+            raise Refused(
+                "L4",
+                f"lane {board.lane} is {board.state} (owner {board.owner!r}, job {board.job!r}): "
+                f"only the claimant of {job!r} installs its script, before it starts",
+            )
+        findings = s.lint(script_text, job)
+        if findings:
+            raise Refused(findings[0].rule, "; ".join(f"{f.rule}: {f.message}" for f in findings))
+        staged = [n.rsplit("/", 1)[-1] for n in self.gcs.list(f"jobs/{job}/inputs/")]
+        missing = s.missing_inputs(script_text, staged)
+        if missing:
+            raise Refused(
+                "L10",
+                f"the script fetches {', '.join(missing)} unconditionally, but nothing by that "
+                f"name is staged under gs://{self.config.bucket}/jobs/{job}/inputs/",
+            )
+        self._set_metadata({s.SCRIPT_KEY: script_text, s.JOB_KEY: job}, need_terminated=True)
+        self.events.append("lane.install", lane=board.lane, job=job, chars=len(script_text))
+
+    def _set_metadata(self, items: dict[str, str], *, need_terminated: bool) -> LaneInstance:
+        for _ in range(METADATA_TRIES):
+            inst = self.gce.get(self.config.instance)
+            if need_terminated and inst.status_raw != d.TERMINATED:
+                raise Refused(
+                    "L2",
+                    f"instance {inst.name} is {inst.status_raw}: its metadata is not changed "
+                    "while a boot you did not start may be running",
+                )
+            merged = {**inst.metadata, **items}
+            try:
+                self.gce.set_metadata(self.config.instance, merged, inst.fingerprint)
+                return inst
+            except VersionConflict:
+                continue  # another writer changed the metadata: re-read, check again
+        raise StateError(f"instance {self.config.instance}: metadata fingerprint kept changing")
+
+    def start(self, job: str, *, max_attempts: int = 20) -> b.Board:
+        """Start this job's boot, retrying stockouts with the claim held (L2, L7, L11)."""
+        tries = 0
+        waiting_since: float | None = None
+        while True:
+            board, _, _ = self.read()
+            d.check_holder(board, self.operator, job)  # the board first: no provider call
+            inst = self.gce.get(self.config.instance)
+            step = d.start_step(board, self.operator, job, inst.status_raw)
+            if step is d.Step.ALREADY_RUNNING:
+                self.progress(f"job {job} is already running (attempt {board.attempt})")
+                return board
+            if step is d.Step.WAIT_STOPPING:
+                waiting_since = self.clock() if waiting_since is None else waiting_since
+                if self.clock() - waiting_since >= timing.GCE_OPERATION_TIMEOUT_S:
+                    raise Unavailable(
+                        f"instance {inst.name} stayed {inst.status_raw} for "
+                        f"{timing.GCE_OPERATION_TIMEOUT_S:g} s; the claim is kept, and gpuops "
+                        "does not stop or reset it: run `lane start` again later (L1, L7)"
+                    )
+                self.progress(f"instance is {inst.status_raw}; waiting for TERMINATED")
+                self.sleep(timing.LANE_POLL_S)
+                continue
+            waiting_since = None
+            if step is d.Step.CHECK_BOOT:
+                self.progress(f"resuming attempt {board.attempt}: looking for its boot marker")
+                result = self._await_boot(job, board)
+                if result is not None:
+                    return result
+                tries += 1
+                continue
+            if tries >= max_attempts:
+                raise Unavailable(
+                    f"lane {board.lane}: no successful start in {tries} attempts; the claim is "
+                    f"kept (attempt {board.attempt}, {board.stockouts} stockouts); run "
+                    f"`gpuops lane start --job {job}` again to resume (L7, L11)"
+                )
+            tries += 1
+            self._attempt(job, inst)
+            board, _, _ = self.read()
+            if board.state == b.STARTING:
+                result = self._await_boot(job, board)
+                if result is not None:
+                    return result
+            elif tries < max_attempts:
+                self.progress(f"waiting {timing.STOCKOUT_RETRY_S:g} s before the next attempt")
+                self.sleep(timing.STOCKOUT_RETRY_S)
+
+    def _attempt(self, job: str, inst: LaneInstance) -> None:
+        """One start: verify the installed script, record the attempt, TERMINATED, start."""
+        if inst.metadata.get(s.JOB_KEY) != job or s.lint(inst.metadata.get(s.SCRIPT_KEY, ""), job):
+            raise Refused(
+                "L4",
+                f"the script installed on {inst.name} is not a clean script for {job!r}: "
+                f"run `gpuops lane install --job {job} FILE` first",
+            )
+        boot = self.new_boot_id()
+        board = self._transition(
+            lambda bd: b.begin_attempt(bd, self.operator, job, boot, self.clock()),
+            f"start attempt for {job} (boot {boot})",
+        )
+        try:
+            self._set_metadata({s.ATTEMPT_KEY: boot}, need_terminated=True)  # L2, just before
+            self.gce.start(self.config.instance)
+        except (CapacityExhausted, QuotaExceeded) as exc:
+            outcome = "stockout" if isinstance(exc, CapacityExhausted) else "quota"
+            change = b.stockout if outcome == "stockout" else b.attempt_failed
+            board = self._transition(lambda bd: change(bd, self.clock()), f"{outcome}: {exc}")
+            self._start_event(board, job, board.attempt, outcome)
+            self.progress(f"attempt {board.attempt}: {outcome}; the claim is kept (L7)")
+            return
+        except GpuopsError as exc:
+            outcome = "refused" if isinstance(exc, Refused) else "error"
+            self._transition(lambda bd: b.attempt_failed(bd, self.clock()), f"{outcome}: {exc}")
+            self._start_event(board, job, board.attempt, outcome)
+            raise
+        self.progress(f"attempt {board.attempt}: start sent; waiting for boot marker {boot}")
+
+    def _await_boot(self, job: str, board: b.Board) -> b.Board | None:
+        """Poll for this attempt's boot marker; the board if ours, None to try again."""
+        assert board.boot is not None
+        marker = f"jobs/{job}/boot/{board.boot}"
+        while True:
+            seen = self.gcs.read(marker) is not None
+            status = self.gce.get(self.config.instance).status_raw
+            verdict = d.boot_verdict(seen, self.clock() - board.since, status)
+            if verdict is d.Boot.WAIT:
+                self.sleep(timing.LANE_POLL_S)
+                continue
+            break
+        if verdict is d.Boot.OURS:
+            done = self._transition(lambda bd: b.booted(bd, self.clock()), f"{job} booted")
+            self._start_event(done, job, done.attempt, "started")
+            self.progress(f"attempt {done.attempt}: boot marker {board.boot} seen; {job} runs")
+            return done
+        failed = self._transition(
+            lambda bd: b.attempt_failed(bd, self.clock()),
+            f"attempt {board.attempt}: {verdict.value}",
+        )
+        self._start_event(failed, job, board.attempt, "noop" if verdict is d.Boot.NOOP else "error")
+        if verdict is d.Boot.NOOP:
+            raise Refused(
+                "L2",
+                f"instance {board.instance} is {status} but boot marker {board.boot} never "
+                "appeared: the start was a silent no-op on somebody else's boot. It is not your "
+                "job, and gpuops will not stop it. Your claim is kept.",
+            )
+        return None
+
+    def _start_event(self, board: b.Board, job: str, attempt: int, outcome: str) -> None:
+        self.events.append("lane.start", lane=board.lane, job=job, attempt=attempt, outcome=outcome)
+
+    def watch(self, job: str, *, timeout_s: float = timing.LANE_WATCH_TIMEOUT_S) -> d.Verdict:
+        """Report stages until the job ends; a timeout is StillRunning (exit 5), never failed."""
+        deadline = self.clock() + timeout_s
+        last = None
+        while True:
+            board, _, _ = self.read()
+            attempt = board.boot if board.job == job else None
+            raw = self.gcs.read(f"jobs/{job}/status")
+            status = d.parse_status(raw.decode("utf-8", "replace")) if raw is not None else None
+            inst = self.gce.get(self.config.instance).status_raw
+            verdict = d.job_verdict(status, attempt, inst)
+            shown = (status.stage, status.reason) if status else None
+            if shown != last:
+                self.progress(
+                    f"{job}: stage {shown[0]} {shown[1]}".rstrip()
+                    if shown
+                    else f"{job}: no status file yet (instance {inst})"
+                )
+                last = shown
+            if verdict is d.Verdict.SUCCEEDED:
+                return verdict
+            if verdict is d.Verdict.FAILED:
+                raise JobFailed(f"job {job} failed: {status.reason if status else ''}".rstrip())
+            if verdict is d.Verdict.UNKNOWN and inst == d.TERMINATED:
+                raise StillRunning(
+                    f"job {job}: the instance is TERMINATED but this attempt's status file never "
+                    f"ended (last: {shown}); look under gs://{self.config.bucket}/jobs/ and the "
+                    "serial output before calling it failed"
+                )
+            if self.clock() >= deadline:
+                raise StillRunning(
+                    f"watch timed out after {timeout_s:g} s; job {job} is at stage "
+                    f"{shown[0] if shown else 'unknown'}: not a failure (L9); watch again later"
+                )
+            self.sleep(timing.LANE_POLL_S)
+
+    def release(self, job: str) -> b.Board:
+        """Only the claimant, only once the instance is TERMINATED (L1, L3)."""
+        before, _, _ = self.read()
+        inst = self.gce.get(self.config.instance).status_raw
+        now = self.clock()
+        after = self._transition(
+            lambda bd: b.release(bd, self.operator, job, inst == d.TERMINATED, now),
+            f"released the lane after {job}; back to free",
+        )
+        raw = self.gcs.read(f"jobs/{job}/status")
+        status = d.parse_status(raw.decode("utf-8", "replace")) if raw is not None else None
+        outcome = d.job_verdict(status, before.boot, inst).value
+        # A job that ended ran until its last status write, not until this release.
+        end = self.gcs.updated(f"jobs/{job}/status") if outcome != "unknown" else None
+        until = now if end is None else min(now, end)
+        running_s = 0.0 if before.started is None else max(0.0, until - before.started)
+        held_s = 0.0 if before.claimed is None else now - before.claimed
+        self.events.append(
+            "lane.job_end",
+            lane=before.lane,
+            job=job,
+            attempts=before.attempt,
+            stockouts=before.stockouts,
+            waiting_s=0.0
+            if before.started is None or before.claimed is None
+            else before.started - before.claimed,
+            running_s=running_s,
+            cost_usd=self.cost(running_s, held_s),
+            outcome=outcome if outcome in ("succeeded", "failed") else "unknown",
+        )
+        return after
+
+    def cost(self, running_s: float, held_s: float) -> float:
+        return d.cost_usd(
+            running_s,
+            held_s,
+            usd_per_hour=self.config.usd_per_hour,
+            disk_usd_per_day=self.config.disk_usd_per_day,
+        )
+
+    def view(self) -> dict[str, Any]:
+        """The board for humans and --json: state, STALE (L8), instance, retry, last log line."""
+        board, history, _ = self.read()
+        now = self.clock()
+        inst = self.gce.get(self.config.instance).status_raw
+        last_line = None
+        if board.job:
+            log = self.gcs.read(f"jobs/{board.job}/log.txt")
+            lines = log.decode("utf-8", "replace").strip().splitlines() if log else []
+            last_line = lines[-1] if lines else None
+        running_s = 0.0 if board.started is None else now - board.started
+        held_s = 0.0 if board.claimed is None else now - board.claimed
+        return {
+            "state_line": b.state_line(board),
+            "lane": board.lane,
+            "state": board.state,
+            "owner": board.owner,
+            "job": board.job,
+            "attempt": board.attempt,
+            "stockouts": board.stockouts,
+            "status": inst,
+            "stale": d.is_stale(board, now),
+            "held_s": held_s,
+            "cost_usd": self.cost(running_s, held_s),
+            "last_log_line": last_line,
+            "history": history[-10:],
+        }

@@ -1,0 +1,264 @@
+"""The GCE and GCS adapters on recordings (H1), through the real google SDK clients and
+``responses``: parsing, and every error translated once into gpuops/errors.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import responses
+
+from gpuops.errors import (
+    AuthFailed,
+    CapacityExhausted,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaExceeded,
+    VersionConflict,
+)
+from gpuops.events import EventLog, read_events
+from gpuops.providers import load_recording, recording_names
+from gpuops.providers.gce import GceAdapter, GceStatus, operation_error, parse_instance
+from gpuops.providers.gcs import GcsAdapter
+
+BASE = "http://127.0.0.1:9"
+OP = "operation-1796031002113-6308a1f2c4d1e-3f0a9c1b-77d1e2a0"
+
+
+def _body(name: str, provider: str = "gce") -> dict:
+    return json.loads(load_recording(provider, name).body)
+
+
+@pytest.fixture
+def gce(tmp_path):
+    return GceAdapter(
+        "gpuops-lane",
+        "us-central1-b",
+        events=EventLog(tmp_path / "e.jsonl", "t"),
+        endpoint=BASE,
+        clock=lambda: 0.0,
+        sleep=lambda s: None,
+    )
+
+
+@pytest.mark.parametrize("provider", ["gce", "gcs"])
+def test_every_lane_recording_loads_with_honest_provenance_h1(provider):
+    """H1: each recording names its kind, source and date, and its body is JSON."""
+    names = recording_names(provider)
+
+    assert names
+    for name in names:
+        rec = load_recording(provider, name)
+        assert rec.kind in {"public", "reconstructed", "captured"} and rec.source and rec.notes
+        json.loads(rec.body)
+
+
+@pytest.mark.parametrize(
+    "name, status, fingerprint",
+    [
+        ("instance_get_terminated", GceStatus.TERMINATED, "wSsOXn1oPgE="),
+        ("instance_get_running", GceStatus.RUNNING, "bQ9nTUiJ0Hw="),
+        ("instance_get_unknown_status", GceStatus.UNKNOWN, "wSsOXn1oPgE="),
+    ],
+)
+def test_an_instance_is_read_through_the_real_client(gce, name, status, fingerprint):
+    """H1: status, raw status, fingerprint and metadata items from a recorded instances.get."""
+    with responses.RequestsMock() as mock:
+        mock.add(load_recording("gce", name).to_response(BASE))
+        got = gce.get("gpu-lane")
+
+    assert (got.name, got.status, got.fingerprint) == ("gpu-lane", status, fingerprint)
+    assert got.status_raw == _body(name)["status"]
+    assert "startup-script" in got.metadata or name == "instance_get_unknown_status"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"name": "x"}, {"name": "x", "status": "RUNNING", "metadata": {"items": [{"v": 1}]}}],
+)
+def test_a_drifted_instance_body_is_an_unexpected_response(body):
+    """Bad input: a missing field is named, never guessed."""
+    with pytest.raises(ProviderError, match="instance body without"):
+        parse_instance(body)
+
+
+@pytest.mark.parametrize(
+    "name, error",
+    [
+        ("operation_done", None),
+        ("operation_stockout_with_details", CapacityExhausted),
+        ("operation_stockout_plain", CapacityExhausted),
+        ("operation_insufficient_capacity", CapacityExhausted),
+        ("operation_reason_only", CapacityExhausted),
+        ("operation_quota", QuotaExceeded),
+    ],
+)
+def test_a_finished_operation_is_classified_from_its_recorded_body(name, error):
+    """L7: capacity by code, by errorInfo reason or by message; quota apart; success is None."""
+    found = operation_error(_body(name))
+
+    assert (None if found is None else type(found)) is error
+
+
+def test_an_operation_error_that_is_neither_capacity_nor_quota_keeps_its_status():
+    """A 5xx without a capacity sign is unavailable; a 4xx is a provider error, both named."""
+    five = operation_error(
+        {
+            "name": "o",
+            "httpErrorStatusCode": 503,
+            "error": {"errors": [{"code": "SERVICE_UNAVAILABLE", "message": "later"}]},
+        }
+    )
+    four = operation_error(
+        {
+            "name": "o",
+            "httpErrorStatusCode": 400,
+            "error": {"errors": [{"code": "RESOURCE_NOT_READY", "message": "stopping"}]},
+        }
+    )
+    bare = operation_error({"name": "o", "httpErrorStatusCode": 500, "httpErrorMessage": "X"})
+
+    assert type(five) is ProviderUnavailable and five.status == 503
+    assert type(four) is ProviderError and "RESOURCE_NOT_READY: stopping" in str(four)
+    assert type(bare) is ProviderUnavailable and "X" in str(bare)
+
+
+@pytest.mark.parametrize(
+    "operation, error",
+    [
+        ("operation_stockout_with_details", CapacityExhausted),
+        ("operation_quota", QuotaExceeded),
+    ],
+)
+def test_start_finds_the_error_in_the_polled_operation(gce, tmp_path, operation, error):
+    """L7: start answers 200 with a RUNNING operation; the error is in the DONE one."""
+    with responses.RequestsMock() as mock:
+        mock.add(load_recording("gce", "start_operation_running").to_response(BASE))
+        mock.add(load_recording("gce", operation).to_response(BASE))
+        with pytest.raises(error) as raised:
+            gce.start("gpu-lane")
+
+    assert raised.value.provider == "gce"
+    kinds = [e["kind"] for e in read_events(tmp_path / "e.jsonl")]
+    assert kinds == ["gce.start", "gce.operation"]
+
+
+def test_a_start_whose_operation_is_done_without_error_returns(gce):
+    """L2: DONE with no error is success as far as GCE says (even the silent no-op)."""
+    with responses.RequestsMock() as mock:
+        mock.add(load_recording("gce", "start_operation_running").to_response(BASE))
+        mock.add(load_recording("gce", "operation_done").to_response(BASE))
+        assert gce.start("gpu-lane") is None
+
+
+@pytest.mark.parametrize(
+    "name, error",
+    [
+        ("start_403_quota", QuotaExceeded),
+        ("start_503", ProviderUnavailable),
+    ],
+)
+def test_a_synchronous_start_error_is_translated_once(gce, name, error):
+    """Quota as a 403 and a 503 front end, each its own gpuops error."""
+    with responses.RequestsMock() as mock:
+        mock.add(load_recording("gce", name).to_response(BASE))
+        with pytest.raises(error):
+            gce.start("gpu-lane")
+
+
+def test_a_stale_fingerprint_is_a_version_conflict(gce):
+    """L3-style compare-and-swap: setMetadata 412 means someone else wrote first."""
+    with responses.RequestsMock() as mock:
+        mock.add(load_recording("gce", "set_metadata_412").to_response(BASE))
+        with pytest.raises(VersionConflict, match="setMetadata gpu-lane"):
+            gce.set_metadata("gpu-lane", {"startup-script": "x"}, "old")
+
+
+def test_set_metadata_sends_the_fingerprint_and_every_item(gce):
+    """L4: the items and the fingerprint read before go out in one request."""
+    with responses.RequestsMock() as mock:
+        mock.add(load_recording("gce", "set_metadata_operation").to_response(BASE))
+        mock.add(load_recording("gce", "operation_done").to_response(BASE))
+        gce.set_metadata("gpu-lane", {"startup-script": "s", "gpuops-job": "j"}, "fp1")
+        sent = json.loads(mock.calls[0].request.body)
+
+    assert sent == {
+        "fingerprint": "fp1",
+        "items": [{"key": "gpuops-job", "value": "j"}, {"key": "startup-script", "value": "s"}],
+    }
+
+
+def test_a_missing_instance_is_a_provider_error_naming_it(gce):
+    """Not found is named, with its status."""
+    with responses.RequestsMock() as mock:
+        mock.add(load_recording("gce", "instance_404").to_response(BASE))
+        with pytest.raises(ProviderError, match="get gpu-lane: not found") as raised:
+            gce.get("gpu-lane")
+
+    assert raised.value.status == 404
+
+
+def test_refused_credentials_are_auth_failed(gce):
+    """A 403 that is not quota is our credentials."""
+    body = {
+        "error": {
+            "code": 403,
+            "message": "Required 'compute.instances.get' permission",
+            "errors": [{"reason": "forbidden", "message": "no"}],
+        }
+    }
+    with responses.RequestsMock() as mock:
+        mock.get(
+            f"{BASE}/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane",
+            json=body,
+            status=403,
+        )
+        with pytest.raises(AuthFailed):
+            gce.get("gpu-lane")
+
+
+def test_no_connection_is_provider_unavailable(gce):
+    """A refused connection is unavailable (exit 4), not a crash."""
+    with responses.RequestsMock(), pytest.raises(ProviderUnavailable, match="get gpu-lane"):
+        gce.get("gpu-lane")
+
+
+def test_serial_output_is_read_from_the_given_offset(gce):
+    """The recorded serialPort body: contents and the next offset (int64 as a string)."""
+    with responses.RequestsMock() as mock:
+        mock.add(load_recording("gce", "serial_port_output").to_response(BASE))
+        contents, nxt = gce.serial_output("gpu-lane")
+
+    assert "boot marker a1b2c3d4" in contents and nxt == 96
+
+
+def test_gcs_lists_and_reads_and_a_missing_object_is_none(monkeypatch):
+    """The GCS adapter on recordings: list by prefix; 404 on download is None."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", BASE)
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane")
+    with responses.RequestsMock() as mock:
+        mock.add(load_recording("gcs", "list_objects").to_response(BASE))
+        mock.add(load_recording("gcs", "object_404").to_response(BASE))
+        names = gcs.list("jobs/portraits/inputs/")
+        missing = gcs.read("jobs/portraits/status")
+
+    assert names == ["jobs/portraits/inputs/ref-1.png"] and missing is None
+
+
+def test_gcs_reads_an_objects_update_time_and_none_when_missing(monkeypatch):
+    """The job's end is its status file's `updated` (recorded object fields); 404 is None."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", BASE)
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane")
+    item = _body("list_objects", "gcs")["items"][0]
+    meta = f"{BASE}/storage/v1/b/gpuops-lane-jobs/o/jobs%2Fportraits%2Finputs%2Fref-1.png"
+    with responses.RequestsMock() as mock:
+        mock.get(meta, json=item)
+        mock.get(
+            f"{BASE}/storage/v1/b/gpuops-lane-jobs/o/nope",
+            status=404,
+            json=_body("object_404", "gcs"),
+        )
+        when = gcs.updated("jobs/portraits/inputs/ref-1.png")
+        missing = gcs.updated("nope")
+
+    assert when == 1796031002.113 and missing is None

@@ -1,0 +1,42 @@
+"""`gpuops lane board` as a human reads it: the state line first, STALE said loudly (L8)."""
+
+from __future__ import annotations
+
+from gpuops.cli_lane import _print_board
+
+VIEW = {
+    "state_line": "lane=gpu-lane state=claimed owner=alice job=v attempt=9 stockouts=8 "
+    "instance=gpu-lane since=2026-11-30T19:00:00Z claimed=2026-11-30T09:00:00Z started=- "
+    "boot=- revision=19",
+    "stale": True,
+    "held_s": 36000.0,
+    "status": "TERMINATED",
+    "attempt": 9,
+    "stockouts": 8,
+    "last_log_line": "stage preflight",
+    "cost_usd": 0.35,
+    "history": ["2026-11-30T09:00:00Z alice: claimed the lane for v"],
+}
+
+
+def test_a_stale_claim_is_printed_with_instance_retry_state_and_last_log_line_l8(capsys):
+    """L8: ten hours without a start names everything a human needs to check."""
+    _print_board(VIEW)
+
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == VIEW["state_line"]
+    assert out[1] == (
+        "STALE: held 10.0 h without a successful start; a human should check: instance "
+        "TERMINATED, attempt 9 (8 stockouts), last log line: 'stage preflight' (L8)"
+    )
+    assert out[2] == "instance TERMINATED; cost so far $0.35; last log line: stage preflight"
+    assert out[3] == "  2026-11-30T09:00:00Z alice: claimed the lane for v"
+
+
+def test_a_fresh_claim_is_not_called_stale(capsys):
+    """L8: no STALE line unless the decision says so."""
+    _print_board({**VIEW, "stale": False, "last_log_line": None, "history": []})
+
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and not any("STALE" in line for line in out)
+    assert out[1].endswith("last log line: -")

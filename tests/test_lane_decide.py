@@ -1,0 +1,177 @@
+"""The lane runner's pure decisions: start steps (L2, L3), boot verdicts (L2), job verdicts
+(L9), staleness (L8), cost, and the status-file parser."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gpuops import timing
+from gpuops.errors import Refused
+from gpuops.lane import board as b
+from gpuops.lane import decide as d
+
+T0 = 1796029925.0
+HELD = b.claim(b.Board("gpu-lane", "gpu-lane", T0), "alice", "p", T0)
+
+
+@pytest.mark.parametrize(
+    "state, status, step",
+    [
+        (b.CLAIMED, "TERMINATED", d.Step.START),
+        (b.CLAIMED, "STOPPING", d.Step.WAIT_STOPPING),
+        (b.CLAIMED, "PENDING_STOP", d.Step.WAIT_STOPPING),
+        (b.CLAIMED, "SUSPENDING", d.Step.WAIT_STOPPING),
+        (b.CLAIMED, "SUSPENDED", d.Step.WAIT_STOPPING),
+        (b.STARTING, "RUNNING", d.Step.CHECK_BOOT),
+        (b.STARTING, "TERMINATED", d.Step.CHECK_BOOT),
+        (b.RUNNING, "RUNNING", d.Step.ALREADY_RUNNING),
+    ],
+)
+def test_the_start_step_follows_the_board_and_the_instance(state, status, step):
+    """L2/L11: start only from TERMINATED; resume a recorded attempt; wait out a power-off."""
+    board = dataclasses.replace(HELD, state=state, boot="x" if state != b.CLAIMED else None)
+
+    assert d.start_step(board, "alice", "p", status) is step
+
+
+@pytest.mark.parametrize(
+    "status", ["RUNNING", "STAGING", "PROVISIONING", "REPAIRING", "UNKNOWN", "HIBERNATING"]
+)
+def test_a_start_over_any_boot_or_unknown_status_is_refused_l2(status):
+    """L2: anything but TERMINATED (or a power-off in progress) is somebody's boot."""
+    with pytest.raises(Refused) as refused:
+        d.start_step(HELD, "alice", "p", status)
+
+    assert refused.value.rule == "L2" and status in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "board, operator, job",
+    [
+        (b.Board("gpu-lane", "gpu-lane", T0), "alice", "p"),
+        (HELD, "bob", "p"),
+        (HELD, "alice", "q"),
+    ],
+)
+def test_starting_a_lane_you_do_not_hold_is_refused_l3(board, operator, job):
+    """L3: the board decides who may start, before the instance is even considered."""
+    with pytest.raises(Refused) as refused:
+        d.start_step(board, operator, job, "TERMINATED")
+
+    assert refused.value.rule == "L3"
+
+
+@pytest.mark.parametrize(
+    "seen, waited, status, verdict",
+    [
+        (True, 0.0, "RUNNING", d.Boot.OURS),
+        (True, 9999.0, "TERMINATED", d.Boot.OURS),
+        (False, 0.0, "TERMINATED", d.Boot.NOT_STARTED),
+        (False, 0.0, "PROVISIONING", d.Boot.WAIT),
+        (False, timing.BOOT_MARKER_WINDOW_S - 0.5, "RUNNING", d.Boot.WAIT),
+        (False, timing.BOOT_MARKER_WINDOW_S, "RUNNING", d.Boot.NOOP),
+        (False, timing.BOOT_MARKER_WINDOW_S + 1, "STOPPING", d.Boot.NOOP),
+    ],
+)
+def test_the_boot_verdict_trusts_only_this_attempts_marker_l2(seen, waited, status, verdict):
+    """L2: ours only with the marker; a TERMINATED instance never booted for us; a running
+    one without the marker past the window is somebody else's boot."""
+    assert d.boot_verdict(seen, waited, status) is verdict
+
+
+def test_stockout_retries_stop_at_the_limit_of_this_invocation_l7():
+    """L7: retry while under the limit; the claim is kept either way (the shell's job)."""
+    assert d.retry_stockout(0, 1) and d.retry_stockout(4, 5)
+    assert not d.retry_stockout(5, 5)
+
+
+@pytest.mark.parametrize(
+    "text, parsed",
+    [
+        ("succeeded b1\n", d.Status("succeeded", "b1", "")),
+        (
+            "failed b1 preflight: import x failed",
+            d.Status("failed", "b1", "preflight: import x failed"),
+        ),
+        ("running b2   \nmore", d.Status("running", "b2", "")),
+        ("failed b1  spaced reason ", d.Status("failed", "b1", "spaced reason")),
+        ("", None),
+        ("done b1", None),
+        ("succeeded", None),
+        ("succeeded  b1", None),
+        ("back to free", None),
+    ],
+)
+def test_the_status_file_is_parsed_strictly(text, parsed):
+    """L9: only a line a lane script writes counts as a status."""
+    assert d.parse_status(text) == parsed
+
+
+@pytest.mark.parametrize(
+    "status, attempt, instance, verdict",
+    [
+        (d.Status("succeeded", "b1", ""), "b1", "TERMINATED", d.Verdict.SUCCEEDED),
+        (d.Status("failed", "b1", "x"), "b1", "STOPPING", d.Verdict.FAILED),
+        (d.Status("succeeded", "b0", ""), "b1", "RUNNING", d.Verdict.RUNNING),
+        (d.Status("succeeded", "b0", ""), "b1", "TERMINATED", d.Verdict.UNKNOWN),
+        (d.Status("running", "b1", ""), "b1", "RUNNING", d.Verdict.RUNNING),
+        (d.Status("running", "b1", ""), "b1", "TERMINATED", d.Verdict.UNKNOWN),
+        (None, "b1", "STAGING", d.Verdict.RUNNING),
+        (None, "b1", "PROVISIONING", d.Verdict.RUNNING),
+        (None, None, "TERMINATED", d.Verdict.UNKNOWN),
+        (None, "b1", "HIBERNATING", d.Verdict.UNKNOWN),
+    ],
+)
+def test_the_job_is_judged_by_this_attempts_status_file_l9(status, attempt, instance, verdict):
+    """L9: success and failure come from the status file of this attempt; a TERMINATED
+    instance without an end is unknown, never failed."""
+    assert d.job_verdict(status, attempt, instance) is verdict
+
+
+def test_a_claim_held_for_hours_without_a_start_is_stale_l8():
+    """L8: claimed or starting, never started, for STALE_CLAIM_S: flagged for a human."""
+    starting = dataclasses.replace(HELD, state=b.STARTING, boot="x")
+    limit = T0 + timing.STALE_CLAIM_S
+
+    assert d.is_stale(HELD, limit) and d.is_stale(starting, limit)
+    assert not d.is_stale(HELD, limit - 1)
+    assert not d.is_stale(dataclasses.replace(HELD, started=T0 + 1), limit + 9)
+    assert not d.is_stale(dataclasses.replace(starting, state=b.RUNNING), limit + 9)
+    assert not d.is_stale(b.Board("gpu-lane", "gpu-lane", T0), limit + 9)
+
+
+def test_cost_is_running_hours_plus_disk_days_at_the_seeds_rates():
+    """Costs default to $0.70/h running and $0.83/day disk, and are configurable."""
+    assert d.cost_usd(3600.0, 86400.0) == 1.53
+    assert d.cost_usd(1380.0, 0.0) == round(1380 / 3600 * 0.70, 4)
+    assert d.cost_usd(7200.0, 43200.0, usd_per_hour=2.0, disk_usd_per_day=1.0) == 4.5
+    assert d.cost_usd(0.0, 0.0) == 0.0
+
+
+def test_refusals_say_what_to_do_l3():
+    """L2/L3: the refusal names the holder, the job and what the operator should do."""
+    with pytest.raises(Refused) as not_held:
+        d.start_step(HELD, "bob", "p", "TERMINATED")
+    with pytest.raises(Refused) as running:
+        d.start_step(HELD, "alice", "p", "RUNNING")
+
+    assert str(not_held.value) == (
+        "refused (L3): lane gpu-lane is claimed (owner 'alice', job 'p'); "
+        "claim it for 'p' before starting"
+    )
+    assert str(running.value) == (
+        "refused (L2): instance gpu-lane is RUNNING, not TERMINATED: a boot you did not start "
+        "is running; it is not your job and gpuops will not start over it or stop it"
+    )
+
+
+def test_only_the_first_line_of_a_status_file_counts():
+    """L9: a later line, even a valid one, is not the status."""
+    assert d.parse_status("running b2\nsucceeded b2\nfailed b2 x") == d.Status("running", "b2", "")
+
+
+def test_a_hundred_days_of_disk_cost_exactly_a_hundred_days():
+    """The day is 86400 s: rounding would hide an off-by-one second at small spans."""
+    assert d.cost_usd(0.0, 100 * 86400.0) == 83.0

@@ -1,0 +1,180 @@
+"""A Hypothesis state machine over the lane: two gpuops operators and a third operator's
+own boots, with claims, installs (good and typo'd), starts, stockouts, crashes mid-start,
+releases and time passing, against FakeGCE through the real SDK clients.
+
+Invariants: no gpuops start while the instance runs anyone's boot (L2); no script installed
+for a job its installer has not claimed (L4); the board always parses to exactly one state
+(L3); no retry is lost to a crash (L11): the board's attempt count is every attempt begun.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from fakes.gce import FakeGCE, LaneScenario
+from fakes.gce.inprocess import activate
+from fakes.vast.clock import FakeClock
+from gpuops.errors import GpuopsError
+from gpuops.events import read_events
+from gpuops.lane import board as b
+from gpuops.lane import script
+from gpuops.store.memory import MemoryStore
+from tests.lane_world import BASE, World
+
+OPERATORS = ("alice", "bob")
+JOBS = ("portraits", "validation")
+
+
+# Mostly True: most steps are the holder's, right-job, well-formed, so runs reach deep states.
+_mostly = st.integers(0, 3).map(lambda n: n > 0)
+
+
+class Crash(Exception):
+    """The runner's process dies (not a GpuopsError: nothing inside catches it)."""
+
+
+class LaneMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self._env = os.environ.get("STORAGE_EMULATOR_HOST")
+        os.environ["STORAGE_EMULATOR_HOST"] = BASE
+        self._tmp = tempfile.TemporaryDirectory()
+        clock = FakeClock()
+        fake = FakeGCE(LaneScenario(job_runtime_s=90.0, results=2), clock)
+        self._mock = activate(fake, BASE)
+        self._mock.__enter__()
+        self.world = World(fake, clock, MemoryStore(), Path(self._tmp.name) / "events.jsonl")
+        self.lanes = {op: self.world.lane(op) for op in OPERATORS}
+        self.starts_seen: list[str] = []  # the instance status at each start gpuops sent
+        real_start = fake.start
+
+        def recording_start():  # type: ignore[no-untyped-def]
+            self.starts_seen.append(fake.status)
+            return real_start()
+
+        fake.start = recording_start  # type: ignore[method-assign]
+
+    def teardown(self) -> None:
+        self._mock.__exit__(None, None, None)
+        self._tmp.cleanup()
+        if self._env is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = self._env
+
+    @initialize(job=st.sampled_from(JOBS))
+    def alice_holds_the_lane_with_a_script(self, job: str) -> None:
+        """Every run starts where the interesting steps are: a claim with a script."""
+        self.lanes["alice"].claim(job)
+        self.lanes["alice"].install(job, script.render(job, "gpuops-lane-jobs", "true"))
+
+    def board(self) -> b.Board:
+        return self.lanes["alice"].read()[0]
+
+    @rule(op=st.sampled_from(OPERATORS), job=st.sampled_from(JOBS))
+    def claim(self, op: str, job: str) -> None:
+        try:
+            self.lanes[op].claim(job)
+        except GpuopsError:
+            return
+
+    def who(self, holder: bool) -> str:
+        """The lane's holder (most steps), or the other operator."""
+        owner = self.board().owner or "alice"
+        return owner if holder else next(op for op in OPERATORS if op != owner)
+
+    @rule(holder=_mostly, right_job=_mostly, typo=st.integers(0, 3).map(lambda n: n == 0))
+    def install(self, holder: bool, right_job: bool, typo: bool) -> None:
+        op = self.who(holder)
+        held = self.board().job or "portraits"
+        job = held if right_job else next(j for j in JOBS if j != held)
+        text = script.render(job, "gpuops-lane-jobs", "true")
+        if typo:
+            text = text.replace(f'JOB="{job}"', f'JOB="{job}x"')
+        before = dict(self.world.fake.metadata)
+        try:
+            self.lanes[op].install(job, text)
+        except GpuopsError:
+            assert self.world.fake.metadata == before
+            return
+        board = self.board()
+        assert not typo
+        assert (board.owner, board.job) == (op, job), "L4: installed without the claim"
+
+    @rule(holder=_mostly, stockouts=st.integers(0, 2), crash=st.booleans())
+    def start(self, holder: bool, stockouts: int, crash: bool) -> None:
+        fake, lane = self.world.fake, self.lanes[self.who(holder)]
+        fake._starts[:0] = ["stockout"] * stockouts
+        real = lane.gce.start
+        if crash:
+
+            def crashing(instance: str) -> None:
+                raise Crash
+
+            lane.gce.start = crashing  # type: ignore[method-assign]
+        try:
+            lane.start(self.board().job or "portraits", max_attempts=2)
+        except (GpuopsError, Crash):
+            pass
+        finally:
+            lane.gce.start = real  # type: ignore[method-assign]
+
+    @rule(holder=_mostly, now=st.integers(0, 3).map(lambda n: n == 0))
+    def release(self, holder: bool, now: bool) -> None:
+        """Rarely: a claim released at once would keep most runs near a free lane."""
+        board = self.board()
+        if not now:
+            return
+        try:
+            self.lanes[self.who(holder)].release(board.job or "portraits")
+        except GpuopsError:
+            return
+
+    @rule()
+    def third_operator_boots(self) -> None:
+        if self.world.fake.status == "TERMINATED":
+            self.world.fake.foreign_start("their-batch", runtime_s=60.0)
+
+    @rule(seconds=st.sampled_from([10.0, 120.0, 900.0]))
+    def time_passes(self, seconds: float) -> None:
+        self.world.clock.advance(seconds)
+        self.world.fake.tick()
+
+    @invariant()
+    def no_start_while_a_boot_runs(self) -> None:
+        """L2: every start gpuops sent found the instance TERMINATED."""
+        assert set(self.starts_seen) <= {"TERMINATED"}, self.starts_seen
+
+    @invariant()
+    def the_board_parses_to_exactly_one_state(self) -> None:
+        """L3: the stored board parses; a missing board is a free lane."""
+        got = self.world.store.get(self.lanes["alice"].key)
+        if got is not None:
+            board, _ = b.parse(got.data.decode("utf-8"))
+            assert board.state in b.STATES
+
+    @invariant()
+    def no_retry_is_lost_to_a_crash(self) -> None:
+        """L11: the board counts every attempt begun under this claim, crashes included."""
+        begun = 0  # from the event log, written apart from the store
+        path = self.world.events_path
+        for event in read_events(path) if path.exists() else []:
+            if event["kind"] in ("lane.claim", "lane.job_end"):
+                begun = 0
+            elif event["kind"] == "lane.board" and event["payload"]["state"] == b.STARTING:
+                begun += 1
+        board = self.board()
+        if board.state != b.FREE:
+            assert board.attempt == begun, (board, begun)
+
+
+TestLaneMachine = LaneMachine.TestCase
+TestLaneMachine.settings = settings(
+    max_examples=min(settings.default.max_examples, 20), stateful_step_count=12, deadline=None
+)

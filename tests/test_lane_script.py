@@ -1,0 +1,207 @@
+"""The startup-script contract (L4, L5, L6, L10): the template keeps it, the linter names
+every breach, and unconditional fetches are found exactly."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from gpuops.lane import script as s
+
+CHECK_TIMEOUT_S = 10.0
+TEMPLATE = s.render("portraits", "bkt", "python3 gen.py", inputs=("ref-1.png", "ref-2.png"))
+
+
+def test_the_template_keeps_the_whole_contract_l5():
+    """L5/L6: the rendered script lints clean for its own job."""
+    assert s.lint(TEMPLATE, "portraits") == []
+    assert s.job_names(TEMPLATE) == ["portraits"]
+
+
+def test_a_job_name_mismatch_is_a_finding_naming_both_names_l4():
+    """L4: JOB="portroaits" against the claim "portraits"."""
+    typo = TEMPLATE.replace('JOB="portraits"', 'JOB="portroaits"')
+
+    (finding,) = s.lint(typo, "portraits")
+
+    assert finding.rule == "L4"
+    assert "'portroaits'" in finding.message and "'portraits'" in finding.message
+
+
+@pytest.mark.parametrize("jobs", [0, 2])
+def test_a_script_must_set_job_exactly_once_l4(jobs):
+    """L4: no JOB line, or two, is refused (which one would the boot use?)."""
+    body = TEMPLATE.replace('JOB="portraits"\n', "")
+    body = (
+        body.replace('BUCKET="bkt"', 'JOB="portraits"\nJOB="portraits"\nBUCKET="bkt"')
+        if jobs
+        else body
+    )
+
+    findings = s.lint(body, "portraits")
+
+    assert [f.rule for f in findings] == ["L4"]
+    assert f"not {jobs} times" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    "remove, rule, words",
+    [
+        ("boot_marker\n", "L5", "boot marker"),
+        ("sync_log_every 30 &\n", "L5", "log synced every 30 s"),
+        ("trap final_log EXIT\n", "L5", "final log upload"),
+        ("preflight_imports torch\n", "L6", "import gate"),
+        ("disk_gate 20\n", "L6", "disk-capacity gate"),
+        ("poweroff\n", "L5", "power-off"),
+    ],
+)
+def test_each_missing_piece_of_the_contract_is_named_l5(remove, rule, words):
+    """L5/L6: removing one required line yields a finding that names it."""
+    body = (
+        TEMPLATE.replace(remove, "", 1)
+        if remove != "boot_marker\n"
+        else TEMPLATE.replace("\nboot_marker\n", "\n")
+    )
+
+    findings = s.lint(body, "portraits")
+
+    assert any(f.rule == rule and words in f.message for f in findings), findings
+
+
+def test_a_log_sync_slower_than_thirty_seconds_is_a_breach_l5():
+    """L5: the seed's 30 s sync, not 300."""
+    body = TEMPLATE.replace("sync_log_every 30 &", "sync_log_every 300 &")
+
+    assert any("every 30 s" in f.message for f in s.lint(body, "portraits"))
+
+
+def test_final_log_without_the_rest_fallback_is_a_breach_l5():
+    """L5: gsutil alone is not enough; the REST fallback must follow it."""
+    body = TEMPLATE.replace(" || upload_rest ", " ; ")
+
+    assert any("REST fallback" in f.message for f in s.lint(body, "portraits"))
+
+
+def test_other_stage_lines_are_required_l5():
+    """L5: a script that never writes its stage is a breach."""
+    body = "\n".join(line for line in TEMPLATE.splitlines() if not line.startswith("stage "))
+
+    assert any("status file" in f.message for f in s.lint(body, "portraits"))
+
+
+def test_work_before_the_gates_is_a_breach_l6():
+    """L6: the job step must come after the boot marker and both gates."""
+    body = TEMPLATE.replace("run_job ||", "RUNJOB_PLACEHOLDER ||").replace(
+        "boot_marker\nsync_log", "run_job\nboot_marker\nsync_log"
+    )
+
+    assert any("before run_job" in f.message for f in s.lint(body, "portraits"))
+
+
+def test_a_script_without_a_job_step_is_a_breach_l6():
+    """L6: no run_job at all is named, not silently accepted."""
+    body = TEMPLATE.replace("run_job ||", "true ||")
+
+    assert any("run_job" in f.message for f in s.lint(body, "portraits"))
+
+
+def test_unconditional_fetches_are_the_top_level_ones_without_a_fallback_l10():
+    """L10: fetches in conditionals, loops, functions or with `|| true` are not unconditional."""
+    body = "\n".join(
+        [
+            "fetch_input a.png",
+            "if [ -n x ]; then",
+            "  fetch_input b.png",
+            "fi",
+            "for f in 1; do fetch_input c.png; done",
+            "while false; do",
+            "fetch_input d.png",
+            "done",
+            "fetch_input e.png || true",
+            "helper() {",
+            "  fetch_input f.png",
+            "}",
+            "one() { fetch_input g.png; }",
+            "case x in",
+            "  y) fetch_input h.png ;;",
+            "esac",
+            "fetch_input i.png  # a comment",
+        ]
+    )
+
+    assert s.unconditional_fetches(body) == ["a.png", "i.png"]
+
+
+def test_missing_inputs_are_the_unconditional_fetches_nobody_staged_l10():
+    """L10: staged names are compared with the script's unconditional fetches."""
+    assert s.missing_inputs(TEMPLATE, ["ref-2.png", "other"]) == ["ref-1.png"]
+    assert s.missing_inputs(TEMPLATE, ["ref-1.png", "ref-2.png"]) == []
+
+
+def test_the_template_fetches_exactly_the_inputs_it_was_given():
+    """L10: render -> fetch lines -> unconditional_fetches is the identity on inputs."""
+    assert s.unconditional_fetches(TEMPLATE) == ["ref-1.png", "ref-2.png"]
+    assert s.unconditional_fetches(s.render("j", "b", "true")) == []
+
+
+def test_the_template_is_valid_bash_l5():
+    """L5: `bash -n` parses the rendered script (nothing is executed)."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash on this machine")
+
+    done = subprocess.run(
+        [bash, "-n"], input=TEMPLATE, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S
+    )
+
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_missing_gate_is_one_finding_not_also_a_missing_job_step_l6():
+    """L6: a script without its boot marker is told exactly that, nothing more."""
+    body = TEMPLATE.replace("\nboot_marker\n", "\n")
+
+    assert s.lint(body, "portraits") == [
+        s.Finding("L5", "missing a boot marker written first (boot_marker)")
+    ]
+
+
+def test_order_findings_name_rule_l6_and_say_what_is_wrong_l6():
+    """L6: the exact findings for a missing job step and for work before the gates."""
+    no_job = TEMPLATE.replace("run_job ||", "true ||")
+    early = TEMPLATE.replace("run_job ||", "true ||").replace(
+        "boot_marker\nsync_log", "run_job\nboot_marker\nsync_log"
+    )
+
+    assert s.lint(no_job, "portraits") == [s.Finding("L6", "missing the job step (run_job)")]
+    assert s.lint(early, "portraits") == [
+        s.Finding("L6", "the boot marker and both gates must come before run_job, in order")
+    ]
+
+
+@pytest.mark.parametrize(
+    "body, fetched",
+    [
+        ("outer() {\ninner() {\n}\nfetch_input x\n}\nfetch_input y", ["y"]),
+        ("helper() {\n  echo hi\n  fetch_input f.png\n}\nfetch_input y", ["y"]),
+        ("if a; then\nif b; then\nfi\nfetch_input x\nfi\nfetch_input y", ["y"]),
+        ("for a in b; do # x; done # y\nfetch_input z\ndone\nfetch_input y", ["y"]),
+        ("if x; then  # ; fi\nfetch_input a\nfi\nfetch_input y", ["y"]),
+        ("one() { fetch_input g.png; }   \nfetch_input y", ["y"]),
+    ],
+)
+def test_nesting_and_comments_never_make_a_guarded_fetch_unconditional_l10(body, fetched):
+    """L10: nested functions and conditionals, comments holding keywords, trailing spaces."""
+    assert s.unconditional_fetches(body) == fetched
+
+
+def test_render_fills_every_field_and_defaults_the_disk_gate_to_twenty_gb():
+    """The template names the bucket, the command, the gates; no inputs is said so."""
+    body = s.render("j", "the-bucket", "python3 train.py --fast")
+
+    assert 'BUCKET="the-bucket"' in body
+    assert "run_job() { ( python3 train.py --fast ) >>" in body
+    assert "\ndisk_gate 20\n" in body and "\npreflight_imports torch\n" in body
+    assert "\n# (no staged inputs)\n" in body
