@@ -131,6 +131,7 @@ def test_k_must_be_positive():
     """A race of zero is a usage bug."""
     with pytest.raises(ValueError, match="k must be at least 1, not 0"):
         select(offers(2), k=0, rng=random.Random(0))
+    assert len(select(offers(2), k=1, rng=random.Random(0)).picks) == 1  # one at a time is fine
 
 
 @given(remaining=st.integers(1, 50), rate=st.floats(0.0, 1.0))
