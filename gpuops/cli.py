@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="retry pending destroys, end expired boxes, report boxes nobody owns",
     )
+    from gpuops.cli_learn import add_commands as add_learn_commands
+
+    add_learn_commands(commands, common)
     fakes = commands.add_parser("fakes", parents=[common], help="local provider fakes")
     fake_commands = fakes.add_subparsers(dest="fakes_command", metavar="COMMAND", required=True)
     serve = fake_commands.add_parser(
@@ -145,6 +148,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         argv += [f"--scenario={args.scenario}"] if args.scenario else []
         argv += [f"--state-dir={args.state_dir}"] if args.state_dir else []
         return serve(argv)
+    if args.command in ("stats", "policy", "incident"):
+        from gpuops.cli_learn import run_learn
+
+        return run_learn(args, state or default_state_url(), as_json)
     from gpuops.cli_market import run_market
 
     return run_market(args, state or default_state_url(), operator, as_json)

@@ -1,0 +1,88 @@
+"""Printing for the learning commands (stats, policy eval, incident); no decisions here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpuops.errors import UsageError
+
+
+def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    stats = commands.add_parser(
+        "stats", parents=[common], help="the seed's table of figures from the event log"
+    )
+    stats.add_argument("--since", metavar="DATE", help="only events at or after DATE (UTC)")
+    stats.add_argument("--log", metavar="FILE", help="event log (default: the state's)")
+    stats.add_argument("--html", metavar="FILE", help="also write an HTML report with plots")
+
+
+def log_path(args: argparse.Namespace, state_url: str) -> Path:
+    """--log, else GPUOPS_EVENTS, else the state directory's events.jsonl (as rent writes)."""
+    if getattr(args, "log", None):
+        return Path(args.log)
+    if os.environ.get("GPUOPS_EVENTS"):
+        return Path(os.environ["GPUOPS_EVENTS"])
+    from gpuops.market.session import local_dir
+
+    return local_dir(state_url) / "events.jsonl"
+
+
+def since_stamp(text: str | None) -> str:
+    """DATE as the log's own fixed-width stamp, so it compares as text."""
+    if not text:
+        return ""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--since {text!r} is not a date (use YYYY-MM-DD or ISO-8601)") from None
+    when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def run_learn(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
+    if args.command == "stats":
+        return _stats(args, state_url, as_json)
+    raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover
+
+
+def _stats(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
+    from gpuops.analysis.scan import ScanCounts, scan
+    from gpuops.analysis.stats import KINDS, Stats
+
+    counts = ScanCounts()
+    stats = Stats()
+    for ts, kind, payload in scan(
+        log_path(args, state_url), kinds=KINDS, since=since_stamp(args.since), counts=counts
+    ):
+        stats.add(ts, kind, payload)
+    report = stats.report()
+    scanned = {
+        "events": counts.events - counts.before_since,
+        "before_since": counts.before_since,
+        "bad_lines": counts.bad_total,
+        "first_bad_lines": [f"line {b.lineno}: {b.reason}" for b in counts.bad_lines],
+    }
+    if args.html:
+        from gpuops.analysis.page import render
+
+        Path(args.html).write_text(render(report, scanned), encoding="utf-8")
+    if as_json:
+        _print_json({**report, "scanned": scanned})
+        return 0
+    from gpuops.analysis.table import lines
+
+    print("\n".join(lines(report, scanned)))
+    for bad in scanned["first_bad_lines"]:
+        print(f"unreadable: {bad}", file=sys.stderr)
+    return 0
+
+
+def _print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
