@@ -53,6 +53,7 @@ class SimTruth:
     rentals: int = 0
     failed_rentals: int = 0
     fates: dict[str, int] = field(default_factory=dict)
+    create_statuses: dict[int, int] = field(default_factory=dict)  # FakeVast's own count
 
 
 def machines_for(rng: random.Random, per_model: int = 12) -> dict[int, Machine]:
@@ -121,6 +122,9 @@ def simulate_market(
             for offer_id in [o for o, s in fake.offers.items() if s.held_by is None]:
                 del fake.offers[offer_id]  # the round's unrented offers leave the market
             fake.advance(600.0)
+    for call in fake.calls:
+        if call.route == "create":
+            truth.create_statuses[call.status] = truth.create_statuses.get(call.status, 0) + 1
     return truth
 
 

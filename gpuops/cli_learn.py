@@ -53,12 +53,13 @@ def run_learn(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
 
 def _stats(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
     from gpuops.analysis.scan import ScanCounts, scan
-    from gpuops.analysis.stats import KINDS, Stats
+    from gpuops.analysis.stats import KINDS, NEEDLES, Stats
 
     counts = ScanCounts()
     stats = Stats()
     for ts, kind, payload in scan(
-        log_path(args, state_url), kinds=KINDS, since=since_stamp(args.since), counts=counts
+        log_path(args, state_url), kinds=KINDS, since=since_stamp(args.since), counts=counts,
+        needles=NEEDLES,
     ):
         stats.add(ts, kind, payload)
     report = stats.report()

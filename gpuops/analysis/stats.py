@@ -41,6 +41,8 @@ KINDS = frozenset(
         "lane.job_end",
     }
 )
+# Only the gone-confirmed transitions matter here, and transitions are the log's commonest line.
+NEEDLES = {"ledger.transition": b'"after":"gone-confirmed"'}
 CREATE_OK = frozenset({"created", "reconciled"})
 SSH_VERDICTS = frozenset({"ssh-auth", "ssh-unreachable", "ssh-host-key-changed"})
 HOST_FAULTS = frozenset({"no-gpu", "low-vram", "slow-disk", "cuda-broken"})
@@ -98,7 +100,7 @@ class Stats:
     passed: set[int] = field(default_factory=set)
     filter_probes: Counter[str] = field(default_factory=Counter)
     filter_faults: Counter[str] = field(default_factory=Counter)
-    races: dict[str, dict[int, OfferFacts]] = field(default_factory=dict)
+    races: dict[str, list[dict[str, object]]] = field(default_factory=dict)
     boxes: dict[str, Box] = field(default_factory=dict)
     cost_usd: Counter[str] = field(default_factory=Counter)
     box_count: Counter[str] = field(default_factory=Counter)
@@ -126,18 +128,22 @@ class Stats:
 
     # --- the market ----------------------------------------------------------------------
     def _selection(self, ts: str, p: dict[str, object]) -> None:
-        facts = {}
-        for c in _dicts(p["candidates"]):
-            facts[int(c["id"])] = OfferFacts(
-                int(c["machine_id"]),
-                _float(c.get("dph_total")),
-                in_default_filter(c.get("reliability"), c.get("disk_bw")),
-            )
-        self.races[str(p["name"])] = facts  # a new race replaces the name's last one
+        # kept as decoded; judged only for the few offers a create or probe names (speed)
+        self.races[str(p["name"])] = _dicts(p["candidates"])  # a new race replaces the last
         picks = _dicts(p["picks"])
         self.selections += 1
         self.picks += len(picks)
         self.explored_picks += sum(1 for pick in picks if pick.get("explored") is True)
+
+    def _facts(self, name: str, offer_id: int) -> OfferFacts | None:
+        for c in self.races.get(name, ()):
+            if c.get("id") == offer_id:
+                return OfferFacts(
+                    int(str(c["machine_id"])),
+                    _float(c.get("dph_total")),
+                    in_default_filter(c.get("reliability"), c.get("disk_bw")),
+                )
+        return None
 
     def _create(self, ts: str, p: dict[str, object]) -> None:
         outcome = str(p["outcome"])
@@ -145,7 +151,7 @@ class Stats:
         instance_id = p.get("instance_id")
         if outcome in CREATE_OK and instance_id is not None:
             name, offer_id = str(p["name"]), int(str(p["offer_id"]))
-            facts = self.races.get(name, {}).get(offer_id)
+            facts = self._facts(name, offer_id)
             dph = facts.dph_total if facts else None
             self.boxes[str(instance_id)] = Box(name, offer_id, ts, dph)
 
@@ -156,7 +162,7 @@ class Stats:
             self.ssh_failed.add(machine)
         elif verdict == "pass":
             self.passed.add(machine)
-        facts = self.races.get(str(p["name"]), {}).get(int(str(p["offer_id"])))
+        facts = self._facts(str(p["name"]), int(str(p["offer_id"])))
         group = _group(facts.in_filter if facts else None)
         self.filter_probes[group] += 1
         self.filter_faults[group] += verdict in HOST_FAULTS
