@@ -51,6 +51,7 @@ class Machine:
 class SimTruth:
     machines: dict[int, Machine]
     rentals: int = 0
+    probed_true_rates: list[float] = field(default_factory=list)  # each probed box's machine
     failed_rentals: int = 0
     fates: dict[str, int] = field(default_factory=dict)
     create_statuses: dict[int, int] = field(default_factory=dict)  # FakeVast's own count
@@ -76,7 +77,9 @@ def simulate_market(
     taken_rate: float = 0.2,
     ssh_rate: float = 0.15,
     box_hours: float = 0.5,
+    learn: bool = False,
 ) -> SimTruth:
+    """``learn``: rank by the shrunk pass rates read from the log so far (gpuops' default)."""
     rng = random.Random(seed)
     truth = SimTruth(machines_for(rng))
     fake = FakeVast(
@@ -92,6 +95,7 @@ def simulate_market(
     events = EventLog(log_path, "sim@fakes", clock=now_utc)
 
     def probe(instance: Instance, box: str) -> Verdict:
+        truth.probed_true_rates.append(truth.machines[instance.machine_id or 0].pass_rate)
         return VERDICT_OF[fake.instances[int(instance.instance_id)].fate.kind]
 
     from gpuops.providers.vast import VastAdapter
@@ -103,6 +107,10 @@ def simulate_market(
             vast, ledger, events, probe=probe, public_key=KEY, clock=fake.now,
             sleep=fake.advance, rng=random.Random(seed),
         )  # fmt: skip
+        if learn:
+            from gpuops.analysis.learned import ranker
+
+            market.pass_rates = ranker(log_path)
         for i in range(rentals):
             model = rng.choice(sorted({m.gpu_name for m in truth.machines.values()}))
             pool = [m for m in truth.machines.values() if m.gpu_name == model]

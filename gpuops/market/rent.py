@@ -101,6 +101,8 @@ class Market:
         self.progress = progress
         self.rentals = Rentals(ledger.store, ledger.operator)
         self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock)
+        # machine id -> shrunk pass rate for these offers (analysis/shrink.py); None: price only
+        self.pass_rates: Callable[[list[Offer]], dict[int, float]] | None = None
 
     # --- rent ----------------------------------------------------------------------------
     def rent(self, req: RentRequest) -> Rental:
@@ -124,6 +126,7 @@ class Market:
             rng=self.rng,
             rules=Filter(vram_floor_mb=req.vram_floor_mb),
             quarantined=self.quarantine.machines(),
+            pass_rate=self.pass_rates(offers) if self.pass_rates else None,
         )
         self._log_selection(req, chosen)
         if not chosen.picks:

@@ -88,6 +88,10 @@ def open_market(
     public_key = read_public_key(key_path) if need_key else ""
     prober = ssh_prober(here, key_path.with_suffix(""), vram_floor_mb)
     ledger = Ledger(store, events, operator)
-    return Market(
+    market = Market(
         vast, ledger, events, probe=prober, public_key=public_key, progress=progress, rng=rng
     )
+    from gpuops.analysis.learned import ranker
+
+    market.pass_rates = ranker(events.path)  # rank by price per healthy box (issue 6)
+    return market
