@@ -20,6 +20,19 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     stats.add_argument("--since", metavar="DATE", help="only events at or after DATE (UTC)")
     stats.add_argument("--log", metavar="FILE", help="event log (default: the state's)")
     stats.add_argument("--html", metavar="FILE", help="also write an HTML report with plots")
+    policy = commands.add_parser(
+        "policy", parents=[common], help="score a selection policy from the log, renting nothing"
+    )
+    policy_commands = policy.add_subparsers(dest="policy_command", metavar="COMMAND", required=True)
+    evaluate = policy_commands.add_parser(
+        "eval", parents=[common], help="IPS and self-normalised IPS with 95% intervals"
+    )
+    evaluate.add_argument(
+        "--policy", required=True, metavar="NAME",
+        help="logged, greedy, uniform, reliable or shrunk",
+    )  # fmt: skip
+    evaluate.add_argument("--since", metavar="DATE", help="only races at or after DATE (UTC)")
+    evaluate.add_argument("--log", metavar="FILE", help="event log (default: the state's)")
 
 
 def log_path(args: argparse.Namespace, state_url: str) -> Path:
@@ -48,7 +61,59 @@ def since_stamp(text: str | None) -> str:
 def run_learn(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
     if args.command == "stats":
         return _stats(args, state_url, as_json)
+    if args.command == "policy":
+        return _policy_eval(args, state_url, as_json)
     raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover
+
+
+_METRIC_NAMES = {"passed": "pass rate", "seconds": "seconds to verdict", "cost_usd": "cost USD"}
+
+
+def _policy_eval(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
+    from gpuops.analysis import ope, shrink
+    from gpuops.analysis.scan import scan
+
+    decisions, counts = ope.Decisions(), shrink.MachineCounts()
+    for ts, kind, payload in scan(
+        log_path(args, state_url), kinds=ope.KINDS | shrink.KINDS, since=since_stamp(args.since)
+    ):
+        if kind in ope.KINDS:
+            decisions.add(ts, kind, payload)
+        counts.add(kind, payload)
+    try:
+        policy = ope.named(args.policy, shrink.PassRates.from_counts(counts))
+        result = ope.evaluate(decisions.rows, policy)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    doc = {
+        "policy": args.policy,
+        "decisions": result.decisions,
+        "matched": result.matched,
+        "effective_n": round(result.effective_n, 2),
+        "seconds_to_healthy": result.seconds_to_healthy,
+        "estimates": {
+            e.metric: {
+                "logged_mean": e.logged_mean, "ips": e.ips, "ips_ci95": e.ips_half_width,
+                "snips": e.snips, "snips_ci95": e.snips_half_width,
+            }
+            for e in result.estimates
+        },
+    }  # fmt: skip
+    if as_json:
+        _print_json(doc)
+        return 0
+    print(
+        f"policy {args.policy} over {result.decisions} logged races ({result.matched} "
+        f"matched, effective n {result.effective_n:.1f}):"
+    )
+    for e in result.estimates:
+        print(
+            f"  {_METRIC_NAMES[e.metric]:<19} logged {e.logged_mean:.4g}  IPS {e.ips:.4g} "
+            f"+/- {e.ips_half_width:.2g}  SNIPS {e.snips:.4g} +/- {e.snips_half_width:.2g}"
+        )
+    healthy = result.seconds_to_healthy
+    print(f"  time to a healthy box (SNIPS): {'n/a' if healthy is None else f'{healthy:.0f} s'}")
+    return 0
 
 
 def _stats(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
