@@ -33,6 +33,33 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     evaluate.add_argument("--since", metavar="DATE", help="only races at or after DATE (UTC)")
     evaluate.add_argument("--log", metavar="FILE", help="event log (default: the state's)")
+    incident = commands.add_parser(
+        "incident", parents=[common], help="the incident register: add, update, list, observe"
+    )
+    incident_commands = incident.add_subparsers(
+        dest="incident_command", metavar="COMMAND", required=True
+    )
+    add = incident_commands.add_parser("add", parents=[common], help="record an incident today")
+    add.add_argument("--date", required=True, metavar="YYYY-MM-DD")
+    add.add_argument("--what", required=True, help="what happened")
+    add.add_argument("--cost-usd", type=float, metavar="USD")
+    add.add_argument("--cause", help="the cause, once known")
+    add.add_argument("--rule", metavar="ID", help="the prevention rule it led to")
+    update = incident_commands.add_parser(
+        "update", parents=[common], help="add the cause, rule or cost once known"
+    )
+    update.add_argument("id", metavar="ID")
+    update.add_argument("--cost-usd", type=float, metavar="USD")
+    update.add_argument("--cause")
+    update.add_argument("--rule", metavar="ID")
+    incident_commands.add_parser("list", parents=[common], help="every incident, oldest first")
+    observe = incident_commands.add_parser(
+        "observe", parents=[common], help="record a rule seen working on a real job or a drill"
+    )
+    observe.add_argument("--rule", required=True, metavar="ID")
+    observe.add_argument("--date", required=True, metavar="YYYY-MM-DD")
+    observe.add_argument("--kind", required=True, choices=("real", "drill"))
+    observe.add_argument("--what", required=True, help="what was seen")
 
 
 def log_path(args: argparse.Namespace, state_url: str) -> Path:
@@ -58,7 +85,11 @@ def since_stamp(text: str | None) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def run_learn(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
+def run_learn(
+    args: argparse.Namespace, state_url: str, as_json: bool, operator: str = ""
+) -> int:
+    if args.command == "incident":
+        return _incident(args, state_url, operator, as_json)
     if args.command == "stats":
         return _stats(args, state_url, as_json)
     if args.command == "policy":
@@ -152,3 +183,75 @@ def _stats(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
 def _print_json(value: Any) -> None:
     json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
     sys.stdout.write("\n")
+
+
+def _incident(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+    import dataclasses
+
+    from gpuops.register import Register
+    from gpuops.store import open_store
+
+    register = Register(open_store(state_url), operator)
+    command = args.incident_command
+    if command == "list":
+        rows = [dataclasses.asdict(i) for i in register.incidents()]
+        if as_json:
+            _print_json(rows)
+            return 0
+        for row in rows:
+            cost = "cost unknown" if row["cost_usd"] is None else f"${row['cost_usd']:.2f}"
+            print(f"{row['id']:<14} {cost:<14} {row['what']}")
+            print(f"{'':15}cause: {row['cause'] or 'not yet known'}; rule: {row['rule'] or 'none yet'}")
+        if not rows:
+            print("no incidents recorded")
+        return 0
+    if command == "add":
+        entry: Any = register.add(
+            on=args.date, what=args.what, cost_usd=args.cost_usd, cause=args.cause, rule=args.rule
+        )
+    elif command == "update":
+        entry = register.update(args.id, cause=args.cause, rule=args.rule, cost_usd=args.cost_usd)
+    else:
+        entry = register.observe(rule=args.rule, on=args.date, kind=args.kind, what=args.what)
+    if as_json:
+        _print_json(dataclasses.asdict(entry))
+    else:
+        print(f"{command}: {entry.id}")
+    return 0
+
+
+def print_rules(as_json: bool, state_url: str | None) -> int:
+    """`gpuops rules`: verified only from a dated observation (rules.py or the register)."""
+    from gpuops.register import shown_status
+    from gpuops.rules import RULES
+
+    observed = _observations(state_url)
+    if as_json:
+        rows = []
+        for rule in RULES:
+            status, seen = shown_status(rule, observed)
+            rows.append({**rule.__dict__, "status": status.split(" ")[0], "observed": seen})
+        _print_json(rows)
+        return 0
+    for rule in RULES:
+        status, seen = shown_status(rule, observed)
+        print(f"{rule.id:<4} {status:<22} {rule.summary}")
+        if rule.test:
+            print(f"{'':28}enforced by {rule.test}")
+        if rule.scope:
+            print(f"{'':28}scope: {rule.scope}")
+        if seen:
+            print(f"{'':28}observed: {seen}")
+    return 0
+
+
+def _observations(state_url: str | None) -> list[Any]:
+    """The register's observations; none when no state exists yet (rules never creates it)."""
+    if state_url is None:
+        return []
+    if not state_url.startswith("s3://") and not Path(state_url.removeprefix("file://")).expanduser().is_dir():
+        return []
+    from gpuops.register import Register
+    from gpuops.store import open_store
+
+    return Register(open_store(state_url), "reader").observations()

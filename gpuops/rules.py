@@ -96,7 +96,8 @@ RULES: tuple[Rule, ...] = (
         "Every offer decision is logged with its propensity; explore 10% of the time.",
         IMPLEMENTED,
         "tests/test_rent.py::test_every_offer_decision_is_logged_with_propensities",
-        scope="logging and exploration; scoring other policies from the log is issue 6",
+        scope="logging and exploration; `gpuops policy eval` scores other policies from the "
+        "logged lead picks (tests/test_ope.py), later slots' conditional propensities unused",
     ),
     Rule(
         "M12",
