@@ -151,7 +151,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         argv += [f"--scenario={args.scenario}"] if args.scenario else []
         argv += [f"--state-dir={args.state_dir}"] if args.state_dir else []
         return serve(argv)
-    if args.command in ("stats", "policy", "incident"):
+    if args.command in ("stats", "policy", "incident", "record"):
         from gpuops.cli_learn import run_learn
 
         return run_learn(args, state or default_state_url(), as_json, operator)

@@ -33,6 +33,17 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     evaluate.add_argument("--since", metavar="DATE", help="only races at or after DATE (UTC)")
     evaluate.add_argument("--log", metavar="FILE", help="event log (default: the state's)")
+    record = commands.add_parser(
+        "record", parents=[common], help="a one-cent rental that captures raw provider output"
+    )
+    record_commands = record.add_subparsers(dest="record_command", metavar="PROVIDER", required=True)
+    vast = record_commands.add_parser(
+        "vast", parents=[common], help="rent the cheapest box under the cap, probe, destroy"
+    )
+    vast.add_argument("--gpu", metavar="MODEL", required=True)
+    vast.add_argument("--max-usd", type=float, default=0.05, help="hard spend cap (default 0.05)")
+    vast.add_argument("--yes-spend", action="store_true", help="without it, nothing is spent")
+    vast.add_argument("--out", metavar="DIR", help="recordings root (default: the checkout's)")
     incident = commands.add_parser(
         "incident", parents=[common], help="the incident register: add, update, list, observe"
     )
@@ -90,6 +101,8 @@ def run_learn(
 ) -> int:
     if args.command == "incident":
         return _incident(args, state_url, operator, as_json)
+    if args.command == "record":
+        return _record(args, state_url, operator, as_json)
     if args.command == "stats":
         return _stats(args, state_url, as_json)
     if args.command == "policy":
@@ -255,3 +268,31 @@ def _observations(state_url: str | None) -> list[Any]:
     from gpuops.store import open_store
 
     return Register(open_store(state_url), "reader").observations()
+
+
+def _record(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+    from gpuops.providers import RECORDINGS
+    from gpuops.record import max_price_per_hour, record_vast, summary
+
+    max_price_per_hour(args.max_usd, args.yes_spend)  # refuse before opening anything
+
+    def progress(line: str) -> None:
+        if not as_json:
+            print(line, file=sys.stderr, flush=True)
+
+    captured = record_vast(
+        state_url=state_url, operator=operator, gpu_name=args.gpu, max_usd=args.max_usd,
+        yes_spend=args.yes_spend, root=Path(args.out) if args.out else RECORDINGS,
+        progress=progress,
+    )  # fmt: skip
+    doc = summary(captured)
+    gone = all("confirmed gone" in line for line in captured.destroyed)
+    if as_json:
+        _print_json({**doc, "all_confirmed_gone": gone})
+    else:
+        print(f"{captured.name}: probe verdict {captured.verdict}; {len(captured.files)} files")
+        for line in captured.destroyed:
+            print(f"  {line}")
+        for path in doc["files"]:
+            print(f"  wrote {path}")
+    return 0 if gone else 4

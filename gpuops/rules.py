@@ -111,7 +111,9 @@ RULES: tuple[Rule, ...] = (
         IMPLEMENTED,
         "tests/test_vast_adapter.py::test_every_vast_recording_loads_with_honest_provenance",
         scope="every parser is tested on recordings with provenance; Vast bodies are public or "
-        "reconstructed, SSH output captured on loopback, nothing yet from a real rental",
+        "reconstructed, SSH output captured on loopback, nothing yet from a real rental; "
+        "`gpuops record vast` captures and replays (tests/test_record.py, against the loopback "
+        "fakes only); `record gce` is not built",
     ),
     Rule(
         "H2",
@@ -127,7 +129,8 @@ RULES: tuple[Rule, ...] = (
         "Secrets never reach logs, the event log or recordings.",
         IMPLEMENTED,
         "tests/test_events.py::test_a_generated_key_in_random_text_never_reaches_the_file",
-        scope="the event log scrubs before writing; recordings arrive with the record command",
+        scope="the event log scrubs before writing; `gpuops record vast` scrubs every "
+        "captured body, path, query and SSH output with the same scrub (tests/test_record.py)",
     ),
 )
 
