@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, replace
 from datetime import date
 
 from gpuops.errors import AlreadyExists, CorruptState, UsageError, VersionConflict
-from gpuops.ledger import CAS_ATTEMPTS
 from gpuops.rules import IMPLEMENTED, RULES, VERIFIED, WRITTEN, Rule
 from gpuops.store.base import Store
 
@@ -119,6 +118,8 @@ class Register:
                          ("cost_usd", check_cost(cost_usd)))
             if v is not None
         }  # fmt: skip
+        from gpuops.ledger import CAS_ATTEMPTS  # lazily: `gpuops rules` reads the register
+
         key = INCIDENTS + incident_id
         for _ in range(CAS_ATTEMPTS):
             found = self.store.get(key)
