@@ -60,7 +60,10 @@ class SimTruth:
 def machines_for(rng: random.Random, per_model: int = 12) -> dict[int, Machine]:
     """Two GPU models with different pools: most hosts good, a few bad (beta-distributed)."""
     out = {}
-    for model, (a, b, base_price) in {"RTX 4090": (8.0, 1.5, 0.35), "RTX 3090": (4.0, 2.0, 0.2)}.items():
+    for model, (a, b, base_price) in {
+        "RTX 4090": (8.0, 1.5, 0.35),
+        "RTX 3090": (4.0, 2.0, 0.2),
+    }.items():
         for _ in range(per_model):
             machine_id = 500 + len(out)
             price = round(base_price + rng.uniform(0.0, 0.1), 4)
@@ -104,9 +107,15 @@ def simulate_market(
         vast = VastAdapter(api_key="k-sim", base_url=BASE, sleep=fake.advance, monotonic=fake.now)
         ledger = Ledger(store, events, "sim@fakes", clock=fake.now)
         market = Market(
-            vast, ledger, events, probe=probe, public_key=KEY, clock=fake.now,
-            sleep=fake.advance, rng=random.Random(seed),
-        )  # fmt: skip
+            vast,
+            ledger,
+            events,
+            probe=probe,
+            public_key=KEY,
+            clock=fake.now,
+            sleep=fake.advance,
+            rng=random.Random(seed),
+        )
         if learn:
             from gpuops.analysis.learned import ranker
 

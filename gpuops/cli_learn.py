@@ -28,15 +28,19 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         "eval", parents=[common], help="IPS and self-normalised IPS with 95% intervals"
     )
     evaluate.add_argument(
-        "--policy", required=True, metavar="NAME",
+        "--policy",
+        required=True,
+        metavar="NAME",
         help="logged, greedy, uniform, reliable or shrunk",
-    )  # fmt: skip
+    )
     evaluate.add_argument("--since", metavar="DATE", help="only races at or after DATE (UTC)")
     evaluate.add_argument("--log", metavar="FILE", help="event log (default: the state's)")
     record = commands.add_parser(
         "record", parents=[common], help="a one-cent rental that captures raw provider output"
     )
-    record_commands = record.add_subparsers(dest="record_command", metavar="PROVIDER", required=True)
+    record_commands = record.add_subparsers(
+        dest="record_command", metavar="PROVIDER", required=True
+    )
     vast = record_commands.add_parser(
         "vast", parents=[common], help="rent the cheapest box under the cap, probe, destroy"
     )
@@ -96,9 +100,7 @@ def since_stamp(text: str | None) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def run_learn(
-    args: argparse.Namespace, state_url: str, as_json: bool, operator: str = ""
-) -> int:
+def run_learn(args: argparse.Namespace, state_url: str, as_json: bool, operator: str = "") -> int:
     if args.command == "incident":
         return _incident(args, state_url, operator, as_json)
     if args.command == "record":
@@ -137,12 +139,15 @@ def _policy_eval(args: argparse.Namespace, state_url: str, as_json: bool) -> int
         "seconds_to_healthy": result.seconds_to_healthy,
         "estimates": {
             e.metric: {
-                "logged_mean": e.logged_mean, "ips": e.ips, "ips_ci95": e.ips_half_width,
-                "snips": e.snips, "snips_ci95": e.snips_half_width,
+                "logged_mean": e.logged_mean,
+                "ips": e.ips,
+                "ips_ci95": e.ips_half_width,
+                "snips": e.snips,
+                "snips_ci95": e.snips_half_width,
             }
             for e in result.estimates
         },
-    }  # fmt: skip
+    }
     if as_json:
         _print_json(doc)
         return 0
@@ -167,7 +172,10 @@ def _stats(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
     counts = ScanCounts()
     stats = Stats()
     for ts, kind, payload in scan(
-        log_path(args, state_url), kinds=KINDS, since=since_stamp(args.since), counts=counts,
+        log_path(args, state_url),
+        kinds=KINDS,
+        since=since_stamp(args.since),
+        counts=counts,
         needles=NEEDLES,
     ):
         stats.add(ts, kind, payload)
@@ -214,7 +222,8 @@ def _incident(args: argparse.Namespace, state_url: str, operator: str, as_json: 
         for row in rows:
             cost = "cost unknown" if row["cost_usd"] is None else f"${row['cost_usd']:.2f}"
             print(f"{row['id']:<14} {cost:<14} {row['what']}")
-            print(f"{'':15}cause: {row['cause'] or 'not yet known'}; rule: {row['rule'] or 'none yet'}")
+            cause, rule = row["cause"] or "not yet known", row["rule"] or "none yet"
+            print(f"{'':15}cause: {cause}; rule: {rule}")
         if not rows:
             print("no incidents recorded")
         return 0
@@ -262,7 +271,10 @@ def _observations(state_url: str | None) -> list[Any]:
     """The register's observations; none when no state exists yet (rules never creates it)."""
     if state_url is None:
         return []
-    if not state_url.startswith("s3://") and not Path(state_url.removeprefix("file://")).expanduser().is_dir():
+    if (
+        not state_url.startswith("s3://")
+        and not Path(state_url.removeprefix("file://")).expanduser().is_dir()
+    ):
         return []
     from gpuops.register import Register
     from gpuops.store import open_store
@@ -281,10 +293,14 @@ def _record(args: argparse.Namespace, state_url: str, operator: str, as_json: bo
             print(line, file=sys.stderr, flush=True)
 
     captured = record_vast(
-        state_url=state_url, operator=operator, gpu_name=args.gpu, max_usd=args.max_usd,
-        yes_spend=args.yes_spend, root=Path(args.out) if args.out else RECORDINGS,
+        state_url=state_url,
+        operator=operator,
+        gpu_name=args.gpu,
+        max_usd=args.max_usd,
+        yes_spend=args.yes_spend,
+        root=Path(args.out) if args.out else RECORDINGS,
         progress=progress,
-    )  # fmt: skip
+    )
     doc = summary(captured)
     gone = all("confirmed gone" in line for line in captured.destroyed)
     if as_json:

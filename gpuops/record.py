@@ -70,9 +70,16 @@ def client_versions() -> str:
 
 
 def exchange_doc(
-    method: str, url: str, status: int, content_type: str | None, body: str, *, source: str,
-    day: str, notes: str,
-) -> dict[str, Any]:  # fmt: skip
+    method: str,
+    url: str,
+    status: int,
+    content_type: str | None,
+    body: str,
+    *,
+    source: str,
+    day: str,
+    notes: str,
+) -> dict[str, Any]:
     """One exchange in recordings' format (gpuops/providers/__init__.py), scrubbed (H3)."""
     parts = urlsplit(url)
     query = {k: str(scrub({k: v})[k]) for k, v in parse_qsl(parts.query, keep_blank_values=True)}
@@ -82,8 +89,12 @@ def exchange_doc(
     response: dict[str, Any] = {"status": status, "body": str(scrub(body))}
     if content_type:
         response["headers"] = {"Content-Type": content_type}
-    provenance = {"kind": "captured", "source": source, "date": datetime.fromisoformat(day).date(),
-                  "notes": notes}  # fmt: skip
+    provenance = {
+        "kind": "captured",
+        "source": source,
+        "date": datetime.fromisoformat(day).date(),
+        "notes": notes,
+    }
     return {"provenance": provenance, "request": request, "response": response}
 
 
@@ -106,7 +117,9 @@ class _CappedVast:
         self._max_dph = max_dph
 
     def search_offers(self, gpu_name: str | None = None, num_gpus: int | None = None) -> list[Any]:
-        return [o for o in self._vast.search_offers(gpu_name, num_gpus) if o.dph_total <= self._max_dph]
+        return [
+            o for o in self._vast.search_offers(gpu_name, num_gpus) if o.dph_total <= self._max_dph
+        ]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._vast, name)
@@ -152,10 +165,12 @@ def record_vast(
         try:
             rental = market.rent(
                 RentRequest(
-                    name=captured.name, gpu_name=gpu_name, race_k=1,
+                    name=captured.name,
+                    gpu_name=gpu_name,
+                    race_k=1,
                     hours=timing.RECORD_HOLD_S / SECONDS_PER_HOUR,
                 )
-            )  # fmt: skip
+            )
             kept("show", lambda: adapter.show(str(rental.instance_id)))
         finally:
             if market.rentals.get(captured.name) is not None:
@@ -201,9 +216,14 @@ def _capturing_prober(
 
 
 def _write(
-    captured: Captured, exchanges: list[Any], checks: list[tuple[int, str, Any]],
-    steps: list[tuple[str, Any, Any]], root: Path, stamp: str, started: datetime,
-) -> None:  # fmt: skip
+    captured: Captured,
+    exchanges: list[Any],
+    checks: list[tuple[int, str, Any]],
+    steps: list[tuple[str, Any, Any]],
+    root: Path,
+    stamp: str,
+    started: datetime,
+) -> None:
     import yaml
 
     day = started.date().isoformat()
@@ -216,16 +236,22 @@ def _write(
         op = op_of(exchange.method, parts.path)
         stem = f"{index:03d}_{op}"
         doc = exchange_doc(
-            exchange.method, exchange.url, exchange.status, exchange.content_type
-            if isinstance(exchange.content_type, str) else None, exchange.body,
+            exchange.method,
+            exchange.url,
+            exchange.status,
+            exchange.content_type if isinstance(exchange.content_type, str) else None,
+            exchange.body,
             source=f"gpuops record vast against {parts.scheme}://{parts.netloc} ({versions})",
             day=day,
             notes=f"Exchange {index + 1} of {len(exchanges)} of rental {captured.name}, kept by "
             "responses' recorder in pass-through mode; scrubbed by gpuops.events.scrub (H3); "
             "response headers other than Content-Type left out.",
-        )  # fmt: skip
+        )
         path = vast_dir / f"{stem}.yaml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1 << 20), encoding="utf-8")
+        path.write_text(
+            yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1 << 20),
+            encoding="utf-8",
+        )
         captured.files.append(path)
         if index in by_index:
             captured.parsed[f"captured/{stamp}/{stem}"] = by_index[index]
@@ -248,7 +274,10 @@ def _write(
             "stderr": str(scrub(out.stderr)),
         }
         path = ssh_dir / f"{step}.yaml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1 << 20), encoding="utf-8")
+        path.write_text(
+            yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1 << 20),
+            encoding="utf-8",
+        )
         captured.files.append(path)
 
 
@@ -260,5 +289,3 @@ def summary(captured: Captured) -> dict[str, Any]:
         "files": [str(p) for p in captured.files],
         "checked": sorted(captured.parsed),
     }
-
-

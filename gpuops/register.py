@@ -99,9 +99,14 @@ class Register:
         self, *, on: str, what: str, cost_usd: float | None, cause: str | None, rule: str | None
     ) -> Incident:
         incident = Incident(
-            "", check_date(on), str(check_text("what", what)), check_cost(cost_usd),
-            check_text("cause", cause), check_rule(rule), self.operator,
-        )  # fmt: skip
+            "",
+            check_date(on),
+            str(check_text("what", what)),
+            check_cost(cost_usd),
+            check_text("cause", cause),
+            check_rule(rule),
+            self.operator,
+        )
         return replace(incident, id=self._create(INCIDENTS, incident.date, incident))
 
     def update(
@@ -114,10 +119,13 @@ class Register:
             raise UsageError("nothing to update: give --cause, --rule or --cost-usd")
         changes = {
             k: v
-            for k, v in (("cause", check_text("cause", cause)), ("rule", check_rule(rule)),
-                         ("cost_usd", check_cost(cost_usd)))
+            for k, v in (
+                ("cause", check_text("cause", cause)),
+                ("rule", check_rule(rule)),
+                ("cost_usd", check_cost(cost_usd)),
+            )
             if v is not None
-        }  # fmt: skip
+        }
         from gpuops.ledger import CAS_ATTEMPTS  # lazily: `gpuops rules` reads the register
 
         key = INCIDENTS + incident_id

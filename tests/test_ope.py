@@ -50,22 +50,44 @@ def simulated_races(races: int, seed: int):
     rng = random.Random(seed)
     events, contexts = [], []
     for r in range(races):
-        offers = [Offer(r * 10 + j, rng.randrange(400), round(rng.uniform(0.3, 0.5), 3),
-                        rng.uniform(0.95, 1.0)) for j in range(5)]  # fmt: skip
+        offers = [
+            Offer(
+                r * 10 + j,
+                rng.randrange(400),
+                round(rng.uniform(0.3, 0.5), 3),
+                rng.uniform(0.95, 1.0),
+            )
+            for j in range(5)
+        ]
         ranked = sorted(offers, key=rank_key)
         contexts.append(ranked)
         [lead] = pick(ranked, k=1, rng=rng, explore_rate=0.1)
         passed = rng.random() < true_pass(lead.offer)
         common = {"name": f"r{r}", "offer_id": lead.offer.id, "machine_id": lead.offer.machine_id}
         events += [
-            ("market.selection", {"name": f"r{r}", "gpu_name": "RTX 4090", "k": 1,
-                "candidates": [o.__dict__ for o in ranked],
-                "picks": [{"id": lead.offer.id, "rank": lead.rank,
-                           "propensity": lead.propensity, "explored": lead.explored}]}),
+            (
+                "market.selection",
+                {
+                    "name": f"r{r}",
+                    "gpu_name": "RTX 4090",
+                    "k": 1,
+                    "candidates": [o.__dict__ for o in ranked],
+                    "picks": [
+                        {
+                            "id": lead.offer.id,
+                            "rank": lead.rank,
+                            "propensity": lead.propensity,
+                            "explored": lead.explored,
+                        }
+                    ],
+                },
+            ),
             ("market.create", {**common, "outcome": "created", "instance_id": str(r)}),
-            ("market.probe", {**common, "instance_id": str(r),
-                              "verdict": "pass" if passed else "slow-disk"}),
-        ]  # fmt: skip
+            (
+                "market.probe",
+                {**common, "instance_id": str(r), "verdict": "pass" if passed else "slow-disk"},
+            ),
+        ]
     return events, contexts
 
 
@@ -95,7 +117,9 @@ def test_policy_eval_ranks_two_policies_in_the_simulations_true_order(seed):
     events, contexts = simulated_races(6000, seed)
     folded = Decisions()
     for i, (kind, payload) in enumerate(events):
-        folded.add(f"2026-07-18T{i // 3600 % 24:02}:{i // 60 % 60:02}:{i % 60:02}.000000Z", kind, payload)
+        folded.add(
+            f"2026-07-18T{i // 3600 % 24:02}:{i // 60 % 60:02}:{i % 60:02}.000000Z", kind, payload
+        )
     rows = folded.rows
     truth = {
         "greedy": sum(true_pass(c[0]) for c in contexts) / len(contexts),
@@ -158,17 +182,28 @@ def test_ips_and_snips_follow_their_formulas_on_a_tiny_log():
 def test_a_taken_lead_counts_as_no_healthy_box_and_costs_nothing(tmp_path):
     """The lead's failed create closes its decision; other slots' events are ignored."""
     folded = Decisions()
-    sel = {"name": "a", "gpu_name": "RTX 4090", "candidates": [
-        {"id": 1, "machine_id": 11, "dph_total": 0.3, "reliability": 0.99, "disk_bw": 900.0},
-        {"id": 2, "machine_id": 12, "dph_total": 0.4, "reliability": None, "disk_bw": None}],
-        "picks": [{"id": 1, "propensity": 0.95}, {"id": 2, "propensity": 1.0}]}  # fmt: skip
+    sel = {
+        "name": "a",
+        "gpu_name": "RTX 4090",
+        "candidates": [
+            {"id": 1, "machine_id": 11, "dph_total": 0.3, "reliability": 0.99, "disk_bw": 900.0},
+            {"id": 2, "machine_id": 12, "dph_total": 0.4, "reliability": None, "disk_bw": None},
+        ],
+        "picks": [{"id": 1, "propensity": 0.95}, {"id": 2, "propensity": 1.0}],
+    }
 
     folded.add("2026-07-18T00:00:00.000000Z", "market.selection", sel)
-    folded.add("2026-07-18T00:00:05.000000Z", "market.create",
-               {"name": "a", "offer_id": 2, "outcome": "created"})  # fmt: skip
+    folded.add(
+        "2026-07-18T00:00:05.000000Z",
+        "market.create",
+        {"name": "a", "offer_id": 2, "outcome": "created"},
+    )
     folded.add("2026-07-18T00:00:06.000000Z", "market.probe", {"name": "a"})  # no offer_id
-    folded.add("2026-07-18T00:00:10.000000Z", "market.create",
-               {"name": "a", "offer_id": 1, "outcome": "taken"})  # fmt: skip
+    folded.add(
+        "2026-07-18T00:00:10.000000Z",
+        "market.create",
+        {"name": "a", "offer_id": 1, "outcome": "taken"},
+    )
 
     [row] = folded.rows
     assert (row.passed, row.seconds, row.cost_usd, row.chosen) == (False, 10.0, 0.0, 0)
@@ -182,12 +217,15 @@ def test_gpuops_policy_eval_on_a_simulated_fakes_run(tmp_path):
     base = [sys.executable, "-m", "gpuops", "policy", "eval", "--log", str(path)]
 
     shown = subprocess.run([*base, "--policy", "shrunk"], capture_output=True, text=True, cwd=ROOT)
-    as_json = subprocess.run([*base, "--policy", "logged", "--json"], capture_output=True,
-                             text=True, cwd=ROOT)  # fmt: skip
+    as_json = subprocess.run(
+        [*base, "--policy", "logged", "--json"], capture_output=True, text=True, cwd=ROOT
+    )
     bad = subprocess.run([*base, "--policy", "nope"], capture_output=True, text=True, cwd=ROOT)
 
     assert shown.returncode == 0, shown.stderr
     assert "policy shrunk over" in shown.stdout and "pass rate" in shown.stdout
     doc = json.loads(as_json.stdout)
-    assert doc["estimates"]["passed"]["ips"] == pytest.approx(doc["estimates"]["passed"]["logged_mean"])
+    assert doc["estimates"]["passed"]["ips"] == pytest.approx(
+        doc["estimates"]["passed"]["logged_mean"]
+    )
     assert bad.returncode == 2 and "no policy 'nope'" in bad.stderr

@@ -43,7 +43,9 @@ def served(tmp_path: Path):
     server.close()
 
 
-def test_record_vast_captures_every_exchange_and_a_replay_parses_the_same(served, tmp_path, monkeypatch):
+def test_record_vast_captures_every_exchange_and_a_replay_parses_the_same(
+    served, tmp_path, monkeypatch
+):
     """H1: the recording a one-cent rental writes replays through the adapter to what the live
     call parsed; H3: no secret in any file; M4: the box is confirmed gone; the cap held."""
     for name, value in served.env.items():
@@ -51,32 +53,44 @@ def test_record_vast_captures_every_exchange_and_a_replay_parses_the_same(served
     out = tmp_path / "recordings"
 
     captured = record_vast(
-        state_url=str(tmp_path / "state"), operator="recorder@test", gpu_name="RTX 4090",
-        max_usd=0.05, yes_spend=True, root=out,
-    )  # fmt: skip
+        state_url=str(tmp_path / "state"),
+        operator="recorder@test",
+        gpu_name="RTX 4090",
+        max_usd=0.05,
+        yes_spend=True,
+        root=out,
+    )
 
     assert captured.verdict == "pass"
     assert captured.destroyed and all("confirmed gone" in line for line in captured.destroyed)
-    ops = [p.stem.split("_", 1)[1] for p in captured.files if p.parent.parent.name == "captured"
-           and p.parents[2].name == "vast"]  # fmt: skip
+    ops = [
+        p.stem.split("_", 1)[1]
+        for p in captured.files
+        if p.parent.parent.name == "captured" and p.parents[2].name == "vast"
+    ]
     assert ops[:2] == ["search", "ssh_keys"] and "create" in ops and ops[-1] == "show"
     texts = [p.read_text() for p in captured.files]
     assert not any(served.env["VAST_API_KEY"] in text for text in texts)
     assert all("kind: captured" in text and "vastai 1.9.1" in text for text in texts)
-    creates = [load_recording("vast", f"captured/{p.parent.name}/{p.stem}", out)
-               for p in captured.files if p.stem.endswith("_create")]  # fmt: skip
+    creates = [
+        load_recording("vast", f"captured/{p.parent.name}/{p.stem}", out)
+        for p in captured.files
+        if p.stem.endswith("_create")
+    ]
     assert [c.path for c in creates] == ["/api/v0/asks/777001/"]  # the dear offer is over the cap
     assert {"gpu.yaml", "cuda.yaml", "disk.yaml"} <= {p.name for p in captured.files}
     adapter = VastAdapter(api_key="k-replay", base_url=BASE, sleep=lambda s: None, environ={})
     for name, (op, live) in captured.parsed.items():
         rec = load_recording("vast", name, out)
+        instance_id = rec.path.rstrip("/").rsplit("/", 1)[1]
         with responses.RequestsMock() as mock:
             mock.add(rec.to_response(BASE))
-            replayed = {
-                "search": lambda: adapter.search_offers("RTX 4090", 1),
-                "ssh_keys": adapter.list_ssh_keys,
-                "show": lambda: adapter.show(rec.path.rstrip("/").rsplit("/", 1)[1]),
-            }[op]()
+            if op == "search":
+                replayed = adapter.search_offers("RTX 4090", 1)
+            elif op == "show":
+                replayed = adapter.show(instance_id)
+            else:
+                replayed = adapter.list_ssh_keys()
         if op == "ssh_keys":  # H3's scrub is greedy: a value under "key" goes, public or not
             assert [k.id for k in replayed] == [k.id for k in live], name
             assert {k.public_key for k in replayed} == {"[REDACTED]"}
@@ -87,9 +101,13 @@ def test_record_vast_captures_every_exchange_and_a_replay_parses_the_same(served
 
 def test_nothing_is_spent_without_yes_spend_or_with_a_bad_cap():
     """No --yes-spend: refused before any call; the cap must be positive; it sets the price."""
-    done = subprocess.run([sys.executable, "-m", "gpuops", "record", "vast", "--gpu", "RTX 4090"],
-                          capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "VAST_URL": "http://127.0.0.1:9"})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuops", "record", "vast", "--gpu", "RTX 4090"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "VAST_URL": "http://127.0.0.1:9"},
+    )
 
     assert done.returncode == 2 and "pass --yes-spend" in done.stderr
     with pytest.raises(UsageError, match="--max-usd 0.0 must be a positive"):

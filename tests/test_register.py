@@ -1,4 +1,4 @@
-"""The incident register and `gpuops rules`' earned `verified` (seed 000, "What the register is for")."""
+"""The incident register and `gpuops rules`' earned `verified` (seed 000's register)."""
 
 from __future__ import annotations
 
@@ -22,20 +22,30 @@ def test_an_incident_is_written_the_day_it_happens_and_its_cause_added_once_know
     """add, then update with the cause and the rule it led to; list shows both, in date order."""
     register = Register(MemoryStore(), "alice")
 
-    later = register.add(on="2026-09-21", what="guardian exited 0", cost_usd=None, cause=None, rule=None)
+    later = register.add(
+        on="2026-09-21", what="guardian exited 0", cost_usd=None, cause=None, rule=None
+    )
     first = register.add(
         on="2026-09-20", what="ten RTX 4090s leaked for hours", cost_usd=4.4, cause=None, rule=None
     )
-    second = register.add(on="2026-09-20", what="probes failed on auth", cost_usd=0.1,
-                          cause="the Pi's key was not registered", rule="M9")  # fmt: skip
+    second = register.add(
+        on="2026-09-20",
+        what="probes failed on auth",
+        cost_usd=0.1,
+        cause="the Pi's key was not registered",
+        rule="M9",
+    )
     updated = register.update(
         first.id, cause="three timing constants disagreed", rule="M6", cost_usd=None
     )
 
     assert (first.id, second.id, later.id) == ("2026-09-20-1", "2026-09-20-2", "2026-09-21-1")
     assert (updated.cause, updated.rule, updated.cost_usd, updated.revision) == (
-        "three timing constants disagreed", "M6", 4.4, 2,
-    )  # fmt: skip
+        "three timing constants disagreed",
+        "M6",
+        4.4,
+        2,
+    )
     assert [i.id for i in register.incidents()] == ["2026-09-20-1", "2026-09-20-2", "2026-09-21-1"]
     assert register.incidents()[0].recorded_by == "alice"
 
@@ -97,8 +107,9 @@ def test_verified_needs_a_dated_observation_and_written_rules_stay_not_enforced(
     seen = register.observations()
 
     assert shown_status(by_id("M4"), seen) == (
-        "verified", "2026-09-22: guard --drill destroyed a box (drill, recorded by alice)",
-    )  # fmt: skip
+        "verified",
+        "2026-09-22: guard --drill destroyed a box (drill, recorded by alice)",
+    )
     assert shown_status(by_id("M3"), seen) == ("implemented", None)
     assert shown_status(by_id("L8"), seen) == ("written (not enforced)", None)
     with pytest.raises(UsageError, match="kind 'rumour' must be one of real, drill"):
@@ -108,21 +119,51 @@ def test_verified_needs_a_dated_observation_and_written_rules_stay_not_enforced(
 
 def gpuops(state: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GPUOPS_STATE": str(state), "GPUOPS_OPERATOR": "alice@test"}
-    return subprocess.run([sys.executable, "-m", "gpuops", *argv], capture_output=True,
-                          text=True, cwd=ROOT, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "gpuops", *argv], capture_output=True, text=True, cwd=ROOT, env=env
+    )
 
 
 def test_gpuops_incident_and_rules_through_the_cli(tmp_path):
-    """incident add/update/list/observe in a state dir; rules then shows M4 verified with its date."""
+    """incident add/update/list/observe in a state dir; rules then shows M4 verified, dated."""
     state = tmp_path / "state"
 
     before = gpuops(state, "rules")
-    added = gpuops(state, "incident", "add", "--date", "2026-09-20", "--what", "ten boxes leaked",
-                   "--cost-usd", "4.40")  # fmt: skip
-    gpuops(state, "incident", "update", "2026-09-20-1", "--cause", "constants disagreed", "--rule", "M6")
+    added = gpuops(
+        state,
+        "incident",
+        "add",
+        "--date",
+        "2026-09-20",
+        "--what",
+        "ten boxes leaked",
+        "--cost-usd",
+        "4.40",
+    )
+    gpuops(
+        state,
+        "incident",
+        "update",
+        "2026-09-20-1",
+        "--cause",
+        "constants disagreed",
+        "--rule",
+        "M6",
+    )
     listed = gpuops(state, "incident", "list")
-    gpuops(state, "incident", "observe", "--rule", "M4", "--date", "2026-09-22", "--kind", "drill",
-           "--what", "guard drill destroyed the box")  # fmt: skip
+    gpuops(
+        state,
+        "incident",
+        "observe",
+        "--rule",
+        "M4",
+        "--date",
+        "2026-09-22",
+        "--kind",
+        "drill",
+        "--what",
+        "guard drill destroyed the box",
+    )
     rules = gpuops(state, "rules")
     as_json = json.loads(gpuops(state, "rules", "--json").stdout)
     bad = gpuops(state, "incident", "add", "--date", "2026-09-20", "--what", "x", "--rule", "Z1")
@@ -133,7 +174,10 @@ def test_gpuops_incident_and_rules_through_the_cli(tmp_path):
     assert "cause: constants disagreed; rule: M6" in listed.stdout
     m4 = next(line for line in rules.stdout.splitlines() if line.startswith("M4 "))
     assert m4.startswith("M4   verified")
-    assert "observed: 2026-09-22: guard drill destroyed the box (drill, recorded by alice@test)" in rules.stdout
+    assert (
+        "observed: 2026-09-22: guard drill destroyed the box (drill, recorded by alice@test)"
+        in rules.stdout
+    )
     assert "L1   written (not enforced)" in rules.stdout
     assert {r["id"]: r["status"] for r in as_json}["M4"] == "verified"
     assert {r["id"]: r["status"] for r in as_json}["L1"] == "written"

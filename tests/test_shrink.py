@@ -72,7 +72,9 @@ def test_shrunk_rates_beat_the_raw_rate_and_the_filter_alone_at_picking_good_hos
     assert mean["shrunk"] > mean["raw"] + 0.008
     assert mean["shrunk"] > mean["filter"] + 0.04
     mse_raw = statistics.fmean((k / n - truth[m]) ** 2 for m, (k, n) in counts.items())
-    mse_shrunk = statistics.fmean((prior.shrunk(k, n) - truth[m]) ** 2 for m, (k, n) in counts.items())
+    mse_shrunk = statistics.fmean(
+        (prior.shrunk(k, n) - truth[m]) ** 2 for m, (k, n) in counts.items()
+    )
     assert mse_shrunk < mse_raw / 3
 
 
@@ -153,20 +155,32 @@ def test_rent_ranking_learns_from_a_simulated_log_against_the_fakes(tmp_path: Pa
     truth = simulate_market(log, rentals=40, seed=2)
 
     learned = pass_rates_from_log(log)
-    judged = [m for m in truth.machines.values() if learned.counts.get(m.machine_id, (0, 0))[1] >= 2]
+    judged = [
+        m for m in truth.machines.values() if learned.counts.get(m.machine_id, (0, 0))[1] >= 2
+    ]
     best = max(judged, key=lambda m: learned.rate(m.machine_id, m.gpu_name))
     worst = min(judged, key=lambda m: learned.rate(m.machine_id, m.gpu_name))
     rates = ranker(log)([Offer(1, best.machine_id, 0.50), Offer(2, worst.machine_id, 0.45)])
     chosen = select(
         [Offer(1, best.machine_id, 0.50), Offer(2, worst.machine_id, 0.45)],
-        k=1, rng=random.Random(0), explore_rate=0.0, pass_rate=rates,
-    )  # fmt: skip
+        k=1,
+        rng=random.Random(0),
+        explore_rate=0.0,
+        pass_rate=rates,
+    )
 
     assert best.pass_rate > worst.pass_rate
     assert rates[best.machine_id] > rates[worst.machine_id]
     assert chosen.picks[0].offer.id == 1  # dearer, but cheaper per healthy box
-    assert [o.id for o in select([Offer(1, best.machine_id, 0.50), Offer(2, worst.machine_id,
-        0.45)], k=1, rng=random.Random(0), explore_rate=0.0).candidates] == [2, 1]  # fmt: skip
+    assert [
+        o.id
+        for o in select(
+            [Offer(1, best.machine_id, 0.50), Offer(2, worst.machine_id, 0.45)],
+            k=1,
+            rng=random.Random(0),
+            explore_rate=0.0,
+        ).candidates
+    ] == [2, 1]
 
 
 def test_rent_ranks_its_candidates_by_the_market_s_learned_pass_rates(tmp_path: Path):
@@ -182,10 +196,18 @@ def test_rent_ranks_its_candidates_by_the_market_s_learned_pass_rates(tmp_path: 
     from gpuops.store.memory import MemoryStore
 
     offers = [
-        {"id": 1000 + i, "machine_id": 500 + i, "gpu_name": "RTX 4090", "gpu_ram": 24564,
-         "dph_total": price, "reliability": 0.99, "disk_bw": 1500.0, "fate": "healthy"}
+        {
+            "id": 1000 + i,
+            "machine_id": 500 + i,
+            "gpu_name": "RTX 4090",
+            "gpu_ram": 24564,
+            "dph_total": price,
+            "reliability": 0.99,
+            "disk_bw": 1500.0,
+            "fate": "healthy",
+        }
         for i, price in enumerate((0.30, 0.40))
-    ]  # fmt: skip
+    ]
     fake = FakeVast(
         parse_scenario({"vast": {"api_key": "k", "ssh_keys": [KEY], "offers": offers}}),
         clock=FakeClock(),
@@ -194,10 +216,15 @@ def test_rent_ranks_its_candidates_by_the_market_s_learned_pass_rates(tmp_path: 
     with fake.activate(BASE):
         vast = VastAdapter(api_key="k", base_url=BASE, sleep=fake.advance, monotonic=fake.now)
         market = Market(
-            vast, Ledger(MemoryStore(), events, "alice", clock=fake.now), events,
+            vast,
+            Ledger(MemoryStore(), events, "alice", clock=fake.now),
+            events,
             probe=lambda i, box: VERDICT_OF[fake.instances[int(i.instance_id)].fate.kind],
-            public_key=KEY, clock=fake.now, sleep=fake.advance, rng=random.Random(1),
-        )  # fmt: skip
+            public_key=KEY,
+            clock=fake.now,
+            sleep=fake.advance,
+            rng=random.Random(1),
+        )
         market.pass_rates = lambda found: {500: 0.3, 501: 0.95}
 
         rental = market.rent(RentRequest(name="job", gpu_name="RTX 4090", hours=1.0, race_k=1))

@@ -29,8 +29,14 @@ def write_log(path: Path, events: list[tuple[float, str, dict[str, object]]]) ->
 
 
 def candidate(offer: int, machine: int, price: float, rel: float = 0.99, disk: float = 900.0):
-    return {"id": offer, "machine_id": machine, "dph_total": price, "reliability": rel,
-            "disk_bw": disk, "gpu_ram": 24564}  # fmt: skip
+    return {
+        "id": offer,
+        "machine_id": machine,
+        "dph_total": price,
+        "reliability": rel,
+        "disk_bw": disk,
+        "gpu_ram": 24564,
+    }
 
 
 def race_events() -> list[tuple[float, str, dict[str, object]]]:
@@ -38,40 +44,141 @@ def race_events() -> list[tuple[float, str, dict[str, object]]]:
     it (a slow disk); the machine that failed on SSH passes in the second race."""
     sel = {"name": "a", "gpu_name": "RTX 4090", "k": 3, "removed": [], "quarantined": 0}
     return [
-        (0, "market.selection", {**sel, "candidates": [candidate(1, 11, 0.3),
-            candidate(2, 12, 0.4), candidate(3, 13, 0.5)],
-            "picks": [{"id": 1, "rank": 0, "propensity": 0.933, "explored": False},
-                      {"id": 3, "rank": 2, "propensity": 0.05, "explored": True}]}),
-        (1, "market.create", {"name": "a", "offer_id": 1, "machine_id": 11, "outcome": "taken",
-            "instance_id": None}),
-        (2, "market.create", {"name": "a", "offer_id": 2, "machine_id": 12,
-            "outcome": "created", "instance_id": "900"}),
-        (3, "market.create", {"name": "a", "offer_id": 3, "machine_id": 13,
-            "outcome": "rate-limited", "instance_id": None}),
-        (4, "market.probe", {"name": "a", "offer_id": 2, "machine_id": 12, "instance_id": "900",
-            "verdict": "ssh-auth"}),
-        (64, "ledger.transition", {"name": "a-0-1", "instance_id": "900", "before": "destroying",
-            "after": "gone-confirmed"}),
+        (
+            0,
+            "market.selection",
+            {
+                **sel,
+                "candidates": [candidate(1, 11, 0.3), candidate(2, 12, 0.4), candidate(3, 13, 0.5)],
+                "picks": [
+                    {"id": 1, "rank": 0, "propensity": 0.933, "explored": False},
+                    {"id": 3, "rank": 2, "propensity": 0.05, "explored": True},
+                ],
+            },
+        ),
+        (
+            1,
+            "market.create",
+            {"name": "a", "offer_id": 1, "machine_id": 11, "outcome": "taken", "instance_id": None},
+        ),
+        (
+            2,
+            "market.create",
+            {
+                "name": "a",
+                "offer_id": 2,
+                "machine_id": 12,
+                "outcome": "created",
+                "instance_id": "900",
+            },
+        ),
+        (
+            3,
+            "market.create",
+            {
+                "name": "a",
+                "offer_id": 3,
+                "machine_id": 13,
+                "outcome": "rate-limited",
+                "instance_id": None,
+            },
+        ),
+        (
+            4,
+            "market.probe",
+            {
+                "name": "a",
+                "offer_id": 2,
+                "machine_id": 12,
+                "instance_id": "900",
+                "verdict": "ssh-auth",
+            },
+        ),
+        (
+            64,
+            "ledger.transition",
+            {
+                "name": "a-0-1",
+                "instance_id": "900",
+                "before": "destroying",
+                "after": "gone-confirmed",
+            },
+        ),
         (70, "market.rent.stopped", {"name": "a", "reason": "out of offers"}),
-        (80, "market.selection", {**sel, "name": "b", "candidates": [
-            candidate(4, 14, 0.2, rel=0.9), candidate(5, 12, 0.6)],
-            "picks": [{"id": 4, "rank": 0, "propensity": 0.95, "explored": False},
-                      {"id": 5, "rank": 1, "propensity": 1.0, "explored": False}]}),
-        (81, "market.create", {"name": "b", "offer_id": 4, "machine_id": 14,
-            "outcome": "created", "instance_id": "901"}),
-        (82, "market.create", {"name": "b", "offer_id": 5, "machine_id": 12,
-            "outcome": "reconciled", "instance_id": "902"}),
-        (90, "market.probe", {"name": "b", "offer_id": 4, "machine_id": 14, "instance_id": "901",
-            "verdict": "slow-disk"}),
-        (91, "market.probe", {"name": "b", "offer_id": 5, "machine_id": 12, "instance_id": "902",
-            "verdict": "pass"}),
+        (
+            80,
+            "market.selection",
+            {
+                **sel,
+                "name": "b",
+                "candidates": [candidate(4, 14, 0.2, rel=0.9), candidate(5, 12, 0.6)],
+                "picks": [
+                    {"id": 4, "rank": 0, "propensity": 0.95, "explored": False},
+                    {"id": 5, "rank": 1, "propensity": 1.0, "explored": False},
+                ],
+            },
+        ),
+        (
+            81,
+            "market.create",
+            {
+                "name": "b",
+                "offer_id": 4,
+                "machine_id": 14,
+                "outcome": "created",
+                "instance_id": "901",
+            },
+        ),
+        (
+            82,
+            "market.create",
+            {
+                "name": "b",
+                "offer_id": 5,
+                "machine_id": 12,
+                "outcome": "reconciled",
+                "instance_id": "902",
+            },
+        ),
+        (
+            90,
+            "market.probe",
+            {
+                "name": "b",
+                "offer_id": 4,
+                "machine_id": 14,
+                "instance_id": "901",
+                "verdict": "slow-disk",
+            },
+        ),
+        (
+            91,
+            "market.probe",
+            {"name": "b", "offer_id": 5, "machine_id": 12, "instance_id": "902", "verdict": "pass"},
+        ),
         (92, "market.quarantine", {"machine_id": 14, "cause": "slow-disk", "until": 1.0}),
         (93, "market.rent.done", {"name": "b", "instance_id": "902", "offer_id": 5}),
-        (120, "ledger.transition", {"name": "b-0-0", "instance_id": "901", "before": "destroying",
-            "after": "gone-confirmed"}),
-        (211, "ledger.transition", {"name": "b-0-1", "instance_id": "902", "before": "destroying",
-            "after": "gone-confirmed"}),
-    ]  # fmt: skip
+        (
+            120,
+            "ledger.transition",
+            {
+                "name": "b-0-0",
+                "instance_id": "901",
+                "before": "destroying",
+                "after": "gone-confirmed",
+            },
+        ),
+        (
+            211,
+            "ledger.transition",
+            {
+                "name": "b-0-1",
+                "instance_id": "902",
+                "before": "destroying",
+                "after": "gone-confirmed",
+            },
+        ),
+    ]
 
 
 def guard_and_lane_events() -> list[tuple[float, str, dict[str, object]]]:
@@ -80,13 +187,41 @@ def guard_and_lane_events() -> list[tuple[float, str, dict[str, object]]]:
     return [
         (300, "guard.confirmed_gone", {**gone, "delay_s": 42.5}),
         (301, "guard.confirmed_gone", {**gone, "delay_s": -10.0}),
-        (302, "lane.start", {"lane": "g2", "job": "portraits", "attempt": 1, "outcome": "stockout"}),
+        (
+            302,
+            "lane.start",
+            {"lane": "g2", "job": "portraits", "attempt": 1, "outcome": "stockout"},
+        ),
         (303, "lane.start", {"lane": "g2", "job": "portraits", "attempt": 2, "outcome": "started"}),
-        (400, "lane.job_end", {"lane": "g2", "job": "portraits", "attempts": 2, "stockouts": 1,
-            "waiting_s": 3600.0, "running_s": 1380.0, "cost_usd": 0.28, "outcome": "succeeded"}),
-        (401, "lane.job_end", {"lane": "g2", "job": "val", "attempts": 13, "stockouts": 12,
-            "waiting_s": 36000.0, "running_s": 600.0, "cost_usd": 0.12, "outcome": "failed"}),
-    ]  # fmt: skip
+        (
+            400,
+            "lane.job_end",
+            {
+                "lane": "g2",
+                "job": "portraits",
+                "attempts": 2,
+                "stockouts": 1,
+                "waiting_s": 3600.0,
+                "running_s": 1380.0,
+                "cost_usd": 0.28,
+                "outcome": "succeeded",
+            },
+        ),
+        (
+            401,
+            "lane.job_end",
+            {
+                "lane": "g2",
+                "job": "val",
+                "attempts": 13,
+                "stockouts": 12,
+                "waiting_s": 36000.0,
+                "running_s": 600.0,
+                "cost_usd": 0.12,
+                "outcome": "failed",
+            },
+        ),
+    ]
 
 
 def stats_of(path: Path, since: str = "") -> tuple[dict, ScanCounts]:
@@ -109,8 +244,16 @@ def test_the_market_figures_come_out_of_a_known_log(tmp_path):
     )
     assert m["verdicts"] == {"pass": 1, "slow-disk": 1, "ssh-auth": 1}
     assert (m["machines_failed_ssh"], m["machines_failed_ssh_passed_other_time"]) == (1, 1)
-    assert m["host_failure_rate_by_filter"]["inside"] == {"probes": 2, "host_faults": 0, "rate": 0.0}
-    assert m["host_failure_rate_by_filter"]["outside"] == {"probes": 1, "host_faults": 1, "rate": 1.0}
+    assert m["host_failure_rate_by_filter"]["inside"] == {
+        "probes": 2,
+        "host_faults": 0,
+        "rate": 0.0,
+    }
+    assert m["host_failure_rate_by_filter"]["outside"] == {
+        "probes": 1,
+        "host_faults": 1,
+        "rate": 1.0,
+    }
     assert m["explore_share"] == pytest.approx(1 / 4)
     assert m["boxes_confirmed_gone"] == {"failed": 2, "rental": 1}
     # box 900: $0.40/h for 62 min; 901: $0.20/h for 39 min (failures); 902: $0.60/h for 129 min
@@ -150,8 +293,10 @@ def test_a_torn_line_or_a_bad_payload_is_counted_and_never_fatal(tmp_path):
     with path.open("ab") as f:
         f.write(b'{"ts":"2026-07-18T09:00:00.000000Z","operator":"x","kind":"market.cre\n')
         f.write(b"\xff\xfe not utf-8\n")
-        f.write(b'{"ts":"2026-07-18T09:00:01.000000Z","operator":"x","kind":"market.create",'
-                b'"payload":{"name":"a"}}\n')  # fmt: skip
+        f.write(
+            b'{"ts":"2026-07-18T09:00:01.000000Z","operator":"x","kind":"market.create",'
+            b'"payload":{"name":"a"}}\n'
+        )
 
     report, counts = stats_of(path)
 
@@ -164,8 +309,17 @@ def test_a_torn_line_or_a_bad_payload_is_counted_and_never_fatal(tmp_path):
 def test_a_line_in_another_layout_still_counts_through_the_full_parser(tmp_path):
     """A hand-written event whose keys are in another order is parsed, not skipped."""
     path = tmp_path / "e.jsonl"
-    path.write_text(json.dumps({"kind": "market.rent.done", "operator": "x",
-        "ts": "2026-07-18T00:00:00.000000Z", "payload": {"name": "a", "instance_id": "1"}}) + "\n")  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "kind": "market.rent.done",
+                "operator": "x",
+                "ts": "2026-07-18T00:00:00.000000Z",
+                "payload": {"name": "a", "instance_id": "1"},
+            }
+        )
+        + "\n"
+    )
 
     report, counts = stats_of(path)
 

@@ -82,7 +82,9 @@ class Decisions:
             cands = tuple(_candidate(c) for c in p["candidates"])  # type: ignore[attr-defined]
             lead = p["picks"][0]  # type: ignore[index]
             chosen = [c.id for c in cands].index(int(lead["id"]))
-            self.open[name] = _Open(str(p["gpu_name"]), ts, cands, chosen, float(lead["propensity"]))
+            self.open[name] = _Open(
+                str(p["gpu_name"]), ts, cands, chosen, float(lead["propensity"])
+            )
             return
         race = self.open.get(name)
         if race is None or int(str(p["offer_id"])) != race.candidates[race.chosen].id:
@@ -101,17 +103,21 @@ class Decisions:
         cost = price * hours_between(race.created, ts) if race.created else 0.0
         seconds = hours_between(race.started, ts) * 3600.0
         self.rows.append(
-            Decision(race.gpu_name, race.candidates, race.chosen, race.propensity, passed,
-                     seconds, cost)  # fmt: skip
+            Decision(
+                race.gpu_name, race.candidates, race.chosen, race.propensity, passed, seconds, cost
+            )
         )
 
 
 def _candidate(c: Mapping[str, object]) -> Candidate:
     rel, disk = c.get("reliability"), c.get("disk_bw")
     return Candidate(
-        int(str(c["id"])), int(str(c["machine_id"])), float(str(c["dph_total"])),
-        None if rel is None else float(str(rel)), None if disk is None else float(str(disk)),
-    )  # fmt: skip
+        int(str(c["id"])),
+        int(str(c["machine_id"])),
+        float(str(c["dph_total"])),
+        None if rel is None else float(str(rel)),
+        None if disk is None else float(str(disk)),
+    )
 
 
 # --- policies: candidates (ranked as logged) -> probability of each ---------------------------
@@ -205,9 +211,11 @@ def evaluate(rows: Sequence[Decision], policy: Policy) -> Evaluation:
         )
     squares = sum(w * w for w in weights)
     return Evaluation(
-        n, sum(1 for w in weights if w > 0), total * total / squares if squares else 0.0,
+        n,
+        sum(1 for w in weights if w > 0),
+        total * total / squares if squares else 0.0,
         tuple(estimates),
-    )  # fmt: skip
+    )
 
 
 POLICY_NAMES = ("logged", "greedy", "uniform", "reliable", "shrunk")
@@ -225,8 +233,11 @@ def named(name: str, rates: object = None) -> Policy:
             lambda d, c: c.dph_total / max(rates.rate(c.machine_id, d.gpu_name), MIN_PASS_RATE)
         )
     table: dict[str, Policy] = {
-        "logged": logged, "greedy": greedy, "uniform": uniform, "reliable": most_reliable,
-    }  # fmt: skip
+        "logged": logged,
+        "greedy": greedy,
+        "uniform": uniform,
+        "reliable": most_reliable,
+    }
     if name not in table:
         raise ValueError(f"no policy {name!r}; known: {', '.join(POLICY_NAMES)}")
     return table[name]

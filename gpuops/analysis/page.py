@@ -15,8 +15,10 @@ def bars(title: str, rows: list[tuple[str, float]], fmt: str = "{:g}") -> str:
     """A horizontal bar chart; each bar's length is its value over the largest."""
     top = max((value for _, value in rows), default=0.0) or 1.0
     height = _ROW_PX * max(len(rows), 1) + 8
-    parts = [f'<figure><figcaption>{escape(title)}</figcaption>'
-             f'<svg role="img" width="{_BAR_PX + 260}" height="{height}">']
+    parts = [
+        f"<figure><figcaption>{escape(title)}</figcaption>"
+        f'<svg role="img" width="{_BAR_PX + 260}" height="{height}">'
+    ]
     for i, (label, value) in enumerate(rows):
         y = 4 + i * _ROW_PX
         width = max(0.0, value) / top * _BAR_PX
@@ -36,9 +38,11 @@ def render(report: dict[str, Any], scanned: dict[str, Any]) -> str:
     m, g, lane = report["market"], report["guardian"], report["lane"]
     by_filter = m["host_failure_rate_by_filter"]
     edges = g["delay_histogram"]["upper_edges_s"]
-    names = [f"<= {edges[0]:g} s"] + [
-        f"{lo:g} to {hi:g} s" for lo, hi in zip(edges, edges[1:], strict=False)
-    ] + [f"> {edges[-1]:g} s"]
+    names = (
+        [f"<= {edges[0]:g} s"]
+        + [f"{lo:g} to {hi:g} s" for lo, hi in zip(edges, edges[1:], strict=False)]
+        + [f"> {edges[-1]:g} s"]
+    )
     charts = [
         bars("Create calls by outcome", [(k, v) for k, v in m["create_outcomes"].items()]),
         bars("Probe verdicts", [(k, v) for k, v in m["verdicts"].items()]),

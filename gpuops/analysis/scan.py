@@ -50,7 +50,7 @@ def scan(
     wanted = {kind.encode() for kind in kinds}
     needle_of = {kind.encode(): needle for kind, needle in (needles or {}).items()}
     try:
-        handle = Path(path).open("rb")
+        handle = Path(path).open("rb")  # noqa: SIM115 (closed by the with below)
     except FileNotFoundError:
         raise UsageError(f"no event log at {path}") from None
     since_b = since.encode()

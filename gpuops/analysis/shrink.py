@@ -60,7 +60,9 @@ def fit(counts: Iterable[tuple[int, int]], fallback: Prior) -> Prior:
         strength = fallback.alpha + fallback.beta
     else:
         rho = (spread - (len(data) - 1)) / room
-        strength = MAX_STRENGTH if rho <= 0 else max(MIN_STRENGTH, min(MAX_STRENGTH, 1.0 / rho - 1.0))
+        strength = (
+            MAX_STRENGTH if rho <= 0 else max(MIN_STRENGTH, min(MAX_STRENGTH, 1.0 / rho - 1.0))
+        )
     return Prior(mean * strength, (1.0 - mean) * strength)
 
 

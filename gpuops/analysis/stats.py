@@ -201,8 +201,12 @@ class Stats:
         self.guard_firings += 1
         self.guard_late += late > 0
         self.guard_lateness_sum += late
-        self.guard_lateness_max = late if self.guard_lateness_max is None else max(self.guard_lateness_max, late)
-        self.guard_lateness_min = late if self.guard_lateness_min is None else min(self.guard_lateness_min, late)
+        self.guard_lateness_max = (
+            late if self.guard_lateness_max is None else max(self.guard_lateness_max, late)
+        )
+        self.guard_lateness_min = (
+            late if self.guard_lateness_min is None else min(self.guard_lateness_min, late)
+        )
         self.guard_hist[sum(1 for edge in GUARD_BUCKETS if late > edge)] += 1
 
     def _lane_start(self, ts: str, p: dict[str, object]) -> None:

@@ -43,9 +43,13 @@ def lines(report: dict[str, Any], scanned: dict[str, Any]) -> list[str]:
     ]
     if sum(m["boxes_not_confirmed_gone"].values()):
         out.append(f"boxes not yet confirmed gone: {m['boxes_not_confirmed_gone']}")
-    late = "" if g["delay_s_mean"] is None else (
-        f", delay after the deadline mean {g['delay_s_mean']:.1f} s, "
-        f"max {g['delay_s_max']:.1f} s"
+    late = (
+        ""
+        if g["delay_s_mean"] is None
+        else (
+            f", delay after the deadline mean {g['delay_s_mean']:.1f} s, "
+            f"max {g['delay_s_max']:.1f} s"
+        )
     )
     out.append(f"guardian firings {g['firings']}, {g['late']} after the deadline{late}")
     if lane["jobs"]:

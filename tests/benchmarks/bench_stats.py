@@ -28,43 +28,155 @@ ROOT = Path(__file__).resolve().parents[2]
 def race(rng: random.Random, i: int) -> list[tuple[str, dict[str, object]]]:
     name = f"job-{i}"
     cands = [
-        {"id": i * 10 + j, "machine_id": rng.randrange(5000), "dph_total": 0.3 + j / 100,
-         "reliability": 0.99, "disk_bw": 900.0, "gpu_ram": 24564}
+        {
+            "id": i * 10 + j,
+            "machine_id": rng.randrange(5000),
+            "dph_total": 0.3 + j / 100,
+            "reliability": 0.99,
+            "disk_bw": 900.0,
+            "gpu_ram": 24564,
+        }
         for j in range(10)
-    ]  # fmt: skip
-    picks = [{"id": c["id"], "rank": j, "propensity": 0.93, "explored": False}
-             for j, c in enumerate(cands[:3])]  # fmt: skip
+    ]
+    picks = [
+        {"id": c["id"], "rank": j, "propensity": 0.93, "explored": False}
+        for j, c in enumerate(cands[:3])
+    ]
     out: list[tuple[str, dict[str, object]]] = [
-        ("market.selection", {"name": name, "gpu_name": "RTX 4090", "k": 3, "candidates": cands,
-                              "removed": [], "quarantined": 0, "picks": picks}),
-    ]  # fmt: skip
+        (
+            "market.selection",
+            {
+                "name": name,
+                "gpu_name": "RTX 4090",
+                "k": 3,
+                "candidates": cands,
+                "removed": [],
+                "quarantined": 0,
+                "picks": picks,
+            },
+        ),
+    ]
     for slot, c in enumerate(cands[:3]):
         box, inst = f"{name}-0-{slot}", str(i * 10 + slot)
         outcome = rng.choice(("created", "created", "created", "taken", "rate-limited"))
-        out.append(("vast.call", {"op": "create", "method": "PUT", "path": "/api/v0/asks/1/",
-                                  "status": 200, "duration_s": 0.2, "attempt": 0, "error": None}))  # fmt: skip
-        out.append(("ledger.transition", {"name": box, "owner": "op", "intent_id": "x",
-            "instance_id": None, "before": None, "after": "intent", "revision": 1, "error": None}))  # fmt: skip
-        out.append(("market.create", {"name": name, "offer_id": c["id"], "machine_id": c["machine_id"],
-                                      "outcome": outcome, "instance_id": inst if outcome == "created" else None}))  # fmt: skip
-        out.append(("market.candidate", {"name": name, "slot": slot, "offer_id": c["id"], "what": outcome}))
+        out.append(
+            (
+                "vast.call",
+                {
+                    "op": "create",
+                    "method": "PUT",
+                    "path": "/api/v0/asks/1/",
+                    "status": 200,
+                    "duration_s": 0.2,
+                    "attempt": 0,
+                    "error": None,
+                },
+            )
+        )
+        out.append(
+            (
+                "ledger.transition",
+                {
+                    "name": box,
+                    "owner": "op",
+                    "intent_id": "x",
+                    "instance_id": None,
+                    "before": None,
+                    "after": "intent",
+                    "revision": 1,
+                    "error": None,
+                },
+            )
+        )
+        out.append(
+            (
+                "market.create",
+                {
+                    "name": name,
+                    "offer_id": c["id"],
+                    "machine_id": c["machine_id"],
+                    "outcome": outcome,
+                    "instance_id": inst if outcome == "created" else None,
+                },
+            )
+        )
+        out.append(
+            ("market.candidate", {"name": name, "slot": slot, "offer_id": c["id"], "what": outcome})
+        )
         if outcome != "created":
             continue
         for _ in range(3):
-            out.append(("vast.call", {"op": "show", "method": "GET", "path": "/api/v0/instances/1/",
-                                      "status": 200, "duration_s": 0.1, "attempt": 0, "error": None}))  # fmt: skip
+            out.append(
+                (
+                    "vast.call",
+                    {
+                        "op": "show",
+                        "method": "GET",
+                        "path": "/api/v0/instances/1/",
+                        "status": 200,
+                        "duration_s": 0.1,
+                        "attempt": 0,
+                        "error": None,
+                    },
+                )
+            )
         verdict = rng.choice(("pass", "pass", "pass", "ssh-auth", "slow-disk"))
-        out.append(("market.probe", {"name": name, "offer_id": c["id"], "machine_id": c["machine_id"],
-                                     "instance_id": inst, "verdict": verdict}))  # fmt: skip
-        out.append(("ledger.transition", {"name": box, "owner": "op", "intent_id": "x",
-            "instance_id": inst, "before": "destroying", "after": "gone-confirmed", "revision": 4, "error": None}))  # fmt: skip
+        out.append(
+            (
+                "market.probe",
+                {
+                    "name": name,
+                    "offer_id": c["id"],
+                    "machine_id": c["machine_id"],
+                    "instance_id": inst,
+                    "verdict": verdict,
+                },
+            )
+        )
+        out.append(
+            (
+                "ledger.transition",
+                {
+                    "name": box,
+                    "owner": "op",
+                    "intent_id": "x",
+                    "instance_id": inst,
+                    "before": "destroying",
+                    "after": "gone-confirmed",
+                    "revision": 4,
+                    "error": None,
+                },
+            )
+        )
     out.append(("market.rent.done", {"name": name, "instance_id": str(i * 10), "offer_id": i * 10}))
     if i % 20 == 0:
-        out.append(("guard.confirmed_gone", {"name": name, "instance_id": str(i * 10),
-            "deadline": "2026-07-18T00:00:00+00:00", "delay_s": rng.uniform(-60, 120)}))  # fmt: skip
+        out.append(
+            (
+                "guard.confirmed_gone",
+                {
+                    "name": name,
+                    "instance_id": str(i * 10),
+                    "deadline": "2026-07-18T00:00:00+00:00",
+                    "delay_s": rng.uniform(-60, 120),
+                },
+            )
+        )
         out.append(("lane.start", {"lane": "g2", "job": name, "attempt": 1, "outcome": "stockout"}))
-        out.append(("lane.job_end", {"lane": "g2", "job": name, "attempts": 2, "stockouts": 1,
-            "waiting_s": 600.0, "running_s": 1200.0, "cost_usd": 0.3, "outcome": "succeeded"}))  # fmt: skip
+        out.append(
+            (
+                "lane.job_end",
+                {
+                    "lane": "g2",
+                    "job": name,
+                    "attempts": 2,
+                    "stockouts": 1,
+                    "waiting_s": 600.0,
+                    "running_s": 1200.0,
+                    "cost_usd": 0.3,
+                    "outcome": "succeeded",
+                },
+            )
+        )
     return out
 
 
@@ -76,8 +188,12 @@ def write_log(path: Path, events: int) -> int:
         while written < events:
             for kind, payload in race(rng, i):
                 at += timedelta(seconds=1)
-                line = {"ts": at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "operator": "bench@host",
-                        "kind": kind, "payload": payload}  # fmt: skip
+                line = {
+                    "ts": at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                    "operator": "bench@host",
+                    "kind": kind,
+                    "payload": payload,
+                }
                 f.write(json.dumps(line, separators=(",", ":")) + "\n")
                 written += 1
             i += 1
@@ -90,8 +206,10 @@ def run_stats(path: Path) -> tuple[float, float]:
     start = time.perf_counter()
     child = subprocess.run(
         [sys.executable, "-c", code, "stats", "--json", "--log", str(path)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
     wall = time.perf_counter() - start
     json.loads(child.stdout)
     return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
@@ -108,8 +226,10 @@ def main() -> int:
             written = write_log(path, n)
             size_mb = path.stat().st_size / 1e6
             wall, rss = run_stats(path)  # RUSAGE_CHILDREN's max: the smaller run goes first
-            print(f"{written:>9} events ({size_mb:.0f} MB): {wall:.2f} s, "
-                  f"{written / wall:,.0f} events/s, peak RSS {rss:.0f} MiB")  # fmt: skip
+            print(
+                f"{written:>9} events ({size_mb:.0f} MB): {wall:.2f} s, "
+                f"{written / wall:,.0f} events/s, peak RSS {rss:.0f} MiB"
+            )
     return 0
 
 
