@@ -14,6 +14,7 @@ import pytest
 
 from fakes.simulate import simulate_market
 from gpuops.analysis.ope import (
+    Candidate,
     Decision,
     Decisions,
     evaluate,
@@ -173,7 +174,7 @@ def test_ips_and_snips_follow_their_formulas_on_a_tiny_log():
     assert evaluate(rows, uniform).estimate("passed").snips == pytest.approx(
         (0.5 / 0.95) / (0.5 / 0.95 * 2 + 0.5 / 0.05)
     )
-    with pytest.raises(ValueError, match="no logged decisions"):
+    with pytest.raises(ValueError, match="^no logged decisions to evaluate$"):
         evaluate([], greedy)
     with pytest.raises(ValueError, match="no policy 'cheapest'; known: logged, greedy"):
         named("cheapest")
@@ -229,3 +230,114 @@ def test_gpuops_policy_eval_on_a_simulated_fakes_run(tmp_path):
         doc["estimates"]["passed"]["logged_mean"]
     )
     assert bad.returncode == 2 and "no policy 'nope'" in bad.stderr
+
+
+def test_the_intervals_follow_their_formulas_on_a_tiny_log():
+    """IPS: sample sd of w*r over n - 1; SNIPS: the delta method; the logged mean is plain."""
+    rows = [decision(0, 0.5, True), decision(1, 0.5, False), decision(0, 0.25, True)]
+
+    ev = evaluate(rows, greedy)  # weights 2, 0, 4
+
+    e = ev.estimate("passed")
+    wr, mean = [2.0, 0.0, 4.0], 2.0
+    assert e.logged_mean == pytest.approx(2 / 3)
+    assert e.ips == pytest.approx(mean)
+    sd = (sum((x - mean) ** 2 for x in wr) / 2) ** 0.5
+    assert e.ips_half_width == pytest.approx(1.959964 * sd / 3**0.5)
+    assert e.snips == pytest.approx(1.0)
+    spread = (2 * (1 - 1)) ** 2 + (0 * (0 - 1)) ** 2 + (4 * (1 - 1)) ** 2
+    assert e.snips_half_width == pytest.approx(1.959964 * spread**0.5 / 6)
+    s = ev.estimate("seconds")
+    assert s.snips_half_width == pytest.approx(0.0) and s.snips == pytest.approx(60.0)
+    assert (ev.decisions, ev.matched, ev.effective_n) == (3, 2, pytest.approx(36 / 20))
+
+
+def test_a_policy_that_never_matches_gives_no_self_normalised_estimate():
+    """No weight anywhere: SNIPS is undefined (nan), IPS is 0, the effective n is 0; a total
+    weight under one still normalises."""
+    rows = [decision(1, 0.5, True)]
+
+    never = evaluate(rows, greedy)
+    half = evaluate([decision(0, 1.0, True, seconds=30.0)], uniform)  # weight 0.5
+
+    assert never.estimate("passed").ips == 0.0 and never.effective_n == 0.0
+    assert never.estimate("passed").snips != never.estimate("passed").snips  # nan
+    assert half.estimate("passed").snips == 1.0 and half.estimate("seconds").snips == 30.0
+    assert half.estimate("passed").snips_half_width == 0.0
+
+
+def test_the_fold_keeps_races_apart_and_costs_a_box_from_its_create():
+    """Two interleaved races; the lead's box costs dph_total for the hours from its create to
+    its verdict; malformed events are each counted."""
+    folded = Decisions()
+    cands = [
+        {"id": 1, "machine_id": 11, "dph_total": 0.36, "reliability": 0.99, "disk_bw": 900.0},
+        {"id": 2, "machine_id": 12, "dph_total": 0.5, "reliability": None, "disk_bw": None},
+    ]
+    pick = [{"id": 1, "propensity": 0.95}]
+    at = "2026-07-18T0{}:00:00.000000Z".format
+
+    folded.add(
+        at(0),
+        "market.selection",
+        {"name": "a", "gpu_name": "A", "candidates": cands, "picks": pick},
+    )
+    folded.add(
+        at(0),
+        "market.selection",
+        {
+            "name": "b",
+            "gpu_name": "B",
+            "candidates": cands,
+            "picks": [{"id": 2, "propensity": 0.05}],
+        },
+    )
+    folded.add(at(1), "market.create", {"name": "a", "offer_id": 1, "outcome": "created"})
+    folded.add(at(1), "market.probe", {"name": "b"})
+    folded.add(at(1), "market.probe", {"name": "b"})
+    folded.add(at(3), "market.probe", {"name": "a", "offer_id": 1, "verdict": "pass"})
+    folded.add(at(4), "market.probe", {"name": "b", "offer_id": 2, "verdict": "no-gpu"})
+
+    a, b = folded.rows
+    assert (a.gpu_name, a.passed, a.seconds, a.cost_usd) == ("A", True, 3 * 3600.0, 0.72)
+    assert (b.gpu_name, b.passed, b.cost_usd, b.chosen, b.propensity) == ("B", False, 0.0, 1, 0.05)
+    assert a.candidates[0] == Candidate(1, 11, 0.36, 0.99, 900.0)
+    assert folded.skipped == 2 and folded.open == {}
+
+
+def test_the_named_policies_pick_what_their_names_say():
+    """uniform spreads evenly; reliable never takes an unknown reliability for a high one;
+    shrunk takes the lowest price per healthy box, an unseen machine at its model's prior."""
+    from gpuops.analysis.shrink import MachineCounts, PassRates
+
+    counts = MachineCounts()
+    history = {
+        1: (4, 4, "A"),
+        2: (0, 4, "A"),
+        3: (2, 4, "A"),
+        4: (4, 4, "B"),
+        5: (4, 4, "B"),
+        6: (4, 4, "B"),
+    }
+    for m, (k, n, gpu) in history.items():
+        counts.passes[m], counts.trials[m], counts.gpu[m] = k, n, gpu
+    rates = PassRates.from_counts(counts)
+    cands = (
+        Candidate(1, 2, 0.10, None, None),
+        Candidate(2, 1, 0.30, 0.9, 900.0),
+        Candidate(3, 99, 0.20, 0.8, 900.0),
+    )
+    row = Decision("A", cands, 0, 0.9, True, 1.0, 0.0)
+
+    assert uniform(row) == [pytest.approx(1 / 3)] * 3
+    assert most_reliable(row) == [0.0, 1.0, 0.0]
+    shrunk = named("shrunk", rates)
+    price_per_healthy = [c.dph_total / rates.rate(c.machine_id, "A") for c in cands]
+    best = price_per_healthy.index(min(price_per_healthy))
+    assert shrunk(row) == [1.0 if i == best else 0.0 for i in range(3)]
+    assert rates.rate(99, "A") != rates.rate(99, "B")  # the unseen machine's model matters
+    # machine 99 is unseen: at model A's prior (0.5) it loses; at the pooled 0.75 it would win
+    assert best == 1 and 0.20 / rates.pooled.mean < 0.30 / rates.rate(1, "A")
+    assert named("logged") is logged and named("uniform") is uniform
+    with pytest.raises(ValueError, match="^the shrunk policy needs pass rates$"):
+        named("shrunk")

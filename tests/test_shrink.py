@@ -232,3 +232,69 @@ def test_rent_ranks_its_candidates_by_the_market_s_learned_pass_rates(tmp_path: 
     [selection] = [e for e in read_events(events.path) if e["kind"] == "market.selection"]
     assert [c["id"] for c in selection["payload"]["candidates"]] == [1001, 1000]
     assert rental.offer_id == 1001
+
+
+def test_the_method_of_moments_matches_a_hand_worked_example():
+    """Six machines probed four times: m = 20/24, spread 6.0, room 15, rho 1/15, a + b = 14."""
+    data = [(4, 4), (3, 4), (2, 4), (4, 4), (3, 4), (4, 4), (0, 0)]  # (0, 0): never judged
+
+    prior = fit(data, UNIFORM)
+
+    assert prior.alpha == pytest.approx(14 * 20 / 24)
+    assert prior.beta == pytest.approx(14 * 4 / 24)
+
+
+def test_the_fit_counts_machines_seen_once_and_handles_the_edges_of_rho():
+    """Room just under one still fits; spread exactly at chance pools fully; all failing
+    keeps the fallback's strength at the data's mean."""
+    # N = 5, sum n^2 / N = 1.4, room = 5 - 1.4 - 3 = 0.6; m = 3/5, spread = 1.2 / 0.24 = 5,
+    # rho = (5 - 3) / 0.6 > 1: machines differ wildly, so each one's own record decides
+    few = fit([(1, 1), (0, 1), (0, 1), (2, 2)], Prior(3.0, 1.0))
+    assert (few.alpha, few.beta) == (pytest.approx(0.6 * MIN_STRENGTH), pytest.approx(0.2))
+    chance = fit([(2, 4), (1, 4), (3, 4)], UNIFORM)  # spread == I - 1: rho is exactly 0
+    assert (chance.alpha, chance.beta) == (MAX_STRENGTH / 2, MAX_STRENGTH / 2)
+    failing = fit([(0, 2), (0, 3), (0, 1)], Prior(3.0, 1.0))
+    assert failing.alpha + failing.beta == pytest.approx(4.0)
+    assert failing.mean == pytest.approx(3 / (6 + 4))
+
+
+def test_each_race_s_gpu_goes_to_its_own_machines_and_ends_with_the_race():
+    """Interleaved races keep their GPU models apart; a finished or stopped race is forgotten,
+    and ending a race never seen is harmless."""
+    counts = MachineCounts()
+
+    counts.add("market.selection", {"name": "a", "gpu_name": "RTX 4090"})
+    counts.add("market.selection", {"name": "b", "gpu_name": "RTX 3090"})
+    counts.add("market.probe", {"name": "a", "machine_id": 1, "verdict": "pass"})
+    counts.add("market.rent.stopped", {"name": "b"})
+    counts.add("market.probe", {"name": "b", "machine_id": 2, "verdict": "pass"})
+    counts.add("market.rent.done", {"name": "never-seen"})
+    counts.add("market.probe", {"name": "a", "machine_id": "3", "verdict": "pass"})
+
+    assert counts.gpu == {1: "RTX 4090"} and counts.race_gpu == {"a": "RTX 4090"}
+    assert counts.trials == {1: 1, 2: 1}
+
+
+def test_rates_use_the_machine_s_model_then_the_asked_model_then_the_pool():
+    """A machine without a known model is pooled under ''; a model with too few machines takes
+    the pooled prior; an unseen machine takes the prior of the model it is offered as."""
+    counts = MachineCounts()
+    for m, (k, n, gpu) in {
+        1: (4, 4, "A"),
+        2: (3, 4, "A"),
+        3: (1, 4, "A"),
+        4: (0, 4, "B"),
+        5: (2, 2, None),
+    }.items():
+        counts.passes[m], counts.trials[m] = k, n
+        if gpu:
+            counts.gpu[m] = gpu
+
+    rates = PassRates.from_counts(counts)
+
+    assert set(rates.priors) == {"A", "B", ""}
+    assert rates.priors["B"] == rates.pooled == rates.priors[""]
+    assert rates.rate(99, "A") == pytest.approx(rates.priors["A"].mean)
+    assert rates.rate(99, "Z") == pytest.approx(rates.pooled.mean)
+    assert rates.rate(4, "A") == pytest.approx(rates.pooled.shrunk(0, 4))
+    assert (rates.raw(2), rates.raw(99)) == (0.75, None)
