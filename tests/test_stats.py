@@ -362,3 +362,166 @@ def test_gpuops_stats_prints_the_table_writes_json_and_an_html_report(tmp_path):
     page = html.read_text()
     assert page.count("<svg") == 7 and "Probe verdicts" in page
     assert bad.returncode == 2 and "--since 'yesterday' is not a date" in bad.stderr
+
+
+def extra_events() -> list[tuple[float, str, dict[str, object]]]:
+    """Seconds of each kind, a guardian exactly on time and half a second late, a lane job with
+    seven decimals, and two malformed creates."""
+    fault = {"name": "gone", "offer_id": 9, "machine_id": 99, "instance_id": "x",
+             "verdict": "no-gpu"}  # fmt: skip
+    gone = {"name": "b", "instance_id": "902", "deadline": "2026-07-18T03:30:00+00:00"}
+    return [
+        (410, "market.rent.stopped", {"name": "zz", "reason": "x"}),
+        (411, "market.quarantine", {"machine_id": 14, "cause": "slow-disk", "until": 2.0}),
+        (412, "market.probe", fault),
+        (413, "market.probe", fault),
+        (414, "guard.confirmed_gone", {**gone, "delay_s": 0.0}),
+        (415, "guard.confirmed_gone", {**gone, "delay_s": 0.5}),
+        (416, "lane.start", {"lane": "g2", "job": "v", "attempt": 1, "outcome": "stockout"}),
+        (
+            417,
+            "lane.job_end",
+            {
+                "lane": "g2",
+                "job": "v2",
+                "attempts": 1,
+                "stockouts": 0,
+                "waiting_s": 0.0,
+                "running_s": 1.0000001,
+                "cost_usd": 0.1234567,
+                "outcome": "succeeded",
+            },
+        ),  # fmt: skip
+        (418, "market.create", {"name": "a"}),
+        (419, "market.create", {"name": "a"}),
+    ]
+
+
+def test_the_whole_report_of_a_known_log_is_exactly_the_hand_worked_one(tmp_path):
+    """Every figure at once, worked by hand (rates, means, rounding to 6 places, histogram)."""
+    events = race_events() + guard_and_lane_events() + extra_events()
+
+    report, _ = stats_of(write_log(tmp_path / "e.jsonl", events))
+
+    jobs = [
+        {"lane": "g2", "job": "portraits", "attempts": 2, "stockouts": 1, "waiting": 3600.0,
+         "running": 1380.0, "cost_usd": 0.28, "outcome": "succeeded"},
+        {"lane": "g2", "job": "val", "attempts": 13, "stockouts": 12, "waiting": 36000.0,
+         "running": 600.0, "cost_usd": 0.12, "outcome": "failed"},
+        {"lane": "g2", "job": "v2", "attempts": 1, "stockouts": 0, "waiting": 0.0,
+         "running": 1.0000001, "cost_usd": 0.1234567, "outcome": "succeeded"},
+    ]  # fmt: skip
+    assert report == {
+        "span": {"first": "2026-07-18T00:00:00.000000Z", "last": "2026-07-18T06:59:00.000000Z"},
+        "market": {
+            "selections": 2, "picks": 4, "explored_picks": 1, "explore_share": 0.25,
+            "create_calls": 5, "rentals": 1, "races_stopped": 2,
+            "create_outcomes": {"created": 2, "rate-limited": 1, "reconciled": 1, "taken": 1},
+            "create_failure_rate": 0.4,
+            "create_failure_rate_by_cause": {"taken": 0.2, "rate-limited": 0.2, "other": 0.0},
+            "probe_verdicts": 5,
+            "verdicts": {"no-gpu": 2, "pass": 1, "slow-disk": 1, "ssh-auth": 1},
+            "ssh_failure_rate": 0.2, "host_fault_rate": 0.6,
+            "machines_failed_ssh": 1, "machines_failed_ssh_passed_other_time": 1,
+            "host_failure_rate_by_filter": {
+                "inside": {"probes": 2, "host_faults": 0, "rate": 0.0},
+                "outside": {"probes": 1, "host_faults": 1, "rate": 1.0},
+                "unknown": {"probes": 2, "host_faults": 2, "rate": 1.0},
+            },
+            "quarantines": 2,
+            "boxes_confirmed_gone": {"failed": 2, "rental": 1},
+            "cost_usd": {"failed": 0.543333, "rental": 1.29},
+            "failure_cost_usd": 0.543333,
+            "boxes_not_confirmed_gone": {},
+        },
+        "guardian": {
+            "firings": 4, "late": 2, "delay_s_mean": 8.25, "delay_s_min": -10.0,
+            "delay_s_max": 42.5,
+            "delay_histogram": {"upper_edges_s": [-600.0, -60.0, 0.0, 60.0, 600.0],
+                                "counts": [0, 0, 2, 2, 0, 0]},
+        },
+        "lane": {
+            "starts": {"started": 1, "stockout": 2}, "jobs": 3,
+            "outcomes": {"failed": 1, "succeeded": 2},
+            "attempts_per_job": 5.333333, "stockouts_per_job": 4.333333,
+            "waiting_s_per_job": 13200.0, "running_s_per_job": 660.333333,
+            "cost_usd_per_job": 0.174486, "cost_usd_total": 0.523457, "last_jobs": jobs,
+        },
+        "malformed_events": {"market.create": 2},
+    }  # fmt: skip
+
+
+def folded(events: list[tuple[str, dict[str, object]]]) -> dict:
+    stats = Stats()
+    for minute, (kind, payload) in enumerate(events):
+        stats.add(f"2026-07-18T00:{minute:02}:00.000000Z", kind, payload)
+    return stats.report()
+
+
+def test_a_healthy_loser_is_racing_overhead_and_each_box_bills_until_confirmed_gone():
+    """Two boxes pass, one is kept: the other is a lost race; a destroying transition does not
+    end the bill; an unknown instance, a create without an id or for an unknown race, and the
+    end of a race never seen change nothing."""
+    sel = {"name": "r", "candidates": [candidate(1, 11, 0.6), candidate(2, 12, 1.2)],
+           "picks": [{"id": 1}, {"id": 2}]}  # fmt: skip
+    box = {"name": "r", "outcome": "created"}
+    gone = {"after": "gone-confirmed"}
+
+    report = folded([
+        ("market.selection", sel),
+        ("market.create", {**box, "offer_id": 1, "instance_id": "a"}),
+        ("market.create", {**box, "offer_id": 2, "instance_id": "b"}),
+        ("market.create", {**box, "offer_id": 2, "instance_id": None}),
+        ("market.create", {**box, "name": "other", "offer_id": 5, "instance_id": "c"}),
+        ("market.probe", {"name": "r", "offer_id": 1, "machine_id": 11, "instance_id": "a",
+                          "verdict": "pass"}),
+        ("market.probe", {"name": "r", "offer_id": 2, "machine_id": 12, "instance_id": "b",
+                          "verdict": "pass"}),
+        ("market.rent.done", {"name": "r", "instance_id": "a"}),
+        ("market.rent.done", {"name": "never-raced", "instance_id": "zz"}),
+        ("ledger.transition", {"after": "destroying", "instance_id": "b"}),
+        ("ledger.transition", {**gone, "instance_id": "unknown"}),
+        ("ledger.transition", {**gone, "instance_id": None}),
+        ("ledger.transition", {**gone, "instance_id": "b"}),
+        ("market.probe", {"name": "r", "offer_id": 1, "machine_id": 11, "instance_id": "q",
+                          "verdict": "pass"}),
+    ])  # fmt: skip
+
+    m = report["market"]
+    assert m["boxes_confirmed_gone"] == {"lost-race": 1}
+    assert m["cost_usd"] == {"lost-race": 0.2}  # $1.20/h from 00:02 to 00:12
+    assert m["boxes_not_confirmed_gone"] == {"failed": 1, "rental": 1}  # c (no price), a
+    assert m["host_failure_rate_by_filter"]["unknown"]["probes"] == 1  # race r was over
+    assert report["malformed_events"] == {}
+
+
+def test_the_filter_split_judges_the_seed_s_bounds_inclusively():
+    """Reliability 0.98 and 500 MB/s pass the default filter; a field left out is unknown."""
+    from gpuops.analysis.stats import _dicts, _float, hours_between, in_default_filter
+
+    assert in_default_filter(0.98, 500.0) is True
+    assert in_default_filter(0.9799, 500.0) is False and in_default_filter(0.99, 499.9) is False
+    assert in_default_filter(None, 900.0) is None and in_default_filter(0.99, None) is None
+    assert (_float(True), _float("1"), _float(2)) == (None, None, 2.0)
+    assert hours_between("2026-07-18T00:00:00.5", "2026-07-18T00:00:00") == 0.0
+    assert hours_between("2026-07-18T00:00:00", "2026-07-18T00:00:00.36") == pytest.approx(1e-4)
+    with pytest.raises(TypeError):
+        _dicts([1, 2])
+    with pytest.raises(TypeError):
+        _dicts({"a": {}})
+
+
+def test_a_bad_candidate_list_is_counted_and_the_lane_keeps_its_last_twenty_jobs():
+    """A selection whose candidates are not objects is malformed; lane jobs beyond twenty
+    leave the listing but stay in the totals."""
+    job = {"lane": "g2", "attempts": 1, "stockouts": 0, "waiting_s": 0.0, "running_s": 0.0,
+           "cost_usd": 0.0, "outcome": "succeeded"}  # fmt: skip
+
+    report = folded(
+        [("market.selection", {"name": "x", "candidates": [1, 2], "picks": []})]
+        + [("lane.job_end", {**job, "job": f"j{i}"}) for i in range(21)]
+    )
+
+    assert report["malformed_events"] == {"market.selection": 1}
+    assert [j["job"] for j in report["lane"]["last_jobs"]] == [f"j{i}" for i in range(1, 21)]
+    assert report["lane"]["jobs"] == 21

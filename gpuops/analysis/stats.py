@@ -60,8 +60,6 @@ class OfferFacts:
 
 @dataclass
 class Box:
-    name: str
-    offer_id: int
     started: str
     dph_total: float | None
     verdict: str | None = None
@@ -153,7 +151,7 @@ class Stats:
             name, offer_id = str(p["name"]), int(str(p["offer_id"]))
             facts = self._facts(name, offer_id)
             dph = facts.dph_total if facts else None
-            self.boxes[str(instance_id)] = Box(name, offer_id, ts, dph)
+            self.boxes[str(instance_id)] = Box(ts, dph)
 
     def _probe(self, ts: str, p: dict[str, object]) -> None:
         verdict, machine = str(p["verdict"]), int(str(p["machine_id"]))
