@@ -252,6 +252,13 @@ def test_the_intervals_follow_their_formulas_on_a_tiny_log():
     assert (ev.decisions, ev.matched, ev.effective_n) == (3, 2, pytest.approx(36 / 20))
 
 
+def test_two_decisions_divide_by_one_degree_of_freedom():
+    """The sample variance of w*r over two rows divides by n - 1 = 1."""
+    ev = evaluate([decision(0, 0.5, True), decision(0, 0.5, False)], greedy)  # w*r: 2, 0
+
+    assert ev.estimate("passed").ips_half_width == pytest.approx(1.959964 * 2**0.5 / 2**0.5)
+
+
 def test_a_policy_that_never_matches_gives_no_self_normalised_estimate():
     """No weight anywhere: SNIPS is undefined (nan), IPS is 0, the effective n is 0; a total
     weight under one still normalises."""

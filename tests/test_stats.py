@@ -523,5 +523,11 @@ def test_a_bad_candidate_list_is_counted_and_the_lane_keeps_its_last_twenty_jobs
     )
 
     assert report["malformed_events"] == {"market.selection": 1}
+    stopped = folded([
+        ("market.selection", {"name": "s", "candidates": [candidate(1, 11, 0.3)], "picks": []}),
+        ("market.rent.stopped", {"name": "s"}),
+        ("market.probe", {"name": "s", "offer_id": 1, "machine_id": 11, "verdict": "pass"}),
+    ])  # fmt: skip
+    assert stopped["market"]["host_failure_rate_by_filter"]["unknown"]["probes"] == 1
     assert [j["job"] for j in report["lane"]["last_jobs"]] == [f"j{i}" for i in range(1, 21)]
     assert report["lane"]["jobs"] == 21

@@ -118,5 +118,7 @@ class PassRates:
         return self.prior_for(self.gpu.get(machine_id, gpu_name)).shrunk(passes, trials)
 
     def raw(self, machine_id: int) -> float | None:
-        passes, trials = self.counts.get(machine_id, (0, 0))
-        return passes / trials if trials else None
+        if machine_id not in self.counts:
+            return None
+        passes, trials = self.counts[machine_id]  # trials >= 1: only judged machines are counted
+        return passes / trials

@@ -53,7 +53,6 @@ LANE_JOBS_KEPT = 20  # the last jobs listed one by one; the rest only in the tot
 
 @dataclass(frozen=True)
 class OfferFacts:
-    machine_id: int
     dph_total: float | None
     in_filter: bool | None  # None: the offer left a field out
 
@@ -137,7 +136,6 @@ class Stats:
         for c in self.races.get(name, ()):
             if c.get("id") == offer_id:
                 return OfferFacts(
-                    int(str(c["machine_id"])),
                     _float(c.get("dph_total")),
                     in_default_filter(c.get("reliability"), c.get("disk_bw")),
                 )
@@ -325,7 +323,7 @@ def _float(value: object) -> float | None:
 
 def _dicts(value: object) -> list[dict[str, object]]:
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise TypeError("expected a list of objects")
+        raise TypeError  # counted as malformed by add
     return value
 
 
