@@ -167,6 +167,10 @@ def test_ips_and_snips_follow_their_formulas_on_a_tiny_log():
 
     assert g.estimate("passed").ips == pytest.approx((1 / 0.95) / 3)
     assert g.estimate("passed").snips == pytest.approx(0.5)
+    w = 1 / 0.95  # SNIPS half-width: Z * sqrt(sum (w (r - 0.5))^2) / sum w
+    assert g.estimate("passed").snips_half_width == pytest.approx(
+        1.959964 * (2 * (w * 0.5) ** 2) ** 0.5 / (2 * w)
+    )
     assert g.matched == 2 and r.matched == 1
     assert r.estimate("passed").snips == 0.0 and r.estimate("seconds").snips == 120.0
     assert g.seconds_to_healthy == pytest.approx(120.0)
