@@ -218,7 +218,7 @@ def test_a_taken_lead_counts_as_no_healthy_box_and_costs_nothing(tmp_path):
 def test_gpuops_policy_eval_on_a_simulated_fakes_run(tmp_path):
     """The CLI on a log made against FakeVast: every named policy, text and --json."""
     path = tmp_path / "events.jsonl"
-    simulate_market(path, rentals=15, seed=6)
+    simulate_market(path, rentals=6, seed=6)
     base = [sys.executable, "-m", "gpuops", "policy", "eval", "--log", str(path)]
 
     shown = subprocess.run([*base, "--policy", "shrunk"], capture_output=True, text=True, cwd=ROOT)
