@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="retry pending destroys, end expired boxes, report boxes nobody owns",
     )
-    from gpuops.cli_learn import add_commands as add_learn_commands
+    from gpuops.cli_learn_args import add_commands as add_learn_commands
 
     add_learn_commands(commands, common)
     fakes = commands.add_parser("fakes", parents=[common], help="local provider fakes")
@@ -132,7 +132,7 @@ def _scrubbed(text: str) -> str:
 def _dispatch(args: argparse.Namespace) -> int:
     as_json = getattr(args, "json", False)
     if args.command == "rules":
-        from gpuops.cli_learn import print_rules
+        from gpuops.cli_rules import print_rules
         from gpuops.context import default_state_url
 
         return print_rules(as_json, getattr(args, "state", None) or default_state_url())

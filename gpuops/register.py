@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, replace
 from datetime import date
 
 from gpuops.errors import AlreadyExists, CorruptState, UsageError, VersionConflict
-from gpuops.rules import IMPLEMENTED, RULES, VERIFIED, WRITTEN, Rule
+from gpuops.rule_status import shown_status  # noqa: F401  (re-exported for callers)
+from gpuops.rules import RULES
 from gpuops.store.base import Store
 
 INCIDENTS = "register/incidents/"
@@ -75,19 +76,6 @@ def check_cost(cost_usd: float | None) -> float | None:
     if cost_usd is not None and not cost_usd >= 0:
         raise UsageError(f"cost {cost_usd!r} must be a non-negative number of dollars")
     return cost_usd
-
-
-def shown_status(rule: Rule, observed: list[Observation]) -> tuple[str, str | None]:
-    """The status ``gpuops rules`` shows and the observation that earns it, if any."""
-    if rule.status == WRITTEN:
-        return "written (not enforced)", None
-    if rule.status == VERIFIED:
-        return VERIFIED, rule.observed
-    mine = sorted((o for o in observed if o.rule == rule.id), key=lambda o: (o.date, o.id))
-    if rule.status == IMPLEMENTED and mine:
-        last = mine[-1]
-        return VERIFIED, f"{last.date}: {last.what} ({last.kind}, recorded by {last.recorded_by})"
-    return rule.status, None
 
 
 class Register:
