@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuops.cli_lane import add_lane_parser
 
     add_lane_parser(commands, common)
+    from gpuops.cli_learn_args import add_commands as add_learn_commands
+
+    add_learn_commands(commands, common)
     fakes = commands.add_parser("fakes", parents=[common], help="local provider fakes")
     fake_commands = fakes.add_subparsers(dest="fakes_command", metavar="COMMAND", required=True)
     serve = fake_commands.add_parser(
@@ -139,7 +142,10 @@ def _scrubbed(text: str) -> str:
 def _dispatch(args: argparse.Namespace) -> int:
     as_json = getattr(args, "json", False)
     if args.command == "rules":
-        return _rules(as_json)
+        from gpuops.cli_rules import print_rules
+        from gpuops.context import default_state_url
+
+        return print_rules(as_json, getattr(args, "state", None) or default_state_url())
     from gpuops.context import check_operator, default_operator, default_state_url
 
     state = getattr(args, "state", None)
@@ -165,27 +171,13 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         url = state or default_state_url()
         return run_lane(args, url, operator, as_json, Context(url, operator).events_path())
+    if args.command in ("stats", "policy", "incident", "record"):
+        from gpuops.cli_learn import run_learn
+
+        return run_learn(args, state or default_state_url(), as_json, operator)
     from gpuops.cli_market import run_market
 
     return run_market(args, state or default_state_url(), operator, as_json)
-
-
-def _rules(as_json: bool) -> int:
-    from gpuops.rules import RULES
-
-    if as_json:
-        _print_json([rule.__dict__ for rule in RULES])
-        return 0
-    for rule in RULES:
-        status = rule.status if rule.status != "written" else "written (not enforced)"
-        print(f"{rule.id:<4} {status:<22} {rule.summary}")
-        if rule.test:
-            print(f"{'':28}enforced by {rule.test}")
-        if rule.scope:
-            print(f"{'':28}scope: {rule.scope}")
-        if rule.observed:
-            print(f"{'':28}observed: {rule.observed}")
-    return 0
 
 
 def _print_json(value: Any) -> None:

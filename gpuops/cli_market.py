@@ -57,6 +57,7 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
     from gpuops.market.select import Filter, select
 
     offers = market.vast.search_offers(gpu_name=args.gpu)
+    rates = market.pass_rates(offers) if market.pass_rates else {}
     chosen = select(
         offers,
         k=1,
@@ -64,8 +65,9 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
         rules=Filter(vram_floor_mb=vram_mb),
         quarantined=market.quarantine.machines(),
         explore_rate=0.0,
+        pass_rate=rates,
     )
-    rows = [_offer_row(o) for o in chosen.candidates]
+    rows = [{**_offer_row(o), "pass_rate": rates.get(o.machine_id)} for o in chosen.candidates]
     removed = [{**_offer_row(x.offer), "removed": list(x.reasons)} for x in chosen.removed]
     if as_json:
         payload: dict[str, Any] = {"offers": rows, "quarantined": chosen.quarantined}
@@ -198,6 +200,7 @@ def _offer_line(row: dict[str, Any]) -> str:
     return (
         f"{row['id']:>10}  {row['gpu_name']:<14} {row['gpu_ram']:>6} MB  "
         f"${row['dph_total']:.4f}/h  rel {row['reliability']}  disk {row['disk_bw']} MB/s"
+        + (f"  pass {row['pass_rate']:.3f}" if row.get("pass_rate") is not None else "")
     )
 
 

@@ -190,7 +190,8 @@ RULES: tuple[Rule, ...] = (
         "Every offer decision is logged with its propensity; explore 10% of the time.",
         IMPLEMENTED,
         "tests/test_rent.py::test_every_offer_decision_is_logged_with_propensities",
-        scope="logging and exploration; scoring other policies from the log is issue 6",
+        scope="logging and exploration; `gpuops policy eval` scores other policies from the "
+        "logged lead picks (tests/test_ope.py), later slots' conditional propensities unused",
     ),
     Rule(
         "M12",
@@ -204,24 +205,27 @@ RULES: tuple[Rule, ...] = (
         IMPLEMENTED,
         "tests/test_vast_adapter.py::test_every_vast_recording_loads_with_honest_provenance",
         scope="every parser is tested on recordings with provenance; Vast bodies are public or "
-        "reconstructed, SSH output captured on loopback, nothing yet from a real rental",
+        "reconstructed, SSH output captured on loopback, nothing yet from a real rental; "
+        "`gpuops record vast` captures and replays (tests/test_record.py, against the loopback "
+        "fakes only); `record gce` is not built",
     ),
     Rule(
         "H2",
         "Mutation-test every load-bearing behaviour (mutation/).",
         IMPLEMENTED,
         "tests/test_mutation_gate.py::test_the_gate_fails_on_an_unjustified_survivor",
-        scope="CI's gate: timing, store, ledger, event log, and the market's selection, race, "
-        "quarantine, rentals and teardown, and the lane's board, decisions and script linter; "
-        "probe parsing and the Vast adapter are fully killed or justified in a separate run "
-        "but wait outside CI's gate for time",
+        scope="CI's gate: timing, store, ledger, event log; the market's selection, race, "
+        "quarantine, rentals, teardown, probe parsing, Vast adapter, guardian and watchdog "
+        "decisions; the lane's board, decisions and script linter; the log's stats, shrunk "
+        "rates and off-policy estimates",
     ),
     Rule(
         "H3",
         "Secrets never reach logs, the event log or recordings.",
         IMPLEMENTED,
         "tests/test_events.py::test_a_generated_key_in_random_text_never_reaches_the_file",
-        scope="the event log scrubs before writing; recordings arrive with the record command",
+        scope="the event log scrubs before writing; `gpuops record vast` scrubs every "
+        "captured body, path, query and SSH output with the same scrub (tests/test_record.py)",
     ),
 )
 

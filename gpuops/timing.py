@@ -89,6 +89,11 @@ BACKOFF_MAX_S = 60.0
 # One HTTP call must connect within this, and answer within this again (connect + read).
 HTTP_TIMEOUT_S = 20.0
 
+# --- recording -------------------------------------------------------------------------------
+# `gpuops record vast` prices its one-cent rental for this long: boot, probe, destroy and
+# confirm; with --max-usd it sets the dearest offer the recording may rent (issue 6).
+RECORD_HOLD_S = 900.0
+
 # --- the demo ---------------------------------------------------------------------------------
 # `gpuops demo` rents its box for this long (fake time), the issue's --hours 0.02.
 DEMO_RENTAL_S = 72.0

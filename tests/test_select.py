@@ -178,3 +178,23 @@ def test_a_draw_equal_to_the_explore_rate_is_greedy():
     assert greedy.propensity == pytest.approx(0.75 + 0.25 / 3)
     assert (explored.offer.id, explored.rank, explored.explored) == (2, 2, True)
     assert explored.propensity == pytest.approx(0.25 / 3)
+
+
+def test_with_pass_rates_offers_rank_by_price_per_healthy_box():
+    """Issue 6: dph_total / shrunk pass rate; an unlisted machine counts as always passing,
+    a machine that never passed as MIN_PASS_RATE, and no rates means price alone."""
+    cheap_bad = O(1, dph_total=0.30, machine_id=11)
+    dear_good = O(2, dph_total=0.40, machine_id=12)
+    unlisted = O(3, dph_total=0.41, machine_id=13)
+    never = O(4, dph_total=0.001, machine_id=14)
+    rates = {11: 0.5, 12: 0.98, 14: 0.0}
+
+    assert rank_key(cheap_bad, rates) == (0.6, -0.995, 1)
+    assert rank_key(unlisted, rates) == (0.41, -0.995, 3)
+    assert rank_key(never, rates) == (pytest.approx(0.1), -0.995, 4)
+    assert rank_key(cheap_bad) == rank_key(cheap_bad, None) == (0.30, -0.995, 1)
+    chosen = select([cheap_bad, dear_good, unlisted, never], k=1, rng=random.Random(0),
+                    explore_rate=0.0, pass_rate=rates)  # fmt: skip
+    assert [o.id for o in chosen.candidates] == [4, 2, 3, 1]
+    plain = select([cheap_bad, dear_good], k=1, rng=random.Random(0), explore_rate=0.0)
+    assert [o.id for o in plain.candidates] == [1, 2]

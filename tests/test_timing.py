@@ -46,6 +46,7 @@ PINNED = {
     "HTTP_TIMEOUT_S": 20.0,
     "STORE_LOCK_TIMEOUT_S": 10.0,
     "DEMO_RENTAL_S": 72.0,
+    "RECORD_HOLD_S": 900.0,
     "STORE_LOCK_POLL_S": 0.01,
 }
 
@@ -142,6 +143,12 @@ def test_probe_timeouts_nest():
     assert timing.SSH_CONNECT_TIMEOUT_S < timing.SSH_COMMAND_TIMEOUT_S < timing.PROBE_TIMEOUT_S
     assert timing.PROBE_TIMEOUT_S < timing.BOOT_TIMEOUT_S
     assert timing.CREATE_PACING_S <= timing.RACE_POLL_S < timing.BOOT_TIMEOUT_S / 10
+
+
+def test_a_recording_s_priced_hold_covers_a_whole_rental():
+    """Issue 6: record's spend cap prices boot, probe and a confirmed destroy."""
+    whole = timing.BOOT_TIMEOUT_S + timing.PROBE_TIMEOUT_S + timing.DESTROY_CONFIRM_TIMEOUT_S
+    assert timing.RECORD_HOLD_S >= whole
 
 
 def test_backoff_and_pacing_are_bounded():

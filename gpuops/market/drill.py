@@ -78,6 +78,16 @@ def drill(
     key = f"{DRILLS}{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{name}"
     market.ledger.store.create(key, json.dumps(result, sort_keys=True).encode())
     market.events.append("guard.drill", **result)
+    if passed and target == "vast":  # only a real box's drill may make M5 verified
+        from gpuops.register import Register
+
+        Register(market.ledger.store, operator).observe(
+            rule="M5",
+            on=result["date"],
+            kind="drill",
+            what=f"guard --drill: instance {rental.instance_id} destroyed and confirmed gone "
+            f"{result['delay_s']:+.1f} s from its deadline",
+        )
     if passed:
         result["summary"] = (
             f"drill PASSED on {target}: instance {rental.instance_id} confirmed gone "

@@ -101,6 +101,8 @@ class Market:
         self.progress = progress
         self.rentals = Rentals(ledger.store, ledger.operator)
         self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock)
+        # machine id -> shrunk pass rate for these offers (analysis/shrink.py); None: price only
+        self.pass_rates: Callable[[list[Offer]], dict[int, float]] | None = None
 
     # --- rent ----------------------------------------------------------------------------
     def rent(self, req: RentRequest) -> Rental:
@@ -124,6 +126,7 @@ class Market:
             rng=self.rng,
             rules=Filter(vram_floor_mb=req.vram_floor_mb),
             quarantined=self.quarantine.machines(),
+            pass_rate=self.pass_rates(offers) if self.pass_rates else None,
         )
         self._log_selection(req, chosen)
         if not chosen.picks:
@@ -206,23 +209,43 @@ class Market:
             self.ledger.confirm_gone(box, CREATE_REFUSED)
             self.ledger.release(box)
             cause = "taken" if isinstance(exc, OfferTaken) else "rate-limited"
+            self._log_create(rental, cand, cause)
             self._say(rental, state, slot, cause)
             if isinstance(exc, RateLimited):
                 self.sleep(min(exc.retry_after_s or timing.BACKOFF_BASE_S, timing.BACKOFF_MAX_S))
             return r.update(state, slot, phase=r.Phase.CREATE_FAILED, cause=cause)
         except AuthFailed:
+            self._log_create(rental, cand, "auth")
             self.ledger.confirm_gone(box, CREATE_REFUSED)
             self.ledger.release(box)
             raise
         except (ProviderUnavailable, UnexpectedResponse):
             found = self._reconcile(label)  # M12: the create may have happened
+            self._log_create(rental, cand, "unclear" if found is None else "reconciled", found)
             if found is None:
                 self._say(rental, state, slot, "unclear (left for sweep)")
                 return r.update(state, slot, phase=r.Phase.CREATE_FAILED, cause="unclear")
             instance_id = found.instance_id
+        else:
+            self._log_create(rental, cand, "created", instance_id)
         self.ledger.mark_live(box, instance_id)
         self._say(rental, state, slot, f"created instance {instance_id}")
         return r.update(state, slot, phase=r.Phase.BOOTING, instance_id=instance_id, created_at=now)
+
+    def _log_create(
+        self, rental: Rental, cand: r.Candidate, outcome: str, made: Instance | str | None = None
+    ) -> None:
+        """Each create call's outcome, for `gpuops stats` (created, taken, rate-limited, auth,
+        unclear, or reconciled: unclear at first, then found by its label)."""
+        instance_id = made.instance_id if isinstance(made, Instance) else made
+        self.events.append(
+            "market.create",
+            name=rental.name,
+            offer_id=cand.offer_id,
+            machine_id=cand.machine_id,
+            outcome=outcome,
+            instance_id=instance_id,
+        )
 
     def _reconcile(self, label: str) -> Instance | None:
         """Find the box an unclear create may have made, by its label (M12)."""

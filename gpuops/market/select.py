@@ -10,7 +10,7 @@ the log without renting anything (the full ranked set and each pick's propensity
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,6 +18,8 @@ MIN_RELIABILITY = 0.98
 MIN_DISK_MB_PER_S = 500.0
 DEFAULT_VRAM_FLOOR_MB = 8192
 EXPLORE_RATE = 0.10
+# A machine's pass rate divides its price; a machine that never passed still has a finite cost.
+MIN_PASS_RATE = 0.01
 
 
 class OfferLike(Protocol):
@@ -83,9 +85,19 @@ def reasons_to_remove(offer: OfferLike, rules: Filter, quarantined: frozenset[in
     return reasons
 
 
-def rank_key(offer: OfferLike) -> tuple[float, float, int]:
-    """Cheapest first; among equal prices the more reliable; then the lower id (stable)."""
-    return (offer.dph_total, -(offer.reliability or 0.0), offer.id)
+def rank_key(
+    offer: OfferLike, pass_rate: Mapping[int, float] | None = None
+) -> tuple[float, float, int]:
+    """Cheapest first; among equal prices the more reliable; then the lower id (stable).
+
+    With ``pass_rate`` (machine id -> shrunk pass rate, analysis/shrink.py) the price is the
+    expected price per healthy box, ``dph_total / pass_rate``; a machine it does not list
+    counts as always passing, so the caller lists every offer's machine (the GPU prior's
+    mean for a machine never seen)."""
+    price = offer.dph_total
+    if pass_rate is not None:
+        price = price / max(pass_rate.get(offer.machine_id, 1.0), MIN_PASS_RATE)
+    return (price, -(offer.reliability or 0.0), offer.id)
 
 
 def select(
@@ -96,8 +108,10 @@ def select(
     rules: Filter = Filter(),
     quarantined: frozenset[int] = frozenset(),
     explore_rate: float = EXPLORE_RATE,
+    pass_rate: Mapping[int, float] | None = None,
 ) -> Selection:
-    """Filter, rank, and pick up to ``k`` distinct candidates (M11)."""
+    """Filter, rank (by price per healthy box when ``pass_rate`` is given), and pick up to
+    ``k`` distinct candidates (M11)."""
     if k < 1:
         raise ValueError(f"k must be at least 1, not {k}")
     kept, removed = [], []
@@ -107,7 +121,7 @@ def select(
             removed.append(Removed(offer, tuple(why)))
         else:
             kept.append(offer)
-    ranked = tuple(sorted(kept, key=rank_key))
+    ranked = tuple(sorted(kept, key=lambda offer: rank_key(offer, pass_rate)))
     picks = pick(ranked, k=k, rng=rng, explore_rate=explore_rate)
     in_quarantine = sum(1 for r in removed if "quarantined" in r.reasons)
     return Selection(ranked, tuple(removed), in_quarantine, picks)

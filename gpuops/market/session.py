@@ -92,7 +92,7 @@ def open_market(
     public_key = read_public_key(key_path) if need_key else ""
     prober = ssh_prober(here, key_path.with_suffix(""), vram_floor_mb)
     ledger = Ledger(store, events, operator)
-    return Market(
+    market = Market(
         vast,
         ledger,
         events,
@@ -102,6 +102,10 @@ def open_market(
         rng=rng,
         sleep=sleep,
     )
+    from gpuops.analysis.learned import ranker
+
+    market.pass_rates = ranker(events.path)  # rank by price per healthy box (issue 6)
+    return market
 
 
 def box_shell(state_url: str) -> BoxShell:

@@ -81,11 +81,12 @@ def recording_names(provider: str) -> list[str]:
     return sorted(path.stem for path in (RECORDINGS / provider).glob("*.yaml"))
 
 
-def load_recording(provider: str, name: str) -> Recording:
-    """The recording ``recordings/<provider>/<name>.yaml``; a malformed one is a UsageError."""
+def load_recording(provider: str, name: str, root: Path | None = None) -> Recording:
+    """The recording ``recordings/<provider>/<name>.yaml``; a malformed one is a UsageError.
+    ``root``: another recordings folder (one `gpuops record` just wrote, in a test)."""
     import yaml
 
-    path = RECORDINGS / provider / f"{name}.yaml"
+    path = (RECORDINGS if root is None else root) / provider / f"{name}.yaml"
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:

@@ -1,0 +1,124 @@
+"""Per-machine pass rates shrunk toward a per-GPU-model prior (empirical-Bayes beta-binomial).
+
+The seed: a learned classifier with 15 positive examples did worse than the filter; "the
+right next model is a per-machine pass rate shrunk toward a per-GPU prior". A machine seen
+once is not a 100% or a 0% machine: its estimate is ``(passes + a) / (trials + a + b)``,
+where ``Beta(a, b)`` is fitted to all machines of the same GPU model by the method of moments
+(Kleinman 1973): the spread of the per-machine rates beyond what binomial noise explains
+sets how much each machine's own record counts. A model with too few machines borrows the
+prior fitted to every machine; with no data at all every machine gets the same rate, so the
+ranking is the filter's and price's alone.
+
+A trial is a probe that judged the hardware: a pass or a host fault. SSH failures are not
+the host's fault (M2; about half those machines passed at another time), so they are not
+counted against it.
+
+Pure: ``MachineCounts.add`` folds events; ``fit`` and ``PassRates`` compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gpuops.analysis.stats import HOST_FAULTS
+
+KINDS = frozenset({"market.selection", "market.probe", "market.rent.done", "market.rent.stopped"})
+MIN_MACHINES = 3  # fewer machines of a model than this: use the prior fitted to all machines
+MAX_STRENGTH = 1000.0  # a + b when machines differ no more than chance: pool almost fully
+MIN_STRENGTH = 0.5  # a + b when machines differ wildly: trust each machine's own record
+NO_DATA = (1.0, 1.0)  # the prior before any machine was ever judged: uniform
+
+
+@dataclass(frozen=True)
+class Prior:
+    alpha: float
+    beta: float
+
+    @property
+    def mean(self) -> float:
+        return self.alpha / (self.alpha + self.beta)
+
+    def shrunk(self, passes: int, trials: int) -> float:
+        return (passes + self.alpha) / (trials + self.alpha + self.beta)
+
+
+def fit(counts: Iterable[tuple[int, int]], fallback: Prior) -> Prior:
+    """A Beta prior for ``(passes, trials)`` per machine, by the method of moments."""
+    data = [(k, n) for k, n in counts if n > 0]
+    total = sum(n for _, n in data)
+    if len(data) < MIN_MACHINES:
+        return fallback
+    mean = sum(k for k, _ in data) / total
+    if mean in (0.0, 1.0):  # no spread to measure: keep the fallback's strength at this mean
+        strength = fallback.alpha + fallback.beta
+        mean = (mean * total + fallback.alpha) / (total + strength)
+        return Prior(mean * strength, (1.0 - mean) * strength)
+    spread = sum(n * (k / n - mean) ** 2 for k, n in data) / (mean * (1.0 - mean))
+    room = total - sum(n * n for _, n in data) / total - (len(data) - 1)
+    if room <= 0:  # every machine seen once: between- and within-machine spread are one
+        strength = fallback.alpha + fallback.beta
+    else:
+        rho = (spread - (len(data) - 1)) / room
+        strength = (
+            MAX_STRENGTH if rho <= 0 else max(MIN_STRENGTH, min(MAX_STRENGTH, 1.0 / rho - 1.0))
+        )
+    return Prior(mean * strength, (1.0 - mean) * strength)
+
+
+@dataclass
+class MachineCounts:
+    """Passes and hardware-judged probes per machine, and each machine's GPU model."""
+
+    passes: dict[int, int] = field(default_factory=dict)
+    trials: dict[int, int] = field(default_factory=dict)
+    gpu: dict[int, str] = field(default_factory=dict)
+    race_gpu: dict[str, str] = field(default_factory=dict)
+
+    def add(self, kind: str, payload: Mapping[str, object]) -> None:
+        name = str(payload.get("name"))
+        if kind == "market.selection":
+            self.race_gpu[name] = str(payload.get("gpu_name"))
+        elif kind in ("market.rent.done", "market.rent.stopped"):
+            self.race_gpu.pop(name, None)
+        elif kind == "market.probe":
+            verdict, machine = payload.get("verdict"), payload.get("machine_id")
+            if not isinstance(machine, int) or (verdict != "pass" and verdict not in HOST_FAULTS):
+                return
+            self.trials[machine] = self.trials.get(machine, 0) + 1
+            self.passes[machine] = self.passes.get(machine, 0) + (verdict == "pass")
+            if name in self.race_gpu:
+                self.gpu[machine] = self.race_gpu[name]
+
+
+@dataclass(frozen=True)
+class PassRates:
+    """Shrunk pass rates: one prior per GPU model, one for all machines."""
+
+    counts: Mapping[int, tuple[int, int]]  # machine -> (passes, trials)
+    gpu: Mapping[int, str]
+    priors: Mapping[str, Prior]
+    pooled: Prior
+
+    @classmethod
+    def from_counts(cls, counts: MachineCounts) -> PassRates:
+        pairs = {m: (counts.passes[m], counts.trials[m]) for m in counts.trials}
+        pooled = fit(pairs.values(), Prior(*NO_DATA))
+        by_model: dict[str, list[tuple[int, int]]] = {}
+        for machine, pair in pairs.items():
+            by_model.setdefault(counts.gpu.get(machine, ""), []).append(pair)
+        priors = {model: fit(rows, pooled) for model, rows in by_model.items()}
+        return cls(pairs, dict(counts.gpu), priors, pooled)
+
+    def prior_for(self, gpu_name: str) -> Prior:
+        return self.priors.get(gpu_name, self.pooled)
+
+    def rate(self, machine_id: int, gpu_name: str) -> float:
+        passes, trials = self.counts.get(machine_id, (0, 0))
+        return self.prior_for(self.gpu.get(machine_id, gpu_name)).shrunk(passes, trials)
+
+    def raw(self, machine_id: int) -> float | None:
+        if machine_id not in self.counts:
+            return None
+        passes, trials = self.counts[machine_id]  # trials >= 1: only judged machines are counted
+        return passes / trials

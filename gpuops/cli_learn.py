@@ -1,0 +1,210 @@
+"""Printing for the learning commands (stats, policy eval, incident); no decisions here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpuops.errors import UsageError
+
+
+def log_path(args: argparse.Namespace, state_url: str) -> Path:
+    """--log, else GPUOPS_EVENTS, else the state directory's events.jsonl (as rent writes)."""
+    if getattr(args, "log", None):
+        return Path(args.log)
+    if os.environ.get("GPUOPS_EVENTS"):
+        return Path(os.environ["GPUOPS_EVENTS"])
+    from gpuops.market.session import local_dir
+
+    return local_dir(state_url) / "events.jsonl"
+
+
+def since_stamp(text: str | None) -> str:
+    """DATE as the log's own fixed-width stamp, so it compares as text."""
+    if not text:
+        return ""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--since {text!r} is not a date (use YYYY-MM-DD or ISO-8601)") from None
+    when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def run_learn(args: argparse.Namespace, state_url: str, as_json: bool, operator: str = "") -> int:
+    if args.command == "incident":
+        return _incident(args, state_url, operator, as_json)
+    if args.command == "record":
+        return _record(args, state_url, operator, as_json)
+    if args.command == "stats":
+        return _stats(args, state_url, as_json)
+    if args.command == "policy":
+        return _policy_eval(args, state_url, as_json)
+    raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover
+
+
+_METRIC_NAMES = {"passed": "pass rate", "seconds": "seconds to verdict", "cost_usd": "cost USD"}
+
+
+def _policy_eval(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
+    from gpuops.analysis import ope, shrink
+    from gpuops.analysis.scan import scan
+
+    decisions, counts = ope.Decisions(), shrink.MachineCounts()
+    for ts, kind, payload in scan(
+        log_path(args, state_url), kinds=ope.KINDS | shrink.KINDS, since=since_stamp(args.since)
+    ):
+        if kind in ope.KINDS:
+            decisions.add(ts, kind, payload)
+        counts.add(kind, payload)
+    try:
+        policy = ope.named(args.policy, shrink.PassRates.from_counts(counts))
+        result = ope.evaluate(decisions.rows, policy)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    doc = {
+        "policy": args.policy,
+        "decisions": result.decisions,
+        "matched": result.matched,
+        "effective_n": round(result.effective_n, 2),
+        "seconds_to_healthy": result.seconds_to_healthy,
+        "estimates": {
+            e.metric: {
+                "logged_mean": e.logged_mean,
+                "ips": e.ips,
+                "ips_ci95": e.ips_half_width,
+                "snips": e.snips,
+                "snips_ci95": e.snips_half_width,
+            }
+            for e in result.estimates
+        },
+    }
+    if as_json:
+        _print_json(doc)
+        return 0
+    print(
+        f"policy {args.policy} over {result.decisions} logged races ({result.matched} "
+        f"matched, effective n {result.effective_n:.1f}):"
+    )
+    for e in result.estimates:
+        print(
+            f"  {_METRIC_NAMES[e.metric]:<19} logged {e.logged_mean:.4g}  IPS {e.ips:.4g} "
+            f"+/- {e.ips_half_width:.2g}  SNIPS {e.snips:.4g} +/- {e.snips_half_width:.2g}"
+        )
+    healthy = result.seconds_to_healthy
+    print(f"  time to a healthy box (SNIPS): {'n/a' if healthy is None else f'{healthy:.0f} s'}")
+    return 0
+
+
+def _stats(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
+    from gpuops.analysis.scan import ScanCounts, scan
+    from gpuops.analysis.stats import KINDS, NEEDLES, Stats
+
+    counts = ScanCounts()
+    stats = Stats()
+    for ts, kind, payload in scan(
+        log_path(args, state_url),
+        kinds=KINDS,
+        since=since_stamp(args.since),
+        counts=counts,
+        needles=NEEDLES,
+    ):
+        stats.add(ts, kind, payload)
+    report = stats.report()
+    scanned = {
+        "events": counts.events - counts.before_since,
+        "before_since": counts.before_since,
+        "bad_lines": counts.bad_total,
+        "first_bad_lines": [f"line {b.lineno}: {b.reason}" for b in counts.bad_lines],
+    }
+    if args.html:
+        from gpuops.analysis.page import render
+
+        Path(args.html).write_text(render(report, scanned), encoding="utf-8")
+    if as_json:
+        _print_json({**report, "scanned": scanned})
+        return 0
+    from gpuops.analysis.table import lines
+
+    print("\n".join(lines(report, scanned)))
+    for bad in scanned["first_bad_lines"]:
+        print(f"unreadable: {bad}", file=sys.stderr)
+    return 0
+
+
+def _print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def _incident(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+    import dataclasses
+
+    from gpuops.register import Register
+    from gpuops.store import open_store
+
+    register = Register(open_store(state_url), operator)
+    command = args.incident_command
+    if command == "list":
+        rows = [dataclasses.asdict(i) for i in register.incidents()]
+        if as_json:
+            _print_json(rows)
+            return 0
+        for row in rows:
+            cost = "cost unknown" if row["cost_usd"] is None else f"${row['cost_usd']:.2f}"
+            print(f"{row['id']:<14} {cost:<14} {row['what']}")
+            cause, rule = row["cause"] or "not yet known", row["rule"] or "none yet"
+            print(f"{'':15}cause: {cause}; rule: {rule}")
+        if not rows:
+            print("no incidents recorded")
+        return 0
+    if command == "add":
+        entry: Any = register.add(
+            on=args.date, what=args.what, cost_usd=args.cost_usd, cause=args.cause, rule=args.rule
+        )
+    elif command == "update":
+        entry = register.update(args.id, cause=args.cause, rule=args.rule, cost_usd=args.cost_usd)
+    else:
+        entry = register.observe(rule=args.rule, on=args.date, kind=args.kind, what=args.what)
+    if as_json:
+        _print_json(dataclasses.asdict(entry))
+    else:
+        print(f"{command}: {entry.id}")
+    return 0
+
+
+def _record(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+    from gpuops.providers import RECORDINGS
+    from gpuops.record import max_price_per_hour, record_vast, summary
+
+    max_price_per_hour(args.max_usd, args.yes_spend)  # refuse before opening anything
+
+    def progress(line: str) -> None:
+        if not as_json:
+            print(line, file=sys.stderr, flush=True)
+
+    captured = record_vast(
+        state_url=state_url,
+        operator=operator,
+        gpu_name=args.gpu,
+        max_usd=args.max_usd,
+        yes_spend=args.yes_spend,
+        root=Path(args.out) if args.out else RECORDINGS,
+        progress=progress,
+    )
+    doc = summary(captured)
+    gone = all("confirmed gone" in line for line in captured.destroyed)
+    if as_json:
+        _print_json({**doc, "all_confirmed_gone": gone})
+    else:
+        print(f"{captured.name}: probe verdict {captured.verdict}; {len(captured.files)} files")
+        for line in captured.destroyed:
+            print(f"  {line}")
+        for path in doc["files"]:
+            print(f"  wrote {path}")
+    return 0 if gone else 4

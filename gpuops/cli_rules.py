@@ -1,0 +1,52 @@
+"""`gpuops rules`: every rule with its honest status; printing only."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def print_rules(as_json: bool, state_url: str | None) -> int:
+    """`gpuops rules`: verified only from a dated observation (rules.py or the register)."""
+    from gpuops.rule_status import shown_status
+    from gpuops.rules import RULES
+
+    observed = _observations(state_url)
+    if as_json:
+        rows = []
+        for rule in RULES:
+            status, seen = shown_status(rule, observed)
+            rows.append({**rule.__dict__, "status": status.split(" ")[0], "observed": seen})
+        _print_json(rows)
+        return 0
+    for rule in RULES:
+        status, seen = shown_status(rule, observed)
+        print(f"{rule.id:<4} {status:<22} {rule.summary}")
+        if rule.test:
+            print(f"{'':28}enforced by {rule.test}")
+        if rule.scope:
+            print(f"{'':28}scope: {rule.scope}")
+        if seen:
+            print(f"{'':28}observed: {seen}")
+    return 0
+
+
+def _observations(state_url: str | None) -> list[Any]:
+    """The register's observations; none when none was ever recorded (rules creates nothing,
+    and a local state without observations costs `gpuops rules` no import)."""
+    if state_url is None:
+        return []
+    local = Path(state_url.removeprefix("file://")).expanduser()
+    if not state_url.startswith("s3://") and not (local / "register" / "observations").is_dir():
+        return []
+    from gpuops.register import Register
+    from gpuops.store import open_store
+
+    return Register(open_store(state_url), "reader").observations()
+
+
+def _print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
