@@ -44,8 +44,9 @@ WATCH_POLL_S = 10.0
 WATCH_TIMEOUT_S = 3600.0
 
 # --- starting guardians (M5) ---------------------------------------------------------------
-# `gpuops guard` waits this long for the detached guardian it started to report in.
-GUARD_SPAWN_WAIT_S = 10.0
+# `gpuops guard` waits this long for the detached guardian it started to report in: a loaded
+# always-on host (a Raspberry Pi) can take many seconds to import and start one.
+GUARD_SPAWN_WAIT_S = 30.0
 # ... reading its log for the line that says it is running this often.
 GUARD_SPAWN_POLL_S = 0.1
 # A fire drill (`gpuops guard NAME --drill`) rents its box for this long: about a cent.

@@ -255,7 +255,10 @@ def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_th
 
     second = fakes.json("guard", "crash-box", "--standby")["pid"]  # restarted
     fakes.wait_for("the destroy call", lambda: fakes.events("guard.destroy"))
-    assert fakes.events("ledger.transition")[-1]["after"] == "destroying"
+    fakes.wait_for(
+        "the box on the retry list",
+        lambda: fakes.events("ledger.transition")[-1]["after"] == "destroying",
+    )
     _kill(second)
     assert fakes.events("guard.confirmed_gone") == []  # killed before the confirmation
 
