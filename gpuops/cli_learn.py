@@ -179,6 +179,8 @@ def _incident(args: argparse.Namespace, state_url: str, operator: str, as_json: 
 
 
 def _record(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+    if args.record_command == "gce":
+        return _record_gce(args, state_url, operator, as_json)
     from gpuops.providers import RECORDINGS
     from gpuops.record import max_price_per_hour, record_vast, summary
 
@@ -208,3 +210,36 @@ def _record(args: argparse.Namespace, state_url: str, operator: str, as_json: bo
         for path in doc["files"]:
             print(f"  wrote {path}")
     return 0 if gone else 4
+
+
+def _record_gce(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+    from gpuops.context import Context
+    from gpuops.events import EventLog
+    from gpuops.lane import decide
+    from gpuops.lane.session import lane_env
+    from gpuops.providers import RECORDINGS
+    from gpuops.record_gce import check_spend, record_gce, summary
+
+    rate = decide.RUNNING_USD_PER_HOUR if args.usd_per_hour is None else args.usd_per_hour
+    check_spend(args.max_usd, args.yes_spend, rate)  # refuse before opening anything
+    env = lane_env()
+    captured = record_gce(
+        project=env["GPUOPS_LANE_PROJECT"],
+        zone=env["GPUOPS_LANE_ZONE"],
+        instance=env["GPUOPS_LANE_INSTANCE"],
+        events=EventLog(Context(state_url, operator).events_path(), operator),
+        max_usd=args.max_usd,
+        yes_spend=args.yes_spend,
+        root=Path(args.out) if args.out else RECORDINGS,
+        usd_per_hour=rate,
+        endpoint=os.environ.get("GPUOPS_GCE_ENDPOINT") or None,
+        progress=lambda line: None if as_json else print(line, file=sys.stderr, flush=True),
+    )
+    doc = summary(captured)
+    if as_json:
+        _print_json(doc)
+    else:
+        print(f"{captured.name}: {len(captured.files)} files, started: {captured.started}")
+        for path in doc["files"]:
+            print(f"  wrote {path}")
+    return 0

@@ -44,6 +44,13 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     vast.add_argument("--max-usd", type=float, default=0.05, help="hard spend cap (default 0.05)")
     vast.add_argument("--yes-spend", action="store_true", help="without it, nothing is spent")
     vast.add_argument("--out", metavar="DIR", help="recordings root (default: the checkout's)")
+    gce = record_commands.add_parser(
+        "gce", parents=[common], help="the lane's calls: get, setMetadata, start if TERMINATED"
+    )
+    gce.add_argument("--max-usd", type=float, default=0.05, help="hard spend cap (default 0.05)")
+    gce.add_argument("--usd-per-hour", type=float, default=None, help="default 0.70")
+    gce.add_argument("--yes-spend", action="store_true", help="without it, nothing is spent")
+    gce.add_argument("--out", metavar="DIR", help="recordings root (default: the checkout's)")
     incident = commands.add_parser(
         "incident", parents=[common], help="the incident register: add, update, list, observe"
     )

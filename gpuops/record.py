@@ -59,9 +59,9 @@ def op_of(method: str, path: str) -> str:
     return "call"
 
 
-def client_versions() -> str:
+def client_versions(names: tuple[str, ...] = ("gpuops", "vastai", "requests", "responses")) -> str:
     found = []
-    for name in ("gpuops", "vastai", "requests", "responses"):
+    for name in names:
         try:
             found.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:

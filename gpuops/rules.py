@@ -206,8 +206,8 @@ RULES: tuple[Rule, ...] = (
         "tests/test_vast_adapter.py::test_every_vast_recording_loads_with_honest_provenance",
         scope="every parser is tested on recordings with provenance; Vast bodies are public or "
         "reconstructed, SSH output captured on loopback, nothing yet from a real rental; "
-        "`gpuops record vast` captures and replays (tests/test_record.py, against the loopback "
-        "fakes only); `record gce` is not built",
+        "`gpuops record vast` and `record gce` capture and replay (tests/test_record.py, "
+        "tests/test_record_gce.py, against the loopback fakes only)",
     ),
     Rule(
         "H2",

@@ -94,6 +94,9 @@ HTTP_TIMEOUT_S = 20.0
 # `gpuops record vast` prices its one-cent rental for this long: boot, probe, destroy and
 # confirm; with --max-usd it sets the dearest offer the recording may rent (issue 6).
 RECORD_HOLD_S = 900.0
+# `gpuops record gce` prices the lane instance's run for this long: boot, the recording
+# script's one line and its poweroff; at the lane's $0.70/h that is $0.047, under --max-usd.
+RECORD_GCE_RUN_S = 240.0
 
 # --- the demo ---------------------------------------------------------------------------------
 # `gpuops demo` rents its box for this long (fake time), the issue's --hours 0.02.

@@ -47,6 +47,7 @@ PINNED = {
     "STORE_LOCK_TIMEOUT_S": 10.0,
     "DEMO_RENTAL_S": 72.0,
     "RECORD_HOLD_S": 900.0,
+    "RECORD_GCE_RUN_S": 240.0,
     "STORE_LOCK_POLL_S": 0.01,
 }
 

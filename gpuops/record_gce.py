@@ -1,0 +1,229 @@
+"""`gpuops record gce`: the lane's calls against GCE, captured raw (H1, H3), never a stop (L1).
+
+The lane's own calls, through the real adapter (gpuops/providers/gce.py) under ``responses``'
+recorder in pass-through mode: get the instance; set its ``startup-script`` metadata by the
+fingerprint just read (other items kept, as the runner merges them); start it, only when it
+was TERMINATED (otherwise nothing is changed: the boot running may be someone's job); every
+zone-operation poll; the serial port until the recording script's boot shows. The script
+prints one line and powers the instance off itself: there is no stop, suspend or delete here
+or anywhere in gpuops (L1). Each exchange is written as one recording with provenance
+``captured``, the date and the client versions, scrubbed (H3) by record.py's helpers.
+
+Spending: nothing at all without ``yes_spend``; the capture costs the lane's running $/h
+(``gpuops.lane.decide``) for timing.RECORD_GCE_RUN_S, and is refused when that is over
+``max_usd`` (default 0.05), before any network call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from gpuops import timing
+from gpuops.errors import Refused, UsageError
+from gpuops.events import EventLog
+from gpuops.lane import decide
+from gpuops.record import DEFAULT_MAX_USD, client_versions, exchange_doc
+
+SCRIPT_KEY = "startup-script"
+VERSIONS = ("gpuops", "google-cloud-compute", "google-api-core", "requests", "responses")
+# (method, last path segment or a part of the path) -> the operation a recording is named after
+_OPS = (
+    ("POST", "/setMetadata", "set_metadata"),
+    ("POST", "/start", "start"),
+    ("GET", "/operations/", "operation"),
+    ("GET", "/serialPort", "serial"),
+    ("GET", "/instances/", "get"),
+)
+
+
+def capture_cost_usd(usd_per_hour: float = decide.RUNNING_USD_PER_HOUR) -> float:
+    """What the instance may cost while the capture runs: the lane's rate for the run bound."""
+    return decide.cost_usd(timing.RECORD_GCE_RUN_S, 0.0, usd_per_hour=usd_per_hour)
+
+
+def check_spend(max_usd: float, yes_spend: bool, usd_per_hour: float) -> float:
+    """The capture's cost when it may go ahead; refuses before any network call."""
+    if not yes_spend:
+        raise UsageError(
+            "record gce starts the lane's GPU instance and spends real money: pass --yes-spend "
+            f"(it is capped by --max-usd, default {DEFAULT_MAX_USD})"
+        )
+    if not max_usd > 0:
+        raise UsageError(f"--max-usd {max_usd!r} must be a positive number of dollars")
+    if not usd_per_hour > 0:
+        raise UsageError(f"--usd-per-hour {usd_per_hour!r} must be a positive number of dollars")
+    cost = capture_cost_usd(usd_per_hour)
+    if cost > max_usd:
+        raise UsageError(
+            f"record gce may cost ${cost:.4f} ({timing.RECORD_GCE_RUN_S:.0f} s at "
+            f"${usd_per_hour:.2f}/h), over --max-usd {max_usd}: nothing was called"
+        )
+    return cost
+
+
+def op_of(method: str, path: str) -> str:
+    for verb, part, op in _OPS:
+        if method == verb and (path.endswith(part) or (part.endswith("/") and part in path)):
+            return op
+    return "call"
+
+
+def recording_script(stamp: str) -> str:
+    """The startup script the capture installs: one line on the serial port, then poweroff."""
+    return (
+        "#!/bin/bash\n"
+        f"# gpuops record gce {stamp}: capture only; the instance powers itself off (L1)\n"
+        f'echo "gpuops record gce {stamp}: booted"\n'
+        "poweroff\n"
+    )
+
+
+@dataclass
+class CapturedGce:
+    """What the capture saw: each exchange's parsed answer (to compare a replay with)."""
+
+    name: str
+    cost_usd: float
+    files: list[Path] = field(default_factory=list)
+    parsed: dict[str, tuple[str, Any]] = field(default_factory=dict)  # name -> (op, value)
+    status_before: str = ""
+    started: bool = False
+
+
+def record_gce(
+    *,
+    project: str,
+    zone: str,
+    instance: str,
+    events: EventLog,
+    max_usd: float,
+    yes_spend: bool,
+    root: Path,
+    usd_per_hour: float = decide.RUNNING_USD_PER_HOUR,
+    endpoint: str | None = None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    progress: Callable[[str], None] = lambda line: None,
+) -> CapturedGce:
+    cost = check_spend(max_usd, yes_spend, usd_per_hour)  # before any network call
+    from responses._recorder import Recorder
+
+    from gpuops.providers.gce import GceAdapter
+
+    started = now()
+    stamp = started.strftime("%Y%m%dT%H%M%S")
+    captured = CapturedGce(f"record-gce-{stamp}", cost)
+    checks: list[tuple[int, str, Any]] = []  # (exchange index, op, parsed answer)
+    recorder = Recorder()
+    with recorder:
+        gce = GceAdapter(project, zone, events=events, endpoint=endpoint, clock=clock, sleep=sleep)
+
+        def kept(op: str, call: Callable[[], Any]) -> Any:
+            first = len(recorder.get_registry().registered)  # the call's first exchange
+            value = call()
+            checks.append((first, op, value))
+            return value
+
+        try:
+            before = kept("get", lambda: gce.get(instance))
+            captured.status_before = before.status_raw
+            if before.status_raw != decide.TERMINATED:
+                raise Refused(
+                    "L2",
+                    f"instance {instance} is {before.status_raw}: record gce changes and starts "
+                    "only a TERMINATED instance (a boot you did not start may be running)",
+                )
+            progress(f"{instance} is TERMINATED; installing the recording script")
+            items = {**before.metadata, SCRIPT_KEY: recording_script(stamp)}
+            kept("set_metadata", lambda: gce.set_metadata(instance, items, before.fingerprint))
+            kept("get", lambda: gce.get(instance))
+            progress(f"starting {instance} (priced at ${cost:.4f})")
+            kept("start", lambda: gce.start(instance))
+            captured.started = True
+            _read_serial(instance, gce, kept, clock, sleep)
+            kept("get", lambda: gce.get(instance))
+        finally:
+            exchanges = list(recorder.get_registry().registered)
+            _write(captured, exchanges, checks, root, stamp, started)
+    return captured
+
+
+def _read_serial(
+    instance: str,
+    gce: Any,
+    kept: Callable[[str, Callable[[], Any]], Any],
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> None:
+    """Serial port 1 from the start, then from each next offset, until the startup script
+    shows or the run bound passes."""
+    deadline = clock() + timing.RECORD_GCE_RUN_S
+    seen, start = "", 0
+    while True:
+        contents, start = kept("serial", lambda at=start: gce.serial_output(instance, at))
+        seen += contents
+        if SCRIPT_KEY in seen or clock() >= deadline:
+            return
+        sleep(timing.LANE_POLL_S)
+
+
+def _write(
+    captured: CapturedGce,
+    exchanges: list[Any],
+    checks: list[tuple[int, str, Any]],
+    root: Path,
+    stamp: str,
+    started: datetime,
+) -> None:
+    import yaml
+
+    if not exchanges:
+        return
+    day = started.date().isoformat()
+    versions = client_versions(VERSIONS)
+    out = root / "gce" / "captured" / stamp
+    out.mkdir(parents=True, exist_ok=True)
+    by_index = {index: (op, value) for index, op, value in checks}
+    for index, exchange in enumerate(exchanges):
+        parts = urlsplit(exchange.url)
+        stem = f"{index:03d}_{op_of(exchange.method, parts.path)}"
+        doc = exchange_doc(
+            exchange.method,
+            exchange.url,
+            exchange.status,
+            exchange.content_type if isinstance(exchange.content_type, str) else None,
+            exchange.body,
+            source=f"gpuops record gce against {parts.scheme}://{parts.netloc} ({versions})",
+            day=day,
+            notes=f"Exchange {index + 1} of {len(exchanges)} of {captured.name} (the lane's "
+            f"calls; instance was {captured.status_before or 'unread'} before), kept by "
+            "responses' recorder in pass-through mode; scrubbed by gpuops.events.scrub (H3); "
+            "request headers (Authorization) and response headers other than Content-Type "
+            "left out.",
+        )
+        path = out / f"{stem}.yaml"
+        path.write_text(
+            yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1 << 20),
+            encoding="utf-8",
+        )
+        captured.files.append(path)
+        if index in by_index:
+            captured.parsed[f"captured/{stamp}/{stem}"] = by_index[index]
+
+
+def summary(captured: CapturedGce) -> dict[str, Any]:
+    return {
+        "name": captured.name,
+        "cost_usd_cap": captured.cost_usd,
+        "status_before": captured.status_before,
+        "started": captured.started,
+        "files": [str(p) for p in captured.files],
+        "checked": sorted(captured.parsed),
+    }
