@@ -141,7 +141,7 @@ def test_a_rented_box_is_destroyed_at_its_deadline_after_the_shell_that_rented_i
     """M5: rent and run in a shell, kill that shell's whole session; the detached guardian
     copies the results off, destroys the box by its deadline, and nothing is left or leaked."""
     script = (
-        f"{shlex.quote(sys.executable)} -m gpuops rent demo-box --gpu 'RTX 4090' --hours 0.006 "
+        f"{shlex.quote(sys.executable)} -m gpuops rent demo-box --gpu 'RTX 4090' --hours 0.005 "
         f"--race 1 && {shlex.quote(sys.executable)} -m gpuops run demo-box -- "
         "'mkdir -p results && echo trained > results/model.txt && sleep 600'; sleep 600"
     )
@@ -190,7 +190,12 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
         os.killpg(watcher.pid, signal.SIGKILL)
         watcher.wait(timeout=WAIT_S)
     assert fakes.json("guard", "pi-box")["pid"] is None  # already guarded: none is added
-    pids = [fakes.json("guard", "pi-box", "--standby")["pid"] for _ in range(10)]
+    argv = [sys.executable, "-m", "gpuops", "--json", "guard", "pi-box", "--standby"]
+    starting = [
+        subprocess.Popen(argv, env=fakes.env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        for _ in range(10)
+    ]  # ten guardians in quick succession, all at once
+    pids = [json.loads(proc.communicate(timeout=WAIT_S)[0])["pid"] for proc in starting]
 
     assert len(fakes.live_instances()) == 1  # never a second box for one name
     holders = {e["guardian"] for e in fakes.events("guard.lease.taken")}
@@ -228,7 +233,7 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
 
 def test_a_fire_drill_on_the_fakes_rents_guards_destroys_and_records_itself(fakes):
     """M5: `gpuops guard NAME --drill` proves the backstop fires end to end, and says where."""
-    done = fakes.gpuops("--json", "guard", "drill-box", "--drill", "--hours", "0.004")
+    done = fakes.gpuops("--json", "guard", "drill-box", "--drill", "--hours", "0.003")
     result = json.loads(done.stdout)
 
     assert result["passed"] is True and result["target"] == "fakes"
@@ -249,7 +254,7 @@ def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_th
     fakes.wait_for("the results", lambda: fakes.gpuops("watch", "crash-box", "--once",
                                                         check=False).returncode == 0)  # fmt: skip
     (first,) = fakes.wait_for("the first guardian", lambda: fakes.events("guard.start"))
-    assert fakes.json("guard", "crash-box", "--hours", "0.004")["pid"] is None  # 14 s from now
+    assert fakes.json("guard", "crash-box", "--hours", "0.0025")["pid"] is None  # 9 s from now
     fakes.wait_for("the copy", lambda: fakes.events("guard.copy"))
     _kill(int(first["pid"]))
 
