@@ -108,6 +108,11 @@ RULES: tuple[Rule, ...] = (
         "on its own between invocations",
     ),
     Rule(
+        "L12",
+        "No state line, no freedom: a missing or corrupt board is unknown, never free; the "
+        "script powers the VM off on every path.",
+    ),
+    Rule(
         "M1",
         "Rent a healthy box: race offers, probe real hardware, destroy the losers.",
         IMPLEMENTED,
@@ -200,6 +205,11 @@ RULES: tuple[Rule, ...] = (
         "tests/test_rent.py::test_a_create_whose_answer_is_lost_is_reconciled_by_its_label",
     ),
     Rule(
+        "M13",
+        "No billed box without a live owner that will end it by deadline + grace; exit codes "
+        "come from typed outcomes, never from our own prose.",
+    ),
+    Rule(
         "H1",
         "Capture real output before writing a parser; parsers are tested on recordings.",
         IMPLEMENTED,
@@ -226,6 +236,16 @@ RULES: tuple[Rule, ...] = (
         "tests/test_events.py::test_a_generated_key_in_random_text_never_reaches_the_file",
         scope="the event log scrubs before writing; `gpuops record vast` scrubs every "
         "captured body, path, query and SSH output with the same scrub (tests/test_record.py)",
+    ),
+    Rule(
+        "H4",
+        "A fake is never kinder than its provider: what the provider refuses, delays or "
+        "leaves running, the fake does too; what it does not model is a loud error.",
+    ),
+    Rule(
+        "H5",
+        "The shells that spend money are tested by state machines that kill processes at "
+        "every step, judged by the provider's record, and their decisions are mutation-gated.",
     ),
 )
 
