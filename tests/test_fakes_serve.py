@@ -46,8 +46,8 @@ EXPORTS = (
     "GPUOPS_LANE_TIME_SCALE",
     "GPUOPS_LANE_TIME_ORIGIN",
 )
-STARTUP_TIMEOUT_S = 15.0
-STOP_TIMEOUT_S = 10.0
+STARTUP_TIMEOUT_S = 90.0  # a safety net: the test waits for the line, not for a time
+STOP_TIMEOUT_S = 60.0  # a safety net: the test waits for the exit, not for a time
 POLL_S = 0.01
 HEALTHY = 18432117  # the healthy offer of the default scenario
 

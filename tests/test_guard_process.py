@@ -141,7 +141,7 @@ def test_a_rented_box_is_destroyed_at_its_deadline_after_the_shell_that_rented_i
     """M5: rent and run in a shell, kill that shell's whole session; the detached guardian
     copies the results off, destroys the box by its deadline, and nothing is left or leaked."""
     script = (
-        f"{shlex.quote(sys.executable)} -m gpuops rent demo-box --gpu 'RTX 4090' --hours 0.005 "
+        f"{shlex.quote(sys.executable)} -m gpuops rent demo-box --gpu 'RTX 4090' --hours 0.01 "
         f"--race 1 && {shlex.quote(sys.executable)} -m gpuops run demo-box -- "
         "'mkdir -p results && echo trained > results/model.txt && sleep 600'; sleep 600"
     )
@@ -254,7 +254,7 @@ def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_th
     fakes.wait_for("the results", lambda: fakes.gpuops("watch", "crash-box", "--once",
                                                         check=False).returncode == 0)  # fmt: skip
     (first,) = fakes.wait_for("the first guardian", lambda: fakes.events("guard.start"))
-    assert fakes.json("guard", "crash-box", "--hours", "0.0025")["pid"] is None  # 9 s from now
+    assert fakes.json("guard", "crash-box", "--hours", "0.008")["pid"] is None  # 29 s from now
     fakes.wait_for("the copy", lambda: fakes.events("guard.copy"))
     _kill(int(first["pid"]))
 
