@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from gpuops.errors import GpuopsError
+from gpuops.errors import GpuopsError, Interrupted
 
 EXIT_CODES = """exit codes:
   0 ok                        1 unexpected error          2 usage
@@ -123,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader left (`gpuops rules | head`): not our failure
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except Interrupted as exc:
+        print(f"gpuops: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("gpuops: interrupted", file=sys.stderr)
         return 130

@@ -39,11 +39,15 @@ def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: boo
         result = drill(state_url, operator, args.name, args.gpu, args.hours, say=_stderr)
         _out(as_json, result, [result["summary"]])
         return 0 if result["passed"] else 1
-    from gpuops.market.jobs import owned_live
+    from gpuops.errors import NotOwned
     from gpuops.market.session import box_shell, local_dir, open_market
 
     market = open_market(state_url, operator, need_key=False)
-    owned_live(market.rentals.get(args.name), args.name, operator)
+    rental = market.rentals.get(args.name)
+    if rental is None:
+        raise UsageError(f"no rental named {args.name!r}; rent it first (gpuops rent ...)")
+    if rental.owner != operator:
+        raise NotOwned(args.name, rental.owner, operator)
     deadline = _deadline(args, market.clock())
     if deadline is not None:
         market.rentals.update(args.name, deadline_at=deadline)

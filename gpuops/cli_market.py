@@ -7,10 +7,12 @@ provider's instance id `instance_id` (DESIGN §3).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import random
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -32,25 +34,39 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
         return _rent(market, args, vram_mb, as_json, state_url)
     if args.command == "boxes":
         return _boxes(market, args, as_json)
+    from gpuops.market.teardown import exit_code
+
     if args.command == "destroy":
         from gpuops.market.rent import destroy_rental
 
-        lines = destroy_rental(market, args.name)
-        _out(as_json, {"name": args.name, "outcomes": lines}, lines)
-        return 0 if all("confirmed gone" in line for line in lines) else 4
+        outcomes = destroy_rental(market, args.name)
+        lines = [f"{o.name}: {o.detail}" for o in outcomes] or [f"{args.name}: nothing to end"]
+        _out(as_json, {"name": args.name, "outcomes": [_outcome(o) for o in outcomes]}, lines)
+        return exit_code(outcomes)  # M13: from the outcomes' types, never from their text
     from gpuops.market.rent import sweep
 
     report = sweep(market)
-    text = [f"{field}: {len(items)}" for field, items in dataclasses.asdict(report).items()]
+    payload = {
+        "retried": [_outcome(o) for o in report.retried],
+        "expired": [_outcome(o) for o in report.expired],
+        "unresolved": [_outcome(o) for o in report.unresolved],
+        "unowned": report.unowned,
+    }
+    text = [f"{field}: {len(items)}" for field, items in payload.items()]
+    text += [f"  {o.name}: {o.detail}" for o in [*report.retried, *report.expired]]
     text += [f"UNOWNED (not touched): {line}" for line in report.unowned]
-    _out(as_json, dataclasses.asdict(report), text)
+    _out(as_json, payload, text)
     if report.unowned:
         print(
             f"gpuops: {len(report.unowned)} instance(s) on the account no ledger owns; "
             "they were not touched",
             file=sys.stderr,
         )
-    return 0
+    return exit_code([*report.retried, *report.expired])
+
+
+def _outcome(outcome: Any) -> dict[str, Any]:
+    return {"name": outcome.name, "ending": outcome.ending.value, "detail": outcome.detail}
 
 
 def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
@@ -92,17 +108,25 @@ def _rent(
 ) -> int:
     from gpuops.market.rent import RentRequest
 
-    rental = market.rent(
-        RentRequest(
-            name=args.name,
-            gpu_name=args.gpu,
-            hours=args.hours,
-            race_k=args.race,
-            vram_floor_mb=vram_mb,
-            image=args.image,
-            disk_gb=args.disk_gb,
-        )
+    guarded: dict[str, Any] = {}
+
+    def on_race(racing: Any) -> None:
+        """M13: the rental's guardian runs before the first create, so every box the race
+        makes has an owner that ends it by the deadline, wherever this process dies."""
+        if not args.no_guard:
+            guarded.update(_guarded(market, racing.name, state_url))
+
+    request = RentRequest(
+        name=args.name,
+        gpu_name=args.gpu,
+        hours=args.hours,
+        race_k=args.race,
+        vram_floor_mb=vram_mb,
+        image=args.image,
+        disk_gb=args.disk_gb,
     )
+    with interrupts_raised():
+        rental = market.rent(request, on_race=on_race)
     row = dataclasses.asdict(rental)
     lines = [
         f"{rental.name}: live as instance {rental.instance_id} "
@@ -114,10 +138,30 @@ def _rent(
             f"{rental.name}: NO guardian (--no-guard): nothing destroys it at the deadline"
         )
     else:
-        row["guardian"] = _guarded(market, rental.name, state_url)
+        row["guardian"] = guarded or _guarded(market, rental.name, state_url)
         lines.append(f"{rental.name}: {row['guardian']['detail']}")
     _out(as_json, row, lines)
     return 0
+
+
+@contextlib.contextmanager
+def interrupts_raised() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and a closed terminal (SIGHUP) raise Interrupted in the main thread, so
+    the race destroys its candidates before the process exits (M13); restored afterwards."""
+    import signal
+
+    from gpuops.errors import Interrupted
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.signal(sig, stop) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
@@ -148,11 +192,20 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
             until = rental.ended_at if rental.ended_at is not None else now
             spend = round(rental.dph_total * max(0.0, until - rental.started_at) / 3600.0, 4)
         rows.append({**dataclasses.asdict(rental), "spend_usd": spend, **_guard_of(market, rental)})
-    pending = [dataclasses.asdict(r) for r in market.ledger.retry_list()]
-    for record in pending:
-        record["state"] = record["state"].value
+    records = market.ledger.records()
+    pending = [_record_row(r) for r in records if r.state.value == "destroying"]
+    kept = {row["box"] for row in rows}
+    # M13: every box that may bill, racing candidates included, not just the kept ones
+    candidates = [
+        _record_row(r)
+        for r in records
+        if r.active
+        and r.name not in kept
+        and r.state.value != "destroying"
+        and (args.all or r.owner == market.ledger.operator)
+    ]
     if as_json:
-        _print_json({"rentals": rows, "pending_destroys": pending})
+        _print_json({"rentals": rows, "pending_destroys": pending, "candidates": candidates})
         return 0
     for row in rows:
         print(
@@ -160,14 +213,25 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
             f"instance {row['instance_id']}  ${row['dph_total']}/h  spent ${row['spend_usd']}"
             + (f"  guard {row['guard']}" if row["state"] == "live" else "")
         )
+    for record in candidates:
+        print(
+            f"CANDIDATE {record['name']} ({record['state']}) instance "
+            f"{record['instance_id'] or 'not known yet'}"
+        )
     for record in pending:
         print(
             f"PENDING DESTROY {record['name']} instance {record['instance_id']}: "
             f"{record['last_error']}"
         )
-    if not rows and not pending:
+    if not rows and not pending and not candidates:
         print("no boxes")
     return 0
+
+
+def _record_row(record: Any) -> dict[str, Any]:
+    row = dataclasses.asdict(record)
+    row["state"] = record.state.value
+    return row
 
 
 def _guard_of(market: Any, rental: Any) -> dict[str, Any]:

@@ -27,6 +27,9 @@ adapter catches a foreign exception.
         ├── VersionConflict                  compare-and-swap lost: someone wrote first
         ├── AlreadyExists                    create-if-absent found the key
         └── CorruptState                     a state file is unreadable; never replaced
+
+    Interrupted (a BaseException)    exit 128 + the signal: Ctrl-C, SIGTERM, a closed
+                                     terminal; no ``except Exception`` may swallow it
 """
 
 from __future__ import annotations
@@ -213,3 +216,18 @@ class CorruptState(StateError):
         super().__init__(f"corrupt state at {where}: {reason} (left untouched; inspect or move it)")
         self.where = where
         self.reason = reason
+
+
+class Interrupted(BaseException):
+    """A signal asked us to stop (SIGINT, SIGTERM, SIGHUP); the exit code is 128 + its number.
+
+    A BaseException, like KeyboardInterrupt, so that the cleanup it triggers runs in the code
+    that knows what to clean, and no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by signal {signum}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

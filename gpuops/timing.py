@@ -114,3 +114,14 @@ STORE_LOCK_POLL_S = 0.01
 LANE_POLL_S = 5.0
 # A start or setMetadata operation that is not DONE within this is reported unavailable.
 GCE_OPERATION_TIMEOUT_S = 300.0
+
+# --- unclear creates and the owner of every box (M12, M13) ----------------------------------
+# An unclear create is looked up by its label this many times before rent gives up with
+# exit 5 (the guardian and sweep go on looking)...
+RECONCILE_ATTEMPTS = 4
+# ...waiting this long before the second look-up, and twice as long before each next one:
+# the provider's list can miss a box created seconds ago.
+RECONCILE_BACKOFF_S = 5.0
+# Whoever owns a rental's boxes (its guardian, or sweep) ends every one of them within this of
+# the rental's deadline, wherever any process died: the bound M13 promises.
+OWNER_GRACE_S = 600.0

@@ -51,7 +51,7 @@ def test_a_gone_box_ends_the_guardian_with_exit_0_whatever_the_lease_says():
     gone = Box(True, T0, T0 + HOUR)
     for lease in (None, mine(T0), theirs(T0)):
         mind, action = g.decide(Mind(ME), lease, gone, T0 + 1)
-        assert action == Leave(GONE, "the box is confirmed gone")
+        assert action == Leave(GONE, "every box of the rental is confirmed gone")
         assert mind == Mind(ME)
 
 

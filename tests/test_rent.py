@@ -23,6 +23,7 @@ from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
 from gpuops.market.rentals import LIVE, RELEASED
+from gpuops.market.teardown import Ending, Outcome, exit_code
 from gpuops.model import Instance
 from gpuops.providers.vast import VastAdapter
 from gpuops.store.memory import MemoryStore
@@ -212,7 +213,9 @@ def test_destroy_confirms_gone_by_asking_for_the_box_and_releases(world):
 
     outcomes = destroy_rental(market, "job")
 
-    assert outcomes == [f"{rental.box}: instance {rental.instance_id} confirmed gone"]
+    assert outcomes == [
+        Outcome(rental.box, Ending.GONE, f"instance {rental.instance_id} confirmed gone")
+    ]
     assert world.alive() == []
     assert market.rentals.get("job").state == RELEASED
     assert market.ledger.get(rental.box).state is BoxState.RELEASED
@@ -228,7 +231,8 @@ def test_a_failing_destroy_stays_on_the_retry_list_and_sweep_finishes_it(world):
 
     outcomes = destroy_rental(market, "job")
 
-    assert "kept on the retry list" in outcomes[0]
+    assert [o.ending for o in outcomes] == [Ending.PENDING]
+    assert exit_code(outcomes) == 4  # M13: `gpuops destroy` says the box still bills
     assert [r.name for r in market.ledger.retry_list()] == [rental.box]
     assert market.rentals.get("job").state == LIVE
     world.fake.instances[int(rental.instance_id)]  # still there, still billing
@@ -236,8 +240,11 @@ def test_a_failing_destroy_stays_on_the_retry_list_and_sweep_finishes_it(world):
 
     report = sweep(world.market())
 
-    assert report.retried == [f"{rental.box}: instance {rental.instance_id} confirmed gone"]
+    assert report.retried == [
+        Outcome(rental.box, Ending.GONE, f"instance {rental.instance_id} confirmed gone")
+    ]
     assert market.ledger.retry_list() == []
+    assert market.rentals.get("job").state == RELEASED  # M13: the rental follows its records
     assert world.alive() == []
 
 
@@ -313,12 +320,14 @@ def test_a_release_cut_off_by_a_crash_is_finished_by_destroy_or_sweep(world, fin
 
     if finish == "destroy":
         lines = destroy_rental(market, "job")
-        assert lines == [f"{box}: instance {rental.instance_id} was confirmed gone; released"]
+        assert lines == [
+            Outcome(box, Ending.GONE, f"instance {rental.instance_id} was confirmed gone; released")
+        ]
         assert market.rentals.get("job").state == RELEASED
     else:
         report = sweep(market)
         assert report.retried == [
-            f"{box}: instance {rental.instance_id} was confirmed gone; released"
+            Outcome(box, Ending.GONE, f"instance {rental.instance_id} was confirmed gone; released")
         ]
     assert market.ledger.get(box).state is BoxState.RELEASED
     assert sum(1 for call in world.fake.calls if call.route == "destroy") == destroys

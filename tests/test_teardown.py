@@ -18,6 +18,7 @@ from gpuops.errors import (
 )
 from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger
 from gpuops.market.teardown import (
+    Ending,
     LABEL_PREFIX,
     Outcome,
     confirm_and_release,
@@ -143,7 +144,7 @@ def test_a_destroyed_box_is_released_once_show_says_it_is_gone(ledger, clock):
 
     outcome = destroy(vast, ledger, clock)
 
-    assert outcome == Outcome(BOX, True, "instance 77 confirmed gone")
+    assert outcome == Outcome(BOX, Ending.GONE, "instance 77 confirmed gone")
     assert vast.calls == [("destroy", "77"), ("show", "77"), ("show", "77"), ("show", "77")]
     assert clock.slept == [timing.DESTROY_CONFIRM_POLL_S] * 2
     record = ledger.get(BOX)
@@ -172,7 +173,7 @@ def test_an_intent_with_no_instance_goes_on_the_retry_list_untouched(ledger, clo
     outcome = destroy(vast, ledger, clock)
 
     assert outcome == Outcome(
-        BOX, False, "no instance recorded: reconcile its intent by label first"
+        BOX, Ending.UNRESOLVED, "no instance recorded: reconcile its intent by label first"
     )
     assert vast.calls == []
     assert is_pending(ledger.get(BOX))
@@ -190,7 +191,7 @@ def test_a_failed_destroy_call_stays_on_the_retry_list_with_its_error(ledger, cl
 
     outcome = destroy(vast, ledger, clock)
 
-    assert outcome == Outcome(BOX, False, f"destroy failed, kept on the retry list: {error}")
+    assert outcome == Outcome(BOX, Ending.PENDING, f"destroy failed, kept on the retry list: {error}")
     assert vast.calls == [("destroy", "77")]
     record = ledger.get(BOX)
     assert is_pending(record)
@@ -218,7 +219,7 @@ def test_a_box_that_will_not_go_is_asked_about_until_the_deadline_then_kept_pend
     outcome = destroy(vast, ledger, clock)
 
     assert outcome == Outcome(
-        BOX, False, "not confirmed gone, kept on the retry list: the provider still shows it"
+        BOX, Ending.PENDING, "not confirmed gone, kept on the retry list: the provider still shows it"
     )
     assert vast.shows() == POLLS_IN_TIME
     assert clock.slept == [timing.DESTROY_CONFIRM_POLL_S] * (POLLS_IN_TIME - 1)
@@ -257,7 +258,7 @@ def test_a_failing_show_then_gone_is_released(ledger, clock):
 
     outcome = destroy(vast, ledger, clock)
 
-    assert outcome == Outcome(BOX, True, "instance 77 confirmed gone")
+    assert outcome == Outcome(BOX, Ending.GONE, "instance 77 confirmed gone")
     assert clock.slept == [timing.DESTROY_CONFIRM_POLL_S] * 2
     assert ledger.get(BOX).state is BoxState.RELEASED
 
@@ -305,7 +306,7 @@ def test_a_confirmation_whose_release_a_crash_cut_off_is_released_without_a_new_
 
     outcome = destroy(vast, ledger, clock)
 
-    assert outcome == Outcome(BOX, True, "instance 77 was confirmed gone; released")
+    assert outcome == Outcome(BOX, Ending.GONE, "instance 77 was confirmed gone; released")
     assert vast.calls == []
     assert ledger.get(BOX).state is BoxState.RELEASED
 

@@ -37,6 +37,7 @@ from gpuops.errors import (
     AlreadyExists,
     CorruptState,
     GpuopsError,
+    NotOwned,
     Unavailable,
     UnexpectedResponse,
     UsageError,
@@ -45,9 +46,9 @@ from gpuops.errors import (
 from gpuops.ledger import BoxState, utc_iso
 from gpuops.market import guardian as g
 from gpuops.market import watchdog as w
-from gpuops.market.jobs import BoxShell, Jobs, owned_live
+from gpuops.market.jobs import BoxShell, Jobs
 from gpuops.market.rent import Market, destroy_rental
-from gpuops.market.rentals import RELEASED, check_name
+from gpuops.market.rentals import FAILED, RELEASED, check_name, rental_of
 from gpuops.store.base import Store
 
 LEASES = "market/leases/"
@@ -228,10 +229,15 @@ class Guardian:
                 return code
 
     def bind(self) -> None:
-        """Refuse anything but our own live rental with a deadline (M3); remember its box."""
-        if self.instance_id is not None:
+        """Refuse anything but our own rental with a deadline (M3). A racing rental is bound
+        too: the guardian answers for every box its race creates (M13)."""
+        if self.deadline_at:
             return
-        rental = owned_live(self.market.rentals.get(self.name), self.name, self.operator)
+        rental = self.market.rentals.get(self.name)
+        if rental is None:
+            raise UsageError(f"no rental named {self.name!r}; rent it first")
+        if rental.owner != self.operator:
+            raise NotOwned(self.name, rental.owner, self.operator)
         if rental.deadline_at is None:
             raise UsageError(
                 f"{self.name!r} has no deadline; give one: gpuops guard {self.name} --hours H"
@@ -246,7 +252,7 @@ class Guardian:
         )
         self.say(
             f"gpuops guard: guardian {self.me} (pid {os.getpid()}) guards {self.name} "
-            f"(instance {self.instance_id}) until {utc_iso(rental.deadline_at)}"
+            f"({rental.state}, instance {self.instance_id}) until {utc_iso(rental.deadline_at)}"
         )
 
     def step(self) -> int | None:
@@ -309,20 +315,23 @@ class Guardian:
 
     # --- what the box is ---------------------------------------------------------------
     def _box(self) -> g.Box:
+        """What is left of the rental: its active records, and whether it has ended."""
         rental = self.market.rentals.get(self.name)
-        deadline_at = self.deadline_at
-        started_at = deadline_at
-        recorded_gone = True
-        if rental is not None and rental.instance_id == self.instance_id:
-            deadline_at = rental.deadline_at if rental.deadline_at is not None else deadline_at
-            started_at = rental.started_at if rental.started_at is not None else deadline_at
-            record = self.market.ledger.get(rental.box) if rental.box else None
-            recorded_gone = rental.state == RELEASED or (
-                record is not None and record.state in (BoxState.GONE_CONFIRMED, BoxState.RELEASED)
-            )
-        self.deadline_at = deadline_at
-        gone = recorded_gone and self._shown_gone()
-        return g.Box(gone, started_at, deadline_at)
+        if rental is not None and rental.owner == self.operator:
+            self.instance_id = rental.instance_id or self.instance_id
+            self.deadline_at = rental.deadline_at or self.deadline_at
+        started_at = rental.started_at if rental and rental.started_at else self.deadline_at
+        ended = rental is None or rental.state in (FAILED, RELEASED)
+        left = [
+            record
+            for record in self.market.ledger.records()
+            if rental_of(record.name) == self.name
+            and record.owner == self.operator
+            and record.active
+        ]
+        unresolved = bool(left) and all(r.state is BoxState.INTENT for r in left)
+        gone = ended and not left and (self.instance_id is None or self._shown_gone())
+        return g.Box(gone, started_at, self.deadline_at, ended=ended, unresolved=unresolved)
 
     def _shown_gone(self) -> bool:
         """Gone only when the provider, asked for this very instance, says so (M4, M7)."""
@@ -349,14 +358,19 @@ class Guardian:
 
         def pull() -> None:
             script = w.results_script(self.name, job.results)
-            outcome["error"] = self.shell.stream_to(instance, script, tarball, budget_s)
+            try:
+                outcome["error"] = self.shell.stream_to(instance, script, tarball, budget_s)
+            except OSError as exc:  # ssh could not even start: a failed copy, said so
+                outcome["error"] = f"the copy could not start: {type(exc).__name__}: {exc}"
 
         worker = threading.Thread(target=pull, daemon=True)
         worker.start()
-        while worker.is_alive() and self.clock() - started <= budget_s:
+        # The worker enforces the budget itself (stream_to kills the ssh when it overruns), so
+        # wait for it to end: removing its folder while it still writes there lost results.
+        while worker.is_alive():
             worker.join(self.clockwork.poll_s)  # the copy is a real process: wait for real
             self._heartbeat()  # and keep the lease through it
-        error = outcome.get("error", f"the copy overran its {budget_s:.0f} s budget")
+        error = outcome.get("error", "the copy ended without a result")
         destination = None
         if not error:
             try:
@@ -377,9 +391,9 @@ class Guardian:
 
     def _destroy(self) -> None:
         self._log("guard.destroy", deadline=utc_iso(self.deadline_at))
-        details = destroy_rental(self.market, self.name)
+        outcomes = destroy_rental(self.market, self.name)
         rental = self.market.rentals.get(self.name)
-        if rental is not None and rental.state == RELEASED:
+        if rental is not None and rental.state == RELEASED and all(o.released for o in outcomes):
             now = self.clock()
             self._log(
                 "guard.confirmed_gone",
@@ -387,12 +401,13 @@ class Guardian:
                 delay_s=round(now - self.deadline_at, 3),
             )
             self.say(
-                f"gpuops guard: {self.name}: instance {self.instance_id} confirmed gone, "
-                f"{now - self.deadline_at:+.1f} s from its deadline"
+                f"gpuops guard: {self.name}: every box confirmed gone "
+                f"({len(outcomes)} ended), {now - self.deadline_at:+.1f} s from its deadline"
             )
             return
-        self._log("guard.destroy.pending", detail="; ".join(details))
-        self.say(f"gpuops guard: {self.name}: not confirmed gone yet: {'; '.join(details)}")
+        details = "; ".join(f"{o.name}: {o.detail}" for o in outcomes if not o.released)
+        self._log("guard.destroy.pending", detail=details)
+        self.say(f"gpuops guard: {self.name}: not all confirmed gone yet: {details}")
         self.sleep(self.clockwork.confirm_poll_s)
 
     def _log(self, kind: str, **payload: object) -> None:

@@ -26,6 +26,7 @@ from enum import Enum
 from gpuops import timing
 
 GONE = 0  # exit code: the box is confirmed gone
+UNSETTLED = 5  # exit code: an intent still unresolved long past the deadline; sweep goes on
 SUPERSEDED = 7  # exit code: a successor was seen renewing the lease (verified, M7)
 
 
@@ -78,9 +79,11 @@ class Lease:
 class Box:
     """What the guardian knows of its box this round."""
 
-    gone: bool  # the provider, asked for this very instance, says it is gone
+    gone: bool  # every box of the rental is confirmed gone (or was never created)
     started_at: float  # epoch seconds the box was kept
     deadline_at: float  # the wall-clock billing ceiling
+    ended: bool = False  # the rental failed or was released: whatever is left is ended now
+    unresolved: bool = False  # all that is left are intents no look-up by label has found
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,9 @@ def decide(
 ) -> tuple[Mind, Action]:
     """The guardian's next step, and what it remembers afterwards."""
     if box.gone:
-        return mind, Leave(GONE, "the box is confirmed gone")
+        return mind, Leave(GONE, "every box of the rental is confirmed gone")
+    if box.unresolved and now >= box.deadline_at + timing.OWNER_GRACE_S:
+        return mind, Leave(UNSETTLED, "an unresolved create outlived the grace; sweep goes on")
     if lease is None or (lease.holder != mind.me and is_stale(lease, now, clock)):
         return mind, Take()
     if lease.holder == mind.me:
@@ -181,7 +186,7 @@ def decide(
 
 def _duty(mind: Mind, lease: Lease, box: Box, now: float, clock: Clockwork) -> Action:
     """The responsible guardian's work: wait, copy, then destroy (the ceiling wins)."""
-    if now >= box.deadline_at or mind.copied or lease.copied:
+    if box.ended or now >= box.deadline_at or mind.copied or lease.copied:
         return Destroy()
     copy_at, budget = schedule(box.started_at, box.deadline_at)
     if now < copy_at:

@@ -50,6 +50,8 @@ class Candidate:
     instance_id: str | None = None
     created_at: float | None = None
     cause: str | None = None  # why it failed: a probe cause, "taken", "boot-timeout", ...
+    reconciles: int = 0  # look-ups by label made for an unclear create (M12)
+    reconcile_at: float | None = None  # when the next look-up is due
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class Race:
     last_create_at: float | None = None
     spare_offers: tuple[tuple[int, int], ...] = ()  # (offer_id, machine_id) not yet tried
     max_creates: int = 0  # 0: no replacements beyond the first picks
+    # No create after this (epoch s): the rental's guardian starts ending it then (M13).
+    stop_creating_at: float | None = None
 
 
 # --- actions ------------------------------------------------------------------------------
@@ -78,6 +82,13 @@ class Keep:
 
 
 @dataclass(frozen=True)
+class Reconcile:
+    """Look for an unclear create's box by its label again (M12)."""
+
+    slot: int
+
+
+@dataclass(frozen=True)
 class Replace:
     """Add a candidate for the next spare offer (after a failure, while creates remain)."""
 
@@ -88,6 +99,7 @@ class Stop:
 
     reason: str
     rule: str | None = None
+    unresolved: bool = False  # a create could not be settled: unknown (exit 5), not a refusal
 
 
 @dataclass(frozen=True)
@@ -95,7 +107,7 @@ class Wait:
     seconds: float
 
 
-Action = Create | Destroy | Keep | Replace | Stop | Wait
+Action = Create | Destroy | Keep | Reconcile | Replace | Stop | Wait
 
 
 def decide(race: Race, now: float) -> list[Action]:
@@ -130,7 +142,13 @@ def decide(race: Race, now: float) -> list[Action]:
             )
         ]
 
+    unclear = [c for c in cands if _unclear(c)]
+    if unclear:  # M12: nothing else is created while any create is unsettled
+        return _settle(cands, unclear[0], now)
+
     picked = [c for c in cands if c.phase is Phase.PICKED]
+    if picked and race.stop_creating_at is not None and now >= race.stop_creating_at:
+        return [Stop("the rental's deadline is near: no more creates; its guardian ends it")]
     if picked:
         wait = _pacing(race, now)
         return [Wait(wait)] if wait > 0 else [Create(picked[0].slot)]
@@ -141,6 +159,33 @@ def decide(race: Race, now: float) -> list[Action]:
             return [Replace()]
         return [Stop("no candidate passed its probe and no offers are left to try")]
     return []  # something is booting or probing: wait for its news
+
+
+def _unclear(c: Candidate) -> bool:
+    """A create whose answer was lost and whose box no look-up has found yet."""
+    return c.phase is Phase.CREATING and c.instance_id is None
+
+
+def _settle(cands: tuple[Candidate, ...], c: Candidate, now: float) -> list[Action]:
+    """Look again by label while attempts remain; then end every other box and stop unknown."""
+    if c.reconciles >= timing.RECONCILE_ATTEMPTS:
+        plan: list[Action] = [
+            Destroy(o.slot) for o in cands if o.phase in HAS_BOX and not _unclear(o)
+        ]
+        return plan + [
+            Stop(
+                f"the create on offer {c.offer_id} (slot {c.slot}) is unresolved after "
+                f"{c.reconciles} look-ups by label; its guardian and sweep keep looking",
+                "M12",
+                unresolved=True,
+            )
+        ]
+    due = c.reconcile_at if c.reconcile_at is not None else now
+    if now >= due:
+        return [Reconcile(c.slot)]
+    if any(o.phase in (Phase.BOOTING, Phase.PROBING) for o in cands):
+        return []  # poll the boxes that are coming up meanwhile
+    return [Wait(due - now)]
 
 
 def _destroy(c: Candidate) -> Destroy:
@@ -168,6 +213,13 @@ def update(race: Race, slot: int, **changes: object) -> Race:
     """A copy of ``race`` with candidate ``slot`` changed."""
     cands = tuple(replace(c, **changes) if c.slot == slot else c for c in race.candidates)  # type: ignore[arg-type]
     return replace(race, candidates=cands)
+
+
+def looked(race: Race, slot: int, now: float) -> Race:
+    """One more look-up by label found nothing: the next waits twice as long (M12)."""
+    made = race.candidates[slot].reconciles
+    due = now + timing.RECONCILE_BACKOFF_S * 2**made
+    return update(race, slot, reconciles=made + 1, reconcile_at=due)
 
 
 def add_spare(race: Race) -> Race:

@@ -10,8 +10,11 @@ decision; this module only performs them and reports back.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import random
 import time
+from datetime import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,21 +22,26 @@ from typing import Protocol
 from gpuops import timing
 from gpuops.errors import (
     AuthFailed,
+    GpuopsError,
+    Interrupted,
     NotOwned,
     OfferTaken,
     ProviderUnavailable,
     RateLimited,
     Refused,
+    StillRunning,
     Unavailable,
     UnexpectedResponse,
 )
-from gpuops.ledger import CREATE_REFUSED, BoxState, EventSink, Ledger, utc_iso
+from gpuops.ledger import CREATE_REFUSED, BoxState, EventSink, Ledger, Record, utc_iso
 from gpuops.market import race as r
+from gpuops.market.guardian import schedule
 from gpuops.market.probe import Verdict
 from gpuops.market.quarantine import Quarantine
 from gpuops.market.rentals import (
     FAILED,
     LIVE,
+    RACING,
     RELEASED,
     Rental,
     Rentals,
@@ -42,7 +50,13 @@ from gpuops.market.rentals import (
     rental_of,
 )
 from gpuops.market.select import Filter, Selection, select
-from gpuops.market.teardown import destroy_box, intent_of, label_for
+from gpuops.market.teardown import (
+    Ending,
+    Outcome,
+    destroy_box,
+    intent_of,
+    label_for,
+)
 from gpuops.model import Instance, Offer, SshKey
 
 
@@ -105,7 +119,10 @@ class Market:
         self.pass_rates: Callable[[list[Offer]], dict[int, float]] | None = None
 
     # --- rent ----------------------------------------------------------------------------
-    def rent(self, req: RentRequest) -> Rental:
+    def rent(self, req: RentRequest, on_race: Callable[[Rental], None] | None = None) -> Rental:
+        """Race for ``req``; ``on_race`` runs once the rental and its deadline are written and
+        before any create: the CLI starts the rental's guardian there, so every box the race
+        creates has a live owner from its first moment (M13)."""
         check_name(req.name)
         existing = self.rentals.get(req.name)
         if (
@@ -117,7 +134,11 @@ class Market:
             self.progress(f"{req.name}: already live as instance {existing.instance_id}")
             return existing  # M8: never a second rental for one name
         self._check_key()
-        rental = self.rentals.begin_race(req.name)  # refuses another operator's name (M3)
+        now = self.clock()
+        deadline = now + req.hours * 3600.0
+        rental = self.rentals.begin_race(req.name, deadline)  # refuses another's name (M3)
+        if on_race is not None:
+            on_race(rental)
         self._clean_earlier_races(rental)
         offers = self.vast.search_offers(gpu_name=req.gpu_name, num_gpus=1)
         chosen = select(
@@ -143,10 +164,41 @@ class Market:
             ),
             spare_offers=spares,
             max_creates=req.max_creates or 2 * req.race_k + 2,
+            stop_creating_at=schedule(now, deadline)[0],
         )
         offer_by_id = {o.id: o for o in chosen.candidates}
-        deadline = self.clock() + req.hours * 3600.0
-        return self._run(req, rental, state, offer_by_id, deadline)
+        try:
+            return self._run(req, rental, state, offer_by_id, deadline)
+        except BaseException as exc:
+            self._abandon(rental, exc)
+            raise
+
+    def _abandon(self, rental: Rental, why: BaseException) -> list[Outcome]:
+        """The race ends without a kept box (a failure, an interrupt): destroy its candidates
+        now, with confirmation, and say what was destroyed. A second interrupt leaves the rest
+        to the rental's guardian, which ends them by the deadline (M13)."""
+        try:
+            outcomes = end_records(self, rental.name, race=rental.race)
+        except Interrupted:
+            self.progress(
+                f"{rental.name}: interrupted again: the rest of this race is left to its "
+                "guardian, which ends it by the deadline (or `gpuops sweep` after it)"
+            )
+            raise
+        except GpuopsError as exc:
+            self.progress(
+                f"{rental.name}: could not end this race's boxes now ({exc}); its guardian ends "
+                "them by the deadline (or `gpuops sweep` after it)"
+            )
+            return []
+        for outcome in outcomes:
+            self.progress(f"{outcome.name}: {outcome.detail}")
+        if isinstance(why, Interrupted):
+            gone = sum(1 for o in outcomes if o.released)
+            self.progress(f"{rental.name}: interrupted: {gone} box(es) of this race ended")
+        with contextlib.suppress(GpuopsError):
+            self.rentals.update(rental.name, expect=RACING, state=FAILED)
+        return outcomes
 
     def _run(
         self,
@@ -180,6 +232,8 @@ class Market:
         if isinstance(action, r.Keep):
             self._say(rental, state, action.slot, "kept")
             return r.update(state, action.slot, phase=r.Phase.KEPT)
+        if isinstance(action, r.Reconcile):
+            return self._look_again(rental, state, action.slot)
         if isinstance(action, r.Replace):
             return r.add_spare(state)
         if isinstance(action, r.Wait):
@@ -187,6 +241,8 @@ class Market:
             return state
         self.rentals.update(rental.name, state=FAILED)
         self.events.append("market.rent.stopped", name=rental.name, reason=action.reason)
+        if action.unresolved:
+            raise StillRunning(f"{rental.name}: {action.reason}")
         if action.rule:
             raise Refused(action.rule, action.reason)
         raise Unavailable(action.reason)
@@ -199,12 +255,16 @@ class Market:
         record, _ = self.ledger.record_intent(box, "vast", deadline_at=utc_iso(deadline))  # M3
         label = label_for(record.intent_id)
         now = self.clock()
-        state = r.Race(state.candidates, now, state.spare_offers, state.max_creates)
+        state = dataclasses.replace(state, last_create_at=now)
         try:
             instance_id = self.vast.create(
                 cand.offer_id, label=label, image=req.image, disk_gb=req.disk_gb
             )
         except (OfferTaken, RateLimited) as exc:
+            found = self._reconcile(label) if isinstance(exc, RateLimited) else None
+            if found is not None:  # a 429 that let the create through after all (M12)
+                self._log_create(rental, cand, "reconciled", found)
+                return self._booting(rental, state, slot, box, found.instance_id, now)
             # refused outright: nothing was created, so the intent is gone (M4 evidence)
             self.ledger.confirm_gone(box, CREATE_REFUSED)
             self.ledger.release(box)
@@ -223,14 +283,31 @@ class Market:
             found = self._reconcile(label)  # M12: the create may have happened
             self._log_create(rental, cand, "unclear" if found is None else "reconciled", found)
             if found is None:
-                self._say(rental, state, slot, "unclear (left for sweep)")
-                return r.update(state, slot, phase=r.Phase.CREATE_FAILED, cause="unclear")
+                self._say(rental, state, slot, "unclear: looking for it by label")
+                state = r.update(state, slot, phase=r.Phase.CREATING, created_at=now)
+                return r.looked(state, slot, self.clock())
             instance_id = found.instance_id
         else:
             self._log_create(rental, cand, "created", instance_id)
+        return self._booting(rental, state, slot, box, instance_id, now)
+
+    def _booting(
+        self, rental: Rental, state: r.Race, slot: int, box: str, instance_id: str, now: float
+    ) -> r.Race:
         self.ledger.mark_live(box, instance_id)
         self._say(rental, state, slot, f"created instance {instance_id}")
         return r.update(state, slot, phase=r.Phase.BOOTING, instance_id=instance_id, created_at=now)
+
+    def _look_again(self, rental: Rental, state: r.Race, slot: int) -> r.Race:
+        """An unclear create, looked up by its label once more (M12)."""
+        record = self.ledger.get(box_name(rental.name, rental.race, slot))
+        found = self._reconcile(label_for(record.intent_id)) if record is not None else None
+        if found is None:
+            return r.looked(state, slot, self.clock())
+        cand = state.candidates[slot]
+        self._log_create(rental, cand, "reconciled", found)
+        box = box_name(rental.name, rental.race, slot)
+        return self._booting(rental, state, slot, box, found.instance_id, self.clock())
 
     def _log_create(
         self, rental: Rental, cand: r.Candidate, outcome: str, made: Instance | str | None = None
@@ -311,6 +388,7 @@ class Market:
         offer = offers.get(cand.offer_id)
         live = self.rentals.update(
             rental.name,
+            expect=RACING,  # its guardian may have ended the race at the deadline meanwhile
             state=LIVE,
             box=box_name(rental.name, rental.race, cand.slot),
             instance_id=cand.instance_id,
@@ -319,7 +397,6 @@ class Market:
             gpu_name=offer.gpu_name if offer else req.gpu_name,
             dph_total=offer.dph_total if offer else None,
             started_at=self.clock(),
-            deadline_at=deadline,
         )
         self.events.append(
             "market.rent.done",
@@ -353,18 +430,22 @@ class Market:
                 destroy_box(self.vast, self.ledger, record.name, clock=self.clock, sleep=self.sleep)
 
     def _clean_earlier_races(self, rental: Rental) -> None:
-        """Candidates of a race that crashed: adopt their boxes by label and destroy them."""
+        """Candidates of an earlier race (one that crashed or was interrupted) are ended before
+        this race creates anything; one whose create is still unresolved stops it (M12)."""
         for record in self.ledger.records():
-            if rental_of(record.name) != rental.name or record.owner != self.ledger.operator:
+            if (
+                rental_of(record.name) != rental.name
+                or record.owner != self.ledger.operator
+                or not record.active
+            ):
                 continue
-            if record.state is BoxState.INTENT:
-                found = self._reconcile(label_for(record.intent_id))
-                if found is None:
-                    continue  # unclear: sweep retries the reconciliation later
-                self.ledger.mark_live(record.name, found.instance_id)
-                record = self.ledger.get(record.name) or record
-            if record.state in (BoxState.LIVE, BoxState.DESTROYING):
-                destroy_box(self.vast, self.ledger, record.name, clock=self.clock, sleep=self.sleep)
+            outcome = end_record(self, record)
+            if outcome.ending is Ending.UNRESOLVED:
+                self.rentals.update(rental.name, expect=RACING, state=FAILED)
+                raise StillRunning(
+                    f"{outcome.name}: an earlier create of {rental.name!r} is unresolved "
+                    f"({outcome.detail}); no other create is sent until it is (M12)"
+                )
 
     def _log_selection(self, req: RentRequest, chosen: Selection) -> None:
         """M11: the full ranked candidate set and each pick's propensity."""
@@ -408,77 +489,114 @@ class Market:
         self.progress(line)
 
 
-@dataclass(frozen=True)
-class SweepReport:
-    retried: list[str]  # pending destroys retried, with their outcome
-    expired: list[str]  # rentals past their deadline, destroyed
-    adopted: list[str]  # intents whose box was found by label and taken under the ledger
-    unresolved: list[str]  # intents with no box found: a list is no proof, so they stay
-    unowned: list[str]  # instances on the account no ledger owns: reported, never touched
-
-
 # A destroy began and was not finished: the retry list, plus a confirmation whose release a
 # crash cut off (M4). _ENDING adds the live boxes `destroy` ends.
 _PENDING = (BoxState.DESTROYING, BoxState.GONE_CONFIRMED)
 _ENDING = (BoxState.LIVE, *_PENDING)
 
 
-def destroy_rental(market: Market, name: str) -> list[str]:
-    """``gpuops destroy NAME``: refuse unless ours (M3); destroy every box of the rental with
-    confirmation (M4); mark the rental released only when all are confirmed gone."""
+def end_record(market: Market, record: Record) -> Outcome:
+    """End one record of ours, whatever its state: an intent is looked up by its label first
+    (M12) and its box, if found, destroyed; a box is destroyed and confirmed gone (M4)."""
+    if record.state is BoxState.INTENT:
+        found = market._reconcile(label_for(record.intent_id))
+        if found is None:
+            return Outcome(
+                record.name,
+                Ending.UNRESOLVED,
+                "an intent whose box no look-up by label has found yet; still looking",
+            )
+        record = market.ledger.mark_live(record.name, found.instance_id)
+    if record.state in _ENDING and record.instance_id:
+        return destroy_box(
+            market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep
+        )
+    return Outcome(record.name, Ending.UNRESOLVED, f"left as it is ({record.state.value})")
+
+
+def end_records(market: Market, name: str, race: int | None = None) -> list[Outcome]:
+    """End every active record of ours under rental ``name`` (of one race, when given)."""
+    prefix = f"{name}+" if race is None else box_name(name, race, 0).rpartition("-")[0] + "-"
+    return [
+        end_record(market, record)
+        for record in market.ledger.records()
+        if record.name.startswith(prefix)
+        and record.owner == market.ledger.operator
+        and record.active
+    ]
+
+
+def settle_rental(market: Market, name: str) -> Rental | None:
+    """A rental follows its records (M13): once none of ours is active, a live or racing
+    rental is released, so no spend accrues on a gone box and `rent` races afresh."""
+    rental = market.rentals.get(name)
+    if rental is None or rental.owner != market.ledger.operator:
+        return rental
+    if rental.state not in (LIVE, RACING):
+        return rental
+    prefix = f"{name}+"
+    if any(r.active for r in market.ledger.records() if r.name.startswith(prefix)):
+        return rental
+    if rental.state == RACING and (rental.deadline_at is None or market.clock() < rental.deadline_at):
+        return rental  # a race may still create: only its deadline settles it
+    try:
+        return market.rentals.update(
+            name, expect=rental.state, state=RELEASED, ended_at=market.clock()
+        )
+    except StillRunning:
+        return market.rentals.get(name)
+
+
+def destroy_rental(market: Market, name: str) -> list[Outcome]:
+    """``gpuops destroy NAME``: refuse unless ours (M3); end every record of the rental, boxes
+    destroyed with confirmation (M4), intents looked up by label (M12); the rental is
+    released only when all are gone."""
     rental = market.rentals.get(name)
     if rental is None:
         raise Refused("M3", f"no rental named {name!r}: gpuops cannot prove it owns such a box")
     if rental.owner != market.ledger.operator:
         raise NotOwned(name, rental.owner, market.ledger.operator)
-    outcomes, all_gone = [], True
-    for record in market.ledger.records():
-        if rental_of(record.name) != name or record.owner != market.ledger.operator:
-            continue
-        if record.state in _ENDING and record.instance_id:
-            outcome = destroy_box(
-                market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep
-            )
-            outcomes.append(f"{record.name}: {outcome.detail}")
-            all_gone = all_gone and outcome.released
-        elif record.state is BoxState.INTENT:
-            outcomes.append(f"{record.name}: an unresolved intent; `gpuops sweep` reconciles it")
-            all_gone = False
-    if all_gone:
-        market.rentals.update(name, state=RELEASED, ended_at=market.clock())
+    outcomes = end_records(market, name)
+    if all(o.released for o in outcomes) and rental.state != RELEASED:
+        with contextlib.suppress(StillRunning):
+            market.rentals.update(name, state=RELEASED, ended_at=market.clock())
     return outcomes
 
 
+@dataclass(frozen=True)
+class SweepReport:
+    retried: list[Outcome]  # pending destroys retried
+    expired: list[Outcome]  # records of ours past their rental's deadline, ended
+    unowned: list[str]  # instances on the account no ledger owns: reported, never touched
+
+    @property
+    def unresolved(self) -> list[Outcome]:
+        return [o for o in [*self.retried, *self.expired] if o.ending is Ending.UNRESOLVED]
+
+
 def sweep(market: Market) -> SweepReport:
-    """Retry pending destroys, destroy expired rentals, adopt intents found by label, and
-    report instances no ledger owns (loudly, never touching them)."""
+    """Retry pending destroys; end every record of ours whose rental's deadline has passed,
+    whatever state the rental or the record is in (M13); settle the rentals; report
+    instances no ledger owns (loudly, never touching them)."""
     me = market.ledger.operator
-    report = SweepReport([], [], [], [], [])
-    for record in market.ledger.records():
-        if record.owner != me:
-            continue
-        if record.state in _PENDING and record.instance_id:
-            outcome = destroy_box(
-                market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep
-            )
-            report.retried.append(f"{record.name}: {outcome.detail}")
-        elif record.state is BoxState.INTENT:
-            found = market._reconcile(label_for(record.intent_id))
-            if found is None:
-                report.unresolved.append(record.name)
-                continue
-            market.ledger.mark_live(record.name, found.instance_id)
-            report.adopted.append(f"{record.name}: instance {found.instance_id}")
-            rental = market.rentals.get(rental_of(record.name))
-            if rental is None or rental.box != record.name:
-                destroy_box(
-                    market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep
-                )
+    report = SweepReport([], [], [])
     now = market.clock()
-    for rental in market.rentals.all():
-        if rental.owner == me and rental.state == LIVE and rental.deadline_at is not None:
-            if now >= rental.deadline_at:
-                report.expired.extend(destroy_rental(market, rental.name))
+    rentals = {r.name: r for r in market.rentals.all() if r.owner == me}
+    touched: set[str] = set()
+    for record in market.ledger.records():
+        if record.owner != me or not record.active:
+            continue
+        rental = rentals.get(rental_of(record.name))
+        if record.state in _PENDING and record.instance_id:
+            report.retried.append(end_record(market, record))
+        elif now >= _deadline_of(record, rental):
+            report.expired.append(end_record(market, record))
+        else:
+            continue
+        touched.add(rental_of(record.name))
+    for name, rental in rentals.items():
+        if name in touched or (rental.deadline_at is not None and now >= rental.deadline_at):
+            settle_rental(market, name)
     known = {r.intent_id for r in market.ledger.records() if r.active}
     for instance in market.vast.list_instances():
         if intent_of(instance.label) not in known:
@@ -489,8 +607,17 @@ def sweep(market: Market) -> SweepReport:
         "market.sweep",
         retried=len(report.retried),
         expired=len(report.expired),
-        adopted=len(report.adopted),
         unresolved=len(report.unresolved),
         unowned=len(report.unowned),
     )
     return report
+
+
+def _deadline_of(record: Record, rental: Rental | None) -> float:
+    """When a record must be ended: its rental's deadline (moved by `guard --hours`), else the
+    deadline written into the record at its intent; a record with neither is due now."""
+    if rental is not None and rental.deadline_at is not None:
+        return rental.deadline_at
+    if record.deadline_at:
+        return datetime.fromisoformat(record.deadline_at).timestamp()
+    return float("-inf")

@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from gpuops.errors import AlreadyExists, CorruptState, NameTaken, UsageError, VersionConflict
+from gpuops.errors import (
+    AlreadyExists,
+    CorruptState,
+    NameTaken,
+    StillRunning,
+    UsageError,
+    VersionConflict,
+)
 from gpuops.ledger import CAS_ATTEMPTS
 from gpuops.store.base import Store
 
@@ -40,6 +47,14 @@ class Rental:
     deadline_at: float | None = None  # epoch seconds
     ended_at: float | None = None  # epoch seconds every box of it was confirmed gone
     revision: int = 1
+
+
+class Moved(StillRunning):
+    """The rental left the state a change expected: someone else (its guardian) moved it."""
+
+    def __init__(self, name: str, expected: str, found: str) -> None:
+        super().__init__(f"rental {name!r} is {found}, no longer {expected}")
+        self.name, self.expected, self.found = name, expected, found
 
 
 def check_name(name: str) -> str:
@@ -81,29 +96,41 @@ class Rentals:
                 out.append(_decode(key, found.data))
         return out
 
-    def begin_race(self, name: str) -> Rental:
+    def begin_race(self, name: str, deadline_at: float | None = None) -> Rental:
         """Start (or restart) a race for ``name``: new, released and failed rentals of anyone,
-        racing ones of ours. An active rental of another operator is refused (M3)."""
+        racing ones of ours. An active rental of another operator is refused (M3). The
+        deadline is set before any create, so whoever owns the race's boxes knows when to end
+        them (M13)."""
 
         def start(current: Rental | None) -> Rental:
             if current is None:
-                return Rental(name, self.operator, RACING, race=1)
+                return Rental(name, self.operator, RACING, race=1, deadline_at=deadline_at)
             if current.state in (RACING, LIVE) and current.owner != self.operator:
                 raise NameTaken(name, current.owner)
             if current.state == LIVE:
                 raise UsageError(f"{name!r} is already live; it is returned, not raced again")
             return Rental(
-                name, self.operator, RACING, current.race + 1, revision=current.revision + 1
+                name,
+                self.operator,
+                RACING,
+                current.race + 1,
+                deadline_at=deadline_at,
+                revision=current.revision + 1,
             )
 
         return self._change(name, start)
 
-    def update(self, name: str, **changes: Any) -> Rental:
+    def update(self, name: str, *, expect: str | None = None, **changes: Any) -> Rental:
+        """Change our rental; with ``expect``, only while it is still in that state (a race
+        whose rental its guardian has meanwhile ended must not come back to life)."""
+
         def apply(current: Rental | None) -> Rental:
             if current is None:
                 raise UsageError(f"no rental named {name!r}")
             if current.owner != self.operator:
                 raise NameTaken(name, current.owner)
+            if expect is not None and current.state != expect:
+                raise Moved(name, expect, current.state)
             return replace(current, revision=current.revision + 1, **changes)
 
         return self._change(name, apply)

@@ -9,8 +9,9 @@ will not confirm gone in time, stays on the ledger's retry list for ``gpuops swe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol
 
 from gpuops import timing
@@ -39,11 +40,39 @@ def intent_of(label: str | None) -> str | None:
     return None
 
 
+class Ending(Enum):
+    """How one box's destroy ended: the only input the exit code reads (M13)."""
+
+    GONE = "gone"  # the provider, asked for that box, says gone; the record is released
+    NEVER_CREATED = "never-created"  # its create was refused outright: no box ever existed
+    PENDING = "pending"  # the destroy failed or is not confirmed yet: on the retry list (M4)
+    UNRESOLVED = "unresolved"  # an intent no look-up by label has found: a box may exist
+
+
+ENDED = frozenset({Ending.GONE, Ending.NEVER_CREATED})
+
+
 @dataclass(frozen=True)
 class Outcome:
     name: str
-    released: bool
-    detail: str
+    ending: Ending
+    detail: str  # for people only: never read to decide anything
+
+    @property
+    def released(self) -> bool:
+        return self.ending in ENDED
+
+
+def exit_code(outcomes: Iterable[Outcome]) -> int:
+    """The one mapping from destroy outcomes to an exit code (M13): 0 only when every box is
+    gone or was never created; 4 while a destroy is pending on the retry list; 5 while an
+    intent is unresolved (a box may or may not exist: unknown)."""
+    endings = {outcome.ending for outcome in outcomes}
+    if Ending.PENDING in endings:
+        return 4
+    if Ending.UNRESOLVED in endings:
+        return 5
+    return 0
 
 
 def destroy_box(
@@ -64,15 +93,19 @@ def destroy_box(
     if current is not None and current.state is BoxState.GONE_CONFIRMED:
         # a crash between the confirmation and the release: the evidence is already recorded
         ledger.release(name)  # owner check (M3) in the ledger
-        return Outcome(name, True, f"instance {current.instance_id} was confirmed gone; released")
+        return Outcome(
+            name, Ending.GONE, f"instance {current.instance_id} was confirmed gone; released"
+        )
     record = ledger.begin_destroy(name)  # owner check (M3); on the retry list from now on (M4)
     if record.instance_id is None:
-        return Outcome(name, False, "no instance recorded: reconcile its intent by label first")
+        return Outcome(
+            name, Ending.UNRESOLVED, "no instance recorded: reconcile its intent by label first"
+        )
     try:
         vast.destroy(record.instance_id)
     except (Unavailable, ProviderError) as exc:
         ledger.destroy_failed(name, f"{type(exc).__name__}: {exc}")
-        return Outcome(name, False, f"destroy failed, kept on the retry list: {exc}")
+        return Outcome(name, Ending.PENDING, f"destroy failed, kept on the retry list: {exc}")
     return confirm_and_release(vast, ledger, record, clock=clock, sleep=sleep)
 
 
@@ -97,12 +130,13 @@ def confirm_and_release(
             if shown is None:
                 ledger.confirm_gone(record.name, GONE_BY_SHOW)
                 ledger.release(record.name)
-                return Outcome(record.name, True, f"instance {record.instance_id} confirmed gone")
+                detail = f"instance {record.instance_id} confirmed gone"
+                return Outcome(record.name, Ending.GONE, detail)
             last = "the provider still shows it"
         if clock() >= deadline:
             ledger.destroy_failed(record.name, f"not confirmed gone in time: {last}")
             return Outcome(
-                record.name, False, f"not confirmed gone, kept on the retry list: {last}"
+                record.name, Ending.PENDING, f"not confirmed gone, kept on the retry list: {last}"
             )
         sleep(timing.DESTROY_CONFIRM_POLL_S)
 

@@ -1,0 +1,348 @@
+"""No billed box without a live owner that ends it (M13, M12): kills mid-race, interrupts,
+unclear creates, and exit codes from typed outcomes.
+
+The provider is FakeVast in-process through the real adapter; every check asks the fake which
+boxes still bill, never what gpuops printed. A process killed mid-race is modelled by a probe
+that raises `Killed` with the rent's own cleanup disabled: nothing after that point runs, as
+after a SIGKILL (tests/test_owner_process.py does the same to real processes).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from store_fakes import Events
+
+from fakes.scenario import LostCreate, RateLimitBurst, parse_scenario
+from fakes.vast import FakeClock, FakeVast
+from gpuops import timing
+from gpuops.errors import Interrupted, StillRunning
+from gpuops.ledger import BoxState, Ledger
+from gpuops.market import guardian as g
+from gpuops.market import jobs
+from gpuops.market.guard import Guardian, LocalResults
+from gpuops.market.probe import Verdict
+from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
+from gpuops.market.rentals import FAILED, RACING, RELEASED
+from gpuops.market.teardown import Ending, exit_code
+from gpuops.model import Instance
+from gpuops.providers.vast import VastAdapter
+from gpuops.store.memory import MemoryStore
+
+BASE = "https://console.vast.ai"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsTestKeyForOwnerTests00000000000000 test"
+HOURS = 0.5
+
+
+class Killed(BaseException):
+    """The rent process died here (SIGKILL): nothing after this line of it runs."""
+
+
+def offer(i: int) -> dict[str, Any]:
+    return {
+        "id": 3000 + i,
+        "machine_id": 800 + i,
+        "gpu_name": "RTX 4090",
+        "gpu_ram": 24564,
+        "dph_total": 0.30 + i / 100,
+        "reliability": 0.995,
+        "disk_bw": 2000.0,
+        "fate": "healthy",
+    }
+
+
+def scenario(n: int = 3, **faults: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "vast": {"api_key": "k-o", "ssh_keys": [KEY], "offers": [offer(i) for i in range(n)]}
+    }
+    if faults:
+        doc["vast"]["faults"] = faults
+    return doc
+
+
+@dataclass
+class World:
+    fake: FakeVast
+    store: MemoryStore
+    events: Events
+    tmp: Path
+    said: list[str] = field(default_factory=list)
+
+    def market(self, probe: Any = None) -> Market:
+        vast = VastAdapter(api_key="k-o", base_url=BASE, sleep=self.fake.advance, monotonic=self.fake.now)
+        return Market(
+            vast,
+            Ledger(self.store, self.events, "alice", clock=self.fake.now),
+            self.events,
+            probe=probe or (lambda instance, box: Verdict.PASS),
+            public_key=KEY,
+            clock=self.fake.now,
+            sleep=self.fake.advance,
+            rng=random.Random(5),
+            progress=self.said.append,
+        )
+
+    def killed_mid_race(self, k: int = 3) -> Market:
+        """Rent until the first probe, then die there with the boxes created and none kept."""
+
+        def probe(instance: Instance, box: str) -> Verdict:
+            raise Killed
+
+        market = self.market(probe)
+        market._abandon = lambda rental, why: []  # type: ignore[method-assign]  # SIGKILL: no cleanup
+        with pytest.raises(Killed):
+            market.rent(request(k=k))
+        return self.market()
+
+    def guardian(self, market: Market) -> Guardian:
+        return Guardian(
+            market,
+            "job",
+            shell=jobs.BoxShell(self.tmp / "local", self.tmp / "id_ed25519"),
+            results=LocalResults(self.tmp / "results"),
+            me="alice/host/1/guard",
+            clock=self.fake.now,
+            sleep=self.fake.advance,
+            say=self.said.append,
+        )
+
+    def billing(self) -> list[int]:
+        """The fake's own record: every box that still bills."""
+        return sorted(box.id for box in self.fake.boxes())
+
+    def creates(self) -> list[Any]:
+        return [call for call in self.fake.calls if call.route == "create"]
+
+
+@pytest.fixture
+def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
+    doc = copy.deepcopy(getattr(request, "param", scenario()))
+    fake = FakeVast(parse_scenario(doc), clock=FakeClock())
+    with fake.activate(BASE):
+        yield World(fake, MemoryStore(), Events(), tmp_path)
+
+
+def request(name: str = "job", k: int = 3) -> RentRequest:
+    return RentRequest(name=name, gpu_name="RTX 4090", hours=HOURS, race_k=k)
+
+
+def test_the_deadline_is_written_before_the_first_create_and_the_owner_runs_then_m13(world):
+    """M13: the rental holds its deadline, and on_race (the guardian's start) runs, before any
+    create is sent."""
+    seen: list[tuple[str, float | None, int]] = []
+    market = world.market()
+
+    market.rent(request(), on_race=lambda r: seen.append((r.state, r.deadline_at, len(world.creates()))))
+
+    ((state, deadline, creates),) = seen
+    assert state == RACING and creates == 0
+    assert deadline == pytest.approx(market.rentals.get("job").deadline_at)
+
+
+def test_a_rent_killed_after_its_creates_is_ended_by_its_guardian_by_the_deadline_m13(world):
+    """M13: rent dies between its creates and keeping a box; the rental's guardian, bound to the
+    racing rental, ends every candidate by the deadline and exits 0 only once all are gone."""
+    market = world.killed_mid_race(k=3)
+    assert len(world.billing()) == 3  # three candidates bill, no box was kept
+    deadline = market.rentals.get("job").deadline_at
+
+    code = world.guardian(market).run()
+
+    assert code == g.GONE
+    assert world.billing() == []
+    assert world.fake.now() <= deadline + timing.OWNER_GRACE_S
+    assert market.rentals.get("job").state == RELEASED
+    assert all(not r.active for r in market.ledger.records())
+
+
+def test_sweep_ends_a_killed_races_candidates_past_the_deadline_with_no_guardian_m13(world):
+    """M13: with no guardian at all, sweep ends every record of ours past its rental's
+    deadline whatever state the rental is in (here still `racing`)."""
+    market = world.killed_mid_race(k=2)
+    assert market.rentals.get("job").state == RACING
+
+    early = sweep(market)
+    assert early.expired == [] and len(world.billing()) == 2  # before the deadline: the race's
+
+    world.fake.advance(HOURS * 3600.0)
+    report = sweep(world.market())
+
+    assert [o.ending for o in report.expired] == [Ending.GONE, Ending.GONE]
+    assert exit_code(report.expired) == 0
+    assert world.billing() == []
+    assert market.rentals.get("job").state == RELEASED
+
+
+def test_an_interrupted_rent_destroys_its_candidates_with_confirmation_before_it_exits_m13(world):
+    """M13: Ctrl-C (or SIGTERM, or a closed terminal) during the race destroys that race's
+    candidates, confirmed gone, says so, and leaves with the signal's exit code."""
+
+    def probe(instance: Instance, box: str) -> Verdict:
+        raise Interrupted(signal.SIGINT)
+
+    market = world.market(probe)
+
+    with pytest.raises(Interrupted) as raised:
+        market.rent(request(k=3))
+
+    assert raised.value.exit_code == 130
+    assert world.billing() == []
+    assert market.rentals.get("job").state == FAILED
+    assert all(r.state is BoxState.RELEASED for r in market.ledger.records())
+    assert any("interrupted: 3 box(es) of this race ended" in line for line in world.said)
+
+
+def test_a_second_interrupt_leaves_the_rest_to_the_guardian_which_ends_it_m13(world):
+    """M13: a second Ctrl-C during the clean-up stops it and says the guardian ends the rest;
+    the guardian then does, by the deadline."""
+
+    def probe(instance: Instance, box: str) -> Verdict:
+        raise Interrupted(signal.SIGINT)
+
+    market = world.market(probe)
+    destroy = market.vast.destroy
+
+    def interrupted_again(instance_id: str) -> None:
+        market.vast.destroy = destroy  # type: ignore[method-assign]
+        raise Interrupted(signal.SIGINT)
+
+    market.vast.destroy = interrupted_again  # type: ignore[method-assign]
+
+    with pytest.raises(Interrupted):
+        market.rent(request(k=3))
+
+    assert len(world.billing()) == 3
+    assert any("left to its guardian" in line for line in world.said)
+    assert world.guardian(world.market()).run() == g.GONE
+    assert world.billing() == []
+
+
+@pytest.mark.parametrize(
+    "world", [scenario(lost_creates=[{"offer": 3000, "answer": "close"}])], indirect=True
+)
+def test_an_unclear_create_holds_every_other_create_until_its_box_is_found_m12(world):
+    """M12: the create's connection closes and the first look-up by label answers empty; no
+    other create is sent until a later look-up finds the box, which then races as any other."""
+    world.fake.answer_lists_empty(1)
+    market = world.market()
+
+    rental = market.rent(request(k=3))
+
+    routes = [c.route for c in world.fake.calls if c.route in ("create", "list")]
+    first = routes.index("create")
+    assert routes[first : first + 4] == ["create", "list", "list", "create"]
+    assert rental.instance_id is not None
+    assert len(world.billing()) == 1  # the losers, the found box among them, were destroyed
+
+
+@pytest.mark.parametrize(
+    "world", [scenario(lost_creates=[{"offer": 3000, "answer": "close"}])], indirect=True
+)
+def test_an_unclear_create_never_found_stops_rent_with_exit_5_and_its_owner_keeps_looking_m12(
+    world,
+):
+    """M12/M13: while no look-up finds the box, rent sends no other create and exits 5 naming
+    the intent; the guardian never exits 0 while it is unresolved, and once the list shows the
+    box, the guardian destroys it."""
+    world.fake.answer_lists_empty(None)  # the list misses the new box, for now
+    market = world.market()
+
+    with pytest.raises(StillRunning, match="unresolved after 4 look-ups"):
+        market.rent(request(k=3))
+
+    assert len(world.creates()) == 1
+    assert len(world.billing()) == 1  # the unclear box bills
+    guardian = world.guardian(world.market())
+    for _ in range(50):  # well past the deadline: still looking, never a clean exit
+        assert guardian.step() is None
+    assert len(world.billing()) == 1
+
+    world.fake.clear_faults()  # the list catches up
+    assert guardian.run() == g.GONE
+    assert world.billing() == []
+
+
+@pytest.mark.parametrize(
+    "world", [scenario(rate_limits=[{"count": 1, "route": "create"}])], indirect=True
+)
+def test_a_429_on_create_is_looked_up_by_label_before_its_intent_is_released_m12(world):
+    """M12: a 429 is a refusal only once a look-up by label has found no box."""
+    market = world.market()
+
+    market.rent(request(k=1))
+
+    routes = [(c.route, c.status) for c in world.fake.calls if c.route in ("create", "list")]
+    assert routes[:2] == [("create", 429), ("list", 200)]
+
+
+def test_destroy_exits_0_only_when_every_box_is_confirmed_gone_m13(world):
+    """M13: a destroy left on the retry list is exit 4, however its text reads."""
+    from fakes.scenario import DestroyFailure
+
+    market = world.market()
+    rental = market.rent(request(k=1))
+    world.fake.add_destroy_failure(DestroyFailure(instance=int(rental.instance_id), count=100))
+
+    outcomes = destroy_rental(market, "job")
+
+    assert exit_code(outcomes) == 4
+    assert world.billing() == [int(rental.instance_id)]
+    world.fake.clear_faults()
+    assert exit_code(destroy_rental(market, "job")) == 0
+    assert world.billing() == []
+
+
+def test_a_race_its_guardian_ended_at_the_deadline_never_comes_back_live_m13(world):
+    """M13: the guardian ends a race still probing at its deadline; the race's kept box is then
+    refused (exit 5), and nothing bills."""
+    ended: list[int] = []
+
+    def probe(instance: Instance, box: str) -> Verdict:
+        if not ended:
+            world.fake.advance(HOURS * 3600.0)
+            ended.append(exit_code(destroy_rental(world.market(), "job")))
+        return Verdict.PASS
+
+    with pytest.raises(StillRunning, match="no longer racing"):
+        world.market(probe).rent(request(k=1))
+
+    assert ended == [0]
+    assert world.billing() == []
+    assert world.market().rentals.get("job").state == RELEASED
+
+
+def test_a_race_makes_no_create_once_its_guardian_starts_ending_it_m13(world):
+    """M13: past the deadline minus its margin the race sends no create: its owner is ending it."""
+    fails = iter([Verdict.NO_GPU, Verdict.NO_GPU])
+
+    def probe(instance: Instance, box: str) -> Verdict:
+        world.fake.advance(HOURS * 3600.0)  # the probe outlasts the rental
+        return next(fails)
+
+    with pytest.raises(Exception, match="deadline is near"):
+        world.market(probe).rent(request(k=1))
+
+    assert len(world.creates()) == 1
+    assert world.billing() == []
+
+
+def test_exit_codes_come_from_the_endings_alone_m13():
+    """M13: 0 only when all ended; a pending destroy is 4; an unresolved intent alone is 5."""
+    from gpuops.market.teardown import Outcome
+
+    def out(*endings: Ending) -> list[Outcome]:
+        return [Outcome(f"b{i}", e, "confirmed gone") for i, e in enumerate(endings)]
+
+    assert exit_code([]) == 0
+    assert exit_code(out(Ending.GONE, Ending.NEVER_CREATED)) == 0
+    assert exit_code(out(Ending.GONE, Ending.PENDING)) == 4
+    assert exit_code(out(Ending.UNRESOLVED, Ending.GONE)) == 5
+    assert exit_code(out(Ending.UNRESOLVED, Ending.PENDING)) == 4
+    assert [o.released for o in out(*Ending)] == [True, True, False, False]
