@@ -199,17 +199,19 @@ def _record(args: argparse.Namespace, state_url: str, operator: str, as_json: bo
         root=Path(args.out) if args.out else RECORDINGS,
         progress=progress,
     )
+    from gpuops.market.teardown import exit_code
+
     doc = summary(captured)
-    gone = all("confirmed gone" in line for line in captured.destroyed)
+    code = exit_code(captured.destroyed)  # M13: from the outcomes' types, not their text
     if as_json:
-        _print_json({**doc, "all_confirmed_gone": gone})
+        _print_json({**doc, "all_confirmed_gone": code == 0})
     else:
         print(f"{captured.name}: probe verdict {captured.verdict}; {len(captured.files)} files")
-        for line in captured.destroyed:
+        for line in doc["destroyed"]:
             print(f"  {line}")
         for path in doc["files"]:
             print(f"  wrote {path}")
-    return 0 if gone else 4
+    return code
 
 
 def _record_gce(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:

@@ -166,8 +166,8 @@ def _market_story(state_url: str, operator: str, scratch: Path, as_json: bool) -
         say(f"  rented demo-gpu: instance {rental.instance_id}, ${rental.dph_total}/h")
         again = market.rent(ask)
         say(f"  renting again returns the same box (M8): instance {again.instance_id}")
-        for line in destroy_rental(market, "demo-gpu"):
-            say(f"  destroy: {line}")
+        for outcome in destroy_rental(market, "demo-gpu"):
+            say(f"  destroy: {outcome.name}: {outcome.detail}")
         report = sweep(market)
         leaked = [r.name for r in market.ledger.records() if r.active]
         still = [i for i in (rental.instance_id,) if i and market.vast.show(i) is not None]

@@ -105,7 +105,7 @@ class Captured:
     name: str
     files: list[Path] = field(default_factory=list)
     parsed: dict[str, tuple[str, Any]] = field(default_factory=dict)  # file stem -> (op, value)
-    destroyed: list[str] = field(default_factory=list)
+    destroyed: list[Any] = field(default_factory=list)  # teardown.Outcome, one per box
     verdict: str | None = None
 
 
@@ -285,7 +285,7 @@ def summary(captured: Captured) -> dict[str, Any]:
     return {
         "name": captured.name,
         "verdict": captured.verdict,
-        "destroyed": captured.destroyed,
+        "destroyed": [f"{o.name}: {o.detail}" for o in captured.destroyed],
         "files": [str(p) for p in captured.files],
         "checked": sorted(captured.parsed),
     }

@@ -116,11 +116,8 @@ LANE_POLL_S = 5.0
 GCE_OPERATION_TIMEOUT_S = 300.0
 
 # --- unclear creates and the owner of every box (M12, M13) ----------------------------------
-# An unclear create is looked up by its label this many times before rent gives up with
-# exit 5 (the guardian and sweep go on looking)...
-RECONCILE_ATTEMPTS = 4
-# ...waiting this long before the second look-up, and twice as long before each next one:
-# the provider's list can miss a box created seconds ago.
+# An unclear create's second look-up by label waits this long, and each next one twice as
+# long (race.RECONCILE_ATTEMPTS in all): the provider's list can miss a box made seconds ago.
 RECONCILE_BACKOFF_S = 5.0
 # Whoever owns a rental's boxes (its guardian, or sweep) ends every one of them within this of
 # the rental's deadline, wherever any process died: the bound M13 promises.

@@ -269,3 +269,26 @@ def test_no_sequence_of_leases_makes_a_live_box_exit_0(steps):
         if isinstance(action, Leave):
             assert action.code == SUPERSEDED
             assert mind.held and mind.watching == OTHER
+
+
+def test_an_ended_rental_is_ended_at_once_not_at_its_deadline_m13():
+    """M13: a rental that failed or was released has nothing to wait for: its leftover boxes
+    are destroyed now."""
+    ended = Box(False, T0, T0 + 10 * HOUR, ended=True)
+    assert g.decide(Mind(ME), mine(T0), ended, T0 + 1)[1] == Destroy()
+    assert g.decide(Mind(ME), mine(T0), BOX, T0 + 1)[1] != Destroy()
+
+
+def test_an_unresolved_intent_outliving_the_grace_is_a_loud_exit_5_never_0_m13():
+    """M13: only unresolved intents left, past deadline + OWNER_GRACE_S: exit UNKNOWN (5),
+    loud; sweep goes on looking. Before that, and with any box left, the guardian works on."""
+    stuck = Box(False, T0, T0 + HOUR, ended=True, unresolved=True)
+    limit = T0 + HOUR + timing.OWNER_GRACE_S
+
+    assert g.UNKNOWN == 5
+    assert g.decide(Mind(ME), mine(limit), stuck, limit)[1] == Leave(
+        g.UNKNOWN, "an unresolved create outlived the grace; sweep goes on"
+    )
+    assert g.decide(Mind(ME), mine(limit), stuck, limit - 0.001)[1] == Destroy()
+    boxes_left = Box(False, T0, T0 + HOUR, ended=True)
+    assert g.decide(Mind(ME), mine(limit + HOUR), boxes_left, limit + HOUR)[1] == Destroy()

@@ -7,17 +7,20 @@ import pytest
 from gpuops import timing
 from gpuops.market.race import (
     KEY_BLAME_MIN_PROBES,
+    RECONCILE_ATTEMPTS,
     Candidate,
     Create,
     Destroy,
     Keep,
     Phase,
     Race,
+    Reconcile,
     Replace,
     Stop,
     Wait,
     add_spare,
     decide,
+    looked,
     update,
 )
 
@@ -177,3 +180,76 @@ def test_a_host_fault_found_in_the_same_round_as_a_winner_is_still_quarantined()
     state = update(state, 2, cause="ssh-auth")
 
     assert decide(state, T) == [Keep(1), Destroy(0, "slow-disk"), Destroy(2, None)]
+
+
+def unclear(*others: Phase, reconciles: int = 1, at: float | None = T + 5) -> Race:
+    """Slot 0 is a create whose answer was lost and whose box no look-up has found."""
+    lost = Candidate(0, 100, 200, Phase.CREATING, None, T, None, reconciles, at)
+    rest = tuple(
+        Candidate(i + 1, 101 + i, 201 + i, phase=p, instance_id=f"i{i + 1}")
+        for i, p in enumerate(others)
+    )
+    return Race((lost, *rest), last_create_at=T)
+
+
+def test_no_other_create_is_sent_while_a_create_is_unresolved_m12():
+    """M12: with an unclear create open, a picked candidate waits for its next look-up."""
+    assert decide(unclear(Phase.PICKED), T + 4) == [Wait(1.0)]
+    assert decide(unclear(Phase.PICKED), T + 5) == [Reconcile(0)]
+    assert decide(unclear(Phase.PICKED, at=None), T + 1) == [Reconcile(0)]
+
+
+def test_boxes_coming_up_are_polled_while_an_unclear_create_waits_for_its_look_up_m12():
+    """M12: a booting or probing box is watched meanwhile (no action: the shell polls)."""
+    assert decide(unclear(Phase.BOOTING), T + 1) == []
+    assert decide(unclear(Phase.PROBING), T + 1) == []
+    assert decide(unclear(Phase.BOOTING), T + 5) == [Reconcile(0)]
+
+
+def test_an_unclear_create_past_its_look_ups_ends_every_other_box_and_stops_unknown_m12():
+    """M12/M13: after RECONCILE_ATTEMPTS look-ups the race destroys what it has and stops
+    with `unresolved` (exit 5), naming the offer and slot."""
+    tried = RECONCILE_ATTEMPTS
+    state = unclear(Phase.BOOTING, Phase.PICKED, Phase.PROBING, reconciles=tried)
+
+    actions = decide(state, T + 1)
+
+    assert actions[:2] == [Destroy(1), Destroy(3)]
+    (stop,) = actions[2:]
+    assert stop == Stop(
+        f"the create on offer 100 (slot 0) is unresolved after {tried} look-ups by label; "
+        "its guardian and sweep keep looking",
+        "M12",
+        unresolved=True,
+    )
+    assert decide(unclear(reconciles=tried - 1), T + 5) == [Reconcile(0)]
+
+
+def test_each_look_up_that_finds_nothing_doubles_the_wait_for_the_next_m12():
+    """M12: the look-ups back off from RECONCILE_BACKOFF_S, doubling."""
+    state = unclear(reconciles=0, at=None)
+    waits = []
+    for n in range(3):
+        state = looked(state, 0, T + 100 * n)
+        lost = state.candidates[0]
+        waits.append(lost.reconcile_at - (T + 100 * n))
+        assert lost.reconciles == n + 1
+    base = timing.RECONCILE_BACKOFF_S
+    assert waits == [base, 2 * base, 4 * base]
+
+
+def test_a_created_box_is_not_unclear_whatever_its_phase_m12():
+    """M12: a create with an instance id is settled; only an id-less CREATING one holds."""
+    known = Race((Candidate(0, 100, 200, Phase.CREATING, "i0", T), Candidate(1, 101, 201)), T)
+    assert decide(known, T + timing.CREATE_PACING_S) == [Create(1)]
+
+
+def test_no_create_is_sent_once_the_rentals_owner_starts_ending_it_m13():
+    """M13: at stop_creating_at (the guardian's copy time) the race stops instead of creating."""
+    state = Race((Candidate(0, 100, 200),), stop_creating_at=T)
+
+    assert decide(state, T - 0.001) == [Create(0)]
+    assert decide(state, T) == [
+        Stop("the rental's deadline is near: no more creates; its guardian ends it")
+    ]
+    assert decide(Race((Candidate(0, 100, 200),)), T + 10**9) == [Create(0)]

@@ -17,6 +17,7 @@ import pytest
 import responses
 import yaml
 
+from gpuops.market.teardown import Ending
 from gpuops.errors import UsageError
 from gpuops.providers import load_recording
 from gpuops.providers.vast import VastAdapter
@@ -62,7 +63,7 @@ def test_record_vast_captures_every_exchange_and_a_replay_parses_the_same(
     )
 
     assert captured.verdict == "pass"
-    assert captured.destroyed and all("confirmed gone" in line for line in captured.destroyed)
+    assert captured.destroyed and all(o.ending is Ending.GONE for o in captured.destroyed)
     ops = [
         p.stem.split("_", 1)[1]
         for p in captured.files

@@ -12,6 +12,8 @@ from gpuops import timing
 PACKAGE = Path(__file__).resolve().parent.parent / "gpuops"
 
 PINNED = {
+    "RECONCILE_BACKOFF_S": 5.0,
+    "OWNER_GRACE_S": 600.0,
     "LANE_POLL_S": 5.0,
     "GCE_OPERATION_TIMEOUT_S": 300.0,
     "GUARDIAN_HEARTBEAT_S": 15.0,
@@ -302,3 +304,16 @@ def test_no_module_but_timing_holds_a_duration_literal():
             offenders[str(path.relative_to(PACKAGE.parent))] = hits
     assert offenders == {}
     assert len(list(PACKAGE.rglob("*.py"))) >= 5
+
+
+def test_the_owners_grace_covers_a_whole_destroy_and_the_look_ups_of_an_unclear_create_m13():
+    """M13: within OWNER_GRACE_S of the deadline the owner can confirm a destroy and finish the
+    look-ups by label that rent gives an unclear create; the grace outlasts a dead guardian's
+    lease, so a standby takes over inside it."""
+    from gpuops.market.race import RECONCILE_ATTEMPTS
+
+    look_ups = sum(timing.RECONCILE_BACKOFF_S * 2**n for n in range(RECONCILE_ATTEMPTS))
+    assert timing.OWNER_GRACE_S >= timing.DESTROY_CONFIRM_TIMEOUT_S + look_ups
+    assert timing.OWNER_GRACE_S > timing.LEASE_TTL_S + timing.DESTROY_CONFIRM_TIMEOUT_S
+    assert timing.RECONCILE_BACKOFF_S >= timing.RACE_POLL_S
+

@@ -26,7 +26,7 @@ from enum import Enum
 from gpuops import timing
 
 GONE = 0  # exit code: the box is confirmed gone
-UNSETTLED = 5  # exit code: an intent still unresolved long past the deadline; sweep goes on
+UNKNOWN = 5  # exit code: an intent still unresolved long past the deadline; sweep goes on
 SUPERSEDED = 7  # exit code: a successor was seen renewing the lease (verified, M7)
 
 
@@ -160,7 +160,7 @@ def decide(
     if box.gone:
         return mind, Leave(GONE, "every box of the rental is confirmed gone")
     if box.unresolved and now >= box.deadline_at + timing.OWNER_GRACE_S:
-        return mind, Leave(UNSETTLED, "an unresolved create outlived the grace; sweep goes on")
+        return mind, Leave(UNKNOWN, "an unresolved create outlived the grace; sweep goes on")
     if lease is None or (lease.holder != mind.me and is_stale(lease, now, clock)):
         return mind, Take()
     if lease.holder == mind.me:

@@ -36,6 +36,10 @@ class Phase(Enum):
 # in a row with nothing else is 2.4% by chance, and an unregistered key fails every one.
 KEY_BLAME_MIN_PROBES = 3
 
+# An unclear create is looked up by its label this many times (backing off from
+# timing.RECONCILE_BACKOFF_S) before rent gives up with exit 5; its guardian and sweep go on.
+RECONCILE_ATTEMPTS = 4
+
 HAS_BOX = frozenset(
     {Phase.CREATING, Phase.BOOTING, Phase.PROBING, Phase.PASSED, Phase.FAILED, Phase.DESTROYING}
 )
@@ -168,7 +172,7 @@ def _unclear(c: Candidate) -> bool:
 
 def _settle(cands: tuple[Candidate, ...], c: Candidate, now: float) -> list[Action]:
     """Look again by label while attempts remain; then end every other box and stop unknown."""
-    if c.reconciles >= timing.RECONCILE_ATTEMPTS:
+    if c.reconciles >= RECONCILE_ATTEMPTS:
         plan: list[Action] = [
             Destroy(o.slot) for o in cands if o.phase in HAS_BOX and not _unclear(o)
         ]
