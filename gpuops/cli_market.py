@@ -20,8 +20,12 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
     from gpuops.market.session import open_market
 
     def progress(line: str) -> None:
-        if not as_json:
-            print(line, file=sys.stderr if args.command == "rent" else sys.stdout, flush=True)
+        # rent's progress goes to stderr even with --json: what an interrupt destroyed, or
+        # whose race a second rent waits for, must reach the person at the terminal
+        if args.command == "rent":
+            print(line, file=sys.stderr, flush=True)
+        elif not as_json:
+            print(line, flush=True)
 
     need_key = args.command == "rent"
     vram_mb = int(getattr(args, "vram_gb", 8.0) * 1024)

@@ -122,3 +122,9 @@ RECONCILE_BACKOFF_S = 5.0
 # Whoever owns a rental's boxes (its guardian, or sweep) ends every one of them within this of
 # the rental's deadline, wherever any process died: the bound M13 promises.
 OWNER_GRACE_S = 600.0
+# A rent that is racing for a name says so this often, so that a second `rent NAME` waits for
+# its box instead of racing too (M8)...
+RACER_HEARTBEAT_S = 5.0
+# ...and a racer whose heartbeat stood still this long, on the waiter's own clock, is dead:
+# the waiter takes over. Longer than one ssh probe step, with room for a slow store write.
+RACER_TTL_S = 90.0

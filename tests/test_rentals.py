@@ -15,6 +15,8 @@ from gpuops.market.rentals import (
     PREFIX,
     RACING,
     RELEASED,
+    Moved,
+    RaceInProgress,
     Rental,
     Rentals,
     box_name,
@@ -255,3 +257,67 @@ def test_a_corrupt_rental_is_reported_with_its_key_and_never_replaced(alice, sto
     assert caught.value.where == PREFIX + "job"
     assert caught.value.reason.startswith("not a rental record: ")
     assert MemoryStore.get(store, PREFIX + "job").data == data
+
+
+def test_a_race_another_rent_of_ours_is_running_is_refused_with_its_heartbeat_m8(alice, store):
+    """M8: a second rent of the same name, while the first races, is told who races and the
+    heartbeat it saw; nothing of the first race changes."""
+    first = alice.begin_race("job", 50.0, racer="alice/a/1/x")
+
+    with pytest.raises(RaceInProgress) as caught:
+        alice.begin_race("job", 60.0, racer="alice/b/2/y")
+
+    assert (caught.value.name, caught.value.racer, caught.value.beat) == ("job", "alice/a/1/x", 0)
+    assert caught.value.exit_code == 5
+    assert stored(store, "job") == first == Rental(
+        "job", "alice", RACING, race=1, deadline_at=50.0, racer="alice/a/1/x"
+    )
+    assert alice.begin_race("job", 70.0, racer="alice/a/1/x").race == 2  # its own: a restart
+
+
+def test_a_racer_whose_heartbeat_stood_still_is_taken_over_by_the_one_that_saw_it_m8(alice):
+    """M8: only the exact (racer, beat) seen standing still is taken over; a beat since, or
+    another racer, is still refused."""
+    alice.begin_race("job", 50.0, racer="alice/a/1/x")
+    assert alice.beat("job", "alice/a/1/x") is True
+    assert alice.get("job").beat == 1
+
+    with pytest.raises(RaceInProgress):
+        alice.begin_race("job", 60.0, racer="alice/b/2/y", takeover=("alice/a/1/x", 0))
+    with pytest.raises(RaceInProgress):
+        alice.begin_race("job", 60.0, racer="alice/b/2/y", takeover=("alice/c/3/z", 1))
+    taken = alice.begin_race("job", 60.0, racer="alice/b/2/y", takeover=("alice/a/1/x", 1))
+
+    assert (taken.race, taken.racer, taken.beat, taken.deadline_at) == (2, "alice/b/2/y", 0, 60.0)
+    assert alice.beat("job", "alice/a/1/x") is False  # the old racer learns it lost the race
+    assert alice.get("job").beat == 0
+
+
+@pytest.mark.parametrize("state", [LIVE, FAILED, RELEASED])
+def test_a_heartbeat_ends_once_the_race_is_over(alice, state):
+    """M8: a racer's heartbeat moves only a racing rental that is still its own."""
+    alice.begin_race("job", 50.0, racer="alice/a/1/x")
+    alice.update("job", state=state)
+
+    assert alice.beat("job", "alice/a/1/x") is False
+    assert alice.get("job").beat == 0
+    assert alice.beat("other", "alice/a/1/x") is False
+
+
+def test_a_racing_rental_with_no_racer_named_is_restarted_by_anyone_of_ours_m8(alice):
+    """M8: a race begun without a racer id (an older record) is not guarded by one."""
+    alice.begin_race("job")
+    assert alice.begin_race("job", racer="alice/b/2/y").race == 2
+
+
+def test_an_expected_state_guards_a_change_against_the_guardian_ending_the_rental_m13(alice):
+    """M13: a change that expects `racing` is refused once the rental moved on, naming both."""
+    alice.begin_race("job")
+    alice.update("job", state=RELEASED)
+
+    with pytest.raises(Moved) as caught:
+        alice.update("job", expect=RACING, state=LIVE)
+
+    assert (caught.value.expected, caught.value.found) == (RACING, RELEASED)
+    assert alice.get("job").state == RELEASED
+    assert alice.update("job", expect=RELEASED, box="b").box == "b"

@@ -14,6 +14,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuops"
 PINNED = {
     "RECONCILE_BACKOFF_S": 5.0,
     "OWNER_GRACE_S": 600.0,
+    "RACER_HEARTBEAT_S": 5.0,
+    "RACER_TTL_S": 90.0,
     "LANE_POLL_S": 5.0,
     "GCE_OPERATION_TIMEOUT_S": 300.0,
     "GUARDIAN_HEARTBEAT_S": 15.0,
@@ -316,4 +318,11 @@ def test_the_owners_grace_covers_a_whole_destroy_and_the_look_ups_of_an_unclear_
     assert timing.OWNER_GRACE_S >= timing.DESTROY_CONFIRM_TIMEOUT_S + look_ups
     assert timing.OWNER_GRACE_S > timing.LEASE_TTL_S + timing.DESTROY_CONFIRM_TIMEOUT_S
     assert timing.RECONCILE_BACKOFF_S >= timing.RACE_POLL_S
+
+
+def test_a_waiting_rent_takes_over_only_after_several_missed_racer_heartbeats_m8():
+    """M8: a racer is presumed dead only after many heartbeats went missing and longer than one
+    ssh step could have blocked it, so two rents never race for one name at once."""
+    assert timing.RACER_TTL_S >= 6 * timing.RACER_HEARTBEAT_S
+    assert timing.RACER_TTL_S > timing.SSH_COMMAND_TIMEOUT_S + timing.STORE_LOCK_TIMEOUT_S
 

@@ -48,7 +48,7 @@ from gpuops.market import guardian as g
 from gpuops.market import watchdog as w
 from gpuops.market.jobs import BoxShell, Jobs
 from gpuops.market.rent import Market, destroy_rental
-from gpuops.market.rentals import FAILED, RELEASED, check_name, rental_of
+from gpuops.market.rentals import FAILED, RELEASED, check_name, process_id, rental_of
 from gpuops.store.base import Store
 
 LEASES = "market/leases/"
@@ -57,7 +57,7 @@ RESULTS_ENV = "GPUOPS_RESULTS"  # where results go: a directory or s3://bucket/p
 
 
 def guardian_id(operator: str) -> str:
-    return f"{operator}/{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
+    return process_id(operator)
 
 
 def clockwork_from_env() -> g.Clockwork:

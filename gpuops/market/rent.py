@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import threading
 import time
 from datetime import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,10 +44,12 @@ from gpuops.market.rentals import (
     LIVE,
     RACING,
     RELEASED,
+    RaceInProgress,
     Rental,
     Rentals,
     box_name,
     check_name,
+    process_id,
     rental_of,
 )
 from gpuops.market.select import Filter, Selection, select
@@ -113,6 +116,7 @@ class Market:
         self.sleep = sleep
         self.rng = rng or random.Random()
         self.progress = progress
+        self.racer = process_id(ledger.operator)  # this process, when it races (M8)
         self.rentals = Rentals(ledger.store, ledger.operator)
         self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock)
         # machine id -> shrunk pass rate for these offers (analysis/shrink.py); None: price only
@@ -124,21 +128,71 @@ class Market:
         before any create: the CLI starts the rental's guardian there, so every box the race
         creates has a live owner from its first moment (M13)."""
         check_name(req.name)
-        existing = self.rentals.get(req.name)
-        if (
-            existing is not None
-            and existing.state == LIVE
-            and existing.owner == self.ledger.operator
-        ):
-            self._destroy_losers(existing)
-            self.progress(f"{req.name}: already live as instance {existing.instance_id}")
-            return existing  # M8: never a second rental for one name
-        self._check_key()
-        now = self.clock()
-        deadline = now + req.hours * 3600.0
-        rental = self.rentals.begin_race(req.name, deadline)  # refuses another's name (M3)
+        keyed = False
+        seen: tuple[str, int] | None = None  # the other racer's (id, beat), as last seen
+        seen_since = 0.0
+        while True:
+            existing = self.rentals.get(req.name)
+            if (
+                existing is not None
+                and existing.state == LIVE
+                and existing.owner == self.ledger.operator
+            ):
+                self._destroy_losers(existing)
+                self.progress(f"{req.name}: already live as instance {existing.instance_id}")
+                return existing  # M8: never a second rental for one name
+            if not keyed:
+                self._check_key()
+                keyed = True
+            now = self.clock()
+            deadline = now + req.hours * 3600.0
+            stale = seen if seen and now - seen_since >= timing.RACER_TTL_S else None
+            try:  # refuses another operator's name (M3) and a race in progress (M8)
+                rental = self.rentals.begin_race(
+                    req.name, deadline, racer=self.racer, takeover=stale
+                )
+                break
+            except RaceInProgress as busy:
+                if (busy.racer, busy.beat) != seen:
+                    if seen is None:
+                        self.progress(
+                            f"{req.name}: {busy.racer} is racing for it now; waiting for its "
+                            "box (M8: one race, one box)"
+                        )
+                    seen, seen_since = (busy.racer, busy.beat), now
+                self.sleep(timing.RACE_POLL_S)
+        if stale is not None:
+            self.progress(f"{req.name}: {stale[0]} stopped racing for it; taking over")
         if on_race is not None:
-            on_race(rental)
+            try:
+                on_race(rental)
+            except BaseException:  # no owner could be started: no create is sent (M13)
+                with contextlib.suppress(GpuopsError):
+                    self.rentals.update(rental.name, expect=RACING, state=FAILED)
+                raise
+        with self._racing(rental):
+            return self._race(req, rental, deadline, now)
+
+    @contextlib.contextmanager
+    def _racing(self, rental: Rental) -> Iterator[None]:
+        """Beat the racer's heartbeat while this race runs, so a concurrent rent of the same
+        name waits for it instead of racing too (M8), and takes over only once it stops."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(timing.RACER_HEARTBEAT_S):
+                with contextlib.suppress(GpuopsError):
+                    if not self.rentals.beat(rental.name, self.racer):
+                        return
+
+        worker = threading.Thread(target=beat, name=f"racer-{rental.name}", daemon=True)
+        worker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+
+    def _race(self, req: RentRequest, rental: Rental, deadline: float, now: float) -> Rental:
         self._clean_earlier_races(rental)
         offers = self.vast.search_offers(gpu_name=req.gpu_name, num_gpus=1)
         chosen = select(

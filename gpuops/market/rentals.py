@@ -9,7 +9,10 @@ rental of ours is returned as it is, never rented again, from any process, after
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
+import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -47,6 +50,8 @@ class Rental:
     deadline_at: float | None = None  # epoch seconds
     ended_at: float | None = None  # epoch seconds every box of it was confirmed gone
     revision: int = 1
+    racer: str | None = None  # the rent process racing for it (M8: one race at a time)
+    beat: int = 0  # the racer's heartbeats: a waiting rent sees them move, or takes over
 
 
 class Moved(StillRunning):
@@ -55,6 +60,19 @@ class Moved(StillRunning):
     def __init__(self, name: str, expected: str, found: str) -> None:
         super().__init__(f"rental {name!r} is {found}, no longer {expected}")
         self.name, self.expected, self.found = name, expected, found
+
+
+class RaceInProgress(StillRunning):
+    """Another rent process of ours is racing for this name right now (M8)."""
+
+    def __init__(self, name: str, racer: str, beat: int) -> None:
+        super().__init__(f"rental {name!r} is being raced for by {racer}")
+        self.name, self.racer, self.beat = name, racer, beat
+
+
+def process_id(operator: str) -> str:
+    """Who is acting, from which host and process: a racer's or a guardian's id."""
+    return f"{operator}/{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
 
 
 def check_name(name: str) -> str:
@@ -96,19 +114,32 @@ class Rentals:
                 out.append(_decode(key, found.data))
         return out
 
-    def begin_race(self, name: str, deadline_at: float | None = None) -> Rental:
+    def begin_race(
+        self,
+        name: str,
+        deadline_at: float | None = None,
+        *,
+        racer: str | None = None,
+        takeover: tuple[str, int] | None = None,
+    ) -> Rental:
         """Start (or restart) a race for ``name``: new, released and failed rentals of anyone,
         racing ones of ours. An active rental of another operator is refused (M3). The
         deadline is set before any create, so whoever owns the race's boxes knows when to end
-        them (M13)."""
+        them (M13). A race another rent process is running is RaceInProgress (M8), unless
+        ``takeover`` names its (racer, beat) as seen standing still for a whole RACER_TTL_S."""
 
         def start(current: Rental | None) -> Rental:
             if current is None:
-                return Rental(name, self.operator, RACING, race=1, deadline_at=deadline_at)
+                return Rental(
+                    name, self.operator, RACING, race=1, deadline_at=deadline_at, racer=racer
+                )
             if current.state in (RACING, LIVE) and current.owner != self.operator:
                 raise NameTaken(name, current.owner)
             if current.state == LIVE:
                 raise UsageError(f"{name!r} is already live; it is returned, not raced again")
+            running = current.state == RACING and current.racer not in (None, racer)
+            if running and takeover != (current.racer, current.beat):
+                raise RaceInProgress(name, str(current.racer), current.beat)
             return Rental(
                 name,
                 self.operator,
@@ -116,9 +147,24 @@ class Rentals:
                 current.race + 1,
                 deadline_at=deadline_at,
                 revision=current.revision + 1,
+                racer=racer,
             )
 
         return self._change(name, start)
+
+    def beat(self, name: str, racer: str) -> bool:
+        """The racer's heartbeat; False once the rental is no longer its race."""
+
+        def bump(current: Rental | None) -> Rental:
+            if current is None or current.state != RACING or current.racer != racer:
+                raise Moved(name, RACING, "gone" if current is None else current.state)
+            return replace(current, beat=current.beat + 1, revision=current.revision + 1)
+
+        try:
+            self._change(name, bump)
+        except Moved:
+            return False
+        return True
 
     def update(self, name: str, *, expect: str | None = None, **changes: Any) -> Rental:
         """Change our rental; with ``expect``, only while it is still in that state (a race

@@ -1,0 +1,96 @@
+"""No billed box without a live owner, with real processes against `gpuops fakes serve` (M13, M8).
+
+`gpuops rent` runs in its own process and is killed (SIGKILL), interrupted (SIGINT) or run
+twice at once; every verdict asks the fake which instances still bill.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_guard_process import ROOT, WAIT_S, Fakes, _alive, _guardian_pids, _kill
+
+pytestmark = [pytest.mark.slow, pytest.mark.process]
+
+SLOW_BOOT = {"boot": {"provisioning_s": 1200}}  # fake seconds: 20 s of wall time at scale 60
+
+
+@pytest.fixture
+def fakes(tmp_path: Path) -> Fakes:
+    served = Fakes(tmp_path, **SLOW_BOOT)
+    yield served
+    for pid in _guardian_pids(served):
+        _kill(pid)
+    served.proc.send_signal(signal.SIGTERM)
+    served.proc.wait(timeout=WAIT_S)
+
+
+def rent(fakes: Fakes, name: str, hours: str, race: str = "3") -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuops", "--json", "rent", name, "--gpu", "RTX 4090",
+         "--hours", hours, "--race", race],
+        env=fakes.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def created(fakes: Fakes, n: int) -> bool:
+    return len([e for e in fakes.events("market.create") if e["outcome"] == "created"]) >= n
+
+
+def test_a_rent_killed_between_its_creates_and_keeping_a_box_leaves_nothing_billing_m13(fakes):
+    """M13: SIGKILL rent after its creates, before any box is kept: the guardian it started
+    before the first create ends every candidate at the deadline and exits 0 only then."""
+    proc = rent(fakes, "kill-box", "0.006")  # the deadline: 21.6 s from now
+    fakes.wait_for("two creates", lambda: created(fakes, 2))
+    proc.kill()
+    proc.communicate(timeout=WAIT_S)
+    assert len(fakes.live_instances()) >= 2  # candidates bill; nothing in rent can end them
+    (started,) = fakes.events("guard.start")
+
+    fakes.wait_for("the confirmed end", lambda: fakes.events("guard.confirmed_gone"))
+    fakes.wait_for("the guardian to exit", lambda: not _alive(int(started["pid"])))
+
+    assert fakes.live_instances() == []
+    assert [e["code"] for e in fakes.events("guard.exit")] == [0]
+    boxes = fakes.json("boxes")
+    assert [r["state"] for r in boxes["rentals"]] == ["released"]
+    assert boxes["candidates"] == [] and boxes["pending_destroys"] == []
+
+
+def test_ctrl_c_during_a_race_destroys_its_candidates_before_rent_exits_130_m13(fakes):
+    """M13: Ctrl-C while the candidates boot: rent destroys them, confirmed gone, says so, and
+    exits 130; the fake shows nothing billing the moment rent has exited."""
+    proc = rent(fakes, "ctrl-box", "0.05")
+    fakes.wait_for("two creates", lambda: created(fakes, 2))
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=WAIT_S)
+
+    assert proc.returncode == 130
+    assert fakes.live_instances() == []
+    assert "interrupted:" in err and "confirmed gone" in err
+    (started,) = fakes.events("guard.start")
+    fakes.wait_for("the guardian to exit", lambda: not _alive(int(started["pid"])))
+    assert [e["code"] for e in fakes.events("guard.exit")] == [0]
+
+
+def test_two_rents_of_one_name_at_once_end_with_exactly_one_box_m8(fakes):
+    """M8: two `rent NAME` started together: one races, the other waits and returns the same
+    box, saying who raced; never a second box."""
+    procs = [rent(fakes, "twin-box", "0.05") for _ in range(2)]
+    done = [proc.communicate(timeout=WAIT_S) for proc in procs]
+
+    assert [proc.returncode for proc in procs] == [0, 0]
+    rows = [json.loads(out) for out, _ in done]
+    assert rows[0]["instance_id"] == rows[1]["instance_id"]
+    assert len(fakes.live_instances()) == 1
+    assert sum("is racing for it now" in err for _, err in done) == 1
+    assert len({e["guardian"] for e in fakes.events("guard.lease.taken")}) == 1
+    fakes.gpuops("destroy", "twin-box")
+    assert fakes.live_instances() == []
+    assert os.environ.get("GPUOPS_STATE") != str(fakes.state)  # the test's state is its own
