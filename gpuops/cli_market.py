@@ -26,6 +26,26 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
     market = open_market(
         state_url, operator, vram_floor_mb=vram_mb, progress=progress, need_key=need_key
     )
+    code = _market_command(market, args, vram_mb, as_json, state_url)
+    return _name_corrupt(market, code)
+
+
+def _name_corrupt(market: Any, code: int) -> int:
+    """A corrupt rental blocks only itself: the others were served; it is named, with a way
+    to repair it, and a command that otherwise succeeded exits 1 so nobody misses it."""
+    for key, exc in sorted(market.rentals.corrupt.items()):
+        print(
+            f"gpuops: skipped the unreadable rental {key.rpartition('/')[2]!r}: {exc}. "
+            "Repair: restore it from a backup, or move the file aside once `gpuops sweep` "
+            "shows no instance of it left (sweep names every instance no record owns)",
+            file=sys.stderr,
+        )
+    return code if code or not market.rentals.corrupt else 1
+
+
+def _market_command(
+    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, state_url: str
+) -> int:
     if args.command == "offers":
         return _offers(market, args, vram_mb, as_json)
     if args.command == "rent":

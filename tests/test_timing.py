@@ -49,6 +49,7 @@ PINNED = {
     "RECORD_HOLD_S": 900.0,
     "RECORD_GCE_RUN_S": 240.0,
     "STORE_LOCK_POLL_S": 0.01,
+    "MAX_RENTAL_S": 604800.0,
 }
 
 
