@@ -74,9 +74,13 @@ def _market_command(
 
 
 def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
-    from gpuops.market.select import Filter, select
+    from gpuops.market.select import Filter, resolve_gpu_name, select
 
     offers = market.vast.search_offers(gpu_name=args.gpu)
+    if args.gpu and not offers:  # a misspelt GPU is named as such, never shown as "0 offers"
+        known = resolve_gpu_name(args.gpu, (o.gpu_name for o in market.vast.search_offers()))
+        if known is not None and known != args.gpu:
+            offers = market.vast.search_offers(gpu_name=known)
     rates = market.pass_rates(offers) if market.pass_rates else {}
     chosen = select(
         offers,

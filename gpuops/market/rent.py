@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gpuops import timing
@@ -26,6 +26,7 @@ from gpuops.errors import (
     Refused,
     Unavailable,
     UnexpectedResponse,
+    UsageError,
 )
 from gpuops.ledger import CREATE_REFUSED, BoxState, EventSink, Ledger, utc_iso
 from gpuops.market import race as r
@@ -41,7 +42,7 @@ from gpuops.market.rentals import (
     check_name,
     rental_of,
 )
-from gpuops.market.select import Filter, Selection, select
+from gpuops.market.select import Filter, Selection, resolve_gpu_name, select
 from gpuops.market.teardown import destroy_box, intent_of, label_for
 from gpuops.model import Instance, Offer, SshKey
 
@@ -120,6 +121,8 @@ class Market:
         rental = self.rentals.begin_race(req.name)  # refuses another operator's name (M3)
         self._clean_earlier_races(rental)
         offers = self.vast.search_offers(gpu_name=req.gpu_name, num_gpus=1)
+        if not offers:  # a misspelt GPU is a usage error naming the known ones, not a stockout
+            req, offers = self._respelled(req)
         chosen = select(
             offers,
             k=req.race_k,
@@ -365,6 +368,18 @@ class Market:
                 record = self.ledger.get(record.name) or record
             if record.state in (BoxState.LIVE, BoxState.DESTROYING):
                 destroy_box(self.vast, self.ledger, record.name, clock=self.clock, sleep=self.sleep)
+
+    def _respelled(self, req: RentRequest) -> tuple[RentRequest, list[Offer]]:
+        """The request under the market's own spelling of its GPU, and that spelling's offers."""
+        known = self.vast.search_offers(num_gpus=1)  # the market's names, best offers first
+        try:
+            name = resolve_gpu_name(req.gpu_name, (o.gpu_name for o in known))
+        except UsageError:
+            self.rentals.update(req.name, state=FAILED)
+            raise
+        if name is None or name == req.gpu_name:
+            return req, []
+        return replace(req, gpu_name=name), self.vast.search_offers(gpu_name=name, num_gpus=1)
 
     def _log_selection(self, req: RentRequest, chosen: Selection) -> None:
         """M11: the full ranked candidate set and each pick's propensity."""
