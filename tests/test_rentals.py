@@ -258,6 +258,10 @@ def test_a_corrupt_rental_is_reported_with_its_key_and_never_replaced(alice, sto
 
 
 @pytest.mark.parametrize("data", [b"{not json", b"[1]", b'{"name": "job"}', b'{"colour": 1}'])
+@pytest.mark.fault(
+    "a hand-edited (corrupt) rental record",
+    handled="left out of listings and named with a repair hint; every other record still served",
+)
 def test_a_corrupt_rental_blocks_only_itself_in_the_listing(alice, store, data):
     """A record we cannot read is left out of `all` and kept, by key, in `corrupt`; the
     records before and after it are still listed, and nothing overwrites it."""

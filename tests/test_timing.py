@@ -292,6 +292,10 @@ def test_the_scanner_accepts_durations_read_from_timing(snippet):
     assert duration_literals(snippet) == []
 
 
+@pytest.mark.fault(
+    "timing constants in three modules disagreed",
+    handled="every duration lives in gpuops/timing.py; a literal elsewhere fails the suite (M6)",
+)
 def test_no_module_but_timing_holds_a_duration_literal():
     """M6: the September leak came from constants redefined in three modules."""
     offenders = {}

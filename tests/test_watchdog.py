@@ -408,6 +408,10 @@ def test_an_unreadable_exit_code_is_still_dead_and_not_a_success(content):
     assert status.exit_code is None and w.watch_exit_code(status) == 6
 
 
+@pytest.mark.fault(
+    "a job killed without an exit code",
+    handled="dead is a fact: watch exits 6 (M10)",
+)
 def test_a_gone_session_without_an_exit_code_is_dead_killed_or_rebooted():
     """M10: the session gone with no exit code is a fact: dead, and not a success."""
     status = w.judge(running(session=False, log_mtime=NOW - 10 * STALL))
@@ -419,6 +423,10 @@ def test_a_gone_session_without_an_exit_code_is_dead_killed_or_rebooted():
     assert w.watch_exit_code(status) == 6
 
 
+@pytest.mark.fault(
+    'watch on a box where no job was started called it dead',
+    handled='"no job was ever started", exit 5, nothing acted on (M10)',
+)
 def test_a_box_where_no_job_was_ever_started_says_so_and_exits_5():
     """M10: no session, no exit code and no log: nothing was started; not dead, not 6."""
     never = running(session=False, log_bytes=None, log_mtime=None, last_line="")
@@ -791,6 +799,10 @@ def test_a_running_job_is_running_and_finishes_when_it_can(box):
     assert box.log("run") == "epoch 1\ngot hello\n"
 
 
+@pytest.mark.fault(
+    "a quiet job mistaken for a dead one",
+    handled="stalled is a judgment: alert only, the box is left alone (M10)",
+)
 def test_a_quiet_real_job_is_stalled_by_the_box_clock_and_left_running(box):
     """M10: log mtime STALL_THRESHOLD_S behind the box's now is stalled; the job is not touched."""
     box.start("quiet", "echo 'epoch 2'; read x")
