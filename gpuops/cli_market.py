@@ -130,7 +130,8 @@ def _rent(
     row = dataclasses.asdict(rental)
     lines = [
         f"{rental.name}: live as instance {rental.instance_id} "
-        f"({rental.gpu_name}, ${rental.dph_total}/h)"
+        f"({rental.gpu_name}, {_usd(rental.dph_total, 4)}/h)",
+        f"{rental.name}: deadline {_when(rental.deadline_at)}",
     ]
     if args.no_guard:
         row["guardian"] = None
@@ -178,11 +179,14 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
     if as_json:
         _print_json({"rentals": rows, "pending_destroys": pending})
         return 0
+    if rows:
+        print(_BOXES_HEADER)
     for row in rows:
         print(
-            f"{row['name']:<20} {row['state']:<9} {row['owner']:<24} "
-            f"instance {row['instance_id']}  ${row['dph_total']}/h  spent ${row['spend_usd']}"
-            + (f"  guard {row['guard']}" if row["state"] == "live" else "")
+            f"{row['name']:<20} {row['state']:<9} {_text(row['instance_id']):<11} "
+            f"{_usd(row['dph_total'], 4):>9} {_usd(row['spend_usd'], 4):>9}  "
+            f"{_when(row['deadline_at']) if row['state'] == 'live' else '-':<42}  "
+            f"{row['owner']}" + (f"  guard {row['guard']}" if row["state"] == "live" else "")
         )
     for record in pending:
         print(
@@ -192,6 +196,32 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
     if not rows and not pending:
         print("no boxes")
     return 0
+
+
+_BOXES_HEADER = (
+    f"{'NAME':<20} {'STATE':<9} {'INSTANCE':<11} {'$/HOUR':>9} {'SPENT $':>9}  "
+    f"{'DEADLINE (local / UTC)':<42}  OWNER"
+)
+
+
+def _text(value: Any) -> str:
+    """A value for a person: '-' where it is unknown, never 'None'."""
+    return "-" if value is None else str(value)
+
+
+def _usd(value: float | None, places: int) -> str:
+    return "-" if value is None else f"${value:.{places}f}"
+
+
+def _when(epoch_s: float | None) -> str:
+    """A deadline in local time and UTC, to the second; '-' when there is none."""
+    if epoch_s is None:
+        return "-"
+    from datetime import UTC, datetime
+
+    local = datetime.fromtimestamp(epoch_s).astimezone()
+    utc = datetime.fromtimestamp(epoch_s, UTC)
+    return f"{local:%Y-%m-%d %H:%M:%S %Z} / {utc:%H:%M:%S} UTC"
 
 
 def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
@@ -223,7 +253,8 @@ def _offer_row(offer: Any) -> dict[str, Any]:
 def _offer_line(row: dict[str, Any]) -> str:
     return (
         f"{row['id']:>10}  {row['gpu_name']:<14} {row['gpu_ram']:>6} MB  "
-        f"${row['dph_total']:.4f}/h  rel {row['reliability']}  disk {row['disk_bw']} MB/s"
+        f"{_usd(row['dph_total'], 4)}/h  rel {_text(row['reliability'])}  "
+        f"disk {_text(row['disk_bw'])} MB/s"
         + (f"  pass {row['pass_rate']:.3f}" if row.get("pass_rate") is not None else "")
     )
 

@@ -187,3 +187,33 @@ def test_every_subcommand_help_prints_usage_and_exits_0(command, capsys):
     out = capsys.readouterr().out
     assert done.value.code == 0
     assert out.startswith(f"usage: gpuops {' '.join(command)}")
+
+
+def test_text_output_shows_a_dash_for_unknown_values_never_none():
+    """`boxes` and `offers` text never prints None or $None; money has its unit and places."""
+    from gpuops.cli_market import _offer_line, _text, _usd
+
+    row = {"id": 1, "gpu_name": "RTX 4090", "gpu_ram": 24564, "dph_total": 0.3712,
+           "reliability": None, "disk_bw": None}  # fmt: skip
+
+    assert (_text(None), _usd(None, 4), _usd(0.3712, 4)) == ("-", "-", "$0.3712")
+    assert "None" not in _offer_line(row)
+
+
+def test_a_deadline_is_shown_in_local_time_and_utc(monkeypatch):
+    """`rent` and `boxes` print the deadline twice: the reader's zone and UTC."""
+    import time
+
+    from gpuops.cli_market import _BOXES_HEADER, _when
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        shown = _when(1796029925.0)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+    assert shown == "2026-11-30 18:12:05 JST / 09:12:05 UTC"
+    assert _when(None) == "-"
+    assert "DEADLINE (local / UTC)" in _BOXES_HEADER and "$/HOUR" in _BOXES_HEADER

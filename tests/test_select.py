@@ -233,3 +233,10 @@ def test_the_nearest_names_keep_the_market_spelling():
 def test_with_no_offers_at_all_there_is_nothing_to_call_a_typo():
     """An empty market is a stockout for the caller to report, never a usage error."""
     assert resolve_gpu_name("RTX 9999", []) is None
+
+
+def test_a_folded_gpu_name_has_single_spaces_and_no_case():
+    """Any casing and any run of spaces fold to one spelling: `Rtx  4090 ` is `rtx 4090`."""
+    from gpuops.market.select import _folded
+
+    assert _folded("  Rtx \t 4090 ") == "rtx 4090"
