@@ -1,1 +1,1 @@
-"""Stateful provider fakes that replay recorded raw output (fakes/README.md); ssh/ is the first."""
+"""Stateful provider fakes that replay recorded raw output (docs/fakes.md)."""

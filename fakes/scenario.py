@@ -1,4 +1,4 @@
-"""Scenario files: what the fakes serve, loaded from YAML and validated (format: fakes/README.md).
+"""Scenario files: what the fakes serve, loaded from YAML and validated (format: docs/fakes.md).
 
 A scenario is the whole script of a fake world: Vast.ai offers and each one's fate, the SSH
 keys registered at start, and the faults to inject (429 bursts, failing destroys, lost create

@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         "--scenario",
         type=Path,
         default=DEFAULT_SCENARIO,
-        help="scenario YAML (fakes/README.md); default: fakes/scenarios/default.yaml",
+        help="scenario YAML (docs/fakes.md); default: fakes/scenarios/default.yaml",
     )
     parser.add_argument("--port", type=int, default=0, help="FakeVast port (default: a free one)")
     parser.add_argument(

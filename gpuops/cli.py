@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from gpuops.errors import GpuopsError, Interrupted
+from gpuops.errors import GpuopsError, Interrupted, UsageError
 
 EXIT_CODES = """exit codes:
   0 ok                        1 unexpected error          2 usage
@@ -113,9 +114,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# `rent --race K`: at least one offer, and no more boxes than a person would pay for at once
+# (the 20 September leak was ten boxes; a race is a handful of probes, not a fleet).
+MAX_RACE = 8
+# `--vram-gb` / `--disk-gb`: the largest floor that could describe one rented box, in GB.
+MAX_FLOOR_GB = 4096.0
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Numbers checked at the edge, before anything is opened or called: every float option
+    finite, and the ones with a meaning in range. A refusal is one line, exit 2."""
+    from gpuops import timing
+
+    for name, value in sorted(vars(args).items()):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UsageError(f"--{name.replace('_', '-')} must be a finite number, not {value}")
+    hours = getattr(args, "hours", None)
+    if hours is not None and not 0 < hours * 3600.0 <= timing.MAX_RENTAL_S:
+        raise UsageError(
+            f"--hours must be more than 0 and at most {timing.MAX_RENTAL_S / 3600.0:g}, "
+            f"not {hours:g}"
+        )
+    race = getattr(args, "race", None)
+    if race is not None and not 1 <= race <= MAX_RACE:
+        raise UsageError(f"--race must be between 1 and {MAX_RACE} offers, not {race}")
+    for option in ("vram_gb", "disk_gb"):
+        floor = getattr(args, option, None)
+        if floor is not None and not 0 <= floor <= MAX_FLOOR_GB:
+            flag = "--" + option.replace("_", "-")
+            raise UsageError(f"{flag} must be between 0 and {MAX_FLOOR_GB:g}, not {floor:g}")
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None and timeout < 0:
+        raise UsageError(f"--timeout must not be negative, not {timeout:g}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_args(args)
         return _dispatch(args)
     except GpuopsError as exc:
         print(f"gpuops: {_scrubbed(str(exc))}", file=sys.stderr)

@@ -135,12 +135,15 @@ def _watch(market: Any, rental: Any, shell: Any, args: argparse.Namespace, as_js
     from gpuops.market import jobs
     from gpuops.market import watchdog as w
 
+    job = jobs.Jobs(market.ledger.store).get(rental.name)
+    started = job is not None and job.instance_id == rental.instance_id
+
     def look() -> w.Status:
         try:
             instance = market.vast.show(rental.instance_id)
         except Unavailable as exc:
             return w.unreachable(str(exc))
-        return jobs.observe(rental.name, instance, shell)
+        return jobs.observe(rental.name, instance, shell, started=started)
 
     def report(status: w.Status) -> None:
         market.events.append(

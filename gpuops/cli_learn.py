@@ -16,12 +16,16 @@ from gpuops.errors import UsageError
 def log_path(args: argparse.Namespace, state_url: str) -> Path:
     """--log, else GPUOPS_EVENTS, else the state directory's events.jsonl (as rent writes)."""
     if getattr(args, "log", None):
-        return Path(args.log)
-    if os.environ.get("GPUOPS_EVENTS"):
-        return Path(os.environ["GPUOPS_EVENTS"])
-    from gpuops.market.session import local_dir
+        path = Path(args.log)
+    elif os.environ.get("GPUOPS_EVENTS"):
+        path = Path(os.environ["GPUOPS_EVENTS"])
+    else:
+        from gpuops.market.session import local_dir
 
-    return local_dir(state_url) / "events.jsonl"
+        path = local_dir(state_url) / "events.jsonl"
+    if path.is_dir():
+        raise UsageError(f"event log {path} is a directory; give the events.jsonl file in it")
+    return path
 
 
 def since_stamp(text: str | None) -> str:

@@ -21,7 +21,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     policy_commands = policy.add_subparsers(dest="policy_command", metavar="COMMAND", required=True)
     evaluate = policy_commands.add_parser(
-        "eval", parents=[common], help="IPS and self-normalised IPS with 95% intervals"
+        "eval", parents=[common], help="IPS and self-normalised IPS with 95%% intervals"
     )
     evaluate.add_argument(
         "--policy",

@@ -32,6 +32,26 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
     market = open_market(
         state_url, operator, vram_floor_mb=vram_mb, progress=progress, need_key=need_key
     )
+    code = _market_command(market, args, vram_mb, as_json, state_url)
+    return _name_corrupt(market, code)
+
+
+def _name_corrupt(market: Any, code: int) -> int:
+    """A corrupt rental blocks only itself: the others were served; it is named, with a way
+    to repair it, and a command that otherwise succeeded exits 1 so nobody misses it."""
+    for key, exc in sorted(market.rentals.corrupt.items()):
+        print(
+            f"gpuops: skipped the unreadable rental {key.rpartition('/')[2]!r}: {exc}. "
+            "Repair: restore it from a backup, or move the file aside once `gpuops sweep` "
+            "shows no instance of it left (sweep names every instance no record owns)",
+            file=sys.stderr,
+        )
+    return code if code or not market.rentals.corrupt else 1
+
+
+def _market_command(
+    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, state_url: str
+) -> int:
     if args.command == "offers":
         return _offers(market, args, vram_mb, as_json)
     if args.command == "rent":
@@ -74,9 +94,13 @@ def _outcome(outcome: Any) -> dict[str, Any]:
 
 
 def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
-    from gpuops.market.select import Filter, select
+    from gpuops.market.select import Filter, resolve_gpu_name, select
 
     offers = market.vast.search_offers(gpu_name=args.gpu)
+    if args.gpu and not offers:  # a misspelt GPU is named as such, never shown as "0 offers"
+        known = resolve_gpu_name(args.gpu, (o.gpu_name for o in market.vast.search_offers()))
+        if known is not None and known != args.gpu:
+            offers = market.vast.search_offers(gpu_name=known)
     rates = market.pass_rates(offers) if market.pass_rates else {}
     chosen = select(
         offers,
@@ -134,7 +158,8 @@ def _rent(
     row = dataclasses.asdict(rental)
     lines = [
         f"{rental.name}: live as instance {rental.instance_id} "
-        f"({rental.gpu_name}, ${rental.dph_total}/h)"
+        f"({rental.gpu_name}, {_usd(rental.dph_total, 4)}/h)",
+        f"{rental.name}: deadline {_when(rental.deadline_at)}",
     ]
     if args.no_guard:
         row["guardian"] = None
@@ -211,11 +236,14 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
     if as_json:
         _print_json({"rentals": rows, "pending_destroys": pending, "candidates": candidates})
         return 0
+    if rows:
+        print(_BOXES_HEADER)
     for row in rows:
         print(
-            f"{row['name']:<20} {row['state']:<9} {row['owner']:<24} "
-            f"instance {row['instance_id']}  ${row['dph_total']}/h  spent ${row['spend_usd']}"
-            + (f"  guard {row['guard']}" if row["state"] == "live" else "")
+            f"{row['name']:<20} {row['state']:<9} {_text(row['instance_id']):<11} "
+            f"{_usd(row['dph_total'], 4):>9} {_usd(row['spend_usd'], 4):>9}  "
+            f"{_when(row['deadline_at']) if row['state'] == 'live' else '-':<42}  "
+            f"{row['owner']}" + (f"  guard {row['guard']}" if row["state"] == "live" else "")
         )
     for record in candidates:
         print(
@@ -236,6 +264,32 @@ def _record_row(record: Any) -> dict[str, Any]:
     row = dataclasses.asdict(record)
     row["state"] = record.state.value
     return row
+
+
+_BOXES_HEADER = (
+    f"{'NAME':<20} {'STATE':<9} {'INSTANCE':<11} {'$/HOUR':>9} {'SPENT $':>9}  "
+    f"{'DEADLINE (local / UTC)':<42}  OWNER"
+)
+
+
+def _text(value: Any) -> str:
+    """A value for a person: '-' where it is unknown, never 'None'."""
+    return "-" if value is None else str(value)
+
+
+def _usd(value: float | None, places: int) -> str:
+    return "-" if value is None else f"${value:.{places}f}"
+
+
+def _when(epoch_s: float | None) -> str:
+    """A deadline in local time and UTC, to the second; '-' when there is none."""
+    if epoch_s is None:
+        return "-"
+    from datetime import UTC, datetime
+
+    local = datetime.fromtimestamp(epoch_s).astimezone()
+    utc = datetime.fromtimestamp(epoch_s, UTC)
+    return f"{local:%Y-%m-%d %H:%M:%S %Z} / {utc:%H:%M:%S} UTC"
 
 
 def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
@@ -267,7 +321,8 @@ def _offer_row(offer: Any) -> dict[str, Any]:
 def _offer_line(row: dict[str, Any]) -> str:
     return (
         f"{row['id']:>10}  {row['gpu_name']:<14} {row['gpu_ram']:>6} MB  "
-        f"${row['dph_total']:.4f}/h  rel {row['reliability']}  disk {row['disk_bw']} MB/s"
+        f"{_usd(row['dph_total'], 4)}/h  rel {_text(row['reliability'])}  "
+        f"disk {_text(row['disk_bw'])} MB/s"
         + (f"  pass {row['pass_rate']:.3f}" if row.get("pass_rate") is not None else "")
     )
 

@@ -102,6 +102,12 @@ RECORD_GCE_RUN_S = 240.0
 # `gpuops demo` rents its box for this long (fake time), the issue's --hours 0.02.
 DEMO_RENTAL_S = 72.0
 
+# --- input checked at the edge ----------------------------------------------------------------
+# The longest rental `rent --hours` / `guard --hours` accept: a week. A ceiling is meant to be
+# set on purpose; anything longer is far more likely a typo (1e9 hours) than a plan, and the
+# guardian's deadline must stay a date a person can read and check.
+MAX_RENTAL_S = 604800.0
+
 # --- state store -----------------------------------------------------------------------------
 # Waiting for the local store's file lock longer than this is an error, never a silent skip.
 STORE_LOCK_TIMEOUT_S = 10.0

@@ -137,6 +137,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.fault(
+    "the laptop or terminal that rented the box is gone",
+    handled="a detached guardian copies results and destroys the box at its deadline (M5)",
+)
 def test_a_rented_box_is_destroyed_at_its_deadline_after_the_shell_that_rented_it_is_gone(fakes):
     """M5: rent and run in a shell, kill that shell's whole session; the detached guardian
     copies the results off, destroys the box by its deadline, and nothing is left or leaked."""
@@ -169,6 +173,10 @@ def test_a_rented_box_is_destroyed_at_its_deadline_after_the_shell_that_rented_i
     assert sweep["unowned"] == [] and sweep["unresolved"] == []
 
 
+@pytest.mark.fault(
+    "ten boxes leaked: guardians thought they were superseded and exited 0",
+    handled="one box is rented and destroyed at its deadline; exit 0 only when gone, supersession only when verified (M5, M7, M8)",
+)
 def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box_and_destroy_it(
     fakes,
 ):

@@ -98,6 +98,10 @@ def test_any_text_after_the_first_line_is_ignored_l3(board, tail):
         b.state_line(FREE).replace("boot=-", "boot=a-b"),
     ],
 )
+@pytest.mark.fault(
+    "a stale or damaged board state line",
+    handled="corrupt, never guessed: named with where it is (L3)",
+)
 def test_a_first_line_that_is_not_exactly_a_state_line_is_corrupt_never_guessed(first):
     """L3: the parser refuses anything but the exact format, naming what it saw."""
     with pytest.raises(CorruptState, match="not a board state line"):

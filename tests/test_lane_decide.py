@@ -130,6 +130,10 @@ def test_the_job_is_judged_by_this_attempts_status_file_l9(status, attempt, inst
     assert d.job_verdict(status, attempt, instance) is verdict
 
 
+@pytest.mark.fault(
+    "a claim busy for hours without a successful start",
+    handled="flagged STALE for a human with instance state, retry state and last log line (L8)",
+)
 def test_a_claim_held_for_hours_without_a_start_is_stale_l8():
     """L8: claimed or starting, never started, for STALE_CLAIM_S: flagged for a human."""
     starting = dataclasses.replace(HELD, state=b.STARTING, boot="x")

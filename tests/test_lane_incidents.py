@@ -40,6 +40,10 @@ def _ready(world: World, operator: str, job: str, **kwargs: object):
     return lane
 
 
+@pytest.mark.fault(
+    "a start while another job runs",
+    handled="refused before the start call: the VM must be TERMINATED; nothing is stopped (L2)",
+)
 def test_a_start_over_a_running_job_is_refused_and_nothing_is_stopped_l2(tmp_path, monkeypatch):
     """L1/L2 (the stop that stopped the wrong job): the instance runs someone else's batch;
     our start is refused before any start call, and nothing ever stops that boot."""
@@ -61,6 +65,10 @@ def test_a_start_over_a_running_job_is_refused_and_nothing_is_stopped_l2(tmp_pat
         assert world.fake.objects["jobs/portrait-batch/status"].startswith(b"succeeded")
 
 
+@pytest.mark.fault(
+    "a start on a running VM is a silent no-op at the provider",
+    handled="no boot marker of this attempt: reported loudly as not your job; the claim is kept (L2)",
+)
 def test_a_start_that_lands_on_another_boot_is_a_loud_noop_and_the_claim_is_kept_l2(
     tmp_path, monkeypatch
 ):
@@ -102,6 +110,10 @@ def test_the_board_never_shows_an_older_attempt_than_the_one_running_l3(tmp_path
         assert world.fake.metadata[script.ATTEMPT_KEY] == done.boot
 
 
+@pytest.mark.fault(
+    '"back to free" in the board\'s prose was read as the lane\'s state',
+    handled='only the machine-readable state line is parsed; prose never changes the state (L3)',
+)
 def test_back_to_free_in_prose_never_frees_the_lane_l3(tmp_path, monkeypatch):
     """L3 (12 November): the history says "back to free"; the state line says claimed, and
     the second session can neither claim nor overwrite the claimant's script."""
@@ -125,6 +137,10 @@ def test_back_to_free_in_prose_never_frees_the_lane_l3(tmp_path, monkeypatch):
         assert world.fake.metadata == installed
 
 
+@pytest.mark.fault(
+    "a typo'd job name in the startup script filed every report under the typo",
+    handled="install refused before anything boots (exit 3, L4)",
+)
 def test_a_misspelt_job_name_is_refused_before_anything_boots_l4(tmp_path, monkeypatch):
     """L4 (the ninety-three seconds): JOB="valiidation" against the claim "validation" is
     refused at install; no metadata is written and no boot happens."""
@@ -142,6 +158,10 @@ def test_a_misspelt_job_name_is_refused_before_anything_boots_l4(tmp_path, monke
         assert world.fake.metadata == {} and world.fake.boots == 0
 
 
+@pytest.mark.fault(
+    "broken imports in a shared environment wasted whole boots",
+    handled="the preflight gate ends the job at once, with the reason in its status file (L6)",
+)
 def test_a_broken_import_ends_the_job_at_preflight_with_its_reason_l6(tmp_path, monkeypatch):
     """L6 (the night of two environment failures): the import gate fails in seconds, the
     status file says why, watch exits 6, and the boot costs seconds, not a whole run."""
@@ -168,6 +188,10 @@ def test_too_little_disk_ends_the_job_at_preflight_l6(tmp_path, monkeypatch):
             lane.watch("video")
 
 
+@pytest.mark.fault(
+    "a reused script fetched inputs the new job never staged",
+    handled="start refused until every unconditional fetch is staged (L10)",
+)
 def test_a_reused_script_is_refused_until_its_inputs_are_staged_then_runs_l10(
     tmp_path, monkeypatch
 ):
@@ -193,6 +217,10 @@ def test_a_reused_script_is_refused_until_its_inputs_are_staged_then_runs_l10(
         assert len(results) == 4
 
 
+@pytest.mark.fault(
+    "GPU stockouts: thirteen start attempts before one succeeded",
+    handled="retried with the claim held; when retries run out, exit 4 and the claim is still yours (L7)",
+)
 def test_thirteen_attempts_keep_the_claim_and_five_more_stockouts_exit_4_with_it_kept_l7(
     tmp_path, monkeypatch
 ):
@@ -217,6 +245,10 @@ def test_thirteen_attempts_keep_the_claim_and_five_more_stockouts_exit_4_with_it
             world.lane("bob").claim("bobs-job")
 
 
+@pytest.mark.fault(
+    "a background retry died silently; the board said busy for ten hours",
+    handled="the retry state is in the store: the board flags it STALE and any invocation resumes it (L8, L11)",
+)
 def test_a_retry_that_died_after_eight_stockouts_is_flagged_and_resumed_elsewhere_l11(
     tmp_path, monkeypatch
 ):
@@ -246,6 +278,10 @@ def test_a_retry_that_died_after_eight_stockouts_is_flagged_and_resumed_elsewher
         assert outcomes == ["stockout"] * 8 + ["error", "started"]
 
 
+@pytest.mark.fault(
+    "a watcher timed out while the job was still running",
+    handled="exit 5 (still running), never failed; the status file and results decide (L9)",
+)
 def test_a_watcher_timeout_is_not_a_failure_and_the_job_finishes_l9(tmp_path, monkeypatch):
     """L9 (forty polls, two of six): the watcher gives up with exit 5 and says so; the job
     finishes six of six and a later watch, judging by the status file, says succeeded."""

@@ -104,6 +104,10 @@ def test_auth_and_reachability_are_never_host_faults_but_may_pass_later():
     assert not Verdict.SSH_UNREACHABLE.host_fault and Verdict.SSH_UNREACHABLE.retryable
 
 
+@pytest.mark.fault(
+    "a box's SSH host key changed",
+    handled="a refusal, never a retry",
+)
 def test_a_changed_host_key_is_a_refusal_never_a_retry():
     """Security bar: a changed host key is its own cause, neither retried nor a host fault."""
     result = judge(placed("openssh-host-key-changed"), **FLOORS)
@@ -173,6 +177,10 @@ def dd_summary(written: int, seconds: str) -> StepOutput:
     written=st.integers(1, 2**40),
     seconds=st.floats(1e-6, 1e4, allow_nan=False).map(lambda s: f"{s:.6g}"),
     floor=st.floats(1.0, 1e5, allow_nan=False),
+)
+@pytest.mark.fault(
+    "a box whose disk is slower than advertised",
+    handled="the probe measures it: below the floor is a slow-disk verdict, whatever the listing said (M1)",
 )
 def test_any_dd_rate_below_the_floor_is_slow_disk_and_any_other_passes(written, seconds, floor):
     """M1: the rate is bytes over seconds from dd's summary, never its rounded rate text."""

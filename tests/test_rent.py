@@ -109,6 +109,10 @@ def request(name: str = "job", k: int = 3) -> RentRequest:
     return RentRequest(name=name, gpu_name="RTX 4090", hours=2.0, race_k=k)
 
 
+@pytest.mark.fault(
+    "offers taken between search and rent; unhealthy listed boxes",
+    handled="race several offers, probe each, keep the first healthy box, destroy and confirm the losers (M1)",
+)
 def test_rent_keeps_the_first_healthy_box_and_destroys_every_loser(world):
     """M1: taken, auth-failing and healthy offers race; one box survives, the rest are gone."""
     market = world.market()
@@ -143,6 +147,10 @@ def test_an_auth_failure_is_never_quarantined(world):
 
 
 @pytest.mark.parametrize("world", [scenario("slow-disk", "healthy")], indirect=True)
+@pytest.mark.fault(
+    "a host with a real fault (slow disk, no GPU)",
+    handled="quarantined for a day, then back in the pool (M2)",
+)
 def test_a_host_fault_is_quarantined_and_the_pool_heals_later(world):
     """M2: a slow disk quarantines its machine; the next rent leaves it out."""
     market = world.market()
@@ -154,6 +162,10 @@ def test_a_host_fault_is_quarantined_and_the_pool_heals_later(world):
 
 
 @pytest.mark.parametrize("world", [scenario("ssh-auth", "ssh-auth", "ssh-auth")], indirect=True)
+@pytest.mark.fault(
+    "every SSH probe failed on auth because our key was not registered",
+    handled="the race stops and blames our key; no host is quarantined for it (M2)",
+)
 def test_when_every_probe_fails_on_auth_the_race_stops_and_blames_our_key(world):
     """M2: all-auth failures stop the race with exit 3 and quarantine nothing."""
     market = world.market()
@@ -167,6 +179,10 @@ def test_when_every_probe_fails_on_auth_the_race_stops_and_blames_our_key(world)
     assert [r for r in market.ledger.records() if r.active] == []
 
 
+@pytest.mark.fault(
+    "a crash-looping watcher re-ran rent on every restart",
+    handled="rent is idempotent on a name: the live box is returned, nothing is created (M8)",
+)
 def test_renting_again_returns_the_live_box_and_never_creates(world):
     """M8: a re-run (a restarted watcher, another process) never rents again."""
     first = world.market().rent(request())
@@ -196,6 +212,10 @@ def test_another_operator_cannot_rent_or_destroy_the_name(world):
     [{**scenario("healthy"), "vast": {**scenario("healthy")["vast"], "ssh_keys": []}}],
     indirect=True,
 )
+@pytest.mark.fault(
+    "an SSH key the account does not know",
+    handled="refused before any create (exit 3, M9)",
+)
 def test_an_unregistered_key_is_refused_before_any_create(world):
     """M9: without our key on the account nothing is rented (exit 3)."""
     with pytest.raises(Refused, match="not registered") as caught:
@@ -221,6 +241,10 @@ def test_destroy_confirms_gone_by_asking_for_the_box_and_releases(world):
     assert market.ledger.get(rental.box).state is BoxState.RELEASED
 
 
+@pytest.mark.fault(
+    "a destroy call fails",
+    handled="the record stays on the retry list; sweep finishes it; nothing is released before the provider confirms (M4)",
+)
 def test_a_failing_destroy_stays_on_the_retry_list_and_sweep_finishes_it(world):
     """M4: a destroy that fails keeps the record pending; a later sweep destroys and releases."""
     market = world.market()
@@ -271,6 +295,10 @@ def test_sweep_reports_a_box_no_ledger_owns_and_never_touches_it(world):
     ],
     indirect=True,
 )
+@pytest.mark.fault(
+    "a create whose answer was lost (unclear create)",
+    handled="never retried blindly: reconciled by the intent id in its label (M12)",
+)
 def test_a_create_whose_answer_is_lost_is_reconciled_by_its_label(world):
     """M12: the create is not retried; the box it made is found by label and adopted."""
     market = world.market()
@@ -283,6 +311,10 @@ def test_a_create_whose_answer_is_lost_is_reconciled_by_its_label(world):
 
 
 @pytest.mark.parametrize("world", [scenario("healthy", "healthy", "healthy")], indirect=True)
+@pytest.mark.fault(
+    "back-to-back creates drew 429s",
+    handled="creates are paced (M12)",
+)
 def test_creates_are_paced_never_back_to_back(world):
     """M12: consecutive creates are at least CREATE_PACING_S apart on the clock."""
     from gpuops import timing

@@ -241,7 +241,7 @@ def test_get_refuses_a_bad_name_before_reading(alice, store):
 
 
 @pytest.mark.parametrize("data", [b"{not json", b"[1]", b'{"name": "job"}', b'{"colour": 1}'])
-@pytest.mark.parametrize("read", ["get", "all", "begin_race", "update"])
+@pytest.mark.parametrize("read", ["get", "begin_race", "update"])
 def test_a_corrupt_rental_is_reported_with_its_key_and_never_replaced(alice, store, data, read):
     """A record we cannot read is CorruptState naming the key; nothing overwrites it."""
     MemoryStore.create(store, PREFIX + "job", data)
@@ -321,3 +321,30 @@ def test_an_expected_state_guards_a_change_against_the_guardian_ending_the_renta
     assert (caught.value.expected, caught.value.found) == (RACING, RELEASED)
     assert alice.get("job").state == RELEASED
     assert alice.update("job", expect=RELEASED, box="b").box == "b"
+
+
+@pytest.mark.parametrize("data", [b"{not json", b"[1]", b'{"name": "job"}', b'{"colour": 1}'])
+@pytest.mark.fault(
+    "a hand-edited (corrupt) rental record",
+    handled="left out of listings and named with a repair hint; every other record still served",
+)
+def test_a_corrupt_rental_blocks_only_itself_in_the_listing(alice, store, data):
+    """A record we cannot read is left out of `all` and kept, by key, in `corrupt`; the
+    records before and after it are still listed, and nothing overwrites it."""
+    alice.begin_race("aaa")
+    MemoryStore.create(store, PREFIX + "job", data)
+    alice.begin_race("zzz")
+
+    listed = alice.all()
+
+    assert [r.name for r in listed] == ["aaa", "zzz"]
+    assert list(alice.corrupt) == [PREFIX + "job"]
+    assert alice.corrupt[PREFIX + "job"].reason.startswith("not a rental record: ")
+    assert MemoryStore.get(store, PREFIX + "job").data == data
+
+
+def test_a_rental_store_without_corrupt_records_reports_none(alice):
+    """`corrupt` starts empty and stays empty while every record reads."""
+    alice.begin_race("aaa")
+
+    assert [r.name for r in alice.all()] == ["aaa"] and alice.corrupt == {}

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuops.errors import UsageError
 from gpuops.market.select import (
+    resolve_gpu_name,
     DEFAULT_VRAM_FLOOR_MB,
     EXPLORE_RATE,
     MIN_DISK_MB_PER_S,
@@ -198,3 +200,43 @@ def test_with_pass_rates_offers_rank_by_price_per_healthy_box():
     assert [o.id for o in chosen.candidates] == [4, 2, 3, 1]
     plain = select([cheap_bad, dear_good], k=1, rng=random.Random(0), explore_rate=0.0)
     assert [o.id for o in plain.candidates] == [1, 2]
+
+
+# --- GPU names: a typo is a usage error, not a stockout -------------------------------------
+KNOWN_GPUS = ["RTX 4090", "RTX 3090", "A100 PCIE", "H100 SXM", "RTX 4080"]
+
+
+@pytest.mark.parametrize("typed", ["RTX 4090", "rtx 4090", "Rtx  4090", " RTX 4090 "])
+def test_a_gpu_name_matches_the_market_spelling_in_any_casing_and_spacing(typed):
+    """M1: `rtx 4090` is the market's `RTX 4090`; the market's own spelling is returned."""
+    assert resolve_gpu_name(typed, KNOWN_GPUS) == "RTX 4090"
+
+
+def test_a_gpu_name_no_offer_uses_is_a_usage_error_naming_the_three_nearest():
+    """A name no offer uses in any casing is exit 2 with the nearest known names, best first."""
+    with pytest.raises(UsageError) as caught:
+        resolve_gpu_name("RTX 9999", KNOWN_GPUS + ["RTX 4090"])
+
+    assert caught.value.exit_code == 2
+    assert str(caught.value) == (
+        "no offer names the GPU 'RTX 9999' in any casing; nearest known: "
+        "'RTX 4090', 'RTX 3090', 'RTX 4080'"
+    )
+
+
+def test_the_nearest_names_keep_the_market_spelling():
+    """The hint shows names as offers spell them, not folded to lower case."""
+    with pytest.raises(UsageError, match=r"nearest known: 'A100 PCIE'$"):
+        resolve_gpu_name("a100 pcie-x", ["A100 PCIE"])
+
+
+def test_with_no_offers_at_all_there_is_nothing_to_call_a_typo():
+    """An empty market is a stockout for the caller to report, never a usage error."""
+    assert resolve_gpu_name("RTX 9999", []) is None
+
+
+def test_a_folded_gpu_name_has_single_spaces_and_no_case():
+    """Any casing and any run of spaces fold to one spelling: `Rtx  4090 ` is `rtx 4090`."""
+    from gpuops.market.select import _folded
+
+    assert _folded("  Rtx \t 4090 ") == "rtx 4090"

@@ -53,6 +53,7 @@ PINNED = {
     "RECORD_HOLD_S": 900.0,
     "RECORD_GCE_RUN_S": 240.0,
     "STORE_LOCK_POLL_S": 0.01,
+    "MAX_RENTAL_S": 604800.0,
 }
 
 
@@ -295,6 +296,10 @@ def test_the_scanner_accepts_durations_read_from_timing(snippet):
     assert duration_literals(snippet) == []
 
 
+@pytest.mark.fault(
+    "timing constants in three modules disagreed",
+    handled="every duration lives in gpuops/timing.py; a literal elsewhere fails the suite (M6)",
+)
 def test_no_module_but_timing_holds_a_duration_literal():
     """M6: the September leak came from constants redefined in three modules."""
     offenders = {}

@@ -366,6 +366,10 @@ def test_a_read_retries_a_dropped_connection_then_says_unavailable(http, vast, s
     assert len(sleeps) == READ_ATTEMPTS - 1
 
 
+@pytest.mark.fault(
+    "429 rate limits",
+    handled="reads back off, honouring Retry-After up to a cap (M12)",
+)
 def test_retry_after_is_honoured_up_to_backoff_max(http, vast, sleeps):
     """A provider's Retry-After within BACKOFF_MAX_S replaces our own backoff."""
     limited = rec("create_429_detail", method="POST", path="/api/v0/bundles/")
@@ -414,6 +418,10 @@ def test_create_returns_new_contract_as_the_instance_id(http, vast):
 
 @pytest.mark.parametrize(
     "name", ["create_no_such_ask_404", "create_no_such_ask_410", "create_no_such_ask_400"]
+)
+@pytest.mark.fault(
+    "an offer taken between search and rent (400, 404 or 410)",
+    handled="OfferTaken, whatever the status: the race moves on to a spare offer (M1)",
 )
 def test_no_such_ask_is_offer_taken_whatever_the_status(http, vast, name):
     """The offer went between search and rent: 404, 410 and 400 variants, error or msg."""
@@ -561,6 +569,10 @@ def test_show_a_null_status_is_provisioning(http, vast):
     )
 
 
+@pytest.mark.fault(
+    "a provider status never seen before",
+    handled="UNKNOWN with the raw string kept, never a guess",
+)
 def test_show_a_never_seen_status_is_unknown_with_the_raw_string_kept(http, vast):
     """A status nobody documented is UNKNOWN, raw "migrating" kept, and it is not dead."""
     replay(http, rec("show_unrecognised_status"))
@@ -1165,6 +1177,10 @@ def test_an_error_quotes_only_the_first_120_characters_of_the_body(http, vast):
     assert str(caught.value) == f"vast: show: asked for 1234568, got 999 {body_start(recording)}"
 
 
+@pytest.mark.fault(
+    'a drifted provider body',
+    handled='UnexpectedResponse naming what is missing; never taken as "gone" (M4)',
+)
 def test_show_without_an_instances_field_is_named_not_taken_as_gone(http, vast):
     """Only an explicit `instances: null` means gone (M4); a missing field is drift."""
     recording = rec("show_running", body='{"success": true}')

@@ -64,8 +64,8 @@ def test_a_job_lives_in_its_own_session_and_directory_under_home():
 
 
 def test_the_job_states_have_their_documented_values():
-    """M10: running, dead, stalled and unknown are the four states the watcher reports."""
-    assert [s.value for s in JobState] == ["running", "dead", "stalled", "unknown"]
+    """M10: running, dead, stalled, unknown and "no job" are the states the watcher reports."""
+    assert [s.value for s in JobState] == ["running", "dead", "stalled", "unknown", "no job"]
 
 
 def test_only_a_dead_job_with_exit_code_0_succeeded():
@@ -408,6 +408,10 @@ def test_an_unreadable_exit_code_is_still_dead_and_not_a_success(content):
     assert status.exit_code is None and w.watch_exit_code(status) == 6
 
 
+@pytest.mark.fault(
+    "a job killed without an exit code",
+    handled="dead is a fact: watch exits 6 (M10)",
+)
 def test_a_gone_session_without_an_exit_code_is_dead_killed_or_rebooted():
     """M10: the session gone with no exit code is a fact: dead, and not a success."""
     status = w.judge(running(session=False, log_mtime=NOW - 10 * STALL))
@@ -417,6 +421,32 @@ def test_a_gone_session_without_an_exit_code_is_dead_killed_or_rebooted():
         "the tmux session is gone and no exit code was recorded (killed, or the box rebooted)",
     )
     assert w.watch_exit_code(status) == 6
+
+
+@pytest.mark.fault(
+    'watch on a box where no job was started called it dead',
+    handled='"no job was ever started", exit 5, nothing acted on (M10)',
+)
+def test_a_box_where_no_job_was_ever_started_says_so_and_exits_5():
+    """M10: no session, no exit code and no log: nothing was started; not dead, not 6."""
+    never = running(session=False, log_bytes=None, log_mtime=None, last_line="")
+
+    status = w.judge(never, started=False)
+
+    assert w.judge(never).state is JobState.DEAD  # a recorded start whose traces are gone
+    assert w.judge(running(session=False), started=False).state is JobState.DEAD
+    assert w.judge(running(log_mtime=None), started=False).state is JobState.RUNNING
+    assert status == Status(
+        JobState.NO_JOB, "no job was ever started on this box (gpuops run NAME -- CMD)"
+    )
+    assert w.watch_exit_code(status) == 5
+
+
+def test_only_a_dead_job_or_no_job_settles_a_watch():
+    """M10: watching longer cannot change dead or "no job"; every other state is watched on."""
+    settled = {state for state in JobState if w.settled(Status(state, ""))}
+
+    assert settled == {JobState.DEAD, JobState.NO_JOB}
 
 
 def test_a_live_session_without_a_log_is_running():
@@ -566,7 +596,9 @@ RECORDED = sorted(p.stem for p in RECORDINGS.glob("*.yaml"))
 def test_there_is_a_recording_for_every_state():
     """H1: running, stalled, dead and unknown are each shown on real observe output."""
     assert len(RECORDED) >= 6
-    assert {recording(name)["expect"] for name in RECORDED} == {s.value for s in JobState}
+    # "no job" is judged from our own record (no start recorded), not from the box's output
+    judged_by_the_box = {s.value for s in JobState} - {JobState.NO_JOB.value}
+    assert {recording(name)["expect"] for name in RECORDED} == judged_by_the_box
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -767,6 +799,10 @@ def test_a_running_job_is_running_and_finishes_when_it_can(box):
     assert box.log("run") == "epoch 1\ngot hello\n"
 
 
+@pytest.mark.fault(
+    "a quiet job mistaken for a dead one",
+    handled="stalled is a judgment: alert only, the box is left alone (M10)",
+)
 def test_a_quiet_real_job_is_stalled_by_the_box_clock_and_left_running(box):
     """M10: log mtime STALL_THRESHOLD_S behind the box's now is stalled; the job is not touched."""
     box.start("quiet", "echo 'epoch 2'; read x")

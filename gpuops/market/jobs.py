@@ -164,15 +164,18 @@ def start(
     return Job(rental.name, rental.owner, rental.instance_id, command, results, time.time())
 
 
-def observe(name: str, instance: Instance | None, shell: BoxShell) -> w.Status:
-    """One look at the job: the box gone is a fact (dead); an unanswered ssh is unknown."""
+def observe(
+    name: str, instance: Instance | None, shell: BoxShell, *, started: bool = True
+) -> w.Status:
+    """One look at the job: the box gone is a fact (dead); an unanswered ssh is unknown.
+    ``started``: whether a job record says a job was started on this box."""
     if instance is None:
         return w.Status(w.JobState.DEAD, "the box is gone (the provider no longer shows it)")
     out = shell.run(instance, w.observe_script(name))
     if out.timed_out or out.exit_code != 0:
         return w.unreachable(_why(out))
     try:
-        return w.judge(w.parse_observation(out.stdout))
+        return w.judge(w.parse_observation(out.stdout), started=started)
     except UsageError as exc:
         return w.unreachable(str(exc))
 
@@ -194,7 +197,7 @@ def watch(
         if status.state is not last:
             report(status)
             last = status.state
-        if status.state is w.JobState.DEAD or clock() >= ends:
+        if w.settled(status) or clock() >= ends:
             return status
         sleep(min(timing.WATCH_POLL_S, max(ends - clock(), 0.0)))
 

@@ -11,13 +11,12 @@ decision; this module only performs them and reports back.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import random
 import threading
 import time
-from datetime import datetime
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Protocol
 
 from gpuops import timing
@@ -33,6 +32,7 @@ from gpuops.errors import (
     StillRunning,
     Unavailable,
     UnexpectedResponse,
+    UsageError,
 )
 from gpuops.ledger import CREATE_REFUSED, BoxState, EventSink, Ledger, Record, utc_iso
 from gpuops.market import race as r
@@ -52,7 +52,7 @@ from gpuops.market.rentals import (
     process_id,
     rental_of,
 )
-from gpuops.market.select import Filter, Selection, select
+from gpuops.market.select import Filter, Selection, resolve_gpu_name, select
 from gpuops.market.teardown import (
     Ending,
     Outcome,
@@ -195,6 +195,8 @@ class Market:
     def _race(self, req: RentRequest, rental: Rental, deadline: float, now: float) -> Rental:
         self._clean_earlier_races(rental)
         offers = self.vast.search_offers(gpu_name=req.gpu_name, num_gpus=1)
+        if not offers:  # a misspelt GPU is a usage error naming the known ones, not a stockout
+            req, offers = self._respelled(req)
         chosen = select(
             offers,
             k=req.race_k,
@@ -309,7 +311,7 @@ class Market:
         record, _ = self.ledger.record_intent(box, "vast", deadline_at=utc_iso(deadline))  # M3
         label = label_for(record.intent_id)
         now = self.clock()
-        state = dataclasses.replace(state, last_create_at=now)
+        state = replace(state, last_create_at=now)
         try:
             instance_id = self.vast.create(
                 cand.offer_id, label=label, image=req.image, disk_gb=req.disk_gb
@@ -500,6 +502,18 @@ class Market:
                     f"{outcome.name}: an earlier create of {rental.name!r} is unresolved "
                     f"({outcome.detail}); no other create is sent until it is (M12)"
                 )
+
+    def _respelled(self, req: RentRequest) -> tuple[RentRequest, list[Offer]]:
+        """The request under the market's own spelling of its GPU, and that spelling's offers."""
+        known = self.vast.search_offers(num_gpus=1)  # the market's names, best offers first
+        try:
+            name = resolve_gpu_name(req.gpu_name, (o.gpu_name for o in known))
+        except UsageError:
+            self.rentals.update(req.name, state=FAILED)
+            raise
+        if name is None or name == req.gpu_name:
+            return req, []
+        return replace(req, gpu_name=name), self.vast.search_offers(gpu_name=name, num_gpus=1)
 
     def _log_selection(self, req: RentRequest, chosen: Selection) -> None:
         """M11: the full ranked candidate set and each pick's propensity."""

@@ -101,17 +101,23 @@ class Rentals:
     def __init__(self, store: Store, operator: str) -> None:
         self.store = store
         self.operator = operator
+        # records `all` could not read: each blocks only itself, and the CLI names it
+        self.corrupt: dict[str, CorruptState] = {}
 
     def get(self, name: str) -> Rental | None:
         found = self.store.get(PREFIX + check_name(name))
         return None if found is None else _decode(found.key, found.data)
 
     def all(self) -> list[Rental]:
+        """Every readable rental; an unreadable one is left out and kept in ``corrupt``."""
         out = []
         for key in self.store.list(PREFIX):
-            found = self.store.get(key)
-            if found is not None:
-                out.append(_decode(key, found.data))
+            try:
+                found = self.store.get(key)
+                if found is not None:
+                    out.append(_decode(key, found.data))
+            except CorruptState as exc:
+                self.corrupt[key] = exc
         return out
 
     def begin_race(

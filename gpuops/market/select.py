@@ -9,15 +9,20 @@ the log without renting anything (the full ranked set and each pick's propensity
 
 from __future__ import annotations
 
+import difflib
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gpuops.errors import UsageError
+
 MIN_RELIABILITY = 0.98
 MIN_DISK_MB_PER_S = 500.0
 DEFAULT_VRAM_FLOOR_MB = 8192
 EXPLORE_RATE = 0.10
+# How many known GPU names a misspelt one is shown beside.
+NEAREST_NAMES = 3
 # A machine's pass rate divides its price; a machine that never passed still has a finite cost.
 MIN_PASS_RATE = 0.01
 
@@ -150,3 +155,27 @@ def propensity_of(position: int, remaining: int, explore_rate: float) -> float:
     among ``remaining`` offers."""
     share = explore_rate / remaining
     return share + (1.0 - explore_rate) if position == 0 else share
+
+
+def _folded(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+def resolve_gpu_name(requested: str, known: Iterable[str]) -> str | None:
+    """The market's own spelling of ``requested`` (any casing, any spacing), given the GPU names
+    the offers use; None when there are no offers to compare with (a stockout, not a typo).
+
+    A name no offer uses in any casing is a UsageError listing the nearest known names: a typo
+    must not look like a stockout (exit 4) and be retried in vain."""
+    names = sorted(set(known))
+    if not names:
+        return None
+    for name in names:
+        if _folded(name) == _folded(requested):
+            return name
+    by_fold = {_folded(name): name for name in names}
+    near = difflib.get_close_matches(_folded(requested), list(by_fold), n=NEAREST_NAMES, cutoff=0)
+    raise UsageError(
+        f"no offer names the GPU {requested!r} in any casing; nearest known: "
+        + ", ".join(repr(by_fold[n]) for n in near)
+    )

@@ -35,6 +35,7 @@ class JobState(Enum):
     DEAD = "dead"  # a fact: act on it
     STALLED = "stalled"  # a judgment: alert only, the box is never touched
     UNKNOWN = "unknown"  # the box could not be asked
+    NO_JOB = "no job"  # no job was ever started on the box: nothing to watch (exit 5)
 
 
 @dataclass(frozen=True)
@@ -194,8 +195,12 @@ def _int(seen: dict[str, str], key: str) -> int:
         raise UsageError(f"the job's status line {key}={seen[key]!r} is not a number") from None
 
 
-def judge(obs: Observation) -> Status:
-    """Running, dead (a fact) or stalled (a judgment), from one observation (M10)."""
+def judge(obs: Observation, *, started: bool = True) -> Status:
+    """Running, dead (a fact) or stalled (a judgment), from one observation (M10).
+
+    ``started`` is whether our own records say a job was started on this box: without one, a
+    box with no session, no exit code and no log never ran a job (not dead, nothing to act on);
+    with one, the same look is a job whose traces were lost (dead)."""
     if obs.exit_code is not None:  # a recorded exit code is a fact, whatever else is true
         try:
             code = int(obs.exit_code)
@@ -205,6 +210,9 @@ def judge(obs: Observation) -> Status:
         return Status(JobState.DEAD, f"{word} with exit code {code}", code)
     if not obs.tmux:
         return Status(JobState.UNKNOWN, "tmux is not installed on the box")
+    if not obs.session and obs.log_mtime is None and not started:
+        # the start script creates the log before tmux starts: no log and no record of a start
+        return Status(JobState.NO_JOB, "no job was ever started on this box (gpuops run NAME -- CMD)")
     if not obs.session:
         return Status(
             JobState.DEAD,
@@ -225,6 +233,11 @@ def judge(obs: Observation) -> Status:
 def unreachable(detail: str) -> Status:
     """The box could not be asked: unknown, never dead (M10, L9)."""
     return Status(JobState.UNKNOWN, f"cannot reach the box: {detail}")
+
+
+def settled(status: Status) -> bool:
+    """Whether watching longer can change the answer: a dead job, or no job at all."""
+    return status.state in (JobState.DEAD, JobState.NO_JOB)
 
 
 def watch_exit_code(status: Status) -> int:

@@ -61,6 +61,25 @@ def _decode(raw: bytes, where: str) -> tuple[bytes, str]:
     return data, version
 
 
+def _private_dirs(folder: Path, top: str | os.PathLike[str]) -> None:
+    """Create ``folder`` and every missing directory above it (below ``top``) as 0700, whatever
+    the umask; another process creating one at the same moment is fine (first use races)."""
+    missing = []
+    while not folder.exists() and folder != Path(top):
+        missing.append(folder)
+        folder = folder.parent
+    for made in reversed(missing):
+        try:
+            made.mkdir(mode=0o700)
+        except FileExistsError:
+            continue  # another process made it first: its mkdir used the same mode
+        made.chmod(0o700)
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
 def _next_version(previous: str | None) -> str:
     """``<revision>.<nonce>``: readable order, and a fresh nonce so a deleted-then-recreated
     key never repeats a version an old reader still holds (no ABA)."""
@@ -74,9 +93,14 @@ class LocalStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).expanduser().resolve()
         self.url = str(self.root)
-        if not self.root.exists():
-            self.root.mkdir(mode=0o700, parents=True)
-            self.root.chmod(0o700)  # whatever the umask: private to its user (DESIGN §4)
+        try:
+            _private_dirs(self.root, self.root.anchor)
+        except OSError as exc:
+            raise UsageError(f"cannot create the state directory {self.root}: {_why(exc)}") from None
+        if not self.root.is_dir():
+            raise UsageError(
+                f"state {self.root} is not a directory; choose a directory with --state"
+            )
         mode = self.root.stat().st_mode & 0o777
         if mode & 0o077:
             # never chmod a directory we did not make (it could be a home directory): say so
@@ -84,7 +108,15 @@ class LocalStore:
                 f"state directory {self.root} is open to other users (mode {mode:o}); "
                 "run `chmod 700` on it or choose another with --state"
             )
-        (self.root / ".tmp").mkdir(mode=0o700, exist_ok=True)
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise UsageError(
+                f"state directory {self.root} is not writable (read-only); "
+                "choose another with --state"
+            )
+        try:
+            (self.root / ".tmp").mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"state directory {self.root} is unusable: {_why(exc)}") from None
 
     # --- interface ---------------------------------------------------------------------------
     def get(self, key: str) -> Versioned | None:
@@ -159,7 +191,7 @@ class LocalStore:
 
     def _write(self, path: Path, data: bytes, previous: str | None) -> str:
         version = _next_version(previous)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _private_dirs(path.parent, self.root)
         tmp = self.root / ".tmp" / f"{path.name}.{secrets.token_hex(6)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:

@@ -1,0 +1,60 @@
+"""Fuzz the CLI's argv with N Hypothesis cases (default 10,000) and print counts by exit code.
+
+    .venv/bin/python tests/benchmarks/bench_cli_fuzz.py [N]
+
+Exit 0 only if every case was a usage error, a typed refusal or success (never a traceback).
+Runs in a throwaway state dir with no provider environment.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+
+from cli_fuzz import ARGV, clean, run_case  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+
+
+def main(n: int) -> int:
+    for name in list(os.environ):
+        if name.startswith(("GPUOPS_", "VAST_")):
+            del os.environ[name]
+    root = Path(tempfile.mkdtemp(prefix="gpuops-fuzz-"))
+    os.environ.update(
+        GPUOPS_STATE=str(root / "state"), GPUOPS_OPERATOR="alice",
+        XDG_STATE_HOME=str(root / "xdg"), HOME=str(root / "home"),
+    )  # fmt: skip
+    codes: collections.Counter[int] = collections.Counter()
+    bad: list[tuple[list[str], int, str]] = []
+
+    @settings(max_examples=n, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(argv=ARGV)
+    def case(argv: list[str]) -> None:
+        code, stderr = run_case(argv)
+        codes[code] += 1
+        if not clean(code, stderr):
+            bad.append((argv, code, stderr[-400:]))
+
+    started = time.perf_counter()
+    case()
+    took = time.perf_counter() - started
+    total = sum(codes.values())
+    print(f"cases {total} in {took:.1f} s ({total / took:.0f}/s); load {os.getloadavg()[0]:.2f}")
+    for code, count in sorted(codes.items()):
+        print(f"  exit {code}: {count}")
+    print(f"tracebacks or unexpected exits: {len(bad)}")
+    for argv, code, stderr in bad[:5]:
+        print(f"  {argv!r} -> {code}: {stderr}")
+    return 0 if not bad and total >= n else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 10_000))

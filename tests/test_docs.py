@@ -1,0 +1,73 @@
+"""The documentation is self-contained and cannot drift from the tests it describes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import fault_matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "fakes" / "README.md", *DOCS]
+OUTSIDE = re.compile(r"\.\./shared|shared/DESIGN|seeds/|\bissues? #?\d+", re.I)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_page_points_outside_the_repository_or_names_an_issue(page):
+    """README, CONTRIBUTING, fakes/README and docs/ never send a reader outside the clone."""
+    found = OUTSIDE.findall(page.read_text(encoding="utf-8"))
+
+    assert found == []
+
+
+def test_the_outside_pattern_catches_what_it_is_for():
+    """The check itself: each forbidden form is caught, ordinary prose is not."""
+    caught = ["see ../shared/x", "shared/DESIGN.md", "the seeds/ folder", "(issue 14)", "Issue #3"]
+
+    assert all(OUTSIDE.search(text) for text in caught)
+    assert not OUTSIDE.search("a shared board; two issues were found; see docs/rules.md")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_in_the_docs_lands_on_a_file(page):
+    """A markdown link to a path inside the repository names a file that exists."""
+    targets = re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8"))
+
+    missing = [t for t in targets if not (page.parent / t).resolve().exists()]
+    assert missing == []
+
+
+def test_the_committed_fault_matrix_is_the_generated_one():
+    """docs/fault-matrix.md equals what tests/fault_matrix.py makes from the tests' marks."""
+    assert fault_matrix.TARGET.read_text(encoding="utf-8") == fault_matrix.render(
+        fault_matrix.collect()
+    )
+
+
+def test_every_seed_failure_mode_has_a_row_in_the_fault_matrix():
+    """The matrix covers many failure modes, each shown by a test that exists."""
+    faults = fault_matrix.collect()
+
+    assert len(faults) >= 20
+    for fault in faults:
+        path, _, name = fault.test.partition("::")
+        assert f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), fault.test
+
+
+def test_a_malformed_fault_mark_is_an_error_not_a_silent_row(tmp_path):
+    """A fault mark without `handled=` stops the generator, naming the test."""
+    bad = tmp_path / "test_bad.py"
+    bad.write_text('import pytest\n@pytest.mark.fault("x")\ndef test_x():\n    pass\n')
+
+    with pytest.raises(ValueError, match="test_bad.py::test_x"):
+        fault_matrix.faults_in(bad)
+
+
+def test_nothing_gpuops_prints_carries_colour_codes():
+    """NO_COLOR holds trivially: no module under gpuops/ writes an ANSI escape."""
+    sources = [p.read_text(encoding="utf-8") for p in (ROOT / "gpuops").rglob("*.py")]
+
+    assert not [s for s in sources if "\\x1b[" in s or "\\033[" in s or "\x1b[" in s]

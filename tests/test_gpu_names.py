@@ -1,0 +1,49 @@
+"""A GPU name typed in another casing rents the market's spelling; one no offer uses is a usage
+error listing the nearest names (exit 2), never a stockout (exit 4) retried in vain."""
+
+from __future__ import annotations
+
+import pytest
+from test_rent import World, request, scenario, world  # noqa: F401  (world is a fixture)
+
+from gpuops.errors import UsageError
+from gpuops.market.rent import RentRequest
+from gpuops.market.rentals import FAILED, LIVE
+
+
+def test_rent_with_a_lower_case_gpu_name_rents_the_market_spelling(world: World):
+    """M1: `rtx 4090` races the RTX 4090 offers, logged under the market's spelling."""
+    market = world.market()
+
+    rental = market.rent(RentRequest(name="job", gpu_name="rtx 4090", hours=2.0, race_k=3))
+
+    assert rental.state == LIVE and rental.gpu_name == "RTX 4090"
+    (selection,) = world.events.kinds("market.selection")
+    assert selection["gpu_name"] == "RTX 4090"
+
+
+@pytest.mark.fault(
+    "a GPU name typo (`RTX 9999`) looked like a stockout",
+    handled="usage error (exit 2) naming the nearest known GPUs; nothing is created",
+)
+def test_rent_with_a_gpu_name_no_offer_uses_is_a_usage_error_and_creates_nothing(world: World):
+    """M1: RTX 9999 is exit 2 listing RTX 4090; no create is sent and the rental is failed."""
+    market = world.market()
+
+    with pytest.raises(UsageError, match=r"'RTX 9999' in any casing; nearest known: 'RTX 4090'"):
+        market.rent(RentRequest(name="job", gpu_name="RTX 9999", hours=2.0, race_k=3))
+
+    assert world.creates() == 0 and world.alive() == []
+    rental = market.rentals.get("job")
+    assert rental is not None and rental.state == FAILED
+
+
+@pytest.mark.parametrize("world", [scenario()], indirect=True)
+def test_an_empty_market_is_still_a_stockout_not_a_typo(world: World):
+    """M1: with no offers at all, a correct name is unavailable (exit 4), not a usage error."""
+    from gpuops.errors import Unavailable
+
+    with pytest.raises(Unavailable) as caught:
+        world.market().rent(request())
+
+    assert caught.value.exit_code == 4
