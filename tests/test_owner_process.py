@@ -18,7 +18,7 @@ from test_guard_process import ROOT, WAIT_S, Fakes, _alive, _guardian_pids, _kil
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
-SLOW_BOOT = {"boot": {"provisioning_s": 1200}}  # fake seconds: 20 s of wall time at scale 60
+SLOW_BOOT = {"boot": {"provisioning_s": 600}}  # fake seconds: 10 s of wall time at scale 60
 
 
 @pytest.fixture

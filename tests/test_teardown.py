@@ -16,7 +16,7 @@ from gpuops.errors import (
     StillRunning,
     Unavailable,
 )
-from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger
+from gpuops.ledger import CREATE_REFUSED, GONE_BY_SHOW, BoxState, Ledger
 from gpuops.market.teardown import (
     Ending,
     LABEL_PREFIX,
@@ -307,6 +307,23 @@ def test_a_confirmation_whose_release_a_crash_cut_off_is_released_without_a_new_
     outcome = destroy(vast, ledger, clock)
 
     assert outcome == Outcome(BOX, Ending.GONE, "instance 77 was confirmed gone; released")
+    assert vast.calls == []
+    assert ledger.get(BOX).state is BoxState.RELEASED
+
+
+def test_a_refused_create_whose_release_a_crash_cut_off_is_released_as_never_created_m13(
+    ledger, clock
+):
+    """M13: an intent confirmed gone on a refused create (no instance ever) and then cut off by
+    a crash is released as never created, with no provider call; the soak found it looping."""
+    ledger.record_intent(BOX, "vast")
+    ledger.confirm_gone(BOX, CREATE_REFUSED)
+    vast = Provider()
+
+    outcome = destroy(vast, ledger, clock)
+
+    assert outcome == Outcome(BOX, Ending.NEVER_CREATED, "its create was refused; released")
+    assert outcome.released
     assert vast.calls == []
     assert ledger.get(BOX).state is BoxState.RELEASED
 

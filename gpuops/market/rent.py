@@ -575,7 +575,9 @@ def end_record(market: Market, record: Record) -> Outcome:
                 "an intent whose box no look-up by label has found yet; still looking",
             )
         record = market.ledger.mark_live(record.name, found.instance_id)
-    if record.state in _ENDING and record.instance_id:
+    if record.state is BoxState.GONE_CONFIRMED or (
+        record.state in _ENDING and record.instance_id
+    ):  # gone-confirmed: a crash cut off the release; the evidence is already recorded
         return destroy_box(
             market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep
         )

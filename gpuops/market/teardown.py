@@ -93,6 +93,8 @@ def destroy_box(
     if current is not None and current.state is BoxState.GONE_CONFIRMED:
         # a crash between the confirmation and the release: the evidence is already recorded
         ledger.release(name)  # owner check (M3) in the ledger
+        if current.instance_id is None:  # a create refused outright: no box was ever made
+            return Outcome(name, Ending.NEVER_CREATED, "its create was refused; released")
         return Outcome(
             name, Ending.GONE, f"instance {current.instance_id} was confirmed gone; released"
         )

@@ -1,0 +1,340 @@
+"""A seeded, deterministic soak of the market's shells (M13, H5): faulty rent -> deadline
+lifecycles through the real Market, adapter, guardian and sweep against FakeVast in-process on
+a fake clock, with a crash or an interrupt injected at any provider call or store write.
+
+Each lifecycle draws offers with random fates, a random set of the faults FakeVast can script
+(lost creates with a closed connection or a 5xx, lists that answer empty, 429s on create,
+destroys that fail, destroy lag), a stranger's box on the account, whether a guardian runs and
+whether it too is killed (then a successor takes over), and one point at which rent dies:
+SIGKILL (nothing of rent runs after it) or an interrupt (its clean-up runs). The verdicts ask
+the fake, never gpuops:
+
+- leaked: a box of ours still billing at the deadline plus OWNER_GRACE_S;
+- wrong destroys: a box gpuops does not own was destroyed;
+- premature releases: a record released while the fake still showed its box;
+- exit 0 while billing: a guardian or `destroy` said "all gone" while a box of the rental billed.
+
+Used by tests/test_soak.py (a CI slice) and tests/benchmarks/bench_soak.py (the full run).
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fakes.scenario import parse_scenario
+from fakes.vast import FakeClock, FakeVast
+from gpuops import timing
+from gpuops.errors import GpuopsError, Interrupted
+from gpuops.ledger import Ledger
+from gpuops.market import jobs
+from gpuops.market.guard import Guardian, LocalResults
+from gpuops.market.probe import Verdict
+from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
+from gpuops.market.teardown import exit_code, intent_of
+from gpuops.model import Instance
+from gpuops.providers.vast import VastAdapter
+from gpuops.store.memory import MemoryStore
+
+BASE = "https://console.vast.ai"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsSoakTestKey000000000000000000000000 soak"
+FATES = {
+    "healthy": Verdict.PASS,
+    "ssh-auth": Verdict.SSH_AUTH,
+    "slow-disk": Verdict.SLOW_DISK,
+    "no-gpu": Verdict.NO_GPU,
+    "taken": Verdict.PASS,
+}
+HOURS = 0.1
+STRANGER = 9999
+
+
+class Killed(BaseException):
+    """A process died here (SIGKILL): nothing after this point of it runs."""
+
+
+class Tripwire:
+    """Fires once, at the n-th provider call or store write it counts (before or after it)."""
+
+    def __init__(self) -> None:
+        self.left: int | None = None
+        self.after = False
+        self.fire: Callable[[], BaseException] = Killed
+        self.fired = False
+
+    def arm(self, n: int | None, after: bool, fire: Callable[[], BaseException]) -> None:
+        self.left, self.after, self.fire, self.fired = n, after, fire, False
+
+    def tick(self, done: bool) -> None:
+        if self.left is None or done != self.after:
+            return
+        self.left -= 1
+        if self.left <= 0:
+            self.left, self.fired = None, True
+            raise self.fire()
+
+
+class WiredStore(MemoryStore):
+    """A MemoryStore whose writes count towards the tripwire."""
+
+    def __init__(self, wire: Tripwire) -> None:
+        super().__init__()
+        self.wire = wire
+
+    def _wired(self, write: Callable[..., Any], *args: Any) -> Any:
+        self.wire.tick(done=False)
+        result = write(*args)
+        self.wire.tick(done=True)
+        return result
+
+    def create(self, key: str, data: bytes) -> str:
+        return self._wired(super().create, key, data)
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        return self._wired(super().put, key, data, version)
+
+    def delete(self, key: str, version: str) -> None:
+        self._wired(super().delete, key, version)
+
+
+class WiredVast:
+    """The real adapter, with every call counting towards the tripwire."""
+
+    def __init__(self, inner: VastAdapter, wire: Tripwire) -> None:
+        self.inner, self.wire = inner, wire
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.wire.tick(done=False)
+            result = attr(*args, **kwargs)
+            self.wire.tick(done=True)
+            return result
+
+        return call
+
+
+@dataclass
+class Tally:
+    lifecycles: int = 0
+    leaked: int = 0
+    wrong_destroys: int = 0
+    premature_releases: int = 0
+    exit_0_while_billing: int = 0
+    kept: int = 0  # rents that ended with a kept box
+    killed: int = 0  # rents killed mid-way (SIGKILL)
+    interrupted: int = 0
+    guardians_killed: int = 0
+    unguarded: int = 0  # --no-guard: sweep is the owner
+    failures: list[str] = field(default_factory=list)  # the first few, with their seeds
+
+    def bad(self) -> int:
+        return self.leaked + self.wrong_destroys + self.premature_releases + self.exit_0_while_billing
+
+
+class Audit:
+    """An event sink that checks every release against the fake as it happens."""
+
+    def __init__(self, fake: FakeVast, tally: Tally, seed: int) -> None:
+        self.fake, self.tally, self.seed = fake, tally, seed
+
+    def append(self, kind: str, /, **payload: Any) -> None:
+        if kind == "ledger.transition" and payload.get("after") == "released":
+            instance_id = payload.get("instance_id")
+            if instance_id and self.fake.show(int(instance_id)) is not None:
+                self.tally.premature_releases += 1
+                self.note(f"released {payload['name']} while instance {instance_id} billed")
+
+    def note(self, what: str) -> None:
+        if len(self.tally.failures) < 10:
+            self.tally.failures.append(f"seed {self.seed}: {what}")
+
+
+def _scenario(rng: random.Random) -> dict[str, Any]:
+    n = rng.randint(2, 5)
+    offers = [
+        {
+            "id": 4000 + i,
+            "machine_id": 900 + i,
+            "gpu_name": "RTX 4090",
+            "gpu_ram": 24564,
+            "dph_total": round(0.3 + rng.random() / 10, 4),
+            "reliability": 0.995,
+            "disk_bw": 2000.0,
+            "fate": rng.choice(list(FATES)),
+        }
+        for i in range(n)
+    ]
+    stranger = {**offers[0], "id": STRANGER, "machine_id": 999, "fate": "healthy"}
+    faults: dict[str, Any] = {}
+    if rng.random() < 0.3:
+        faults["lost_creates"] = [
+            {"offer": rng.choice(offers)["id"], "answer": rng.choice(["close", 503])}
+        ]
+    if rng.random() < 0.2:
+        faults["rate_limits"] = [{"count": rng.randint(1, 2), "route": "create"}]
+    if rng.random() < 0.25:
+        faults["destroy_failures"] = [
+            {"offer": rng.choice(offers)["id"], "count": rng.randint(1, 3), "status": 503}
+        ]
+    if rng.random() < 0.3:
+        faults["empty_list"] = {"count": rng.randint(1, 3)}
+    vast: dict[str, Any] = {
+        "api_key": "k-soak",
+        "ssh_keys": [KEY],
+        "offers": [*offers, stranger],
+        "destroy_lag_s": rng.choice([0.0, 0.0, 10.0, 30.0]),
+        "boot": {"provisioning_s": rng.choice([5.0, 10.0, 60.0]), "loading_s": 10.0},
+    }
+    if faults:
+        vast["faults"] = faults
+    return {"vast": vast}
+
+
+def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
+    """One faulty rent -> deadline lifecycle, judged by the fake."""
+    rng = random.Random(seed)
+    fake = FakeVast(parse_scenario(_scenario(rng)), clock=FakeClock())
+    wire = Tripwire()
+    audit = Audit(fake, tally, seed)
+    store = WiredStore(wire)
+    tally.lifecycles += 1
+    with fake.activate(BASE):
+        stranger = fake.create(STRANGER, {"label": "someone-else", "image": "x", "disk": 5}).id
+
+        def market() -> Market:
+            def probe(instance: Instance, box: str) -> Verdict:
+                return FATES[fake.instances[int(instance.instance_id)].fate.kind]
+
+            adapter = VastAdapter(
+                api_key="k-soak", base_url=BASE, sleep=fake.advance, monotonic=fake.now
+            )
+            made = Market(
+                WiredVast(adapter, wire),  # type: ignore[arg-type]
+                Ledger(store, audit, "alice", clock=fake.now),
+                audit,
+                probe=probe,
+                public_key=KEY,
+                clock=fake.now,
+                sleep=fake.advance,
+                rng=random.Random(seed),
+            )
+            abandon = made._abandon
+
+            def dies_or_cleans(rental: Any, why: BaseException) -> Any:
+                if isinstance(why, Killed):
+                    return []  # SIGKILL: the process is gone, its clean-up never runs
+                return abandon(rental, why)
+
+            made._abandon = dies_or_cleans  # type: ignore[method-assign]
+            return made
+
+        guarded = rng.random() < 0.85
+        if not guarded:
+            tally.unguarded += 1
+        # rent, with one crash or interrupt at a random provider call or store write
+        how = rng.random()  # a third die (SIGKILL), a fifth are interrupted, the rest live
+        fire: Callable[[], BaseException] = Killed if how < 0.35 else (lambda: Interrupted(2))
+        wire.arm(rng.randint(1, 60) if how < 0.55 else None, rng.random() < 0.5, fire)
+        request = RentRequest("job", "RTX 4090", HOURS, race_k=rng.randint(1, 3))
+        started = fake.now()
+        deadline = started + HOURS * 3600.0
+        try:
+            market().rent(request)
+            tally.kept += 1
+        except Killed:
+            tally.killed += 1
+        except Interrupted:
+            tally.interrupted += 1
+        except GpuopsError:
+            pass  # refused, unavailable, unresolved: the owner still ends what exists
+        wire.arm(None, False, Killed)
+
+        if rng.random() < 0.2:  # the user destroys it by hand at some point
+            fake.advance(rng.uniform(0, HOURS * 1800.0))
+            try:
+                outcomes = destroy_rental(market(), "job")
+            except GpuopsError:
+                outcomes = None
+            if outcomes is not None and exit_code(outcomes) == 0 and _ours_billing(fake, stranger):
+                tally.exit_0_while_billing += 1
+                audit.note("destroy exited 0 while a box billed")
+
+        if guarded:
+            _guard(fake, market, wire, rng, tally, audit, stranger, tmp)
+        else:
+            fake.advance(max(0.0, deadline - fake.now()) + rng.uniform(0, 60.0))
+            sweep(market())  # cron's sweep: the owner of a rental with no guardian
+
+        limit = deadline + timing.OWNER_GRACE_S
+        if fake.now() < limit:
+            fake.advance(limit - fake.now())
+        if fake.now() <= limit + 1.0:
+            for box in _ours_billing(fake, stranger):
+                tally.leaked += 1
+                audit.note(f"instance {box} billed at the deadline + grace")
+        if fake.instances[stranger].destroyed_at is not None:
+            tally.wrong_destroys += 1
+            audit.note("the stranger's box was destroyed")
+
+
+def _guard(
+    fake: FakeVast,
+    market: Callable[[], Market],
+    wire: Tripwire,
+    rng: random.Random,
+    tally: Tally,
+    audit: Audit,
+    stranger: int,
+    tmp: Path,
+) -> None:
+    """The rental's guardian (started before the first create) runs to its exit; it may be
+    killed at a random call, and then a successor (systemd's restart) takes over."""
+    for attempt in range(2):
+        guardian = Guardian(
+            market(),
+            "job",
+            shell=jobs.BoxShell(tmp / "local", tmp / "id_ed25519"),
+            results=LocalResults(tmp / "results"),
+            me=f"alice/soak/{attempt}/g",
+            clock=fake.now,
+            sleep=fake.advance,
+            say=lambda line: None,
+        )
+        if attempt == 0 and rng.random() < 0.15:
+            wire.arm(rng.randint(1, 60), rng.random() < 0.5, Killed)
+        try:
+            code = guardian.run()
+        except Killed:
+            tally.guardians_killed += 1
+            wire.arm(None, False, Killed)
+            continue
+        except GpuopsError:
+            return  # e.g. no rental at all: rent died before writing one; nothing to own
+        wire.arm(None, False, Killed)
+        if code == 0 and _ours_billing(fake, stranger):
+            tally.exit_0_while_billing += 1
+            audit.note("a guardian exited 0 while a box billed")
+        return
+
+
+def _ours_billing(fake: FakeVast, stranger: int) -> list[int]:
+    return [b.id for b in fake.boxes() if b.id != stranger and intent_of(b.label) is not None]
+
+
+def run(count: int, seed: int = 0) -> tuple[Tally, float]:
+    """``count`` lifecycles from ``seed``; the tally and the wall seconds they took."""
+    tally = Tally()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpuops-soak-") as tmp:
+        for i in range(count):
+            lifecycle(seed * 1_000_003 + i, tally, Path(tmp))
+    return tally, time.perf_counter() - started
