@@ -200,7 +200,7 @@ def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
     from gpuops.market.session import local_dir
 
     lease, _ = Leases(market.ledger.store).read(name)
-    if lease is not None and not g.is_stale(lease, market.clock()):
+    if lease is not None and not g.looks_stale(lease, market.clock()):
         return {"holder": lease.holder, "detail": f"already guarded by {lease.holder}"}
     spawned = spawn(name, state_url, market.ledger.operator, local_dir(state_url))
     return {
@@ -300,7 +300,7 @@ def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
     lease, _ = Leases(market.ledger.store).read(rental.name)
     if lease is None:
         return {"guardian": None, "guard": "NONE (no ceiling: gpuops guard NAME)"}
-    fresh = not g.is_stale(lease, market.clock())
+    fresh = not g.looks_stale(lease, market.clock())
     state = "fresh" if fresh else "STALE (its guardian is not running)"
     return {"guardian": lease.holder, "guard": f"{state}: {lease.holder}"}
 

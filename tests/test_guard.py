@@ -224,6 +224,7 @@ def test_a_guardian_that_lost_its_lease_leaves_7_only_after_its_successor_renews
     first = world.guardian(world.market(), "alice/laptop/1/aa")
     second = world.guardian(world.market(), "alice/pi/2/bb")
     first.step()
+    second.step()  # a standby: it sees the lease and starts its watch on its own clock
     world.fake.advance(timing.LEASE_TTL_S)  # the laptop slept through its heartbeats
     second.step()  # takes over
     assert first.step() is None  # sees the successor: starts verifying, does not leave
@@ -329,3 +330,42 @@ def test_an_unexpected_error_ends_the_guardian_loudly_in_the_event_log(world):
         guardian.run()
     (ended,) = world.events.kinds("guard.exit")
     assert ended["code"] == 1 and ended["reason"] == "RuntimeError: disk on fire"
+
+
+@pytest.mark.parametrize("skew_s", [300.0, -300.0])
+def test_two_hosts_five_minutes_apart_never_both_guard_nor_both_stand_aside_m7(world, skew_s):
+    """M7 across hosts: guardians on two hosts sharing state, their wall clocks five minutes
+    apart, judge the lease only on their own monotonic clocks: one is responsible and one
+    stands by for as long as both live, and the standby takes over a TTL after the holder
+    dies, never before."""
+    world.rent(hours=10.0)
+    here = world.guardian(world.market(), "alice/laptop/1/aa")
+    there = Guardian(
+        world.market(),
+        "job",
+        shell=world.shell(),
+        results=LocalResults(world.tmp / "results"),
+        me="alice/pi/2/bb",
+        clock=lambda: world.fake.now() + skew_s,  # its wall clock is five minutes off
+        monotonic=world.fake.now,
+        sleep=world.fake.advance,
+        say=lambda line: None,
+    )
+    for n in range(120):  # ten minutes of both alive
+        here.step()
+        there.step()
+        roles = {here.mind.role, there.mind.role}
+        if n:  # the first round takes the lease; from the second on, one holds it
+            assert roles == {g.Role.RESPONSIBLE, g.Role.STANDBY}, roles
+        world.fake.advance(timing.LEASE_POLL_S)
+    holder, standby = (here, there) if here.mind.role is g.Role.RESPONSIBLE else (there, here)
+
+    died_at = world.fake.now()  # the holder dies: only the standby steps from now on
+    while standby.mind.role is not g.Role.RESPONSIBLE:
+        standby.step()
+        world.fake.advance(timing.LEASE_POLL_S)
+
+    assert world.fake.now() - died_at >= timing.LEASE_TTL_S
+    assert world.fake.now() - died_at <= timing.LEASE_TTL_S + 3 * timing.LEASE_POLL_S
+    (lease, _) = Leases(world.store).read("job")
+    assert lease.holder == standby.me != holder.me

@@ -69,12 +69,68 @@ def test_a_newcomer_waits_as_standby_while_the_holder_is_fresh():
     assert mind == Mind(ME, role=Role.STANDBY)
 
 
-def test_a_stale_lease_is_taken_over_exactly_at_the_ttl():
-    """M7: the holder's heartbeat a whole TTL old means it is presumed dead."""
+def test_a_stale_lease_is_taken_over_exactly_a_ttl_after_it_was_seen_standing_still():
+    """M7: a lease seen with the same holder and beats for a whole TTL, on our own clock, means
+    its holder is presumed dead; the first sight starts the watch."""
     lease = theirs(T0)
-    assert g.decide(Mind(ME), lease, BOX, T0 + timing.LEASE_TTL_S) == (Mind(ME), Take())
-    assert g.is_stale(lease, T0 + timing.LEASE_TTL_S)
-    assert not g.is_stale(lease, T0 + timing.LEASE_TTL_S - 0.001)
+    mind, first = g.decide(Mind(ME), lease, BOX, T0)
+    assert first == Wait(timing.LEASE_POLL_S)
+    assert (mind.seen, mind.seen_since) == ((OTHER, 0), T0)
+    almost = g.decide(mind, lease, BOX, T0 + timing.LEASE_TTL_S - 0.001)
+    assert almost[1] == Wait(timing.LEASE_POLL_S)
+    assert g.decide(mind, lease, BOX, T0 + timing.LEASE_TTL_S)[1] == Take()
+    assert g.is_stale(mind, T0 + timing.LEASE_TTL_S)
+    assert not g.is_stale(mind, T0 + timing.LEASE_TTL_S - 0.001)
+    assert not g.is_stale(Mind(ME), T0 + 10**9)  # nothing seen: nothing stale
+
+
+def test_a_heartbeat_or_a_new_holder_restarts_the_watch_m7():
+    """M7: a beat, or another holder, is a new sight; the TTL counts from there."""
+    mind, _ = g.decide(Mind(ME), theirs(T0), BOX, T0)
+    beat, _ = g.decide(mind, theirs(T0 + 50, beats=1), BOX, T0 + 50)
+    assert (beat.seen, beat.seen_since) == ((OTHER, 1), T0 + 50)
+    assert g.decide(beat, theirs(T0 + 50, beats=1), BOX, T0 + timing.LEASE_TTL_S)[1] == Wait(
+        timing.LEASE_POLL_S
+    )
+    third, _ = g.decide(beat, theirs(T0, beats=1, holder="alice/ci/3/cc"), BOX, T0 + 70)
+    assert (third.seen, third.seen_since) == (("alice/ci/3/cc", 1), T0 + 70)
+    gone, _ = g.decide(third, None, BOX, T0 + 80)
+    assert (gone.seen, gone.seen_since) == (None, T0 + 80)
+
+
+def test_the_holders_clock_is_never_compared_with_ours_m7():
+    """M7 across hosts: a holder whose clock runs five minutes behind (its heartbeat looks
+    ancient) is not taken over while it beats; one five minutes ahead is taken over once it
+    stops, a TTL later by our clock, never sooner or never."""
+    behind, ahead = -300.0, 300.0
+    mind = Mind(ME)
+    for n in range(10):  # it beats every heartbeat, stamped by its slow clock
+        now = T0 + n * timing.GUARDIAN_HEARTBEAT_S
+        mind, action = g.decide(mind, theirs(now + behind, beats=n), BOX, now)
+        assert action == Wait(timing.LEASE_POLL_S)
+    stopped = theirs(T0 + ahead, beats=99)
+    mind, _ = g.decide(Mind(ME), stopped, BOX, T0)
+    assert g.decide(mind, stopped, BOX, T0 + timing.LEASE_TTL_S - 1)[1] == Wait(
+        timing.LEASE_POLL_S
+    )
+    assert g.decide(mind, stopped, BOX, T0 + timing.LEASE_TTL_S)[1] == Take()
+
+
+def test_the_monotonic_clock_alone_judges_staleness_when_given():
+    """M7: with a monotonic clock passed, the wall clock's jumps do not age a lease."""
+    lease = theirs(T0)
+    mind, _ = g.decide(Mind(ME), lease, BOX, T0, NORMAL, mono=5.0)
+    assert mind.seen_since == 5.0
+    jumped = g.decide(mind, lease, BOX, T0 + 10 * timing.LEASE_TTL_S, NORMAL, mono=6.0)
+    assert jumped[1] == Wait(timing.LEASE_POLL_S)
+    assert g.decide(mind, lease, BOX, T0, NORMAL, mono=5.0 + timing.LEASE_TTL_S)[1] == Take()
+
+
+def test_looks_stale_compares_the_holders_heartbeat_with_our_clock_for_display_only():
+    """`boxes` shows a lease whose last heartbeat is a TTL old as STALE (advisory)."""
+    assert g.looks_stale(theirs(T0), T0 + timing.LEASE_TTL_S)
+    assert not g.looks_stale(theirs(T0), T0 + timing.LEASE_TTL_S - 0.001)
+    assert g.looks_stale(theirs(T0), T0 + 6, NORMAL.scaled(10))
 
 
 def test_the_holder_renews_once_a_heartbeat_is_due_and_not_before():
@@ -123,10 +179,10 @@ def test_supersession_needs_a_renewal_seen_over_the_whole_verification_window():
 
 def test_a_successor_that_never_renews_is_taken_over_once_stale():
     """M7: a successor that took the lease and died is replaced, not trusted."""
-    watching = Mind(ME, Role.VERIFYING, True, OTHER, 0, T0)
+    watching = Mind(ME, Role.VERIFYING, True, OTHER, 0, T0, seen=(OTHER, 0), seen_since=T0)
     mind, action = g.decide(watching, theirs(T0, beats=0), BOX, T0 + timing.LEASE_TTL_S)
     assert action == Take()
-    assert mind == watching
+    assert mind == watching and mind.seen_since == T0
 
 
 def test_a_third_guardian_taking_the_lease_restarts_the_verification():
@@ -240,8 +296,9 @@ def test_scaling_the_clockwork_divides_every_duration_alike():
 def test_a_scaled_clockwork_drives_every_lease_decision():
     """M6: the decisions use the clockwork they are given, never a constant of their own."""
     fast = NORMAL.scaled(10)
-    assert g.decide(Mind(ME), theirs(T0), BOX, T0 + 6, fast) == (Mind(ME), Take())
-    assert g.decide(Mind(ME), theirs(T0), BOX, T0 + 5.9, fast)[1] == Wait(0.5)
+    seen = Mind(ME, seen=(OTHER, 0), seen_since=T0)
+    assert g.decide(seen, theirs(T0), BOX, T0 + 6, fast) == (Mind(ME), Take())
+    assert g.decide(seen, theirs(T0), BOX, T0 + 5.9, fast)[1] == Wait(0.5)
     assert g.decide(Mind(ME), mine(T0), BOX, T0 + 1.5, fast)[1] == Renew()
     assert g.decide(Mind(ME), mine(T0), BOX, T0 + 1, fast)[1] == Wait(0.5)
     watching = Mind(ME, Role.VERIFYING, True, OTHER, 0, T0)
@@ -249,8 +306,8 @@ def test_a_scaled_clockwork_drives_every_lease_decision():
         SUPERSEDED, f"superseded by {OTHER}, seen renewing the lease"
     )
     assert g.decide(watching, theirs(T0 + 2, 1), BOX, T0 + 2.9, fast)[1] == Wait(0.5)
-    assert g.is_stale(theirs(T0), T0 + 6, fast)
-    assert not g.is_stale(theirs(T0), T0 + 5.9, fast)
+    assert g.is_stale(seen, T0 + 6, fast)
+    assert not g.is_stale(seen, T0 + 5.9, fast)
 
 
 @given(

@@ -186,6 +186,7 @@ class Guardian:
         me: str | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] | None = None,
         clockwork: g.Clockwork = g.NORMAL,
         say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
     ) -> None:
@@ -196,6 +197,9 @@ class Guardian:
         self.shell = shell
         self.results = results
         self.clock = clock
+        # leases are judged stale on this clock alone (never another host's): the real
+        # monotonic clock, or the injected clock in tests that pass one
+        self.monotonic = monotonic or (time.monotonic if clock is time.time else clock)
         self._sleep = sleep
         self.clockwork = clockwork
         self.say = say
@@ -262,7 +266,7 @@ class Guardian:
         box = self._box()
         now = self.clock()
         before = self.mind.role
-        self.mind, action = g.decide(self.mind, lease, box, now, self.clockwork)
+        self.mind, action = g.decide(self.mind, lease, box, now, self.clockwork, self.monotonic())
         if self.mind.role is not before:
             self._log(
                 "guard.role", role=self.mind.role.value, holder=lease.holder if lease else None

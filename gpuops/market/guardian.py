@@ -20,7 +20,7 @@ until the deadline at most, and the destroy follows whether or not it finished.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from gpuops import timing
@@ -97,6 +97,12 @@ class Mind:
     watch_beats: int = 0  # the successor's beats when watching began
     watch_since: float = 0.0
     copied: bool = False  # it made its copy attempt (success or not)
+    # What this guardian last saw of the lease, (holder, beats), and when, on its own
+    # monotonic clock: a lease is stale when seen standing still for a whole TTL, never by
+    # comparing the holder's clock with ours (hosts sharing s3:// state disagree on the time).
+    # Bookkeeping for is_stale, pinned by its own tests, so left out of equality.
+    seen: tuple[str, int] | None = field(default=None, compare=False)
+    seen_since: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -148,20 +154,45 @@ def schedule(started_at: float, deadline_at: float) -> tuple[float, float]:
     return deadline_at - margin, budget
 
 
-def is_stale(lease: Lease, now: float, clock: Clockwork = NORMAL) -> bool:
-    """A lease whose holder has not renewed for a whole TTL: its guardian is presumed dead."""
+def looks_stale(lease: Lease, now: float, clock: Clockwork = NORMAL) -> bool:
+    """For display only (`boxes`, and whether `rent` starts a guardian): the holder's last
+    heartbeat, by its clock, a whole TTL before ``now`` by ours. Never used to take a lease."""
     return now - lease.heartbeat_at >= clock.lease_ttl_s
 
 
+def observe(mind: Mind, lease: Lease | None, mono: float) -> Mind:
+    """Remember when the lease last changed hands or beat, on this guardian's own clock."""
+    mark = None if lease is None else (lease.holder, lease.beats)
+    if mind.seen == mark and mark is not None:
+        return mind
+    return replace(mind, seen=mark, seen_since=mono)
+
+
+def is_stale(mind: Mind, mono: float, clock: Clockwork = NORMAL) -> bool:
+    """The lease was seen standing still (same holder, same beats) for a whole TTL: its
+    guardian is presumed dead. Only our own clock is read (M7 across hosts)."""
+    return mind.seen is not None and mono - mind.seen_since >= clock.lease_ttl_s
+
+
 def decide(
-    mind: Mind, lease: Lease | None, box: Box, now: float, clock: Clockwork = NORMAL
+    mind: Mind,
+    lease: Lease | None,
+    box: Box,
+    now: float,
+    clock: Clockwork = NORMAL,
+    mono: float | None = None,
 ) -> tuple[Mind, Action]:
-    """The guardian's next step, and what it remembers afterwards."""
+    """The guardian's next step, and what it remembers afterwards. ``now`` is the wall clock
+    (deadlines are wall-clock times); ``mono`` is this guardian's monotonic clock, the only
+    one lease staleness is judged on (``now`` where the caller has one clock)."""
+    mind = observe(mind, lease, now if mono is None else mono)
     if box.gone:
         return mind, Leave(GONE, "every box of the rental is confirmed gone")
     if box.unresolved and now >= box.deadline_at + timing.OWNER_GRACE_S:
         return mind, Leave(UNKNOWN, "an unresolved create outlived the grace; sweep goes on")
-    if lease is None or (lease.holder != mind.me and is_stale(lease, now, clock)):
+    if lease is None or (
+        lease.holder != mind.me and is_stale(mind, now if mono is None else mono, clock)
+    ):
         return mind, Take()
     if lease.holder == mind.me:
         mind = replace(mind, role=Role.RESPONSIBLE, held=True, watching=None)

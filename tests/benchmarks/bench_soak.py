@@ -1,0 +1,68 @@
+"""Benchmark: the market soak at full size (M13, H5): faulty rent -> deadline lifecycles
+through the real Market, adapter, guardian and sweep against FakeVast in-process.
+
+    .venv/bin/python tests/benchmarks/bench_soak.py [--lifecycles 10000] [--seed 0] [--jobs 2]
+
+Prints lifecycles per second, the machine's load, and every count tests/soak.py keeps; exits 1
+if any of leaked boxes, wrong destroys, premature releases or exit-0-while-billing is not 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, fields
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from soak import Tally, run  # noqa: E402
+
+CHUNK = 250
+
+
+def _chunk(args: tuple[int, int]) -> Tally:
+    count, seed = args
+    return run(count, seed)[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lifecycles", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    chunks = [
+        (min(CHUNK, args.lifecycles - start), args.seed * 100_000 + start // CHUNK)
+        for start in range(0, args.lifecycles, CHUNK)
+    ]
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    total = Tally()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for tally in pool.map(_chunk, chunks):
+            for f in fields(Tally):
+                if f.name == "failures":
+                    total.failures.extend(tally.failures)
+                else:
+                    setattr(total, f.name, getattr(total, f.name) + getattr(tally, f.name))
+    wall = time.perf_counter() - started
+    print(
+        f"soak: {total.lifecycles} lifecycles in {wall:.1f} s "
+        f"({total.lifecycles / wall:.1f}/s on {args.jobs} processes; "
+        f"load {load_before:.2f} before, {os.getloadavg()[0]:.2f} after)"
+    )
+    for name, value in asdict(total).items():
+        if name != "failures":
+            print(f"  {name:<22} {value}")
+    for failure in total.failures[:10]:
+        print(f"  FAILED {failure}")
+    return 1 if total.bad() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
