@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import random
 import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -346,3 +347,22 @@ def test_exit_codes_come_from_the_endings_alone_m13():
     assert exit_code(out(Ending.UNRESOLVED, Ending.GONE)) == 5
     assert exit_code(out(Ending.UNRESOLVED, Ending.PENDING)) == 4
     assert [o.released for o in out(*Ending)] == [True, True, False, False]
+
+
+@pytest.mark.parametrize(
+    "world", [{**scenario(2), "vast": {**scenario(2)["vast"], "boot": {"provisioning_s": 3, "loading_s": 1}}}],
+    indirect=True,
+)
+def test_boxes_that_are_up_together_are_probed_together_m1(world):
+    """M1: two candidates up in the same round are probed at once, not one after the other:
+    each probe waits for the other to start (it would time out if they ran in turn)."""
+    both = threading.Barrier(2, timeout=30)
+
+    def probe(instance: Instance, box: str) -> Verdict:
+        both.wait()
+        return Verdict.PASS
+
+    rental = world.market(probe).rent(request(k=2))
+
+    assert rental.instance_id is not None
+    assert len(world.billing()) == 1

@@ -49,9 +49,15 @@ def drill(
         offers = sorted(market.vast.search_offers(num_gpus=1), key=lambda o: o.dph_total)
         gpu = offers[0].gpu_name if offers else "RTX 3060"
     say(f"drill on {target}: renting {name} ({gpu}) for {length_s:.0f} s")
-    rental = market.rent(RentRequest(name=name, gpu_name=gpu, hours=length_s / 3600.0, race_k=1))
+    guardians: list[Any] = []
+
+    def on_race(racing: Any) -> None:  # the guardian exists before the first create (M13)
+        guardians.append(spawn(name, state_url, operator, local_dir(state_url)))
+
+    request = RentRequest(name=name, gpu_name=gpu, hours=length_s / 3600.0, race_k=1)
+    rental = market.rent(request, on_race=on_race)
     assert rental.deadline_at is not None and rental.instance_id is not None
-    spawned = spawn(name, state_url, operator, local_dir(state_url))
+    (spawned,) = guardians
     say(f"guardian pid {spawned.pid} started; the deadline is {utc_iso(rental.deadline_at)}")
     give_up = rental.deadline_at + timing.DESTROY_CONFIRM_TIMEOUT_S + timing.LEASE_TTL_S
     confirmed_at = None
@@ -63,6 +69,12 @@ def drill(
             break
         time.sleep(timing.DRILL_POLL_S)
     passed = confirmed_at is not None
+    cleanup: list[str] = []
+    if not passed:  # a failed drill leaves nothing billing: end its box here (M13)
+        from gpuops.market.rent import destroy_rental
+
+        cleanup = [f"{o.name}: {o.detail}" for o in destroy_rental(market, name)]
+        say(f"the drill FAILED; its box ended by hand: {'; '.join(cleanup) or 'nothing left'}")
     result: dict[str, Any] = {
         "date": datetime.now(UTC).date().isoformat(),
         "target": target,
@@ -74,6 +86,7 @@ def drill(
         "passed": passed,
         "guardian_pid": spawned.pid,
         "guardian_log": str(spawned.log),
+        "cleanup": cleanup,
     }
     key = f"{DRILLS}{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{name}"
     market.ledger.store.create(key, json.dumps(result, sort_keys=True).encode())

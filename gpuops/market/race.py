@@ -4,8 +4,10 @@ Pure: ``decide(race, now)`` looks at every candidate and returns the actions to 
 the shell (market/rent.py) performs them and feeds the results back. Nothing here sleeps,
 calls a provider or reads the clock.
 
-A candidate moves  picked -> creating -> booting -> probing -> passed | failed -> destroyed
-(or picked -> create-failed, when the create was refused and nothing exists).
+A candidate moves  picked -> creating -> booting -> passed | failed -> destroyed (it is probed
+while booting ends: the shell probes the boxes that are up together), or picked ->
+create-failed when the create was refused and nothing exists. ``creating`` with no instance
+id is an unclear create, looked up by its label until found (M12).
 """
 
 from __future__ import annotations
@@ -21,12 +23,10 @@ class Phase(Enum):
     PICKED = "picked"
     CREATING = "creating"  # the create call is in flight or its answer was lost
     CREATE_FAILED = "create-failed"  # refused: nothing exists
-    BOOTING = "booting"
-    PROBING = "probing"
+    BOOTING = "booting"  # created; its box comes up, then is probed
     PASSED = "passed"
     FAILED = "failed"
     KEPT = "kept"
-    DESTROYING = "destroying"
     DESTROYED = "destroyed"
 
 
@@ -41,7 +41,7 @@ KEY_BLAME_MIN_PROBES = 3
 RECONCILE_ATTEMPTS = 4
 
 HAS_BOX = frozenset(
-    {Phase.CREATING, Phase.BOOTING, Phase.PROBING, Phase.PASSED, Phase.FAILED, Phase.DESTROYING}
+    {Phase.CREATING, Phase.BOOTING, Phase.PASSED, Phase.FAILED}
 )
 
 
@@ -187,7 +187,7 @@ def _settle(cands: tuple[Candidate, ...], c: Candidate, now: float) -> list[Acti
     due = c.reconcile_at if c.reconcile_at is not None else now
     if now >= due:
         return [Reconcile(c.slot)]
-    if any(o.phase in (Phase.BOOTING, Phase.PROBING) for o in cands):
+    if any(o.phase is Phase.BOOTING for o in cands):
         return []  # poll the boxes that are coming up meanwhile
     return [Wait(due - now)]
 
@@ -201,7 +201,7 @@ def _destroy(c: Candidate) -> Destroy:
 def _open(cands: tuple[Candidate, ...]) -> bool:
     """Whether any candidate may still pass."""
     return any(
-        c.phase in (Phase.PICKED, Phase.CREATING, Phase.BOOTING, Phase.PROBING) for c in cands
+        c.phase in (Phase.PICKED, Phase.CREATING, Phase.BOOTING) for c in cands
     )
 
 

@@ -14,6 +14,7 @@ import contextlib
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -390,6 +391,9 @@ class Market:
         return matching[0] if matching else None
 
     def _poll(self, rental: Rental, state: r.Race) -> r.Race:
+        """Ask after every booting box; probe together the ones that are up (M1: a race
+        reaches a healthy box near the fastest one's time, not the sum of the probes)."""
+        up: list[tuple[r.Candidate, Instance]] = []
         for cand in state.candidates:
             if cand.phase is not r.Phase.BOOTING or cand.instance_id is None:
                 continue
@@ -404,22 +408,39 @@ class Market:
                 state = r.update(state, cand.slot, phase=r.Phase.FAILED, cause=cause)
             elif instance.actual_status.is_running:
                 self._say(rental, state, cand.slot, "probing")
-                box = box_name(rental.name, rental.race, cand.slot)
-                verdict = self.probe(instance, box)
-                self.events.append(
-                    "market.probe",
-                    name=rental.name,
-                    offer_id=cand.offer_id,
-                    machine_id=cand.machine_id,
-                    instance_id=cand.instance_id,
-                    verdict=verdict.value,
-                )
-                phase = r.Phase.PASSED if verdict is Verdict.PASS else r.Phase.FAILED
-                state = r.update(state, cand.slot, phase=phase, cause=verdict.value)
+                up.append((cand, instance))
+                continue
             else:
                 continue
             self._say(rental, state, cand.slot, state.candidates[cand.slot].cause or "")
+        for (cand, _), verdict in zip(up, self._probe_all(rental, up), strict=True):
+            self.events.append(
+                "market.probe",
+                name=rental.name,
+                offer_id=cand.offer_id,
+                machine_id=cand.machine_id,
+                instance_id=cand.instance_id,
+                verdict=verdict.value,
+            )
+            phase = r.Phase.PASSED if verdict is Verdict.PASS else r.Phase.FAILED
+            state = r.update(state, cand.slot, phase=phase, cause=verdict.value)
+            self._say(rental, state, cand.slot, verdict.value)
         return state
+
+    def _probe_all(
+        self, rental: Rental, up: list[tuple[r.Candidate, Instance]]
+    ) -> list[Verdict]:
+        """Probe each box that is up, all at once (at most the race's width): an interrupt
+        does not wait for them, so the candidates are destroyed at once."""
+        boxes = [(instance, box_name(rental.name, rental.race, c.slot)) for c, instance in up]
+        if len(boxes) <= 1:
+            return [self.probe(instance, box) for instance, box in boxes]
+        pool = ThreadPoolExecutor(max_workers=len(boxes), thread_name_prefix="probe")
+        try:
+            futures = [pool.submit(self.probe, instance, box) for instance, box in boxes]
+            return [future.result() for future in futures]
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _destroy(self, rental: Rental, state: r.Race, action: r.Destroy) -> r.Race:
         cand = state.candidates[action.slot]
