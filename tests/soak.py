@@ -137,7 +137,9 @@ class Tally:
     failures: list[str] = field(default_factory=list)  # the first few, with their seeds
 
     def bad(self) -> int:
-        return self.leaked + self.wrong_destroys + self.premature_releases + self.exit_0_while_billing
+        return (
+            self.leaked + self.wrong_destroys + self.premature_releases + self.exit_0_while_billing
+        )
 
 
 class Audit:

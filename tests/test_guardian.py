@@ -110,9 +110,7 @@ def test_the_holders_clock_is_never_compared_with_ours_m7():
         assert action == Wait(timing.LEASE_POLL_S)
     stopped = theirs(T0 + ahead, beats=99)
     mind, _ = g.decide(Mind(ME), stopped, BOX, T0)
-    assert g.decide(mind, stopped, BOX, T0 + timing.LEASE_TTL_S - 1)[1] == Wait(
-        timing.LEASE_POLL_S
-    )
+    assert g.decide(mind, stopped, BOX, T0 + timing.LEASE_TTL_S - 1)[1] == Wait(timing.LEASE_POLL_S)
     assert g.decide(mind, stopped, BOX, T0 + timing.LEASE_TTL_S)[1] == Take()
 
 

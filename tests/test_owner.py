@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from store_fakes import Events
 
-from fakes.scenario import LostCreate, RateLimitBurst, parse_scenario
+from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
 from gpuops.errors import Interrupted, StillRunning
@@ -77,7 +77,9 @@ class World:
     said: list[str] = field(default_factory=list)
 
     def market(self, probe: Any = None) -> Market:
-        vast = VastAdapter(api_key="k-o", base_url=BASE, sleep=self.fake.advance, monotonic=self.fake.now)
+        vast = VastAdapter(
+            api_key="k-o", base_url=BASE, sleep=self.fake.advance, monotonic=self.fake.now
+        )
         return Market(
             vast,
             Ledger(self.store, self.events, "alice", clock=self.fake.now),
@@ -140,7 +142,9 @@ def test_the_deadline_is_written_before_the_first_create_and_the_owner_runs_then
     seen: list[tuple[str, float | None, int]] = []
     market = world.market()
 
-    market.rent(request(), on_race=lambda r: seen.append((r.state, r.deadline_at, len(world.creates()))))
+    market.rent(
+        request(), on_race=lambda r: seen.append((r.state, r.deadline_at, len(world.creates())))
+    )
 
     ((state, deadline, creates),) = seen
     assert state == RACING and creates == 0
@@ -334,23 +338,14 @@ def test_a_race_makes_no_create_once_its_guardian_starts_ending_it_m13(world):
     assert world.billing() == []
 
 
-def test_exit_codes_come_from_the_endings_alone_m13():
-    """M13: 0 only when all ended; a pending destroy is 4; an unresolved intent alone is 5."""
-    from gpuops.market.teardown import Outcome
-
-    def out(*endings: Ending) -> list[Outcome]:
-        return [Outcome(f"b{i}", e, "confirmed gone") for i, e in enumerate(endings)]
-
-    assert exit_code([]) == 0
-    assert exit_code(out(Ending.GONE, Ending.NEVER_CREATED)) == 0
-    assert exit_code(out(Ending.GONE, Ending.PENDING)) == 4
-    assert exit_code(out(Ending.UNRESOLVED, Ending.GONE)) == 5
-    assert exit_code(out(Ending.UNRESOLVED, Ending.PENDING)) == 4
-    assert [o.released for o in out(*Ending)] == [True, True, False, False]
-
-
 @pytest.mark.parametrize(
-    "world", [{**scenario(2), "vast": {**scenario(2)["vast"], "boot": {"provisioning_s": 3, "loading_s": 1}}}],
+    "world",
+    [
+        {
+            **scenario(2),
+            "vast": {**scenario(2)["vast"], "boot": {"provisioning_s": 3, "loading_s": 1}},
+        }
+    ],
     indirect=True,
 )
 def test_boxes_that_are_up_together_are_probed_together_m1(world):

@@ -269,8 +269,10 @@ def test_a_race_another_rent_of_ours_is_running_is_refused_with_its_heartbeat_m8
 
     assert (caught.value.name, caught.value.racer, caught.value.beat) == ("job", "alice/a/1/x", 0)
     assert caught.value.exit_code == 5
-    assert stored(store, "job") == first == Rental(
-        "job", "alice", RACING, race=1, deadline_at=50.0, racer="alice/a/1/x"
+    assert (
+        stored(store, "job")
+        == first
+        == Rental("job", "alice", RACING, race=1, deadline_at=50.0, racer="alice/a/1/x")
     )
     assert alice.begin_race("job", 70.0, racer="alice/a/1/x").race == 2  # its own: a restart
 

@@ -19,6 +19,7 @@ from gpuops.errors import (
 from gpuops.ledger import CREATE_REFUSED, GONE_BY_SHOW, BoxState, Ledger
 from gpuops.market.teardown import (
     Ending,
+    exit_code,
     LABEL_PREFIX,
     Outcome,
     confirm_and_release,
@@ -191,7 +192,9 @@ def test_a_failed_destroy_call_stays_on_the_retry_list_with_its_error(ledger, cl
 
     outcome = destroy(vast, ledger, clock)
 
-    assert outcome == Outcome(BOX, Ending.PENDING, f"destroy failed, kept on the retry list: {error}")
+    assert outcome == Outcome(
+        BOX, Ending.PENDING, f"destroy failed, kept on the retry list: {error}"
+    )
     assert vast.calls == [("destroy", "77")]
     record = ledger.get(BOX)
     assert is_pending(record)
@@ -219,7 +222,9 @@ def test_a_box_that_will_not_go_is_asked_about_until_the_deadline_then_kept_pend
     outcome = destroy(vast, ledger, clock)
 
     assert outcome == Outcome(
-        BOX, Ending.PENDING, "not confirmed gone, kept on the retry list: the provider still shows it"
+        BOX,
+        Ending.PENDING,
+        "not confirmed gone, kept on the retry list: the provider still shows it",
     )
     assert vast.shows() == POLLS_IN_TIME
     assert clock.slept == [timing.DESTROY_CONFIRM_POLL_S] * (POLLS_IN_TIME - 1)
@@ -338,3 +343,17 @@ def test_finishing_a_cut_off_release_is_refused_to_another_operator(ledger, cloc
     with pytest.raises(NotOwned):
         destroy(Provider(), bob, clock)
     assert ledger.get(BOX).state is BoxState.GONE_CONFIRMED
+
+
+def test_exit_codes_come_from_the_endings_alone_m13():
+    """M13: 0 only when all ended; a pending destroy is 4; an unresolved intent alone is 5."""
+
+    def out(*endings: Ending) -> list[Outcome]:
+        return [Outcome(f"b{i}", e, "confirmed gone") for i, e in enumerate(endings)]
+
+    assert exit_code([]) == 0
+    assert exit_code(out(Ending.GONE, Ending.NEVER_CREATED)) == 0
+    assert exit_code(out(Ending.GONE, Ending.PENDING)) == 4
+    assert exit_code(out(Ending.UNRESOLVED, Ending.GONE)) == 5
+    assert exit_code(out(Ending.UNRESOLVED, Ending.PENDING)) == 4
+    assert [o.released for o in out(*Ending)] == [True, True, False, False]

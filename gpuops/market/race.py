@@ -40,9 +40,7 @@ KEY_BLAME_MIN_PROBES = 3
 # timing.RECONCILE_BACKOFF_S) before rent gives up with exit 5; its guardian and sweep go on.
 RECONCILE_ATTEMPTS = 4
 
-HAS_BOX = frozenset(
-    {Phase.CREATING, Phase.BOOTING, Phase.PASSED, Phase.FAILED}
-)
+HAS_BOX = frozenset({Phase.CREATING, Phase.BOOTING, Phase.PASSED, Phase.FAILED})
 
 
 @dataclass(frozen=True)
@@ -200,9 +198,7 @@ def _destroy(c: Candidate) -> Destroy:
 
 def _open(cands: tuple[Candidate, ...]) -> bool:
     """Whether any candidate may still pass."""
-    return any(
-        c.phase in (Phase.PICKED, Phase.CREATING, Phase.BOOTING) for c in cands
-    )
+    return any(c.phase in (Phase.PICKED, Phase.CREATING, Phase.BOOTING) for c in cands)
 
 
 def _pacing(race: Race, now: float) -> float:

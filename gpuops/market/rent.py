@@ -14,8 +14,8 @@ import contextlib
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
@@ -427,9 +427,7 @@ class Market:
             self._say(rental, state, cand.slot, verdict.value)
         return state
 
-    def _probe_all(
-        self, rental: Rental, up: list[tuple[r.Candidate, Instance]]
-    ) -> list[Verdict]:
+    def _probe_all(self, rental: Rental, up: list[tuple[r.Candidate, Instance]]) -> list[Verdict]:
         """Probe each box that is up, all at once (at most the race's width): an interrupt
         does not wait for them, so the candidates are destroyed at once."""
         boxes = [(instance, box_name(rental.name, rental.race, c.slot)) for c, instance in up]
@@ -628,7 +626,9 @@ def settle_rental(market: Market, name: str) -> Rental | None:
     prefix = f"{name}+"
     if any(r.active for r in market.ledger.records() if r.name.startswith(prefix)):
         return rental
-    if rental.state == RACING and (rental.deadline_at is None or market.clock() < rental.deadline_at):
+    if rental.state == RACING and (
+        rental.deadline_at is None or market.clock() < rental.deadline_at
+    ):
         return rental  # a race may still create: only its deadline settles it
     try:
         return market.rentals.update(
