@@ -164,7 +164,8 @@ RULES: tuple[Rule, ...] = (
         "A guardian exits 0 only for a box confirmed gone; supersession is verified.",
         IMPLEMENTED,
         "tests/test_guardian.py::test_no_sequence_of_leases_makes_a_live_box_exit_0",
-        scope="one lease per box with a heartbeat; standbys take over only a stale lease; "
+        scope="one lease per box with a heartbeat; standbys take over only a lease seen "
+        "standing still for its TTL on their own clock (never another host's); "
         "supersession (exit 7) only after the successor is seen renewing; the 20 September "
         "test runs ten real guardian processes (tests/test_guard_process.py)",
     ),
@@ -174,7 +175,8 @@ RULES: tuple[Rule, ...] = (
         IMPLEMENTED,
         "tests/test_rent.py::test_renting_again_returns_the_live_box_and_never_creates",
         scope="rent; re-running rent from a crash-looping watcher in the 20 September test "
-        "rents one box and starts no second responsible guardian",
+        "rents one box and starts no second responsible guardian; two rents of one name at "
+        "once race once (a racer heartbeat on the rental; tests/test_owner_process.py)",
     ),
     Rule(
         "M9",
@@ -208,6 +210,12 @@ RULES: tuple[Rule, ...] = (
         "M13",
         "No billed box without a live owner that will end it by deadline + grace; exit codes "
         "come from typed outcomes, never from our own prose.",
+        IMPLEMENTED,
+        "tests/test_owner.py::test_a_rent_killed_after_its_creates_is_ended_by_its_guardian_by_the_deadline_m13",
+        scope="the market: the guardian starts before the first create and ends every record "
+        "of its rental; sweep ends any record past its deadline; interrupts clean up; a "
+        "seeded soak (tests/soak.py, 1,000 lifecycles in the suite) and real-process kills "
+        "(tests/test_owner_process.py) judged by FakeVast's record; never on a real account",
     ),
     Rule(
         "H1",
@@ -246,6 +254,11 @@ RULES: tuple[Rule, ...] = (
         "H5",
         "The shells that spend money are tested by state machines that kill processes at "
         "every step, judged by the provider's record, and their decisions are mutation-gated.",
+        IMPLEMENTED,
+        "tests/test_soak.py::test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_m13",
+        scope="the market's rent, guardian, destroy and sweep: a crash or interrupt at any "
+        "provider call or store write, judged by FakeVast; their decisions (race, guardian, "
+        "teardown's outcome -> exit code, rentals) gated; the lane runner is not yet covered",
     ),
 )
 
