@@ -242,7 +242,7 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
         print(
             f"{row['name']:<20} {row['state']:<9} {_text(row['instance_id']):<11} "
             f"{_usd(row['dph_total'], 4):>9} {_usd(row['spend_usd'], 4):>9}  "
-            f"{_when(row['deadline_at']) if row['state'] == 'live' else '-':<42}  "
+            f"{_when(row['deadline_at']) if row['state'] in ('live', 'racing') else '-':<42}  "
             f"{row['owner']}" + (f"  guard {row['guard']}" if row["state"] == "live" else "")
         )
     for record in candidates:

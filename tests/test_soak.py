@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 from soak import run
 
+pytestmark = pytest.mark.soak
+
 SLICES = 4  # xdist spreads the slices over the workers
 PER_SLICE = 250
 
