@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 from dataclasses import asdict
 
@@ -21,6 +23,7 @@ from gpuops.market.rentals import (
     Rentals,
     box_name,
     check_name,
+    process_id,
     rental_of,
 )
 from gpuops.store.memory import MemoryStore
@@ -268,6 +271,7 @@ def test_a_race_another_rent_of_ours_is_running_is_refused_with_its_heartbeat_m8
         alice.begin_race("job", 60.0, racer="alice/b/2/y")
 
     assert (caught.value.name, caught.value.racer, caught.value.beat) == ("job", "alice/a/1/x", 0)
+    assert str(caught.value) == "rental 'job' is being raced for by alice/a/1/x"
     assert caught.value.exit_code == 5
     assert (
         stored(store, "job")
@@ -281,8 +285,9 @@ def test_a_racer_whose_heartbeat_stood_still_is_taken_over_by_the_one_that_saw_i
     """M8: only the exact (racer, beat) seen standing still is taken over; a beat since, or
     another racer, is still refused."""
     alice.begin_race("job", 50.0, racer="alice/a/1/x")
+    revision = alice.get("job").revision
     assert alice.beat("job", "alice/a/1/x") is True
-    assert alice.get("job").beat == 1
+    assert (alice.get("job").beat, alice.get("job").revision) == (1, revision + 1)
 
     with pytest.raises(RaceInProgress):
         alice.begin_race("job", 60.0, racer="alice/b/2/y", takeover=("alice/a/1/x", 0))
@@ -320,7 +325,12 @@ def test_an_expected_state_guards_a_change_against_the_guardian_ending_the_renta
     with pytest.raises(Moved) as caught:
         alice.update("job", expect=RACING, state=LIVE)
 
-    assert (caught.value.expected, caught.value.found) == (RACING, RELEASED)
+    assert (caught.value.name, caught.value.expected, caught.value.found) == (
+        "job",
+        RACING,
+        RELEASED,
+    )
+    assert str(caught.value) == "rental 'job' is released, no longer racing"
     assert alice.get("job").state == RELEASED
     assert alice.update("job", expect=RELEASED, box="b").box == "b"
 
@@ -342,6 +352,7 @@ def test_a_corrupt_rental_blocks_only_itself_in_the_listing(alice, store, data):
     assert [r.name for r in listed] == ["aaa", "zzz"]
     assert list(alice.corrupt) == [PREFIX + "job"]
     assert alice.corrupt[PREFIX + "job"].reason.startswith("not a rental record: ")
+    assert alice.corrupt[PREFIX + "job"].where == PREFIX + "job"
     assert MemoryStore.get(store, PREFIX + "job").data == data
 
 
@@ -350,3 +361,17 @@ def test_a_rental_store_without_corrupt_records_reports_none(alice):
     alice.begin_race("aaa")
 
     assert [r.name for r in alice.all()] == ["aaa"] and alice.corrupt == {}
+
+
+def test_a_process_id_names_the_operator_host_process_and_a_short_token():
+    """M8/M7: racers and guardians are told apart across hosts, processes and restarts."""
+    import os
+    import socket
+
+    first, second = process_id("alice"), process_id("alice")
+
+    assert re.fullmatch(
+        rf"alice/{re.escape(socket.gethostname())}/{os.getpid()}/[0-9a-f]{{6}}", first
+    )
+    assert first != second
+

@@ -70,6 +70,10 @@ class RaceInProgress(StillRunning):
         self.name, self.racer, self.beat = name, racer, beat
 
 
+class _RaceOver(Exception):
+    """The rental is no longer this racer's race: its heartbeat stops."""
+
+
 def process_id(operator: str) -> str:
     """Who is acting, from which host and process: a racer's or a guardian's id."""
     return f"{operator}/{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
@@ -163,12 +167,12 @@ class Rentals:
 
         def bump(current: Rental | None) -> Rental:
             if current is None or current.state != RACING or current.racer != racer:
-                raise Moved(name, RACING, "gone" if current is None else current.state)
+                raise _RaceOver
             return replace(current, beat=current.beat + 1, revision=current.revision + 1)
 
         try:
             self._change(name, bump)
-        except Moved:
+        except _RaceOver:
             return False
         return True
 
