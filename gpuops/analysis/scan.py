@@ -31,7 +31,7 @@ _KIND_HEAD = b'"kind":"'
 _JOINT = b'}\n{"ts":"'  # one line's end and the next one's start, in EventLog's layout
 BLOCK_BYTES = 1 << 22  # 4 MiB read at a time: the memory bound, and few Python steps a line
 BAD_LINES_KEPT = 20  # bounded memory: the first few unreadable lines, and a count
-_SKIP = ("", "", {})  # a line counted but not yielded (a needle's miss, before ``since``)
+_SKIP: tuple[str, str, dict[str, object]] = ("", "", {})  # a line counted but not yielded (a needle's miss, before ``since``)
 _Found = tuple[str, str, dict[str, object]] | None
 
 
@@ -148,7 +148,7 @@ class _Reader:
                 self.counts.events -= 1  # the block counts every line once, or it was bad
                 if found is None or found is _SKIP:
                     continue
-            yield found  # type: ignore[misc]
+            yield found
         self.counts.events += lines
         self.lineno += lines
 
@@ -173,12 +173,12 @@ class _Reader:
                 if found is _SKIP:
                     continue
                 if found is not None:
-                    yield found  # type: ignore[misc]
+                    yield found
                     continue
                 counts.events -= 1  # the full parser below counts it, or judges it bad
             found = self._judged(raw, self.lineno)
             if found is not None and found is not _SKIP:
-                yield found  # type: ignore[misc]
+                yield found
 
     def _judged(self, raw: bytes, lineno: int) -> _Found:
         """A line through the full parser: an event (counted), _SKIP, or None (judged bad)."""
