@@ -22,7 +22,7 @@ EXIT_CODES = """exit codes:
   7 a guardian verified that another guardian is responsible (M7)"""
 
 
-def _common() -> argparse.ArgumentParser:
+def _common() -> _Parser:
     """Global options, accepted before or after the command name."""
     common = _Parser(add_help=False)
     common.add_argument(
@@ -79,7 +79,7 @@ def command_of(argv: Sequence[str]) -> str | None:
 
 def _group(
     name: str,
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    commands: argparse._SubParsersAction[_Parser],
     common: argparse.ArgumentParser,
     only: str | None,
 ) -> None:

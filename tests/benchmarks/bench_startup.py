@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             "gpuops boxes (no history)": [*gpuops, "boxes", "--state", str(empty)],
         }
         if args.history:
-            cases[f"gpuops boxes ({args.history} released)"] = [*gpuops, "boxes", "--state", str(full)]
+            label = f"gpuops boxes ({args.history} released)"
+            cases[label] = [*gpuops, "boxes", "--state", str(full)]
         times = interleaved(cases, args.runs, env=env)
         floor = median(times["python -c pass"])
         print(f"start-up, {args.runs} interleaved runs each, {load()}")
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             target = next((t for k, t in TARGETS.items() if k in label), None)
             goal = f"(target <= {target:g}x)" if target else ""
             print(f"  {label:<32} {median(values) * 1000:7.1f} ms  {ratio:5.1f}x floor {goal}")
-            rows.append((f"startup: {label}", f"{median(values) * 1000:.0f} ms, {ratio:.1f}x", goal))
+            figure = f"{median(values) * 1000:.0f} ms, {ratio:.1f}x"
+            rows.append((f"startup: {label}", figure, goal))
         if args.importtime:
             for label, argv_ in cases.items():
                 if label.startswith("gpuops"):
