@@ -197,6 +197,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         parents=[common],
         help="retry pending destroys, end expired boxes, report boxes nobody owns",
     )
+    commands.add_parser(
+        "compact",
+        parents=[common],
+        help="move released history older than a week to the archive (boxes --all shows it)",
+    )
     _group("lane", commands, common, only)
     _group("learn", commands, common, only)
     fakes = commands.add_parser("fakes", parents=[common], help="local provider fakes")
@@ -311,6 +316,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         url = state or default_state_url()
         return run_lane(args, url, operator, as_json, Context(url, operator).events_path())
+    if args.command == "compact":
+        return _compact(state or default_state_url(), as_json)
     if args.command in ("stats", "policy", "incident", "record"):
         from gpuops.cli_learn import run_learn
 
@@ -318,6 +325,34 @@ def _dispatch(args: argparse.Namespace) -> int:
     from gpuops.cli_market import run_market
 
     return run_market(args, state or default_state_url(), operator, as_json)
+
+
+def _compact(state_url: str, as_json: bool) -> int:
+    """`gpuops compact`: archive what can never bill again; an unreadable record is named and
+    left where it is (exit 1), as every listing does."""
+    import time
+
+    from gpuops.archive import compact
+    from gpuops.store import open_store
+
+    done = compact(open_store(state_url), time.time())
+    if as_json:
+        _print_json(
+            {
+                "archived_boxes": done.boxes,
+                "archived_rentals": done.rentals,
+                "changed_meanwhile": done.changed,
+                "unreadable": list(done.unreadable),
+            }
+        )
+    else:
+        print(
+            f"archived {done.boxes} box record(s) and {done.rentals} rental(s); "
+            f"{done.changed} changed meanwhile and stay live"
+        )
+    for key in done.unreadable:
+        print(f"gpuops: skipped the unreadable record {key!r}; it stays live", file=sys.stderr)
+    return 1 if done.unreadable else 0
 
 
 def _print_json(value: object) -> None:

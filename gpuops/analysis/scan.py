@@ -31,7 +31,8 @@ _KIND_HEAD = b'"kind":"'
 _JOINT = b'}\n{"ts":"'  # one line's end and the next one's start, in EventLog's layout
 BLOCK_BYTES = 1 << 22  # 4 MiB read at a time: the memory bound, and few Python steps a line
 BAD_LINES_KEPT = 20  # bounded memory: the first few unreadable lines, and a count
-_SKIP: tuple[str, str, dict[str, object]] = ("", "", {})  # a line counted but not yielded (a needle's miss, before ``since``)
+# a line counted but not yielded (its needle missed, or it came before ``since``)
+_SKIP: tuple[str, str, dict[str, object]] = ("", "", {})
 _Found = tuple[str, str, dict[str, object]] | None
 
 
