@@ -4,15 +4,16 @@
 
 Runs the installed `gpuops` entry point as a user would, interleaved with `python -c pass`
 (round-robin, so load drift hits every case alike), and prints each case's median, its ratio
-to the floor and the machine's load. `boxes` runs against an empty state and against one with
-``--history`` released rentals (archived by `gpuops compact`, as a user's would be after the
-retention window). With ``--importtime``, the slowest imports of each command
+to the floor and the machine's load. `boxes` runs against an empty state, one with ``--history``
+released rentals past the retention window, and the same after `gpuops compact`. With ``--importtime``, the slowest imports of each command
 (`python -X importtime`) follow. A figure, not a test: timed assertions flake on shared machines.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,14 +24,21 @@ from tests.benchmarks.common import gpuops_argv, interleaved, load, median
 TARGETS = {"--help": 3.0, "rules": 5.0, "boxes": 5.0}
 
 
-def seed_history(state: Path, rentals: int) -> None:
-    """``rentals`` released rentals with their boxes, written through the library, then
-    archived with `gpuops compact --now-s` far enough ahead that all are past retention."""
-    code = (
-        "import sys; from tests.benchmarks.history import seed; "
-        "seed(sys.argv[1], int(sys.argv[2]))"
+def seed_history(state: Path, rentals: int) -> Path:
+    """``rentals`` released rentals past the retention window in ``state``, and a copy of it
+    compacted by `gpuops compact` (returned), as a user's would be."""
+    from tests.benchmarks.history import seed
+
+    seed(str(state), rentals)
+    compacted = state.with_name(state.name + "-compacted")
+    shutil.copytree(state, compacted)
+    subprocess.run(
+        [*gpuops_argv(), "compact", "--state", str(compacted)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "GPUOPS_OPERATOR": "bench@host"},
     )
-    subprocess.run([sys.executable, "-c", code, str(state), str(rentals)], check=True)
+    return compacted
 
 
 def importtime(argv: list[str], env: dict[str, str]) -> list[tuple[int, str]]:
@@ -59,8 +67,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         empty, full = Path(tmp) / "empty", Path(tmp) / "full"
         empty.mkdir(mode=0o700)
-        if args.history:
-            seed_history(full, args.history)
+        compacted = seed_history(full, args.history) if args.history else full
         env = {"GPUOPS_OPERATOR": "bench@host", "VAST_API_KEY": "k-bench"}
         cases = {
             "python -c pass": [sys.executable, "-c", "pass"],
@@ -71,6 +78,8 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
         if args.history:
             label = f"gpuops boxes ({args.history} released)"
             cases[label] = [*gpuops, "boxes", "--state", str(full)]
+            label = f"gpuops boxes ({args.history} released, compacted)"
+            cases[label] = [*gpuops, "boxes", "--state", str(compacted)]
         times = interleaved(cases, args.runs, env=env)
         floor = median(times["python -c pass"])
         print(f"start-up, {args.runs} interleaved runs each, {load()}")
@@ -85,7 +94,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             for label, argv_ in cases.items():
                 if label.startswith("gpuops"):
                     print(f"  slowest imports of {label} (cumulative us):")
-                    for us, name in importtime(argv_, {**__import__("os").environ, **env}):
+                    for us, name in importtime(argv_, {**os.environ, **env}):
                         print(f"    {us:>8}  {name}")
     print(f"  ({load()} at the end)")
     return rows
