@@ -3,10 +3,11 @@
     python -m tests.benchmarks.bench_startup [--runs N] [--history N] [--importtime]
 
 Runs the installed `gpuops` entry point as a user would, interleaved with `python -c pass`
-(round-robin, so load drift hits every case alike), and prints each case's median, its ratio
-to the floor and the machine's load. `boxes` runs against an empty state, one with ``--history``
-released rentals past the retention window, and the same after `gpuops compact`. With ``--importtime``, the slowest imports of each command
-(`python -X importtime`) follow. A figure, not a test: timed assertions flake on shared machines.
+(round-robin, so load drift hits every case alike), and prints each case's median, its ratio to
+the floor and the machine's load. `boxes` runs against an empty state, one with ``--history``
+released rentals past the retention window, and the same after `gpuops compact`. With
+``--importtime``, the slowest imports of each command (`python -X importtime`) follow. A
+figure, not a test: timed assertions flake on shared machines.
 """
 
 from __future__ import annotations
