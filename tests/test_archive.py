@@ -8,6 +8,7 @@ import os
 import time
 
 import pytest
+from store_fakes import Events
 
 from gpuops import cli, timing
 from gpuops.archive import archived, compact
@@ -16,7 +17,6 @@ from gpuops.market.rentals import PREFIX as RENTALS
 from gpuops.market.rentals import Rental, Rentals
 from gpuops.store.local import LocalStore
 from gpuops.store.memory import MemoryStore
-from tests.store_fakes import Events
 
 NOW = 1_800_000_000.0
 OLD = NOW - timing.ARCHIVE_AFTER_S - 60.0

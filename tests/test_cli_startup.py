@@ -63,6 +63,7 @@ def test_the_command_word_is_found_past_global_options_and_their_values(argv, co
     assert cli.command_of(argv) == command
 
 
+@pytest.mark.process  # a whole-CLI process: under mutmut the trampolines import more
 def test_help_and_rules_import_no_other_command_s_modules():
     """`--help` and `rules` load neither the guard, lane nor learning parsers, nor socket."""
     code = (
