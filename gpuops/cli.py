@@ -1,19 +1,17 @@
 """The `gpuops` command line: parsing and printing only; every decision lives elsewhere.
 
-Start-up is kept under 0.1 s: only argparse and gpuops' own light modules load here, and
-each command imports what it needs when it runs (no provider SDK for `--help` or `rules`).
+Start-up stays near bare Python's: only argparse and gpuops' own light modules load here,
+only the parser of the command being run is built in full (the others are one-line stubs
+that carry their help text, so `gpuops --help` reads the same), and each command imports what
+it needs when it runs (no provider SDK for `--help` or `rules`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import sys
-import traceback
 from collections.abc import Sequence
-from typing import Any
 
 from gpuops.errors import GpuopsError, Interrupted, UsageError
 
@@ -24,9 +22,9 @@ EXIT_CODES = """exit codes:
   7 a guardian verified that another guardian is responsible (M7)"""
 
 
-def _common() -> argparse.ArgumentParser:
+def _common() -> _Parser:
     """Global options, accepted before or after the command name."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
     )
@@ -45,13 +43,117 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The commands that other modules add to the parser, in order, with their one-line help: all
+# `gpuops --help` and the choice of a command need. tests/test_cli_startup.py checks them
+# against the modules' own parsers.
+GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
+    "guard": (
+        ("guard", "start a detached guardian: copy results off, destroy at the deadline"),
+        ("run", "start a job detached under tmux on a box: run NAME -- CMD"),
+        ("watch", "running, dead (a fact), stalled (alert only) or unknown"),
+    ),
+    "lane": (("lane", "the shared single-GPU GCE lane (no stop, no delete)"),),
+    "learn": (
+        ("stats", "the seed's table of figures from the event log"),
+        ("policy", "score a selection policy from the log, renting nothing"),
+        ("record", "a one-cent rental that captures raw provider output"),
+        ("incident", "the incident register: add, update, list, observe"),
+    ),
+}
+_GLOBAL_VALUED = ("--state", "--operator")  # global options that take the next word
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command word in ``argv`` (skipping global options and their values), or None."""
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            return None
+        if word.startswith("-"):
+            if "=" not in word and any(o.startswith(word) for o in _GLOBAL_VALUED if word != "-"):
+                next(words, None)
+            continue
+        return word
+    return None
+
+
+def _group(
+    name: str,
+    commands: argparse._SubParsersAction[_Parser],
+    common: argparse.ArgumentParser,
+    only: str | None,
+) -> None:
+    """Add a group's commands: in full when ``only`` is None or one of them, else as stubs."""
+    if only is not None and only not in {command for command, _ in GROUPS[name]}:
+        for command, text in GROUPS[name]:
+            commands.add_parser(command, help=text)
+        return
+    if name == "guard":
+        from gpuops.cli_guard import add_parsers
+
+        add_parsers(commands, common)
+    elif name == "lane":
+        from gpuops.cli_lane import add_lane_parser
+
+        add_lane_parser(commands, common)
+    else:
+        from gpuops.cli_learn_args import add_commands as add_learn_commands
+
+        add_learn_commands(commands, common)
+
+
+def _columns() -> int:
+    """shutil.get_terminal_size's width (COLUMNS if positive, else the terminal's, else 80),
+    without importing shutil (and the compression modules it loads) just to print help."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+class _Width(argparse.HelpFormatter):
+    """Help at the terminal's width, found without shutil (argparse asks for a formatter on
+    every add_argument, so the default one would import shutil for every command)."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        width = _columns() - 2 if width is None else width
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+class _RawWidth(_Width, argparse.RawDescriptionHelpFormatter):
+    """The top-level help: its epilog (the exit codes) printed as written."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help formatter is _Width; subparsers are built of this class."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _Width)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``only`` (a command name), other groups' commands are stubs."""
+    known = {command for group in GROUPS.values() for command, _ in group}
+    only = only if only in known else "" if only is not None else None
     common = _common()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpuops",
         description="A safety-first control plane for unattended GPU jobs on rented hardware.",
         epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawWidth,
         parents=[common],
     )
     parser.add_argument("--version", action="version", version="gpuops 0.1.0")
@@ -83,9 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     rent.add_argument(
         "--no-guard", action="store_true", help="do not start a guardian (the box has no ceiling)"
     )
-    from gpuops.cli_guard import add_parsers
-
-    add_parsers(commands, common)
+    _group("guard", commands, common, only)
     boxes = commands.add_parser("boxes", parents=[common], help="rented boxes and their spend")
     boxes.add_argument("--all", action="store_true", help="every operator's, not only mine")
     destroy = commands.add_parser(
@@ -97,12 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="retry pending destroys, end expired boxes, report boxes nobody owns",
     )
-    from gpuops.cli_lane import add_lane_parser
-
-    add_lane_parser(commands, common)
-    from gpuops.cli_learn_args import add_commands as add_learn_commands
-
-    add_learn_commands(commands, common)
+    commands.add_parser(
+        "compact",
+        parents=[common],
+        help="move released history older than a week to the archive (boxes --all shows it)",
+    )
+    _group("lane", commands, common, only)
+    _group("learn", commands, common, only)
     fakes = commands.add_parser("fakes", parents=[common], help="local provider fakes")
     fake_commands = fakes.add_subparsers(dest="fakes_command", metavar="COMMAND", required=True)
     serve = fake_commands.add_parser(
@@ -124,6 +225,8 @@ MAX_FLOOR_GB = 4096.0
 def check_args(args: argparse.Namespace) -> None:
     """Numbers checked at the edge, before anything is opened or called: every float option
     finite, and the ones with a meaning in range. A refusal is one line, exit 2."""
+    import math
+
     from gpuops import timing
 
     for name, value in sorted(vars(args).items()):
@@ -149,7 +252,8 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(only=command_of(words) or "").parse_args(words)
     try:
         check_args(args)
         return _dispatch(args)
@@ -166,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("gpuops: interrupted", file=sys.stderr)
         return 130
     except Exception:  # the last line of defence: loud, with the traceback, exit 1
+        import traceback
+
         print(_scrubbed(traceback.format_exc()), file=sys.stderr, end="")
         print("gpuops: unexpected error (a bug): see the traceback above", file=sys.stderr)
         return 1
@@ -210,6 +316,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         url = state or default_state_url()
         return run_lane(args, url, operator, as_json, Context(url, operator).events_path())
+    if args.command == "compact":
+        return _compact(state or default_state_url(), as_json)
     if args.command in ("stats", "policy", "incident", "record"):
         from gpuops.cli_learn import run_learn
 
@@ -219,7 +327,37 @@ def _dispatch(args: argparse.Namespace) -> int:
     return run_market(args, state or default_state_url(), operator, as_json)
 
 
-def _print_json(value: Any) -> None:
+def _compact(state_url: str, as_json: bool) -> int:
+    """`gpuops compact`: archive what can never bill again; an unreadable record is named and
+    left where it is (exit 1), as every listing does."""
+    import time
+
+    from gpuops.archive import compact
+    from gpuops.store import open_store
+
+    done = compact(open_store(state_url), time.time())
+    if as_json:
+        _print_json(
+            {
+                "archived_boxes": done.boxes,
+                "archived_rentals": done.rentals,
+                "changed_meanwhile": done.changed,
+                "unreadable": list(done.unreadable),
+            }
+        )
+    else:
+        print(
+            f"archived {done.boxes} box record(s) and {done.rentals} rental(s); "
+            f"{done.changed} changed meanwhile and stay live"
+        )
+    for key in done.unreadable:
+        print(f"gpuops: skipped the unreadable record {key!r}; it stays live", file=sys.stderr)
+    return 1 if done.unreadable else 0
+
+
+def _print_json(value: object) -> None:
+    import json
+
     json.dump(value, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
 

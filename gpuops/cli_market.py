@@ -213,7 +213,9 @@ def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
 def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
     now = market.clock()
     rows = []
-    for rental in market.rentals.all():
+    from gpuops.archive import archived_rentals  # --all reads the archive too (audit view)
+
+    for rental in [*market.rentals.all(), *archived_rentals(market.ledger.store, args.all)]:
         if not args.all and rental.owner != market.ledger.operator:
             continue
         spend = None

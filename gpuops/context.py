@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import getpass
 import os
-import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuops.errors import UsageError
 
-_OPERATOR = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,127}")
+# checked with str methods, not a regex: `re` and socket stay out of `gpuops rules`' start-up
+_OPERATOR_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_OPERATOR_REST = _OPERATOR_FIRST | frozenset(".@+-")
 
 
 def user_state_dir() -> Path:
@@ -27,11 +26,20 @@ def default_state_url() -> str:
 
 def default_operator() -> str:
     """GPUOPS_OPERATOR, else user@host."""
-    return os.environ.get("GPUOPS_OPERATOR") or f"{getpass.getuser()}@{socket.gethostname()}"
+    if os.environ.get("GPUOPS_OPERATOR"):
+        return os.environ["GPUOPS_OPERATOR"]
+    import getpass
+    import socket
+
+    return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 def check_operator(operator: str) -> str:
-    if not _OPERATOR.fullmatch(operator):
+    if not (
+        0 < len(operator) <= 128
+        and operator[0] in _OPERATOR_FIRST
+        and all(c in _OPERATOR_REST for c in operator)
+    ):
         raise UsageError(
             f"operator id {operator!r} must be 1-128 characters of letters, digits and _.@+-"
         )

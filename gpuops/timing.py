@@ -109,6 +109,11 @@ DEMO_RENTAL_S = 72.0
 MAX_RENTAL_S = 604800.0
 
 # --- state store -----------------------------------------------------------------------------
+# Released ledger records and ended rentals stay in the live store this long, then `gpuops
+# compact` moves them to the archive: a week of history stays on `boxes` (what ran this week
+# and what it cost), while older history no longer costs every listing a read per record.
+# At least MAX_RENTAL_S, so the archive never takes a rental younger than the longest one.
+ARCHIVE_AFTER_S = 604800.0
 # Waiting for the local store's file lock longer than this is an error, never a silent skip.
 STORE_LOCK_TIMEOUT_S = 10.0
 # Between two attempts to take the store lock.

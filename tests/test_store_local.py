@@ -436,3 +436,38 @@ def test_an_eight_segment_key_with_a_bad_segment_names_the_segment(store: LocalS
     """A key at the segment limit is judged on its segments, and the bad one is named."""
     with pytest.raises(UsageError, match="segment '.x' must be"):
         store.get("a/b/c/d/e/f/g/.x")
+
+
+@pytest.mark.parametrize(
+    ("prefix", "walked"),
+    [
+        ("ledger/boxes/", "ledger/boxes"),
+        ("ledger/bo", "ledger"),
+        ("ledger", ""),
+        ("", ""),
+        ("../", ""),
+        ("/etc/", ""),
+        ("ledger/../x/", ""),
+    ],
+)
+def test_a_listing_walks_only_the_folder_its_prefix_names(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch, prefix: str, walked: str
+) -> None:
+    """History archived beside live records costs their listing nothing; a prefix that is no
+    key's never walks outside the store."""
+    store.create("ledger/boxes/a", b"a")
+    store.create("ledger/archive/2026-07/boxes/b/1", b"b")
+    seen: list[Path] = []
+    rglob = Path.rglob
+
+    def recording(self: Path, pattern: str):  # type: ignore[no-untyped-def]
+        seen.append(self)
+        return rglob(self, pattern)
+
+    monkeypatch.setattr(Path, "rglob", recording)
+
+    keys = store.list(prefix)
+
+    assert seen == [store.root / walked]
+    assert keys == sorted(k for k in ("ledger/boxes/a", "ledger/archive/2026-07/boxes/b/1")
+                          if k.startswith(prefix))  # fmt: skip

@@ -12,6 +12,8 @@ from gpuops import timing
 PACKAGE = Path(__file__).resolve().parent.parent / "gpuops"
 
 PINNED = {
+    # a week of released history stays live (boxes shows this week's spend); older is archived
+    "ARCHIVE_AFTER_S": 604800.0,
     "RECONCILE_BACKOFF_S": 5.0,
     "OWNER_GRACE_S": 600.0,
     "RACER_HEARTBEAT_S": 5.0,
@@ -331,3 +333,8 @@ def test_a_waiting_rent_takes_over_only_after_several_missed_racer_heartbeats_m8
     assert timing.RACER_TTL_S >= 6 * timing.RACER_HEARTBEAT_S
     assert timing.RACER_TTL_S > timing.SSH_COMMAND_TIMEOUT_S + timing.STORE_LOCK_TIMEOUT_S
 
+
+
+def test_the_archive_never_takes_history_younger_than_the_longest_rental():
+    """Released records stay live at least as long as a rental may last."""
+    assert timing.ARCHIVE_AFTER_S >= timing.MAX_RENTAL_S

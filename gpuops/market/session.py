@@ -104,7 +104,8 @@ def open_market(
     )
     from gpuops.analysis.learned import ranker
 
-    market.pass_rates = ranker(events.path)  # rank by price per healthy box (issue 6)
+    # rank by price per healthy box, from the index in the store: the same cost at any log size
+    market.pass_rates = ranker(events.path, store)
     return market
 
 

@@ -152,7 +152,11 @@ class LocalStore:
 
     def list(self, prefix: str = "") -> list[str]:
         keys = []
-        for path in self.root.rglob(f"*{_SUFFIX}"):
+        # only the folder the prefix names is walked: a listing of live records never pays
+        # for the archive beside them (archive.py); a prefix no key can have walks the root
+        folder = prefix.rpartition("/")[0]
+        base = self.root / folder if is_key(folder) else self.root
+        for path in base.rglob(f"*{_SUFFIX}"):
             key = path.relative_to(self.root).as_posix()[: -len(_SUFFIX)]
             # is_key drops our own dot-folders, editors' backups and any other stray file
             if key.startswith(prefix) and is_key(key):

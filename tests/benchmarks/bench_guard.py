@@ -1,12 +1,14 @@
 """Benchmark: how far from its deadline each box is confirmed gone by its detached guardian.
 
-    .venv/bin/python tests/benchmarks/bench_guard.py [--boxes 5] [--hours 0.01] [--scale 1]
+    python -m tests.benchmarks.bench_guard [--boxes 5] [--hours 0.01] [--scale 1]
 
-Starts `gpuops fakes serve`, rents BOXES boxes with `gpuops rent` (each starts its guardian),
-runs a job on each that writes results, and waits for every guardian to confirm its box gone.
-Prints, per box, the deadline, the confirmed-gone time and the delay (negative: before the
-deadline, as the copy-then-destroy schedule intends), read from the event log. ``--scale``
-is GPUOPS_GUARD_TIME_SCALE (1: the real lease durations).
+Starts `gpuops fakes serve` with one healthy offer per box, rents BOXES boxes with `gpuops
+rent` (each starts its guardian), runs a job on each that writes results, and waits for every
+guardian to confirm its box gone. Prints, per box, the deadline, the confirmed-gone time and
+the delay (negative: before the deadline, as the copy-then-destroy schedule intends), read from
+the event log. ``--scale`` is GPUOPS_GUARD_TIME_SCALE (1: the real lease durations). Every
+guardian it started (their pids from the guard.start events) and the fakes are ended before it
+returns, whatever happened.
 """
 
 from __future__ import annotations
@@ -15,23 +17,33 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from test_guard_process import Fakes  # noqa: E402
+from test_guard_process import Fakes, _guardian_pids, _kill  # noqa: E402
+
+from tests.benchmarks.common import load  # noqa: E402
 
 
-def main() -> None:
+def offers(boxes: int) -> list[dict[str, object]]:
+    """One healthy offer per box: a rental takes its offer off the market."""
+    return [
+        {"id": 900 + i, "machine_id": 70 + i, "gpu_name": "RTX 4090", "gpu_ram": 24564,
+         "dph_total": 0.30 + i / 100, "reliability": 0.995, "disk_bw": 2000.0, "fate": "healthy"}
+        for i in range(boxes)
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--boxes", type=int, default=5)
     parser.add_argument("--hours", type=float, default=0.01)
     parser.add_argument("--scale", type=float, default=1.0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        fakes = Fakes(Path(tmp))
+        fakes = Fakes(Path(tmp), offers=offers(args.boxes))
         fakes.env["GPUOPS_GUARD_TIME_SCALE"] = str(args.scale)
         try:
             names = [f"bench-{i}" for i in range(args.boxes)]
@@ -61,11 +73,16 @@ def main() -> None:
                 f"delay median {statistics.median(delays):+.1f} s, "
                 f"min {min(delays):+.1f} s, max {max(delays):+.1f} s"
             )
-            print(f"left on the account: {len(fakes.live_instances())}")
+            left = len(fakes.live_instances())
+            print(f"left on the account: {left}  ({load()})")
+            figure = f"median {statistics.median(delays):+.1f} s, max {max(delays):+.1f} s"
+            what = f"guard: {len(names)} boxes, gone vs deadline"
+            return [(what, figure, f"{left} left on the account")]
         finally:
+            for pid in _guardian_pids(fakes):
+                _kill(pid)
             fakes.proc.terminate()
             fakes.proc.wait()
-            time.sleep(0)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Stats benchmark: `gpuops stats --json` over a 1,000,000-event log (DESIGN §4, issue 6).
 
-    python tests/benchmarks/bench_stats.py [--events N] [--keep FILE]
+    python -m tests.benchmarks.bench_stats [--events N] [--keep FILE]
 
 Writes a synthetic log in EventLog's exact line layout with a realistic mix (each race: one
 selection of 10 candidates, creates, provider calls, candidate progress, probes, ledger
@@ -201,11 +201,13 @@ def write_log(path: Path, events: int) -> int:
 
 
 def run_stats(path: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of `gpuops stats --json` in a fresh child."""
-    code = "import sys, gpuops.cli; sys.exit(gpuops.cli.main(sys.argv[1:]))"
+    """Wall seconds and peak RSS (MiB) of `gpuops stats --json` in a fresh child, run through
+    the installed entry point as a user would."""
+    from tests.benchmarks.common import gpuops_argv
+
     start = time.perf_counter()
     child = subprocess.run(
-        [sys.executable, "-c", code, "stats", "--json", "--log", str(path)],
+        [*gpuops_argv(), "stats", "--json", "--log", str(path)],
         cwd=ROOT,
         capture_output=True,
         check=True,
@@ -215,11 +217,14 @@ def run_stats(path: Path) -> tuple[float, float]:
     return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
+    from tests.benchmarks.common import load
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--keep", metavar="FILE", help="write the log here and keep it")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in (args.events // 10, args.events):
             path = Path(args.keep) if args.keep and n == args.events else Path(tmp) / f"{n}.jsonl"
@@ -228,10 +233,14 @@ def main() -> int:
             wall, rss = run_stats(path)  # RUSAGE_CHILDREN's max: the smaller run goes first
             print(
                 f"{written:>9} events ({size_mb:.0f} MB): {wall:.2f} s, "
-                f"{written / wall:,.0f} events/s, peak RSS {rss:.0f} MiB"
+                f"{written / wall:,.0f} events/s, peak RSS {rss:.0f} MiB  ({load()})"
             )
-    return 0
+            rows.append(
+                (f"stats: {written:,} events", f"{wall:.2f} s, {rss:.0f} MiB", "< 3 s, < 150 MiB")
+            )
+    return rows
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
+    sys.exit(0)

@@ -1,0 +1,170 @@
+"""Released history out of the hot path: `gpuops compact` moves old ended records to an archive.
+
+Every listing of live work (``boxes``, ``destroy``, ``sweep``, a guardian's checks) reads
+``ledger/boxes/`` and ``market/rentals/`` in full, so history there costs every command a read
+per record. After ``timing.ARCHIVE_AFTER_S`` a record that can never bill again moves to
+
+    ledger/archive/YYYY-MM/boxes/<name>/<digest>      a released ledger record
+    market/archive/YYYY-MM/rentals/<name>/<digest>    a released or failed rental
+
+(the month it ended; ``digest`` is a hash of the record's bytes, so a name reused later never
+collides and a retried move finds its own copy). Nothing is lost: the event log keeps every
+transition and ``boxes --all`` reads the archive too.
+
+Crash-safe by order: copy first (create-if-absent), then delete the live record only at the
+version that was copied (compare-and-swap). A crash between the two leaves the record in both
+places; the next compaction finds its own copy and finishes the delete. A record that changed
+meanwhile (a released name reused by a new intent) fails the delete's compare-and-swap and
+stays live: only the copy of its old, released self is archived.
+
+A rental moves only once no live ledger record of its boxes is left: its boxes are archived
+first, so the rental (the record that names them) is the last thing to go. A rental that
+ended without an end time (a failed race) has its boxes' records as its clock; one that
+failed before creating any box has nothing that can bill and goes at the next compaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from gpuops import timing
+from gpuops.errors import AlreadyExists, CorruptState, VersionConflict
+from gpuops.ledger import PREFIX as LEDGER_LIVE
+from gpuops.ledger import BoxState, decode
+from gpuops.store.base import Store, Versioned
+
+if TYPE_CHECKING:
+    from gpuops.market.rentals import Rental
+
+LEDGER_ARCHIVE = "ledger/archive/"
+RENTALS_LIVE = "market/rentals/"  # rentals.PREFIX, without importing the market package
+RENTALS_ARCHIVE = "market/archive/"
+ENDED_RENTAL = frozenset({"released", "failed"})
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What one compaction moved, and what it left because it changed or could not be read."""
+
+    boxes: int = 0
+    rentals: int = 0
+    changed: int = 0
+    unreadable: tuple[str, ...] = ()
+
+
+def month_of(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m")
+
+
+def archive_key(archive: str, month: str, kind: str, name: str, data: bytes) -> str:
+    return f"{archive}{month}/{kind}/{name}/{hashlib.sha256(data).hexdigest()[:16]}"
+
+
+def compact(store: Store, now_s: float) -> Compaction:
+    """Move every released ledger record and ended rental older than the retention window."""
+    cutoff = now_s - timing.ARCHIVE_AFTER_S
+    moved_boxes = moved_rentals = changed = 0
+    unreadable: list[str] = []
+    live_boxes: set[str] = set()  # rentals that still have a live box record
+    for key in store.list(LEDGER_LIVE):
+        found = _get(store, key, unreadable)
+        if found is None:
+            continue
+        try:
+            record = decode(key, found.data)
+        except CorruptState:
+            unreadable.append(key)
+            continue
+        ended_s = _epoch(record.updated_at)
+        if record.state is not BoxState.RELEASED or ended_s is None or ended_s > cutoff:
+            live_boxes.add(record.name.partition("+")[0])
+            continue
+        target = archive_key(LEDGER_ARCHIVE, month_of(ended_s), "boxes", record.name, found.data)
+        done = _move(store, found, target)
+        moved_boxes += done
+        changed += not done
+        if not done:
+            live_boxes.add(record.name.partition("+")[0])
+    for key in store.list(RENTALS_LIVE):
+        found = _get(store, key, unreadable)
+        if found is None:
+            continue
+        rental = _rental(key, found.data, unreadable)
+        if rental is None:
+            continue
+        name, state, ended_s = rental
+        if state not in ENDED_RENTAL or name in live_boxes or (ended_s or 0.0) > cutoff:
+            continue
+        month = month_of(ended_s if ended_s is not None else now_s)
+        target = archive_key(RENTALS_ARCHIVE, month, "rentals", name, found.data)
+        done = _move(store, found, target)
+        moved_rentals += done
+        changed += not done
+    return Compaction(moved_boxes, moved_rentals, changed, tuple(unreadable))
+
+
+def archived(store: Store, kind: str) -> list[tuple[str, bytes]]:
+    """Every archived record of ``kind`` ("boxes" or "rentals"): (key, bytes), oldest month
+    first. For the audit view (``boxes --all``), never for live work."""
+    root = LEDGER_ARCHIVE if kind == "boxes" else RENTALS_ARCHIVE
+    out = []
+    for key in store.list(root):
+        if key.split("/")[3] != kind:
+            continue
+        found = store.get(key)
+        if found is not None:
+            out.append((key, found.data))
+    return out
+
+
+def archived_rentals(store: Store, wanted: bool = True) -> list[Rental]:
+    """The archived rentals for `boxes --all` (nothing when not ``wanted``)."""
+    if not wanted:
+        return []
+    from gpuops.market.rentals import _decode
+
+    return [_decode(key, data) for key, data in archived(store, "rentals")]
+
+
+def _move(store: Store, found: Versioned, target: str) -> bool:
+    """Copy ``found`` to ``target``, then delete it at the version copied. False: it changed."""
+    try:
+        store.create(target, found.data)
+    except AlreadyExists:
+        copy = store.get(target)
+        if copy is None or copy.data != found.data:  # pragma: no cover (a 64-bit hash clash)
+            raise CorruptState(target, "an archived record with the same digest differs") from None
+    try:
+        store.delete(found.key, found.version)
+    except VersionConflict:
+        return False  # moved on since it was read (a reused name): it stays live
+    return True
+
+
+def _get(store: Store, key: str, unreadable: list[str]) -> Versioned | None:
+    try:
+        return store.get(key)
+    except CorruptState:
+        unreadable.append(key)  # a human decides (store/local.py); never archived
+        return None
+
+
+def _rental(key: str, data: bytes, unreadable: list[str]) -> tuple[str, str, float | None] | None:
+    try:
+        body = json.loads(data)
+        ended = body.get("ended_at")
+        return str(body["name"]), str(body["state"]), None if ended is None else float(ended)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        unreadable.append(key)
+        return None
+
+
+def _epoch(iso: str) -> float | None:
+    try:
+        return datetime.fromisoformat(iso).timestamp()
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,235 @@
+"""`gpuops compact`: released history moves to the archive, crash-safe, compare-and-swap."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+import pytest
+from store_fakes import Events
+
+from gpuops import cli, timing
+from gpuops.archive import archived, compact
+from gpuops.ledger import GONE_BY_SHOW, Ledger
+from gpuops.market.rentals import PREFIX as RENTALS
+from gpuops.market.rentals import Rental, Rentals
+from gpuops.store.local import LocalStore
+from gpuops.store.memory import MemoryStore
+
+NOW = 1_800_000_000.0
+OLD = NOW - timing.ARCHIVE_AFTER_S - 60.0
+RECENT = NOW - timing.ARCHIVE_AFTER_S + 60.0
+
+
+def box(store, name: str, at: float, *, release: bool = True, operator: str = "alice") -> None:
+    """A ledger record taken through its life at ``at``; released unless told otherwise."""
+    ledger = Ledger(store, Events(), operator, clock=lambda: at)
+    ledger.record_intent(name, "vast")
+    ledger.mark_live(name, f"i-{name}")
+    if release:
+        ledger.begin_destroy(name)
+        ledger.confirm_gone(name, GONE_BY_SHOW)
+        ledger.release(name)
+
+
+def rental(store, name: str, state: str, ended_at: float | None, owner: str = "alice") -> None:
+    record = Rental(name=name, owner=owner, state=state, race=1, ended_at=ended_at)
+    store.create(RENTALS + name, json.dumps(dataclasses.asdict(record)).encode())
+
+
+def history(store) -> None:
+    """Old and recent ended work, live work, and a rental whose box is still recent."""
+    box(store, "old+1-0", OLD)
+    rental(store, "old", "released", OLD)
+    box(store, "gone+1-0", OLD)
+    rental(store, "gone", "failed", None)
+    box(store, "fresh+1-0", RECENT)
+    rental(store, "fresh", "released", OLD)  # its box ended recently: it waits for it
+    box(store, "running+1-0", OLD, release=False)
+    rental(store, "running", "live", None)
+    rental(store, "racing", "racing", None)
+
+
+def names(store) -> tuple[list[str], list[str]]:
+    return (
+        sorted(r.name for r in Ledger(store, Events(), "alice").records()),
+        sorted(r.name for r in Rentals(store, "alice").all()),
+    )
+
+
+def contents(store) -> set[bytes]:
+    return {store.get(k).data for k in store.list("ledger/boxes/") + store.list(RENTALS)} | {
+        data for kind in ("boxes", "rentals") for _, data in archived(store, kind)
+    }
+
+
+def test_ended_history_past_the_window_is_archived_and_live_listings_skip_it():
+    """Only released/failed records older than the window move; live work is never touched."""
+    store = MemoryStore()
+    history(store)
+    before = contents(store)
+
+    done = compact(store, NOW)
+
+    assert (done.boxes, done.rentals, done.changed) == (2, 2, 0)
+    assert names(store) == (["fresh+1-0", "running+1-0"], ["fresh", "racing", "running"])
+    assert contents(store) == before  # nothing lost: every record is live or archived
+    assert {k.split("/")[2] for k in store.list("ledger/archive/")} == {"2027-01"}
+
+
+def test_a_second_compaction_finds_nothing_to_move():
+    """Idempotent: what was moved is not moved again, nor copied twice."""
+    store = MemoryStore()
+    history(store)
+    compact(store, NOW)
+    keys = store.list("")
+
+    again = compact(store, NOW)
+
+    assert (again.boxes, again.rentals, again.changed) == (0, 0, 0) and store.list("") == keys
+
+
+def archive_places(store) -> list[str]:
+    """Each archived record's place, less its digest (intent ids differ run to run)."""
+    keys = store.list("ledger/archive/") + store.list("market/archive/")
+    return sorted(key.rpartition("/")[0] for key in keys)
+
+
+class Crash(Exception):
+    """The process died here."""
+
+
+class CrashingStore(MemoryStore):
+    """Dies before its ``budget``-th write (create, put or delete) once armed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.budget: int | None = None
+        self.writes = 0
+
+    def _write(self) -> None:
+        if self.budget is not None:
+            if self.writes == self.budget:
+                raise Crash
+            self.writes += 1
+
+    def create(self, key: str, data: bytes) -> str:
+        self._write()
+        return super().create(key, data)
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        self._write()
+        return super().put(key, data, version)
+
+    def delete(self, key: str, version: str) -> None:
+        self._write()
+        super().delete(key, version)
+
+
+def test_a_crash_at_every_write_loses_nothing_and_the_next_compaction_finishes():
+    """Killed before each of compaction's writes in turn: no record is lost or archived early,
+    and a compaction after the crash ends where an uninterrupted one does."""
+    clean = MemoryStore()
+    history(clean)
+    compact(clean, NOW)
+    expected = (names(clean), archive_places(clean))
+    writes = 0
+    while True:
+        store = CrashingStore()
+        history(store)
+        before = contents(store)
+        store.budget = writes
+        try:
+            compact(store, NOW)
+            crashed = False
+        except Crash:
+            crashed = True
+        store.budget = None
+        assert contents(store) == before
+        assert "running+1-0" in names(store)[0] and "racing" in names(store)[1]
+
+        compact(store, NOW)
+
+        assert (names(store), archive_places(store)) == expected, writes
+        if not crashed:
+            break
+        writes += 1
+    assert writes == 8  # a copy and a delete for each of the four records moved
+
+
+def test_a_record_reused_while_it_is_archived_stays_live():
+    """Compare-and-swap: a released name that starts a new intent mid-move is not deleted."""
+
+    class Reuse(MemoryStore):
+        def create(self, key: str, data: bytes) -> str:
+            version = super().create(key, data)
+            if key.startswith("ledger/archive/"):
+                Ledger(self, Events(), "alice", clock=lambda: NOW).record_intent("old+1-0", "vast")
+            return version
+
+    store = Reuse()
+    box(store, "old+1-0", OLD)
+
+    done = compact(store, NOW)
+
+    assert (done.boxes, done.changed) == (0, 1)
+    live = Ledger(store, Events(), "alice").get("old+1-0")
+    assert live is not None and live.state.value == "intent"
+    assert len(archived(store, "boxes")) == 1  # the released self it was, kept for the audit
+
+
+def test_an_unreadable_record_is_named_and_left_where_it_is():
+    """Bad input: a rental that is not JSON is reported, not archived, not fatal."""
+    store = MemoryStore()
+    store.create(RENTALS + "broken", b"{not json")
+    box(store, "old+1-0", OLD)
+
+    done = compact(store, NOW)
+
+    assert done.unreadable == (RENTALS + "broken",) and done.boxes == 1
+    assert store.get(RENTALS + "broken") is not None
+
+
+def test_gpuops_compact_then_boxes_lists_live_work_and_boxes_all_shows_the_archive_too(
+    tmp_path, capsys, monkeypatch
+):
+    """The command line: compact archives old history; `boxes` skips it, `boxes --all` not."""
+    for name in list(os.environ):
+        if name.startswith(("GPUOPS_", "VAST_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("VAST_API_KEY", "k-test")  # boxes builds the adapter; it calls nothing
+    state = tmp_path / "state"
+    store = LocalStore(str(state))
+    ended = time.time() - timing.ARCHIVE_AFTER_S - 3600.0  # compact reads the real clock
+    box(store, "old+1-0", ended)
+    rental(store, "old", "released", ended)
+    rental(store, "racing", "racing", None)
+    base = ["--state", str(state), "--operator", "alice", "--json"]
+
+    code = cli.main([*base, "compact"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    compacted = json.loads(out.out)
+    cli.main([*base, "boxes"])
+    live = json.loads(capsys.readouterr().out)
+    cli.main([*base, "boxes", "--all"])
+    everything = json.loads(capsys.readouterr().out)
+
+    assert code == 0 and (compacted["archived_boxes"], compacted["archived_rentals"]) == (1, 1)
+    assert [r["name"] for r in live["rentals"]] == ["racing"]
+    assert sorted(r["name"] for r in everything["rentals"]) == ["old", "racing"]
+
+
+@pytest.mark.parametrize("at", [OLD])
+def test_the_archive_is_by_the_month_the_record_ended(at):
+    """Keys name the month (UTC) the record was released in."""
+    store = MemoryStore()
+    box(store, "b+1-0", at)
+
+    compact(store, NOW)
+
+    (key,) = store.list("ledger/archive/")
+    assert key.startswith("ledger/archive/2027-01/boxes/b+1-0/")

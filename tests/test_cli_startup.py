@@ -1,0 +1,88 @@
+"""Start-up: only the parser of the command being run is built, and help reads the same."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpuops import cli
+
+
+def subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+FULL = cli.build_parser()
+COMMANDS = list(subparsers(FULL).choices)
+
+
+def test_the_stub_help_texts_are_the_ones_the_command_modules_give():
+    """cli.GROUPS names each group's commands, in order, with their modules' own help."""
+    full_help = {a.dest: a.help for a in subparsers(FULL)._choices_actions}
+
+    for group in cli.GROUPS.values():
+        for command, text in group:
+            assert full_help[command] == text
+    order = [c for group in cli.GROUPS.values() for c, _ in group]
+    assert [c for c in COMMANDS if c in order] == order
+
+
+@pytest.mark.parametrize("only", [None, "", "nosuch", *COMMANDS])
+def test_the_top_level_help_is_the_same_whichever_parser_is_built_in_full(only):
+    """`gpuops --help` lists every command with its help, stubs or not."""
+    assert cli.build_parser(only=only).format_help() == FULL.format_help()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_command_s_own_parser_is_built_in_full_when_it_is_the_one_run(command):
+    """`gpuops COMMAND --help` reads exactly as with every parser built."""
+    built = subparsers(cli.build_parser(only=command)).choices[command]
+
+    assert built.format_help() == subparsers(FULL).choices[command].format_help()
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["boxes"], "boxes"),
+        (["--json", "boxes", "--all"], "boxes"),
+        (["--state", "lane", "rules"], "rules"),
+        (["--st", "x", "--op", "y", "lane", "board"], "lane"),
+        (["--state=x", "stats"], "stats"),
+        (["--help"], None),
+        (["--", "rules"], None),
+        ([], None),
+    ],
+)
+def test_the_command_word_is_found_past_global_options_and_their_values(argv, command):
+    """--state and --operator (and their abbreviations) take the next word; flags do not."""
+    assert cli.command_of(argv) == command
+
+
+@pytest.mark.process  # a whole-CLI process: under mutmut the trampolines import more
+def test_help_and_rules_import_no_other_command_s_modules():
+    """`--help` and `rules` load neither the guard, lane nor learning parsers, nor socket."""
+    code = (
+        "import sys, io, contextlib; from gpuops.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try: main(sys.argv[1:])\n"
+        "    except SystemExit: pass\n"
+        "print(__import__('json').dumps(sorted(sys.modules)))"
+    )
+    unwanted = {"gpuops.cli_guard", "gpuops.cli_lane", "gpuops.cli_learn_args", "shutil"}
+
+    for argv in (["--help"], ["rules"]):
+        out = subprocess.run(
+            [sys.executable, "-c", code, *argv],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"GPUOPS_STATE": "/nonexistent-gpuops-state", "PATH": "/usr/bin:/bin"},
+        ).stdout
+        loaded = set(json.loads(out.splitlines()[-1]))
+        assert not loaded & unwanted, argv
+        assert "socket" not in loaded or argv == ["--help"], argv

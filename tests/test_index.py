@@ -1,0 +1,142 @@
+"""The pass-rate index: tallies in the store, folded from the log by offset, agree with the log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fakes.simulate import simulate_market
+from gpuops.analysis import index
+from gpuops.analysis.index import index_key, machine_counts
+from gpuops.analysis.learned import pass_rates_from_log
+from gpuops.analysis.scan import scan
+from gpuops.analysis.shrink import HOST_FAULTS
+from gpuops.analysis.stats import KINDS, Stats
+from gpuops.store.memory import MemoryStore
+
+
+@pytest.fixture(scope="module")
+def simulated_log(tmp_path_factory) -> bytes:
+    """The bytes of a simulated market run against the fakes (probes, races, rentals)."""
+    log = tmp_path_factory.mktemp("sim") / "events.jsonl"
+    simulate_market(log, rentals=25, seed=3)
+    return log.read_bytes()
+
+
+def tallies(counts) -> tuple[dict[int, int], dict[int, int], dict[int, str]]:
+    return counts.passes, counts.trials, counts.gpu
+
+
+def starts_seen(monkeypatch) -> list[int]:
+    """The byte offsets the index's folds start from, recorded as they happen."""
+    seen: list[int] = []
+
+    def recording(path, **kw):
+        seen.append(kw["start"])
+        return scan(path, **kw)
+
+    monkeypatch.setattr(index, "scan", recording)
+    return seen
+
+
+def test_the_index_folded_as_the_log_grows_agrees_with_stats_and_a_full_read(
+    tmp_path, simulated_log
+):
+    """Folded in five steps, cut mid-line, the index equals one full read, and stats agrees."""
+    log, store = tmp_path / "events.jsonl", MemoryStore()
+    for cut in (0, 1, len(simulated_log) // 3, len(simulated_log) // 2 + 7, len(simulated_log)):
+        log.write_bytes(simulated_log[:cut])
+        counts = machine_counts(log, store)
+    stats = Stats()
+    for ts, kind, payload in scan(log, kinds=KINDS):
+        stats.add(ts, kind, payload)
+    verdicts = stats.report()["market"]["verdicts"]  # type: ignore[index]
+
+    full = pass_rates_from_log(log)
+    assert {m: (counts.passes[m], counts.trials[m]) for m in counts.trials} == dict(full.counts)
+    assert dict(full.gpu) == counts.gpu
+    assert sum(counts.passes.values()) == verdicts.get("pass", 0) > 0
+    judged = sum(n for v, n in verdicts.items() if v == "pass" or v in HOST_FAULTS)
+    assert sum(counts.trials.values()) == judged
+    assert set(counts.passes) >= stats.passed
+
+
+def test_a_second_call_folds_only_what_the_log_gained(tmp_path, simulated_log, monkeypatch):
+    """offers and rent pay for new lines only: the fold starts at the checkpoint's offset."""
+    log, store = tmp_path / "events.jsonl", MemoryStore()
+    half = simulated_log.index(b"\n", len(simulated_log) // 2) + 1
+    log.write_bytes(simulated_log[:half])
+    seen = starts_seen(monkeypatch)
+
+    machine_counts(log, store)
+    machine_counts(log, store)
+    log.write_bytes(simulated_log)
+    machine_counts(log, store)
+
+    assert seen == [0, half, half]
+
+
+def test_a_replaced_or_shrunk_log_is_folded_again_from_its_start(
+    tmp_path, simulated_log, monkeypatch
+):
+    """A checkpoint for other bytes is never trusted: a new log is read from byte 0."""
+    log, store = tmp_path / "events.jsonl", MemoryStore()
+    log.write_bytes(simulated_log)
+    machine_counts(log, store)
+    seen = starts_seen(monkeypatch)
+
+    log.write_bytes(simulated_log[: len(simulated_log) // 4])  # shrunk
+    shrunk = machine_counts(log, store)
+    log.write_bytes(b"\n" + simulated_log[1:])  # same size, other first bytes
+    replaced = machine_counts(log, store)
+
+    assert seen == [0, 0]
+    assert tallies(shrunk) == tallies(pass_rates_from_log_counts(log, simulated_log, 4))
+    assert sum(replaced.trials.values()) >= sum(shrunk.trials.values())
+
+
+def pass_rates_from_log_counts(tmp: Path, data: bytes, part: int):
+    other = tmp.with_name("other.jsonl")
+    other.write_bytes(data[: len(data) // part])
+    return machine_counts(other, MemoryStore())
+
+
+def test_an_unreadable_checkpoint_is_rebuilt_from_the_log(tmp_path, simulated_log):
+    """Bad input: a corrupt index entry is not trusted and not fatal; it is rebuilt."""
+    log, store = tmp_path / "events.jsonl", MemoryStore()
+    log.write_bytes(simulated_log)
+    expected = tallies(machine_counts(log, MemoryStore()))
+    store.create(index_key(log), b'{"format":1,"offset":"x"')
+
+    got = machine_counts(log, store)
+
+    assert tallies(got) == expected
+    assert index.decode(store.get(index_key(log)).data) is not None  # type: ignore[union-attr]
+
+
+def test_losing_the_checkpoint_write_to_another_process_still_answers(tmp_path, simulated_log):
+    """Compare-and-swap: a checkpoint another process moved meanwhile is left to it."""
+    log, store = tmp_path / "events.jsonl", MemoryStore()
+    log.write_bytes(simulated_log)
+    found = store.get(index_key(log))
+
+    class Racing(MemoryStore):
+        def create(self, key: str, data: bytes) -> str:
+            super().create(key, b"{}")  # the other process wins the race
+            return super().create(key, data)
+
+    racing = Racing()
+    counts = machine_counts(log, racing)
+
+    assert found is None and sum(counts.trials.values()) > 0
+    assert racing.get(index_key(log)).data == b"{}"  # type: ignore[union-attr]
+
+
+def test_no_log_yet_means_no_tallies_and_nothing_written(tmp_path):
+    """A host that never probed anything ranks by price alone and writes no checkpoint."""
+    store = MemoryStore()
+
+    counts = machine_counts(tmp_path / "none.jsonl", store)
+
+    assert counts.trials == {} and store.list("") == []
