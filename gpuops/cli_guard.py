@@ -64,7 +64,9 @@ def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: boo
         return guardian.run()
     from gpuops.market import guardian as g
 
-    lease, _ = guard.Leases(market.ledger.store).read(args.name)
+    from gpuops.market.leases import Leases
+
+    lease, _ = Leases(market.ledger.store).read(args.name)
     if lease is not None and not g.looks_stale(lease, market.clock()) and not args.standby:
         # M5/M7: one live guardian is enough; a crash-looping caller never multiplies them
         moved = "; deadline moved" if deadline is not None else ""

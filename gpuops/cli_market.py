@@ -17,8 +17,6 @@ from typing import Any
 
 
 def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
-    from gpuops.market.session import open_market
-
     def progress(line: str) -> None:
         # rent's progress goes to stderr even with --json: what an interrupt destroyed, or
         # whose race a second rent waits for, must reach the person at the terminal
@@ -27,6 +25,11 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
         elif not as_json:
             print(line, flush=True)
 
+    if args.command == "boxes":  # the store alone: no provider key, no market imported
+        view = _state_view(state_url, operator)
+        return _name_corrupt(view, _boxes(view, args, as_json))
+    from gpuops.market.session import open_market
+
     need_key = args.command == "rent"
     vram_mb = int(getattr(args, "vram_gb", 8.0) * 1024)
     market = open_market(
@@ -34,6 +37,30 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
     )
     code = _market_command(market, args, vram_mb, as_json, state_url)
     return _name_corrupt(market, code)
+
+
+@dataclasses.dataclass(frozen=True)
+class _StateView:
+    """What `boxes` reads: the rentals, the ledger and the clock, over the store only."""
+
+    rentals: Any
+    ledger: Any
+    clock: Any
+
+
+def _state_view(state_url: str, operator: str) -> _StateView:
+    import time
+
+    from gpuops.ledger import Ledger
+    from gpuops.market.rentals import Rentals
+    from gpuops.store import open_store
+
+    class _Unlogged:  # `boxes` only reads: nothing it does is an event
+        def append(self, kind: str, /, **payload: Any) -> None:
+            raise AssertionError(f"boxes wrote the event {kind}")
+
+    store = open_store(state_url)
+    return _StateView(Rentals(store, operator), Ledger(store, _Unlogged(), operator), time.time)
 
 
 def _name_corrupt(market: Any, code: int) -> int:
@@ -196,7 +223,8 @@ def interrupts_raised() -> Iterator[None]:
 def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
     """M5: a rented box gets a detached guardian, unless a live one already guards it."""
     from gpuops.market import guardian as g
-    from gpuops.market.guard import Leases, spawn
+    from gpuops.market.guard import spawn
+    from gpuops.market.leases import Leases
     from gpuops.market.session import local_dir
 
     lease, _ = Leases(market.ledger.store).read(name)
@@ -297,7 +325,7 @@ def _when(epoch_s: float | None) -> str:
 def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
     """Who guards a rental (M5): the lease holder, and whether its heartbeat is fresh."""
     from gpuops.market import guardian as g
-    from gpuops.market.guard import Leases
+    from gpuops.market.leases import Leases
 
     lease, _ = Leases(market.ledger.store).read(rental.name)
     if lease is None:

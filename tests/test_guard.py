@@ -26,7 +26,8 @@ from gpuops.errors import NotOwned, StoreUnavailable
 from gpuops.ledger import BoxState, Ledger
 from gpuops.market import guardian as g
 from gpuops.market import jobs
-from gpuops.market.guard import Guardian, Leases, LocalResults
+from gpuops.market.guard import Guardian, LocalResults
+from gpuops.market.leases import Leases
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest, destroy_rental
 from gpuops.market.rentals import RELEASED

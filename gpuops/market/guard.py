@@ -13,8 +13,6 @@ watcher leaves it running. ``systemd_unit`` prints a unit for an always-on host.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shutil
 import signal
@@ -25,15 +23,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
 from gpuops import timing
 from gpuops.errors import (
-    AlreadyExists,
-    CorruptState,
     GpuopsError,
     NotOwned,
     Unavailable,
@@ -45,11 +41,10 @@ from gpuops.ledger import BoxState, utc_iso
 from gpuops.market import guardian as g
 from gpuops.market import watchdog as w
 from gpuops.market.jobs import BoxShell, Jobs
+from gpuops.market.leases import Leases
 from gpuops.market.rent import Market, destroy_rental
 from gpuops.market.rentals import FAILED, RELEASED, check_name, process_id, rental_of
-from gpuops.store.base import Store
 
-LEASES = "market/leases/"
 SCALE_ENV = "GPUOPS_GUARD_TIME_SCALE"  # process tests only: divides every lease duration
 RESULTS_ENV = "GPUOPS_RESULTS"  # where results go: a directory or s3://bucket/prefix
 
@@ -66,62 +61,6 @@ def clockwork_from_env() -> g.Clockwork:
         return g.NORMAL.scaled(float(raw))
     except ValueError as exc:
         raise UsageError(f"{SCALE_ENV}={raw!r}: {exc}") from None
-
-
-# --- the lease -----------------------------------------------------------------------------
-class Leases:
-    """Compare-and-swap access to guardian leases."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def read(self, name: str) -> tuple[g.Lease | None, str | None]:
-        found = self.store.get(LEASES + check_name(name))
-        if found is None:
-            return None, None
-        try:
-            return g.Lease(**json.loads(found.data)), found.version
-        except (ValueError, TypeError) as exc:
-            raise CorruptState(found.key, f"not a guardian lease: {exc}") from exc
-
-    def take(
-        self, name: str, me: str, now: float, lease: g.Lease | None, version: str | None
-    ) -> bool:
-        """Take ``lease`` as read at ``version`` (None: absent), keeping whether results were
-        already copied off; False when another guardian got there first."""
-        data = _lease_bytes(g.Lease(me, now, copied=lease is not None and lease.copied))
-        try:
-            if version is None:
-                self.store.create(LEASES + name, data)
-            else:
-                self.store.put(LEASES + name, data, version)
-        except (AlreadyExists, VersionConflict):
-            return False
-        return True
-
-    def renew(self, name: str, me: str, now: float, *, copied: bool = False) -> bool:
-        """Renew our lease; False when another guardian holds it now."""
-        lease, version = self.read(name)
-        if lease is None or lease.holder != me or version is None:
-            return False
-        fresh = replace(
-            lease, heartbeat_at=now, beats=lease.beats + 1, copied=lease.copied or copied
-        )
-        try:
-            self.store.put(LEASES + name, _lease_bytes(fresh), version)
-        except VersionConflict:
-            return False
-        return True
-
-    def drop(self, name: str, me: str) -> None:
-        lease, version = self.read(name)
-        if lease is not None and lease.holder == me and version is not None:
-            with contextlib.suppress(VersionConflict):  # taken meanwhile: it is theirs now
-                self.store.delete(LEASES + name, version)
-
-
-def _lease_bytes(lease: g.Lease) -> bytes:
-    return json.dumps(asdict(lease), sort_keys=True).encode()
 
 
 # --- where results go ----------------------------------------------------------------------
