@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 from dataclasses import asdict
 
 import pytest
 
-from gpuops.errors import CorruptState, NameTaken, UsageError, VersionConflict
+from gpuops.errors import CorruptState, IllegalTransition, NameTaken, UsageError, VersionConflict
 from gpuops.ledger import CAS_ATTEMPTS
 from gpuops.market.rentals import (
     FAILED,
     LIVE,
+    MOVES,
     PREFIX,
     RACING,
     RELEASED,
@@ -25,6 +25,7 @@ from gpuops.market.rentals import (
     check_name,
     process_id,
     rental_of,
+    settled,
 )
 from gpuops.store.memory import MemoryStore
 from tests.store_fakes import Interleaved
@@ -375,3 +376,70 @@ def test_a_process_id_names_the_operator_host_process_and_a_short_token():
     )
     assert first != second
 
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [(LIVE, RACING), (LIVE, FAILED), ("unknown", RELEASED), ("unknown", RACING)],
+)
+def test_a_rental_moves_only_as_its_state_machine_allows_m13(alice, store, before, after):
+    """M13: a live rental is never raced or failed again, and a state we do not know goes
+    nowhere; the refusal names both states and writes nothing."""
+    alice.begin_race("job")
+    data = json.loads(MemoryStore.get(store, PREFIX + "job").data)
+    data["state"] = before
+    found = MemoryStore.get(store, PREFIX + "job")
+    MemoryStore.put(store, PREFIX + "job", json.dumps(data).encode(), found.version)
+
+    with pytest.raises(IllegalTransition) as caught:
+        alice.update("job", state=after)
+
+    assert (caught.value.rule, caught.value.current, caught.value.requested) == (
+        "M13",
+        before,
+        after,
+    )
+    assert stored(store, "job").state == before
+
+
+def test_the_state_machine_allows_exactly_these_moves_m13():
+    """M13: the whole table, so a change to it is a decision, never an accident."""
+    assert {
+        None: {RACING},
+        RACING: {RACING, LIVE, FAILED, RELEASED},
+        LIVE: {LIVE, RELEASED},
+        FAILED: {FAILED, RACING, RELEASED},
+        RELEASED: {RELEASED, RACING},
+    } == MOVES
+
+
+def test_every_allowed_move_is_written(alice):
+    """Each move the table allows goes through update; a new race starts from None."""
+    assert alice.begin_race("job").state == RACING
+    assert alice.update("job", state=LIVE).state == LIVE
+    assert alice.update("job", state=RELEASED).state == RELEASED
+    assert alice.begin_race("job").state == RACING
+    assert alice.update("job", state=FAILED).state == FAILED
+    assert alice.update("job", state=RELEASED).state == RELEASED
+
+
+@pytest.mark.parametrize("state", [LIVE, RACING])
+def test_a_rental_whose_records_are_all_ended_is_released_m13(state):
+    """M13: the rental follows its records: none active releases a live one at once, and a
+    racing one once its deadline has passed (before it, the race may still create)."""
+    rental = Rental("job", "alice", state, race=1, deadline_at=100.0)
+
+    assert settled(rental, 0, 100.0) == RELEASED
+    assert settled(rental, 1, 100.0) is None
+    assert settled(rental, 0, 99.999) == (RELEASED if state == LIVE else None)
+
+
+@pytest.mark.parametrize("state", [FAILED, RELEASED])
+def test_an_ended_rental_is_left_as_it_is_m13(state):
+    """M13: nothing settles a failed or released rental any further."""
+    assert settled(Rental("job", "alice", state, race=1, deadline_at=1.0), 0, 10.0) is None
+
+
+def test_a_racing_rental_without_a_deadline_is_never_settled_by_time():
+    """A race with no deadline written (an older record) is left to its racer and `destroy`."""
+    assert settled(Rental("job", "alice", RACING, race=1), 0, 10.0**12) is None
+    assert settled(Rental("job", "alice", LIVE, race=1), 0, 0.0) == RELEASED

@@ -52,6 +52,7 @@ from gpuops.market.rentals import (
     check_name,
     process_id,
     rental_of,
+    settled,
 )
 from gpuops.market.select import Filter, Selection, resolve_gpu_name, select
 from gpuops.market.teardown import (
@@ -621,19 +622,13 @@ def settle_rental(market: Market, name: str) -> Rental | None:
     rental = market.rentals.get(name)
     if rental is None or rental.owner != market.ledger.operator:
         return rental
-    if rental.state not in (LIVE, RACING):
-        return rental
     prefix = f"{name}+"
-    if any(r.active for r in market.ledger.records() if r.name.startswith(prefix)):
+    active = sum(1 for r in market.ledger.records() if r.name.startswith(prefix) and r.active)
+    to = settled(rental, active, market.clock())
+    if to is None:
         return rental
-    if rental.state == RACING and (
-        rental.deadline_at is None or market.clock() < rental.deadline_at
-    ):
-        return rental  # a race may still create: only its deadline settles it
     try:
-        return market.rentals.update(
-            name, expect=rental.state, state=RELEASED, ended_at=market.clock()
-        )
+        return market.rentals.update(name, expect=rental.state, state=to, ended_at=market.clock())
     except StillRunning:
         return market.rentals.get(name)
 

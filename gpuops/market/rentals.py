@@ -20,6 +20,7 @@ from typing import Any
 from gpuops.errors import (
     AlreadyExists,
     CorruptState,
+    IllegalTransition,
     NameTaken,
     StillRunning,
     UsageError,
@@ -32,6 +33,17 @@ PREFIX = "market/rentals/"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 RACING, LIVE, FAILED, RELEASED = "racing", "live", "failed", "released"
+
+# A rental's one state machine: where each state may go (a state may always stay, its other
+# fields changing). A rental follows its boxes' ledger records: `settled` says when they
+# release it. Anything else is IllegalTransition, never a silent write.
+MOVES: dict[str | None, frozenset[str]] = {
+    None: frozenset({RACING}),
+    RACING: frozenset({RACING, LIVE, FAILED, RELEASED}),
+    LIVE: frozenset({LIVE, RELEASED}),
+    FAILED: frozenset({FAILED, RACING, RELEASED}),
+    RELEASED: frozenset({RELEASED, RACING}),
+}
 
 
 @dataclass(frozen=True)
@@ -197,6 +209,9 @@ class Rentals:
             found = self.store.get(key)
             current = None if found is None else _decode(key, found.data)
             new = decide(current)
+            before = None if current is None else current.state
+            if new.state not in MOVES.get(before, frozenset()):
+                raise IllegalTransition(name, str(before), new.state, rule="M13")
             data = json.dumps(asdict(new), sort_keys=True).encode()
             try:
                 if found is None:
@@ -207,6 +222,17 @@ class Rentals:
                 continue
             return new
         raise VersionConflict(key, None)
+
+
+def settled(rental: Rental, active_records: int, now: float) -> str | None:
+    """The state a rental's records put it in, or None to leave it (M13): once none of its
+    records is active, a live rental is released (no spend accrues on a gone box), and so is a
+    racing one past its deadline (before it, the race may still create)."""
+    if rental.state not in (LIVE, RACING) or active_records:
+        return None
+    if rental.state == RACING and (rental.deadline_at is None or now < rental.deadline_at):
+        return None
+    return RELEASED
 
 
 def _decode(key: str, data: bytes) -> Rental:
