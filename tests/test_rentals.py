@@ -23,6 +23,7 @@ from gpuops.market.rentals import (
     Rentals,
     box_name,
     check_name,
+    due_at,
     process_id,
     rental_of,
     settled,
@@ -443,3 +444,16 @@ def test_a_racing_rental_without_a_deadline_is_never_settled_by_time():
     """A race with no deadline written (an older record) is left to its racer and `destroy`."""
     assert settled(Rental("job", "alice", RACING, race=1), 0, 10.0**12) is None
     assert settled(Rental("job", "alice", LIVE, race=1), 0, 0.0) == RELEASED
+
+
+def test_a_box_record_is_due_at_its_rentals_deadline_else_its_own_else_now_m13():
+    """M13: sweep ends a record at its rental's (possibly moved) deadline; a record whose
+    rental is gone keeps the deadline written at its intent; one with neither is due now."""
+    rental = Rental("job", "alice", RACING, race=1, deadline_at=500.0)
+    written = "1970-01-01T00:10:00+00:00"
+
+    assert due_at(rental, written) == 500.0
+    assert due_at(None, written) == 600.0
+    assert due_at(Rental("job", "alice", RACING, race=1), written) == 600.0
+    assert due_at(None, None) == float("-inf")
+    assert due_at(None, "") == float("-inf")

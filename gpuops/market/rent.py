@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Protocol
 
 from gpuops import timing
@@ -50,6 +49,7 @@ from gpuops.market.rentals import (
     Rentals,
     box_name,
     check_name,
+    due_at,
     process_id,
     rental_of,
     settled,
@@ -675,7 +675,7 @@ def sweep(market: Market) -> SweepReport:
         rental = rentals.get(rental_of(record.name))
         if record.state in _PENDING and record.instance_id:
             report.retried.append(end_record(market, record))
-        elif now >= _deadline_of(record, rental):
+        elif now >= due_at(rental, record.deadline_at):
             report.expired.append(end_record(market, record))
         else:
             continue
@@ -697,13 +697,3 @@ def sweep(market: Market) -> SweepReport:
         unowned=len(report.unowned),
     )
     return report
-
-
-def _deadline_of(record: Record, rental: Rental | None) -> float:
-    """When a record must be ended: its rental's deadline (moved by `guard --hours`), else the
-    deadline written into the record at its intent; a record with neither is due now."""
-    if rental is not None and rental.deadline_at is not None:
-        return rental.deadline_at
-    if record.deadline_at:
-        return datetime.fromisoformat(record.deadline_at).timestamp()
-    return float("-inf")

@@ -15,6 +15,7 @@ import secrets
 import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from gpuops.errors import (
@@ -233,6 +234,16 @@ def settled(rental: Rental, active_records: int, now: float) -> str | None:
     if rental.state == RACING and (rental.deadline_at is None or now < rental.deadline_at):
         return None
     return RELEASED
+
+
+def due_at(rental: Rental | None, record_deadline: str | None) -> float:
+    """When a box record must be ended (M13): its rental's deadline (which `guard --hours`
+    moves), else the deadline written into the record at its intent; with neither, now."""
+    if rental is not None and rental.deadline_at is not None:
+        return rental.deadline_at
+    if record_deadline:
+        return datetime.fromisoformat(record_deadline).timestamp()
+    return float("-inf")
 
 
 def _decode(key: str, data: bytes) -> Rental:
