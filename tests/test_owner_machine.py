@@ -1,0 +1,258 @@
+"""A Hypothesis state machine over rent, destroy, guardians and sweep with every fault FakeVast
+can script and a death or an interrupt at any provider call or store write (M13, M12, M4, H5).
+
+After every step, asked of the fake: every box of ours that bills belongs to an active ledger
+record (owned), no stranger's box was destroyed, and nothing was released while its box billed.
+After `destroy` or a guardian says 0, nothing of that rental bills. When the owners act (the
+guardians that rent started, sweep for the rest) and the clock passes every deadline plus
+OWNER_GRACE_S, nothing of ours bills at all.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from soak import BASE, FATES, KEY, Killed, Tripwire, WiredStore, WiredVast
+from store_fakes import Events
+
+from fakes.scenario import DestroyFailure, LostCreate, RateLimitBurst, parse_scenario
+from fakes.vast import FakeClock, FakeVast
+from gpuops import timing
+from gpuops.errors import GpuopsError, Interrupted
+from gpuops.ledger import Ledger
+from gpuops.market import jobs
+from gpuops.market.guard import Guardian, LocalResults
+from gpuops.market.probe import Verdict
+from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
+from gpuops.market.rentals import rental_of
+from gpuops.market.teardown import exit_code, intent_of
+from gpuops.model import Instance
+from gpuops.providers.vast import VastAdapter
+
+NAMES = ("job-a", "job-b")
+HOURS = 0.1
+
+
+class Audit(Events):
+    """Keeps every event and checks each release against the fake as it happens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fake: FakeVast | None = None
+        self.premature: list[str] = []
+
+    def append(self, kind: str, /, **payload: Any) -> None:
+        super().append(kind, **payload)
+        if kind == "ledger.transition" and payload.get("after") == "released":
+            box = payload.get("instance_id")
+            if box and self.fake is not None and self.fake.show(int(box)) is not None:
+                self.premature.append(f"{payload['name']} released while {box} billed")
+
+
+class OwnerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wire = Tripwire()
+        self.store = WiredStore(self.wire)
+        self.audit = Audit()
+        self.fake: FakeVast | None = None
+        self.active: Any = None
+        self.stranger = 0
+        self.guarded: set[str] = set()
+        self.deadlines: dict[str, float] = {}
+        self.tmp = Path(tempfile.mkdtemp(prefix="gpuops-owner-machine-"))
+
+    @precondition(lambda self: self.fake is None)
+    @rule(fates=st.lists(st.sampled_from(sorted(FATES)), min_size=2, max_size=5))
+    def open_market(self, fates: list[str]) -> None:
+        offers = [
+            {"id": 5000 + i, "machine_id": 600 + i, "gpu_name": "RTX 4090", "gpu_ram": 24564,
+             "dph_total": 0.3 + i / 100, "reliability": 0.995, "disk_bw": 2000.0, "fate": fate}
+            for i, fate in enumerate(fates)
+        ]  # fmt: skip
+        stranger = {**offers[0], "id": 5999, "machine_id": 699, "fate": "healthy"}
+        doc = {"vast": {"api_key": "k-soak", "ssh_keys": [KEY], "offers": [*offers, stranger]}}
+        self.fake = FakeVast(parse_scenario(doc), clock=FakeClock())
+        self.audit.fake = self.fake
+        self.active = self.fake.activate(BASE)
+        self.active.__enter__()
+        self.stranger = self.fake.create(5999, {"label": "not-ours", "image": "x", "disk": 5}).id
+
+    def teardown(self) -> None:
+        if self.active is not None:
+            self.active.__exit__(None, None, None)
+
+    def market(self) -> Market:
+        assert self.fake is not None
+        fake = self.fake
+
+        def probe(instance: Instance, box: str) -> Verdict:
+            return FATES[fake.instances[int(instance.instance_id)].fate.kind]
+
+        adapter = VastAdapter(
+            api_key="k-soak", base_url=BASE, sleep=fake.advance, monotonic=fake.now
+        )
+        made = Market(
+            WiredVast(adapter, self.wire),  # type: ignore[arg-type]
+            Ledger(self.store, self.audit, "alice", clock=fake.now),
+            self.audit,
+            probe=probe,
+            public_key=KEY,
+            clock=fake.now,
+            sleep=fake.advance,
+            rng=random.Random(1),
+        )
+        abandon = made._abandon
+
+        def dies_or_cleans(rental: Any, why: BaseException) -> Any:
+            return [] if isinstance(why, Killed) else abandon(rental, why)
+
+        made._abandon = dies_or_cleans  # type: ignore[method-assign]
+        return made
+
+    def billing(self, name: str | None = None) -> list[int]:
+        assert self.fake is not None
+        records = {r.intent_id: r for r in Ledger(self.store, Events(), "auditor").records()}
+        out = []
+        for box in self.fake.boxes():
+            record = records.get(intent_of(box.label) or "")
+            if box.id == self.stranger or intent_of(box.label) is None:
+                continue
+            if name is None or (record is not None and rental_of(record.name) == name):
+                out.append(box.id)
+        return out
+
+    # --- the provider misbehaves ---------------------------------------------------------
+    @precondition(lambda self: self.fake is not None)
+    @rule(offer=st.integers(0, 4), close=st.booleans())
+    def the_next_create_on_an_offer_loses_its_answer(self, offer: int, close: bool) -> None:
+        assert self.fake is not None
+        self.fake.add_lost_create(LostCreate(5000 + offer, "close" if close else 503))
+
+    @precondition(lambda self: self.fake is not None)
+    @rule(count=st.integers(1, 3))
+    def lists_answer_empty_for_a_while(self, count: int) -> None:
+        assert self.fake is not None
+        self.fake.answer_lists_empty(count)
+
+    @precondition(lambda self: self.fake is not None)
+    @rule(count=st.integers(1, 2))
+    def creates_are_rate_limited(self, count: int) -> None:
+        assert self.fake is not None
+        self.fake.add_rate_limit(RateLimitBurst(count, route="create"))
+
+    @precondition(lambda self: self.fake is not None)
+    @rule(offer=st.integers(0, 4), count=st.integers(1, 3))
+    def destroys_fail(self, offer: int, count: int) -> None:
+        assert self.fake is not None
+        self.fake.add_destroy_failure(DestroyFailure(count, offer=5000 + offer))
+
+    # --- gpuops, dying anywhere ----------------------------------------------------------
+    def attempt(self, crash_at: int | None, after: bool, how: str, act: Any) -> Any:
+        fire = Killed if how == "kill" else (lambda: Interrupted(2))
+        self.wire.arm(crash_at, after, fire)
+        try:
+            return act()
+        except (Killed, Interrupted, GpuopsError):
+            return None
+        finally:
+            self.wire.arm(None, False, Killed)
+
+    @precondition(lambda self: self.fake is not None)
+    @rule(
+        name=st.sampled_from(NAMES),
+        k=st.integers(1, 3),
+        crash_at=st.one_of(st.none(), st.integers(1, 50)),
+        after=st.booleans(),
+        how=st.sampled_from(["kill", "interrupt"]),
+        guarded=st.booleans(),
+    )
+    def rent(
+        self, name: str, k: int, crash_at: int | None, after: bool, how: str, guarded: bool
+    ) -> None:
+        def started(rental: Any) -> None:
+            self.deadlines[name] = rental.deadline_at
+            (self.guarded.add if guarded else self.guarded.discard)(name)
+
+        request = RentRequest(name, "RTX 4090", HOURS, race_k=k)
+        self.attempt(crash_at, after, how, lambda: self.market().rent(request, on_race=started))
+
+    @precondition(lambda self: self.fake is not None)
+    @rule(name=st.sampled_from(NAMES), crash_at=st.one_of(st.none(), st.integers(1, 8)))
+    def destroy(self, name: str, crash_at: int | None) -> None:
+        outcomes = self.attempt(
+            crash_at, False, "kill", lambda: destroy_rental(self.market(), name)
+        )
+        if outcomes is not None and exit_code(outcomes) == 0:
+            assert self.billing(name) == [], f"destroy {name} said 0 while it billed"
+
+    @precondition(lambda self: self.fake is not None)
+    @rule(minutes=st.integers(1, 20))
+    def time_passes(self, minutes: int) -> None:
+        assert self.fake is not None
+        self.fake.advance(minutes * 60.0)
+
+    @precondition(lambda self: self.fake is not None and bool(self.deadlines))
+    @rule(crash_at=st.one_of(st.none(), st.integers(1, 30)))
+    def the_owners_act_and_every_deadline_passes(self, crash_at: int | None) -> None:
+        """Each guarded rental's guardian runs to its exit (killed once, maybe, then its
+        successor); sweep serves the rest; past every deadline plus the grace, nothing bills."""
+        assert self.fake is not None
+        for name in sorted(self.deadlines):
+            if name not in self.guarded:
+                continue
+            for attempt in range(2):
+                guardian = Guardian(
+                    self.market(), name,
+                    shell=jobs.BoxShell(self.tmp / "local", self.tmp / "id"),
+                    results=LocalResults(self.tmp / "results"),
+                    me=f"alice/machine/{attempt}/{name}",
+                    clock=self.fake.now, sleep=self.fake.advance, say=lambda line: None,
+                )  # fmt: skip
+                code = self.attempt(crash_at if attempt == 0 else None, True, "kill", guardian.run)
+                if code is None and attempt == 0:
+                    continue  # killed: its successor takes over
+                if code == 0:
+                    assert self.billing(name) == [], f"guardian of {name} said 0 while it billed"
+                break
+        limit = max(self.deadlines.values()) + timing.OWNER_GRACE_S
+        self.fake.advance(max(0.0, max(self.deadlines.values()) - self.fake.now()))
+        self.fake.clear_faults()  # the provider recovers; the owners must not have given up
+        sweep(self.market())
+        if self.fake.now() < limit:
+            self.fake.advance(limit - self.fake.now())
+        assert self.billing() == [], f"billing past deadline + grace: {self.billing()}"
+        self.deadlines.clear()
+
+    # --- always ---------------------------------------------------------------------------
+    @invariant()
+    def every_box_of_ours_that_bills_is_owned_by_an_active_record(self) -> None:
+        if self.fake is None:
+            return
+        active = {
+            r.intent_id for r in Ledger(self.store, Events(), "auditor").records() if r.active
+        }
+        for box in self.fake.boxes():
+            if box.id != self.stranger:
+                assert intent_of(box.label) in active, f"instance {box.id} has no owner"
+
+    @invariant()
+    def a_strangers_box_is_never_touched(self) -> None:
+        if self.fake is not None:
+            assert self.fake.instances[self.stranger].destroyed_at is None
+
+    @invariant()
+    def nothing_is_released_while_its_box_bills(self) -> None:
+        assert self.audit.premature == []
+
+
+TestOwnerMachine = OwnerMachine.TestCase
+TestOwnerMachine.settings = settings(
+    max_examples=min(settings.default.max_examples, 25), stateful_step_count=10, deadline=None
+)
