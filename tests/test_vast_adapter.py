@@ -1782,7 +1782,7 @@ def test_without_home_no_file_is_read_and_the_refusal_says_where_to_put_a_key(
         VastAdapter(environ={})
 
     assert str(caught.value) == (
-        "no Vast.ai API key: set VAST_API_KEY, or write it to ~/.config/vastai/vast_api_key"
+        "no Vast.ai API key found; set VAST_API_KEY, or write it to ~/.config/vastai/vast_api_key"
     )
     assert scrub(str(caught.value)) == str(caught.value)  # H3's scrub leaves the hint readable
 

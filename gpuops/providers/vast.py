@@ -746,7 +746,7 @@ def _resolve_api_key(api_key: str | None, env: Mapping[str, str]) -> str:
         if key:
             return key
     raise UsageError(
-        "no Vast.ai API key: set VAST_API_KEY, or write it to ~/.config/vastai/vast_api_key"
+        "no Vast.ai API key found; set VAST_API_KEY, or write it to ~/.config/vastai/vast_api_key"
     )
 
 
