@@ -361,3 +361,32 @@ def test_boxes_that_are_up_together_are_probed_together_m1(world):
 
     assert rental.instance_id is not None
     assert len(world.billing()) == 1
+
+
+@pytest.mark.parametrize(
+    "world",
+    [
+        {
+            "vast": {
+                **scenario(2)["vast"],
+                "boot": {"provisioning_s": 1, "loading_s": 1},
+                "faults": {
+                    "lost_creates": [{"offer": 3001, "answer": 503}],
+                    "empty_list": {"count": 2},
+                },
+            }
+        }
+    ],
+    indirect=True,
+)
+def test_a_winner_kept_while_a_create_is_unclear_finds_that_box_and_destroys_it_m12(world):
+    """M12/M13: a box passes while a later create's answer was lost; the race keeps the
+    winner, looks the unclear create up by label until it finds it, and destroys it as a
+    loser; no record is left stuck (the soak found one destroying with no instance)."""
+    market = world.market()
+
+    rental = market.rent(request(k=2))
+
+    assert world.billing() == [int(rental.instance_id)]
+    left = [r for r in market.ledger.records() if r.active]
+    assert [r.name for r in left] == [rental.box]

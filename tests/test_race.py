@@ -253,3 +253,17 @@ def test_no_create_is_sent_once_the_rentals_owner_starts_ending_it_m13():
         Stop("the rental's deadline is near: no more creates; its guardian ends it")
     ]
     assert decide(Race((Candidate(0, 100, 200),)), T + 10**9) == [Create(0)]
+
+
+def test_a_kept_box_never_destroys_an_unclear_create_but_looks_for_it_first_m12():
+    """M12: with a winner, an unclear create is no box to destroy: it is looked up by label
+    (then it is a loser like any other); once its look-ups are spent, the race is done and the
+    rental's owner ends it by the deadline."""
+    won = unclear(Phase.PASSED, Phase.FAILED)
+
+    assert decide(won, T + 5) == [Keep(1), Destroy(2)]
+    kept = update(update(won, 1, phase=Phase.KEPT), 2, phase=Phase.DESTROYED)
+    assert decide(kept, T + 4) == [Wait(1.0)]
+    assert decide(kept, T + 5) == [Reconcile(0)]
+    assert decide(update(kept, 0, reconciles=RECONCILE_ATTEMPTS), T + 5) == []
+    assert decide(update(kept, 0, reconcile_at=None), T + 1) == [Reconcile(0)]

@@ -166,8 +166,9 @@ def test_a_box_already_gone_is_released_without_waiting(ledger, clock):
     assert clock.slept == []
 
 
-def test_an_intent_with_no_instance_goes_on_the_retry_list_untouched(ledger, clock):
-    """M4: with no instance to ask about, nothing is called; reconciliation by label decides."""
+def test_an_intent_with_no_instance_is_left_an_intent_for_its_look_up_by_label(ledger, clock):
+    """M4/M12: with no instance to ask about, nothing is called and the record stays an intent:
+    a destroying record with no instance could never be released (the soak found one stuck)."""
     ledger.record_intent(BOX, "vast")
     vast = Provider("77")
 
@@ -177,7 +178,18 @@ def test_an_intent_with_no_instance_goes_on_the_retry_list_untouched(ledger, clo
         BOX, Ending.UNRESOLVED, "no instance recorded: reconcile its intent by label first"
     )
     assert vast.calls == []
-    assert is_pending(ledger.get(BOX))
+    assert ledger.get(BOX).state is BoxState.INTENT
+
+
+def test_another_operators_intent_is_refused_not_reported_m3(ledger, clock):
+    """M3: even an intent with no instance is only ever acted on by its owner."""
+    ledger.record_intent(BOX, "vast")
+    bob = Ledger(ledger.store, Events(), "bob", clock=lambda: 1_800_000_000.0)
+
+    with pytest.raises(NotOwned):
+        destroy(Provider("77"), bob, clock)
+
+    assert ledger.get(BOX).state is BoxState.INTENT
 
 
 @pytest.mark.parametrize(

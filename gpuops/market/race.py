@@ -120,8 +120,17 @@ def decide(race: Race, now: float) -> list[Action]:
     if kept or passed:
         winner = kept[0] if kept else min(passed, key=lambda c: c.slot)
         plan: list[Action] = [] if kept else [Keep(winner.slot)]
-        plan += [_destroy(c) for c in cands if c.slot != winner.slot and c.phase in HAS_BOX]
-        return plan
+        plan += [
+            _destroy(c)
+            for c in cands
+            if c.slot != winner.slot and c.phase in HAS_BOX and not _unclear(c)
+        ]
+        # an unclear create is no box to destroy until a look-up finds it (then it is a loser)
+        looking = [c for c in cands if _unclear(c) and c.reconciles < RECONCILE_ATTEMPTS]
+        if plan or not looking:
+            return plan
+        due = looking[0].reconcile_at if looking[0].reconcile_at is not None else now
+        return [Reconcile(looking[0].slot)] if now >= due else [Wait(due - now)]
 
     plan = []
     for c in cands:

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Protocol
 
 from gpuops import timing
-from gpuops.errors import GpuopsError, ProviderError, Unavailable
+from gpuops.errors import GpuopsError, NotOwned, ProviderError, Unavailable
 from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger, Record
 from gpuops.model import Instance
 
@@ -98,11 +98,15 @@ def destroy_box(
         return Outcome(
             name, Ending.GONE, f"instance {current.instance_id} was confirmed gone; released"
         )
-    record = ledger.begin_destroy(name)  # owner check (M3); on the retry list from now on (M4)
-    if record.instance_id is None:
+    if current is not None and current.instance_id is None:
+        if current.owner != ledger.operator:
+            raise NotOwned(name, current.owner, ledger.operator)  # M3, as begin_destroy would
+        # an intent: only a look-up by its label can settle it; moving it to destroying would
+        # leave a record no answer about an instance could ever release (M4)
         return Outcome(
             name, Ending.UNRESOLVED, "no instance recorded: reconcile its intent by label first"
         )
+    record = ledger.begin_destroy(name)  # owner check (M3); on the retry list from now on (M4)
     try:
         vast.destroy(record.instance_id)
     except (Unavailable, ProviderError) as exc:
