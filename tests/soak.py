@@ -51,11 +51,16 @@ FATES = {
     "taken": Verdict.PASS,
 }
 HOURS = 0.1
+DAY_S = 86400.0 + timing.OWNER_GRACE_S
 STRANGER = 9999
 
 
 class Killed(BaseException):
     """A process died here (SIGKILL): nothing after this point of it runs."""
+
+
+class Stuck(BaseException):
+    """A guardian still looping a day past its deadline's grace: a hang, counted as a failure."""
 
 
 class Tripwire:
@@ -129,6 +134,7 @@ class Tally:
     wrong_destroys: int = 0
     premature_releases: int = 0
     exit_0_while_billing: int = 0
+    stuck: int = 0  # guardians still looping a day past the deadline's grace
     kept: int = 0  # rents that ended with a kept box
     killed: int = 0  # rents killed mid-way (SIGKILL)
     interrupted: int = 0
@@ -300,6 +306,14 @@ def _guard(
 ) -> None:
     """The rental's guardian (started before the first create) runs to its exit; it may be
     killed at a random call, and then a successor (systemd's restart) takes over."""
+    rental = market().rentals.get("job")
+    limit = (rental.deadline_at if rental and rental.deadline_at else fake.now()) + DAY_S
+
+    def sleep(seconds: float) -> None:
+        fake.advance(seconds)
+        if fake.now() > limit:
+            raise Stuck
+
     for attempt in range(2):
         guardian = Guardian(
             market(),
@@ -308,13 +322,17 @@ def _guard(
             results=LocalResults(tmp / "results"),
             me=f"alice/soak/{attempt}/g",
             clock=fake.now,
-            sleep=fake.advance,
+            sleep=sleep,
             say=lambda line: None,
         )
         if attempt == 0 and rng.random() < 0.15:
             wire.arm(rng.randint(1, 60), rng.random() < 0.5, Killed)
         try:
             code = guardian.run()
+        except Stuck:
+            tally.stuck += 1
+            audit.note("a guardian still looped a day past its deadline")
+            return
         except Killed:
             tally.guardians_killed += 1
             wire.arm(None, False, Killed)

@@ -19,12 +19,13 @@ PER_SLICE = 250
 def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_m13(part):
     """M13/H5: crashes and interrupts at any provider call or store write, every scripted
     fault: no box bills past deadline + grace, no stranger's box is destroyed, no record is
-    released while its box bills, and no `destroy` or guardian says 0 while one does."""
+    released while its box bills, no `destroy` or guardian says 0 while one does, and no
+    guardian loops on past its deadline."""
     tally, _ = run(PER_SLICE, seed=1000 + part)
 
     assert tally.lifecycles == PER_SLICE
     assert tally.failures == []
     assert (tally.leaked, tally.wrong_destroys) == (0, 0)
-    assert (tally.premature_releases, tally.exit_0_while_billing) == (0, 0)
+    assert (tally.premature_releases, tally.exit_0_while_billing, tally.stuck) == (0, 0, 0)
     assert tally.killed > 0 and tally.interrupted > 0 and tally.kept > 0
     assert tally.guardians_killed > 0 and tally.unguarded > 0

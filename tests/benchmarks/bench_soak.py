@@ -44,7 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     total = Tally()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for tally in pool.map(_chunk, chunks):
+        for done, tally in enumerate(pool.map(_chunk, chunks), start=1):
+            print(
+                f"  chunk {done}/{len(chunks)}: {tally.lifecycles} lifecycles, {tally.bad()} bad",
+                flush=True,
+            )
             for f in fields(Tally):
                 if f.name == "failures":
                     total.failures.extend(tally.failures)
