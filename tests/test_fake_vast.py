@@ -520,11 +520,11 @@ def test_an_unknown_route_raises_in_process_with_every_known_route(make):
     """Loud: a route FakeVast lacks is an error naming the known ones, not a quiet 404."""
     fake = make(scenario())
     with fake.activate(BASE), pytest.raises(UnknownRoute) as caught:
-        requests.put(f"{BASE}/api/v0/instances/1/", json={"label": "x"})
+        requests.put(f"{BASE}/api/v0/instances/reboot/1/", json={})
 
-    assert "PUT /api/v0/instances/1/" in str(caught.value)
+    assert "PUT /api/v0/instances/reboot/1/" in str(caught.value)
     assert "GET /api/v0/instances/{id}/" in str(caught.value)
-    assert caught.value.known == known_routes() and len(known_routes()) == 7
+    assert caught.value.known == known_routes() and len(known_routes()) == 10
 
 
 # --- wire fidelity: only recorded keys ------------------------------------------------------------
