@@ -22,7 +22,9 @@ from gpuops.errors import UsageError
 DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "default.yaml"
 
 # Vast's routes as the fake names them (fakes/vast/routes.py); a fault can target one.
-ROUTE_NAMES = ("search", "create", "show", "list", "destroy", "ssh_keys", "register_ssh_key")
+ROUTE_NAMES = (
+    "search", "create", "show", "list", "destroy", "label", "user", "ssh_keys", "register_ssh_key",
+)  # fmt: skip
 RATE_LIMIT_BODIES = ("plain", "json", "json-error", "search-quota")
 TAKEN_STATUSES = (400, 404, 410)
 GONE_ERRORS = ("no_such_instance", "not_found")

@@ -105,6 +105,7 @@ def main(argv: list[str]) -> int:
         # the runner's scaled clock then agrees with the bucket's object times.
         lane_origin = time.time()
         gce = serve_gce(FakeGCE(lane, ScaledClock(scenario.time_scale, lane_origin)))
+        s3, s3_note = _start_s3()
     except OSError as exc:
         print(f"gpuops fakes serve: cannot start: {exc}", file=sys.stderr)
         _restore(previous)
@@ -127,8 +128,12 @@ def main(argv: list[str]) -> int:
             "GPUOPS_LANE_TIME_SCALE": f"{scenario.time_scale:g}",
             "GPUOPS_LANE_TIME_ORIGIN": repr(lane_origin),
         }
+        if s3 is not None:
+            exports.update(s3.exports())
         for name, value in exports.items():
             print(f"export {name}={shlex.quote(value)}")
+        if s3_note:
+            print(f"# {s3_note}")
         sys.stdout.flush()
         print(
             f"# FakeVast on {server.url}: scenario {scenario.source}, "
@@ -142,9 +147,21 @@ def main(argv: list[str]) -> int:
     finally:
         server.close()
         gce.close()
+        if s3 is not None:
+            s3.close()
         _restore(previous)
         _cleanup(state_dir, owned)
     return 0
+
+
+def _start_s3() -> tuple[Any, str]:
+    """The S3 stand-in (fakes/s3.py), or None and why, when moto's server is not installed."""
+    from fakes.s3 import S3Unavailable, serve_s3
+
+    try:
+        return serve_s3(), ""
+    except S3Unavailable as exc:
+        return None, f"S3 stand-in absent: {exc}"
 
 
 def throwaway_key(state_dir: Path) -> Path:

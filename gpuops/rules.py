@@ -249,6 +249,13 @@ RULES: tuple[Rule, ...] = (
         "H4",
         "A fake is never kinder than its provider: what the provider refuses, delays or "
         "leaves running, the fake does too; what it does not model is a loud error.",
+        IMPLEMENTED,
+        "tests/test_vast_cli_contract.py::test_the_cli_creates_shows_labels_lists_and_destroys_a_box_h4",
+        scope="Vast only: FakeVast judged by the vastai 1.9.1 CLI over loopback (search with "
+        "documented keys, create, show, label, list, destroy, user), documented 400s for "
+        "unknown search keys and computed list filters, unmodelled routes loud; S3 through "
+        "moto (boto3 conditional writes); FakeGCE and the fake GCS are not yet judged by "
+        "their real clients",
     ),
     Rule(
         "H5",

@@ -520,11 +520,11 @@ def test_an_unknown_route_raises_in_process_with_every_known_route(make):
     """Loud: a route FakeVast lacks is an error naming the known ones, not a quiet 404."""
     fake = make(scenario())
     with fake.activate(BASE), pytest.raises(UnknownRoute) as caught:
-        requests.put(f"{BASE}/api/v0/instances/1/", json={"label": "x"})
+        requests.put(f"{BASE}/api/v0/instances/reboot/1/", json={})
 
-    assert "PUT /api/v0/instances/1/" in str(caught.value)
+    assert "PUT /api/v0/instances/reboot/1/" in str(caught.value)
     assert "GET /api/v0/instances/{id}/" in str(caught.value)
-    assert caught.value.known == known_routes() and len(known_routes()) == 7
+    assert caught.value.known == known_routes() and len(known_routes()) == 10
 
 
 # --- wire fidelity: only recorded keys ------------------------------------------------------------
@@ -891,3 +891,74 @@ def test_an_unexpected_create_body_is_still_parsed_by_the_adapter_as_drift(make,
             pytest.fail(f"the fake's create body drifted: {exc}")
 
     assert len(fake.instances) == 1
+
+
+# --- the documented v1 list, label and user routes -------------------------------------------------
+def _call(fake: FakeVast, method: str, path: str, **kwargs: object) -> requests.Response:
+    with fake.activate(BASE):
+        return requests.request(
+            method, f"{BASE}{path}", headers={"Authorization": f"Bearer {KEY}"}, **kwargs
+        )
+
+
+@pytest.mark.parametrize("field", ["dph_total", "num_gpus"])
+def test_the_v1_list_refuses_a_filter_on_a_computed_field_as_vast_documents(make, field):
+    """show_instances_v1: computed fields are not filterable and answer 400 invalid_request."""
+    fake = make(scenario())
+    fake.create(1, {"label": LABEL})
+
+    answer = _call(
+        fake, "GET", "/api/v1/instances/", params={"select_filters": json.dumps({field: {"gt": 0}})}
+    )
+
+    assert answer.status_code == 400
+    assert answer.json()["msg"] == f"Error in query parameters: {field} is not a valid search key"
+
+
+def test_the_v1_list_returns_only_the_selected_columns_and_null_for_unknown_ones(make):
+    """select_cols ["id","label","nope"]: those keys only, the unknown one null."""
+    fake = make(scenario())
+    box = fake.create(1, {"label": LABEL})
+
+    answer = _call(
+        fake, "GET", "/api/v1/instances/", params={"select_cols": '["id", "label", "nope"]'}
+    )
+
+    assert answer.json()["instances"] == [{"id": box.id, "label": LABEL, "nope": None}]
+
+
+def test_a_label_is_set_refused_when_too_long_and_404_for_a_gone_box(make):
+    """label_success, label_too_long (over 1024 characters) and label_404, as documented."""
+    fake = make(scenario())
+    box = fake.create(1, {"label": LABEL})
+
+    set_ = _call(fake, "PUT", f"/api/v0/instances/{box.id}/", json={"label": "mine"})
+    long = _call(fake, "PUT", f"/api/v0/instances/{box.id}/", json={"label": "x" * 1025})
+    fake.destroy(box.id)
+    gone = _call(fake, "PUT", f"/api/v0/instances/{box.id}/", json={"label": "late"})
+
+    assert set_.json() == {"success": True, "msg": f"label for {box.id} set to 'mine'"}
+    assert long.status_code == 400 and long.json()["error"] == "label_too_long"
+    assert gone.status_code == 404 and gone.json()["msg"] == f"Instance {box.id} not found."
+    assert fake.instances[box.id].label == "mine"
+
+
+def test_a_start_or_stop_on_the_label_route_is_the_fakes_own_loud_400(make):
+    """{"state": "stopped"} is not modelled: fake_vast_bad_request, never a silent success."""
+    fake = make(scenario())
+    box = fake.create(1, {"label": LABEL})
+
+    answer = _call(fake, "PUT", f"/api/v0/instances/{box.id}/", json={"state": "stopped"})
+
+    assert answer.status_code == 400 and answer.json()["error"] == "fake_vast_bad_request"
+
+
+def test_search_keeps_derived_prices_true_to_the_scenario_price(make):
+    """The nested `search` pricing and dlperf_per_dphtotal follow the offer's dph_total."""
+    fake = make(scenario(offer(1, dph_total=0.5, dph_base=0.45)))
+
+    row = _call(fake, "POST", "/api/v0/bundles/", json={}).json()["offers"][0]
+
+    assert row["search"]["totalHour"] == 0.5 and row["search"]["gpuCostPerHour"] == 0.45
+    assert row["dlperf_per_dphtotal"] == round(row["dlperf"] / 0.5, 4)
+    assert row["duration"] == row["end_date"] - fake.now()

@@ -45,6 +45,12 @@ EXPORTS = (
     "GPUOPS_LANE_BUCKET",
     "GPUOPS_LANE_TIME_SCALE",
     "GPUOPS_LANE_TIME_ORIGIN",
+    "AWS_ENDPOINT_URL",  # the S3 stand-in (fakes/s3.py), for the store
+    "GPUOPS_S3_ENDPOINT",  # and for the guardian's results
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "GPUOPS_FAKE_S3_BUCKET",
 )
 STARTUP_TIMEOUT_S = 90.0  # a safety net: the test waits for the line, not for a time
 STOP_TIMEOUT_S = 60.0  # a safety net: the test waits for the exit, not for a time
@@ -151,6 +157,7 @@ def test_serve_prints_the_export_lines_first_and_exits_0_on_sigterm(serve, fast_
 
     assert names == list(EXPORTS)
     assert served.env["VAST_URL"].startswith("http://127.0.0.1:")
+    assert served.env["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
     assert Path(served.env["GPUOPS_SSH"]) == ROOT / "fakes" / "ssh" / "ssh"
     assert served.env["GPUOPS_FAKE_SSH_PYTHON"] == sys.executable
     assert served.stop() == 0

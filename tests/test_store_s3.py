@@ -333,3 +333,25 @@ def test_without_a_client_the_store_builds_one_with_the_http_timeout(
     config = store._client.meta.config
     assert (config.connect_timeout, config.read_timeout) == (timing.HTTP_TIMEOUT_S,) * 2
     assert config.retries["total_max_attempts"] == 1
+
+
+def test_the_store_builds_its_client_on_the_gpuops_s3_endpoint(monkeypatch) -> None:
+    """GPUOPS_S3_ENDPOINT (which `fakes serve` exports) is the endpoint of the store's client."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("GPUOPS_S3_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+    client = S3Store(BUCKET, "team/state")._s3()
+
+    assert client.meta.endpoint_url == "http://127.0.0.1:9"
+
+
+def test_without_the_gpuops_s3_endpoint_the_store_uses_boto3s_default(monkeypatch) -> None:
+    """Unset or empty, boto3 chooses (AWS_ENDPOINT_URL, else AWS itself)."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("GPUOPS_S3_ENDPOINT", "")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+    client = S3Store(BUCKET, "team/state")._s3()
+
+    assert client.meta.endpoint_url == "https://s3.amazonaws.com"

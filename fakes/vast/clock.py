@@ -22,6 +22,10 @@ class Clock(Protocol):
 
     def now(self) -> float: ...
 
+    def wall(self, at: float) -> float:
+        """The wall-clock epoch a client should read for fake time ``at`` (start_date)."""
+        ...
+
 
 class FakeClock:
     """A clock that moves only when a test says so."""
@@ -33,6 +37,10 @@ class FakeClock:
     def now(self) -> float:
         with self._lock:
             return self._now
+
+    def wall(self, at: float) -> float:
+        """In tests the fake time is the world's time."""
+        return at
 
     def advance(self, seconds: float) -> None:
         """Move forward ``seconds``; time never runs backwards."""
@@ -48,7 +56,10 @@ class FakeClock:
 class ScaledClock:
     """Loopback mode: ``start`` plus real elapsed seconds times ``time_scale``.
 
-    ``monotonic`` is injectable so the scaling itself is tested without waiting.
+    ``monotonic`` and ``wall_now`` are injectable so the scaling is tested without waiting.
+    :meth:`wall` maps a fake time back to the wall clock, anchored at the moment this clock
+    was made: a box created one real second ago is one second old to a client that compares
+    its ``start_date`` with ``time.time()`` (the vastai CLI does), whatever the scale.
     """
 
     def __init__(
@@ -56,6 +67,7 @@ class ScaledClock:
         time_scale: float,
         start: float = RECORDED_EPOCH,
         monotonic: Callable[[], float] = time.monotonic,
+        wall_now: Callable[[], float] = time.time,
     ) -> None:
         if not time_scale > 0:
             raise ValueError(f"time_scale must be positive, not {time_scale!r}")
@@ -63,9 +75,13 @@ class ScaledClock:
         self._start = float(start)
         self._monotonic = monotonic
         self._origin = monotonic()
+        self._wall_origin = wall_now()
 
     def now(self) -> float:
         return self._start + (self._monotonic() - self._origin) * self.time_scale
+
+    def wall(self, at: float) -> float:
+        return self._wall_origin + (at - self._start) / self.time_scale
 
     def __repr__(self) -> str:
         return f"ScaledClock(time_scale={self.time_scale!r})"

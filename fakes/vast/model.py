@@ -68,8 +68,10 @@ class OfferState:
     def id(self) -> int:
         return self.spec.id
 
-    def row(self) -> dict[str, object]:
-        """The offer as search answers it: the recorded offer with the scenario's values."""
+    def row(self, now: float | None = None) -> dict[str, object]:
+        """The offer as search answers it: the recorded offer with the scenario's values, its
+        derived prices made consistent, and ``duration`` (seconds it stays available) as of
+        ``now`` (search_offers.yaml's notes say how each is derived)."""
         row = recorded_offer()
         fields = dict(self.spec.fields)
         num_gpus = fields.get("num_gpus", 1)
@@ -81,7 +83,34 @@ class OfferState:
         )
         row.update(fields)
         row.update(ask_contract_id=self.id, rented=self.held_by is not None or self.taken)
+        _priced(row, explicit=fields)
+        if now is not None and "duration" not in fields:
+            row["duration"] = max(0.0, float(row["end_date"]) - now)  # type: ignore[arg-type]
         return row
+
+
+def _priced(row: dict[str, object], explicit: Mapping[str, object]) -> None:
+    """Keep the recorded price-derived fields true to this offer's dph_total and dph_base."""
+    total, base = row["dph_total"], row["dph_base"]
+    if not isinstance(total, int | float) or not isinstance(base, int | float):
+        return
+    pricing = {
+        "gpuCostPerHour": base,
+        "diskHour": round(max(0.0, total - base), 6),
+        "totalHour": total,
+        "discountTotalHour": 0.0,
+        "discountedTotalPerHour": total,
+    }
+    for name in ("search", "instance"):
+        if name not in explicit:
+            row[name] = dict(pricing)
+    for name, numerator in (("dlperf_per_dphtotal", "dlperf"), ("flops_per_dphtotal", "total_flops")):
+        value = row.get(numerator)
+        if name not in explicit and isinstance(value, int | float) and total > 0:
+            row[name] = round(value / total, 4)
+    for name in ("dph_total_adj", "discounted_dph_total"):
+        if name not in explicit:
+            row[name] = total
 
 
 @dataclass
@@ -208,6 +237,11 @@ class FakeVast:
     # --- time ------------------------------------------------------------------------------------
     def now(self) -> float:
         return self.clock.now()
+
+    def wall(self, at: float) -> float:
+        """The wall-clock epoch clients read for fake time ``at`` (clock.py)."""
+        wall = getattr(self.clock, "wall", None)
+        return at if wall is None else float(wall(at))
 
     def advance(self, seconds: float) -> None:
         """Move a FakeClock on, then apply the new time (box table)."""
@@ -340,7 +374,7 @@ class FakeVast:
         return InstanceState(
             id=number,
             offer_id=offer.id,
-            offer_row=offer.row(),
+            offer_row=offer.row(now),
             fate=offer.fate,
             box_gpu=offer.spec.box_gpu,
             label=label if isinstance(label, str) else None,
@@ -354,6 +388,14 @@ class FakeVast:
             ssh_port=FIRST_SSH_PORT + 2 * serial,
             direct_port=FIRST_DIRECT_PORT + 10 * serial,
         )
+
+    def label(self, instance_id: int, label: str) -> InstanceState | None:
+        """Set a box's label (None: not ours, or gone: the documented 404)."""
+        box = self.show(instance_id)
+        if box is None or box.destroyed_at is not None:
+            return None
+        box.label = label
+        return box
 
     def show(self, instance_id: int) -> InstanceState | None:
         box = self.instances.get(instance_id)

@@ -32,6 +32,8 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "lte": operator.le,
     "in": _in,
     "notin": lambda have, want: isinstance(want, list) and have not in want,
+    # search_offers.yaml documents `nin`; vastai's query parser sends `notin` for it.
+    "nin": lambda have, want: isinstance(want, list) and have not in want,
 }
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from fakes.scenario import ROUTE_NAMES
 from fakes.vast import wire
 from fakes.vast.faults import Dropped, Fault, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
-from fakes.vast.model import Call, FakeVast
+from fakes.vast.model import Call, FakeVast, InstanceState
 from fakes.vast.query import InvalidQuery, matches, ordered
 from fakes.vast.wire import Reply, Request
 
@@ -28,9 +28,21 @@ Handler = Callable[[FakeVast, Request, Mapping[str, str]], Reply]
 PAGE_LIMIT = 25
 # Search body keys that shape the answer rather than filter offers (vastai/api/offers.py).
 SEARCH_META = frozenset({"order", "type", "limit", "allocated_storage", "disable_bundling"})
+# Search keys that are not a row field of the same meaning (search_offers.yaml in vast-cli's
+# openapi: `verified`, `datacenter`; `geolocation` is matched as "two letter country code").
 SEARCH_ALIASES: dict[str, Callable[[Mapping[str, object]], object]] = {
-    "verified": lambda row: row.get("verification") == "verified",  # a filter key, not a field
+    "verified": lambda row: row.get("verification") == "verified",
+    # An assumption, said in docs/fakes.md: hosting_type 1 is a datacenter host (show_instance.yaml
+    # documents hosting_type only as "Hosting type code", example 1).
+    "datacenter": lambda row: row.get("hosting_type") == 1,
+    "geolocation": lambda row: country_code(row.get("geolocation")),
 }
+# The v1 list: "Computed fields (e.g. dph_total, num_gpus) are not filterable and return 400"
+# (show_instances_v1.yaml). Only the two named are known; any other field filters.
+COMPUTED_LIST_FIELDS = frozenset({"dph_total", "num_gpus"})
+# "Values <= 0 are treated as 5" (show_instances_v1.yaml, limit).
+NONPOSITIVE_LIMIT = 5
+LABEL_MAX_CHARS = 1024  # label_instance.yaml x-input-validation
 DEFAULT_ORDER = [["score", "desc"]]
 
 
@@ -72,10 +84,19 @@ def _json_body(request: Request) -> dict[str, Any]:
     return doc
 
 
+def country_code(geolocation: object) -> str | None:
+    """The two-letter country code a Vast geolocation ends in ("Texas, US" -> "US")."""
+    if not isinstance(geolocation, str):
+        return None
+    code = geolocation.rsplit(",", 1)[-1].strip()
+    return code if len(code) == 2 and code.isalpha() else None
+
+
 def _search(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
     query = _json_body(request)
     filters = {k: v for k, v in query.items() if k not in SEARCH_META}
-    rows = [offer.row() for offer in model.searchable()]
+    now = model.now()
+    rows = [offer.row(now) for offer in model.searchable()]
     rows = [row for row in rows if matches(row, filters, SEARCH_ALIASES)]
     rows = [dict(row) for row in ordered(rows, query.get("order", DEFAULT_ORDER))]
     limit = query.get("limit")
@@ -91,9 +112,40 @@ def _create(model: FakeVast, request: Request, params: Mapping[str, str]) -> Rep
     return wire.created(box.id)
 
 
+def _row(model: FakeVast, box: InstanceState) -> dict[str, object]:
+    """The box's row now; ``start_date`` on the wall clock, anchored when serving began."""
+    start = model.wall(box.created_at)
+    age_s = model.wall(model.now()) - start
+    return wire.instance_row(box, model.status(box), start_date=start, age_s=age_s)
+
+
 def _show(model: FakeVast, _: Request, params: Mapping[str, str]) -> Reply:
     box = model.show(int(params["id"]))
-    return wire.show(None if box is None else wire.instance_row(box, model.status(box)))
+    return wire.show(None if box is None else _row(model, box))
+
+
+def _manage(model: FakeVast, request: Request, params: Mapping[str, str]) -> Reply:
+    """PUT /instances/{id}/: a label ({"label": ...}); start/stop ({"state"}) is not modelled."""
+    body = _json_body(request)
+    instance_id = int(params["id"])
+    if set(body) != {"label"}:
+        raise _BadRequest(
+            f"FakeVast models only {{'label': ...}} on PUT /api/v0/instances/{{id}}/, "
+            f"not {sorted(body)} (start, stop and the rest are not modelled)"
+        )
+    label = body["label"]
+    if not isinstance(label, str):
+        raise _BadRequest(f"label must be a string, not {label!r}")
+    if len(label) > LABEL_MAX_CHARS:
+        return wire.label_too_long()
+    if model.label(instance_id, label) is None:
+        return wire.label_gone(instance_id)
+    return wire.labelled(instance_id, label)
+
+
+def _current_user(model: FakeVast, _: Request, __: Mapping[str, str]) -> Reply:
+    live = [key.key for key in model.ssh_keys() if key.deleted_at is None]
+    return wire.current_user(live[0] if live else None)
 
 
 def _destroy(model: FakeVast, _: Request, params: Mapping[str, str]) -> Reply:
@@ -130,12 +182,20 @@ def _list(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
     filters = _query_json(request, "select_filters", {})
     order_by = _query_json(request, "order_by", [{"col": "id", "dir": "asc"}])
     limit = _query_json(request, "limit", PAGE_LIMIT)
+    columns = _query_json(request, "select_cols", ["*"])
     if not isinstance(filters, dict):
         raise _BadRequest(f"select_filters must be an object, not {filters!r}")
+    for name in filters:
+        if name in COMPUTED_LIST_FIELDS:
+            raise InvalidQuery(f"{name} is not a valid search key")
     if order_by != [{"col": "id", "dir": "asc"}]:
         raise _BadRequest(f"FakeVast lists by id ascending only, not {order_by!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise _BadRequest(f"limit must be a positive integer, not {limit!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise _BadRequest(f"limit must be an integer, not {limit!r}")
+    if limit < 1:
+        limit = NONPOSITIVE_LIMIT
+    if not (isinstance(columns, list) and all(isinstance(c, str) for c in columns)):
+        raise _BadRequest(f"select_cols must be a JSON array of column names, not {columns!r}")
     boxes = model.listed()
     counts: dict[str, int] = {}
     for box in boxes:
@@ -143,16 +203,18 @@ def _list(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
     after = _after_id(request.query["after_token"]) if "after_token" in request.query else None
     size = min(limit, PAGE_LIMIT)
     if filters:
-        rows = [wire.instance_row(box, model.status(box)) for box in boxes]
+        rows = [_row(model, box) for box in boxes]
         rows = [row for row in rows if matches(row, filters, {})]
         total = len(rows)
         rows = [row for row in rows if after is None or int(str(row["id"])) > after]
     else:  # render only the page (and one more, to know there is more): 1,000 boxes stay fast
         total = len(boxes)
         later = [box for box in boxes if after is None or box.id > after][: size + 1]
-        rows = [wire.instance_row(box, model.status(box)) for box in later]
+        rows = [_row(model, box) for box in later]
     shown, more = rows[:size], len(rows) > size
     token = next_token(int(str(shown[-1]["id"]))) if more else None
+    if "*" not in columns:  # "Unknown column names are returned as null" (show_instances_v1)
+        shown = [{name: row.get(name) for name in columns} for row in shown]
     return wire.page(shown, total=total, label_counts=counts, next_token=token)
 
 
@@ -172,11 +234,14 @@ ROUTES = (
     Route("create", "PUT", "/api/v0/asks/{id}/", _create),
     Route("show", "GET", "/api/v0/instances/{id}/", _show),
     Route("destroy", "DELETE", "/api/v0/instances/{id}/", _destroy),
+    Route("label", "PUT", "/api/v0/instances/{id}/", _manage),
+    Route("user", "GET", "/api/v0/users/current/", _current_user),
+    Route("user", "GET", "/api/v0/users/current", _current_user),  # vastai 1.9.1's spelling
     Route("list", "GET", "/api/v1/instances/", _list),
     Route("ssh_keys", "GET", "/api/v0/ssh/", _ssh_keys),
     Route("register_ssh_key", "POST", "/api/v0/ssh/", _register_ssh_key),
 )
-assert tuple(sorted(r.name for r in ROUTES)) == tuple(sorted(ROUTE_NAMES)), "scenario.ROUTE_NAMES"
+assert {r.name for r in ROUTES} == set(ROUTE_NAMES), "scenario.ROUTE_NAMES"
 
 
 def known_routes() -> list[str]:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 # The ids the recordings use (recordings/vast/README.md).
 RECORDED_OFFER_ID = 1234567
 RECORDED_INSTANCE_ID = 1234568
+LABEL_EXAMPLE_ID = 12345  # label_instance.yaml's example instance
 JSON = (("Content-Type", "application/json"),)
 
 
@@ -110,12 +111,36 @@ def no_such_ask(offer_id: int, status: int) -> Reply:
 
 
 # --- instances ------------------------------------------------------------------------------------
-def instance_row(box: InstanceState, status: str | None) -> dict[str, object]:
-    """A row in show_running's shape; ``ports`` only while running (show_loading has none)."""
+# Row fields that are the rented offer's own (same name, same meaning in search and rows).
+FROM_OFFER = (
+    "cpu_arch", "cpu_cores", "cpu_cores_effective", "cpu_name", "cpu_ram", "gpu_arch", "gpu_frac",
+    "gpu_lanes", "gpu_mem_bw", "bw_nvlink", "cuda_max_good", "driver_version", "disk_name",
+    "disk_bw", "direct_port_count", "static_ip", "hosting_type", "min_bid", "is_bid", "dph_base",
+    "dlperf", "dlperf_per_dphtotal", "flops_per_dphtotal", "total_flops", "score", "os_version",
+    "mobo_name", "pci_gen", "pcie_bw", "inet_up", "inet_down", "logo", "webpage", "storage_cost",
+    "vram_costperhour", "credit_discount_max", "external", "bundle_id",
+)  # fmt: skip
+
+
+def instance_row(
+    box: InstanceState, status: str | None, *, start_date: float | None = None, age_s: float = 0.0
+) -> dict[str, object]:
+    """A row in show_running's shape; ``ports`` only while running (show_loading has none).
+    ``start_date``: the wall-clock epoch the client reads (default: the fake's own time);
+    ``age_s``: how long ago that was, the row's ``duration``."""
     row = dict(_row_template())
     del row["ports"]
-    shift = box.created_at - row["start_date"]
+    started = box.created_at if start_date is None else start_date
+    shift = started - row["start_date"]
     offer = box.offer_row
+    row.update({name: offer[name] for name in FROM_OFFER if name in offer})
+    row.update(
+        search=dict(offer.get("search") or row["search"]),
+        instance=dict(offer.get("instance") or row["instance"]),
+        duration=max(0.0, age_s),
+        gpu_util=row["gpu_util"] if status == "running" else None,
+        gpu_temp=row["gpu_temp"] if status == "running" else None,
+    )
     row.update(
         id=box.id,
         actual_status=status,
@@ -135,7 +160,7 @@ def instance_row(box: InstanceState, status: str | None) -> dict[str, object]:
         machine_dir_ssh_port=box.ssh_port + 1,
         machine_id=offer["machine_id"],
         host_id=offer["host_id"],
-        start_date=box.created_at,
+        start_date=started,
         end_date=row["end_date"] + shift,
         gpu_name=offer["gpu_name"],
         num_gpus=offer["num_gpus"],
@@ -192,6 +217,30 @@ def page(
         instances=[dict(row) for row in rows],
     )
     return _reply("list_instances_page1", doc)
+
+
+def labelled(instance_id: int, label: str) -> Reply:
+    """label_success, about ``instance_id`` and its new label."""
+    doc = recorded("label_success")
+    doc["msg"] = f"label for {instance_id} set to '{label}'"
+    return _reply("label_success", doc)
+
+
+def label_too_long() -> Reply:
+    return _reply("label_too_long")
+
+
+def label_gone(instance_id: int) -> Reply:
+    """label_404: the documented no_such_instance, about ``instance_id``."""
+    return _reply("label_404", readdressed(recorded("label_404"), LABEL_EXAMPLE_ID, instance_id))
+
+
+def current_user(ssh_key: str | None) -> Reply:
+    """user_current: the account (never its API key), with our first live key."""
+    doc = recorded("user_current")
+    if ssh_key is not None:
+        doc["ssh_key"] = ssh_key
+    return _reply("user_current", doc)
 
 
 def destroyed() -> Reply:

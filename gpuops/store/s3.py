@@ -8,6 +8,8 @@ identical bytes mean an identical state and that is safe.
 
 from __future__ import annotations
 
+import os
+
 from typing import Any
 
 from gpuops import timing
@@ -105,7 +107,10 @@ class S3Store:
                 # retried into a 412 that reads as "someone else wrote"; callers re-read instead.
                 retries={"total_max_attempts": 1},
             )
-            self._client = boto3.client("s3", config=config)
+            # GPUOPS_S3_ENDPOINT (as the guardian's results use it), else boto3's own
+            # AWS_ENDPOINT_URL: `gpuops fakes serve` exports both for its S3 stand-in.
+            endpoint = os.environ.get("GPUOPS_S3_ENDPOINT") or None
+            self._client = boto3.client("s3", config=config, endpoint_url=endpoint)
         return self._client
 
 
