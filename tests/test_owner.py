@@ -390,3 +390,39 @@ def test_a_winner_kept_while_a_create_is_unclear_finds_that_box_and_destroys_it_
     assert world.billing() == [int(rental.instance_id)]
     left = [r for r in market.ledger.records() if r.active]
     assert [r.name for r in left] == [rental.box]
+
+
+def test_two_rents_sharing_one_state_never_both_race_one_name_m8(tmp_path):
+    """M8: two rent processes (different racer ids, one operator, each with its own store
+    object on one state directory) begin the same race at the same instant: exactly one races,
+    the other is told who does, every time. The race is decided by the store's create-if-absent
+    alone, which S3 gives by its conditional writes (tests/test_store_contract.py); moto's
+    in-memory S3 is not atomic against a concurrent conditional put (one double win in about
+    sixty tries here), so this runs on the local store."""
+    from gpuops.market.rentals import RaceInProgress, Rentals
+    from gpuops.store.local import LocalStore
+
+    hosts = [Rentals(LocalStore(tmp_path / "state"), "alice") for _ in range(2)]
+    for n in range(40):
+        name = f"job-{n}"
+        start = threading.Barrier(2)
+        won: list[str] = []
+        told: list[str] = []
+
+        def begin(rentals: Rentals, racer: str, name: str = name) -> None:
+            start.wait()
+            try:
+                won.append(rentals.begin_race(name, 100.0, racer=racer).racer or "")
+            except RaceInProgress as busy:
+                told.append(busy.racer)
+
+        threads = [
+            threading.Thread(target=begin, args=(hosts[i], f"alice/host{i}/1/x")) for i in range(2)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+        assert len(won) == 1 and told == won, (won, told)
+        assert hosts[0].get(name).racer == won[0]
