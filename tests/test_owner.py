@@ -409,7 +409,14 @@ def test_two_rents_sharing_one_state_never_both_race_one_name_m8(tmp_path):
         won: list[str] = []
         told: list[str] = []
 
-        def begin(rentals: Rentals, racer: str, name: str = name) -> None:
+        def begin(
+            rentals: Rentals,
+            racer: str,
+            name: str = name,
+            start: threading.Barrier = start,
+            won: list[str] = won,
+            told: list[str] = told,
+        ) -> None:
             start.wait()
             try:
                 won.append(rentals.begin_race(name, 100.0, racer=racer).racer or "")
