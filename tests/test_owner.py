@@ -24,7 +24,7 @@ from store_fakes import Events
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
-from gpuops.errors import Interrupted, StillRunning
+from gpuops.errors import GpuopsError, Interrupted, StillRunning
 from gpuops.ledger import BoxState, Ledger
 from gpuops.market import guardian as g
 from gpuops.market import jobs
@@ -433,3 +433,22 @@ def test_two_rents_sharing_one_state_never_both_race_one_name_m8(tmp_path):
 
         assert len(won) == 1 and told == won, (won, told)
         assert hosts[0].get(name).racer == won[0]
+
+
+def test_a_race_that_fails_before_its_first_create_frees_the_name_at_once_m8(world):
+    """M8: a race that ends in an error before any create (here the search answers 429 until
+    the retries run out) is marked failed, so the next rent races at once instead of waiting
+    a whole RACER_TTL_S for a racer that is gone."""
+    from fakes.scenario import RateLimitBurst
+
+    world.fake.add_rate_limit(RateLimitBurst(50, route="search"))
+    market = world.market()
+
+    with pytest.raises(GpuopsError):
+        market.rent(request(k=1))
+
+    assert market.rentals.get("job").state == FAILED
+    world.fake.clear_faults()
+    started = world.fake.now()
+    assert world.market().rent(request(k=1)).state == "live"
+    assert world.fake.now() - started < timing.RACER_TTL_S

@@ -173,7 +173,11 @@ class Market:
                     self.rentals.update(rental.name, expect=RACING, state=FAILED)
                 raise
         with self._racing(rental):
-            return self._race(req, rental, deadline, now)
+            try:
+                return self._race(req, rental, deadline, now)
+            except BaseException as exc:  # whatever ended it: its boxes go, the name is free
+                self._abandon(rental, exc)
+                raise
 
     @contextlib.contextmanager
     def _racing(self, rental: Rental) -> Iterator[None]:
@@ -225,11 +229,7 @@ class Market:
             stop_creating_at=schedule(now, deadline)[0],
         )
         offer_by_id = {o.id: o for o in chosen.candidates}
-        try:
-            return self._run(req, rental, state, offer_by_id, deadline)
-        except BaseException as exc:
-            self._abandon(rental, exc)
-            raise
+        return self._run(req, rental, state, offer_by_id, deadline)
 
     def _abandon(self, rental: Rental, why: BaseException) -> list[Outcome]:
         """The race ends without a kept box (a failure, an interrupt): destroy its candidates
