@@ -22,8 +22,8 @@ SLOW_BOOT = {"boot": {"provisioning_s": 600}}  # fake seconds: 10 s of wall time
 
 
 @pytest.fixture
-def fakes(tmp_path: Path) -> Fakes:
-    served = Fakes(tmp_path, **SLOW_BOOT)
+def fakes(tmp_path: Path, request: pytest.FixtureRequest) -> Fakes:
+    served = Fakes(tmp_path, **getattr(request, "param", SLOW_BOOT))
     yield served
     for pid in _guardian_pids(served):
         _kill(pid)
@@ -46,7 +46,7 @@ def created(fakes: Fakes, n: int) -> bool:
 def test_a_rent_killed_between_its_creates_and_keeping_a_box_leaves_nothing_billing_m13(fakes):
     """M13: SIGKILL rent after its creates, before any box is kept: the guardian it started
     before the first create ends every candidate at the deadline and exits 0 only then."""
-    proc = rent(fakes, "kill-box", "0.006")  # the deadline: 21.6 s from now
+    proc = rent(fakes, "kill-box", "0.004")  # the deadline: 14.4 s from now
     fakes.wait_for("two creates", lambda: created(fakes, 2))
     proc.kill()
     proc.communicate(timeout=WAIT_S)
@@ -79,6 +79,7 @@ def test_ctrl_c_during_a_race_destroys_its_candidates_before_rent_exits_130_m13(
     assert [e["code"] for e in fakes.events("guard.exit")] == [0]
 
 
+@pytest.mark.parametrize("fakes", [{"boot": {"provisioning_s": 60}}], indirect=True)
 def test_two_rents_of_one_name_at_once_end_with_exactly_one_box_m8(fakes):
     """M8: two `rent NAME` started together: one races, the other waits and returns the same
     box, saying who raced; never a second box."""
