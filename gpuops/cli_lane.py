@@ -33,7 +33,7 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         p = sub.add_parser(name, parents=[common], help=text)
         p.add_argument("--job", required=True, metavar="NAME")
         if name == "script":
-            p.add_argument("--command", dest="job_command", default="python3 /work/job.py")
+            p.add_argument("--command", dest="job_command", default='python3 "$WORK/job.py"')
             p.add_argument("--input", action="append", default=[], metavar="NAME")
             p.add_argument("--import", dest="imports", action="append", default=[])
             p.add_argument("--min-free-gb", type=int, default=20)

@@ -211,6 +211,39 @@ def _multipart(content_type: str, body: bytes) -> list[bytes]:
     return out
 
 
+_TEXT = (("Content-Type", "application/text"), ("Metadata-Flavor", "Google"))
+
+
+def _flavored(req: Request) -> Reply | None:
+    """The metadata server answers only requests that carry ``Metadata-Flavor: Google``."""
+    if req.headers.get("metadata-flavor") != "Google":
+        return Reply(403, (("Content-Type", "text/html"),), "Missing Metadata-Flavor:Google header.")
+    return None
+
+
+def metadata_attribute(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """A boot reading its instance's custom metadata (live, as the real server serves it)."""
+    if (refused := _flavored(req)) is not None:
+        return refused
+    key = unquote(m["k"])
+    if key not in fake.metadata:
+        return Reply(404, (("Content-Type", "text/html"),), "Not Found")
+    return Reply(200, _TEXT, fake.metadata[key])
+
+
+def metadata_token(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    if (refused := _flavored(req)) is not None:
+        return refused
+    return _json(200, _recorded("gce", "metadata_token"))
+
+
+def boot_poweroff(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """fake_gce_poweroff: a boot's poweroff/shutdown shim (no real client sends this)."""
+    if not fake.poweroff(int(m["n"])):
+        return _json(409, {"fake_gce_error": f"boot {m['n']} is not the running boot"})
+    return _json(200, {"fake_gce_poweroff": int(m["n"])})
+
+
 Handler = Callable[[FakeGCE, Request, re.Match[str]], Reply]
 ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
     ("GET", re.compile(_C + r"/instances/(?P<i>[^/]+)"), get_instance),
@@ -222,7 +255,15 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
     ("GET", re.compile(r"/download/storage/v1" + _S + r"/(?P<o>.+)"), download),
     ("GET", re.compile(r"/storage/v1" + _S + r"/(?P<o>.+)"), object_meta),
     ("POST", re.compile(r"/upload/storage/v1" + _S), upload),
+    ("GET", re.compile(r"/computeMetadata/v1/instance/attributes/(?P<k>[^/]+)"), metadata_attribute),
+    (
+        "GET",
+        re.compile(r"/computeMetadata/v1/instance/service-accounts/default/token"),
+        metadata_token,
+    ),
+    ("POST", re.compile(r"/fake_gce/boots/(?P<n>\d+)/poweroff"), boot_poweroff),
 )
+SLEEP = re.compile(r"/fake_gce/boots/(?P<n>\d+)/sleep")
 KNOWN = [f"{method} {pattern.pattern}" for method, pattern, _ in ROUTES]
 
 

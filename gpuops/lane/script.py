@@ -41,8 +41,8 @@ REQUIRED: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("L5", "a status file with the current stage (stage ...)", re.compile(r"^stage \w+", re.M)),
     (
         "L5",
-        "a final log upload on exit (trap final_log EXIT)",
-        re.compile(r"^trap final_log EXIT\s*$", re.M),
+        "a final log upload on exit (trap on_exit EXIT)",
+        re.compile(r"^trap \w+ EXIT\s*$", re.M),
     ),
     (
         "L5",
@@ -154,16 +154,22 @@ def render(
 
 
 TEMPLATE = r"""#!/bin/bash
-# gpuops lane startup script (contract: rules L5, L6). Installed by `gpuops lane install`.
+# gpuops lane startup script (contract: rules L5, L6, L12). Installed by `gpuops lane install`.
+# Every path ends in on_exit (the EXIT trap): stop the log sync, end the status, upload the
+# final log (gsutil, then REST, with retries) and power off. Nobody else may stop this VM (L1).
 set -uo pipefail
 JOB="{job}"
 BUCKET="{bucket}"
+ROOT="${{GPUOPS_LANE_ROOT:-}}"  # empty on a VM; a fake's sandbox directory in tests
+WORK="$ROOT/work"
+LOG="$ROOT/var/log/gpuops-job.log"
 MD=http://metadata.google.internal/computeMetadata/v1
 ATTEMPT=$(curl -sf -H 'Metadata-Flavor: Google' "$MD/instance/attributes/gpuops-attempt" \
   || echo unknown)
 PREFIX="gs://$BUCKET/jobs/$JOB"
-LOG=/var/log/gpuops-job.log
-mkdir -p /work/inputs /work/results
+ENDED=""
+SYNC_PID=""
+mkdir -p "$WORK/inputs" "$WORK/results" "$(dirname "$LOG")"
 
 upload_rest() {{  # $1 local file, $2 object name: the JSON API with the VM's token
   local token
@@ -180,16 +186,25 @@ put() {{  # $1 local file, $2 path under jobs/$JOB/: gsutil, then REST, three tr
   return 1
 }}
 stage() {{  # the status file: stage, attempt, reason
-  echo "$1 $ATTEMPT ${{2:-}}" > /tmp/status && put /tmp/status status
+  case "$1" in succeeded|failed) ENDED="$1" ;; esac
+  echo "$1 $ATTEMPT ${{2:-}}" > /tmp/gpuops-status-$$ && put /tmp/gpuops-status-$$ status
 }}
 fail() {{ stage failed "$1"; exit 1; }}
 boot_marker() {{
-  echo "$ATTEMPT $(date -u +%FT%TZ)" > /tmp/boot && put /tmp/boot "boot/$ATTEMPT"
+  echo "$ATTEMPT $(date -u +%FT%TZ)" > /tmp/gpuops-boot-$$ && put /tmp/gpuops-boot-$$ "boot/$ATTEMPT"
 }}
 sync_log_every() {{ while sleep "$1"; do put "$LOG" log.txt; done; }}
 final_log() {{ put "$LOG" log.txt || echo "final log upload failed" >&2; }}
+on_exit() {{  # every path: success, failure, preflight, SIGTERM
+  local rc=$?
+  trap - EXIT TERM INT HUP
+  if [ -n "$SYNC_PID" ]; then kill "$SYNC_PID" 2>/dev/null; wait "$SYNC_PID" 2>/dev/null; fi
+  [ -n "$ENDED" ] || stage failed "the script exited with status $rc before the job ended"
+  final_log
+  poweroff
+}}
 fetch_input() {{
-  gsutil -q cp "$PREFIX/inputs/$1" /work/inputs/ || fail "missing staged input $1"
+  gsutil -q cp "$PREFIX/inputs/$1" "$WORK/inputs/" || fail "missing staged input $1"
 }}
 preflight_imports() {{
   for module in "$@"; do
@@ -198,15 +213,17 @@ preflight_imports() {{
 }}
 disk_gate() {{
   local free
-  free=$(df --output=avail -BG /work | tail -1 | tr -dc 0-9)
-  [ "$free" -ge "$1" ] || fail "preflight: $free GB free on /work, need $1"
+  free=$(df --output=avail -BG "$WORK" | tail -1 | tr -dc 0-9)
+  [ "${{free:-0}}" -ge "$1" ] || fail "preflight: ${{free:-0}} GB free on /work, need $1"
 }}
 run_job() {{ ( {command} ) >> "$LOG" 2>&1; }}
 
 exec >> "$LOG" 2>&1
-trap final_log EXIT
+trap on_exit EXIT
+trap 'fail "terminated by a signal (the VM is shutting down)"' TERM INT HUP
 boot_marker
 sync_log_every 30 &
+SYNC_PID=$!
 stage preflight
 preflight_imports {imports}
 disk_gate {min_free_gb}
@@ -215,8 +232,6 @@ stage fetching
 stage running
 run_job || fail "the job exited non-zero"
 stage uploading
-for f in /work/results/*; do [ -e "$f" ] && put "$f" "results/$(basename "$f")"; done
+for f in "$WORK"/results/*; do [ -e "$f" ] && put "$f" "results/$(basename "$f")"; done
 stage succeeded
-final_log
-poweroff
 """
