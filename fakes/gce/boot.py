@@ -92,25 +92,34 @@ class Boot:
                 continue
             rest = raw[raw.rindex(")") + 2 :].split()
             state, ppid, session = rest[0], int(rest[1]), int(rest[3])
-            if session == self.pid and state not in ("X",):
+            if session == self.pid and state != "X" and not (state == "Z" and ppid == 1):
                 found[int(entry)] = (ppid, state)
         return found
 
     def blocked(self, now: float) -> bool:
         """True when nothing in the boot can move before the fake clock does: every leaf
-        process is a sleep waiting for a later fake time (or the boot has no process left)."""
+        process is a sleep waiting for a later fake time, every other one is waiting on its
+        children, and two snapshots a moment apart agree (a process that exits between the
+        listing and the read cannot hide a step). A boot with no process left is blocked."""
         if self.killed:
             return True
         self.process.poll()  # reap the script itself once it has exited
+        first = self._quiet(now)
+        if first is None:
+            return False
+        time.sleep(SETTLE_POLL)
+        return self._quiet(now) == first
+
+    def _quiet(self, now: float) -> dict[int, tuple[int, str]] | None:
         sleepers = dict(self.sleepers)
         procs = self.processes()
         parents = {ppid for ppid, _ in procs.values()}
         for pid, (_, state) in procs.items():
-            if pid in parents:
-                continue
-            if state == "Z" or sleepers.get(pid, now) <= now:
-                return False
-        return True
+            if state not in ("S",):
+                return None  # running, in I/O, a zombie not yet reaped: busy
+            if pid not in parents and sleepers.get(pid, now) <= now:
+                return None  # a leaf that is not a sleep waiting for the fake clock
+        return procs
 
 
 def make_sandbox(

@@ -75,7 +75,7 @@ def _handler(fake: FakeGCE) -> type[BaseHTTPRequestHandler]:
 
         def handle(self) -> None:
             # a client process that exits with its keep-alive open resets the connection
-            with contextlib.suppress(ConnectionResetError):
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
                 super().handle()
 
         def _serve(self) -> None:
