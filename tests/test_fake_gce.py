@@ -47,10 +47,7 @@ def _fake(**kwargs: object) -> tuple[FakeGCE, FakeClock]:
 
 
 def _at(fake: FakeGCE, clock: FakeClock, seconds: float) -> str:
-    fake.settle()
-    clock.advance(seconds)
-    fake.tick()
-    fake.settle()
+    fake.advance(seconds)
     return fake.status
 
 

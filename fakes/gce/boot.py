@@ -38,14 +38,16 @@ PROGRAMS = ("curl", "gsutil", "gcloud", "poweroff", "shutdown", "sleep", "df")
 SETTLE_TIMEOUT = 120.0
 SETTLE_POLL = 0.01
 
-JOB_PY = '''"""The fake VM image's workload: {runtime} fake seconds, then {results} results."""
+JOB_PY = '''"""The fake VM image's workload: {runtime} fake seconds, {results} results spread over it."""
 import os, subprocess
 work = os.path.dirname(os.path.abspath(__file__))
-subprocess.run(["sleep", "{runtime}"], check=True)
-for i in range({results}):
-    with open(os.path.join(work, "results", f"out-{{i + 1:03d}}.png"), "wb") as f:
-        f.write(b"png")
-    print(f"result {{i + 1}}/{results}", flush=True)
+n = {results}
+for i in range(max(n, 1)):
+    subprocess.run(["sleep", repr({runtime} / max(n, 1))], check=True)
+    if i < n:
+        with open(os.path.join(work, "results", f"out-{{i + 1:03d}}.png"), "wb") as f:
+            f.write(b"png")
+        print(f"result {{i + 1}}/{{n}}", flush=True)
 '''
 
 

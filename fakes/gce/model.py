@@ -226,6 +226,31 @@ class FakeGCE:
         live = [b for b in self.processes.values() if not b.killed]
         real_boot.wait_blocked(live, self.clock.now)
 
+    def next_change(self) -> float | None:
+        """The earliest fake time at which something is due: a scheduled change or a boot's
+        sleep ending (a test's clock steps to it, so nothing wakes late)."""
+        with self.lock:
+            times = [when for when, _, _ in self._events[:1]]
+            for boot in self.processes.values():
+                if not boot.killed:
+                    times += list(boot.sleepers.values())
+        return min(times) if times else None
+
+    def advance(self, seconds: float) -> None:
+        """A test's FakeClock moves ``seconds``, stopping at every change due on the way and
+        letting the boots run to their next wait at each stop."""
+        advance = getattr(self.clock, "advance")  # only a test's FakeClock is advanced
+        target = self.clock.now() + seconds
+        while True:
+            self.settle()
+            due = self.next_change()
+            step_to = target if due is None or due > target else max(due, self.clock.now())
+            advance(step_to - self.clock.now())
+            self.tick()
+            if step_to >= target:
+                break
+        self.settle()
+
     def signal_boot(self, sig: int) -> None:
         """Send ``sig`` to every process of the current boot (an ACPI shutdown, a test)."""
         boot = self.processes.get(self._boot_id)
