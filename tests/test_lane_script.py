@@ -51,7 +51,7 @@ def test_a_script_must_set_job_exactly_once_l4(jobs):
     [
         ("boot_marker\n", "L5", "boot marker"),
         ("sync_log_every 30 &\n", "L5", "log synced every 30 s"),
-        ("trap final_log EXIT\n", "L5", "final log upload"),
+        ("trap on_exit EXIT\n", "L5", "final log upload"),
         ("preflight_imports torch\n", "L6", "import gate"),
         ("disk_gate 20\n", "L6", "disk-capacity gate"),
         ("poweroff\n", "L5", "power-off"),
@@ -108,7 +108,8 @@ def test_a_script_without_a_job_step_is_a_breach_l6():
 
 
 def test_unconditional_fetches_are_the_top_level_ones_without_a_fallback_l10():
-    """L10: fetches in conditionals, loops, functions or with `|| true` are not unconditional."""
+    """L10: fetches in conditionals, loops, functions or with `|| true` are not unconditional;
+    a loop over a literal list runs its body on every path, so c.png is."""
     body = "\n".join(
         [
             "fetch_input a.png",
@@ -131,7 +132,7 @@ def test_unconditional_fetches_are_the_top_level_ones_without_a_fallback_l10():
         ]
     )
 
-    assert s.unconditional_fetches(body) == ["a.png", "i.png"]
+    assert s.unconditional_fetches(body) == ["a.png", "c.png", "i.png"]
 
 
 def test_missing_inputs_are_the_unconditional_fetches_nobody_staged_l10():
@@ -177,7 +178,10 @@ def test_order_findings_name_rule_l6_and_say_what_is_wrong_l6():
 
     assert s.lint(no_job, "portraits") == [s.Finding("L6", "missing the job step (run_job)")]
     assert s.lint(early, "portraits") == [
-        s.Finding("L6", "the boot marker and both gates must come before run_job, in order")
+        s.Finding(
+            "L6",
+            "the EXIT trap, the boot marker and both gates must come before run_job, in order",
+        )
     ]
 
 
@@ -187,7 +191,7 @@ def test_order_findings_name_rule_l6_and_say_what_is_wrong_l6():
         ("outer() {\ninner() {\n}\nfetch_input x\n}\nfetch_input y", ["y"]),
         ("helper() {\n  echo hi\n  fetch_input f.png\n}\nfetch_input y", ["y"]),
         ("if a; then\nif b; then\nfi\nfetch_input x\nfi\nfetch_input y", ["y"]),
-        ("for a in b; do # x; done # y\nfetch_input z\ndone\nfetch_input y", ["y"]),
+        ("for a in $b; do # x; done # y\nfetch_input z\ndone\nfetch_input y", ["y"]),
         ("if x; then  # ; fi\nfetch_input a\nfi\nfetch_input y", ["y"]),
         ("one() { fetch_input g.png; }   \nfetch_input y", ["y"]),
     ],
@@ -205,3 +209,105 @@ def test_render_fills_every_field_and_defaults_the_disk_gate_to_twenty_gb():
     assert "run_job() { ( python3 train.py --fast ) >>" in body
     assert "\ndisk_gate 20\n" in body and "\npreflight_imports torch\n" in body
     assert "\n# (no staged inputs)\n" in body
+
+
+@pytest.mark.parametrize(
+    "line, fetched",
+    [
+        ('gsutil -q cp "$PREFIX/inputs/x.png" "$WORK/inputs/"', "x.png"),
+        ("gcloud storage cp gs://$BUCKET/jobs/$JOB/inputs/x.png .", "x.png"),
+        ('curl -sf "https://storage.googleapis.com/b/jobs/j/inputs/x.png" -o x', "x.png"),
+        ('X=$(gsutil cat "$PREFIX/inputs/x.png")', "x.png"),
+        ('python3 gen.py --ref "$WORK/inputs/x.png"', "x.png"),
+        ("if true; then fetch_input x.png; fi", "x.png"),
+        ("if [ 1 ]; then fetch_input x.png; fi", "x.png"),
+        ("if false; then :; else fetch_input x.png; fi", "x.png"),
+        ("while :; do fetch_input x.png; break; done", "x.png"),
+        ("true && fetch_input x.png", "x.png"),
+        ('grab() { gsutil cp "$PREFIX/inputs/$1" .; }\ngrab x.png', "x.png"),
+    ],
+)
+def test_every_walk_around_of_the_fetch_check_is_still_a_fetch_l10(line, fetched):
+    """L10: any read of inputs/ by any command is a fetch, and a constant test is no condition."""
+    body = TEMPLATE.replace("stage running\n", f"{line}\nstage running\n")
+
+    assert fetched in s.unconditional_fetches(body)
+    assert s.missing_inputs(body, ["ref-1.png", "ref-2.png"]) == [fetched]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'if [ -n "$REF" ]; then fetch_input x.png; fi',
+        "fetch_input x.png || echo optional",
+        "for f in $LIST; do fetch_input x.png; done",
+        "while false; do fetch_input x.png; done",
+        "false && fetch_input x.png",
+    ],
+)
+def test_a_fetch_that_may_not_run_is_not_unconditional_l10(line):
+    """L10: a real condition, a fallback, a loop over an expansion, a dead branch."""
+    body = TEMPLATE.replace("stage running\n", f"{line}\nstage running\n")
+
+    assert "x.png" not in s.unconditional_fetches(body)
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["export JOB=trainn", "export JOB", "JOB=portraits", "declare JOB=portraits", "read JOB"],
+)
+def test_job_assigned_or_exported_a_second_time_is_refused_l4(line):
+    """L4: `JOB="train"` then `export JOB=trainn` (or any second assignment) is a breach."""
+    body = TEMPLATE.replace('BUCKET="bkt"\n', f'BUCKET="bkt"\n{line}\n')
+
+    findings = s.lint(body, "portraits")
+
+    assert [f.rule for f in findings] == ["L4"] and "not 2 times" in findings[0].message
+
+
+def test_a_job_name_built_from_an_expansion_is_refused_l4():
+    """L4: JOB="$NAME" cannot be compared with the claim, so it is refused."""
+    body = TEMPLATE.replace('JOB="portraits"', 'JOB="$NAME"')
+
+    assert s.lint(body, "portraits") == [
+        s.Finding("L4", "the script's JOB must be a literal name, not an expansion")
+    ]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("  poweroff\n", "  if [ -n \"$X\" ]; then poweroff; fi\n"),
+        ("  poweroff\n", ""),
+        ("trap on_exit EXIT\n", "trap on_exit TERM\n"),
+        ("  final_log\n  poweroff\n", "  final_log\n"),
+    ],
+)
+def test_a_power_off_must_be_reachable_on_every_path_from_the_exit_trap_l12(change):
+    """L12: a poweroff line somewhere is not enough; the EXIT trap must reach it always."""
+    body = TEMPLATE.replace(*change)
+
+    assert any(f.rule == "L5" and ("power-off" in f.message or "trap" in f.message)
+               for f in s.lint(body, "portraits")), s.lint(body, "portraits")
+
+
+def test_a_power_off_at_the_end_of_the_script_is_not_reached_by_a_failure_l12():
+    """L12: the issue's template: poweroff at the bottom, the EXIT trap only uploading."""
+    body = TEMPLATE.replace("  poweroff\n}", "}") + "poweroff\n"
+
+    assert s.Finding(
+        "L5", "missing a power-off reachable on every path from the EXIT trap"
+    ) in s.lint(body, "portraits")
+
+
+@pytest.mark.parametrize("halt", ["shutdown -h now", "shutdown -P now", "systemctl poweroff"])
+def test_other_spellings_of_a_power_off_count_l12(halt):
+    """L12: shutdown -h now and systemctl poweroff power the VM off too."""
+    assert s.lint(TEMPLATE.replace("  poweroff\n", f"  {halt}\n"), "portraits") == []
+
+
+def test_a_script_that_does_not_parse_is_refused_not_guessed_l5():
+    """L5: a syntax error means the linter cannot know what runs: refused."""
+    (finding,) = s.lint(TEMPLATE + "if then fi (\n", "portraits")
+
+    assert finding.rule == "L5" and "cannot be parsed" in finding.message
