@@ -10,6 +10,7 @@ deadline decides anything; every boot's processes are killed when the world clos
 from __future__ import annotations
 
 import itertools
+from datetime import UTC, datetime
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,7 +39,11 @@ class World:
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def lane(self, operator: str) -> Lane:
-        events = EventLog(self.events_path, operator)
+        events = EventLog(
+            self.events_path,
+            operator,
+            clock=lambda: datetime.fromtimestamp(self.clock.now(), UTC),
+        )
         s = self.fake.scenario
         gce = GceAdapter(
             s.project,

@@ -42,20 +42,22 @@ def _ready(world: World, operator: str, job: str, **kwargs: object):
 
 
 def test_a_start_over_a_running_job_is_refused_and_nothing_is_stopped_l2(tmp_path, monkeypatch):
-    """L1/L2 (the stop that stopped the wrong job): the instance runs someone else's batch;
-    our start is refused before any start call, and nothing ever stops that boot."""
+    """L1/L2/L12 (the stop that stopped the wrong job): the instance runs someone else's batch
+    and there is no board yet: the lane is unknown, not free, so claim, install and start are
+    all refused before any start or metadata call, and nothing ever stops that boot."""
     with lane_world(tmp_path, monkeypatch, running_job="portrait-batch") as world:
         world.advance(30.0)
         lane = world.lane("alice")
-        lane.claim("validation")
 
+        with pytest.raises(Refused) as claim:
+            lane.claim("validation")
         with pytest.raises(Refused) as install:
             lane.install("validation", script.render("validation", BUCKET, "true"))
         with pytest.raises(Refused) as start:
             lane.start("validation")
 
-        assert install.value.rule == "L2" and start.value.rule == "L2"
-        assert "not your job" in str(start.value)
+        assert (claim.value.rule, install.value.rule, start.value.rule) == ("L12",) * 3
+        assert "not free" in str(claim.value) and "RUNNING" in str(claim.value)
         assert not any("start" in call or "setMetadata" in call for call in world.fake.calls)
         world.advance(700.0)
         assert world.fake.objects["jobs/portrait-batch/status"].startswith(b"succeeded")
@@ -235,7 +237,7 @@ def test_a_retry_that_died_after_eight_stockouts_is_flagged_and_resumed_elsewher
         with pytest.raises(KeyboardInterrupt):
             first.start("validation")
         world.advance(10 * 3600.0)
-        view = world.lane("bob").view()
+        view = world.lane("bob").view(live=True)
         resumed = world.lane("alice").start("validation")
 
         assert view["stale"] and view["state"] == b.STARTING and view["status"] == "TERMINATED"
@@ -298,7 +300,7 @@ def test_a_metadata_write_that_loses_a_fingerprint_race_rereads_and_checks_again
 
         assert world.fake.metadata[script.JOB_KEY] == "validation"
         assert world.fake.calls.count("POST set_metadata") == 2
-    with lane_world(tmp_path, monkeypatch, fingerprint_races=9) as world:
+    with lane_world(tmp_path / "again", monkeypatch, fingerprint_races=9) as world:
         lane = world.lane("alice")
         lane.claim("validation")
 

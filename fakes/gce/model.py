@@ -54,6 +54,8 @@ class FakeGCE:
     calls: list[str] = field(default_factory=list)  # "METHOD route" of every request, in order
     updated: dict[str, float] = field(default_factory=dict)  # object name -> last write time
     boots: int = 0
+    max_run_s: float | None = None  # scheduling.maxRunDuration, when set (setScheduling)
+    termination_action: str = ""  # scheduling.instanceTerminationAction
     processes: dict[int, real_boot.Boot] = field(default_factory=dict)  # boot number -> boot
 
     def __post_init__(self) -> None:
@@ -120,6 +122,24 @@ class FakeGCE:
         self._new_fingerprint()
         return self._operation("setMetadata", "ok")
 
+    def set_scheduling(self, max_run_s: float | None, action: str) -> Operation:
+        """The provider-native ceiling: GCE applies ``action`` (STOP) after ``max_run_s``
+        of running (reconstructed from the API reference, recordings/gce/)."""
+        self.max_run_s = max_run_s if max_run_s else None
+        self.termination_action = action
+        return self._operation("setScheduling", "ok")
+
+    def _ceiling(self, number: int) -> None:
+        """maxRunDuration ran out: GCE stops the instance (an ACPI shutdown: the guest's
+        processes get SIGTERM, so the script's trap still runs) whatever the script does."""
+        if number != self._boot_id or self.status not in ("RUNNING", "STAGING"):
+            return
+        self._serial("compute: maxRunDuration reached; instanceTerminationAction STOP")
+        boot = self.processes.get(number)
+        self._power_off()
+        if boot is not None:
+            boot.signal(15)
+
     def _new_fingerprint(self) -> None:
         self.fingerprint = f"fp-{next(self._fp)}"
 
@@ -145,6 +165,8 @@ class FakeGCE:
         boot = self._boot_id
         s = self.scenario
         self.status = "PROVISIONING"
+        if self.max_run_s is not None and self.termination_action == "STOP":
+            self._at(self.max_run_s, partial(self._ceiling, boot))
         self._at(s.provisioning_s, partial(self._set_status, "STAGING"))
         self._at(s.provisioning_s + s.staging_s, partial(self._boot, boot, runtime_s))
 

@@ -56,6 +56,10 @@ def get_instance(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
         return missing
     body = _recorded("gce", "instance_get_terminated")
     body["status"] = fake.status
+    if fake.max_run_s is not None:
+        body["scheduling"] = _recorded("gce", "instance_scheduling_max_run")["scheduling"]
+        body["scheduling"]["maxRunDuration"] = {"seconds": str(int(fake.max_run_s))}
+        body["scheduling"]["instanceTerminationAction"] = fake.termination_action
     body["metadata"] = {
         "kind": "compute#metadata",
         "fingerprint": fake.fingerprint,
@@ -107,6 +111,20 @@ def set_metadata(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     op = fake.set_metadata(str(sent.get("fingerprint", "")), items)
     if op is None:
         return _error("set_metadata_412")
+    return _json(200, _op_body(fake, op.name, done=True))
+
+
+def set_scheduling(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """setScheduling: only on a TERMINATED instance (the API reference); a ceiling is kept."""
+    if (missing := _instance(fake, m)) is not None:
+        return missing
+    if fake.status != "TERMINATED":
+        body = _recorded("gce", "set_scheduling_not_terminated")
+        return _json(int(body["error"]["code"]), body)
+    sent = json.loads(req.body or b"{}")
+    duration = sent.get("maxRunDuration") or {}
+    seconds = float(duration.get("seconds", 0) or 0) if duration else None
+    op = fake.set_scheduling(seconds, str(sent.get("instanceTerminationAction", "")))
     return _json(200, _op_body(fake, op.name, done=True))
 
 
@@ -249,6 +267,7 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
     ("GET", re.compile(_C + r"/instances/(?P<i>[^/]+)"), get_instance),
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/start"), start),
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setMetadata"), set_metadata),
+    ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setScheduling"), set_scheduling),
     ("GET", re.compile(_C + r"/instances/(?P<i>[^/]+)/serialPort"), serial),
     ("GET", re.compile(_C + r"/operations/(?P<op>[^/]+)"), get_operation),
     ("GET", re.compile(r"/storage/v1" + _S), list_objects),

@@ -230,6 +230,15 @@ def _positional(text: str, args: tuple[str, ...]) -> str:
     return text
 
 
+_DECLARED = re.compile(r"^# gpuops: max-hours (\d+(?:\.\d+)?)\s*$", re.M)
+
+
+def declared_hours(script: str) -> float | None:
+    """The job's declared length (a ``# gpuops: max-hours H`` line), if it has one."""
+    found = _DECLARED.search(script)
+    return None if found is None else float(found.group(1))
+
+
 def missing_inputs(script: str, staged: list[str]) -> list[str]:
     """Unconditional fetches with no staged input of that name (L10)."""
     have = set(staged)
@@ -244,17 +253,28 @@ def render(
     imports: tuple[str, ...] = ("torch",),
     inputs: tuple[str, ...] = (),
     min_free_gb: int = 20,
+    max_hours: float | None = None,
 ) -> str:
     """A startup script for ``job`` that keeps the whole contract (L5, L6)."""
     fetches = "\n".join(f"fetch_input {name}" for name in inputs)
-    return TEMPLATE.format(
+    declared = "" if max_hours is None else f"# gpuops: max-hours {max_hours:g}\n"
+    return declared_line(
+        TEMPLATE.format(
         job=job,
         bucket=bucket,
         command=command,
         imports=" ".join(imports),
         fetches=fetches or "# (no staged inputs)",
         min_free_gb=min_free_gb,
+        ),
+        declared,
     )
+
+
+def declared_line(body: str, declared: str) -> str:
+    """The script with its declared-length line after the shebang (none when empty)."""
+    first, _, rest = body.partition("\n")
+    return f"{first}\n{declared}{rest}"
 
 
 TEMPLATE = r"""#!/bin/bash

@@ -77,6 +77,7 @@ class LaneInstance:
     status_raw: str
     fingerprint: str
     metadata: Mapping[str, str] = field(default_factory=dict)
+    scheduling: Mapping[str, Any] = field(default_factory=dict)  # wire JSON, camelCase
 
 
 def parse_instance(body: Mapping[str, Any]) -> LaneInstance:
@@ -93,7 +94,8 @@ def parse_instance(body: Mapping[str, Any]) -> LaneInstance:
         status = GceStatus(raw)
     except ValueError:
         status = GceStatus.UNKNOWN
-    return LaneInstance(name, status, raw, fingerprint, items)
+    scheduling = body.get("scheduling") or {}
+    return LaneInstance(name, status, raw, fingerprint, items, dict(scheduling))
 
 
 def operation_error(op: Mapping[str, Any]) -> GpuopsError | None:
@@ -233,6 +235,35 @@ class GceAdapter:
         )
         self.events.append("gce.set_metadata", instance=instance, keys=sorted(items))
         self._wait(op.name, f"setMetadata {instance}")
+
+    def set_run_ceiling(self, instance: str, current: Mapping[str, Any], max_run_s: float) -> None:
+        """The provider-native ceiling: ``scheduling.maxRunDuration`` with
+        ``instanceTerminationAction: STOP`` (instances.setScheduling, TERMINATED only): GCE
+        itself powers the VM off if its script never does. The rest of the instance's
+        scheduling (``current``, wire JSON) is sent back unchanged: setScheduling replaces the
+        whole block. gpuops still never calls stop (L1)."""
+        import json
+
+        from google.cloud import compute_v1
+
+        instances, _ = self._client()
+        wanted = {
+            **current,
+            "maxRunDuration": {"seconds": str(int(max_run_s))},
+            "instanceTerminationAction": "STOP",
+        }
+        resource = compute_v1.Scheduling.from_json(json.dumps(wanted), ignore_unknown_fields=True)
+        op = self._call(
+            f"setScheduling {instance}",
+            lambda: instances.set_scheduling(
+                project=self.project,
+                zone=self.zone,
+                instance=instance,
+                scheduling_resource=resource,
+            ),
+        )
+        self.events.append("gce.set_scheduling", instance=instance, max_run_s=int(max_run_s))
+        self._wait(op.name, f"setScheduling {instance}")
 
     def start(self, instance: str) -> None:
         """Send start and wait for its operation; a stockout raises CapacityExhausted.
