@@ -211,3 +211,53 @@ def test_watch_says_something_at_least_every_watch_poll_and_never_a_python_repr(
         assert len(times) >= 300 / timing.WATCH_POLL_S
         assert max(gaps) <= timing.WATCH_POLL_S
         assert not any("('" in line or "')" in line for line in world.lines)
+
+
+def test_install_sets_the_provider_native_ceiling_from_the_declared_length_or_the_default(
+    tmp_path, monkeypatch
+):
+    """L1/L12: install sets scheduling.maxRunDuration with STOP: --max-hours, else the
+    script's declared length, else timing.DEFAULT_MAX_RUN_S; gpuops sends no stop."""
+    with lane_world(tmp_path, monkeypatch) as world:
+        alice = world.lane("alice")
+        alice.claim("portraits")
+        ceilings = []
+        for text, hours in (
+            (script.render("portraits", BUCKET, JOB_COMMAND), None),
+            (script.render("portraits", BUCKET, JOB_COMMAND, max_hours=2.5), None),
+            (script.render("portraits", BUCKET, JOB_COMMAND, max_hours=2.5), 1.0),
+        ):
+            alice.install("portraits", text, max_hours=hours)
+            ceilings.append((world.fake.max_run_s, world.fake.termination_action))
+        seen = alice.gce.get("gpu-lane").scheduling
+
+        assert ceilings == [
+            (timing.DEFAULT_MAX_RUN_S, "STOP"),
+            (9000.0, "STOP"),
+            (3600.0, "STOP"),
+        ]
+        assert seen["onHostMaintenance"] == "TERMINATE"  # the rest of the block is kept
+        assert seen["maxRunDuration"] == {"seconds": "3600"}
+        assert not any("stop" in call.lower() for call in world.fake.calls)
+
+
+def test_the_ceiling_powers_off_a_vm_whose_script_never_does_l12(tmp_path, monkeypatch):
+    """L12: GCE's own STOP at maxRunDuration ends a boot whose script has no power-off; the
+    guest's SIGTERM still runs the script's traps. gpuops itself never stops it (L1)."""
+    with lane_world(tmp_path, monkeypatch, job_runtime_s=7200.0) as world:
+        alice = world.lane("alice")
+        alice.claim("portraits")
+        alice.install("portraits", script.render("portraits", BUCKET, JOB_COMMAND), max_hours=1)
+        inst = alice.gce.get("gpu-lane")
+        items = {**inst.metadata, script.SCRIPT_KEY: "#!/bin/bash\nsleep 86400\n"}
+        alice.gce.set_metadata("gpu-lane", items, inst.fingerprint)
+        world.fake.start()  # started around gpuops, too
+
+        world.advance(15.0 + 3599.0)  # RUNNING at +15 s; the ceiling counts from there
+        before = world.fake.status
+        world.advance(2.0)
+        during = world.fake.status
+        world.advance(10.0)
+
+        assert (before, during, world.fake.status) == ("RUNNING", "STOPPING", "TERMINATED")
+        assert not any("stop" in call.lower() for call in world.fake.calls)

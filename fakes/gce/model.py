@@ -165,8 +165,6 @@ class FakeGCE:
         boot = self._boot_id
         s = self.scenario
         self.status = "PROVISIONING"
-        if self.max_run_s is not None and self.termination_action == "STOP":
-            self._at(self.max_run_s, partial(self._ceiling, boot))
         self._at(s.provisioning_s, partial(self._set_status, "STAGING"))
         self._at(s.provisioning_s + s.staging_s, partial(self._boot, boot, runtime_s))
 
@@ -205,6 +203,8 @@ class FakeGCE:
     def _boot(self, number: int, runtime_s: float | None) -> None:
         self.status = "RUNNING"
         self.boots += 1
+        if self.max_run_s is not None and self.termination_action == "STOP":
+            self._at(self.max_run_s, partial(self._ceiling, number))  # counted from RUNNING
         script = self.metadata.get("startup-script", "")
         if self._server is None or self._root is None:
             self.unattached.append(number)
