@@ -37,6 +37,9 @@ PROGRAMS = ("curl", "gsutil", "gcloud", "poweroff", "shutdown", "sleep", "df")
 # since a loaded 2-core test host can take seconds to start a handful of processes.
 SETTLE_TIMEOUT = 120.0
 SETTLE_POLL = 0.01
+# Quiet snapshots, SETTLE_POLL apart, that must agree (same processes, states and CPU time)
+# before a boot counts as blocked on the fake clock.
+QUIET_SNAPSHOTS = 3
 
 JOB_PY = '''"""The fake VM image's workload: {runtime} fake seconds, {results} results spread over it."""
 import os, subprocess
@@ -82,9 +85,10 @@ class Boot:
         except subprocess.TimeoutExpired:
             pass
 
-    def processes(self) -> dict[int, tuple[int, str]]:
-        """pid -> (parent pid, state) of every live process in the boot's session."""
-        found: dict[int, tuple[int, str]] = {}
+    def processes(self) -> dict[int, tuple[int, str, int]]:
+        """pid -> (parent pid, state, CPU ns so far) of every live process in the boot's
+        session."""
+        found: dict[int, tuple[int, str, int]] = {}
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -95,28 +99,36 @@ class Boot:
             rest = raw[raw.rindex(")") + 2 :].split()
             state, ppid, session = rest[0], int(rest[1]), int(rest[3])
             if session == self.pid and state != "X" and not (state == "Z" and ppid == 1):
-                found[int(entry)] = (ppid, state)
+                try:
+                    ran = int(Path(f"/proc/{entry}/schedstat").read_text().split()[0])
+                except (OSError, ValueError, IndexError):
+                    ran = -1
+                found[int(entry)] = (ppid, state, ran)
         return found
 
     def blocked(self, now: float) -> bool:
         """True when nothing in the boot can move before the fake clock does: every leaf
         process is a sleep waiting for a later fake time, every other one is waiting on its
         children, and two snapshots a moment apart agree (a process that exits between the
-        listing and the read cannot hide a step). A boot with no process left is blocked."""
+        listing and the read cannot hide a step, nor one that used the CPU between two
+        snapshots). A boot with no process left is blocked."""
         if self.killed:
             return True
         self.process.poll()  # reap the script itself once it has exited
         first = self._quiet(now)
         if first is None:
             return False
-        time.sleep(SETTLE_POLL)
-        return self._quiet(now) == first
+        for _ in range(QUIET_SNAPSHOTS):
+            time.sleep(SETTLE_POLL)
+            if self._quiet(now) != first:  # a process came, went, or used the CPU
+                return False
+        return True
 
-    def _quiet(self, now: float) -> dict[int, tuple[int, str]] | None:
+    def _quiet(self, now: float) -> dict[int, tuple[int, str, int]] | None:
         sleepers = dict(self.sleepers)
         procs = self.processes()
-        parents = {ppid for ppid, _ in procs.values()}
-        for pid, (_, state) in procs.items():
+        parents = {ppid for ppid, _, _ in procs.values()}
+        for pid, (_, state, _) in procs.items():
             if state not in ("S",):
                 return None  # running, in I/O, a zombie not yet reaped: busy
             if pid not in parents and sleepers.get(pid, now) <= now:

@@ -74,6 +74,8 @@ class FakeGCE:
         self.wakeup = threading.Condition()
         self._closed = False
         self.unattached: list[int] = []  # boots that found no server to run on
+        self._changes = 0  # bumped whenever a boot may run (spawned, woken, signalled)
+        self._settled = 0  # the value of _changes the last settle saw through
         for name in self.scenario.staged:
             self.put(name, b"staged input\n")
         if self.scenario.running_job:
@@ -93,10 +95,14 @@ class FakeGCE:
             while self._events and self._events[0][0] <= now:
                 when, _, action = heapq.heappop(self._events)
                 self._applying = when
+                self._changes += 1
                 try:
                     action()
                 finally:
                     self._applying = None
+            for boot in self.processes.values():
+                if any(wake <= now for wake in boot.sleepers.values()):
+                    self._changes += 1  # a sleep ends: that boot runs again
         with self.wakeup:
             self.wakeup.notify_all()
 
@@ -244,9 +250,14 @@ class FakeGCE:
                     boot.sleepers.pop(pid, None)
 
     def settle(self) -> None:
-        """Wait (real time) until every live boot is blocked on this clock or has ended."""
+        """Wait (real time) until every live boot is blocked on this clock or has ended.
+        Nothing to wait for when no boot was spawned, woken or signalled since the last."""
+        seen = self._changes
+        if seen == self._settled:
+            return
         live = [b for b in self.processes.values() if not b.killed]
         real_boot.wait_blocked(live, self.clock.now)
+        self._settled = seen
 
     def next_change(self) -> float | None:
         """The earliest fake time at which something is due: a scheduled change or a boot's
@@ -277,6 +288,7 @@ class FakeGCE:
         """Send ``sig`` to every process of the current boot (an ACPI shutdown, a test)."""
         boot = self.processes.get(self._boot_id)
         if boot is not None:
+            self._changes += 1
             boot.signal(sig)
 
     def close(self) -> None:
