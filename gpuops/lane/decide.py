@@ -228,8 +228,9 @@ def repaired(lane: str, instance: str, ev: Evidence, now: float) -> Board:
         return B(lane, instance, now, revision=revision)
     held_event = ev.event_state in HELD_STATES
     job = ev.metadata_job or (ev.event_job if held_event else None) or UNKNOWN_OWNER
-    owner = (ev.event_owner if held_event and ev.event_job == job else None) or UNKNOWN_OWNER
-    claimed = now - ev.event_age_s if held_event and ev.event_age_s is not None else now
+    same = held_event and ev.event_job == job  # the event is about this job's claim
+    owner = (ev.event_owner if same else None) or UNKNOWN_OWNER
+    claimed = now - ev.event_age_s if same and ev.event_age_s is not None else now
     board = B(
         lane,
         instance,
@@ -237,7 +238,7 @@ def repaired(lane: str, instance: str, ev: Evidence, now: float) -> Board:
         state=CLAIMED,
         owner=owner,
         job=job,
-        attempt=ev.event_attempt if held_event else 0,
+        attempt=ev.event_attempt if same else 0,
         claimed=claimed,
         revision=revision,
     )
