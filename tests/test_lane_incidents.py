@@ -333,11 +333,13 @@ def test_a_start_waits_out_a_power_off_and_gives_up_loudly_if_it_never_ends_l7(
         ("stage running\n", 'gsutil -q cp "$PREFIX/inputs/x.png" "$WORK/inputs/"\nstage running\n', "L10"),
         ("stage running\n", "if true; then fetch_input x.png; fi\nstage running\n", "L10"),
         ('BUCKET="', 'export JOB=validationn\nBUCKET="', "L4"),
+        ("  poweroff\n", "", "L12"),
+        ("  poweroff\n}", "}\npoweroff", "L12"),
     ],
 )
 def test_each_walk_around_of_the_linter_is_refused_at_install(tmp_path, monkeypatch, old, new, rule):
-    """L4/L10: a raw gsutil fetch, a fetch under `if true`, a second `export JOB=`: refused
-    before any metadata is written."""
+    """L4/L10/L12: a raw gsutil fetch, a fetch under `if true`, a second `export JOB=`, no
+    power-off reachable from the EXIT trap: refused before any metadata is written."""
     with lane_world(tmp_path, monkeypatch) as world:
         lane = world.lane("alice")
         lane.claim("validation")

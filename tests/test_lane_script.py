@@ -54,7 +54,7 @@ def test_a_script_must_set_job_exactly_once_l4(jobs):
         ("trap on_exit EXIT\n", "L5", "final log upload"),
         ("preflight_imports torch\n", "L6", "import gate"),
         ("disk_gate 20\n", "L6", "disk-capacity gate"),
-        ("poweroff\n", "L5", "power-off"),
+        ("poweroff\n", "L12", "power-off"),
     ],
 )
 def test_each_missing_piece_of_the_contract_is_named_l5(remove, rule, words):
@@ -287,8 +287,16 @@ def test_a_power_off_must_be_reachable_on_every_path_from_the_exit_trap_l12(chan
     """L12: a poweroff line somewhere is not enough; the EXIT trap must reach it always."""
     body = TEMPLATE.replace(*change)
 
-    assert any(f.rule == "L5" and ("power-off" in f.message or "trap" in f.message)
-               for f in s.lint(body, "portraits")), s.lint(body, "portraits")
+    found = s.lint(body, "portraits")
+
+    assert any(
+        (f.rule, f.message)
+        in (
+            ("L12", "missing a power-off reachable on every path from the EXIT trap"),
+            ("L5", "missing a final log upload on exit (trap on_exit EXIT)"),
+        )
+        for f in found
+    ), found
 
 
 def test_a_power_off_at_the_end_of_the_script_is_not_reached_by_a_failure_l12():
@@ -296,7 +304,7 @@ def test_a_power_off_at_the_end_of_the_script_is_not_reached_by_a_failure_l12():
     body = TEMPLATE.replace("  poweroff\n}", "}") + "poweroff\n"
 
     assert s.Finding(
-        "L5", "missing a power-off reachable on every path from the EXIT trap"
+        "L12", "missing a power-off reachable on every path from the EXIT trap"
     ) in s.lint(body, "portraits")
 
 

@@ -110,7 +110,7 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
         reach = _reachable(parsed, handler, script)
         if not any(_halts(c) for c in reach):
             found.append(
-                Finding("L5", "missing a power-off reachable on every path from the EXIT trap")
+                Finding("L12", "missing a power-off reachable on every path from the EXIT trap")
             )
         if not _fallback_reached(parsed, handler, script):
             found.append(
