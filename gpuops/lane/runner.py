@@ -4,7 +4,9 @@ Every board change goes through ``_transition``: read with version, apply a pure
 from board.py, compare-and-swap, re-read and re-decide on a lost race (L3). The retry state
 lives in the board line itself, so any later `lane start`, from any process or host sharing
 the store, resumes exactly where a dead one stopped (L11). There is no stop and no delete
-anywhere (L1).
+anywhere (L1). A board that is missing or unreadable is never read as free while the instance,
+its metadata or a recent lane event says somebody holds the lane; ``repair`` rebuilds it from
+that evidence (L12). A job that ended while its VM runs on is a billing alarm, never silence.
 """
 
 from __future__ import annotations
