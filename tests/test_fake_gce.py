@@ -233,3 +233,20 @@ def test_a_bad_lane_scenario_names_the_field(doc, words):
         parse_lane(doc)
 
     assert words in str(raised.value)
+
+
+def test_a_boot_whose_processes_all_ended_is_never_signalled(real, monkeypatch):
+    """Its id may already lead somebody else's process group: nothing is sent to it."""
+    import fakes.gce.boot as boot_module
+
+    fake, clock = real()
+    fake.metadata["startup-script"] = "#!/bin/bash\ntrue\n"
+    fake.start()
+    _at(fake, clock, 15.0)
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(boot_module.os, "killpg", lambda pid, sig: sent.append((pid, sig)))
+
+    fake.signal_boot(signal.SIGTERM)
+    fake.close()
+
+    assert fake.status == "RUNNING" and sent == []

@@ -69,12 +69,17 @@ class Boot:
         return self.process.pid
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to every process of the boot, as systemd does at shutdown."""
-        if not self.killed:
-            try:
-                os.killpg(self.pid, sig)
-            except ProcessLookupError:
-                pass
+        """Send ``sig`` to every process of the boot, as systemd does at shutdown.
+
+        Only while some process of the boot's session is alive: then its id (the session's
+        and the group's) cannot have been reused. Once the session is empty the number is
+        free, may already lead somebody else's process group, and is never signalled."""
+        if self.killed or not self.processes():
+            return
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
 
     def kill(self) -> None:
         """The VM is gone: every process of the boot dies now."""
