@@ -319,3 +319,130 @@ def test_a_script_that_does_not_parse_is_refused_not_guessed_l5():
     (finding,) = s.lint(TEMPLATE + "if then fi (\n", "portraits")
 
     assert finding.rule == "L5" and "cannot be parsed" in finding.message
+
+
+@pytest.mark.parametrize(
+    "old, new, finding",
+    [
+        ("sync_log_every 30 &\n", "", ("L5", "missing the log synced every 30 s (sync_log_every 30 &)")),
+        ("stage ", "echo ", ("L5", "missing a status file with the current stage (stage ...)")),
+        ("trap on_exit EXIT\n", "", ("L5", "missing a final log upload on exit (trap on_exit EXIT)")),
+        (" || upload_rest ", " ; ", ("L5", "missing a gsutil-to-REST fallback with retries in the EXIT trap")),
+        ("preflight_imports torch\n", "preflight_imports\n", ("L6", "missing an import gate before work (preflight_imports NAME...)")),
+        ("disk_gate 20\n", "disk_gate many\n", ("L6", "missing a disk-capacity gate before work (disk_gate GB)")),
+    ],
+)
+def test_each_breach_is_one_exact_finding(old, new, finding):
+    """L5/L6: the rule and the words of each finding, exactly (what `install` prints)."""
+    body = TEMPLATE.replace(old, new) if old != "stage " else "\n".join(
+        line.replace("stage ", "echo ", 1) if line.startswith("stage ") else line
+        for line in TEMPLATE.splitlines()
+    )
+
+    assert s.lint(body, "portraits") == [s.Finding(*finding)]
+
+
+@pytest.mark.parametrize(
+    "halt, halts",
+    [
+        ("/sbin/poweroff", True),
+        ("/usr/sbin/poweroff", True),
+        ("/sbin/shutdown -h now", True),
+        ("/usr/sbin/shutdown now", True),
+        ("shutdown now", True),
+        ("shutdown -h -r now", False),
+        ("shutdown -r now", False),
+        ("shutdown -c", False),
+        ("shutdown", False),
+        ("systemctl poweroff -i", True),
+        ("systemctl reboot", False),
+        ("echo poweroff", False),
+    ],
+)
+def test_what_counts_as_a_power_off_l12(halt, halts):
+    """L12: the spellings that power a VM off, and the ones that do not (reboot, cancel)."""
+    body = TEMPLATE.replace("  poweroff\n", f"  {halt}\n")
+    breach = s.Finding("L12", "missing a power-off reachable on every path from the EXIT trap")
+
+    assert (breach not in s.lint(body, "portraits")) is halts
+
+
+@pytest.mark.parametrize(
+    "line, names, finding",
+    [
+        ("export JOB", ["?"], "the script's JOB must be a literal name, not an expansion"),
+        ("read JOB", ["?"], "the script's JOB must be a literal name, not an expansion"),
+        ("declare JOB=portraits", ["portraits"], None),
+        ("export JOB=portraits", ["portraits"], None),
+        ("JOB=`cat name`", ["`cat name`"], "the script's JOB must be a literal name, not an expansion"),
+        ("readonly JOB=other", ["other"], "the script's JOB='other' is not the claimed job 'portraits'"),
+    ],
+)
+def test_every_way_of_setting_job_is_read_exactly_once_l4(line, names, finding):
+    """L4: export, read, declare, readonly and a backtick substitution all set JOB."""
+    body = TEMPLATE.replace('JOB="portraits"\n', f"{line}\n")
+
+    assert s.job_names(body) == names
+    expected = [] if finding is None else [s.Finding("L4", finding)]
+    assert [f for f in s.lint(body, "portraits") if f.rule == "L4"] == expected
+
+
+@pytest.mark.parametrize(
+    "trap, ok",
+    [
+        ("trap on_exit 0", True),
+        ("trap on_exit TERM EXIT", True),
+        ("trap on_exit", False),
+        ("trap -- on_exit TERM", False),
+    ],
+)
+def test_the_exit_trap_is_found_by_its_signal_list_l5(trap, ok):
+    """L5: EXIT or 0 anywhere in the trap's signal list; a trap without it is no exit trap."""
+    body = TEMPLATE.replace("trap on_exit EXIT\n", f"{trap}\n")
+
+    assert (s.lint(body, "portraits") == []) is ok
+
+
+def test_a_trap_for_another_signal_before_the_exit_trap_does_not_count_as_it_l6():
+    """L6: the order check looks at the EXIT trap, not the first trap."""
+    late = TEMPLATE.replace("trap on_exit EXIT\n", "").replace(
+        "stage uploading\n", "trap on_exit EXIT\nstage uploading\n"
+    )
+
+    assert s.lint(late, "portraits") == [
+        s.Finding(
+            "L6",
+            "the EXIT trap, the boot marker and both gates must come before run_job, in order",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "body, fetched",
+    [
+        ("grab() { gsutil cp gs://b/inputs/$2 .; }\ngrab x y", ["y"]),
+        ("grab() { gsutil cp gs://b/inputs/$0 .; }\ngrab x", ["$0"]),
+        ("grab() { gsutil cp gs://b/inputs/$3 .; }\ngrab x", ["$3"]),
+        ("fetch_input a b", ["a"]),
+        ("cp inputs/a/inputs/b .", ["a/inputs/b"]),
+        ('X="$(cat inputs/a)$(cat inputs/b)"', ["a", "b"]),
+        ("one() { cat inputs/a; cat inputs/b; }\none", ["a", "b"]),
+        ("one() { cat inputs/a & }\none", []),
+        ("one() { two $1; }\ntwo() { cat inputs/$1; }\none z", ["z"]),
+        ("loop() { cat inputs/a; loop; }\nloop", ["a"]),
+        ("one() { [ -n \"$X\" ] && cat inputs/a; }\none", []),
+    ],
+)
+def test_function_reads_are_followed_with_their_arguments_l10(body, fetched):
+    """L10: positional arguments by number, every read in a body, recursion ends."""
+    assert s.unconditional_fetches(body) == fetched
+
+
+@pytest.mark.parametrize(
+    "text, hours",
+    [("#!/bin/bash\n# gpuops: max-hours 2.5\n", 2.5), ("# gpuops: max-hours 3\n", 3.0),
+     ("#!/bin/bash\n", None), ("# gpuops: max-hours soon\n", None)],
+)
+def test_the_declared_length_is_read_from_its_one_line(text, hours):
+    """The job's declared length, for the provider-native ceiling; none when absent."""
+    assert s.declared_hours(text) == hours

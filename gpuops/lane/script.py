@@ -26,8 +26,6 @@ ATTEMPT_KEY = "gpuops-attempt"
 JOB_KEY = "gpuops-job"
 SCRIPT_KEY = "startup-script"
 
-# The final log's upload: gsutil, then the REST fallback, in one command list (L5).
-_FALLBACK = re.compile(r"gsutil[^\n]*\|\|[^\n]*upload_rest")
 # Commands that declare or assign a variable named by an argument (L4 counts JOB in them).
 _DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
 # What powers a VM off (the fake and GCE agree: fakes/gce/shim.py).
@@ -107,12 +105,12 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
     if handler is None:
         found.append(Finding("L5", "missing a final log upload on exit (trap on_exit EXIT)"))
     else:
-        reach = _reachable(parsed, handler, script)
+        reach = _reachable(parsed, handler)
         if not any(_halts(c) for c in reach):
             found.append(
                 Finding("L12", "missing a power-off reachable on every path from the EXIT trap")
             )
-        if not _fallback_reached(parsed, handler, script):
+        if not _fallback_reached(parsed, handler):
             found.append(
                 Finding("L5", "missing a gsutil-to-REST fallback with retries in the EXIT trap")
             )
@@ -133,7 +131,7 @@ def _exit_handler(steps: list[Command]) -> str | None:
     return None
 
 
-def _reachable(parsed: Parsed, handler: str, script: str) -> list[Command]:
+def _reachable(parsed: Parsed, handler: str) -> list[Command]:
     """Commands that run on every path of ``handler``, through the functions it calls."""
     start = parse(handler)
     out: list[Command] = []
@@ -149,14 +147,15 @@ def _reachable(parsed: Parsed, handler: str, script: str) -> list[Command]:
     return out
 
 
-def _fallback_reached(parsed: Parsed, handler: str, script: str) -> bool:
-    """Some function the EXIT trap reaches uploads with gsutil, then REST (L5)."""
-    called = {c.name for c in _reachable(parsed, handler, script)}
-    for name in called & set(parsed.functions):
+def _fallback_reached(parsed: Parsed, handler: str) -> bool:
+    """Some function the EXIT trap reaches uploads with gsutil and, when that fails, with the
+    REST fallback (``gsutil ... || upload_rest ...``, L5)."""
+    called = {c.name for c in _reachable(parsed, handler)}
+    for name in sorted(called & set(parsed.functions)):
         body = parsed.functions[name]
-        start, end = min(c.pos for c in body), max(c.pos for c in body)
-        if _FALLBACK.search(parsed.text[start : end + 200]):
-            return True
+        for first, then in zip(body, body[1:], strict=False):
+            if first.name == "gsutil" and first.guarded and then.name == "upload_rest":
+                return True
     return False
 
 
