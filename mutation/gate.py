@@ -46,7 +46,6 @@ FLOORS: dict[str, float] = {
     "gpuops/lane/board.py": 100.0,
     "gpuops/lane/decide.py": 100.0,
     "gpuops/lane/script.py": 100.0,
-    "gpuops/lane/shell.py": 100.0,
     "gpuops/analysis/stats.py": 100.0,
     "gpuops/analysis/shrink.py": 100.0,
     "gpuops/analysis/ope.py": 100.0,
@@ -89,7 +88,6 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     # incident replays boot real processes in FakeGCE, far too slow to run per mutant.
     "gpuops.lane.decide": ("tests/test_lane_decide.py", "tests/test_lane_board.py"),
     "gpuops.lane.script": ("tests/test_lane_script.py",),
-    "gpuops.lane.shell": ("tests/test_lane_script.py",),
 }
 
 
