@@ -446,3 +446,55 @@ def test_function_reads_are_followed_with_their_arguments_l10(body, fetched):
 def test_the_declared_length_is_read_from_its_one_line(text, hours):
     """The job's declared length, for the provider-native ceiling; none when absent."""
     assert s.declared_hours(text) == hours
+
+
+def test_render_writes_each_field_where_the_contract_reads_it():
+    """render: JOB, the imports, one fetch line per input, the declared length as line two."""
+    body = s.render("j", "b", "c", imports=("a", "b"), inputs=("x", "y"), max_hours=2)
+    plain = s.render("j", "b", "c").splitlines()
+
+    assert body.splitlines()[:2] == ["#!/bin/bash", "# gpuops: max-hours 2"]
+    assert '\nJOB="j"\n' in body and "\npreflight_imports a b\n" in body
+    assert "\nfetch_input x\nfetch_input y\n" in body
+    assert plain[1].startswith("# gpuops lane startup script") and s.declared_hours("\n".join(plain)) is None
+    assert body.endswith("stage succeeded\n") and body.count("max-hours") == 1
+
+
+def test_an_exit_that_is_not_a_trap_is_no_exit_trap_l5():
+    """L5: `echo on_exit EXIT` names no handler; only `trap ... EXIT` does."""
+    body = TEMPLATE.replace("trap on_exit EXIT\n", "echo on_exit EXIT\n")
+
+    assert s.Finding("L5", "missing a final log upload on exit (trap on_exit EXIT)") in s.lint(
+        body, "portraits"
+    )
+
+
+def test_a_fallback_needs_gsutil_first_l5():
+    """L5: `cp ... || upload_rest` is not gsutil with a REST fallback."""
+    body = TEMPLATE.replace("gsutil -q cp", "cp")
+
+    assert s.Finding(
+        "L5", "missing a gsutil-to-REST fallback with retries in the EXIT trap"
+    ) in s.lint(body, "portraits")
+
+
+def test_a_recursive_exit_handler_is_followed_once():
+    """L12: a handler that calls itself is walked once, and its power-off still found."""
+    body = TEMPLATE.replace("  poweroff\n}", "  poweroff\n  on_exit\n}")
+
+    assert s.lint(body, "portraits") == []
+
+
+@pytest.mark.parametrize(
+    "body, fetched",
+    [
+        ("grab() { X=$(cat inputs/$1); }\ngrab a", ["a"]),
+        ("one() { cat inputs/a; }\nX=$(one)", ["a"]),
+        ("f() { fetch_input $1; }\nf a", ["a"]),
+    ],
+)
+def test_reads_in_substitutions_and_fetches_inside_functions_take_the_calls_arguments_l10(
+    body, fetched
+):
+    """L10: `$1` inside a substitution or a fetch_input in a function is the call's argument."""
+    assert s.unconditional_fetches(body) == fetched
