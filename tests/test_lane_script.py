@@ -498,3 +498,8 @@ def test_reads_in_substitutions_and_fetches_inside_functions_take_the_calls_argu
 ):
     """L10: `$1` inside a substitution or a fetch_input in a function is the call's argument."""
     assert s.unconditional_fetches(body) == fetched
+
+
+def test_a_positional_read_at_top_level_is_returned_as_written_l10():
+    """L10: `$1` outside any function names no staged input: it can never match one."""
+    assert s.unconditional_fetches("cat inputs/$1") == ["$1"]
