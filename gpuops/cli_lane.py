@@ -1,4 +1,4 @@
-"""`gpuops lane board|claim|script|install|start|watch|release`: parsing and printing only.
+"""`gpuops lane board|claim|script|install|start|watch|release|repair`: parsing and printing only.
 
 There is no stop and no delete command (L1): the lane's jobs power themselves off.
 """
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-COMMANDS = ("board", "claim", "script", "install", "start", "watch", "release")
+COMMANDS = ("board", "claim", "script", "install", "start", "watch", "release", "repair")
 
 
 def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -22,6 +22,16 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     board = sub.add_parser("board", parents=[common], help="the state line, STALE, cost, log")
     board.add_argument("--usd-per-hour", type=float, default=None, help="default 0.70")
     board.add_argument("--disk-usd-per-day", type=float, default=None, help="default 0.83")
+    board.add_argument(
+        "--live",
+        action="store_true",
+        help="also ask GCE and the bucket: instance state, last log line, billing alarm",
+    )
+    sub.add_parser(
+        "repair",
+        parents=[common],
+        help="rebuild a missing or corrupt board's state line from the evidence (L12)",
+    )
     for name, text in (
         ("claim", "claim the lane for a job (L3)"),
         ("script", "print a startup script that keeps the contract (L5, L6)"),
@@ -33,12 +43,26 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         p = sub.add_parser(name, parents=[common], help=text)
         p.add_argument("--job", required=True, metavar="NAME")
         if name == "script":
-            p.add_argument("--command", dest="job_command", default="python3 /work/job.py")
+            p.add_argument("--command", dest="job_command", default='python3 "$WORK/job.py"')
             p.add_argument("--input", action="append", default=[], metavar="NAME")
             p.add_argument("--import", dest="imports", action="append", default=[])
             p.add_argument("--min-free-gb", type=int, default=20)
+            p.add_argument(
+                "--max-hours",
+                type=float,
+                default=None,
+                help="declare the job's length: `lane install` sets GCE's run ceiling from it",
+            )
         if name == "install":
             p.add_argument("file", metavar="FILE", type=Path)
+            p.add_argument(
+                "--max-hours",
+                type=float,
+                default=None,
+                help="GCE stops the instance after this long running (scheduling."
+                "maxRunDuration); default: the job's declared length (# gpuops: max-hours H "
+                "in the script), else 6",
+            )
         if name == "start":
             p.add_argument("--max-attempts", type=int, default=20)
         if name in ("watch", "release"):
@@ -68,6 +92,7 @@ def run_lane(
                 imports=tuple(args.imports or ["torch"]),
                 inputs=tuple(args.input),
                 min_free_gb=args.min_free_gb,
+                max_hours=args.max_hours,
             ),
             end="",
         )
@@ -86,11 +111,27 @@ def run_lane(
         progress=progress,
     )
     if command == "board":
-        view = lane.view()
+        view = lane.view(live=args.live)
         if as_json:
             _print_json(view)
         else:
             _print_board(view)
+        if view["billing_alarm"]:
+            print(view["billing_alarm"], file=sys.stderr)
+            return 6 if view["job_outcome"] == "failed" else 5
+        return 0
+    if command == "repair":
+        board, signs = lane.repair()
+        from gpuops.lane.board import state_line
+
+        if as_json:
+            _print_json({"state_line": state_line(board), "evidence": signs})
+        else:
+            for sign in signs:
+                print(f"evidence: {sign}")
+            if not signs:
+                print("evidence: none (the state line was readable, or nothing says it is held)")
+            print(state_line(board))
         return 0
     if command == "claim":
         done = lane.claim(args.job)
@@ -100,7 +141,9 @@ def run_lane(
             text = args.file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read the script {args.file}: {exc}") from exc
-        lane.install(args.job, text)
+        if args.max_hours is not None and not args.max_hours > 0:
+            raise UsageError("--max-hours must be positive")
+        lane.install(args.job, text, max_hours=args.max_hours)
         _out(as_json, {"job": args.job, "installed": True}, f"installed the script for {args.job}")
         return 0
     if command == "start":
@@ -138,16 +181,21 @@ def _board_out(as_json: bool, board: Any, line: str) -> int:
 
 def _print_board(view: dict[str, Any]) -> None:
     print(view["state_line"])
+    if view["billing_alarm"]:
+        print(view["billing_alarm"])
     if view["stale"]:
         print(
             f"STALE: held {view['held_s'] / 3600:.1f} h without a successful start; a human "
-            f"should check: instance {view['status']}, attempt {view['attempt']} "
-            f"({view['stockouts']} stockouts), last log line: {view['last_log_line']!r} (L8)"
+            f"should check: instance {view['status'] or 'not asked (--live)'}, attempt {view['attempt']} "
+            f"({view['stockouts']} stockouts), last log line: {view['last_log_line'] or '-'} (L8)"
         )
-    print(
-        f"instance {view['status']}; cost so far ${view['cost_usd']:.2f}; "
-        f"last log line: {view['last_log_line'] or '-'}"
-    )
+    if view["status"] is None:
+        print(f"cost so far ${view['cost_usd']:.2f} (add --live for the instance and its log)")
+    else:
+        print(
+            f"instance {view['status']}; cost so far ${view['cost_usd']:.2f}; "
+            f"last log line: {view['last_log_line'] or '-'}"
+        )
     for line in view["history"]:
         print(f"  {line}")
 

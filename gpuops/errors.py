@@ -213,7 +213,7 @@ class CorruptState(StateError):
     """A stored value is unreadable. It is reported, never silently replaced."""
 
     def __init__(self, where: str, reason: str) -> None:
-        super().__init__(f"corrupt state at {where}: {reason} (left untouched; inspect or move it)")
+        super().__init__(f"corrupt state at {where}: {reason} (left untouched: gpuops never replaces or removes it; a human reads it)")
         self.where = where
         self.reason = reason
 

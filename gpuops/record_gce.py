@@ -31,7 +31,7 @@ from gpuops.lane import decide
 from gpuops.record import DEFAULT_MAX_USD, client_versions, exchange_doc
 
 SCRIPT_KEY = "startup-script"
-VERSIONS = ("gpuops", "google-cloud-compute", "google-api-core", "requests", "responses")
+VERSIONS = ("gpuops", "google-auth", "google-api-core", "requests", "responses")
 # (method, last path segment or a part of the path) -> the operation a recording is named after
 _OPS = (
     ("POST", "/setMetadata", "set_metadata"),

@@ -60,15 +60,18 @@ RULES: tuple[Rule, ...] = (
         "Startup-script contract: boot marker, 30 s log sync, status file, final log.",
         IMPLEMENTED,
         "tests/test_lane_script.py::test_each_missing_piece_of_the_contract_is_named_l5",
-        scope="the linter checks the contract's structure and `lane script` prints a template "
-        "that keeps it; the template's bash has not run on a real VM (FakeGCE plays the contract)",
+        scope="the linter parses the script (tree-sitter bash) and checks the contract; the "
+        "template's bash runs for real in FakeGCE's sandboxed boots (its curl, gsutil and "
+        "poweroff are the fake's shims); it has not yet run on a real VM",
     ),
     Rule(
         "L6",
         "Preflight import and disk-capacity gates before any expensive work.",
         IMPLEMENTED,
         "tests/test_lane_incidents.py::test_a_broken_import_ends_the_job_at_preflight_with_its_reason_l6",
-        scope="required by the linter, in order before run_job; played by FakeGCE",
+        scope="required by the linter, in order before run_job; the gates run for real in "
+        "FakeGCE's boots (real python3 against the fake image's modules, a df shim for the "
+        "disk); not yet seen on a real VM",
     ),
     Rule(
         "L7",
@@ -95,8 +98,10 @@ RULES: tuple[Rule, ...] = (
         "A reused script's unconditional fetches are checked against staged inputs.",
         IMPLEMENTED,
         "tests/test_lane_incidents.py::test_a_reused_script_is_refused_until_its_inputs_are_staged_then_runs_l10",
-        scope="fetches written as the template's top-level `fetch_input NAME` lines; a fetch "
-        "inside the job's own command is not seen",
+        scope="any command reading a literal `inputs/NAME` path on every path of the parsed "
+        "script (constant tests are no condition; function calls followed); a name built at "
+        "run time counts as missing; a read inside a program the script runs (python) is not "
+        "seen",
     ),
     Rule(
         "L11",
@@ -111,6 +116,13 @@ RULES: tuple[Rule, ...] = (
         "L12",
         "No state line, no freedom: a missing or corrupt board is unknown, never free; the "
         "script powers the VM off on every path.",
+        IMPLEMENTED,
+        "tests/test_lane_l12.py::test_a_board_moved_away_leaves_the_lane_refused_until_repair_restores_the_claim_l12",
+        scope="the board's absence is judged from the instance, its metadata and the local "
+        "event log (events another host wrote are not seen); the EXIT-trap power-off is "
+        "required by the linter and shown on every path in FakeGCE's real boots; a script "
+        "installed around gpuops is flagged (billing alarm in watch and board --live) and "
+        "stopped by GCE's maxRunDuration, modelled from the API reference, not yet observed",
     ),
     Rule(
         "M1",

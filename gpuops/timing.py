@@ -67,6 +67,15 @@ STALE_CLAIM_S = 7200.0
 LANE_WATCH_TIMEOUT_S = 3600.0
 # Between two stockout start attempts while holding the claim (L7).
 STOCKOUT_RETRY_S = 120.0
+# A job's status ended this long ago and its VM still runs: its script never powered off, and
+# the board and `lane watch` raise a billing alarm (L12). The template's EXIT trap uploads the
+# final log (three tries, 5+10+15 s of pauses) before its poweroff, and GCE's STOPPING takes
+# about a minute: three minutes covers both.
+POWEROFF_GRACE_S = 180.0
+# `lane install`'s provider-native ceiling when the job declares no length: GCE itself stops
+# the instance this long after it starts (scheduling.maxRunDuration, a second layer after the
+# script's own power-off). Six hours: longer than the seed's longest batch.
+DEFAULT_MAX_RUN_S = 21600.0
 
 # --- market selection and probing (M1, M2, M12) --------------------------------------------
 # A machine that failed a probe on a real host fault stays out of the pool this long (M2).

@@ -1,12 +1,16 @@
 """A lane world for tests: FakeGCE in-process, one clock, one store, a Lane per operator.
 
-Every wait the runner makes advances the fake clock (no sleeps); the real google SDK clients
-talk to the fake through ``responses``.
+The real google SDK clients talk to the fake through ``responses``; the fake's boots run the
+installed startup script for real (fakes/gce/boot.py), their shims calling the same model on
+a loopback server. Every wait the runner makes is ``World.advance``: let the boots run until
+each is blocked on the fake clock (a sleep) or has ended, then move the clock. No wall-clock
+deadline decides anything; every boot's processes are killed when the world closes.
 """
 
 from __future__ import annotations
 
 import itertools
+from datetime import UTC, datetime
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -14,6 +18,7 @@ from pathlib import Path
 
 from fakes.gce import FakeGCE, LaneScenario
 from fakes.gce.inprocess import activate
+from fakes.gce.server import serve_http
 from fakes.vast.clock import FakeClock
 from gpuops.events import EventLog, read_events
 from gpuops.lane.runner import Lane, LaneConfig
@@ -34,7 +39,11 @@ class World:
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def lane(self, operator: str) -> Lane:
-        events = EventLog(self.events_path, operator)
+        events = EventLog(
+            self.events_path,
+            operator,
+            clock=lambda: datetime.fromtimestamp(self.clock.now(), UTC),
+        )
         s = self.fake.scenario
         gce = GceAdapter(
             s.project,
@@ -42,7 +51,7 @@ class World:
             events=events,
             endpoint=BASE,
             clock=self.clock.now,
-            sleep=self.clock.advance,
+            sleep=self.advance,
         )
         return Lane(
             self.store,
@@ -52,10 +61,21 @@ class World:
             GcsAdapter(s.bucket, s.project),
             LaneConfig(s.instance, s.bucket),
             clock=self.clock.now,
-            sleep=self.clock.advance,
+            sleep=self.advance,
             new_boot_id=lambda: f"boot{next(self._ids)}",
             progress=self.lines.append,
         )
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds``, stopping at every change due on the way (a scheduled
+        status, a script's sleep ending) and letting the boots run to their next wait."""
+        self.fake.advance(seconds)
+
+    def run_for(self, seconds: float, step: float = 5.0) -> None:
+        """Advance in steps, as a watcher polling would."""
+        while seconds > 0:
+            self.advance(min(step, seconds))
+            seconds -= step
 
     def events(self, kind: str) -> list[dict[str, object]]:
         return [e["payload"] for e in read_events(self.events_path) if e["kind"] == kind]
@@ -70,5 +90,9 @@ def lane_world(tmp_path: Path, monkeypatch: object, **scenario: object) -> Itera
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", BASE)  # type: ignore[attr-defined]
     clock = FakeClock()
     fake = FakeGCE(LaneScenario(**scenario), clock)  # type: ignore[arg-type]
-    with activate(fake, BASE):
-        yield World(fake, clock, MemoryStore(), tmp_path / "events.jsonl")
+    server = serve_http(fake, ticker=False, boot_root=tmp_path / "boots")
+    try:
+        with activate(fake, BASE):
+            yield World(fake, clock, MemoryStore(), tmp_path / "events.jsonl")
+    finally:
+        server.close()

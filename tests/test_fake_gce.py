@@ -1,18 +1,42 @@
 """FakeGCE: the instance's lifecycle, the silent no-op, scripted stockouts and fingerprint
-races, the played startup-script contract and its scripted failures; loud on unknown routes."""
+races, boots that run the installed script for real (its failures, its power-off or the lack
+of one, SIGTERM, the metadata server); loud on unknown routes."""
 
 from __future__ import annotations
+
+import signal
 
 import pytest
 
 from fakes.gce import FakeGCE, LaneScenario, parse_lane
 from fakes.gce.routes import UnknownRoute, dispatch
+from fakes.gce.server import serve_http
 from fakes.scenario import ScenarioError
 from fakes.vast.clock import FakeClock
 from fakes.vast.wire import Request
 from gpuops.lane import script
 
-SCRIPT = script.render("portraits", "gpuops-lane-jobs", "true", inputs=("ref.png",))
+SCRIPT = script.render(
+    "portraits", "gpuops-lane-jobs", 'python3 "$WORK/job.py"', inputs=("ref.png",)
+)
+
+
+@pytest.fixture
+def real(tmp_path):
+    """Make a FakeGCE whose boots run for real (a loopback server for the shims); every
+    process is killed at teardown."""
+    made = []
+
+    def make(**kwargs: object) -> tuple[FakeGCE, FakeClock]:
+        clock = FakeClock()
+        fake = FakeGCE(LaneScenario(**kwargs), clock)  # type: ignore[arg-type]
+        fake.metadata = {"startup-script": SCRIPT, "gpuops-attempt": "b1"}
+        made.append(serve_http(fake, ticker=False, boot_root=tmp_path / f"boots{len(made)}"))
+        return fake, clock
+
+    yield make
+    for server in made:
+        server.close()
 
 
 def _fake(**kwargs: object) -> tuple[FakeGCE, FakeClock]:
@@ -23,27 +47,26 @@ def _fake(**kwargs: object) -> tuple[FakeGCE, FakeClock]:
 
 
 def _at(fake: FakeGCE, clock: FakeClock, seconds: float) -> str:
-    clock.advance(seconds)
-    fake.tick()
+    fake.advance(seconds)
     return fake.status
 
 
-def test_a_boot_walks_provisioning_staging_running_stopping_terminated():
-    """The lifecycle, on the injected clock only."""
-    fake, clock = _fake(staged=("jobs/portraits/inputs/ref.png",), job_runtime_s=60.0)
+def test_a_boot_walks_provisioning_staging_running_stopping_terminated(real):
+    """The lifecycle, on the injected clock; the script's own poweroff ends it (L5)."""
+    fake, clock = real(staged=("jobs/portraits/inputs/ref.png",), job_runtime_s=60.0)
 
     fake.start()
-    seen = [fake.status] + [_at(fake, clock, s) for s in (5.0, 10.0, 69.0, 5.0)]
+    seen = [fake.status] + [_at(fake, clock, s) for s in (5.0, 10.0, 0.0, 60.0, 5.0)]
 
-    assert seen == ["PROVISIONING", "STAGING", "RUNNING", "STOPPING", "TERMINATED"]
-    assert fake.objects["jobs/portraits/status"] == b"succeeded b1"
-    assert fake.objects["jobs/portraits/boot/b1"] == b"b1\n"
+    assert seen == ["PROVISIONING", "STAGING", "RUNNING", "RUNNING", "STOPPING", "TERMINATED"]
+    assert fake.objects["jobs/portraits/status"] == b"succeeded b1 \n"
+    assert fake.objects["jobs/portraits/boot/b1"].startswith(b"b1 ")
     assert len([n for n in fake.objects if "/results/" in n]) == 6
 
 
-def test_start_on_a_running_instance_is_a_silent_noop():
+def test_start_on_a_running_instance_is_a_silent_noop(real):
     """L2: DONE, no error, nothing changes, no second boot."""
-    fake, clock = _fake(staged=("jobs/portraits/inputs/ref.png",))
+    fake, clock = real(staged=("jobs/portraits/inputs/ref.png",))
     fake.start()
     _at(fake, clock, 20.0)
 
@@ -74,36 +97,112 @@ def test_a_scripted_fingerprint_race_loses_once_then_a_fresh_read_wins():
     assert lost is None and won is not None and fake.metadata == {"k": "v"}
 
 
-def test_a_typo_in_job_uploads_every_report_under_the_wrong_prefix():
-    """The 13 November failure as the fake plays it: the reports exist, misfiled."""
-    fake, clock = _fake()
+def test_a_typo_in_job_uploads_every_report_under_the_wrong_prefix(real):
+    """The 13 November failure, run for real: the reports exist, misfiled."""
+    fake, clock = real()
     fake.metadata["startup-script"] = SCRIPT.replace('JOB="portraits"', 'JOB="portroaits"')
 
     fake.start()
-    _at(fake, clock, 30.0)
+    _at(fake, clock, 15.0)
 
     assert "jobs/portraits/status" not in fake.objects
     assert fake.objects["jobs/portroaits/status"].startswith(b"failed b1 missing staged input")
+    assert fake.status == "STOPPING"
 
 
 @pytest.mark.parametrize(
     "scenario, reason",
     [
         ({"broken_imports": ("torch",)}, b"preflight: import torch failed"),
+        ({"installed": ()}, b"preflight: import torch failed"),
         ({"disk_free_gb": 5}, b"preflight: 5 GB free on /work, need 20"),
         ({}, b"missing staged input ref.png"),
     ],
 )
-def test_scripted_failures_end_the_boot_with_the_reason_in_the_status_file(scenario, reason):
-    """L6: the failure is written to the status file and the instance powers off."""
-    fake, clock = _fake(**scenario)
+def test_a_failure_ends_the_boot_with_its_reason_and_the_script_powers_off_l6(
+    real, scenario, reason
+):
+    """L6/L12: the reason is in the status file, the final log is uploaded, and the
+    template's EXIT trap powers the fake VM off (STOPPING, then TERMINATED)."""
+    fake, clock = real(**scenario)
 
     fake.start()
-    _at(fake, clock, 30.0)
+    states = [_at(fake, clock, 15.0), _at(fake, clock, 5.0)]
 
-    assert fake.objects["jobs/portraits/status"] == b"failed b1 " + reason
-    assert fake.status == "TERMINATED"
-    assert b"boot marker b1" in fake.objects["jobs/portraits/log.txt"]
+    assert fake.objects["jobs/portraits/status"] == b"failed b1 " + reason + b"\n"
+    assert states == ["STOPPING", "TERMINATED"]
+    assert "jobs/portraits/log.txt" in fake.objects
+
+
+def test_sigterm_mid_job_ends_the_status_uploads_the_log_and_powers_off_l12(real):
+    """L12: an ACPI shutdown (SIGTERM to every process) still ends in the EXIT trap."""
+    fake, clock = real(staged=("jobs/portraits/inputs/ref.png",), job_runtime_s=600.0)
+    fake.start()
+    _at(fake, clock, 15.0)
+    _at(fake, clock, 30.0)
+    assert fake.objects["jobs/portraits/status"].startswith(b"running")
+
+    fake.signal_boot(signal.SIGTERM)
+    state = _at(fake, clock, 0.0)
+
+    assert fake.objects["jobs/portraits/status"].startswith(b"failed b1 terminated by a signal")
+    assert state == "STOPPING"
+
+
+def test_a_script_that_never_powers_off_leaves_the_instance_running_and_billing(real):
+    """H4: nothing but the script powers the fake VM off; without it the VM runs on."""
+    fake, clock = real(staged=("jobs/portraits/inputs/ref.png",), job_runtime_s=30.0)
+    fake.metadata["startup-script"] = '#!/bin/bash\necho "no poweroff here"\n'
+
+    fake.start()
+    states = [_at(fake, clock, 15.0), _at(fake, clock, 86400.0)]
+
+    assert states == ["RUNNING", "RUNNING"]
+
+
+@pytest.mark.parametrize("command", ["poweroff", "shutdown -h now", "shutdown -P now"])
+def test_poweroff_and_shutdown_in_the_script_stop_the_fake_vm(real, command):
+    """Either spelling of a power-off moves the instance to STOPPING, then TERMINATED."""
+    fake, clock = real()
+    fake.metadata["startup-script"] = f"#!/bin/bash\nsleep 10\n{command}\n"
+
+    fake.start()
+    states = [_at(fake, clock, 15.0), _at(fake, clock, 10.0), _at(fake, clock, 5.0)]
+
+    assert states == ["RUNNING", "STOPPING", "TERMINATED"]
+
+
+def test_the_metadata_server_needs_its_header_and_other_hosts_are_unreachable(real):
+    """The boot's curl: Metadata-Flavor is required, and only GCE's hosts answer."""
+    fake, clock = real()
+    md = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/gpuops-attempt"
+    fake.metadata["startup-script"] = (
+        "#!/bin/bash\n"
+        f"curl -sf '{md}' > $HOME/no-header; echo $? > $HOME/rc1\n"
+        f"curl -sf -H 'Metadata-Flavor: Google' '{md}' > $HOME/attempt\n"
+        "curl -sf https://example.com/ ; echo $? > $HOME/rc2\n"
+    )
+
+    fake.start()
+    _at(fake, clock, 15.0)
+
+    home = fake.processes[1].sandbox
+    assert (home / "rc1").read_text() == "22\n" and (home / "attempt").read_text() == "b1"
+    assert (home / "rc2").read_text() == "6\n"
+
+
+def test_closing_the_fake_leaves_no_process_behind(real, tmp_path):
+    """Teardown: every process of every boot is gone once the server closes."""
+    fake, clock = real(staged=("jobs/portraits/inputs/ref.png",), job_runtime_s=600.0)
+    server = serve_http(fake, ticker=False, boot_root=tmp_path / "again")
+    fake.start()
+    _at(fake, clock, 20.0)
+    boot = fake.processes[1]
+    assert boot.processes()
+
+    server.close()
+
+    assert boot.processes() == {}
 
 
 def test_an_unknown_route_is_loud_and_there_is_no_stop_route():
@@ -134,3 +233,20 @@ def test_a_bad_lane_scenario_names_the_field(doc, words):
         parse_lane(doc)
 
     assert words in str(raised.value)
+
+
+def test_a_boot_whose_processes_all_ended_is_never_signalled(real, monkeypatch):
+    """Its id may already lead somebody else's process group: nothing is sent to it."""
+    import fakes.gce.boot as boot_module
+
+    fake, clock = real()
+    fake.metadata["startup-script"] = "#!/bin/bash\ntrue\n"
+    fake.start()
+    _at(fake, clock, 15.0)
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(boot_module.os, "killpg", lambda pid, sig: sent.append((pid, sig)))
+
+    fake.signal_boot(signal.SIGTERM)
+    fake.close()
+
+    assert fake.status == "RUNNING" and sent == []

@@ -15,6 +15,7 @@ VIEW = {
     "stockouts": 8,
     "last_log_line": "stage preflight",
     "cost_usd": 0.35,
+    "billing_alarm": None,
     "history": ["2026-11-30T09:00:00Z alice: claimed the lane for v"],
 }
 
@@ -27,7 +28,7 @@ def test_a_stale_claim_is_printed_with_instance_retry_state_and_last_log_line_l8
     assert out[0] == VIEW["state_line"]
     assert out[1] == (
         "STALE: held 10.0 h without a successful start; a human should check: instance "
-        "TERMINATED, attempt 9 (8 stockouts), last log line: 'stage preflight' (L8)"
+        "TERMINATED, attempt 9 (8 stockouts), last log line: stage preflight (L8)"
     )
     assert out[2] == "instance TERMINATED; cost so far $0.35; last log line: stage preflight"
     assert out[3] == "  2026-11-30T09:00:00Z alice: claimed the lane for v"
@@ -40,3 +41,18 @@ def test_a_fresh_claim_is_not_called_stale(capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and not any("STALE" in line for line in out)
     assert out[1].endswith("last log line: -")
+
+
+def test_without_live_the_board_says_the_instance_was_not_asked(capsys):
+    """Speed: `lane board` reads the store only; it says so instead of guessing a state."""
+    _print_board({**VIEW, "stale": False, "status": None, "history": []})
+
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "cost so far $0.35 (add --live for the instance and its log)"
+
+
+def test_a_billing_alarm_is_printed_under_the_state_line_l12(capsys):
+    """L12: a job that ended while its VM runs on is said on the second line."""
+    _print_board({**VIEW, "stale": False, "billing_alarm": "BILLING ALARM: job v ..."})
+
+    assert capsys.readouterr().out.splitlines()[1] == "BILLING ALARM: job v ..."

@@ -33,6 +33,13 @@ def lane_env(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
     env.update(served.env, GPUOPS_STATE=str(tmp_path / "state"), XDG_STATE_HOME=str(tmp_path))
     yield env
+    stop(served)
+
+
+def stop(served: Served) -> None:
+    """End `fakes serve` as Ctrl-C would (SIGTERM), so it kills its boots, then close."""
+    served.proc.terminate()
+    served.proc.wait(timeout=CLI_TIMEOUT_S)
     served.close()
 
 
@@ -51,8 +58,7 @@ def gpuops(env: dict[str, str], operator: str, *args: str) -> subprocess.Complet
 def test_two_operators_share_the_lane_through_the_cli_over_loopback_l3(lane_env, tmp_path):
     """L2/L3/L4/L7 end to end: bob is refused while alice holds the lane, alice's typo is
     refused, her start rides out a stockout, and the shared board holds her retry state. (Watch,
-    release and the rest run in-process in tests/test_lane_incidents.py: each process here
-    pays the 3 s google-cloud-compute import.)"""
+    release and the rest run in-process in tests/test_lane_incidents.py.)"""
     assert gpuops(lane_env, "alice", "lane", "claim", "--job", "portraits").returncode == 0
     bob_claim = gpuops(lane_env, "bob", "lane", "claim", "--job", "vids")
     script = gpuops(lane_env, "alice", "lane", "script", "--job", "portraits").stdout
@@ -80,3 +86,88 @@ def test_two_operators_share_the_lane_through_the_cli_over_loopback_l3(lane_env,
     events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").open()]
     outcomes = [e["payload"]["outcome"] for e in events if e["kind"] == "lane.start"]
     assert outcomes == ["stockout", "started"]
+
+
+@pytest.fixture
+def broken_env(tmp_path: Path):
+    """The served lane with a broken torch on the fake VM image."""
+    doc = yaml.safe_load((ROOT / "fakes" / "scenarios" / "default.yaml").read_text())
+    doc["time_scale"] = 200
+    doc["lane"].update(starts=[], broken_imports=["torch"], job_runtime_s=60, results=2)
+    scenario = tmp_path / "lane.yaml"
+    scenario.write_text(yaml.safe_dump(doc))
+    served = Served("--scenario", str(scenario))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
+    env.update(served.env, GPUOPS_STATE=str(tmp_path / "state"), XDG_STATE_HOME=str(tmp_path))
+    yield env
+    stop(served)
+
+
+def test_a_failed_import_powers_the_vm_off_and_a_moved_board_is_repaired_l12(broken_env, tmp_path):
+    """L6/L12 end to end over loopback: the preflight fails, watch exits 6, the script's own
+    power-off leaves the instance TERMINATED; with the board file moved away the lane is
+    refused (exit 3, L12) until `lane repair` restores alice's claim."""
+    env = broken_env
+    assert gpuops(env, "alice", "lane", "claim", "--job", "portraits").returncode == 0
+    text = gpuops(env, "alice", "lane", "script", "--job", "portraits").stdout
+    (tmp_path / "job.sh").write_text(text)
+    installed = gpuops(env, "alice", "lane", "install", "--job", "portraits", str(tmp_path / "job.sh"))
+    started = gpuops(env, "alice", "lane", "start", "--job", "portraits")
+    watched = gpuops(env, "alice", "lane", "watch", "--job", "portraits")
+    board = gpuops(env, "alice", "lane", "board", "--live")
+    assert installed.returncode == 0, installed.stderr
+    assert started.returncode == 0, started.stderr
+    assert watched.returncode == 6 and "preflight: import torch failed" in watched.stderr
+    assert "instance TERMINATED" in board.stdout, board.stdout
+
+    moved = tmp_path / "moved-board"
+    board_file = tmp_path / "state" / "lane" / "gpu-lane" / "board~"  # the local store's name
+    board_file.rename(moved)
+    refused = gpuops(env, "bob", "lane", "claim", "--job", "vids")
+    repaired = gpuops(env, "bob", "lane", "repair")
+    again = gpuops(env, "bob", "lane", "claim", "--job", "vids")
+
+    assert refused.returncode == 3 and "refused (L12)" in refused.stderr
+    assert repaired.returncode == 0 and "owner=alice job=portraits" in repaired.stdout
+    assert again.returncode == 3 and "refused (L3)" in again.stderr
+
+
+def _boot_processes(url: str) -> list[int]:
+    """Live processes whose environment points at the FakeGCE server ``url`` (its boots)."""
+    found = []
+    needle = f"GPUOPS_FAKE_GCE={url}".encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                environ = Path(f"/proc/{entry}/environ").read_bytes()
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if needle in environ.split(b"\0") and state != "Z":
+                found.append(int(entry))
+    return found
+
+
+def test_fakes_serve_exiting_leaves_no_boot_process_behind(tmp_path):
+    """A boot still running its job when `gpuops fakes serve` exits dies with it."""
+    doc = yaml.safe_load((ROOT / "fakes" / "scenarios" / "default.yaml").read_text())
+    doc["time_scale"] = 200
+    doc["lane"].update(starts=[], broken_imports=[], job_runtime_s=864000)
+    scenario = tmp_path / "lane.yaml"
+    scenario.write_text(yaml.safe_dump(doc))
+    served = Served("--scenario", str(scenario))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
+    env.update(served.env, GPUOPS_STATE=str(tmp_path / "state"), XDG_STATE_HOME=str(tmp_path))
+    try:
+        assert gpuops(env, "alice", "lane", "claim", "--job", "portraits").returncode == 0
+        text = gpuops(env, "alice", "lane", "script", "--job", "portraits").stdout
+        (tmp_path / "job.sh").write_text(text)
+        assert gpuops(env, "alice", "lane", "install", "--job", "portraits", str(tmp_path / "job.sh")).returncode == 0
+        started = gpuops(env, "alice", "lane", "start", "--job", "portraits")
+        assert started.returncode == 0, started.stderr
+        running = _boot_processes(served.env["GPUOPS_GCE_ENDPOINT"])
+    finally:
+        stop(served)
+
+    assert running, "the boot should be running its job before the fakes exit"
+    assert _boot_processes(served.env["GPUOPS_GCE_ENDPOINT"]) == []

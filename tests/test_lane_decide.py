@@ -179,3 +179,180 @@ def test_only_the_first_line_of_a_status_file_counts():
 def test_a_hundred_days_of_disk_cost_exactly_a_hundred_days():
     """The day is 86400 s: rounding would hide an off-by-one second at small spans."""
     assert d.cost_usd(0.0, 100 * 86400.0) == 83.0
+
+
+# --- L12 --------------------------------------------------------------------------------------
+IDLE = d.Evidence("TERMINATED")
+
+
+@pytest.mark.parametrize(
+    "changes, sign",
+    [
+        ({"instance_status": "RUNNING"}, "the instance is RUNNING, not TERMINATED"),
+        ({"instance_status": "STOPPING"}, "the instance is STOPPING, not TERMINATED"),
+        ({"metadata_job": "p"}, "its metadata names job p"),
+        ({"metadata_attempt": "b1"}, "its metadata holds attempt b1"),
+        (
+            {"event_age_s": 10.0, "event_state": "claimed", "event_job": "p", "event_owner": "a"},
+            "a lane event 10 s ago left it claimed for job p by a",
+        ),
+        ({"event_age_s": 0.0}, "a lane event 0 s ago left it held"),
+        (
+            {"event_age_s": timing.STALE_CLAIM_S - 1, "event_state": "free"},
+            f"a lane event {timing.STALE_CLAIM_S - 1:.0f} s ago left it free",
+        ),
+    ],
+)
+def test_each_sign_of_a_claim_is_named_exactly_l12(changes, sign):
+    """L12: the instance, each metadata key and a recent lane event are each evidence."""
+    assert d.claim_signs(dataclasses.replace(IDLE, **changes)) == [sign]
+
+
+def test_no_sign_when_the_instance_is_idle_and_the_last_event_is_stale_l12():
+    """L12: TERMINATED, no metadata, an event exactly STALE_CLAIM_S old: nothing."""
+    old = dataclasses.replace(IDLE, event_age_s=timing.STALE_CLAIM_S, event_state="claimed")
+
+    assert d.claim_signs(IDLE) == [] and d.claim_signs(old) == []
+    d.check_claimable_without_board(old, "gpu-lane")  # no refusal
+
+
+def test_signs_are_listed_in_order_and_a_claim_without_a_board_is_refused_l12():
+    """L12: every sign, in order, in a refusal naming the rule and `lane repair`."""
+    ev = d.Evidence("RUNNING", metadata_job="p", metadata_attempt="b1")
+
+    with pytest.raises(Refused) as refused:
+        d.check_claimable_without_board(ev, "gpu-lane")
+
+    assert refused.value.rule == "L12"
+    assert str(refused.value) == (
+        "refused (L12): lane gpu-lane has no state line, so it is unknown, not free, while the "
+        "instance is RUNNING, not TERMINATED; its metadata names job p; its metadata holds "
+        "attempt b1: run `gpuops lane repair` to rebuild its state line from that evidence"
+    )
+
+
+def test_repair_without_any_sign_rebuilds_a_free_line_after_the_last_revision_l12():
+    """L12: free only when nothing says otherwise; the revision continues the event's."""
+    ev = dataclasses.replace(IDLE, event_revision=7)
+
+    assert d.repaired("L", "I", ev, T0) == b.Board("L", "I", T0, revision=8)
+
+
+def test_repair_follows_a_recent_release_event_to_a_free_line_l12():
+    """L12: the last board write said free and the instance is idle: free."""
+    ev = dataclasses.replace(
+        IDLE, event_state="free", event_age_s=5.0, event_owner="a", event_revision=3
+    )
+
+    assert d.repaired("L", "I", ev, T0) == b.Board("L", "I", T0, revision=4)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"metadata_job": "p"}, {"metadata_attempt": "b1"}, {"instance_status": "STOPPING"}],
+)
+def test_a_free_event_does_not_outweigh_other_evidence_l12(changes):
+    """L12: a free board event with job metadata or a busy instance is not free."""
+    ev = dataclasses.replace(IDLE, event_state="free", event_age_s=5.0, **changes)
+
+    assert d.repaired("L", "I", ev, T0).state != b.FREE
+
+
+def test_repair_of_a_recent_claim_keeps_owner_job_attempt_and_claim_time_l12():
+    """L12: a held board event names the owner, job and attempt; the claim time is its age."""
+    ev = d.Evidence(
+        "TERMINATED",
+        metadata_job="p",
+        event_state="claimed",
+        event_owner="alice",
+        event_job="p",
+        event_attempt=3,
+        event_revision=9,
+        event_age_s=60.0,
+    )
+
+    assert d.repaired("L", "I", ev, T0) == b.Board(
+        "L", "I", T0, state=b.CLAIMED, owner="alice", job="p", attempt=3, claimed=T0 - 60.0,
+        revision=10,
+    )
+
+
+def test_repair_of_a_running_instance_is_a_running_lane_with_the_metadata_attempt_l12():
+    """L12: RUNNING with attempt b1 in the metadata: running, boot b1, started now."""
+    ev = d.Evidence(
+        "RUNNING", metadata_job="p", metadata_attempt="b1", event_state="running",
+        event_owner="alice", event_job="p", event_attempt=2, event_revision=4, event_age_s=9.0,
+    )
+
+    assert d.repaired("L", "I", ev, T0) == b.Board(
+        "L", "I", T0, state=b.RUNNING, owner="alice", job="p", attempt=2, claimed=T0 - 9.0,
+        started=T0, boot="b1", revision=5,
+    )
+
+
+@pytest.mark.parametrize(
+    "ev, owner, job, attempt, boot",
+    [
+        (d.Evidence("RUNNING"), "unknown", "unknown", 0, "unknown"),
+        (d.Evidence("RUNNING", metadata_attempt="foreign-1"), "unknown", "unknown", 0, "unknown"),
+        (d.Evidence("TERMINATED", metadata_job="p"), "unknown", "p", 0, None),
+        (
+            d.Evidence("TERMINATED", metadata_job="q", event_state="claimed", event_owner="a",
+                       event_job="p", event_attempt=4, event_age_s=1.0),
+            "unknown", "q", 0, None,
+        ),
+        (
+            d.Evidence("TERMINATED", event_state="free", event_owner="a", event_job="p",
+                       event_attempt=4, event_age_s=1.0, metadata_attempt="b2"),
+            "unknown", "unknown", 0, None,
+        ),
+        (
+            d.Evidence("TERMINATED", event_state="starting", event_owner="a", event_job="p",
+                       event_attempt=4, event_age_s=1.0),
+            "a", "p", 4, None,
+        ),
+    ],
+)
+def test_repair_never_invents_an_owner_or_job_the_evidence_does_not_name_l12(
+    ev, owner, job, attempt, boot
+):
+    """L12: unnamed owner or job is `unknown`; a boot id that is not a board token is too."""
+    got = d.repaired("L", "I", ev, T0)
+
+    assert (got.owner, got.job, got.attempt, got.boot) == (owner, job, attempt, boot)
+    assert got.state == (b.RUNNING if boot else b.CLAIMED)
+    assert got.claimed == (T0 - 1.0 if owner == "a" else T0)
+
+
+@pytest.mark.parametrize(
+    "verdict, status, ended, now, alarm",
+    [
+        (d.Verdict.SUCCEEDED, "RUNNING", T0, T0 + timing.POWEROFF_GRACE_S, True),
+        (d.Verdict.FAILED, "STAGING", T0, T0 + timing.POWEROFF_GRACE_S, True),
+        (d.Verdict.SUCCEEDED, "RUNNING", T0, T0 + timing.POWEROFF_GRACE_S - 1, False),
+        (d.Verdict.SUCCEEDED, "STOPPING", T0, T0 + 9999, False),
+        (d.Verdict.SUCCEEDED, "TERMINATED", T0, T0 + 9999, False),
+        (d.Verdict.RUNNING, "RUNNING", T0, T0 + 9999, False),
+        (d.Verdict.UNKNOWN, "RUNNING", T0, T0 + 9999, False),
+        (d.Verdict.SUCCEEDED, "RUNNING", None, T0 + 9999, False),
+    ],
+)
+def test_a_billing_alarm_needs_an_ended_job_and_a_vm_still_up_past_the_grace_l12(
+    verdict, status, ended, now, alarm
+):
+    """L12: ended (succeeded or failed), still booting or running, at least the grace later."""
+    assert d.billing_alarm(verdict, status, ended, now) is alarm
+
+
+@pytest.mark.parametrize(
+    "given, declared, seconds",
+    [(None, None, timing.DEFAULT_MAX_RUN_S), (None, 2.5, 9000.0), (1.0, 2.5, 3600.0),
+     (0.0004, None, 1.0), (None, 0.0001, 0.0)],
+)
+def test_the_run_ceiling_is_the_flag_else_the_declared_length_else_the_default(
+    given, declared, seconds
+):
+    """The provider-native ceiling in whole seconds: --max-hours, declared, default."""
+    got = d.run_ceiling_s(given, declared)
+
+    assert got == seconds and type(got) is float

@@ -30,13 +30,14 @@ from gpuops.lane import script
 from tests.lane_world import World, lane_world
 
 BUCKET = "gpuops-lane-jobs"
+JOB_COMMAND = 'python3 "$WORK/job.py"'  # the fake VM image's workload (fakes/gce/boot.py)
 
 
 def _ready(world: World, operator: str, job: str, **kwargs: object):
     """Claim, and install a contract-keeping script for ``job``; the operator's Lane."""
     lane = world.lane(operator)
     lane.claim(job)
-    lane.install(job, script.render(job, BUCKET, "python3 gen.py", **kwargs))  # type: ignore[arg-type]
+    lane.install(job, script.render(job, BUCKET, JOB_COMMAND, **kwargs))  # type: ignore[arg-type]
     return lane
 
 
@@ -45,23 +46,24 @@ def _ready(world: World, operator: str, job: str, **kwargs: object):
     handled="refused before the start call: the VM must be TERMINATED; nothing is stopped (L2)",
 )
 def test_a_start_over_a_running_job_is_refused_and_nothing_is_stopped_l2(tmp_path, monkeypatch):
-    """L1/L2 (the stop that stopped the wrong job): the instance runs someone else's batch;
-    our start is refused before any start call, and nothing ever stops that boot."""
+    """L1/L2/L12 (the stop that stopped the wrong job): the instance runs someone else's batch
+    and there is no board yet: the lane is unknown, not free, so claim, install and start are
+    all refused before any start or metadata call, and nothing ever stops that boot."""
     with lane_world(tmp_path, monkeypatch, running_job="portrait-batch") as world:
-        world.clock.advance(30.0)
+        world.advance(30.0)
         lane = world.lane("alice")
-        lane.claim("validation")
 
+        with pytest.raises(Refused) as claim:
+            lane.claim("validation")
         with pytest.raises(Refused) as install:
             lane.install("validation", script.render("validation", BUCKET, "true"))
         with pytest.raises(Refused) as start:
             lane.start("validation")
 
-        assert install.value.rule == "L2" and start.value.rule == "L2"
-        assert "not your job" in str(start.value)
+        assert (claim.value.rule, install.value.rule, start.value.rule) == ("L12",) * 3
+        assert "not free" in str(claim.value) and "RUNNING" in str(claim.value)
         assert not any("start" in call or "setMetadata" in call for call in world.fake.calls)
-        world.clock.advance(700.0)
-        world.fake.tick()
+        world.advance(700.0)
         assert world.fake.objects["jobs/portrait-batch/status"].startswith(b"succeeded")
 
 
@@ -92,8 +94,7 @@ def test_a_start_that_lands_on_another_boot_is_a_loud_noop_and_the_claim_is_kept
         assert [e["outcome"] for e in world.events("lane.start")] == ["noop"]
         board, _, _ = lane.read()
         assert (board.state, board.owner, board.job) == (b.CLAIMED, "alice", "validation")
-        world.clock.advance(700.0)
-        world.fake.tick()
+        world.advance(700.0)
         assert world.fake.objects["jobs/portrait-batch/status"].startswith(b"succeeded")
 
 
@@ -120,7 +121,7 @@ def test_back_to_free_in_prose_never_frees_the_lane_l3(tmp_path, monkeypatch):
     with lane_world(tmp_path, monkeypatch, job_runtime_s=60.0) as world:
         alice = _ready(world, "alice", "portraits")
         alice.start("portraits")
-        world.clock.advance(200.0)
+        world.advance(200.0)
         alice.release("portraits")
         alice = _ready(world, "alice", "validation")
         installed = dict(world.fake.metadata)
@@ -201,7 +202,7 @@ def test_a_reused_script_is_refused_until_its_inputs_are_staged_then_runs_l10(
     with lane_world(tmp_path, monkeypatch, results=4, job_runtime_s=120.0) as world:
         lane = world.lane("alice")
         lane.claim("style-2")
-        reused = script.render("style-2", BUCKET, "python3 gen.py", inputs=refs)
+        reused = script.render("style-2", BUCKET, JOB_COMMAND, inputs=refs)
 
         with pytest.raises(Refused) as refused:
             lane.install("style-2", reused)
@@ -230,7 +231,7 @@ def test_thirteen_attempts_keep_the_claim_and_five_more_stockouts_exit_4_with_it
     with lane_world(tmp_path, monkeypatch, starts=starts, job_runtime_s=60.0) as world:
         lane = _ready(world, "alice", "validation")
         done = lane.start("validation")
-        world.clock.advance(200.0)
+        world.advance(200.0)
         lane.release("validation")
         lane = _ready(world, "alice", "diagnostic")
 
@@ -267,8 +268,8 @@ def test_a_retry_that_died_after_eight_stockouts_is_flagged_and_resumed_elsewher
         first.gce.start = crash  # type: ignore[method-assign]
         with pytest.raises(KeyboardInterrupt):
             first.start("validation")
-        world.clock.advance(10 * 3600.0)
-        view = world.lane("bob").view()
+        world.advance(10 * 3600.0)
+        view = world.lane("bob").view(live=True)
         resumed = world.lane("alice").start("validation")
 
         assert view["stale"] and view["state"] == b.STARTING and view["status"] == "TERMINATED"
@@ -291,11 +292,11 @@ def test_a_watcher_timeout_is_not_a_failure_and_the_job_finishes_l9(tmp_path, mo
 
         with pytest.raises(StillRunning) as timed_out:
             lane.watch("validation", timeout_s=40 * timing.LANE_POLL_S)
-        midway = [n for n in world.fake.objects if "/results/" in n]
+        midway = world.fake.objects["jobs/validation/log.txt"]
         verdict = lane.watch("validation")
 
         assert timed_out.value.exit_code == 5 and "not a failure" in str(timed_out.value)
-        assert len(midway) == 2
+        assert b"result 1/6" in midway and b"result 6/6" not in midway
         assert verdict.value == "succeeded"
         assert len([n for n in world.fake.objects if "/results/" in n]) == 6
 
@@ -312,17 +313,17 @@ def test_release_is_only_the_claimants_and_only_once_terminated_l1(tmp_path, mon
         with pytest.raises(Refused) as running:
             lane.release("validation")
         lane.watch("validation")
-        world.clock.advance(30.0)
+        world.advance(30.0)
         freed = lane.release("validation")
 
         assert by_bob.value.rule == "L3" and running.value.rule == "L1"
         assert freed.state == b.FREE
         (end,) = world.events("lane.job_end")
         assert end["outcome"] == "succeeded" and end["attempts"] == 1 and end["stockouts"] == 0
-        # claimed at 0, boot marker at +15 s, status "succeeded" written at +82 s, release at
-        # +115 s: running is 67 s (until the job ended, not until the release)
-        assert (end["waiting_s"], end["running_s"]) == (15.0, 67.0)
-        assert end["cost_usd"] == round(67 / 3600 * 0.70 + 115 / 86400 * 0.83, 4)
+        # claimed at 0, boot marker at +15 s, status "succeeded" written at +75 s (the 60 s
+        # job), release at +105 s: running is 60 s (until the job ended, not the release)
+        assert (end["waiting_s"], end["running_s"]) == (15.0, 60.0)
+        assert end["cost_usd"] == round(60 / 3600 * 0.70 + 105 / 86400 * 0.83, 4)
 
 
 def test_a_metadata_write_that_loses_a_fingerprint_race_rereads_and_checks_again(
@@ -335,7 +336,7 @@ def test_a_metadata_write_that_loses_a_fingerprint_race_rereads_and_checks_again
 
         assert world.fake.metadata[script.JOB_KEY] == "validation"
         assert world.fake.calls.count("POST set_metadata") == 2
-    with lane_world(tmp_path, monkeypatch, fingerprint_races=9) as world:
+    with lane_world(tmp_path / "again", monkeypatch, fingerprint_races=9) as world:
         lane = world.lane("alice")
         lane.claim("validation")
 
@@ -360,3 +361,28 @@ def test_a_start_waits_out_a_power_off_and_gives_up_loudly_if_it_never_ends_l7(
 
         assert stuck.value.exit_code == 4
         assert (done.state, done.attempt) == (b.RUNNING, 1)
+
+
+@pytest.mark.parametrize(
+    "old, new, rule",
+    [
+        ("stage running\n", 'gsutil -q cp "$PREFIX/inputs/x.png" "$WORK/inputs/"\nstage running\n', "L10"),
+        ("stage running\n", "if true; then fetch_input x.png; fi\nstage running\n", "L10"),
+        ('BUCKET="', 'export JOB=validationn\nBUCKET="', "L4"),
+        ("  poweroff\n", "", "L12"),
+        ("  poweroff\n}", "}\npoweroff", "L12"),
+    ],
+)
+def test_each_walk_around_of_the_linter_is_refused_at_install(tmp_path, monkeypatch, old, new, rule):
+    """L4/L10/L12: a raw gsutil fetch, a fetch under `if true`, a second `export JOB=`, no
+    power-off reachable from the EXIT trap: refused before any metadata is written."""
+    with lane_world(tmp_path, monkeypatch) as world:
+        lane = world.lane("alice")
+        lane.claim("validation")
+        body = script.render("validation", BUCKET, JOB_COMMAND).replace(old, new, 1)
+
+        with pytest.raises(Refused) as refused:
+            lane.install("validation", body)
+
+        assert refused.value.rule == rule
+        assert script.SCRIPT_KEY not in world.fake.metadata

@@ -79,13 +79,14 @@ def test_no_lane_code_path_stops_suspends_or_deletes_the_instance_l1():
 
 
 def test_the_lane_cli_has_no_stop_or_delete_command_l1():
-    """L1: `gpuops lane` offers exactly board, claim, script, install, start, watch, release."""
+    """L1: `gpuops lane` offers exactly board, claim, script, install, start, watch, release,
+    repair."""
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     lane = commands["lane"]._subparsers._group_actions[0].choices
 
     assert sorted(lane) == sorted(
-        ["board", "claim", "script", "install", "start", "watch", "release"]
+        ["board", "claim", "script", "install", "start", "watch", "release", "repair"]
     )
     assert not {"stop", "delete", "suspend", "kill"} & set(lane)
     assert not {"stop", "suspend"} & set(commands)

@@ -51,10 +51,10 @@ def test_a_script_must_set_job_exactly_once_l4(jobs):
     [
         ("boot_marker\n", "L5", "boot marker"),
         ("sync_log_every 30 &\n", "L5", "log synced every 30 s"),
-        ("trap final_log EXIT\n", "L5", "final log upload"),
+        ("trap on_exit EXIT\n", "L5", "final log upload"),
         ("preflight_imports torch\n", "L6", "import gate"),
         ("disk_gate 20\n", "L6", "disk-capacity gate"),
-        ("poweroff\n", "L5", "power-off"),
+        ("poweroff\n", "L12", "power-off"),
     ],
 )
 @pytest.mark.fault(
@@ -112,7 +112,8 @@ def test_a_script_without_a_job_step_is_a_breach_l6():
 
 
 def test_unconditional_fetches_are_the_top_level_ones_without_a_fallback_l10():
-    """L10: fetches in conditionals, loops, functions or with `|| true` are not unconditional."""
+    """L10: fetches in conditionals, loops, functions or with `|| true` are not unconditional;
+    a loop over a literal list runs its body on every path, so c.png is."""
     body = "\n".join(
         [
             "fetch_input a.png",
@@ -135,7 +136,7 @@ def test_unconditional_fetches_are_the_top_level_ones_without_a_fallback_l10():
         ]
     )
 
-    assert s.unconditional_fetches(body) == ["a.png", "i.png"]
+    assert s.unconditional_fetches(body) == ["a.png", "c.png", "i.png"]
 
 
 def test_missing_inputs_are_the_unconditional_fetches_nobody_staged_l10():
@@ -181,7 +182,10 @@ def test_order_findings_name_rule_l6_and_say_what_is_wrong_l6():
 
     assert s.lint(no_job, "portraits") == [s.Finding("L6", "missing the job step (run_job)")]
     assert s.lint(early, "portraits") == [
-        s.Finding("L6", "the boot marker and both gates must come before run_job, in order")
+        s.Finding(
+            "L6",
+            "the EXIT trap, the boot marker and both gates must come before run_job, in order",
+        )
     ]
 
 
@@ -191,7 +195,7 @@ def test_order_findings_name_rule_l6_and_say_what_is_wrong_l6():
         ("outer() {\ninner() {\n}\nfetch_input x\n}\nfetch_input y", ["y"]),
         ("helper() {\n  echo hi\n  fetch_input f.png\n}\nfetch_input y", ["y"]),
         ("if a; then\nif b; then\nfi\nfetch_input x\nfi\nfetch_input y", ["y"]),
-        ("for a in b; do # x; done # y\nfetch_input z\ndone\nfetch_input y", ["y"]),
+        ("for a in $b; do # x; done # y\nfetch_input z\ndone\nfetch_input y", ["y"]),
         ("if x; then  # ; fi\nfetch_input a\nfi\nfetch_input y", ["y"]),
         ("one() { fetch_input g.png; }   \nfetch_input y", ["y"]),
     ],
@@ -209,3 +213,297 @@ def test_render_fills_every_field_and_defaults_the_disk_gate_to_twenty_gb():
     assert "run_job() { ( python3 train.py --fast ) >>" in body
     assert "\ndisk_gate 20\n" in body and "\npreflight_imports torch\n" in body
     assert "\n# (no staged inputs)\n" in body
+
+
+@pytest.mark.parametrize(
+    "line, fetched",
+    [
+        ('gsutil -q cp "$PREFIX/inputs/x.png" "$WORK/inputs/"', "x.png"),
+        ("gcloud storage cp gs://$BUCKET/jobs/$JOB/inputs/x.png .", "x.png"),
+        ('curl -sf "https://storage.googleapis.com/b/jobs/j/inputs/x.png" -o x', "x.png"),
+        ('X=$(gsutil cat "$PREFIX/inputs/x.png")', "x.png"),
+        ('python3 gen.py --ref "$WORK/inputs/x.png"', "x.png"),
+        ("if true; then fetch_input x.png; fi", "x.png"),
+        ("if [ 1 ]; then fetch_input x.png; fi", "x.png"),
+        ("if false; then :; else fetch_input x.png; fi", "x.png"),
+        ("while :; do fetch_input x.png; break; done", "x.png"),
+        ("true && fetch_input x.png", "x.png"),
+        ('grab() { gsutil cp "$PREFIX/inputs/$1" .; }\ngrab x.png', "x.png"),
+    ],
+)
+def test_every_walk_around_of_the_fetch_check_is_still_a_fetch_l10(line, fetched):
+    """L10: any read of inputs/ by any command is a fetch, and a constant test is no condition."""
+    body = TEMPLATE.replace("stage running\n", f"{line}\nstage running\n")
+
+    assert fetched in s.unconditional_fetches(body)
+    assert s.missing_inputs(body, ["ref-1.png", "ref-2.png"]) == [fetched]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'if [ -n "$REF" ]; then fetch_input x.png; fi',
+        "fetch_input x.png || echo optional",
+        "for f in $LIST; do fetch_input x.png; done",
+        "while false; do fetch_input x.png; done",
+        "false && fetch_input x.png",
+    ],
+)
+def test_a_fetch_that_may_not_run_is_not_unconditional_l10(line):
+    """L10: a real condition, a fallback, a loop over an expansion, a dead branch."""
+    body = TEMPLATE.replace("stage running\n", f"{line}\nstage running\n")
+
+    assert "x.png" not in s.unconditional_fetches(body)
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["export JOB=trainn", "export JOB", "JOB=portraits", "declare JOB=portraits", "read JOB"],
+)
+def test_job_assigned_or_exported_a_second_time_is_refused_l4(line):
+    """L4: `JOB="train"` then `export JOB=trainn` (or any second assignment) is a breach."""
+    body = TEMPLATE.replace('BUCKET="bkt"\n', f'BUCKET="bkt"\n{line}\n')
+
+    findings = s.lint(body, "portraits")
+
+    assert [f.rule for f in findings] == ["L4"] and "not 2 times" in findings[0].message
+
+
+def test_a_job_name_built_from_an_expansion_is_refused_l4():
+    """L4: JOB="$NAME" cannot be compared with the claim, so it is refused."""
+    body = TEMPLATE.replace('JOB="portraits"', 'JOB="$NAME"')
+
+    assert s.lint(body, "portraits") == [
+        s.Finding("L4", "the script's JOB must be a literal name, not an expansion")
+    ]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("  poweroff\n", "  if [ -n \"$X\" ]; then poweroff; fi\n"),
+        ("  poweroff\n", ""),
+        ("trap on_exit EXIT\n", "trap on_exit TERM\n"),
+        ("  final_log\n  poweroff\n", "  final_log\n"),
+    ],
+)
+def test_a_power_off_must_be_reachable_on_every_path_from_the_exit_trap_l12(change):
+    """L12: a poweroff line somewhere is not enough; the EXIT trap must reach it always."""
+    body = TEMPLATE.replace(*change)
+
+    found = s.lint(body, "portraits")
+
+    assert any(
+        (f.rule, f.message)
+        in (
+            ("L12", "missing a power-off reachable on every path from the EXIT trap"),
+            ("L5", "missing a final log upload on exit (trap on_exit EXIT)"),
+        )
+        for f in found
+    ), found
+
+
+def test_a_power_off_at_the_end_of_the_script_is_not_reached_by_a_failure_l12():
+    """L12: the issue's template: poweroff at the bottom, the EXIT trap only uploading."""
+    body = TEMPLATE.replace("  poweroff\n}", "}") + "poweroff\n"
+
+    assert s.Finding(
+        "L12", "missing a power-off reachable on every path from the EXIT trap"
+    ) in s.lint(body, "portraits")
+
+
+@pytest.mark.parametrize("halt", ["shutdown -h now", "shutdown -P now", "systemctl poweroff"])
+def test_other_spellings_of_a_power_off_count_l12(halt):
+    """L12: shutdown -h now and systemctl poweroff power the VM off too."""
+    assert s.lint(TEMPLATE.replace("  poweroff\n", f"  {halt}\n"), "portraits") == []
+
+
+def test_a_script_that_does_not_parse_is_refused_not_guessed_l5():
+    """L5: a syntax error means the linter cannot know what runs: refused."""
+    (finding,) = s.lint(TEMPLATE + "if then fi (\n", "portraits")
+
+    assert finding.rule == "L5" and "cannot be parsed" in finding.message
+
+
+@pytest.mark.parametrize(
+    "old, new, finding",
+    [
+        ("sync_log_every 30 &\n", "", ("L5", "missing the log synced every 30 s (sync_log_every 30 &)")),
+        ("stage ", "echo ", ("L5", "missing a status file with the current stage (stage ...)")),
+        ("trap on_exit EXIT\n", "", ("L5", "missing a final log upload on exit (trap on_exit EXIT)")),
+        (" || upload_rest ", " ; ", ("L5", "missing a gsutil-to-REST fallback with retries in the EXIT trap")),
+        ("preflight_imports torch\n", "preflight_imports\n", ("L6", "missing an import gate before work (preflight_imports NAME...)")),
+        ("disk_gate 20\n", "disk_gate many\n", ("L6", "missing a disk-capacity gate before work (disk_gate GB)")),
+    ],
+)
+def test_each_breach_is_one_exact_finding(old, new, finding):
+    """L5/L6: the rule and the words of each finding, exactly (what `install` prints)."""
+    body = TEMPLATE.replace(old, new) if old != "stage " else "\n".join(
+        line.replace("stage ", "echo ", 1) if line.startswith("stage ") else line
+        for line in TEMPLATE.splitlines()
+    )
+
+    assert s.lint(body, "portraits") == [s.Finding(*finding)]
+
+
+@pytest.mark.parametrize(
+    "halt, halts",
+    [
+        ("/sbin/poweroff", True),
+        ("/usr/sbin/poweroff", True),
+        ("/sbin/shutdown -h now", True),
+        ("/usr/sbin/shutdown now", True),
+        ("shutdown now", True),
+        ("shutdown -h -r now", False),
+        ("shutdown -r now", False),
+        ("shutdown -c", False),
+        ("shutdown", False),
+        ("systemctl poweroff -i", True),
+        ("systemctl reboot", False),
+        ("echo poweroff", False),
+    ],
+)
+def test_what_counts_as_a_power_off_l12(halt, halts):
+    """L12: the spellings that power a VM off, and the ones that do not (reboot, cancel)."""
+    body = TEMPLATE.replace("  poweroff\n", f"  {halt}\n")
+    breach = s.Finding("L12", "missing a power-off reachable on every path from the EXIT trap")
+
+    assert (breach not in s.lint(body, "portraits")) is halts
+
+
+@pytest.mark.parametrize(
+    "line, names, finding",
+    [
+        ("export JOB", ["?"], "the script's JOB must be a literal name, not an expansion"),
+        ("read JOB", ["?"], "the script's JOB must be a literal name, not an expansion"),
+        ("declare JOB=portraits", ["portraits"], None),
+        ("export JOB=portraits", ["portraits"], None),
+        ("JOB=`cat name`", ["`cat name`"], "the script's JOB must be a literal name, not an expansion"),
+        ("readonly JOB=other", ["other"], "the script's JOB='other' is not the claimed job 'portraits'"),
+    ],
+)
+def test_every_way_of_setting_job_is_read_exactly_once_l4(line, names, finding):
+    """L4: export, read, declare, readonly and a backtick substitution all set JOB."""
+    body = TEMPLATE.replace('JOB="portraits"\n', f"{line}\n")
+
+    assert s.job_names(body) == names
+    expected = [] if finding is None else [s.Finding("L4", finding)]
+    assert [f for f in s.lint(body, "portraits") if f.rule == "L4"] == expected
+
+
+@pytest.mark.parametrize(
+    "trap, ok",
+    [
+        ("trap on_exit 0", True),
+        ("trap on_exit TERM EXIT", True),
+        ("trap on_exit", False),
+        ("trap -- on_exit TERM", False),
+    ],
+)
+def test_the_exit_trap_is_found_by_its_signal_list_l5(trap, ok):
+    """L5: EXIT or 0 anywhere in the trap's signal list; a trap without it is no exit trap."""
+    body = TEMPLATE.replace("trap on_exit EXIT\n", f"{trap}\n")
+
+    assert (s.lint(body, "portraits") == []) is ok
+
+
+def test_a_trap_for_another_signal_before_the_exit_trap_does_not_count_as_it_l6():
+    """L6: the order check looks at the EXIT trap, not the first trap."""
+    late = TEMPLATE.replace("trap on_exit EXIT\n", "").replace(
+        "stage uploading\n", "trap on_exit EXIT\nstage uploading\n"
+    )
+
+    assert s.lint(late, "portraits") == [
+        s.Finding(
+            "L6",
+            "the EXIT trap, the boot marker and both gates must come before run_job, in order",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "body, fetched",
+    [
+        ("grab() { gsutil cp gs://b/inputs/$2 .; }\ngrab x y", ["y"]),
+        ("grab() { gsutil cp gs://b/inputs/$0 .; }\ngrab x", ["$0"]),
+        ("grab() { gsutil cp gs://b/inputs/$3 .; }\ngrab x", ["$3"]),
+        ("fetch_input a b", ["a"]),
+        ("cp inputs/a/inputs/b .", ["a/inputs/b"]),
+        ('X="$(cat inputs/a)$(cat inputs/b)"', ["a", "b"]),
+        ("one() { cat inputs/a; cat inputs/b; }\none", ["a", "b"]),
+        ("one() { cat inputs/a & }\none", []),
+        ("one() { two $1; }\ntwo() { cat inputs/$1; }\none z", ["z"]),
+        ("loop() { cat inputs/a; loop; }\nloop", ["a"]),
+        ("one() { [ -n \"$X\" ] && cat inputs/a; }\none", []),
+    ],
+)
+def test_function_reads_are_followed_with_their_arguments_l10(body, fetched):
+    """L10: positional arguments by number, every read in a body, recursion ends."""
+    assert s.unconditional_fetches(body) == fetched
+
+
+@pytest.mark.parametrize(
+    "text, hours",
+    [("#!/bin/bash\n# gpuops: max-hours 2.5\n", 2.5), ("# gpuops: max-hours 3\n", 3.0),
+     ("#!/bin/bash\n", None), ("# gpuops: max-hours soon\n", None)],
+)
+def test_the_declared_length_is_read_from_its_one_line(text, hours):
+    """The job's declared length, for the provider-native ceiling; none when absent."""
+    assert s.declared_hours(text) == hours
+
+
+def test_render_writes_each_field_where_the_contract_reads_it():
+    """render: JOB, the imports, one fetch line per input, the declared length as line two."""
+    body = s.render("j", "b", "c", imports=("a", "b"), inputs=("x", "y"), max_hours=2)
+    plain = s.render("j", "b", "c").splitlines()
+
+    assert body.splitlines()[:2] == ["#!/bin/bash", "# gpuops: max-hours 2"]
+    assert '\nJOB="j"\n' in body and "\npreflight_imports a b\n" in body
+    assert "\nfetch_input x\nfetch_input y\n" in body
+    assert plain[1].startswith("# gpuops lane startup script") and s.declared_hours("\n".join(plain)) is None
+    assert body.endswith("stage succeeded\n") and body.count("max-hours") == 1
+
+
+def test_an_exit_that_is_not_a_trap_is_no_exit_trap_l5():
+    """L5: `echo on_exit EXIT` names no handler; only `trap ... EXIT` does."""
+    body = TEMPLATE.replace("trap on_exit EXIT\n", "echo on_exit EXIT\n")
+
+    assert s.Finding("L5", "missing a final log upload on exit (trap on_exit EXIT)") in s.lint(
+        body, "portraits"
+    )
+
+
+def test_a_fallback_needs_gsutil_first_l5():
+    """L5: `cp ... || upload_rest` is not gsutil with a REST fallback."""
+    body = TEMPLATE.replace("gsutil -q cp", "cp")
+
+    assert s.Finding(
+        "L5", "missing a gsutil-to-REST fallback with retries in the EXIT trap"
+    ) in s.lint(body, "portraits")
+
+
+def test_a_recursive_exit_handler_is_followed_once():
+    """L12: a handler that calls itself is walked once, and its power-off still found."""
+    body = TEMPLATE.replace("  poweroff\n}", "  poweroff\n  on_exit\n}")
+
+    assert s.lint(body, "portraits") == []
+
+
+@pytest.mark.parametrize(
+    "body, fetched",
+    [
+        ("grab() { X=$(cat inputs/$1); }\ngrab a", ["a"]),
+        ("one() { cat inputs/a; }\nX=$(one)", ["a"]),
+        ("f() { fetch_input $1; }\nf a", ["a"]),
+    ],
+)
+def test_reads_in_substitutions_and_fetches_inside_functions_take_the_calls_arguments_l10(
+    body, fetched
+):
+    """L10: `$1` inside a substitution or a fetch_input in a function is the call's argument."""
+    assert s.unconditional_fetches(body) == fetched
+
+
+def test_a_positional_read_at_top_level_is_returned_as_written_l10():
+    """L10: `$1` outside any function names no staged input: it can never match one."""
+    assert s.unconditional_fetches("cat inputs/$1") == ["$1"]

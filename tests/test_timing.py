@@ -40,6 +40,8 @@ PINNED = {
     "STALE_CLAIM_S": 7200.0,
     "LANE_WATCH_TIMEOUT_S": 3600.0,
     "STOCKOUT_RETRY_S": 120.0,
+    "POWEROFF_GRACE_S": 180.0,
+    "DEFAULT_MAX_RUN_S": 21600.0,
     "QUARANTINE_TTL_S": 86400.0,
     "PROBE_TIMEOUT_S": 180.0,
     "SSH_CONNECT_TIMEOUT_S": 10.0,
@@ -338,3 +340,15 @@ def test_a_waiting_rent_takes_over_only_after_several_missed_racer_heartbeats_m8
 def test_the_archive_never_takes_history_younger_than_the_longest_rental():
     """Released records stay live at least as long as a rental may last."""
     assert timing.ARCHIVE_AFTER_S >= timing.MAX_RENTAL_S
+
+
+def test_the_power_off_grace_outlasts_the_final_log_retries_and_a_watch_poll_l12():
+    """L12: a script still uploading its final log (5+10+15 s of retry pauses) is not yet a
+    billing alarm, and a watcher polls several times inside the grace."""
+    assert timing.POWEROFF_GRACE_S >= 5 + 10 + 15 + timing.LOG_SYNC_S
+    assert timing.POWEROFF_GRACE_S >= 3 * timing.LANE_POLL_S
+
+
+def test_the_default_run_ceiling_is_longer_than_a_stale_claim_and_shorter_than_a_day():
+    """The provider-native ceiling must not cut a normal job short, nor bill for a day."""
+    assert timing.STALE_CLAIM_S < timing.DEFAULT_MAX_RUN_S < 86400.0

@@ -6,32 +6,32 @@ operation is DONE with no error and nothing changes (provider-formats.md B.2; an
 to confirm on a real project). Scripted start outcomes play stockouts and quota in the
 finished operation, as GCE reports them (B.3).
 
-A "boot" plays the installed startup script's contract (gpuops/lane/script.py) on the clock,
-reading only what a real boot would: the ``startup-script`` and ``gpuops-attempt`` metadata
-and the bucket. It writes the boot marker under the script's own JOB (so a typo'd JOB uploads
-to the wrong prefix, as on 13 November), stages, log syncs every 30 s, results, the final
-log, and powers off. Scripted failures: a broken import (preflight), too little disk, a
-fetch of an input not staged. Nothing here reads the wall clock.
+A boot runs the installed ``startup-script`` for real (fakes/gce/boot.py): ``bash`` in a
+sandbox, its curl/gsutil/poweroff/sleep reaching this model through the loopback server
+(``attach``). Nothing but the script's own power-off (or the provider-native
+``scheduling.maxRunDuration``, when set) moves the instance to STOPPING: a script that never
+powers off leaves the instance RUNNING, and billing, as GCE would (H4). Nothing here reads
+the wall clock; the script's ``sleep`` runs on this model's clock.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import re
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
+from fakes.gce import boot as real_boot
 from fakes.gce.scenario import LaneScenario
 from fakes.vast.clock import Clock
 
-LOG_SYNC_EVERY_S = 30.0  # the contract's sync period, as the fake script plays it
-_JOB = re.compile(r'^JOB="?([^"\s]*)"?\s*$', re.M)
-_IMPORTS = re.compile(r"^preflight_imports\s+(.+)$", re.M)
-_DISK = re.compile(r"^disk_gate\s+(\d+)", re.M)
-_FETCH = re.compile(r"^fetch_input\s+(\S+)\s*$", re.M)
+# How often a waiting sleep re-reads a scaled clock between ticks (loopback mode).
+SLEEP_POLL = 0.05
 
 
 @dataclass
@@ -54,6 +54,9 @@ class FakeGCE:
     calls: list[str] = field(default_factory=list)  # "METHOD route" of every request, in order
     updated: dict[str, float] = field(default_factory=dict)  # object name -> last write time
     boots: int = 0
+    max_run_s: float | None = None  # scheduling.maxRunDuration, when set (setScheduling)
+    termination_action: str = ""  # scheduling.instanceTerminationAction
+    processes: dict[int, real_boot.Boot] = field(default_factory=dict)  # boot number -> boot
 
     def __post_init__(self) -> None:
         self.lock = threading.RLock()
@@ -65,6 +68,14 @@ class FakeGCE:
         self._races = self.scenario.fingerprint_races
         self._boot_id = 0
         self._applying: float | None = None
+        self._server: str | None = None
+        self._root: Path | None = None
+        self._own_root = False
+        self.wakeup = threading.Condition()
+        self._closed = False
+        self.unattached: list[int] = []  # boots that found no server to run on
+        self._changes = 0  # bumped whenever a boot may run (spawned, woken, signalled)
+        self._settled = 0  # the value of _changes the last settle saw through
         for name in self.scenario.staged:
             self.put(name, b"staged input\n")
         if self.scenario.running_job:
@@ -84,10 +95,16 @@ class FakeGCE:
             while self._events and self._events[0][0] <= now:
                 when, _, action = heapq.heappop(self._events)
                 self._applying = when
+                self._changes += 1
                 try:
                     action()
                 finally:
                     self._applying = None
+            for boot in self.processes.values():
+                if any(wake <= now for wake in boot.sleepers.values()):
+                    self._changes += 1  # a sleep ends: that boot runs again
+        with self.wakeup:
+            self.wakeup.notify_all()
 
     # --- compute ------------------------------------------------------------------------------
     def start(self) -> Operation:
@@ -111,6 +128,24 @@ class FakeGCE:
         self._new_fingerprint()
         return self._operation("setMetadata", "ok")
 
+    def set_scheduling(self, max_run_s: float | None, action: str) -> Operation:
+        """The provider-native ceiling: GCE applies ``action`` (STOP) after ``max_run_s``
+        of running (reconstructed from the API reference, recordings/gce/)."""
+        self.max_run_s = max_run_s if max_run_s else None
+        self.termination_action = action
+        return self._operation("setScheduling", "ok")
+
+    def _ceiling(self, number: int) -> None:
+        """maxRunDuration ran out: GCE stops the instance (an ACPI shutdown: the guest's
+        processes get SIGTERM, so the script's trap still runs) whatever the script does."""
+        if number != self._boot_id or self.status not in ("RUNNING", "STAGING"):
+            return
+        self._serial("compute: maxRunDuration reached; instanceTerminationAction STOP")
+        boot = self.processes.get(number)
+        self._power_off()
+        if boot is not None:
+            boot.signal(15)
+
     def _new_fingerprint(self) -> None:
         self.fingerprint = f"fp-{next(self._fp)}"
 
@@ -120,9 +155,12 @@ class FakeGCE:
         return op
 
     def foreign_start(self, job: str, runtime_s: float | None = None) -> None:
-        """A third operator starts the instance with their own tooling and their own script."""
+        """A third operator starts the instance with their own tooling and their own script
+        (the same template, their job, no gpuops claim)."""
+        from gpuops.lane.script import render
+
         self.metadata = {
-            "startup-script": f'#!/bin/bash\nJOB="{job}"\nboot_marker\n',
+            "startup-script": render(job, self.scenario.bucket, 'python3 "$WORK/job.py"'),
             "gpuops-attempt": "foreign",
         }
         self._new_fingerprint()
@@ -142,37 +180,126 @@ class FakeGCE:
     def _power_off(self) -> None:
         self.status = "STOPPING"
         self._serial("systemd-shutdown: powering off")
-        self._at(self.scenario.stopping_s, partial(self._set_status, "TERMINATED"))
+        self._at(self.scenario.stopping_s, self._terminated)
 
-    # --- the boot: the startup-script contract, played -----------------------------------------
-    def _boot(self, boot: int, runtime_s: float | None) -> None:
+    def _terminated(self) -> None:
+        self.status = "TERMINATED"
+        for boot in self.processes.values():
+            if not boot.killed:
+                boot.kill()
+
+    def poweroff(self, number: int) -> bool:
+        """The script of boot ``number`` ran poweroff/shutdown. False: that boot is gone."""
+        with self.lock:
+            self.tick()
+            live = number == self._boot_id and self.status in ("RUNNING", "STAGING")
+            if live:
+                self._power_off()
+            return live
+
+    # --- real boots (fakes/gce/boot.py) ------------------------------------------------------
+    def attach(self, server_url: str, root: Path | None = None) -> None:
+        """Boots run for real from now on, their shims calling ``server_url``."""
+        self._server = server_url
+        if root is None:
+            root = Path(tempfile.mkdtemp(prefix="gpuops-fake-gce-"))
+            self._own_root = True
+        self._root = root
+
+    def _boot(self, number: int, runtime_s: float | None) -> None:
         self.status = "RUNNING"
         self.boots += 1
+        if self.max_run_s is not None and self.termination_action == "STOP":
+            self._at(self.max_run_s, partial(self._ceiling, number))  # counted from RUNNING
         script = self.metadata.get("startup-script", "")
-        attempt = self.metadata.get("gpuops-attempt", "unknown")
-        found = _JOB.search(script)
-        runtime = self.scenario.job_runtime_s if runtime_s is None else runtime_s
-        if found is None:  # not a lane script: it runs for a while and powers off
-            self._serial("startup-script: no JOB line; nothing to report")
-            self._at(runtime, self._power_off)
+        if self._server is None or self._root is None:
+            self.unattached.append(number)
+            self._serial("fake-gce: no boot host attached; the script never ran")
             return
-        job = found.group(1)
-        play = _Play(self, job, attempt)
-        play.marker()
-        for module in (_IMPORTS.search(script) or _empty).group(1).split():
-            if module in self.scenario.broken_imports:
-                self._at(4.0, partial(play.fail, f"preflight: import {module} failed"))
-                return
-        need = _DISK.search(script)
-        if need and int(need.group(1)) > self.scenario.disk_free_gb:
-            free, gb = self.scenario.disk_free_gb, need.group(1)
-            self._at(4.0, partial(play.fail, f"preflight: {free} GB free on /work, need {gb}"))
+        s = self.scenario
+        sandbox = real_boot.make_sandbox(
+            self._root,
+            number,
+            installed=s.installed,
+            broken=s.broken_imports,
+            runtime_s=s.job_runtime_s if runtime_s is None else runtime_s,
+            results=max(s.results, 0),
+        )
+        self._serial(f"google_metadata_script_runner: starting startup-script (boot {number})")
+        process = real_boot.spawn(
+            sandbox, number, script, server=self._server, disk_gb=s.disk_free_gb
+        )
+        self.processes[number] = real_boot.Boot(number, sandbox, process)
+
+    def sleep_until(self, number: int, pid: int, seconds: float) -> None:
+        """A boot's ``sleep``: block (this server thread) until the model's clock says so."""
+        with self.lock:
+            boot = self.processes.get(number)
+            wake = self.clock.now() + max(seconds, 0.0)
+            if boot is not None:
+                boot.sleepers[pid] = wake
+        try:
+            with self.wakeup:
+                while not self._closed and self.clock.now() < wake:
+                    if boot is not None and boot.killed:
+                        return
+                    self.wakeup.wait(SLEEP_POLL)
+        finally:
+            if boot is not None:
+                with self.lock:
+                    boot.sleepers.pop(pid, None)
+
+    def settle(self) -> None:
+        """Wait (real time) until every live boot is blocked on this clock or has ended.
+        Nothing to wait for when no boot was spawned, woken or signalled since the last."""
+        seen = self._changes
+        if seen == self._settled:
             return
-        for name in _FETCH.findall(script):
-            if f"jobs/{job}/inputs/{name}" not in self.objects:
-                self._at(6.0, partial(play.fail, f"missing staged input {name}"))
-                return
-        play.run(runtime)
+        live = [b for b in self.processes.values() if not b.killed]
+        real_boot.wait_blocked(live, self.clock.now)
+        self._settled = seen
+
+    def next_change(self) -> float | None:
+        """The earliest fake time at which something is due: a scheduled change or a boot's
+        sleep ending (a test's clock steps to it, so nothing wakes late)."""
+        with self.lock:
+            times = [when for when, _, _ in self._events[:1]]
+            for boot in self.processes.values():
+                if not boot.killed:
+                    times += list(boot.sleepers.values())
+        return min(times) if times else None
+
+    def advance(self, seconds: float) -> None:
+        """A test's FakeClock moves ``seconds``, stopping at every change due on the way and
+        letting the boots run to their next wait at each stop."""
+        advance = getattr(self.clock, "advance")  # only a test's FakeClock is advanced
+        target = self.clock.now() + seconds
+        while True:
+            self.settle()
+            due = self.next_change()
+            step_to = target if due is None or due > target else max(due, self.clock.now())
+            advance(step_to - self.clock.now())
+            self.tick()
+            if step_to >= target:
+                break
+        self.settle()
+
+    def signal_boot(self, sig: int) -> None:
+        """Send ``sig`` to every process of the current boot (an ACPI shutdown, a test)."""
+        boot = self.processes.get(self._boot_id)
+        if boot is not None:
+            self._changes += 1
+            boot.signal(sig)
+
+    def close(self) -> None:
+        """Kill every boot's processes and remove the sandboxes this model made."""
+        self._closed = True
+        with self.wakeup:
+            self.wakeup.notify_all()
+        for boot in self.processes.values():
+            boot.kill()
+        if self._own_root and self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
 
     def _serial(self, line: str) -> None:
         self.serial += f"{line}\n"
@@ -181,70 +308,3 @@ class FakeGCE:
         self.objects[name] = data
         self.updated[name] = self._applying if self._applying is not None else self.clock.now()
 
-
-class _Empty:
-    def group(self, index: int) -> str:
-        return ""
-
-
-_empty = _Empty()
-
-
-@dataclass
-class _Play:
-    """One boot's writes to the bucket, under the JOB the script names."""
-
-    fake: FakeGCE
-    job: str
-    attempt: str
-    log: list[str] = field(default_factory=list)
-
-    def _path(self, rest: str) -> str:
-        return f"jobs/{self.job}/{rest}"
-
-    def _stage(self, stage: str, reason: str = "") -> None:
-        self.fake.put(self._path("status"), f"{stage} {self.attempt} {reason}".strip().encode())
-        self._log(f"stage {stage} {reason}".strip())
-
-    def _log(self, line: str) -> None:
-        self.log.append(line)
-        self.fake._serial(f"startup-script: {line}")
-
-    def _sync(self) -> None:
-        self.fake.put(self._path("log.txt"), ("\n".join(self.log) + "\n").encode())
-
-    def marker(self) -> None:
-        self.fake.put(self._path(f"boot/{self.attempt}"), f"{self.attempt}\n".encode())
-        self._log(f"boot marker {self.attempt}")
-        self._stage("booted")
-        self._stage("preflight")
-        self._sync()
-
-    def fail(self, reason: str) -> None:
-        self._stage("failed", reason)
-        self._sync()
-        self.fake._power_off()
-
-    def run(self, runtime_s: float) -> None:
-        fake, n = self.fake, max(self.fake.scenario.results, 0)
-        fake._at(6.0, partial(self._stage, "running"))
-        syncs = int(runtime_s // LOG_SYNC_EVERY_S)
-        for k in range(1, syncs + 1):
-            fake._at(6.0 + k * LOG_SYNC_EVERY_S, partial(self._progress, k))
-        for i in range(n):
-            fake._at(6.0 + runtime_s * (i + 1) / n, partial(self._result, i + 1, n))
-        fake._at(6.0 + runtime_s + 1.0, self._finish)
-
-    def _progress(self, k: int) -> None:
-        self._log(f"progress {k}")
-        self._sync()
-
-    def _result(self, i: int, n: int) -> None:
-        self.fake.put(self._path(f"results/out-{i:03d}.png"), b"png")
-        self._log(f"result {i}/{n}")
-
-    def _finish(self) -> None:
-        self._stage("uploading")
-        self._stage("succeeded")
-        self._sync()
-        self.fake._power_off()

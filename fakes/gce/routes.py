@@ -56,6 +56,10 @@ def get_instance(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
         return missing
     body = _recorded("gce", "instance_get_terminated")
     body["status"] = fake.status
+    if fake.max_run_s is not None:
+        body["scheduling"] = _recorded("gce", "instance_scheduling_max_run")["scheduling"]
+        body["scheduling"]["maxRunDuration"] = {"seconds": str(int(fake.max_run_s))}
+        body["scheduling"]["instanceTerminationAction"] = fake.termination_action
     body["metadata"] = {
         "kind": "compute#metadata",
         "fingerprint": fake.fingerprint,
@@ -107,6 +111,20 @@ def set_metadata(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     op = fake.set_metadata(str(sent.get("fingerprint", "")), items)
     if op is None:
         return _error("set_metadata_412")
+    return _json(200, _op_body(fake, op.name, done=True))
+
+
+def set_scheduling(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """setScheduling: only on a TERMINATED instance (the API reference); a ceiling is kept."""
+    if (missing := _instance(fake, m)) is not None:
+        return missing
+    if fake.status != "TERMINATED":
+        body = _recorded("gce", "set_scheduling_not_terminated")
+        return _json(int(body["error"]["code"]), body)
+    sent = json.loads(req.body or b"{}")
+    duration = sent.get("maxRunDuration") or {}
+    seconds = float(duration.get("seconds", 0) or 0) if duration else None
+    op = fake.set_scheduling(seconds, str(sent.get("instanceTerminationAction", "")))
     return _json(200, _op_body(fake, op.name, done=True))
 
 
@@ -211,18 +229,60 @@ def _multipart(content_type: str, body: bytes) -> list[bytes]:
     return out
 
 
+_TEXT = (("Content-Type", "application/text"), ("Metadata-Flavor", "Google"))
+
+
+def _flavored(req: Request) -> Reply | None:
+    """The metadata server answers only requests that carry ``Metadata-Flavor: Google``."""
+    if req.headers.get("metadata-flavor") != "Google":
+        return Reply(403, (("Content-Type", "text/html"),), "Missing Metadata-Flavor:Google header.")
+    return None
+
+
+def metadata_attribute(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """A boot reading its instance's custom metadata (live, as the real server serves it)."""
+    if (refused := _flavored(req)) is not None:
+        return refused
+    key = unquote(m["k"])
+    if key not in fake.metadata:
+        return Reply(404, (("Content-Type", "text/html"),), "Not Found")
+    return Reply(200, _TEXT, fake.metadata[key])
+
+
+def metadata_token(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    if (refused := _flavored(req)) is not None:
+        return refused
+    return _json(200, _recorded("gce", "metadata_token"))
+
+
+def boot_poweroff(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """fake_gce_poweroff: a boot's poweroff/shutdown shim (no real client sends this)."""
+    if not fake.poweroff(int(m["n"])):
+        return _json(409, {"fake_gce_error": f"boot {m['n']} is not the running boot"})
+    return _json(200, {"fake_gce_poweroff": int(m["n"])})
+
+
 Handler = Callable[[FakeGCE, Request, re.Match[str]], Reply]
 ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
     ("GET", re.compile(_C + r"/instances/(?P<i>[^/]+)"), get_instance),
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/start"), start),
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setMetadata"), set_metadata),
+    ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setScheduling"), set_scheduling),
     ("GET", re.compile(_C + r"/instances/(?P<i>[^/]+)/serialPort"), serial),
     ("GET", re.compile(_C + r"/operations/(?P<op>[^/]+)"), get_operation),
     ("GET", re.compile(r"/storage/v1" + _S), list_objects),
     ("GET", re.compile(r"/download/storage/v1" + _S + r"/(?P<o>.+)"), download),
     ("GET", re.compile(r"/storage/v1" + _S + r"/(?P<o>.+)"), object_meta),
     ("POST", re.compile(r"/upload/storage/v1" + _S), upload),
+    ("GET", re.compile(r"/computeMetadata/v1/instance/attributes/(?P<k>[^/]+)"), metadata_attribute),
+    (
+        "GET",
+        re.compile(r"/computeMetadata/v1/instance/service-accounts/default/token"),
+        metadata_token,
+    ),
+    ("POST", re.compile(r"/fake_gce/boots/(?P<n>\d+)/poweroff"), boot_poweroff),
 )
+SLEEP = re.compile(r"/fake_gce/boots/(?P<n>\d+)/sleep")
 KNOWN = [f"{method} {pattern.pattern}" for method, pattern, _ in ROUTES]
 
 

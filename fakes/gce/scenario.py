@@ -35,6 +35,7 @@ class LaneScenario:
     starts: tuple[str, ...] = ()  # outcome of each start on a TERMINATED instance, then "ok"
     fingerprint_races: int = 0  # setMetadata calls that lose to another writer first (412)
     broken_imports: tuple[str, ...] = ()  # modules whose import fails at preflight
+    installed: tuple[str, ...] = ("torch", "torchvision", "numpy", "PIL")  # on the VM image
     staged: tuple[str, ...] = ()  # objects in the bucket at the start
     running_job: str | None = None  # a third operator's job already running (its own tooling)
 

@@ -9,11 +9,12 @@ import contextlib
 import sys
 import threading
 import traceback
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
 from fakes.gce.model import FakeGCE
-from fakes.gce.routes import UnknownRoute, dispatch, unknown_reply
+from fakes.gce.routes import SLEEP, UnknownRoute, dispatch, unknown_reply
 from fakes.vast.wire import Reply, Request
 
 TICK_S = 0.2
@@ -22,7 +23,7 @@ MAX_BODY_BYTES = 8 << 20
 
 
 class FakeGCEServer:
-    def __init__(self, fake: FakeGCE, httpd: ThreadingHTTPServer) -> None:
+    def __init__(self, fake: FakeGCE, httpd: ThreadingHTTPServer, ticker: bool = True) -> None:
         self.fake, self._httpd = fake, httpd
         self.url = f"http://127.0.0.1:{httpd.server_address[1]}"
         self._stop = threading.Event()
@@ -33,8 +34,11 @@ class FakeGCEServer:
                 daemon=True,
                 name="fake-gce-http",
             ),
-            threading.Thread(target=self._tick, daemon=True, name="fake-gce-tick"),
         ]
+        if ticker:
+            self._threads.append(
+                threading.Thread(target=self._tick, daemon=True, name="fake-gce-tick")
+            )
         for thread in self._threads:
             thread.start()
 
@@ -43,17 +47,25 @@ class FakeGCEServer:
             self.fake.tick()
 
     def close(self) -> None:
+        """Stop serving and kill every boot's processes: nothing is left behind."""
         self._stop.set()
+        self.fake.close()
         self._httpd.shutdown()
         self._httpd.server_close()
         for thread in self._threads:
             thread.join()
 
 
-def serve_http(fake: FakeGCE, port: int = 0) -> FakeGCEServer:
+def serve_http(
+    fake: FakeGCE, port: int = 0, *, ticker: bool = True, boot_root: Path | None = None
+) -> FakeGCEServer:
+    """Serve ``fake`` on loopback; its boots run for real against this server. ``ticker``:
+    apply the clock in the background (a scaled clock); off for a test's FakeClock."""
     httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(fake))
     httpd.daemon_threads = True
-    return FakeGCEServer(fake, httpd)
+    server = FakeGCEServer(fake, httpd, ticker=ticker)
+    fake.attach(server.url, boot_root)
+    return server
 
 
 def _handler(fake: FakeGCE) -> type[BaseHTTPRequestHandler]:
@@ -63,7 +75,7 @@ def _handler(fake: FakeGCE) -> type[BaseHTTPRequestHandler]:
 
         def handle(self) -> None:
             # a client process that exits with its keep-alive open resets the connection
-            with contextlib.suppress(ConnectionResetError):
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
                 super().handle()
 
         def _serve(self) -> None:
@@ -77,7 +89,16 @@ def _handler(fake: FakeGCE) -> type[BaseHTTPRequestHandler]:
                 body=self.rfile.read(length) if 0 < length <= MAX_BODY_BYTES else b"",
             )
             try:
-                reply = dispatch(fake, request)
+                sleeping = SLEEP.fullmatch(request.path)
+                if sleeping and request.method == "POST":  # held outside the model's lock
+                    fake.sleep_until(
+                        int(sleeping["n"]),
+                        int(request.query.get("pid", "0")),
+                        float(request.query.get("seconds", "0")),
+                    )
+                    reply = Reply(200, (), "")
+                else:
+                    reply = dispatch(fake, request)
             except UnknownRoute as exc:
                 reply = unknown_reply(exc)
             except Exception as exc:  # a bug in the fake: loud, never a hang

@@ -154,3 +154,113 @@ def cost_usd(
 ) -> float:
     """Running time at the hourly rate plus the disk for the time the claim was held."""
     return round(running_s / 3600.0 * usd_per_hour + held_s / 86400.0 * disk_usd_per_day, 4)
+
+
+# --- L12: no state line, no freedom ---------------------------------------------------------
+UNKNOWN_OWNER = "unknown"  # a rebuilt claim whose owner no evidence names
+HELD_STATES = (CLAIMED, STARTING, RUNNING)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What can be known of a claim without the board: the instance and the lane's events.
+
+    ``event_*`` describe the latest lane event for this lane (its state as a board event
+    wrote it, the operator who wrote it, the job, attempt and board revision) and its age.
+    """
+
+    instance_status: str
+    metadata_job: str | None = None
+    metadata_attempt: str | None = None
+    event_state: str | None = None
+    event_owner: str | None = None
+    event_job: str | None = None
+    event_attempt: int = 0
+    event_revision: int = 0
+    event_age_s: float | None = None
+
+
+def claim_signs(ev: Evidence) -> list[str]:
+    """Every sign that somebody holds the lane (L12); empty when there is none."""
+    signs = []
+    if ev.instance_status != TERMINATED:
+        signs.append(f"the instance is {ev.instance_status}, not TERMINATED")
+    if ev.metadata_job is not None:
+        signs.append(f"its metadata names job {ev.metadata_job}")
+    if ev.metadata_attempt is not None:
+        signs.append(f"its metadata holds attempt {ev.metadata_attempt}")
+    if ev.event_age_s is not None and ev.event_age_s < timing.STALE_CLAIM_S:
+        signs.append(
+            f"a lane event {ev.event_age_s:.0f} s ago left it {ev.event_state or 'held'}"
+            + (f" for job {ev.event_job} by {ev.event_owner}" if ev.event_job else "")
+        )
+    return signs
+
+
+def check_claimable_without_board(ev: Evidence, lane: str) -> None:
+    """A lane with no state line may be claimed only when nothing says it is held (L12)."""
+    signs = claim_signs(ev)
+    if signs:
+        raise Refused(
+            "L12",
+            f"lane {lane} has no state line, so it is unknown, not free, while "
+            + "; ".join(signs)
+            + ": run `gpuops lane repair` to rebuild its state line from that evidence",
+        )
+
+
+def repaired(lane: str, instance: str, ev: Evidence, now: float) -> Board:
+    """The state line rebuilt from the evidence (L12). It is free only when there is no sign
+    of a claim at all; otherwise held, by the owner and job the evidence names (or
+    ``unknown``), and running while the instance is not TERMINATED."""
+    import dataclasses
+
+    from gpuops.lane.board import FREE
+    from gpuops.lane.board import Board as B
+
+    revision = ev.event_revision + 1
+    if not claim_signs(ev) or (
+        ev.event_state == FREE
+        and ev.instance_status == TERMINATED
+        and ev.metadata_job is None
+        and ev.metadata_attempt is None
+    ):
+        return B(lane, instance, now, revision=revision)
+    held_event = ev.event_state in HELD_STATES
+    job = ev.metadata_job or (ev.event_job if held_event else None) or UNKNOWN_OWNER
+    same = held_event and ev.event_job == job  # the event is about this job's claim
+    owner = (ev.event_owner if same else None) or UNKNOWN_OWNER
+    claimed = now - ev.event_age_s if same and ev.event_age_s is not None else now
+    board = B(
+        lane,
+        instance,
+        now,
+        state=CLAIMED,
+        owner=owner,
+        job=job,
+        attempt=ev.event_attempt if same else 0,
+        claimed=claimed,
+        revision=revision,
+    )
+    if ev.instance_status != TERMINATED:
+        boot = ev.metadata_attempt if ev.metadata_attempt and ev.metadata_attempt.isalnum() else None
+        board = dataclasses.replace(
+            board, state=RUNNING, started=now, boot=boot or UNKNOWN_OWNER
+        )
+    return board
+
+
+# --- the job ended, the VM did not (L1, L12) ------------------------------------------------
+def billing_alarm(verdict: Verdict, instance_status: str, ended_at: float | None, now: float) -> bool:
+    """The job's status ended but its VM still runs past the power-off grace: it bills until a
+    human acts (gpuops never stops it, L1)."""
+    if verdict not in (Verdict.SUCCEEDED, Verdict.FAILED) or ended_at is None:
+        return False
+    return instance_status in BOOTING and now - ended_at >= timing.POWEROFF_GRACE_S
+
+
+# --- the provider-native ceiling (a second layer after the script's own power-off) ----------
+def run_ceiling_s(max_hours: float | None, declared_hours: float | None) -> float:
+    """``--max-hours`` if given, else the job's declared length, else the documented default."""
+    chosen = max_hours if max_hours is not None else declared_hours
+    return timing.DEFAULT_MAX_RUN_S if chosen is None else float(round(chosen * 3600.0))

@@ -4,14 +4,17 @@ Every board change goes through ``_transition``: read with version, apply a pure
 from board.py, compare-and-swap, re-read and re-decide on a lost race (L3). The retry state
 lives in the board line itself, so any later `lane start`, from any process or host sharing
 the store, resumes exactly where a dead one stopped (L11). There is no stop and no delete
-anywhere (L1).
+anywhere (L1). A board that is missing or unreadable is never read as free while the instance,
+its metadata or a recent lane event says somebody holds the lane; ``repair`` rebuilds it from
+that evidence (L12). A job that ended while its VM runs on is a billing alarm, never silence.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,7 +32,7 @@ from gpuops.errors import (
     Unavailable,
     VersionConflict,
 )
-from gpuops.events import EventLog
+from gpuops.events import EventLog, read_events
 from gpuops.lane import board as b
 from gpuops.lane import decide as d
 from gpuops.lane import script as s
@@ -40,10 +43,23 @@ CAS_TRIES = 8
 METADATA_TRIES = 3
 
 
+def _epoch(ts: str) -> float:
+    """An event's ``ts`` (``...T..:..:..[.ffffff]Z``) as epoch seconds; 0 when unreadable."""
+    from datetime import UTC, datetime
+
+    try:
+        return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return 0.0
+
+
 class Compute(Protocol):
     def get(self, instance: str) -> LaneInstance: ...
     def set_metadata(self, instance: str, items: dict[str, str], fingerprint: str) -> None: ...
     def start(self, instance: str) -> None: ...
+    def set_run_ceiling(
+        self, instance: str, current: Mapping[str, Any], max_run_s: float
+    ) -> None: ...
 
 
 class Bucket(Protocol):
@@ -87,15 +103,106 @@ class Lane:
 
     # --- the board ------------------------------------------------------------------------------
     def read(self) -> tuple[b.Board, list[str], str | None]:
+        """The board. Without a readable state line the lane is unknown, never free (L12):
+        a corrupt board is refused, and a missing one is a free lane only while nothing (the
+        instance, its metadata, a recent lane event) says somebody holds it."""
+        got, problem = self._raw()
+        if problem is not None:
+            raise Refused(
+                "L12",
+                f"{problem}; the lane is unknown, not free, and the file is left as it is: "
+                "`gpuops lane repair` rebuilds the state line from the instance and the event "
+                "log and keeps a copy of this file",
+            )
+        if got is None:
+            fresh = b.Board(self.config.instance, self.config.instance, self.clock())
+            d.check_claimable_without_board(self.evidence(), fresh.lane)
+            return fresh, [], None
+        return got
+
+    def _raw(self) -> tuple[tuple[b.Board, list[str], str] | None, str | None]:
+        """(the board, its history, its version) or None when absent; or the problem."""
         got = self.store.get(self.key)
         if got is None:
-            return b.Board(self.config.instance, self.config.instance, self.clock()), [], None
+            return None, None
         try:
             text = got.data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptState(self.key, "the board is not UTF-8") from exc
-        board, history = b.parse(text, self.key)
-        return board, history, got.version
+            board, history = b.parse(text, self.key)
+        except UnicodeDecodeError:
+            return None, f"lane board {self.key} is not UTF-8"
+        except CorruptState as exc:
+            return None, f"lane board {self.key} has no readable state line ({exc.reason})"
+        return (board, history, got.version), None
+
+    def evidence(self) -> d.Evidence:
+        """What the instance and the event log say about a claim (L12), board aside."""
+        inst = self.gce.get(self.config.instance)
+        latest: dict[str, Any] | None = None  # the latest lane event of any kind
+        board_event: dict[str, Any] | None = None  # the latest state a board write recorded
+        try:
+            for event in read_events(self.events.path):
+                payload = event.get("payload") or {}
+                if str(event.get("kind", "")).startswith("lane.") and (
+                    payload.get("lane") == self.config.instance
+                ):
+                    latest = dict(event)
+                    if event.get("kind") == "lane.board":
+                        board_event = latest
+        except GpuopsError:
+            latest = None  # no event log yet: no event evidence
+        ev = d.Evidence(
+            inst.status_raw,
+            metadata_job=inst.metadata.get(s.JOB_KEY) or None,
+            metadata_attempt=inst.metadata.get(s.ATTEMPT_KEY) or None,
+        )
+        if latest is None:
+            return ev
+        ev = dataclasses.replace(
+            ev, event_age_s=max(0.0, self.clock() - _epoch(str(latest.get("ts", ""))))
+        )
+        if board_event is None:
+            return dataclasses.replace(ev, event_state=b.CLAIMED)
+        payload = board_event["payload"]
+        return dataclasses.replace(
+            ev,
+            event_state=str(payload.get("state")),
+            event_owner=str(board_event.get("operator") or "") or None,
+            event_job=str(payload["job"]) if payload.get("job") else None,
+            event_attempt=int(payload.get("attempt") or 0),
+            event_revision=int(payload.get("revision") or 0),
+        )
+
+    def repair(self) -> tuple[b.Board, list[str]]:
+        """Rebuild a missing or unreadable state line from the evidence (L12). The signs
+        found are returned with the board written; a corrupt file is copied aside first."""
+        got, problem = self._raw()
+        if got is not None:
+            return got[0], []  # readable: nothing to repair
+        ev = self.evidence()
+        signs = d.claim_signs(ev)
+        board = d.repaired(self.config.instance, self.config.instance, ev, self.clock())
+        stamp = b.stamp(self.clock())
+        line = f"{stamp} {self.operator}: repaired the state line from: " + (
+            "; ".join(signs) if signs else "no sign of any claim"
+        )
+        current = self.store.get(self.key)
+        data = b.render(board, [line]).encode("utf-8")
+        if current is None:
+            self.store.create(self.key, data)
+        else:
+            aside = f"{self.key}.corrupt-{stamp.replace(':', '').replace('-', '')}"
+            self.store.create(aside, current.data)
+            self.store.put(self.key, data, current.version)
+        self.events.append(
+            "lane.board",
+            lane=board.lane,
+            state=board.state,
+            job=board.job,
+            attempt=board.attempt,
+            revision=board.revision,
+            repaired=True,
+        )
+        return board, signs
 
     def _transition(self, change: Callable[[b.Board], b.Board], prose: str) -> b.Board:
         for _ in range(CAS_TRIES):
@@ -133,8 +240,10 @@ class Lane:
             self.events.append("lane.claim", lane=after.lane, job=job, revision=after.revision)
         return after
 
-    def install(self, job: str, script_text: str) -> None:
-        """Lint, check staged inputs, then set the metadata by fingerprint (L4, L10, L5, L6)."""
+    def install(self, job: str, script_text: str, *, max_hours: float | None = None) -> None:
+        """Lint, check staged inputs, set the metadata by fingerprint (L4, L10, L5, L6), then
+        the provider-native ceiling: GCE stops the VM after ``max_hours`` (default: the
+        script's declared length, else timing.DEFAULT_MAX_RUN_S) if its script never does."""
         board, _, _ = self.read()
         if board.state != b.CLAIMED or board.owner != self.operator or board.job != job:
             raise Refused(
@@ -153,8 +262,14 @@ class Lane:
                 f"the script fetches {', '.join(missing)} unconditionally, but nothing by that "
                 f"name is staged under gs://{self.config.bucket}/jobs/{job}/inputs/",
             )
-        self._set_metadata({s.SCRIPT_KEY: script_text, s.JOB_KEY: job}, need_terminated=True)
-        self.events.append("lane.install", lane=board.lane, job=job, chars=len(script_text))
+        inst = self._set_metadata(
+            {s.SCRIPT_KEY: script_text, s.JOB_KEY: job}, need_terminated=True
+        )
+        max_run_s = d.run_ceiling_s(max_hours, s.declared_hours(script_text))
+        self.gce.set_run_ceiling(self.config.instance, inst.scheduling, max_run_s)
+        self.events.append(
+            "lane.install", lane=board.lane, job=job, chars=len(script_text), max_run_s=max_run_s
+        )
 
     def _set_metadata(self, items: dict[str, str], *, need_terminated: bool) -> LaneInstance:
         for _ in range(METADATA_TRIES):
@@ -286,40 +401,80 @@ class Lane:
         self.events.append("lane.start", lane=board.lane, job=job, attempt=attempt, outcome=outcome)
 
     def watch(self, job: str, *, timeout_s: float = timing.LANE_WATCH_TIMEOUT_S) -> d.Verdict:
-        """Report stages until the job ends; a timeout is StillRunning (exit 5), never failed."""
+        """Report stages until the job ends; a timeout is StillRunning (exit 5), never failed.
+
+        The status is read again after the instance's state, so a job that ends between the
+        two reads is judged by its final status, never reported as a breach (L9). A job that
+        ended while its VM keeps running past the power-off grace is a billing alarm (L12).
+        """
         deadline = self.clock() + timeout_s
-        last = None
+        last: tuple[str, str] | None = None
+        said = self.clock()
         while True:
             board, _, _ = self.read()
             attempt = board.boot if board.job == job else None
-            raw = self.gcs.read(f"jobs/{job}/status")
-            status = d.parse_status(raw.decode("utf-8", "replace")) if raw is not None else None
+            status = self._status(job)
             inst = self.gce.get(self.config.instance).status_raw
             verdict = d.job_verdict(status, attempt, inst)
+            if verdict in (d.Verdict.UNKNOWN, d.Verdict.RUNNING):
+                status = self._status(job)  # the job may have ended between the two reads
+                verdict = d.job_verdict(status, attempt, inst)
             shown = (status.stage, status.reason) if status else None
-            if shown != last:
+            now = self.clock()
+            if shown != last or now - said >= timing.WATCH_POLL_S:
                 self.progress(
-                    f"{job}: stage {shown[0]} {shown[1]}".rstrip()
+                    f"{job}: stage {shown[0]} {shown[1]}".rstrip() + f" (instance {inst})"
                     if shown
                     else f"{job}: no status file yet (instance {inst})"
                 )
-                last = shown
-            if verdict is d.Verdict.SUCCEEDED:
+                last, said = shown, now
+            if verdict in (d.Verdict.SUCCEEDED, d.Verdict.FAILED):
+                self._await_power_off(job, verdict, status)
+                if verdict is d.Verdict.FAILED:
+                    raise JobFailed(f"job {job} failed: {status.reason if status else ''}".rstrip())
                 return verdict
-            if verdict is d.Verdict.FAILED:
-                raise JobFailed(f"job {job} failed: {status.reason if status else ''}".rstrip())
             if verdict is d.Verdict.UNKNOWN and inst == d.TERMINATED:
+                stage = f"{shown[0]} {shown[1]}".strip() if shown else "no status file"
                 raise StillRunning(
-                    f"job {job}: the instance is TERMINATED but this attempt's status file never "
-                    f"ended (last: {shown}); look under gs://{self.config.bucket}/jobs/ and the "
-                    "serial output before calling it failed"
+                    f"job {job}: the instance is TERMINATED but this attempt's status file "
+                    f"never ended (last: {stage}); look under gs://{self.config.bucket}/jobs/ "
+                    "and the serial output before calling it failed"
                 )
-            if self.clock() >= deadline:
+            if now >= deadline:
                 raise StillRunning(
                     f"watch timed out after {timeout_s:g} s; job {job} is at stage "
                     f"{shown[0] if shown else 'unknown'}: not a failure (L9); watch again later"
                 )
             self.sleep(timing.LANE_POLL_S)
+
+    def _status(self, job: str) -> d.Status | None:
+        raw = self.gcs.read(f"jobs/{job}/status")
+        return d.parse_status(raw.decode("utf-8", "replace")) if raw is not None else None
+
+    def _await_power_off(self, job: str, verdict: d.Verdict, status: d.Status | None) -> None:
+        """After the job's end, its script powers the VM off; if it never does, say so loudly
+        (gpuops never stops it, L1): a billing alarm, exit 5 (succeeded) or 6 (failed)."""
+        ended = self.gcs.updated(f"jobs/{job}/status")
+        while True:
+            inst = self.gce.get(self.config.instance).status_raw
+            if inst not in d.BOOTING:
+                return
+            if d.billing_alarm(verdict, inst, ended, self.clock()):
+                message = self._alarm(job, verdict, inst, ended)
+                self.events.append("lane.billing_alarm", lane=self.config.instance, job=job)
+                if verdict is d.Verdict.FAILED:
+                    raise JobFailed(message)
+                raise StillRunning(message)
+            self.progress(f"{job}: {verdict.value}; waiting for its script to power off ({inst})")
+            self.sleep(timing.LANE_POLL_S)
+
+    def _alarm(self, job: str, verdict: d.Verdict, inst: str, ended: float | None) -> str:
+        since = 0.0 if ended is None else self.clock() - ended
+        return (
+            f"BILLING ALARM: job {job} ended ({verdict.value}) {since:.0f} s ago but instance "
+            f"{self.config.instance} is still {inst}: its script never powered it off, so it "
+            "bills until a human powers it off; gpuops never stops it (L1, L12)"
+        )
 
     def release(self, job: str) -> b.Board:
         """Only the claimant, only once the instance is TERMINATED (L1, L3)."""
@@ -330,8 +485,8 @@ class Lane:
             lambda bd: b.release(bd, self.operator, job, inst == d.TERMINATED, now),
             f"released the lane after {job}; back to free",
         )
-        raw = self.gcs.read(f"jobs/{job}/status")
-        status = d.parse_status(raw.decode("utf-8", "replace")) if raw is not None else None
+        self._clear_job_metadata()
+        status = self._status(job)
         outcome = d.job_verdict(status, before.boot, inst).value
         # A job that ended ran until its last status write, not until this release.
         end = self.gcs.updated(f"jobs/{job}/status") if outcome != "unknown" else None
@@ -353,6 +508,20 @@ class Lane:
         )
         return after
 
+    def _clear_job_metadata(self) -> None:
+        """A released lane's instance names no job or attempt: its metadata is evidence of a
+        claim only while one is held (L12). Only while TERMINATED; the script stays."""
+        try:
+            inst = self.gce.get(self.config.instance)
+            if s.JOB_KEY not in inst.metadata and s.ATTEMPT_KEY not in inst.metadata:
+                return
+            items = {
+                k: v for k, v in inst.metadata.items() if k not in (s.JOB_KEY, s.ATTEMPT_KEY)
+            }
+            self.gce.set_metadata(self.config.instance, items, inst.fingerprint)
+        except (Refused, VersionConflict, Unavailable) as exc:
+            self.progress(f"the instance still names the released job in its metadata: {exc}")
+
     def cost(self, running_s: float, held_s: float) -> float:
         return d.cost_usd(
             running_s,
@@ -361,19 +530,15 @@ class Lane:
             disk_usd_per_day=self.config.disk_usd_per_day,
         )
 
-    def view(self) -> dict[str, Any]:
-        """The board for humans and --json: state, STALE (L8), instance, retry, last log line."""
+    def view(self, *, live: bool = False) -> dict[str, Any]:
+        """The board for humans and --json: the state line, STALE (L8), cost, history; with
+        ``live``, the instance, the last log line and the billing alarm (L12) too. Without it
+        nothing but the store is read (no provider call, no Google SDK import)."""
         board, history, _ = self.read()
         now = self.clock()
-        inst = self.gce.get(self.config.instance).status_raw
-        last_line = None
-        if board.job:
-            log = self.gcs.read(f"jobs/{board.job}/log.txt")
-            lines = log.decode("utf-8", "replace").strip().splitlines() if log else []
-            last_line = lines[-1] if lines else None
         running_s = 0.0 if board.started is None else now - board.started
         held_s = 0.0 if board.claimed is None else now - board.claimed
-        return {
+        view: dict[str, Any] = {
             "state_line": b.state_line(board),
             "lane": board.lane,
             "state": board.state,
@@ -381,10 +546,26 @@ class Lane:
             "job": board.job,
             "attempt": board.attempt,
             "stockouts": board.stockouts,
-            "status": inst,
+            "status": None,
             "stale": d.is_stale(board, now),
             "held_s": held_s,
             "cost_usd": self.cost(running_s, held_s),
-            "last_log_line": last_line,
+            "last_log_line": None,
+            "billing_alarm": None,
+            "job_outcome": None,
             "history": history[-10:],
         }
+        if not live:
+            return view
+        inst = self.gce.get(self.config.instance).status_raw
+        view["status"] = inst
+        if board.job:
+            log = self.gcs.read(f"jobs/{board.job}/log.txt")
+            lines = log.decode("utf-8", "replace").strip().splitlines() if log else []
+            view["last_log_line"] = lines[-1] if lines else None
+            verdict = d.job_verdict(self._status(board.job), board.boot, inst)
+            view["job_outcome"] = verdict.value
+            ended = self.gcs.updated(f"jobs/{board.job}/status")
+            if d.billing_alarm(verdict, inst, ended, now):
+                view["billing_alarm"] = self._alarm(board.job, verdict, inst, ended)
+        return view

@@ -19,46 +19,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpuops.lane.shell import Command, Parsed, parse
+
 STAGES = ("booted", "preflight", "fetching", "running", "uploading", "succeeded", "failed")
 ATTEMPT_KEY = "gpuops-attempt"
 JOB_KEY = "gpuops-job"
 SCRIPT_KEY = "startup-script"
 
-_JOB_LINE = re.compile(r'^JOB="?([^"\s]*)"?\s*$', re.M)
-_FETCH = re.compile(r"^(\s*)fetch_input\s+(\S+)\s*(.*)$")
-_OPENERS = re.compile(r"^\s*(if|for|while|until|case)\b")
-_CLOSERS = re.compile(r"(?:^|;)\s*(?:fi|done|esac)\b")
-_FUNCTION = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*\(\)\s*\{")
-
-# What the contract requires, each as (rule, what, a pattern that must match somewhere).
-REQUIRED: tuple[tuple[str, str, re.Pattern[str]], ...] = (
-    ("L5", "a boot marker written first (boot_marker)", re.compile(r"^boot_marker\s*$", re.M)),
-    (
-        "L5",
-        "the log synced every 30 s (sync_log_every 30 &)",
-        re.compile(r"^sync_log_every 30 &\s*$", re.M),
-    ),
-    ("L5", "a status file with the current stage (stage ...)", re.compile(r"^stage \w+", re.M)),
-    (
-        "L5",
-        "a final log upload on exit (trap final_log EXIT)",
-        re.compile(r"^trap final_log EXIT\s*$", re.M),
-    ),
-    (
-        "L5",
-        "a gsutil-to-REST fallback with retries in final_log",
-        re.compile(r"gsutil[^\n]*\|\|[^\n]*upload_rest", re.M),
-    ),
-    (
-        "L6",
-        "an import gate before work (preflight_imports NAME...)",
-        re.compile(r"^preflight_imports \w", re.M),
-    ),
-    ("L6", "a disk-capacity gate before work (disk_gate GB)", re.compile(r"^disk_gate \d+", re.M)),
-    ("L5", "power-off at the end (poweroff)", re.compile(r"^\s*poweroff\b", re.M)),
-)
-# The order the contract needs: marker, then the gates, then the work.
-ORDER = ("boot_marker", "preflight_imports", "disk_gate", "run_job")
+# Commands that declare or assign a variable named by an argument (L4 counts JOB in them).
+_DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
+# What powers a VM off (the fake and GCE agree: fakes/gce/shim.py).
+_HALT_FLAGS = frozenset({"-h", "-P", "--poweroff", "--halt", "now"})
+# The order the contract needs: the EXIT trap, the marker, the gates, then the work.
+ORDER = ("trap", "boot_marker", "preflight_imports", "disk_gate", "run_job")
 
 
 @dataclass(frozen=True)
@@ -70,60 +43,199 @@ class Finding:
 
 
 def job_names(script: str) -> list[str]:
-    """Every ``JOB=`` assignment in the script, in order."""
-    return _JOB_LINE.findall(script)
+    """Every value the script gives JOB, in order ('?' for one that is not a literal)."""
+    return [value for value, _ in _job_values(parse(script))]
+
+
+def _all(parsed: Parsed) -> list[Command]:
+    """Every command, top level and in every function body, with their substitutions."""
+    out: list[Command] = []
+    pending = [*parsed.top, *(c for body in parsed.functions.values() for c in body)]
+    while pending:
+        command = pending.pop(0)
+        out.append(command)
+        pending.extend(command.inner)
+    return out
+
+
+def _job_values(parsed: Parsed) -> list[tuple[str, bool]]:
+    """(value, is-literal) of every assignment or export of JOB, anywhere in the script."""
+    found: list[tuple[str, bool]] = []
+    for command in sorted(_all(parsed), key=lambda c: c.pos):
+        for text in command.assignments:
+            if text.startswith("JOB="):
+                found.append((text[4:], "$" not in text and "`" not in text))
+        if command.name in _DECLARERS:
+            for word, literal in zip(command.words[1:], command.literal[1:], strict=True):
+                if word == "JOB":
+                    found.append(("?", False))
+                elif word.startswith("JOB="):
+                    found.append((word[4:], literal))
+        if command.name == "read" and "JOB" in command.words[1:]:
+            found.append(("?", False))
+    return found
 
 
 def lint(script: str, claimed_job: str) -> list[Finding]:
     """Every breach of the contract; empty when the script may be installed for the job."""
+    parsed = parse(script)
+    if parsed.error is not None:
+        return [Finding("L5", f"the script cannot be parsed, so it cannot be checked: {parsed.error}")]
     found: list[Finding] = []
-    names = job_names(script)
-    if len(names) != 1:
-        found.append(Finding("L4", f"the script must set JOB exactly once, not {len(names)} times"))
-    elif names[0] != claimed_job:
+    values = _job_values(parsed)
+    if len(values) != 1:
         found.append(
-            Finding("L4", f"the script's JOB={names[0]!r} is not the claimed job {claimed_job!r}")
+            Finding("L4", f"the script must set JOB exactly once, not {len(values)} times")
         )
-    for rule, what, pattern in REQUIRED:
-        if not pattern.search(script):
-            found.append(Finding(rule, f"missing {what}"))
-    found += _order(script)
+    elif not values[0][1]:
+        found.append(Finding("L4", "the script's JOB must be a literal name, not an expansion"))
+    elif values[0][0] != claimed_job:
+        found.append(
+            Finding("L4", f"the script's JOB={values[0][0]!r} is not the claimed job {claimed_job!r}")
+        )
+    steps = [c for c in parsed.top if not c.conditional]
+    names = [c.name for c in steps]
+    if "boot_marker" not in names:
+        found.append(Finding("L5", "missing a boot marker written first (boot_marker)"))
+    if not any(c.words == ("sync_log_every", "30") and c.background for c in steps):
+        found.append(Finding("L5", "missing the log synced every 30 s (sync_log_every 30 &)"))
+    if "stage" not in names:
+        found.append(Finding("L5", "missing a status file with the current stage (stage ...)"))
+    handler = _exit_handler(steps)
+    if handler is None:
+        found.append(Finding("L5", "missing a final log upload on exit (trap on_exit EXIT)"))
+    else:
+        reach = _reachable(parsed, handler)
+        if not any(_halts(c) for c in reach):
+            found.append(
+                Finding("L12", "missing a power-off reachable on every path from the EXIT trap")
+            )
+        if not _fallback_reached(parsed, handler):
+            found.append(
+                Finding("L5", "missing a gsutil-to-REST fallback with retries in the EXIT trap")
+            )
+    if not any(c.name == "preflight_imports" and len(c.words) > 1 for c in steps):
+        found.append(Finding("L6", "missing an import gate before work (preflight_imports NAME...)"))
+    if not any(c.name == "disk_gate" and len(c.words) == 2 and c.words[1].isdigit() for c in steps):
+        found.append(Finding("L6", "missing a disk-capacity gate before work (disk_gate GB)"))
+    found += _order(steps)
     return found
 
 
-def _order(script: str) -> list[Finding]:
+def _exit_handler(steps: list[Command]) -> str | None:
+    """The command string an unconditional ``trap HANDLER ... EXIT`` runs at exit."""
+    for command in steps:
+        if command.name == "trap" and len(command.words) >= 3:
+            if any(s in ("EXIT", "0") for s in command.words[2:]):
+                return command.words[1]
+    return None
+
+
+def _reachable(parsed: Parsed, handler: str) -> list[Command]:
+    """Commands that run on every path of ``handler``, through the functions it calls."""
+    start = parse(handler)
+    out: list[Command] = []
+    pending = [c for c in start.top if not c.conditional]
+    seen: set[str] = set()
+    while pending:
+        command = pending.pop(0)
+        out.append(command)
+        body = parsed.functions.get(command.name)
+        if body is not None and command.name not in seen:
+            seen.add(command.name)
+            pending.extend(c for c in body if not c.conditional)
+    return out
+
+
+def _fallback_reached(parsed: Parsed, handler: str) -> bool:
+    """Some function the EXIT trap reaches uploads with gsutil and, when that fails, with the
+    REST fallback (``gsutil ... || upload_rest ...``, L5)."""
+    called = {c.name for c in _reachable(parsed, handler)}
+    for name in sorted(called & set(parsed.functions)):
+        body = parsed.functions[name]
+        for first, then in zip(body, body[1:], strict=False):
+            if first.name == "gsutil" and first.guarded and then.name == "upload_rest":
+                return True
+    return False
+
+
+def _halts(command: Command) -> bool:
+    if command.name in ("poweroff", "/sbin/poweroff", "/usr/sbin/poweroff"):
+        return True
+    if command.name in ("shutdown", "/sbin/shutdown", "/usr/sbin/shutdown"):
+        return bool(_HALT_FLAGS & set(command.words[1:])) and "-r" not in command.words
+    return command.words[:2] == ("systemctl", "poweroff")
+
+
+def _order(steps: list[Command]) -> list[Finding]:
     positions = []
     for word in ORDER:
-        match = re.search(rf"^{word}\b(?!\s*\()", script, re.M)
-        if match is None:
+        at = [c.pos for c in steps if c.name == word and (word != "trap" or "EXIT" in c.words)]
+        if not at:
             return [] if word != "run_job" else [Finding("L6", "missing the job step (run_job)")]
-        positions.append(match.start())
+        positions.append(at[0])
     if positions != sorted(positions):
-        return [Finding("L6", "the boot marker and both gates must come before run_job, in order")]
+        return [
+            Finding(
+                "L6",
+                "the EXIT trap, the boot marker and both gates must come before run_job, in order",
+            )
+        ]
     return []
 
 
 def unconditional_fetches(script: str) -> list[str]:
-    """Inputs the script fetches at top level, outside any if/loop and without a fallback.
+    """Every input the script reads from ``inputs/`` on every path, by any command (L10).
 
-    A fetch inside a function body, a conditional or a loop, or ending in ``|| true``, is not
-    unconditional; everything else is what the seed's reused script tripped on (L10).
+    A read inside a branch or loop whose test is not constant, or one whose failure is caught
+    by ``||``, is not unconditional; a function's reads count where it is called, with ``$1``
+    taken from the call. A name the parse cannot know (an expansion) is returned as written,
+    so it can never match a staged input.
     """
-    depth = 0
-    in_function = 0
-    out = []
-    for line in script.splitlines():
-        code = line.split(" #", 1)[0].rstrip()
-        fetch = _FETCH.match(code)
-        if fetch and depth == 0 and in_function == 0 and "|| true" not in fetch.group(3):
-            out.append(fetch.group(2))
-        if _FUNCTION.match(code) and not code.endswith("}"):
-            in_function += 1
-        elif in_function and code.strip() == "}":
-            in_function -= 1
-        depth += (1 if _OPENERS.match(code) else 0) - len(_CLOSERS.findall(code))
-        depth = max(depth, 0)
+    parsed = parse(script)
+    out: list[str] = []
+    for command in parsed.top:
+        if command.conditional or command.guarded or command.background:
+            continue
+        out += _reads(parsed, command, (), set())
     return out
+
+
+def _reads(
+    parsed: Parsed, command: Command, args: tuple[str, ...], seen: set[str]
+) -> list[str]:
+    names: list[str] = []
+    if command.name == "fetch_input":  # the template's fetch, by contract: its argument
+        return [_positional(w, args) for w in command.words[1:2]]
+    for word in command.words:
+        _, sep, tail = word.partition("inputs/")
+        if sep and tail:
+            names.append(_positional(tail, args))
+    for inner in command.inner:
+        names += _reads(parsed, inner, args, seen)
+    body = parsed.functions.get(command.name)
+    if body is not None and command.name not in seen:
+        call = tuple(_positional(w, args) for w in command.words[1:])
+        for step in body:
+            if not (step.conditional or step.background):
+                names += _reads(parsed, step, call, seen | {command.name})
+    return names
+
+
+def _positional(text: str, args: tuple[str, ...]) -> str:
+    """``$1``..``$9`` (the whole word) replaced by the call's argument, when it has one."""
+    if len(text) == 2 and text[0] == "$" and text[1].isdigit() and 0 < int(text[1]) <= len(args):
+        return args[int(text[1]) - 1]
+    return text
+
+
+_DECLARED = re.compile(r"^# gpuops: max-hours (\d+(?:\.\d+)?)\s*$", re.M)
+
+
+def declared_hours(script: str) -> float | None:
+    """The job's declared length (a ``# gpuops: max-hours H`` line), if it has one."""
+    found = _DECLARED.search(script)
+    return None if found is None else float(found.group(1))
 
 
 def missing_inputs(script: str, staged: list[str]) -> list[str]:
@@ -140,30 +252,47 @@ def render(
     imports: tuple[str, ...] = ("torch",),
     inputs: tuple[str, ...] = (),
     min_free_gb: int = 20,
+    max_hours: float | None = None,
 ) -> str:
     """A startup script for ``job`` that keeps the whole contract (L5, L6)."""
     fetches = "\n".join(f"fetch_input {name}" for name in inputs)
-    return TEMPLATE.format(
+    declared = "" if max_hours is None else f"# gpuops: max-hours {max_hours:g}\n"
+    return declared_line(
+        TEMPLATE.format(
         job=job,
         bucket=bucket,
         command=command,
         imports=" ".join(imports),
         fetches=fetches or "# (no staged inputs)",
         min_free_gb=min_free_gb,
+        ),
+        declared,
     )
 
 
+def declared_line(body: str, declared: str) -> str:
+    """The script with its declared-length line after the shebang (none when empty)."""
+    first, _, rest = body.partition("\n")
+    return f"{first}\n{declared}{rest}"
+
+
 TEMPLATE = r"""#!/bin/bash
-# gpuops lane startup script (contract: rules L5, L6). Installed by `gpuops lane install`.
+# gpuops lane startup script (contract: rules L5, L6, L12). Installed by `gpuops lane install`.
+# Every path ends in on_exit (the EXIT trap): stop the log sync, end the status, upload the
+# final log (gsutil, then REST, with retries) and power off. Nobody else may stop this VM (L1).
 set -uo pipefail
 JOB="{job}"
 BUCKET="{bucket}"
+ROOT="${{GPUOPS_LANE_ROOT:-}}"  # empty on a VM; a fake's sandbox directory in tests
+WORK="$ROOT/work"
+LOG="$ROOT/var/log/gpuops-job.log"
 MD=http://metadata.google.internal/computeMetadata/v1
 ATTEMPT=$(curl -sf -H 'Metadata-Flavor: Google' "$MD/instance/attributes/gpuops-attempt" \
   || echo unknown)
 PREFIX="gs://$BUCKET/jobs/$JOB"
-LOG=/var/log/gpuops-job.log
-mkdir -p /work/inputs /work/results
+ENDED=""
+SYNC_PID=""
+mkdir -p "$WORK/inputs" "$WORK/results" "$(dirname "$LOG")"
 
 upload_rest() {{  # $1 local file, $2 object name: the JSON API with the VM's token
   local token
@@ -173,23 +302,32 @@ upload_rest() {{  # $1 local file, $2 object name: the JSON API with the VM's to
     "https://storage.googleapis.com/upload/storage/v1/b/$BUCKET/o?uploadType=media&name=$2"
 }}
 put() {{  # $1 local file, $2 path under jobs/$JOB/: gsutil, then REST, three tries each
-  for try in 1 2 3; do
+  for pause in 5 10 15; do
     gsutil -q cp "$1" "$PREFIX/$2" || upload_rest "$1" "jobs/$JOB/$2" && return 0
-    sleep $((try * 5))
+    sleep "$pause"
   done
   return 1
 }}
 stage() {{  # the status file: stage, attempt, reason
-  echo "$1 $ATTEMPT ${{2:-}}" > /tmp/status && put /tmp/status status
+  if [ "$1" = succeeded ] || [ "$1" = failed ]; then ENDED="$1"; fi
+  echo "$1 $ATTEMPT ${{2:-}}" > /tmp/gpuops-status-$$ && put /tmp/gpuops-status-$$ status
 }}
 fail() {{ stage failed "$1"; exit 1; }}
 boot_marker() {{
-  echo "$ATTEMPT $(date -u +%FT%TZ)" > /tmp/boot && put /tmp/boot "boot/$ATTEMPT"
+  echo "$ATTEMPT $(date -u +%FT%TZ)" > /tmp/gpuops-boot-$$ && put /tmp/gpuops-boot-$$ "boot/$ATTEMPT"
 }}
 sync_log_every() {{ while sleep "$1"; do put "$LOG" log.txt; done; }}
 final_log() {{ put "$LOG" log.txt || echo "final log upload failed" >&2; }}
+on_exit() {{  # every path: success, failure, preflight, SIGTERM
+  local rc=$?
+  trap - EXIT TERM INT HUP
+  if [ -n "$SYNC_PID" ]; then kill "$SYNC_PID" 2>/dev/null; wait "$SYNC_PID" 2>/dev/null; fi
+  [ -n "$ENDED" ] || stage failed "the script exited with status $rc before the job ended"
+  final_log
+  poweroff
+}}
 fetch_input() {{
-  gsutil -q cp "$PREFIX/inputs/$1" /work/inputs/ || fail "missing staged input $1"
+  gsutil -q cp "$PREFIX/inputs/$1" "$WORK/inputs/" || fail "missing staged input $1"
 }}
 preflight_imports() {{
   for module in "$@"; do
@@ -198,15 +336,17 @@ preflight_imports() {{
 }}
 disk_gate() {{
   local free
-  free=$(df --output=avail -BG /work | tail -1 | tr -dc 0-9)
-  [ "$free" -ge "$1" ] || fail "preflight: $free GB free on /work, need $1"
+  free=$(df --output=avail -BG "$WORK" | tail -1 | tr -dc 0-9)
+  [ "${{free:-0}}" -ge "$1" ] || fail "preflight: ${{free:-0}} GB free on /work, need $1"
 }}
 run_job() {{ ( {command} ) >> "$LOG" 2>&1; }}
 
 exec >> "$LOG" 2>&1
-trap final_log EXIT
+trap on_exit EXIT
+trap 'fail "terminated by a signal (the VM is shutting down)"' TERM INT HUP
 boot_marker
 sync_log_every 30 &
+SYNC_PID=$!
 stage preflight
 preflight_imports {imports}
 disk_gate {min_free_gb}
@@ -215,8 +355,6 @@ stage fetching
 stage running
 run_job || fail "the job exited non-zero"
 stage uploading
-for f in /work/results/*; do [ -e "$f" ] && put "$f" "results/$(basename "$f")"; done
+for f in "$WORK"/results/*; do [ -e "$f" ] && put "$f" "results/$(basename "$f")"; done
 stage succeeded
-final_log
-poweroff
 """

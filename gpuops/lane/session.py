@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import UTC, datetime
 from collections.abc import Callable
 from pathlib import Path
 
@@ -65,8 +66,8 @@ def open_lane(
     from gpuops.providers.gcs import GcsAdapter
 
     env = lane_env()
-    events = EventLog(events_path, operator)
     now, sleep = _clock()
+    events = EventLog(events_path, operator, clock=lambda: datetime.fromtimestamp(now(), UTC))
     gce = GceAdapter(
         env["GPUOPS_LANE_PROJECT"],
         env["GPUOPS_LANE_ZONE"],

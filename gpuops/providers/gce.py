@@ -1,15 +1,21 @@
-"""The GCE adapter for the lane: get, setMetadata, start, zone operations, serial output.
+"""The GCE adapter for the lane: get, setMetadata, setScheduling, start, zone operations,
+serial output.
 
-Built on ``google-cloud-compute`` (REST transport, the only one it has), imported lazily:
-importing it costs about 3 s. Every google.api_core / requests exception and every error
-found in a finished operation is translated here, once (``translate``,
+The Compute Engine REST API (v1), spoken through ``google-auth``'s ``AuthorizedSession`` (a
+``requests`` session that adds the Application Default Credentials' token), with wire JSON in
+and out. ``google-cloud-compute``'s REST transport sends exactly these requests, but importing
+it costs 1.3-1.6 s on a loaded 2-core host (its one ``types/compute.py`` holds every message of
+the API), more than a whole lane command may add; google-auth costs about 0.15 s. FakeGCE is
+still judged by the real ``compute_v1`` client in tests/test_fake_gce_contract.py.
+
+Every HTTP error becomes the google.api_core exception the client would raise
+(``exceptions.from_http_response``), and every such exception, every ``requests`` error and
+every error found in a finished operation is translated here, once (``translate``,
 ``operation_error``), into gpuops/errors.py. There is deliberately no stop, suspend or
 delete here (L1): tests/test_lane_safety.py scans gpuops/ for any such call.
 
-Operations are polled explicitly with ``ZoneOperationsClient.get`` rather than
-``ExtendedOperation.result()``: the latter builds its own client on the default endpoint and
-would miss a loopback fake (provider-formats.md §7), and it hides the operation body the
-stockout classification needs.
+Operations are polled explicitly (``zoneOperations.get``) rather than waited on: the operation
+body is what the stockout classification needs.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ class LaneInstance:
     status_raw: str
     fingerprint: str
     metadata: Mapping[str, str] = field(default_factory=dict)
+    scheduling: Mapping[str, Any] = field(default_factory=dict)  # wire JSON, camelCase
 
 
 def parse_instance(body: Mapping[str, Any]) -> LaneInstance:
@@ -93,7 +100,8 @@ def parse_instance(body: Mapping[str, Any]) -> LaneInstance:
         status = GceStatus(raw)
     except ValueError:
         status = GceStatus.UNKNOWN
-    return LaneInstance(name, status, raw, fingerprint, items)
+    scheduling = body.get("scheduling") or {}
+    return LaneInstance(name, status, raw, fingerprint, items, dict(scheduling))
 
 
 def operation_error(op: Mapping[str, Any]) -> GpuopsError | None:
@@ -157,6 +165,10 @@ def _foreign() -> tuple[type[Exception], ...]:
     return (gx.GoogleAPICallError, requests.RequestException)
 
 
+COMPUTE = "https://compute.googleapis.com"
+SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+
+
 class GceAdapter:
     """One lane instance's calls. ``endpoint`` (an http:// loopback fake) implies anonymous
     credentials; otherwise Application Default Credentials are used."""
@@ -174,43 +186,60 @@ class GceAdapter:
         self.project, self.zone, self.endpoint = project, zone, endpoint
         self.events = events
         self.clock, self.sleep = clock, sleep
-        self._clients: tuple[Any, Any] | None = None
+        self._session: Any = None
 
-    def _client(self) -> tuple[Any, Any]:
-        if self._clients is None:
-            from google.cloud import compute_v1
-
-            kwargs: dict[str, Any] = {"transport": "rest"}
+    def _http(self) -> Any:
+        if self._session is None:
             if self.endpoint:
-                from google.auth.credentials import AnonymousCredentials
+                import requests
 
-                kwargs["credentials"] = AnonymousCredentials()  # type: ignore[no-untyped-call]
-                kwargs["client_options"] = {"api_endpoint": self.endpoint}
-            self._clients = (
-                compute_v1.InstancesClient(**kwargs),
-                compute_v1.ZoneOperationsClient(**kwargs),
-            )
-        return self._clients
+                self._session = requests.Session()  # a loopback fake: no credentials
+            else:
+                import google.auth
+                from google.auth.transport.requests import AuthorizedSession
 
-    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+                credentials, _ = google.auth.default(scopes=list(SCOPES))  # type: ignore[no-untyped-call]
+                self._session = AuthorizedSession(credentials)  # type: ignore[no-untyped-call]
+        return self._session
+
+    def _url(self, rest: str) -> str:
+        base = (self.endpoint or COMPUTE).rstrip("/")
+        return f"{base}/compute/v1/projects/{self.project}/zones/{self.zone}/{rest}"
+
+    def _request(
+        self,
+        what: str,
+        method: str,
+        rest: str,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """One call; the JSON answer, or the translated error (once, here)."""
         try:
-            return fn()
+            reply = self._http().request(
+                method,
+                self._url(rest),
+                json=body,
+                params=params,
+                timeout=(timing.HTTP_TIMEOUT_S, timing.HTTP_TIMEOUT_S),
+            )
+            if reply.status_code >= 400:
+                from google.api_core import exceptions as gx
+
+                raise gx.from_http_response(reply)
+            answer = reply.json()
         except _foreign() as exc:
             error = translate(exc, what)
             self.events.append("gce.error", call=what, error=str(error))
             raise error from exc
+        except ValueError as exc:  # not JSON
+            raise UnexpectedResponse(PROVIDER, f"{what}: the answer is not JSON") from exc
+        if not isinstance(answer, dict):
+            raise UnexpectedResponse(PROVIDER, f"{what}: the answer is not an object")
+        return answer
 
     def get(self, instance: str) -> LaneInstance:
-        from google.cloud import compute_v1
-
-        instances, _ = self._client()
-        got = self._call(
-            f"get {instance}",
-            lambda: instances.get(project=self.project, zone=self.zone, instance=instance),
-        )
-        body = compute_v1.Instance.to_dict(
-            got, use_integers_for_enums=False, preserving_proto_field_name=False
-        )
+        body = self._request(f"get {instance}", "GET", f"instances/{instance}")
         found = parse_instance(body)
         self.events.append("gce.get", instance=instance, status=found.status_raw)
         return found
@@ -218,21 +247,32 @@ class GceAdapter:
     def set_metadata(self, instance: str, items: Mapping[str, str], fingerprint: str) -> None:
         """Replace the metadata items, only if they are still at ``fingerprint`` (412 ->
         VersionConflict: someone else wrote first; re-read and decide again)."""
-        from google.cloud import compute_v1
-
-        instances, _ = self._client()
-        resource = compute_v1.Metadata(
-            fingerprint=fingerprint,
-            items=[compute_v1.Items(key=k, value=v) for k, v in sorted(items.items())],
-        )
-        op = self._call(
-            f"setMetadata {instance}",
-            lambda: instances.set_metadata(
-                project=self.project, zone=self.zone, instance=instance, metadata_resource=resource
-            ),
+        resource = {
+            "fingerprint": fingerprint,
+            "items": [{"key": k, "value": v} for k, v in sorted(items.items())],
+        }
+        op = self._request(
+            f"setMetadata {instance}", "POST", f"instances/{instance}/setMetadata", resource
         )
         self.events.append("gce.set_metadata", instance=instance, keys=sorted(items))
-        self._wait(op.name, f"setMetadata {instance}")
+        self._wait(str(op.get("name")), f"setMetadata {instance}")
+
+    def set_run_ceiling(self, instance: str, current: Mapping[str, Any], max_run_s: float) -> None:
+        """The provider-native ceiling: ``scheduling.maxRunDuration`` with
+        ``instanceTerminationAction: STOP`` (instances.setScheduling, TERMINATED only): GCE
+        itself powers the VM off if its script never does. The rest of the instance's
+        scheduling (``current``, wire JSON) is sent back unchanged: setScheduling replaces the
+        whole block. gpuops still never calls stop (L1)."""
+        wanted = {
+            **current,
+            "maxRunDuration": {"seconds": str(int(max_run_s))},
+            "instanceTerminationAction": "STOP",
+        }
+        op = self._request(
+            f"setScheduling {instance}", "POST", f"instances/{instance}/setScheduling", wanted
+        )
+        self.events.append("gce.set_scheduling", instance=instance, max_run_s=int(max_run_s))
+        self._wait(str(op.get("name")), f"setScheduling {instance}")
 
     def start(self, instance: str) -> None:
         """Send start and wait for its operation; a stockout raises CapacityExhausted.
@@ -240,27 +280,14 @@ class GceAdapter:
         A start on a RUNNING instance answers DONE with no error (a silent no-op): only the
         boot marker can tell the runner whether this start did anything (L2).
         """
-        instances, _ = self._client()
-        op = self._call(
-            f"start {instance}",
-            lambda: instances.start(project=self.project, zone=self.zone, instance=instance),
-        )
-        self.events.append("gce.start", instance=instance, operation=op.name)
-        self._wait(op.name, f"start {instance}")
+        op = self._request(f"start {instance}", "POST", f"instances/{instance}/start")
+        self.events.append("gce.start", instance=instance, operation=op.get("name"))
+        self._wait(str(op.get("name")), f"start {instance}")
 
     def _wait(self, name: str, what: str) -> dict[str, Any]:
-        from google.cloud import compute_v1
-
-        _, operations = self._client()
         deadline = self.clock() + timing.GCE_OPERATION_TIMEOUT_S
         while True:
-            got = self._call(
-                f"operation {name}",
-                lambda: operations.get(project=self.project, zone=self.zone, operation=name),
-            )
-            body: dict[str, Any] = compute_v1.Operation.to_dict(
-                got, use_integers_for_enums=False, preserving_proto_field_name=False
-            )
+            body = self._request(f"operation {name}", "GET", f"operations/{name}")
             if body.get("status") == "DONE":
                 error = operation_error(body)
                 self.events.append(
@@ -278,13 +305,13 @@ class GceAdapter:
 
     def serial_output(self, instance: str, start: int = 0) -> tuple[str, int]:
         """Serial port 1 from byte ``start``: (contents, next start)."""
-        from google.cloud import compute_v1
-
-        instances, _ = self._client()
-        request = compute_v1.GetSerialPortOutputInstanceRequest(
-            project=self.project, zone=self.zone, instance=instance, port=1, start=start
+        got = self._request(
+            f"serialPort {instance}",
+            "GET",
+            f"instances/{instance}/serialPort",
+            params={"port": "1", "start": str(start)},
         )
-        got = self._call(
-            f"serialPort {instance}", lambda: instances.get_serial_port_output(request=request)
-        )
-        return str(got.contents), int(got.next_)
+        try:
+            return str(got.get("contents", "")), int(got.get("next", 0))
+        except (TypeError, ValueError) as exc:
+            raise UnexpectedResponse(PROVIDER, f"serialPort {instance}: bad next") from exc

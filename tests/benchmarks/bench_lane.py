@@ -1,0 +1,88 @@
+"""Lane command benchmark: store-only commands, and what a GCE-calling command adds.
+
+    python tests/benchmarks/bench_lane.py [--runs N]
+
+Against `gpuops fakes serve` (loopback FakeGCE) with a local state store holding a claimed
+board. Runs are interleaved (one of each case per round) so machine load hits every case
+alike; prints medians, min and max, and the load average before and after. Cases:
+
+- `python -c pass`                       the interpreter alone, for scale
+- `lane board`                           reads the store only (no provider call, no SDK)
+- `lane claim` (refused, L3)             reads the store only
+- `lane board --live`                    + one instances.get, one status and one log read
+- the imports of `board --live` alone    what the command adds over its calls
+
+A figure, not a test: timed assertions flake on shared machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+IMPORTS = (
+    "import gpuops.cli, gpuops.cli_lane, gpuops.lane.session, gpuops.providers.gce, "
+    "gpuops.providers.gcs, requests, google.api_core.exceptions; "
+    "from google.cloud import storage; from google.auth.credentials import AnonymousCredentials"
+)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=15)
+    runs = parser.parse_args().runs
+    from tests.test_fakes_serve import Served
+
+    from gpuops.lane import board as b
+    from gpuops.store import open_store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp) / "state"
+        store = open_store(str(state))
+        board = b.claim(b.Board("gpu-lane", "gpu-lane", 1.8e9), "alice", "portraits", 1.8e9)
+        store.create("lane/gpu-lane/board", b.render(board, []).encode())
+        served = Served()
+        try:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
+            env.update(served.env, GPUOPS_STATE=str(state), XDG_STATE_HOME=tmp)
+            gpuops = [sys.executable, "-m", "gpuops", "--operator", "bob", "lane"]
+            cases = {
+                "python -c pass": ([sys.executable, "-c", "pass"], {0}),
+                "lane board": ([*gpuops, "board"], {0}),
+                "lane claim (refused, L3)": ([*gpuops, "claim", "--job", "x"], {3}),
+                "lane board --live": ([*gpuops, "board", "--live"], {0}),
+                "imports of board --live": ([sys.executable, "-c", IMPORTS], {0}),
+            }
+            times: dict[str, list[float]] = {label: [] for label in cases}
+            print(f"load average before: {os.getloadavg()}")
+            for _ in range(runs):
+                for label, (argv, ok) in cases.items():
+                    start = time.perf_counter()
+                    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, check=False)
+                    times[label].append(time.perf_counter() - start)
+                    if done.returncode not in ok:
+                        print(f"{label}: exit {done.returncode}: {done.stderr.decode()[-400:]}")
+                        return 1
+            print(f"load average after:  {os.getloadavg()}")
+        finally:
+            served.close()
+    print(f"{'case':<28} {'median':>9} {'min':>9} {'max':>9}   ({runs} interleaved rounds)")
+    for label, values in times.items():
+        print(
+            f"{label:<28} {statistics.median(values):8.3f}s {min(values):8.3f}s "
+            f"{max(values):8.3f}s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
