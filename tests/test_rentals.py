@@ -394,11 +394,12 @@ def test_a_rental_moves_only_as_its_state_machine_allows_m13(alice, store, befor
     with pytest.raises(IllegalTransition) as caught:
         alice.update("job", state=after)
 
-    assert (caught.value.rule, caught.value.current, caught.value.requested) == (
-        "M13",
-        before,
-        after,
-    )
+    assert (
+        caught.value.rule,
+        caught.value.name,
+        caught.value.current,
+        caught.value.requested,
+    ) == ("M13", "job", before, after)
     assert stored(store, "job").state == before
 
 

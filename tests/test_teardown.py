@@ -186,9 +186,10 @@ def test_another_operators_intent_is_refused_not_reported_m3(ledger, clock):
     ledger.record_intent(BOX, "vast")
     bob = Ledger(ledger.store, Events(), "bob", clock=lambda: 1_800_000_000.0)
 
-    with pytest.raises(NotOwned):
+    with pytest.raises(NotOwned) as caught:
         destroy(Provider("77"), bob, clock)
 
+    assert (caught.value.name, caught.value.owner, caught.value.operator) == (BOX, "alice", "bob")
     assert ledger.get(BOX).state is BoxState.INTENT
 
 
