@@ -42,8 +42,8 @@ from gpuops.market import guardian as g
 from gpuops.market import watchdog as w
 from gpuops.market.jobs import BoxShell, Jobs
 from gpuops.market.leases import Leases
-from gpuops.market.rent import Market, destroy_rental
-from gpuops.market.rentals import FAILED, RELEASED, check_name, process_id, rental_of
+from gpuops.market.rent import Market, destroy_rental, owned_records
+from gpuops.market.rentals import FAILED, RELEASED, check_name, process_id
 
 SCALE_ENV = "GPUOPS_GUARD_TIME_SCALE"  # process tests only: divides every lease duration
 RESULTS_ENV = "GPUOPS_RESULTS"  # where results go: a directory or s3://bucket/prefix
@@ -263,13 +263,7 @@ class Guardian:
             self.deadline_at = rental.deadline_at or self.deadline_at
         started_at = rental.started_at if rental and rental.started_at else self.deadline_at
         ended = rental is None or rental.state in (FAILED, RELEASED)
-        left = [
-            record
-            for record in self.market.ledger.records()
-            if rental_of(record.name) == self.name
-            and record.owner == self.operator
-            and record.active
-        ]
+        left = owned_records(self.market, self.name)
         unresolved = bool(left) and all(r.state is BoxState.INTENT for r in left)
         gone = ended and not left and (self.instance_id is None or self._shown_gone())
         return g.Box(gone, started_at, self.deadline_at, ended=ended, unresolved=unresolved)

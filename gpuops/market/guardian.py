@@ -185,13 +185,14 @@ def decide(
     """The guardian's next step, and what it remembers afterwards. ``now`` is the wall clock
     (deadlines are wall-clock times); ``mono`` is this guardian's monotonic clock, the only
     one lease staleness is judged on (``now`` where the caller has one clock)."""
-    mind = observe(mind, lease, now if mono is None else mono)
+    mono = now if mono is None else mono
+    mind = observe(mind, lease, mono)
     if box.gone:
         return mind, Leave(GONE, "every box of the rental is confirmed gone")
     if box.unresolved and now >= box.deadline_at + timing.OWNER_GRACE_S:
         return mind, Leave(UNKNOWN, "an unresolved create outlived the grace; sweep goes on")
     if lease is None or (
-        lease.holder != mind.me and is_stale(mind, now if mono is None else mono, clock)
+        lease.holder != mind.me and is_stale(mind, mono, clock)
     ):
         return mind, Take()
     if lease.holder == mind.me:

@@ -508,13 +508,7 @@ class Market:
     def _clean_earlier_races(self, rental: Rental) -> None:
         """Candidates of an earlier race (one that crashed or was interrupted) are ended before
         this race creates anything; one whose create is still unresolved stops it (M12)."""
-        for record in self.ledger.records():
-            if (
-                rental_of(record.name) != rental.name
-                or record.owner != self.ledger.operator
-                or not record.active
-            ):
-                continue
+        for record in owned_records(self, rental.name):
             outcome = end_record(self, record)
             if outcome.ending is Ending.UNRESOLVED:
                 self.rentals.update(rental.name, expect=RACING, state=FAILED)
@@ -604,16 +598,22 @@ def end_record(market: Market, record: Record) -> Outcome:
     return Outcome(record.name, Ending.UNRESOLVED, f"left as it is ({record.state.value})")
 
 
-def end_records(market: Market, name: str, race: int | None = None) -> list[Outcome]:
-    """End every active record of ours under rental ``name`` (of one race, when given)."""
+def owned_records(market: Market, name: str, race: int | None = None) -> list[Record]:
+    """Every active record of ours under rental ``name`` (of one race, when given): what its
+    owner must end (M13)."""
     prefix = f"{name}+" if race is None else box_name(name, race, 0).rpartition("-")[0] + "-"
     return [
-        end_record(market, record)
+        record
         for record in market.ledger.records()
         if record.name.startswith(prefix)
         and record.owner == market.ledger.operator
         and record.active
     ]
+
+
+def end_records(market: Market, name: str, race: int | None = None) -> list[Outcome]:
+    """End every active record of ours under rental ``name`` (of one race, when given)."""
+    return [end_record(market, record) for record in owned_records(market, name, race)]
 
 
 def settle_rental(market: Market, name: str) -> Rental | None:
