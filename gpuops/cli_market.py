@@ -94,9 +94,9 @@ def _market_command(
         lines = [f"{o.name}: {o.detail}" for o in outcomes] or [f"{args.name}: nothing to end"]
         _out(as_json, {"name": args.name, "outcomes": [_outcome(o) for o in outcomes]}, lines)
         return exit_code(outcomes)  # M13: from the outcomes' types, never from their text
-    from gpuops.market.rent import sweep
+    from gpuops.market.rent import SWEEP_WORKERS, sweep
 
-    report = sweep(market)
+    report = sweep(market, workers=SWEEP_WORKERS, pace=market.pace)
     payload = {
         "retried": [_outcome(o) for o in report.retried],
         "expired": [_outcome(o) for o in report.expired],

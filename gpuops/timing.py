@@ -34,6 +34,9 @@ DEADLINE_MARGIN_FRACTION = 0.25
 DESTROY_CONFIRM_TIMEOUT_S = 120.0
 # Between two "is it gone?" questions about one instance.
 DESTROY_CONFIRM_POLL_S = 5.0
+# The call budget a many-box sweep shares (rent.Pace): provider calls start at most one per this
+# long, 100 a second; a 429's retry wait holds every thread on top of it.
+VAST_CALL_INTERVAL_S = 0.01
 
 # --- jobs and the watchdog (M10) -----------------------------------------------------------
 # No log progress for this long makes a job "stalled": a judgment, alert only.

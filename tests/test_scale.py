@@ -8,21 +8,44 @@ from __future__ import annotations
 import pytest
 from scale_world import build
 
-from gpuops.market.rent import sweep
+from gpuops.market.rent import Pace, sweep
 from gpuops.market.teardown import Ending
 from gpuops.market.rentals import RELEASED
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 
-def test_sweep_over_a_thousand_instances_ends_ours_and_reports_every_other_untouched(tmp_path):
-    """M3/M4: 100 expired boxes of ours destroyed and confirmed; 900 others only reported."""
+class CountedLists:
+    """The store, counting its listings of the ledger's records."""
+
+    def __init__(self, store):
+        self.store = store
+        self.ledger_lists = 0
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def list(self, prefix=""):
+        self.ledger_lists += prefix.startswith("ledger/boxes/")
+        return self.store.list(prefix)
+
+
+@pytest.mark.parametrize("workers", [1, 16])
+def test_sweep_over_a_thousand_instances_ends_ours_and_reports_every_other_untouched(
+    tmp_path, workers
+):
+    """M3/M4: 100 expired boxes of ours destroyed and confirmed, one at a time or sixteen at
+    once within a call budget; 900 others only reported; the ledger listed once."""
     account = build(tmp_path, total=1000, ours=100)
     try:
         listed = account.market.vast.list_instances()
         assert len(listed) == 1000  # every page of the paged v1 list
+        counted = CountedLists(account.market.ledger.store)
+        account.market.ledger.store = counted
 
-        report = sweep(account.market)
+        report = sweep(account.market, workers=workers, pace=Pace(0.0))
+
+        assert counted.ledger_lists == 1
 
         assert len(report.expired) == 100
         assert {o.ending for o in report.expired} == {Ending.GONE}

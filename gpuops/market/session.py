@@ -87,7 +87,10 @@ def open_market(
     store = open_store(state_url)
     here = local_dir(state_url)
     events = EventLog(Path(os.environ.get("GPUOPS_EVENTS") or here / "events.jsonl"), operator)
-    vast = VastAdapter(events=events)
+    from gpuops.market.rent import Pace
+
+    pace = Pace(sleep=sleep)  # one call budget: a sweep's threads and the adapter's 429 waits
+    vast = VastAdapter(events=events, sleep=pace.hold)
     key_path = public_key_path()
     public_key = read_public_key(key_path) if need_key else ""
     prober = ssh_prober(here, key_path.with_suffix(""), vram_floor_mb)
@@ -102,6 +105,7 @@ def open_market(
         rng=rng,
         sleep=sleep,
     )
+    market.pace = pace
     from gpuops.analysis.learned import ranker
 
     # rank by price per healthy box, from the index in the store: the same cost at any log size
