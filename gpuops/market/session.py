@@ -82,7 +82,10 @@ def open_market(
     rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Market:
+    from gpuops.providers import vastai_lazy
     from gpuops.providers.vast import VastAdapter
+
+    vastai_lazy.install()  # the SDK's API layer, without its package start-up (about a second)
 
     store = open_store(state_url)
     here = local_dir(state_url)

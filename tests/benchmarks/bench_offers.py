@@ -26,10 +26,10 @@ from tests.benchmarks.bench_stats import write_log
 from tests.benchmarks.common import ROOT, gpuops_argv, interleaved, load, median, stop
 
 
-def serve() -> tuple[subprocess.Popen[str], dict[str, str]]:
+def serve(extra: list[str] | None = None) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """`gpuops fakes serve` on loopback, and the environment its export lines give."""
     proc = subprocess.Popen(
-        [*gpuops_argv(), "fakes", "serve"],
+        [*gpuops_argv(), "fakes", "serve", *(extra or [])],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
