@@ -320,10 +320,12 @@ def test_release_is_only_the_claimants_and_only_once_terminated_l1(tmp_path, mon
         assert freed.state == b.FREE
         (end,) = world.events("lane.job_end")
         assert end["outcome"] == "succeeded" and end["attempts"] == 1 and end["stockouts"] == 0
-        # claimed at 0, boot marker at +15 s, status "succeeded" written at +75 s (the 60 s
-        # job), release at +105 s: running is 60 s (until the job ended, not the release)
-        assert (end["waiting_s"], end["running_s"]) == (15.0, 60.0)
-        assert end["cost_usd"] == round(60 / 3600 * 0.70 + 105 / 86400 * 0.83, 4)
+        # claimed at 0; install's setMetadata and setScheduling and the attempt's setMetadata
+        # each wait one 5 s poll for their operation, so start is sent at +15 s; the boot
+        # marker at +30 s (15 s of PROVISIONING and STAGING), status "succeeded" 60 s later:
+        # running is 60 s (until the job ended, not the release)
+        assert (end["waiting_s"], end["running_s"]) == (30.0, 60.0)
+        assert end["cost_usd"] == round(60 / 3600 * 0.70 + 120 / 86400 * 0.83, 4)  # released at +120 s
 
 
 def test_a_metadata_write_that_loses_a_fingerprint_race_rereads_and_checks_again(
