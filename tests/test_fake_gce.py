@@ -293,7 +293,7 @@ def test_every_stockout_operation_carries_its_http_error_fields(outcome):
     recording), so a client that trusts ExtendedOperation.result() sees the failure."""
     fake, clock = _fake(starts=[outcome])
     op = fake.start()
-    clock.advance(fake.scenario.operation_pending_s + fake.scenario.start_operation_s)
+    clock.advance(60.0)
 
     body = _op(fake, op.name)
 

@@ -51,7 +51,7 @@ def test_the_real_compute_client_reads_writes_schedules_and_starts_the_fake_h4()
         op = instances.set_scheduling(**WHERE, scheduling_resource=scheduling)
         started = instances.start(**WHERE)
         after = instances.get(**WHERE)
-        fake.advance(fake.scenario.operation_pending_s + fake.scenario.start_operation_s)
+        fake.advance(60.0)
         polled = operations.get(project=WHERE["project"], zone=WHERE["zone"], operation=started.name)
 
     assert before.status == "TERMINATED" and op.name
@@ -81,18 +81,18 @@ def _start_fake(**scenario: object) -> tuple[FakeGCE, FakeClock]:
 
 def test_a_start_walks_pending_running_done_in_the_real_extended_operation_h4():
     """H4: start's ExtendedOperation is PENDING, then RUNNING (zoneOperations.wait), then
-    DONE over the scenario's durations, while the instance moves on its own schedule; the
-    times are the fake clock's and every operation has its own id."""
-    fake, clock = _start_fake(operation_pending_s=1.0, start_operation_s=8.0)
+    DONE over the default durations (0.5 s PENDING, 7 s RUNNING), while the instance moves on
+    its own schedule; the times are the fake clock's and every operation has its own id."""
+    fake, clock = _start_fake()
     compute_v1, instances, operations = _clients()
     status = compute_v1.Operation.Status
     with activate(fake, COMPUTE):
         op = instances.start(**WHERE)
         seen = [(op.status, op.done(), instances.get(**WHERE).status)]
-        fake.advance(1.0)
+        fake.advance(0.5)
         waited = operations.wait(project=WHERE["project"], zone=WHERE["zone"], operation=op.name)
         seen.append((waited.status, op.done(), instances.get(**WHERE).status))
-        fake.advance(8.0)
+        fake.advance(7.0)
         seen.append((status.DONE, op.done(), instances.get(**WHERE).status))
         result = op.result()
         again = instances.set_metadata(
@@ -123,7 +123,7 @@ def test_a_stockout_operation_raises_from_the_real_extended_operation_result_h4(
     with activate(fake, COMPUTE):
         for code in ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"):
             op = instances.start(**WHERE)
-            fake.advance(fake.scenario.operation_pending_s + fake.scenario.start_operation_s)
+            fake.advance(60.0)
             with pytest.raises(gx.ServiceUnavailable) as raised:
                 op.result()
             assert raised.value.errors[0].code == code
