@@ -78,7 +78,7 @@ class Operation:
 
 
 @dataclass(frozen=True)
-class Refused:
+class StartRefused:
     """A start refused synchronously: ``recording`` is the HTTP error answer (403, 503)."""
 
     recording: str
@@ -172,14 +172,14 @@ class FakeGCE:
             self.wakeup.notify_all()
 
     # --- compute ------------------------------------------------------------------------------
-    def start(self) -> Operation | Refused:
+    def start(self) -> Operation | StartRefused:
         """A start: an operation (its outcome played when it is DONE), or a synchronous
-        refusal (``Refused``: HTTP 403 or 503, no operation) when the scenario says so."""
+        refusal (``StartRefused``: HTTP 403 or 503, no operation) when the scenario says so."""
         outcome = "ok"
         if self.status == "TERMINATED":
             outcome = self._starts.pop(0) if self._starts else "ok"
             if outcome in REFUSALS:
-                return Refused(REFUSALS[outcome])
+                return StartRefused(REFUSALS[outcome])
             if outcome == "ok":
                 self._power_on()
         elif self.status in ("STOPPING",):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
-from fakes.gce.model import PRECONDITIONS, FakeGCE, Refused, StoredObject
+from fakes.gce.model import PRECONDITIONS, FakeGCE, StartRefused, StoredObject
 from fakes.vast.wire import Reply, Request
 
 JSON = (("Content-Type", "application/json; charset=UTF-8"),)
@@ -126,7 +126,7 @@ def start(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     if (missing := _instance(fake, m)) is not None:
         return missing
     op = fake.start()
-    if isinstance(op, Refused):
+    if isinstance(op, StartRefused):
         body = _recorded("gce", op.recording)
         return _json(int(body["error"]["code"]), body)
     return _json(200, _op_body(fake, op.name))
