@@ -290,14 +290,22 @@ def test_a_list_with_a_delimiter_returns_prefixes_in_the_real_storage_client_h4(
     assert prefixes == ["jobs/a/boot/", "jobs/a/results/"]
 
 
-def test_a_resumable_upload_is_refused_loudly_h4(monkeypatch):
-    """H4: the fake does not model resumable uploads: the real client's attempt fails with
-    the fake's own reason, never a silent success."""
+def test_resumable_uploads_work_in_the_real_storage_client_h4(monkeypatch):
+    """H4: a resumable upload (the client's choice for a stream of unknown size) in one chunk
+    and in several (308 with Range between chunks) stores the bytes with checksums the client
+    verifies; a stale ifGenerationMatch on one is PreconditionFailed and writes nothing."""
     import pytest
     from google.api_core import exceptions as gx
 
     fake, _ = _start_fake()
     client, bucket = _bucket(monkeypatch)
-    with activate(fake, BASE), pytest.raises(gx.GoogleAPICallError, match="fake_gcs_resumable"):
-        bucket.blob("big").upload_from_file(io.BytesIO(b"x" * 10))  # no size: resumable
-    assert "big" not in fake.objects
+    big = bytes(range(256)) * 2400  # 600 KiB: three 256 KiB chunks
+    with activate(fake, BASE):
+        bucket.blob("one").upload_from_file(io.BytesIO(b"x" * 10))  # no size: resumable
+        bucket.blob("many", chunk_size=256 * 1024).upload_from_file(io.BytesIO(big))
+        with pytest.raises(gx.PreconditionFailed):
+            bucket.blob("one").upload_from_file(io.BytesIO(b"y"), if_generation_match=0)
+        back = bucket.blob("many").download_as_bytes()
+
+    assert fake.objects["one"] == b"x" * 10 and back == big and fake.objects["many"] == big
+    assert fake.uploads == {}

@@ -92,6 +92,16 @@ def fingerprint(number: int) -> str:
 
 
 @dataclass
+class Upload:
+    """A resumable upload in progress: the bytes received so far, in order."""
+
+    name: str
+    content_type: str
+    query: dict[str, str]  # the initiating request's query (its preconditions)
+    data: bytearray = field(default_factory=bytearray)
+
+
+@dataclass
 class StoredObject:
     """One live object generation in the fake bucket (a bucket without versioning: an
     overwrite replaces the generation, and the old one is gone)."""
@@ -113,6 +123,7 @@ class FakeGCE:
     fingerprint: str = field(default_factory=lambda: fingerprint(0))
     objects: dict[str, bytes] = field(default_factory=dict)  # name -> the live generation's bytes
     stored: dict[str, StoredObject] = field(default_factory=dict)  # name -> its live generation
+    uploads: dict[str, Upload] = field(default_factory=dict)  # resumable sessions, by upload_id
     serial: str = ""
     operations: dict[str, Operation] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)  # "METHOD route" of every request, in order
@@ -129,6 +140,7 @@ class FakeGCE:
         self._fp = itertools.count(1)
         self._ops = itertools.count(1)
         self._last_generation = 0
+        self._uploads = 0
         self._starts = list(self.scenario.starts)
         self._races = self.scenario.fingerprint_races
         self._boot_id = 0
@@ -388,6 +400,14 @@ class FakeGCE:
         self.serial += f"{line}\n"
 
     # --- the bucket ---------------------------------------------------------------------------
+    def begin_upload(self, name: str, content_type: str, query: dict[str, str]) -> str:
+        """A resumable upload session for ``name``: its id. Its preconditions are checked
+        again when the last byte arrives."""
+        self._uploads += 1
+        upload_id = f"fake-gcs-upload-{self._uploads}"
+        self.uploads[upload_id] = Upload(name, content_type, dict(query))
+        return upload_id
+
     def _next_generation(self) -> int:
         """A new object generation: microseconds on the fake clock (as GCS's look), strictly
         increasing, so two writes in the same instant still differ."""

@@ -4,8 +4,10 @@ there is no stop, suspend or delete route, because gpuops must never call one (L
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -199,9 +201,23 @@ def _object(fake: FakeGCE, name: str, stored: StoredObject) -> dict[str, Any]:
         updated=stamp,
         timeCreated=_rfc3339(stored.generation / 1_000_000),
     )
+    item.update(_checksums(stored.data))
     if stored.metadata:
         item["metadata"] = dict(stored.metadata)
     return item
+
+
+def _checksums(data: bytes) -> dict[str, str]:
+    """The object resource's documented ``md5Hash`` and ``crc32c`` (base64, crc32c big-endian),
+    computed from the bytes: the python client checks one against a resumable upload."""
+    out = {"md5Hash": base64.b64encode(hashlib.md5(data).digest()).decode()}
+    try:
+        import google_crc32c  # google-cloud-storage's own dependency
+    except ImportError:  # pragma: no cover - then only md5Hash
+        return out
+    crc = google_crc32c.value(data)
+    out["crc32c"] = base64.b64encode(crc.to_bytes(4, "big")).decode()
+    return out
 
 
 def _rfc3339(epoch: float) -> str:
@@ -332,12 +348,7 @@ def upload(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
         name, data = str(meta.get("name", "")), parts[1]
         content_type = str(meta.get("contentType", ""))
     elif kind == "resumable":
-        return _fake_gcs_error(
-            501,
-            "fake_gcs_resumable_unsupported",
-            "FakeGCS serves media and multipart uploads only (the python client goes"
-            " resumable above 8 MiB or when the size is unknown)",
-        )
+        return _begin_resumable(fake, req, m)
     else:
         return _fake_gcs_error(400, "fake_gcs_bad_upload", f"uploadType {kind!r}")
     if not name:
@@ -348,6 +359,59 @@ def upload(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
         return failed
     stored = fake.put(name, bytes(data), content_type)
     return _json(200, _object(fake, name, stored))
+
+
+def _begin_resumable(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """A resumable upload's first request: its metadata; the session URL in ``Location``
+    (the JSON API's resumable protocol, cloud.google.com/storage/docs/performing-resumable-uploads;
+    preconditions are checked here and again at the last chunk)."""
+    meta = json.loads(req.body or b"{}")
+    name = str(req.query.get("name") or meta.get("name") or "")
+    if not name:
+        return _fake_gcs_error(400, "fake_gcs_bad_upload", "no object name")
+    if (bad := _bad_precondition(req)) is not None:
+        return bad
+    if (failed := _failed_precondition(fake, name, req)) is not None:
+        return failed
+    content_type = req.headers.get("x-upload-content-type") or str(meta.get("contentType", ""))
+    upload_id = fake.begin_upload(name, content_type, dict(req.query))
+    host = req.headers.get("host", "")
+    if not host:
+        return _fake_gcs_error(400, "fake_gcs_no_host", "a resumable upload needs a Host header")
+    # the fake is served over http only (loopback, or responses on an http:// base)
+    query = f"uploadType=resumable&upload_id={upload_id}"
+    location = f"http://{host}/upload/storage/v1/b/{m['b']}/o?{query}"
+    return Reply(200, (*JSON, ("Location", location)), "")
+
+
+_RANGE = re.compile(r"bytes (?:(?P<first>\d+)-(?P<last>\d+)|\*)/(?P<total>\d+|\*)")
+
+
+def resumable_chunk(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """A chunk of a resumable upload (``Content-Range: bytes F-L/T``, T ``*`` until the last):
+    308 with the ``Range`` received so far, or, with the last byte, the object (its
+    preconditions checked again: 412 then, and nothing is written)."""
+    upload = fake.uploads.get(req.query.get("upload_id", ""))
+    if upload is None or not _bucket_ok(fake, m):
+        return _fake_gcs_error(404, "fake_gcs_no_such_upload", "no such resumable upload")
+    found = _RANGE.fullmatch(req.headers.get("content-range", "").strip())
+    if found is None:
+        return _fake_gcs_error(400, "fake_gcs_bad_range", req.headers.get("content-range", ""))
+    if found["first"] is not None:
+        if int(found["first"]) != len(upload.data):
+            return _fake_gcs_error(400, "fake_gcs_bad_range", "a chunk out of order")
+        upload.data += req.body
+    total = found["total"]
+    if total == "*" or int(total) != len(upload.data):
+        headers: tuple[tuple[str, str], ...] = (("Content-Type", "text/plain"),)
+        if upload.data:
+            headers += (("Range", f"bytes=0-{len(upload.data) - 1}"),)
+        return Reply(308, headers, "")
+    del fake.uploads[req.query["upload_id"]]
+    if not fake.precondition(upload.name, upload.query):
+        return _error("precondition_failed_412", "gcs")
+    stored = fake.put(upload.name, bytes(upload.data), upload.content_type)
+    return _json(200, _object(fake, upload.name, stored))
 
 
 def _multipart(content_type: str, body: bytes) -> list[bytes]:
@@ -412,6 +476,7 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
     ("GET", re.compile(r"/storage/v1" + _S + r"/(?P<o>.+)"), object_meta),
     ("PATCH", re.compile(r"/storage/v1" + _S + r"/(?P<o>.+)"), patch_object),
     ("POST", re.compile(r"/upload/storage/v1" + _S), upload),
+    ("PUT", re.compile(r"/upload/storage/v1" + _S), resumable_chunk),
     ("GET", re.compile(r"/computeMetadata/v1/instance/attributes/(?P<k>[^/]+)"), metadata_attribute),
     (
         "GET",
