@@ -1,5 +1,7 @@
-"""H4: FakeGCE judged by a client we did not write: google-cloud-compute's own REST client
-(gpuops itself speaks the same REST API through google-auth, gpuops/providers/gce.py)."""
+"""H4: FakeGCE and its bucket judged by clients we did not write: google-cloud-compute's own
+REST client (gpuops itself speaks the same REST API through google-auth, gpuops/providers/gce.py)
+and google-cloud-storage (as gpuops/providers/gcs.py uses it). An answer either cannot parse, or
+a precondition, operation state or stockout the real service shows and the fake hides, fails."""
 
 from __future__ import annotations
 
