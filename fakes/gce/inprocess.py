@@ -30,7 +30,7 @@ def activate(fake: FakeGCE, base_url: str) -> Iterator[responses.RequestsMock]:
     with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
         prefix = re.compile(re.escape(base_url.rstrip("/")) + r"(/.*)?$")
 
-        def callback(prepared: requests.PreparedRequest) -> tuple[int, dict[str, str], str]:
+        def callback(prepared: requests.PreparedRequest) -> tuple[int, dict[str, str], bytes]:
             parts = urlsplit(str(prepared.url))
             body = prepared.body
             raw = (
@@ -40,11 +40,21 @@ def activate(fake: FakeGCE, base_url: str) -> Iterator[responses.RequestsMock]:
                 method=str(prepared.method),
                 path=parts.path,
                 query=dict(parse_qsl(parts.query, keep_blank_values=True)),
-                headers={k.lower(): str(v) for k, v in prepared.headers.items()},
+                # requests adds Host only when it sends; the resumable protocol's Location needs it
+                headers={"host": parts.netloc}
+                | {k.lower(): str(v) for k, v in prepared.headers.items()},
                 body=raw,
             )
             reply = dispatch(fake, request)
-            return reply.status, dict(reply.headers), reply.body
+            # as the loopback server: UTF-8 when the first header names JSON, else the body is
+            # bytes carried as latin-1 (an object's data), never re-encoded; text beyond
+            # latin-1 (a metadata value) can only be UTF-8
+            json_first = bool(reply.headers) and "json" in reply.headers[0][1]
+            try:
+                data = reply.body.encode("utf-8" if json_first else "latin-1")
+            except UnicodeEncodeError:
+                data = reply.body.encode("utf-8")
+            return reply.status, dict(reply.headers), data
 
         for method in METHODS:
             mock.add_callback(method, prefix, callback=callback, content_type=None)

@@ -4,15 +4,17 @@ there is no stop, suspend or delete route, because gpuops must never call one (L
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
-from fakes.gce.model import FakeGCE
+from fakes.gce.model import PRECONDITIONS, FakeGCE, StartRefused, StoredObject
 from fakes.vast.wire import Reply, Request
 
 JSON = (("Content-Type", "application/json; charset=UTF-8"),)
@@ -68,39 +70,68 @@ def get_instance(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     return _json(200, body)
 
 
-def _op_body(fake: FakeGCE, name: str, done: bool) -> dict[str, Any]:
+# The recording each outcome's DONE operation is rendered from. ``unavailable`` and
+# ``not-ready`` are the fake's own bodies (their codes say ``fake_gce_``): GCE's exact answers
+# to those were never captured.
+DONE_BODIES = {
+    "ok": "operation_done",
+    "stockout": "operation_stockout_with_details",
+    "stockout-plain": "operation_stockout_plain",
+    "insufficient-capacity": "operation_insufficient_capacity",
+    "quota": "operation_quota",
+    "unavailable": "operation_unavailable",
+    "not-ready": "operation_not_ready",
+}
+# Only these keys of a DONE body say how it ended; a PENDING or RUNNING one has none of them.
+_ENDED = ("endTime", "error", "httpErrorStatusCode", "httpErrorMessage")
+
+
+def _pacific(epoch: float) -> str:
+    """An operation time as GCE writes it (RFC 3339, milliseconds, the zone's offset; the
+    recordings use -08:00)."""
+    import datetime as dt
+
+    local = dt.datetime.fromtimestamp(epoch, dt.timezone(dt.timedelta(hours=-8)))
+    return local.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "-08:00"
+
+
+def _op_body(fake: FakeGCE, name: str) -> dict[str, Any]:
+    """The operation as it stands on the fake clock: PENDING, RUNNING, or DONE with its
+    outcome's recorded body; its own id, name and times."""
     op = fake.operations[name]
-    recording = {
-        "stockout": "operation_stockout_with_details",
-        "stockout-plain": "operation_stockout_plain",
-        "insufficient-capacity": "operation_insufficient_capacity",
-        "quota": "operation_quota",
-    }.get(op.outcome, "operation_done")
-    body = _recorded("gce", recording if done else "start_operation_running")
-    if op.outcome == "unavailable" and done:
-        body.update(
-            httpErrorStatusCode=503,
-            httpErrorMessage="SERVICE UNAVAILABLE",
-            error={"errors": [{"code": "SERVICE_UNAVAILABLE", "message": "try later"}]},
-        )
-    if op.outcome == "not-ready" and done:
-        body.update(
-            httpErrorStatusCode=400,
-            httpErrorMessage="BAD REQUEST",
-            error={
-                "errors": [{"code": "RESOURCE_NOT_READY", "message": "The instance is stopping."}]
-            },
-        )
-    body["name"] = name
-    body["operationType"] = op.kind
+    status = op.status(fake.clock.now())
+    if status == "DONE":
+        body = _recorded("gce", DONE_BODIES[op.outcome])
+    else:
+        body = _recorded("gce", "start_operation_running")
+        for key in _ENDED:
+            body.pop(key, None)
+    body.update(
+        id=op.id,
+        name=name,
+        operationType=op.kind,
+        status=status,
+        progress=100 if status == "DONE" else 0,
+        insertTime=_pacific(op.insert_at),
+    )
     body["selfLink"] = body["selfLink"].rsplit("/", 1)[0] + "/" + name
+    if status == "PENDING":
+        body.pop("startTime", None)
+    else:
+        body["startTime"] = _pacific(op.start_at)
+    if status == "DONE":
+        body["endTime"] = _pacific(op.end_at)
     return dict(body)
 
 
 def start(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     if (missing := _instance(fake, m)) is not None:
         return missing
-    return _json(200, _op_body(fake, fake.start().name, done=False))
+    op = fake.start()
+    if isinstance(op, StartRefused):
+        body = _recorded("gce", op.recording)
+        return _json(int(body["error"]["code"]), body)
+    return _json(200, _op_body(fake, op.name))
 
 
 def set_metadata(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
@@ -111,7 +142,7 @@ def set_metadata(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     op = fake.set_metadata(str(sent.get("fingerprint", "")), items)
     if op is None:
         return _error("set_metadata_412")
-    return _json(200, _op_body(fake, op.name, done=True))
+    return _json(200, _op_body(fake, op.name))
 
 
 def set_scheduling(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
@@ -125,13 +156,24 @@ def set_scheduling(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     duration = sent.get("maxRunDuration") or {}
     seconds = float(duration.get("seconds", 0) or 0) if duration else None
     op = fake.set_scheduling(seconds, str(sent.get("instanceTerminationAction", "")))
-    return _json(200, _op_body(fake, op.name, done=True))
+    return _json(200, _op_body(fake, op.name))
+
+
+def _zone_ok(fake: FakeGCE, m: re.Match[str]) -> bool:
+    return (m["p"], m["z"]) == (fake.scenario.project, fake.scenario.zone)
 
 
 def get_operation(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
-    if m["op"] not in fake.operations:
+    if m["op"] not in fake.operations or not _zone_ok(fake, m):
         return _error("instance_404", message=f"The resource 'operations/{m['op']}' was not found")
-    return _json(200, _op_body(fake, m["op"], done=True))
+    return _json(200, _op_body(fake, m["op"]))
+
+
+def wait_operation(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """zoneOperations.wait: the operation as it stands now. GCE's wait may hold the request
+    for up to 2 minutes, and its reference allows it to return "after zero seconds" with the
+    operation not DONE; the fake always returns at once (a caller must poll again)."""
+    return get_operation(fake, req, m)
 
 
 def serial(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
@@ -143,20 +185,39 @@ def serial(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     return _json(200, body)
 
 
-def _object(fake: FakeGCE, name: str) -> dict[str, Any]:
+def _object(fake: FakeGCE, name: str, stored: StoredObject) -> dict[str, Any]:
+    """An object resource: the recorded item's fields, this generation's values."""
     item = dict(_recorded("gcs", "list_objects")["items"][0])
     b = fake.scenario.bucket
-    stamp = _rfc3339(fake.updated.get(name, fake.clock.now()))
+    stamp = _rfc3339(stored.updated)
     item.update(
         name=name,
         bucket=b,
-        id=f"{b}/{name}/1",
-        size=str(len(fake.objects[name])),
-        contentType="application/octet-stream",
+        id=f"{b}/{name}/{stored.generation}",
+        generation=str(stored.generation),
+        metageneration=str(stored.metageneration),
+        size=str(len(stored.data)),
+        contentType=stored.content_type,
         updated=stamp,
-        timeCreated=stamp,
+        timeCreated=_rfc3339(stored.generation / 1_000_000),
     )
+    item.update(_checksums(stored.data))
+    if stored.metadata:
+        item["metadata"] = dict(stored.metadata)
     return item
+
+
+def _checksums(data: bytes) -> dict[str, str]:
+    """The object resource's documented ``md5Hash`` and ``crc32c`` (base64, crc32c big-endian),
+    computed from the bytes: the python client checks one against a resumable upload."""
+    out = {"md5Hash": base64.b64encode(hashlib.md5(data).digest()).decode()}
+    try:
+        import google_crc32c  # google-cloud-storage's own dependency
+    except ImportError:  # pragma: no cover - then only md5Hash
+        return out
+    crc = google_crc32c.value(data)
+    out["crc32c"] = base64.b64encode(crc.to_bytes(4, "big")).decode()
+    return out
 
 
 def _rfc3339(epoch: float) -> str:
@@ -169,49 +230,188 @@ def _bucket_ok(fake: FakeGCE, m: re.Match[str]) -> bool:
     return m["b"] == fake.scenario.bucket
 
 
+def _no_bucket(m: re.Match[str]) -> Reply:
+    return _error("object_404", "gcs", f"The specified bucket does not exist: {m['b']}")
+
+
+def _failed_precondition(fake: FakeGCE, name: str, req: Request) -> Reply | None:
+    """The recorded 412 when a generation precondition of the request does not hold."""
+    if fake.precondition(name, req.query):
+        return None
+    return _error("precondition_failed_412", "gcs")
+
+
+def _fake_gcs_error(status: int, reason: str, message: str) -> Reply:
+    """A refusal of the fake's own (reason ``fake_gcs_*``): a request GCS would serve but this
+    fake does not model, or one it cannot read. Never mistaken for GCS's wording."""
+    text = f"{reason}: {message}"
+    error = {"message": text, "domain": "global", "reason": reason}
+    return _json(status, {"error": {"code": status, "message": text, "errors": [error]}})
+
+
+def _bad_precondition(req: Request) -> Reply | None:
+    for key in PRECONDITIONS:
+        value = req.query.get(key, "")
+        if value and not value.lstrip("-").isdigit():
+            return _fake_gcs_error(400, "fake_gcs_bad_precondition", f"{key}={value!r}")
+    return None
+
+
 def list_objects(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """objects.list with ``prefix`` and ``delimiter``: names past the prefix that hold the
+    delimiter are rolled up into ``prefixes`` (each up to and including the delimiter)."""
     if not _bucket_ok(fake, m):
-        return _error("object_404", "gcs", f"The specified bucket does not exist: {m['b']}")
+        return _no_bucket(m)
+    for unmodelled in ("versions", "startOffset", "endOffset", "matchGlob"):
+        if req.query.get(unmodelled, "") not in ("", "false", "False"):
+            return _fake_gcs_error(400, "fake_gcs_unmodelled", f"objects.list {unmodelled}")
     prefix = req.query.get("prefix", "")
-    names = sorted(n for n in fake.objects if n.startswith(prefix))
+    delimiter = req.query.get("delimiter", "")
+    names, prefixes = [], set()
+    for name in sorted(n for n in fake.objects if n.startswith(prefix)):
+        rest = name[len(prefix) :]
+        if delimiter and delimiter in rest:
+            prefixes.add(prefix + rest[: rest.index(delimiter) + len(delimiter)])
+        else:
+            names.append(name)
     body: dict[str, Any] = {"kind": "storage#objects"}
+    if prefixes:
+        body["prefixes"] = sorted(prefixes)
     if names:
-        body["items"] = [_object(fake, n) for n in names]
+        body["items"] = [_object(fake, n, fake.live(n)) for n in names]  # type: ignore[arg-type]
     return _json(200, body)
 
 
-def download(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def _readable(fake: FakeGCE, req: Request, m: re.Match[str]) -> tuple[str, StoredObject | Reply]:
+    """The live generation a read asks for (``generation``, preconditions), or the answer."""
     name = unquote(m["o"])
-    if not _bucket_ok(fake, m) or name not in fake.objects:
-        return _error("object_404", "gcs", f"No such object: {m['b']}/{name}")
-    data = fake.objects[name].decode("latin-1")
-    return Reply(200, (("Content-Type", "application/octet-stream"),), data)
+    if not _bucket_ok(fake, m):
+        return name, _no_bucket(m)
+    stored = fake.live(name)
+    wanted = req.query.get("generation", "")
+    if stored is None or (wanted and wanted != str(stored.generation)):
+        # without object versioning an overwritten generation is gone: 404, as for no object
+        return name, _error("object_404", "gcs", f"No such object: {m['b']}/{name}")
+    if (bad := _bad_precondition(req)) is not None:
+        return name, bad
+    if (failed := _failed_precondition(fake, name, req)) is not None:
+        return name, failed
+    return name, stored
+
+
+def download(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    _, stored = _readable(fake, req, m)
+    if isinstance(stored, Reply):
+        return stored
+    # the generation headers first: the loopback server encodes a body as UTF-8 only when the
+    # first header names JSON, and a download's body is bytes (latin-1), whatever its type
+    headers = (
+        ("X-Goog-Generation", str(stored.generation)),
+        ("X-Goog-Metageneration", str(stored.metageneration)),
+        ("Content-Type", stored.content_type),
+    )
+    return Reply(200, headers, stored.data.decode("latin-1"))
 
 
 def object_meta(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
-    name = unquote(m["o"])
-    if not _bucket_ok(fake, m) or name not in fake.objects:
-        return _error("object_404", "gcs", f"No such object: {m['b']}/{name}")
-    return _json(200, _object(fake, name))
+    name, stored = _readable(fake, req, m)
+    if isinstance(stored, Reply):
+        return stored
+    return _json(200, _object(fake, name, stored))
+
+
+def patch_object(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """objects.patch: contentType and custom metadata; the metageneration moves."""
+    name, stored = _readable(fake, req, m)
+    if isinstance(stored, Reply):
+        return stored
+    sent = json.loads(req.body or b"{}")
+    metadata = {str(k): str(v) for k, v in (sent.get("metadata") or {}).items()}
+    patched = fake.patch(name, sent.get("contentType"), metadata)
+    return _json(200, _object(fake, name, patched))
 
 
 def upload(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """objects.insert, media or multipart, with its generation preconditions (412 when one
+    does not hold: ``ifGenerationMatch=0`` on an existing object, a stale generation)."""
     if not _bucket_ok(fake, m):
-        return _error("object_404", "gcs", f"The specified bucket does not exist: {m['b']}")
+        return _no_bucket(m)
     kind = req.query.get("uploadType", "")
+    content_type = ""
     if kind == "media":
         name, data = req.query.get("name", ""), req.body
     elif kind == "multipart":
         parts = _multipart(req.headers.get("content-type", ""), req.body)
         if len(parts) != 2:
-            return _json(400, {"error": {"code": 400, "message": "multipart needs 2 parts"}})
-        name, data = str(json.loads(parts[0])["name"]), parts[1]
+            return _fake_gcs_error(400, "fake_gcs_bad_upload", "multipart needs 2 parts")
+        meta = json.loads(parts[0])
+        name, data = str(meta.get("name", "")), parts[1]
+        content_type = str(meta.get("contentType", ""))
+    elif kind == "resumable":
+        return _begin_resumable(fake, req, m)
     else:
-        return _json(400, {"error": {"code": 400, "message": f"uploadType {kind!r}"}})
+        return _fake_gcs_error(400, "fake_gcs_bad_upload", f"uploadType {kind!r}")
     if not name:
-        return _json(400, {"error": {"code": 400, "message": "no object name"}})
-    fake.put(name, bytes(data))
-    return _json(200, _object(fake, name))
+        return _fake_gcs_error(400, "fake_gcs_bad_upload", "no object name")
+    if (bad := _bad_precondition(req)) is not None:
+        return bad
+    if (failed := _failed_precondition(fake, name, req)) is not None:
+        return failed
+    stored = fake.put(name, bytes(data), content_type)
+    return _json(200, _object(fake, name, stored))
+
+
+def _begin_resumable(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """A resumable upload's first request: its metadata; the session URL in ``Location``
+    (the JSON API's resumable protocol, cloud.google.com/storage/docs/performing-resumable-uploads;
+    preconditions are checked here and again at the last chunk)."""
+    meta = json.loads(req.body or b"{}")
+    name = str(req.query.get("name") or meta.get("name") or "")
+    if not name:
+        return _fake_gcs_error(400, "fake_gcs_bad_upload", "no object name")
+    if (bad := _bad_precondition(req)) is not None:
+        return bad
+    if (failed := _failed_precondition(fake, name, req)) is not None:
+        return failed
+    content_type = req.headers.get("x-upload-content-type") or str(meta.get("contentType", ""))
+    upload_id = fake.begin_upload(name, content_type, dict(req.query))
+    host = req.headers.get("host", "")
+    if not host:
+        return _fake_gcs_error(400, "fake_gcs_no_host", "a resumable upload needs a Host header")
+    # the fake is served over http only (loopback, or responses on an http:// base)
+    query = f"uploadType=resumable&upload_id={upload_id}"
+    location = f"http://{host}/upload/storage/v1/b/{m['b']}/o?{query}"
+    return Reply(200, (*JSON, ("Location", location)), "")
+
+
+_RANGE = re.compile(r"bytes (?:(?P<first>\d+)-(?P<last>\d+)|\*)/(?P<total>\d+|\*)")
+
+
+def resumable_chunk(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+    """A chunk of a resumable upload (``Content-Range: bytes F-L/T``, T ``*`` until the last):
+    308 with the ``Range`` received so far, or, with the last byte, the object (its
+    preconditions checked again: 412 then, and nothing is written)."""
+    upload = fake.uploads.get(req.query.get("upload_id", ""))
+    if upload is None or not _bucket_ok(fake, m):
+        return _fake_gcs_error(404, "fake_gcs_no_such_upload", "no such resumable upload")
+    found = _RANGE.fullmatch(req.headers.get("content-range", "").strip())
+    if found is None:
+        return _fake_gcs_error(400, "fake_gcs_bad_range", req.headers.get("content-range", ""))
+    if found["first"] is not None:
+        if int(found["first"]) != len(upload.data):
+            return _fake_gcs_error(400, "fake_gcs_bad_range", "a chunk out of order")
+        upload.data += req.body
+    total = found["total"]
+    if total == "*" or int(total) != len(upload.data):
+        headers: tuple[tuple[str, str], ...] = (("Content-Type", "text/plain"),)
+        if upload.data:
+            headers += (("Range", f"bytes=0-{len(upload.data) - 1}"),)
+        return Reply(308, headers, "")
+    del fake.uploads[req.query["upload_id"]]
+    if not fake.precondition(upload.name, upload.query):
+        return _error("precondition_failed_412", "gcs")
+    stored = fake.put(upload.name, bytes(upload.data), upload.content_type)
+    return _json(200, _object(fake, upload.name, stored))
 
 
 def _multipart(content_type: str, body: bytes) -> list[bytes]:
@@ -270,10 +470,13 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setScheduling"), set_scheduling),
     ("GET", re.compile(_C + r"/instances/(?P<i>[^/]+)/serialPort"), serial),
     ("GET", re.compile(_C + r"/operations/(?P<op>[^/]+)"), get_operation),
+    ("POST", re.compile(_C + r"/operations/(?P<op>[^/]+)/wait"), wait_operation),
     ("GET", re.compile(r"/storage/v1" + _S), list_objects),
     ("GET", re.compile(r"/download/storage/v1" + _S + r"/(?P<o>.+)"), download),
     ("GET", re.compile(r"/storage/v1" + _S + r"/(?P<o>.+)"), object_meta),
+    ("PATCH", re.compile(r"/storage/v1" + _S + r"/(?P<o>.+)"), patch_object),
     ("POST", re.compile(r"/upload/storage/v1" + _S), upload),
+    ("PUT", re.compile(r"/upload/storage/v1" + _S), resumable_chunk),
     ("GET", re.compile(r"/computeMetadata/v1/instance/attributes/(?P<k>[^/]+)"), metadata_attribute),
     (
         "GET",
