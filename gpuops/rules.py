@@ -226,7 +226,7 @@ RULES: tuple[Rule, ...] = (
         "tests/test_owner.py::test_a_rent_killed_after_its_creates_is_ended_by_its_guardian_by_the_deadline_m13",
         scope="the market: the guardian starts before the first create and ends every record "
         "of its rental; sweep ends any record past its deadline; interrupts clean up; a "
-        "seeded soak (tests/soak.py, 1,000 lifecycles in the suite) and real-process kills "
+        "seeded soak (tests/soak.py, 600 lifecycles in the suite) and real-process kills "
         "(tests/test_owner_process.py) judged by FakeVast's record; never on a real account",
     ),
     Rule(
