@@ -112,16 +112,18 @@ def _create(model: FakeVast, request: Request, params: Mapping[str, str]) -> Rep
     return wire.created(box.id)
 
 
-def _row(model: FakeVast, box: InstanceState) -> dict[str, object]:
-    """The box's row now; ``start_date`` on the wall clock, anchored when serving began."""
+def _row(model: FakeVast, box: InstanceState, *, shown: bool = False) -> dict[str, object]:
+    """The box's row now (``shown``: with the status show reports, show_lag_s behind);
+    ``start_date`` on the wall clock, anchored when serving began."""
     start = model.wall(box.created_at)
     age_s = model.wall(model.now()) - start
-    return wire.instance_row(box, model.status(box), start_date=start, age_s=age_s)
+    status = model.shown_status(box) if shown else model.status(box)
+    return wire.instance_row(box, status, start_date=start, age_s=age_s)
 
 
 def _show(model: FakeVast, _: Request, params: Mapping[str, str]) -> Reply:
     box = model.show(int(params["id"]))
-    return wire.show(None if box is None else _row(model, box))
+    return wire.show(None if box is None else _row(model, box, shown=True))
 
 
 def _manage(model: FakeVast, request: Request, params: Mapping[str, str]) -> Reply:
