@@ -294,8 +294,9 @@ class FakeVast:
         once a timed change landed, or ``rekey`` after so many connections."""
         changed = f"{sandbox_seed(box)}-rekeyed"
         for change in self._rekeys(box):
-            if change.after_connections is not None:
-                return {"rekey": {"after_connections": change.after_connections, "host_key": changed}}
+            after = change.after_connections
+            if after is not None:
+                return {"rekey": {"after_connections": after, "host_key": changed}}
             if change.after_s is not None and self.now() >= self._running_at(box) + change.after_s:
                 return {"host_key": changed}
         return {}
