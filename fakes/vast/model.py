@@ -41,6 +41,7 @@ from fakes.ssh import sandbox
 from fakes.vast.boxtable import box_entries, sandbox_seed, write_table
 from fakes.vast.clock import RECORDED_EPOCH, Clock, FakeClock
 from fakes.vast.faults import Dropped, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
+from fakes.vast.wire import iso, recorded  # wire needs the model's types only to check them
 
 if TYPE_CHECKING:
     import responses
@@ -230,7 +231,9 @@ class FakeVast:
     def activate(
         self, base_url: str = DEFAULT_BASE_URL, *, mock: responses.RequestsMock | None = None
     ) -> contextlib.AbstractContextManager[responses.RequestsMock]:
-        """Answer ``base_url`` in-process through ``responses`` callbacks (inprocess.py)."""
+        """Answer ``base_url`` in-process through ``responses`` callbacks (inprocess.py). The
+        one import back from the model to its serving, kept lazy: serving depends on the model,
+        never the model on serving."""
         from fakes.vast.inprocess import activate
 
         return activate(self, base_url, mock=mock)
@@ -506,8 +509,6 @@ class FakeVast:
         return self._counters.per_route.get(route, 0)
 
     def _iso(self) -> str:
-        from fakes.vast.wire import iso
-
         return iso(self.now())
 
     def boxes(self) -> Iterator[InstanceState]:
@@ -516,6 +517,4 @@ class FakeVast:
 
 
 def _recorded_public_key() -> str:
-    from fakes.vast.wire import recorded
-
     return str(recorded("ssh_keys_list")[0]["key"])
