@@ -321,3 +321,37 @@ def test_a_results_copy_cut_by_a_destroy_is_a_failed_copy_never_copied(world, mo
     assert copied["detail"] == f"exit 255: Connection to {instance.ssh_host} closed by remote host."
     assert not (world.tmp / "results" / "job").exists()
     assert codes == [g.GONE] and world.alive() == []
+
+
+@pytest.mark.parametrize(
+    "world",
+    [scenario(1, faults={"host_key_changes": [{"offer": 1000, "after_s": 600}]})],
+    indirect=True,
+)
+@pytest.mark.fault(
+    "a box's host key changes after the probe, before the guardian copies its results",
+    handled="ssh refuses the new key (the pinned one is kept); the copy is a failed copy; the box is still destroyed (M5)",
+)
+def test_a_host_key_changed_before_the_copy_fails_the_copy_and_keeps_the_pinned_key(world):
+    """DESIGN §4, M5: nothing is copied from a box whose key changed, and the key is not
+    re-pinned; the ceiling still holds."""
+    market, rental = world.rent()
+    instance = market.vast.show(rental.instance_id)
+    shell = jobs.BoxShell(world.tmp / "local", world.tmp / "id_ed25519")
+    job = jobs.start(rental, instance, shell, ["mkdir", "-p", "results/ckpt"], "results")
+    jobs.Jobs(world.store).put(job)
+    known = world.tmp / "local" / "ssh" / "known_hosts" / rental.instance_id
+    pinned = known.read_text()
+    guardian = Guardian(
+        world.market(), "job", shell=shell, results=LocalResults(world.tmp / "results"),
+        me="alice/pi/1/aa", clock=world.fake.now, sleep=world.fake.advance, say=lambda _: None,
+    )  # fmt: skip
+
+    code = guardian.run()
+
+    (copied,) = world.events.kinds("guard.copy")
+    assert copied["ok"] is False
+    assert copied["detail"] == "exit 255: Host key verification failed."
+    assert not (world.tmp / "results" / "job").exists()
+    assert known.read_text() == pinned
+    assert code == g.GONE and world.alive() == []
