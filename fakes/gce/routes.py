@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from fakes.gce.model import PRECONDITIONS, FakeGCE, StartRefused, StoredObject
-from fakes.vast.wire import Reply, Request
+from fakes.seam import Reply, Request
 
 JSON = (("Content-Type", "application/json; charset=UTF-8"),)
 _C = r"/compute/v1/projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)"
@@ -303,14 +303,13 @@ def download(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     _, stored = _readable(fake, req, m)
     if isinstance(stored, Reply):
         return stored
-    # the generation headers first: the loopback server encodes a body as UTF-8 only when the
-    # first header names JSON, and a download's body is bytes (latin-1), whatever its type
+    # an object's data is bytes, sent as they are whatever its content type (fakes/seam.py)
     headers = (
         ("X-Goog-Generation", str(stored.generation)),
         ("X-Goog-Metageneration", str(stored.metageneration)),
         ("Content-Type", stored.content_type),
     )
-    return Reply(200, headers, stored.data.decode("latin-1"))
+    return Reply(200, headers, stored.data)
 
 
 def object_meta(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
