@@ -10,10 +10,12 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from fakes import seam
 from fakes.gce.model import PRECONDITIONS, FakeGCE, StartRefused, StoredObject
 from fakes.seam import Reply, Request
 
@@ -45,7 +47,7 @@ def _error(recording: str, provider: str = "gce", message: str | None = None) ->
     return _json(int(body["error"]["code"]), body)
 
 
-def _instance(fake: FakeGCE, m: re.Match[str]) -> Reply | None:
+def _instance(fake: FakeGCE, m: Mapping[str, str]) -> Reply | None:
     s = fake.scenario
     if (m["p"], m["z"], m["i"]) != (s.project, s.zone, s.instance):
         where = f"projects/{m['p']}/zones/{m['z']}/instances/{m['i']}"
@@ -53,7 +55,7 @@ def _instance(fake: FakeGCE, m: re.Match[str]) -> Reply | None:
     return None
 
 
-def get_instance(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def get_instance(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     if (missing := _instance(fake, m)) is not None:
         return missing
     body = _recorded("gce", "instance_get_terminated")
@@ -124,7 +126,7 @@ def _op_body(fake: FakeGCE, name: str) -> dict[str, Any]:
     return dict(body)
 
 
-def start(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def start(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     if (missing := _instance(fake, m)) is not None:
         return missing
     op = fake.start()
@@ -134,7 +136,7 @@ def start(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     return _json(200, _op_body(fake, op.name))
 
 
-def set_metadata(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def set_metadata(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     if (missing := _instance(fake, m)) is not None:
         return missing
     sent = json.loads(req.body or b"{}")
@@ -145,7 +147,7 @@ def set_metadata(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     return _json(200, _op_body(fake, op.name))
 
 
-def set_scheduling(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def set_scheduling(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     """setScheduling: only on a TERMINATED instance (the API reference); a ceiling is kept."""
     if (missing := _instance(fake, m)) is not None:
         return missing
@@ -159,24 +161,24 @@ def set_scheduling(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     return _json(200, _op_body(fake, op.name))
 
 
-def _zone_ok(fake: FakeGCE, m: re.Match[str]) -> bool:
+def _zone_ok(fake: FakeGCE, m: Mapping[str, str]) -> bool:
     return (m["p"], m["z"]) == (fake.scenario.project, fake.scenario.zone)
 
 
-def get_operation(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def get_operation(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     if m["op"] not in fake.operations or not _zone_ok(fake, m):
         return _error("instance_404", message=f"The resource 'operations/{m['op']}' was not found")
     return _json(200, _op_body(fake, m["op"]))
 
 
-def wait_operation(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def wait_operation(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     """zoneOperations.wait: the operation as it stands now. GCE's wait may hold the request
     for up to 2 minutes, and its reference allows it to return "after zero seconds" with the
     operation not DONE; the fake always returns at once (a caller must poll again)."""
     return get_operation(fake, req, m)
 
 
-def serial(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def serial(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     if (missing := _instance(fake, m)) is not None:
         return missing
     start_at = int(req.query.get("start", "0") or 0)
@@ -226,11 +228,11 @@ def _rfc3339(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _bucket_ok(fake: FakeGCE, m: re.Match[str]) -> bool:
+def _bucket_ok(fake: FakeGCE, m: Mapping[str, str]) -> bool:
     return m["b"] == fake.scenario.bucket
 
 
-def _no_bucket(m: re.Match[str]) -> Reply:
+def _no_bucket(m: Mapping[str, str]) -> Reply:
     return _error("object_404", "gcs", f"The specified bucket does not exist: {m['b']}")
 
 
@@ -257,7 +259,7 @@ def _bad_precondition(req: Request) -> Reply | None:
     return None
 
 
-def list_objects(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def list_objects(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     """objects.list with ``prefix`` and ``delimiter``: names past the prefix that hold the
     delimiter are rolled up into ``prefixes`` (each up to and including the delimiter)."""
     if not _bucket_ok(fake, m):
@@ -282,7 +284,9 @@ def list_objects(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     return _json(200, body)
 
 
-def _readable(fake: FakeGCE, req: Request, m: re.Match[str]) -> tuple[str, StoredObject | Reply]:
+def _readable(
+    fake: FakeGCE, req: Request, m: Mapping[str, str]
+) -> tuple[str, StoredObject | Reply]:
     """The live generation a read asks for (``generation``, preconditions), or the answer."""
     name = unquote(m["o"])
     if not _bucket_ok(fake, m):
@@ -299,7 +303,7 @@ def _readable(fake: FakeGCE, req: Request, m: re.Match[str]) -> tuple[str, Store
     return name, stored
 
 
-def download(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def download(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     _, stored = _readable(fake, req, m)
     if isinstance(stored, Reply):
         return stored
@@ -312,14 +316,14 @@ def download(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     return Reply(200, headers, stored.data)
 
 
-def object_meta(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def object_meta(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     name, stored = _readable(fake, req, m)
     if isinstance(stored, Reply):
         return stored
     return _json(200, _object(fake, name, stored))
 
 
-def patch_object(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def patch_object(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     """objects.patch: contentType and custom metadata; the metageneration moves."""
     name, stored = _readable(fake, req, m)
     if isinstance(stored, Reply):
@@ -330,7 +334,7 @@ def patch_object(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     return _json(200, _object(fake, name, patched))
 
 
-def upload(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def upload(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     """objects.insert, media or multipart, with its generation preconditions (412 when one
     does not hold: ``ifGenerationMatch=0`` on an existing object, a stale generation)."""
     if not _bucket_ok(fake, m):
@@ -360,7 +364,7 @@ def upload(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     return _json(200, _object(fake, name, stored))
 
 
-def _begin_resumable(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def _begin_resumable(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     """A resumable upload's first request: its metadata; the session URL in ``Location``
     (the JSON API's resumable protocol, cloud.google.com/storage/docs/performing-resumable-uploads;
     preconditions are checked here and again at the last chunk)."""
@@ -386,7 +390,7 @@ def _begin_resumable(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
 _RANGE = re.compile(r"bytes (?:(?P<first>\d+)-(?P<last>\d+)|\*)/(?P<total>\d+|\*)")
 
 
-def resumable_chunk(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def resumable_chunk(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     """A chunk of a resumable upload (``Content-Range: bytes F-L/T``, T ``*`` until the last):
     308 with the ``Range`` received so far, or, with the last byte, the object (its
     preconditions checked again: 412 then, and nothing is written)."""
@@ -434,11 +438,13 @@ _TEXT = (("Content-Type", "application/text"), ("Metadata-Flavor", "Google"))
 def _flavored(req: Request) -> Reply | None:
     """The metadata server answers only requests that carry ``Metadata-Flavor: Google``."""
     if req.headers.get("metadata-flavor") != "Google":
-        return Reply(403, (("Content-Type", "text/html"),), "Missing Metadata-Flavor:Google header.")
+        return Reply(
+            403, (("Content-Type", "text/html"),), "Missing Metadata-Flavor:Google header."
+        )
     return None
 
 
-def metadata_attribute(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def metadata_attribute(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     """A boot reading its instance's custom metadata (live, as the real server serves it)."""
     if (refused := _flavored(req)) is not None:
         return refused
@@ -448,21 +454,35 @@ def metadata_attribute(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
     return Reply(200, _TEXT, fake.metadata[key])
 
 
-def metadata_token(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def metadata_token(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     if (refused := _flavored(req)) is not None:
         return refused
     return _json(200, _recorded("gce", "metadata_token"))
 
 
-def boot_poweroff(fake: FakeGCE, req: Request, m: re.Match[str]) -> Reply:
+def boot_poweroff(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     """fake_gce_poweroff: a boot's poweroff/shutdown shim (no real client sends this)."""
     if not fake.poweroff(int(m["n"])):
         return _json(409, {"fake_gce_error": f"boot {m['n']} is not the running boot"})
     return _json(200, {"fake_gce_poweroff": int(m["n"])})
 
 
-Handler = Callable[[FakeGCE, Request, re.Match[str]], Reply]
-ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
+Handler = Callable[[FakeGCE, Request, Mapping[str, str]], Reply]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One of FakeGCE's routes, as the fakes' router (fakes/seam.py) finds and lists them."""
+
+    method: str
+    pattern: re.Pattern[str]
+    handler: Handler
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.pattern.pattern}"
+
+
+ROUTES: tuple[Route, ...] = tuple(Route(method, pattern, handler) for method, pattern, handler in (
     ("GET", re.compile(_C + r"/instances/(?P<i>[^/]+)"), get_instance),
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/start"), start),
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setMetadata"), set_metadata),
@@ -483,25 +503,27 @@ ROUTES: tuple[tuple[str, re.Pattern[str], Handler], ...] = (
         metadata_token,
     ),
     ("POST", re.compile(r"/fake_gce/boots/(?P<n>\d+)/poweroff"), boot_poweroff),
-)
+))  # fmt: skip
+ROUTER = seam.Router("FakeGCE", ROUTES)
 SLEEP = re.compile(r"/fake_gce/boots/(?P<n>\d+)/sleep")
-KNOWN = [f"{method} {pattern.pattern}" for method, pattern, _ in ROUTES]
+KNOWN = ROUTER.known()
 
 
-class UnknownRoute(Exception):
+class UnknownRoute(seam.UnknownRoute):
+    """A request FakeGCE has no route for: a test or client bug, never a provider answer."""
+
     def __init__(self, method: str, path: str) -> None:
-        super().__init__(f"FakeGCE has no route {method} {path}; known: {KNOWN}")
-        self.method, self.path = method, path
+        super().__init__("FakeGCE", method, path, KNOWN)
 
 
 def dispatch(fake: FakeGCE, req: Request) -> Reply:
     with fake.lock:
         fake.tick()
-        for method, pattern, handler in ROUTES:
-            match = pattern.fullmatch(req.path)
-            if match and method == req.method:
-                fake.calls.append(f"{method} {handler.__name__}")
-                return handler(fake, req, match)
+        found = ROUTER.find(req.method, req.path)
+        if found is not None:
+            route, groups = found
+            fake.calls.append(f"{route.method} {route.handler.__name__}")
+            return route.handler(fake, req, groups)
         fake.calls.append(f"{req.method} {req.path}")
     raise UnknownRoute(req.method, req.path)
 

@@ -14,6 +14,7 @@ from fakes import seam
 from fakes.gce.model import FakeGCE
 from fakes.gce.routes import SLEEP, UnknownRoute, dispatch, unknown_reply
 
+
 def site(fake: FakeGCE, *, ticker: bool = True) -> seam.Site:
     """FakeGCE as the seam serves it. ``ticker``: apply the clock in the background (a scaled
     clock); off for a test's FakeClock."""
