@@ -97,6 +97,7 @@ def test_a_negated_pipeline_or_group_marks_each_of_its_commands():
     """`! ( a; b )` negates the subshell's status: both commands carry it; `!` twice cancels."""
     assert [c.negated for c in parse("! ( a; b ); c").top] == [True, True, False]
     assert status("! ( ! true )") is True
+    assert [c.negated for c in parse("a; ! b").top] == [False, True]
 
 
 # --- parse errors ---------------------------------------------------------------------------
@@ -199,10 +200,10 @@ def test_several_bare_assignments_are_one_command_each():
 @pytest.mark.parametrize("declarer", ["export", "declare", "typeset", "readonly", "local"])
 def test_each_declaring_command_keeps_its_name_and_its_assignments_as_words(declarer):
     """L4: `export JOB=a B` is the command export with the words JOB=a and B."""
-    (command,) = parse(f"{declarer} JOB=a B X=$Y").top
+    (command,) = parse(f"""{declarer} JOB=a B X=$Y Q="a b" R='c'""").top
 
-    assert command.words == (declarer, "JOB=a", "B", "X=$Y")
-    assert command.literal == (True, True, True, False)
+    assert command.words == (declarer, "JOB=a", "B", "X=$Y", "Q=a b", "R=c")
+    assert command.literal == (True, True, True, False, True, True)
     assert command.assignments == ()
 
 
@@ -327,6 +328,10 @@ def test_an_ampersand_puts_the_statement_before_it_in_the_background():
                          (("c",), True, False, False)]),
         ("true | true && b", [(("true",), False, False, False), (("true",), False, False, False),
                               (("b",), True, False, False)]),
+        ("a && true || c", [(("a",), False, False, False), (("true",), True, True, False),
+                            (("c",), True, False, False)]),
+        ("false || b && c", [(("false",), False, True, False), (("b",), False, False, False),
+                             (("c",), True, False, False)]),
         ("a &&\n# a comment between\nb", [(("a",), False, False, False),
                                          (("b",), True, False, False)]),
     ],
@@ -443,6 +448,16 @@ def test_a_function_body_is_kept_by_name_and_not_run_at_top_level():
     assert {n: [c.words for c in body] for n, body in parsed.functions.items()} == {
         "f": [("a",), ("b", "x")], "g": [("h",)], "k": [("m",)]
     }  # fmt: skip
+
+
+def test_a_function_defined_anywhere_is_known_by_its_name():
+    """A definition inside a loop, a substitution or another function still defines it."""
+    parsed = parse("for x in a; do f() { a; }; done\necho $(g() { b; })\nh() { k() { c; }; }")
+
+    assert {n: [c.words for c in body] for n, body in parsed.functions.items()} == {
+        "f": [("a",)], "g": [("b",)], "h": [], "k": [("c",)]
+    }  # fmt: skip
+    assert [c.words[0] for c in parsed.top] == ["echo"]
 
 
 def test_a_function_defined_in_a_branch_runs_its_body_fully_when_called():

@@ -103,13 +103,23 @@ def parse(text: str) -> Parsed:
     import tree_sitter_bash
     from tree_sitter import Language, Parser
 
-    out = Parsed()
     tree = Parser(Language(tree_sitter_bash.language())).parse(text.encode())
     if tree.root_node.has_error:
-        out.error = f"a syntax error near byte {min(_errors(tree.root_node))}"
-        return out
-    _statements(tree.root_node.children, out, out.top, False)
+        return Parsed(error=f"a syntax error near byte {min(_errors(tree.root_node))}")
+    out = Parsed()
+    _statements(tree.root_node.children, out.top, False)
+    _functions(tree.root_node, out.functions)
     return out
+
+
+def _functions(node: Any, into: dict[str, list[Command]]) -> None:
+    """Every function defined under ``node``, wherever: its body as if it ran on its own."""
+    for child in node.children:
+        if child.type == "function_definition":
+            body: list[Command] = []
+            _walk(child.child_by_field_name("body"), body, False)
+            into[child.child_by_field_name("name").text.decode()] = body
+        _functions(child, into)
 
 
 def _errors(node: Any) -> Iterator[int]:
@@ -137,12 +147,12 @@ def _unquote(node: Any) -> str:
     return node.text.decode()
 
 
-def _statements(nodes: Iterable[Any], out: Parsed, into: list[Command], conditional: bool) -> None:
+def _statements(nodes: Iterable[Any], into: list[Command], conditional: bool) -> None:
     """Statements in order; a ``&`` after one puts it in the background."""
     items = list(nodes)
     for index, node in enumerate(items):
         start = len(into)
-        _walk(node, out, into, conditional)
+        _walk(node, into, conditional)
         following = items[index + 1] if index + 1 < len(items) else None
         if following is not None and following.type == "&":
             _mark(into, start, background=True)
@@ -154,46 +164,44 @@ def _mark(into: list[Command], start: int, **changes: Any) -> None:
         into[k] = dataclasses.replace(into[k], **changes)
 
 
-def _walk(node: Any, out: Parsed, into: list[Command], conditional: bool) -> None:
+def _walk(node: Any, into: list[Command], conditional: bool) -> None:
     kind = node.type
     if kind in ("command", "declaration_command", "test_command", "variable_assignment"):
-        into.append(_command(node, out, conditional))
+        into.append(_command(node, conditional))
     elif kind == "list":
-        _list(node, out, into, conditional)
+        _list(node, into, conditional)
     elif kind == "function_definition":
-        body: list[Command] = []
-        _walk(node.child_by_field_name("body"), out, body, False)
-        out.functions[node.child_by_field_name("name").text.decode()] = body
+        pass  # its body runs where it is called (_functions)
     elif kind == "if_statement":
-        _if(node, out, into, conditional)
+        _if(node, into, conditional)
     elif kind == "for_statement":
-        _for(node, out, into, conditional)
+        _for(node, into, conditional)
     elif kind == "while_statement":
-        _loop(node, out, into, conditional)
+        _loop(node, into, conditional)
     elif kind == "case_statement":  # the subject is expanded on every path, no item is
-        _substitutions(node.child_by_field_name("value"), out, into, conditional)
-        _statements((c for c in node.children if c.type == "case_item"), out, into, True)
+        _substitutions(node.child_by_field_name("value"), into, conditional)
+        _statements((c for c in node.children if c.type == "case_item"), into, True)
     elif kind == "c_style_for_statement":
-        _statements(node.children, out, into, True)
+        _statements(node.children, into, True)
     elif kind == "negated_command":
         start = len(into)
-        _statements(node.children, out, into, conditional)
+        _statements(node.children, into, conditional)
         for k in range(start, len(into)):
             into[k] = dataclasses.replace(into[k], negated=not into[k].negated)
     elif kind in _REDIRECTS:  # a redirect of a compound statement
-        _substitutions(node, out, into, conditional)
+        _substitutions(node, into, conditional)
     else:  # pipeline, subshell, compound_statement, do_group, redirected_statement, ...
-        _statements(node.children, out, into, conditional)
+        _statements(node.children, into, conditional)
 
 
-def _command(node: Any, out: Parsed, conditional: bool) -> Command:
+def _command(node: Any, conditional: bool) -> Command:
     words: list[str] = []
     literal: list[bool] = []
     assignments: list[str] = []
     inner: list[Command] = []
     kind = node.type
     for child in node.children:
-        _substitutions(child, out, inner, conditional)
+        _substitutions(child, inner, conditional)
         if kind == "variable_assignment":
             continue
         if child.type == "variable_assignment" and kind == "command":
@@ -241,17 +249,17 @@ def _assignment(node: Any) -> str:
     return text
 
 
-def _substitutions(node: Any, out: Parsed, into: list[Command], conditional: bool) -> None:
+def _substitutions(node: Any, into: list[Command], conditional: bool) -> None:
     """The commands the shell runs while expanding ``node``: its ``$(...)`` and ``<(...)``
     substitutions, and an input redirect as the command ``<`` FILE."""
     if node.type in _SUBSTITUTIONS:
-        _statements(node.children, out, into, conditional)
+        _statements(node.children, into, conditional)
         return
     if node.type == "file_redirect" and any(c.type == "<" for c in node.children):
         word, lit = _word(node.child_by_field_name("destination"))
         into.append(Command(("<", word), (True, lit), node.start_byte, conditional=conditional))
     for child in node.children:
-        _substitutions(child, out, into, conditional)
+        _substitutions(child, into, conditional)
 
 
 def _flatten(node: Any) -> tuple[list[Any], list[str]]:
@@ -259,10 +267,8 @@ def _flatten(node: Any) -> tuple[list[Any], list[str]]:
     items: list[Any] = []
     ops: list[str] = []
     for child in node.children:
-        if child.type == "list":
-            more, more_ops = _flatten(child)
-            items += more
-            ops += more_ops
+        if child.type == "list":  # lists nest to the left: only ever the first child
+            items, ops = _flatten(child)
         elif child.type in ("&&", "||"):
             ops.append(child.type)
         elif child.type != "comment":
@@ -270,7 +276,7 @@ def _flatten(node: Any) -> tuple[list[Any], list[str]]:
     return items, ops
 
 
-def _list(node: Any, out: Parsed, into: list[Command], conditional: bool) -> None:
+def _list(node: Any, into: list[Command], conditional: bool) -> None:
     """``a && b``: b runs on every path only when a is constant true (``||``: false); a
     command before ``||`` is guarded."""
     items, ops = _flatten(node)
@@ -284,7 +290,7 @@ def _list(node: Any, out: Parsed, into: list[Command], conditional: bool) -> Non
             or (before == "||" and known is not False)
         )
         start = len(into)
-        _walk(item, out, into, maybe)
+        _walk(item, into, maybe)
         if index < len(ops) and ops[index] == "||":
             _mark(into, start, guarded=True)
         previous = into[start:]
@@ -295,26 +301,28 @@ def _truth(commands: list[Command]) -> bool | None:
     return constant(commands[0]) if len(commands) == 1 else None
 
 
-def _if(node: Any, out: Parsed, into: list[Command], conditional: bool) -> None:
+def _if(node: Any, into: list[Command], conditional: bool) -> None:
     """A clause's test runs on every path only when every test before it is constant false;
-    its body, only when its own test is also constant true (``else``: no test, always true)."""
+    its body, only when its own test is also constant true. ``else`` is a clause of its own
+    kind: its body runs, like a test, on every path when every test before it is false."""
     every = not conditional  # every test so far is constant false
     for test, body in _clauses(node):
         cond: list[Command] = []
-        _statements(test, out, cond, not every)
+        _statements(test, cond, not every)
         into.extend(cond)
-        truth = _truth(cond) if test else True
-        _statements(body, out, into, not (every and truth is True))
+        truth = _truth(cond)
+        _statements(body, into, not (every and truth is True))
         every = every and truth is False
 
 
 def _clauses(node: Any) -> list[tuple[list[Any], list[Any]]]:
-    """An ``if`` statement's (test, body) nodes: the ``if``, each ``elif``, the ``else``."""
+    """An ``if`` statement's (test, body) nodes: the ``if``, each ``elif``, and the ``else``
+    with its body as the test (it has no ``then``)."""
     clauses = []
     for part in [node, *(c for c in node.children if c.type in ("elif_clause", "else_clause"))]:
         test: list[Any] = []
         body: list[Any] = []
-        current = body if part.type == "else_clause" else test
+        current = test
         for child in part.children:
             if child.type == "then":
                 current = body
@@ -324,26 +332,26 @@ def _clauses(node: Any) -> list[tuple[list[Any], list[Any]]]:
     return clauses
 
 
-def _for(node: Any, out: Parsed, into: list[Command], conditional: bool) -> None:
+def _for(node: Any, into: list[Command], conditional: bool) -> None:
     """``for x in`` literal words runs its body on every path; over an expansion, none, or a
     ``select`` menu it may not run."""
     values = node.children_by_field_name("value")
     for value in values:
-        _substitutions(value, out, into, conditional)
+        _substitutions(value, into, conditional)
     certain = (
         not conditional
         and node.children[0].type == "for"
         and bool(values)
         and not any(_has(v, _EXPANSIONS) for v in values)
     )
-    _walk(node.child_by_field_name("body"), out, into, not certain)
+    _walk(node.child_by_field_name("body"), into, not certain)
 
 
-def _loop(node: Any, out: Parsed, into: list[Command], conditional: bool) -> None:
+def _loop(node: Any, into: list[Command], conditional: bool) -> None:
     """``while`` runs its body on every path when its test is constant true (``until``:
     false)."""
     cond: list[Command] = []
-    _statements(node.children_by_field_name("condition"), out, cond, conditional)
+    _statements(node.children_by_field_name("condition"), cond, conditional)
     into.extend(cond)
     certain = not conditional and _truth(cond) == (node.children[0].type == "while")
-    _walk(node.child_by_field_name("body"), out, into, not certain)
+    _walk(node.child_by_field_name("body"), into, not certain)
