@@ -98,8 +98,9 @@ RULES: tuple[Rule, ...] = (
         "A reused script's unconditional fetches are checked against staged inputs.",
         IMPLEMENTED,
         "tests/test_lane_incidents.py::test_a_reused_script_is_refused_until_its_inputs_are_staged_then_runs_l10",
-        scope="any command reading a literal `inputs/NAME` path on every path of the parsed "
-        "script (constant tests are no condition; function calls followed); a name built at "
+        scope="any command reading a literal `inputs/NAME` path (an argument, a substitution, "
+        "an input redirect) on every path of the parsed script (constant tests, negated ones "
+        "too, are no condition; function calls followed); a name built at "
         "run time counts as missing; a read inside a program the script runs (python) is not "
         "seen",
     ),
