@@ -81,22 +81,15 @@ def check_cost(cost_usd: float | None) -> float | None:
     return cost_usd
 
 
-def _is_date(text: str) -> bool:
-    try:
-        date.fromisoformat(text)
-    except ValueError:
-        return False
-    return True
-
-
-_DATE = (_is_date, "a date (YYYY-MM-DD)")
-
-
 def _codec(kind: type, what: str) -> JsonCodec:  # type: ignore[type-arg]
     # lazily: `gpuops rules` reads the register and must start fast
-    from gpuops.store.records import JsonCodec
+    from gpuops.store.records import JsonCodec, parses
 
-    return JsonCodec(kind, what, checks={"date": _DATE, "id": (_ID.fullmatch, "an entry id")})
+    checks = {
+        "date": parses(date.fromisoformat, "a date (YYYY-MM-DD)"),
+        "id": (_ID.fullmatch, "an entry id like 2026-09-20-1"),
+    }
+    return JsonCodec(kind, what, checks=checks)
 
 
 class Register:

@@ -221,6 +221,11 @@ class Lane:
             aside = f"{self.key}.corrupt-{stamp.replace(':', '').replace('-', '')}"
             self.store.create(aside, current.data)
             self.store.put(self.key, data, current.version)
+        self._log_board(board, repaired=True)
+        return board, signs
+
+    def _log_board(self, board: b.Board, **extra: Any) -> None:
+        """Every board write goes to the event log: the evidence a later repair reads (L12)."""
         self.events.append(
             "lane.board",
             lane=board.lane,
@@ -228,9 +233,8 @@ class Lane:
             job=board.job,
             attempt=board.attempt,
             revision=board.revision,
-            repaired=True,
+            **extra,
         )
-        return board, signs
 
     @property
     def _name(self) -> str:
@@ -261,16 +265,8 @@ class Lane:
             ) from None
         if not done.written or done.after is None:
             return seen[-1]
-        new = done.after.board
-        self.events.append(
-            "lane.board",
-            lane=new.lane,
-            state=new.state,
-            job=new.job,
-            attempt=new.attempt,
-            revision=new.revision,
-        )
-        return new
+        self._log_board(done.after.board)
+        return done.after.board
 
     # --- commands -------------------------------------------------------------------------------
     def claim(self, job: str) -> b.Board:

@@ -51,15 +51,23 @@ class Codec(Protocol[V]):
     def decode(self, key: str, data: bytes, /) -> V: ...
 
 
-def _is_iso(text: str) -> bool:
-    try:
-        datetime.fromisoformat(text)
-    except ValueError:
-        return False
-    return True
+Check = tuple[Callable[[Any], bool], str]  # a predicate, and what it wants in words
 
 
-ISO_TIMESTAMP = (_is_iso, "an ISO 8601 timestamp")
+def parses(parse: Callable[[str], object], what: str) -> Check:
+    """A field check: the value is text that ``parse`` accepts (raises ValueError on)."""
+
+    def check(text: str) -> bool:
+        try:
+            parse(text)
+        except ValueError:
+            return False
+        return True
+
+    return check, what
+
+
+ISO_TIMESTAMP = parses(datetime.fromisoformat, "an ISO 8601 timestamp")
 
 _NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
 
@@ -106,7 +114,7 @@ class JsonCodec(Generic[T]):
         kind: type[T],
         what: str,
         *,
-        checks: Mapping[str, tuple[Callable[[Any], bool], str]] | None = None,
+        checks: Mapping[str, Check] | None = None,
         as_str: frozenset[str] = frozenset(),
     ) -> None:
         hints = typing.get_type_hints(kind)
