@@ -597,6 +597,23 @@ def test_a_corrupt_stored_record_is_reported_with_its_key(alice, action):
     assert alice.store.get("ledger/boxes/box").data == b"{broken"
 
 
+def test_the_read_only_listing_skips_a_corrupt_record_and_keeps_it_named(alice):
+    """skip_corrupt: the other records are listed, the bad one kept by key in `corrupt`;
+    without it, the first bad record by key stops the listing (it may be a billing box)."""
+    alice.record_intent("a", "vast")
+    alice.store.create("ledger/boxes/c", b"{broken")
+    alice.store.create("ledger/boxes/b", b"[]")
+    alice.record_intent("d", "vast")
+
+    listed = alice.records(skip_corrupt=True)
+    with pytest.raises(CorruptState) as caught:
+        alice.records()
+
+    assert [r.name for r in listed] == ["a", "d"]
+    assert sorted(alice.corrupt) == ["ledger/boxes/b", "ledger/boxes/c"]
+    assert caught.value.where == "ledger/boxes/b"
+
+
 @pytest.mark.parametrize(
     ("source", "evidence"),
     [

@@ -23,7 +23,14 @@ from gpuops.lane.runner import BoardCodec, BoardFile
 from gpuops.register import Incident, Observation, _codec
 from gpuops.store.local import LocalStore
 from gpuops.store.memory import MemoryStore
-from gpuops.store.records import CAS_ATTEMPTS, NO_CHANGE, JsonCodec, Records
+from gpuops.store.records import (
+    CAS_ATTEMPTS,
+    ISO_TIMESTAMP,
+    NO_CHANGE,
+    JsonCodec,
+    Records,
+    parses,
+)
 from tests.store_fakes import Events, Interleaved
 
 
@@ -127,7 +134,7 @@ def test_an_update_that_keeps_losing_is_a_version_conflict_naming_the_key():
     with pytest.raises(VersionConflict) as caught:
         records.update("a", bump)
 
-    assert caught.value.key == "c/a"
+    assert (caught.value.key, caught.value.expected) == ("c/a", None)
     assert store.calls == ["get", "put"] * CAS_ATTEMPTS
 
 
@@ -260,15 +267,46 @@ def test_a_field_check_refuses_a_well_typed_but_wrong_value():
         codec.decode("k", b'{"count": 1, "label": "no"}')
 
 
-def test_a_record_type_the_codec_cannot_check_is_refused_when_the_codec_is_built():
-    """Only scalars and optional scalars: anything else is a programming error, at once."""
+@dataclass(frozen=True)
+class Nested:
+    items: list[int]
 
-    @dataclass(frozen=True)
-    class Nested:
-        items: list[int]
 
-    with pytest.raises(TypeError, match="Nested.items: no codec"):
-        JsonCodec(Nested, "nested")
+@dataclass(frozen=True)
+class Either:
+    value: int | float
+
+
+@dataclass(frozen=True)
+class Mixed:
+    value: str | list[int]
+
+
+@dataclass(frozen=True)
+class Maybe:
+    value: list[int] | None
+
+
+@pytest.mark.parametrize("kind", [Nested, Either, Mixed, Maybe], ids=lambda k: k.__name__)
+def test_a_record_type_the_codec_cannot_check_is_refused_when_the_codec_is_built(kind):
+    """Only one scalar, or one scalar or null: anything else is a programming error, at once."""
+    with pytest.raises(TypeError, match=f"{kind.__name__}.(items|value): no codec"):
+        JsonCodec(kind, "odd")
+
+
+def test_a_record_is_stored_as_sorted_key_json():
+    """Every writer stores the same bytes for the same record: sorted keys, JSON's spacing."""
+    assert COUNTERS.encode(Counter(1, "x")) == (
+        b'{"count": 1, "label": "x", "on": false, "ratio": 0.0}'
+    )
+
+
+def test_a_parse_check_accepts_what_parses_and_refuses_what_does_not():
+    """parses(f): text f accepts passes; text f raises ValueError on fails; it says what."""
+    check, what = parses(int, "a whole number")
+
+    assert (check("12"), check("twelve"), what) == (True, False, "a whole number")
+    assert ISO_TIMESTAMP[0]("2026-11-30T22:00:00+00:00") and not ISO_TIMESTAMP[0]("soon")
 
 
 # --- every record type: round trips and fuzzing -------------------------------------------

@@ -45,9 +45,9 @@ def is_host_fault(cause: str) -> bool:
 def renewed(current: Entry | None, fault: Entry) -> Entry:
     """A fresh fault renews the entry, but never shortens one another operator (a later
     fault, or a clock ahead of ours) wrote meanwhile: the later end wins. Pure."""
-    if current is not None and current.until > fault.until:
-        return replace(fault, until=current.until)
-    return fault
+    if current is None:
+        return fault
+    return replace(fault, until=max(fault.until, current.until))
 
 
 class Quarantine:

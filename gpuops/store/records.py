@@ -73,13 +73,13 @@ _NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolea
 
 
 def _allowed(owner: str, field: str, hint: Any) -> tuple[type, ...]:
+    """The types a field's hint allows: one scalar, or one scalar or None."""
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    out = []
-    for arg in typing.get_args(hint) if union else (hint,):
-        if arg is not type(None) and arg not in _NAMES:
-            raise TypeError(f"{owner}.{field}: no codec for {arg!r}")
-        out.append(arg)
-    return tuple(out)
+    allowed = typing.get_args(hint) if union else (hint,)
+    scalars = [arg for arg in allowed if arg in _NAMES]
+    if len(scalars) != 1 or len(allowed) - 1 > (type(None) in allowed):
+        raise TypeError(f"{owner}.{field}: no codec for {hint!r}")
+    return tuple(allowed)
 
 
 def _fits(value: object, allowed: tuple[type, ...]) -> bool:
@@ -91,8 +91,8 @@ def _fits(value: object, allowed: tuple[type, ...]) -> bool:
 
 
 def _describe(allowed: tuple[type, ...]) -> str:
-    named = [_NAMES[a] for a in allowed if a is not type(None)]
-    return " or ".join(named) + (" or null" if type(None) in allowed else "")
+    named = next(_NAMES[a] for a in allowed if a in _NAMES)
+    return named + (" or null" if type(None) in allowed else "")
 
 
 @dataclass(frozen=True)
@@ -161,8 +161,8 @@ class JsonCodec(Generic[T]):
                     f"not a {self.what}: field {f.name!r} must be {_describe(f.allowed)}, "
                     f"not {value!r}",
                 )
-            if f.allowed == (float,) or f.allowed == (float, type(None)):
-                value = None if value is None else float(value)
+            if float in f.allowed and value is not None:
+                value = float(value)  # JSON's 1 is the number 1.0 here
             check = self.checks.get(f.name)
             if check is not None and value is not None and not check[0](value):
                 raise CorruptState(
