@@ -305,15 +305,14 @@ class Ledger:
         def claim(current: Claim | None) -> Claim:
             if current == mine:
                 return NO_CHANGE  # type: ignore[no-any-return]
-            if current is not None:
-                held = self.get(current.name)
-                stale = held is None or held.intent_id != current.intent_id or not held.active
-                if not stale:
-                    raise Refused(
-                        "M3",
-                        f"instance {instance_id} is already claimed by {current.name!r} "
-                        f"(owner {held.owner!r}); one instance has one owner",  # type: ignore[union-attr]
-                    )
+            held = None if current is None else self.get(current.name)
+            # the holder's record still stands for that intent: not stale, so it is theirs
+            if current and held and held.intent_id == current.intent_id and held.active:
+                raise Refused(
+                    "M3",
+                    f"instance {instance_id} is already claimed by {current.name!r} "
+                    f"(owner {held.owner!r}); one instance has one owner",
+                )
             return mine
 
         self.claims.update(instance_id, claim)

@@ -130,6 +130,7 @@ class Register:
             )
             if v is not None
         }
+
         def add_what_is_known(current: Incident | None) -> Incident:
             if current is None:
                 raise UsageError(f"no incident {incident_id!r}; `gpuops incident list` shows them")
@@ -165,7 +166,9 @@ class Register:
         taken = len(self.store.list(f"{prefix}{day}-"))
         for n in range(taken + 1, MAX_PER_DAY):
             try:
-                self.store.create(f"{prefix}{day}-{n}", codec.encode(replace(value, id=f"{day}-{n}")))
+                self.store.create(
+                    f"{prefix}{day}-{n}", codec.encode(replace(value, id=f"{day}-{n}"))
+                )
             except AlreadyExists:
                 continue
             return f"{day}-{n}"

@@ -192,7 +192,12 @@ def test_active_is_false_only_for_released_records():
 
 def test_records_round_trip_through_their_stored_form():
     """What is written is exactly what is read back."""
-    original = record(BoxState.DESTROYING, destroy_attempts=2, last_error="x", deadline_at="2026-12-01T00:00:00+00:00")
+    original = record(
+        BoxState.DESTROYING,
+        destroy_attempts=2,
+        last_error="x",
+        deadline_at="2026-12-01T00:00:00+00:00",
+    )
 
     assert decode("k", encode(original)) == original
     assert json.loads(encode(original))["state"] == "destroying"

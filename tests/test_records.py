@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from gpuops import cli
 from gpuops.errors import CorruptState, VersionConflict
+from gpuops.lane import board as b
+from gpuops.lane.runner import BoardCodec, BoardFile
 from gpuops.ledger import Claim, Ledger, Record
 from gpuops.ledger import _Codec as LedgerCodec
 from gpuops.market import guardian as g
 from gpuops.market import jobs, leases, quarantine, rentals
-from gpuops.lane import board as b
-from gpuops.lane.runner import BoardCodec, BoardFile
 from gpuops.register import Incident, Observation, _codec
 from gpuops.store.local import LocalStore
 from gpuops.store.memory import MemoryStore
@@ -203,7 +203,9 @@ def test_the_read_gives_the_record_and_its_version_or_nothing():
 
 def test_keys_are_checked_after_the_record_types_own_name_check():
     """The name check runs first (a rental's own rule), then the store's key rule."""
-    records = Records(MemoryStore(), "market/rentals/", rentals.CODEC, check_name=rentals.check_name)
+    records = Records(
+        MemoryStore(), "market/rentals/", rentals.CODEC, check_name=rentals.check_name
+    )
 
     with pytest.raises(Exception, match="rental name"):
         records.key("bad name")
@@ -253,8 +255,16 @@ def test_an_integer_where_a_number_is_wanted_is_read_as_a_float():
     decoded = COUNTERS.decode("c/a", b'{"count": 1, "ratio": 2}')
 
     assert decoded == Counter(1, ratio=2.0) and isinstance(decoded.ratio, float)
-    assert rentals.CODEC.decode("k", rentals.CODEC.encode(_rental(deadline_at=None))).deadline_at is None
-    assert isinstance(rentals.CODEC.decode("k", b'{"name": "n", "owner": "o", "state": "live", "race": 1, "deadline_at": 5}').deadline_at, float)
+    assert (
+        rentals.CODEC.decode("k", rentals.CODEC.encode(_rental(deadline_at=None))).deadline_at
+        is None
+    )
+    assert isinstance(
+        rentals.CODEC.decode(
+            "k", b'{"name": "n", "owner": "o", "state": "live", "race": 1, "deadline_at": 5}'
+        ).deadline_at,
+        float,
+    )
 
 
 def test_a_field_check_refuses_a_well_typed_but_wrong_value():
@@ -330,7 +340,9 @@ RECORDS: dict[str, tuple[Any, Any]] = {
             Record,
             name=_name,
             owner=_text,
-            state=st.sampled_from([s for s in __import__("gpuops.ledger").ledger.BoxState if s.value != "unknown"]),
+            state=st.sampled_from(
+                [s for s in __import__("gpuops.ledger").ledger.BoxState if s.value != "unknown"]
+            ),
             intent_id=_text,
             provider=_text,
             revision=_int,
@@ -407,7 +419,11 @@ def test_every_record_type_round_trips_through_its_stored_form(kind, data):
 
 
 _json_scalar = st.none() | st.booleans() | _int | _num | _text
-_json = st.recursive(_json_scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3), max_leaves=6)
+_json = st.recursive(
+    _json_scalar,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=6,
+)
 
 
 @pytest.mark.parametrize("kind", sorted(RECORDS))
@@ -482,9 +498,13 @@ def test_boxes_names_a_lease_with_a_wrong_type_and_lists_the_rest(tmp_path, caps
     for name in ("aaa", "bad"):
         store.create(
             f"market/rentals/{name}",
-            rentals.CODEC.encode(_rental(name=name, owner="alice", instance_id="1", started_at=time.time())),
+            rentals.CODEC.encode(
+                _rental(name=name, owner="alice", instance_id="1", started_at=time.time())
+            ),
         )
-    store.create("market/leases/bad", b'{"holder": "g", "heartbeat_at": "x", "beats": 0, "copied": false}')
+    store.create(
+        "market/leases/bad", b'{"holder": "g", "heartbeat_at": "x", "beats": 0, "copied": false}'
+    )
     store.create("ledger/boxes/zzz", b'{"name": "zzz"}')
 
     code = cli.main(["--state", str(tmp_path / "state"), "--operator", "alice", "boxes"])

@@ -121,7 +121,8 @@ class Jobs:
 
     def put(self, job: Job) -> Job:
         """Record ``job`` by compare-and-swap (see ``latest``); returns the job now stored."""
-        return self.records.update(job.name, lambda current: latest(current, job)).after  # type: ignore[return-value]
+        done = self.records.update(job.name, lambda current: latest(current, job))
+        return done.after  # type: ignore[return-value]  # never None: `latest` gives a job
 
 
 def owned_live(rental: Rental | None, name: str, operator: str) -> Rental:

@@ -131,7 +131,8 @@ class JsonCodec(Generic[T]):
         )
 
     def encode(self, value: T) -> bytes:
-        return json.dumps(dataclasses.asdict(value), sort_keys=True).encode()  # type: ignore[call-overload]
+        fields = dataclasses.asdict(value)  # type: ignore[call-overload]
+        return json.dumps(fields, sort_keys=True).encode()
 
     def decode(self, key: str, data: bytes) -> T:
         return self.kind(**self.fields_of(key, data))
