@@ -43,6 +43,7 @@ from gpuops.store.records import (
     ISO_TIMESTAMP,
     NO_CHANGE,
     JsonCodec,
+    NoChange,
     Records,
 )
 
@@ -240,7 +241,7 @@ class Ledger:
         (M8); an active record of another operator's is a refusal; a released name is reused.
         """
 
-        def intend(current: Record | None) -> Record:
+        def intend(current: Record | None) -> Record | NoChange:
             fresh = Record(
                 name=name,
                 owner=self.operator,
@@ -256,7 +257,7 @@ class Ledger:
             if current.state is not BoxState.RELEASED:
                 if current.owner != self.operator:
                     raise NameTaken(name, current.owner)
-                return NO_CHANGE  # type: ignore[no-any-return]
+                return NO_CHANGE
             return replace(fresh, revision=current.revision + 1)
 
         done = self.boxes.update(name, intend)
@@ -302,9 +303,9 @@ class Ledger:
             raise Refused("M3", f"no ledger record named {name!r}: gpuops cannot prove it owns it")
         mine = Claim(name, record.intent_id)
 
-        def claim(current: Claim | None) -> Claim:
+        def claim(current: Claim | None) -> Claim | NoChange:
             if current == mine:
-                return NO_CHANGE  # type: ignore[no-any-return]
+                return NO_CHANGE
             held = None if current is None else self.get(current.name)
             # the holder's record still stands for that intent: not stale, so it is theirs
             if current and held and held.intent_id == current.intent_id and held.active:
@@ -332,13 +333,13 @@ class Ledger:
         evidence: str | None = None,
         idempotent: bool = False,
     ) -> Record:
-        def step(current: Record | None) -> Record:
+        def step(current: Record | None) -> Record | NoChange:
             if current is None:
                 raise Refused(
                     "M3", f"no ledger record named {name!r}: gpuops cannot prove it owns it"
                 )
             if idempotent and current.state is to and current.owner == self.operator:
-                return NO_CHANGE  # type: ignore[no-any-return]  # a retry after a crash
+                return NO_CHANGE  # a retry after a crash
             return advance(
                 current,
                 to,

@@ -83,11 +83,11 @@ def check_cost(cost_usd: float | None) -> float | None:
 
 def _codec(kind: type, what: str) -> JsonCodec:  # type: ignore[type-arg]
     # lazily: `gpuops rules` reads the register and must start fast
-    from gpuops.store.records import JsonCodec, parses
+    from gpuops.store.records import Check, JsonCodec, parses
 
-    checks = {
+    checks: dict[str, Check] = {
         "date": parses(date.fromisoformat, "a date (YYYY-MM-DD)"),
-        "id": (_ID.fullmatch, "an entry id like 2026-09-20-1"),
+        "id": (lambda text: _ID.fullmatch(text) is not None, "an entry id like 2026-09-20-1"),
     }
     return JsonCodec(kind, what, checks=checks)
 
@@ -176,7 +176,7 @@ class Register:
 
     def _all(self, prefix: str, kind: type) -> list:  # type: ignore[type-arg]
         records = self._records(prefix, kind)
-        out = records.all()
+        out: list = records.all()  # type: ignore[type-arg]
         self.corrupt.update(records.corrupt)
         return out
 

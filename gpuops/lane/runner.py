@@ -37,7 +37,7 @@ from gpuops.lane import decide as d
 from gpuops.lane import script as s
 from gpuops.providers.gce import LaneInstance
 from gpuops.store.base import Store
-from gpuops.store.records import CAS_ATTEMPTS, NO_CHANGE, Records
+from gpuops.store.records import CAS_ATTEMPTS, NO_CHANGE, NoChange, Records
 
 METADATA_TRIES = 3
 
@@ -244,13 +244,13 @@ class Lane:
         """Read, apply ``change``, compare-and-swap; a lost race re-reads and re-decides (L3)."""
         seen: list[b.Board] = []
 
-        def step(current: BoardFile | None) -> BoardFile:
+        def step(current: BoardFile | None) -> BoardFile | NoChange:
             board = self._fresh() if current is None else current.board
             history = () if current is None else current.history
             seen.append(board)
             new = change(board)
             if new == board:
-                return NO_CHANGE  # type: ignore[no-any-return]
+                return NO_CHANGE
             line = f"{b.stamp(self.clock())} {self.operator}: {prose}"
             return BoardFile(new, (*history, line))
 

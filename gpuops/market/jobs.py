@@ -29,7 +29,7 @@ from gpuops.market.rentals import LIVE, Rental, check_name
 from gpuops.model import Instance
 from gpuops.providers import ssh
 from gpuops.store.base import Store
-from gpuops.store.records import NO_CHANGE, JsonCodec, Records
+from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
 
 JOBS = "market/jobs/"
 
@@ -47,11 +47,11 @@ class Job:
 CODEC = JsonCodec(Job, "job record")
 
 
-def latest(current: Job | None, job: Job) -> Job:
+def latest(current: Job | None, job: Job) -> Job | NoChange:
     """The record names the latest job started: a slower writer of an older job (started
     before the stored one) changes nothing, so the guardian copies the newest results. Pure."""
     if current is not None and current.started_at > job.started_at:
-        return NO_CHANGE  # type: ignore[no-any-return]
+        return NO_CHANGE
     return job
 
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from gpuops.market import guardian as g
 from gpuops.market.rentals import check_name
 from gpuops.store.base import Store
-from gpuops.store.records import NO_CHANGE, JsonCodec, Records
+from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
 
 LEASES = "market/leases/"
 CODEC = JsonCodec(g.Lease, "guardian lease")
@@ -39,9 +39,9 @@ class Leases:
     def renew(self, name: str, me: str, now: float, *, copied: bool = False) -> bool:
         """Renew our lease; False when another guardian holds it now."""
 
-        def bump(current: g.Lease | None) -> g.Lease:
+        def bump(current: g.Lease | None) -> g.Lease | NoChange:
             if current is None or current.holder != me:
-                return NO_CHANGE  # type: ignore[no-any-return]
+                return NO_CHANGE
             return replace(
                 current,
                 heartbeat_at=now,

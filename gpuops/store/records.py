@@ -24,7 +24,7 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from gpuops.errors import AlreadyExists, CorruptState, VersionConflict
 from gpuops.store.base import Store, check_key
@@ -36,12 +36,14 @@ T = TypeVar("T")
 V = TypeVar("V")
 
 
-class _NoChange:
+class NoChange:
+    """The type of ``NO_CHANGE``: what a change returns to leave the record as it is."""
+
     def __repr__(self) -> str:
         return "NO_CHANGE"
 
 
-NO_CHANGE: Any = _NoChange()  # what a change returns to leave the record as it is
+NO_CHANGE: Final = NoChange()
 
 
 class Codec(Protocol[V]):
@@ -230,7 +232,7 @@ class Records(Generic[T]):
     def all(self) -> list[T]:
         return [value for _, value, _ in self.entries()]
 
-    def update(self, name: str, change: Callable[[T | None], T]) -> Update[T]:
+    def update(self, name: str, change: Callable[[T | None], T | NoChange]) -> Update[T]:
         """Compare-and-swap ``name`` to ``change(current)``; on a lost race, read and decide
         again. ``CAS_ATTEMPTS`` lost races are a VersionConflict naming the key."""
         key = self.key(name)
@@ -238,7 +240,7 @@ class Records(Generic[T]):
             found = self.store.get(key)
             before = None if found is None else self.codec.decode(key, found.data)
             after = change(before)
-            if after is NO_CHANGE:
+            if isinstance(after, NoChange):
                 return Update(before, before, False)
             data = self.codec.encode(after)
             try:
