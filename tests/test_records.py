@@ -161,6 +161,18 @@ def test_remove_deletes_only_what_the_predicate_wants():
     assert records.get("a") is None
 
 
+def test_remove_never_deletes_a_record_it_cannot_read():
+    """A corrupt record is reported by key, never judged by the predicate nor deleted."""
+    store = MemoryStore()
+    store.create("c/a", b"{")
+
+    with pytest.raises(CorruptState) as caught:
+        counters(store).remove("a", lambda c: True)
+
+    assert caught.value.where == "c/a"
+    assert store.get("c/a").data == b"{"
+
+
 def test_remove_leaves_a_record_that_changed_since_it_was_read():
     """A delete at a stale version loses: the record is someone else's now, and stays."""
     store = Interleaved()
@@ -273,8 +285,9 @@ def test_a_field_check_refuses_a_well_typed_but_wrong_value():
 
     assert codec.decode("k", b'{"count": 1, "label": null}').label is None
     assert codec.decode("k", b'{"count": 1, "label": "OK"}').label == "OK"
-    with pytest.raises(CorruptState, match="field 'label' must be upper case, not 'no'"):
+    with pytest.raises(CorruptState, match="field 'label' must be upper case, not 'no'") as caught:
         codec.decode("k", b'{"count": 1, "label": "no"}')
+    assert caught.value.where == "k"
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,6 @@ class Rentals:
     """Compare-and-swap access to rental records."""
 
     def __init__(self, store: Store, operator: str) -> None:
-        self.store = store
         self.operator = operator
         self.records = Records(store, PREFIX, CODEC, check_name=check_name)
 
