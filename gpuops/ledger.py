@@ -157,6 +157,7 @@ class Claim:
     intent_id: str
 
 
+CLAIMS = JsonCodec(Claim, "instance claim")
 _FIELDS = JsonCodec(
     Record,
     "ledger record",
@@ -208,7 +209,7 @@ class Ledger:
         self.operator = operator
         self.clock = clock
         self.boxes = Records(store, PREFIX, _Codec())
-        self.claims = Records(store, INSTANCES, JsonCodec(Claim, "instance claim"))
+        self.claims = Records(store, INSTANCES, CLAIMS)
 
     # --- queries -------------------------------------------------------------------------
     def get(self, name: str) -> Record | None:

@@ -143,8 +143,10 @@ def test_update_never_writes_over_a_record_it_cannot_read():
     store = MemoryStore()
     store.create("c/a", b'{"count": "x"}')
 
-    with pytest.raises(CorruptState, match="field 'count' must be an integer"):
+    with pytest.raises(CorruptState, match="field 'count' must be an integer") as caught:
         counters(store).update("a", bump)
+
+    assert caught.value.where == "c/a"
 
     assert store.get("c/a").data == b'{"count": "x"}'
 
@@ -315,6 +317,17 @@ def test_a_record_type_the_codec_cannot_check_is_refused_when_the_codec_is_built
     """Only one scalar, or one scalar or null: anything else is a programming error, at once."""
     with pytest.raises(TypeError, match=f"{kind.__name__}.(items|value): no codec"):
         JsonCodec(kind, "odd")
+
+
+def test_a_codec_built_at_run_time_names_its_record_kind_and_keeps_its_options():
+    """What the codec is told when built (its name, required fields, fields kept as text)
+    is what it decodes by; the kind's name leads every reason."""
+    codec = JsonCodec(Counter, "tally", as_str=frozenset({"count"}))
+
+    assert codec.decode("k", b'{"count": "seven"}') == Counter("seven")  # type: ignore[arg-type]
+    with pytest.raises(CorruptState) as caught:
+        codec.decode("k", b'{"label": "x"}')
+    assert caught.value.reason == "not a tally: missing field 'count'"
 
 
 def test_a_record_is_stored_as_sorted_key_json():
