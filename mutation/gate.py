@@ -35,6 +35,7 @@ FLOORS: dict[str, float] = {
     "gpuops/store/base.py": 90.0,
     "gpuops/store/local.py": 90.0,
     "gpuops/store/s3.py": 90.0,
+    "gpuops/store/records.py": 100.0,
     "gpuops/market/select.py": 100.0,
     "gpuops/market/race.py": 100.0,
     "gpuops/market/quarantine.py": 100.0,
@@ -76,6 +77,8 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "gpuops.store.local": ("tests/test_store_local.py", "tests/test_store_contract.py"),
     "gpuops.store.s3": ("tests/test_store_s3.py", "tests/test_store_contract.py"),
+    # every record type goes through it: its own tests pin the loop and the codec
+    "gpuops.store.records": ("tests/test_records.py",),
     "gpuops.market.select": ("tests/test_select.py",),
     "gpuops.market.race": ("tests/test_race.py",),
     "gpuops.market.quarantine": ("tests/test_quarantine.py",),
