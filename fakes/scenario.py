@@ -137,6 +137,17 @@ class CreatePacing:
 
 
 @dataclass(frozen=True)
+class HostKeyChange:
+    """The box rented from ``offer`` (or instance ``instance``) presents a new host key: ``after_s``
+    seconds after it first runs, or once ``after_connections`` connections have seen the first."""
+
+    offer: int | None = None
+    instance: int | None = None
+    after_s: float | None = None
+    after_connections: int | None = None
+
+
+@dataclass(frozen=True)
 class VastScenario:
     api_key: str = "fake-vast-key"
     provisioning_s: float = 10.0
@@ -144,6 +155,8 @@ class VastScenario:
     first_instance_id: int = 1234568
     destroy_gone_error: str = "no_such_instance"
     destroy_lag_s: float = 0.0
+    list_lag_s: float = 0.0  # the list leaves out a box younger than this (eventual consistency)
+    show_lag_s: float = 0.0  # show answers a box as it was this many seconds ago
     ssh_keys: tuple[tuple[str, str | None], ...] = ((GENERATED_KEY, None),)  # (key, deleted_at)
     offers: tuple[OfferSpec, ...] = ()
     rate_limits: tuple[RateLimitBurst, ...] = ()
@@ -151,6 +164,7 @@ class VastScenario:
     lost_creates: tuple[LostCreate, ...] = ()
     empty_list: int | None = 0  # list calls answered empty: a count, or None for every call
     create_pacing: CreatePacing | None = None
+    host_key_changes: tuple[HostKeyChange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,7 +214,7 @@ def parse_offer(doc: object, source: str = "<offer>") -> OfferSpec:
 def _parse_vast(r: _Reader) -> VastScenario:
     r.only(
         "api_key", "boot", "first_instance_id", "destroy_gone_error", "destroy_lag_s",
-        "ssh_keys", "offers", "faults",
+        "list_lag_s", "show_lag_s", "ssh_keys", "offers", "faults",
     )  # fmt: skip
     d = VastScenario()
     boot = r.section("boot")
@@ -214,7 +228,10 @@ def _parse_vast(r: _Reader) -> VastScenario:
     if any(c.isspace() or not c.isprintable() for c in api_key):
         r.fail("api_key", "must contain no whitespace")
     faults = r.section("faults")
-    faults.only("rate_limits", "destroy_failures", "lost_creates", "empty_list", "create_pacing")
+    faults.only(
+        "rate_limits", "destroy_failures", "lost_creates", "empty_list", "create_pacing",
+        "host_key_changes",
+    )  # fmt: skip
     scenario = VastScenario(
         api_key=api_key,
         provisioning_s=boot.number("provisioning_s", d.provisioning_s, minimum=0),
@@ -222,6 +239,8 @@ def _parse_vast(r: _Reader) -> VastScenario:
         first_instance_id=r.integer("first_instance_id", d.first_instance_id, minimum=1),
         destroy_gone_error=r.choice("destroy_gone_error", GONE_ERRORS, d.destroy_gone_error),
         destroy_lag_s=r.number("destroy_lag_s", d.destroy_lag_s, minimum=0),
+        list_lag_s=r.number("list_lag_s", d.list_lag_s, minimum=0),
+        show_lag_s=r.number("show_lag_s", d.show_lag_s, minimum=0),
         ssh_keys=tuple(
             item.key_entry() for item in r.items("ssh_keys", [GENERATED_KEY], strings_as="key")
         ),
@@ -231,10 +250,14 @@ def _parse_vast(r: _Reader) -> VastScenario:
         lost_creates=tuple(_parse_lost(item) for item in faults.items("lost_creates")),
         empty_list=_parse_empty_list(faults),
         create_pacing=_parse_pacing(faults.optional_section("create_pacing")),
+        host_key_changes=tuple(_parse_rekey(item) for item in faults.items("host_key_changes")),
     )
     for index, failure in enumerate(scenario.destroy_failures):
         if failure.offer is not None and failure.offer not in ids:
             faults.fail(f"destroy_failures[{index}].offer", f"no offer {failure.offer}")
+    for index, change in enumerate(scenario.host_key_changes):
+        if change.offer is not None and change.offer not in ids:
+            faults.fail(f"host_key_changes[{index}].offer", f"no offer {change.offer}")
     for index, lost in enumerate(scenario.lost_creates):
         if lost.offer not in ids:
             faults.fail(f"lost_creates[{index}].offer", f"no offer {lost.offer}")
@@ -311,6 +334,22 @@ def _parse_destroy(r: _Reader) -> DestroyFailure:
         offer=r.integer("offer", 0, minimum=1) if r.has("offer") else None,
         instance=r.integer("instance", 0, minimum=1) if r.has("instance") else None,
         status=status,
+    )
+
+
+def _parse_rekey(r: _Reader) -> HostKeyChange:
+    r.only("offer", "instance", "after_s", "after_connections")
+    if r.has("offer") == r.has("instance"):
+        r.fail("offer", "give exactly one of 'offer' or 'instance'")
+    if r.has("after_s") == r.has("after_connections"):
+        r.fail("after_s", "give exactly one of 'after_s' or 'after_connections'")
+    return HostKeyChange(
+        offer=r.integer("offer", 0, minimum=1) if r.has("offer") else None,
+        instance=r.integer("instance", 0, minimum=1) if r.has("instance") else None,
+        after_s=r.optional_number("after_s", minimum=0),
+        after_connections=(
+            r.integer("after_connections", 0, minimum=1) if r.has("after_connections") else None
+        ),
     )
 
 

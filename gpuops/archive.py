@@ -26,7 +26,6 @@ failed before creating any box has nothing that can bill and goes at the next co
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -125,9 +124,9 @@ def archived_rentals(store: Store, wanted: bool = True) -> list[Rental]:
     """The archived rentals for `boxes --all` (nothing when not ``wanted``)."""
     if not wanted:
         return []
-    from gpuops.market.rentals import _decode
+    from gpuops.market.rentals import CODEC
 
-    return [_decode(key, data) for key, data in archived(store, "rentals")]
+    return [CODEC.decode(key, data) for key, data in archived(store, "rentals")]
 
 
 def _move(store: Store, found: Versioned, target: str) -> bool:
@@ -154,13 +153,14 @@ def _get(store: Store, key: str, unreadable: list[str]) -> Versioned | None:
 
 
 def _rental(key: str, data: bytes, unreadable: list[str]) -> tuple[str, str, float | None] | None:
+    from gpuops.market.rentals import CODEC  # the rental's one strict codec
+
     try:
-        body = json.loads(data)
-        ended = body.get("ended_at")
-        return str(body["name"]), str(body["state"]), None if ended is None else float(ended)
-    except (ValueError, TypeError, KeyError, AttributeError):
+        rental = CODEC.decode(key, data)
+    except CorruptState:
         unreadable.append(key)
         return None
+    return rental.name, rental.state, rental.ended_at
 
 
 def _epoch(iso: str) -> float | None:

@@ -158,15 +158,17 @@ def _incident(args: argparse.Namespace, state_url: str, operator: str, as_json: 
         rows = [dataclasses.asdict(i) for i in register.incidents()]
         if as_json:
             _print_json(rows)
-            return 0
-        for row in rows:
-            cost = "cost unknown" if row["cost_usd"] is None else f"${row['cost_usd']:.2f}"
-            print(f"{row['id']:<14} {cost:<14} {row['what']}")
-            cause, rule = row["cause"] or "not yet known", row["rule"] or "none yet"
-            print(f"{'':15}cause: {cause}; rule: {rule}")
-        if not rows:
-            print("no incidents recorded")
-        return 0
+        else:
+            for row in rows:
+                cost = "cost unknown" if row["cost_usd"] is None else f"${row['cost_usd']:.2f}"
+                print(f"{row['id']:<14} {cost:<14} {row['what']}")
+                cause, rule = row["cause"] or "not yet known", row["rule"] or "none yet"
+                print(f"{'':15}cause: {cause}; rule: {rule}")
+            if not rows:
+                print("no incidents recorded")
+        for key, exc in sorted(register.corrupt.items()):  # each blocks only itself
+            print(f"gpuops: skipped the unreadable register entry {key!r}: {exc}", file=sys.stderr)
+        return 1 if register.corrupt else 0
     if command == "add":
         entry: Any = register.add(
             on=args.date, what=args.what, cost_usd=args.cost_usd, cause=args.cause, rule=args.rule

@@ -64,16 +64,22 @@ def _state_view(state_url: str, operator: str) -> _StateView:
 
 
 def _name_corrupt(market: Any, code: int) -> int:
-    """A corrupt rental blocks only itself: the others were served; it is named, with a way
-    to repair it, and a command that otherwise succeeded exits 1 so nobody misses it."""
-    for key, exc in sorted(market.rentals.corrupt.items()):
+    """A corrupt record (rental, box record, lease) blocks only itself: the others were
+    served; it is named, with a way to repair it, and a command that otherwise succeeded
+    exits 1 so nobody misses it."""
+    unreadable = {**market.rentals.corrupt, **market.ledger.corrupt}
+    for key, exc in sorted(unreadable.items()):
+        kind, _, name = key.rpartition("/")
         print(
-            f"gpuops: skipped the unreadable rental {key.rpartition('/')[2]!r}: {exc}. "
+            f"gpuops: skipped the unreadable {_KINDS.get(kind, kind)} {name!r}: {exc}. "
             "Repair: restore it from a backup, or move the file aside once `gpuops sweep` "
             "shows no instance of it left (sweep names every instance no record owns)",
             file=sys.stderr,
         )
-    return code if code or not market.rentals.corrupt else 1
+    return code if code or not unreadable else 1
+
+
+_KINDS = {"market/rentals": "rental", "ledger/boxes": "box record", "market/leases": "lease"}
 
 
 def _market_command(
@@ -251,7 +257,7 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
             until = rental.ended_at if rental.ended_at is not None else now
             spend = round(rental.dph_total * max(0.0, until - rental.started_at) / 3600.0, 4)
         rows.append({**dataclasses.asdict(rental), "spend_usd": spend, **_guard_of(market, rental)})
-    records = market.ledger.records()
+    records = market.ledger.records(skip_corrupt=True)  # a bad one is named after the list
     pending = [_record_row(r) for r in records if r.state.value == "destroying"]
     kept = {row["box"] for row in rows}
     # M13: every box that may bill, racing candidates included, not just the kept ones
@@ -324,10 +330,15 @@ def _when(epoch_s: float | None) -> str:
 
 def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
     """Who guards a rental (M5): the lease holder, and whether its heartbeat is fresh."""
+    from gpuops.errors import CorruptState
     from gpuops.market import guardian as g
     from gpuops.market.leases import Leases
 
-    lease, _ = Leases(market.ledger.store).read(rental.name)
+    try:
+        lease, _ = Leases(market.ledger.store).read(rental.name)
+    except CorruptState as exc:  # blocks only this rental's guard column; named after the list
+        market.ledger.corrupt[exc.where] = exc
+        return {"guardian": None, "guard": "UNREADABLE lease (named below)"}
     if lease is None:
         return {"guardian": None, "guard": "NONE (no ceiling: gpuops guard NAME)"}
     fresh = not g.looks_stale(lease, market.clock())

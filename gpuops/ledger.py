@@ -29,22 +29,28 @@ from enum import Enum
 from typing import Any, Protocol
 
 from gpuops.errors import (
-    AlreadyExists,
     CorruptState,
     IllegalTransition,
     NameTaken,
     NotOwned,
     Refused,
     UsageError,
-    VersionConflict,
 )
 from gpuops.events import scrub
-from gpuops.store.base import Store, check_key
+from gpuops.store.base import Store
+from gpuops.store.records import (
+    CAS_ATTEMPTS,
+    ISO_TIMESTAMP,
+    NO_CHANGE,
+    JsonCodec,
+    NoChange,
+    Records,
+)
+
+__all__ = ["CAS_ATTEMPTS", "BoxState", "Ledger", "Record", "advance", "decode", "encode"]
 
 PREFIX = "ledger/boxes/"
 INSTANCES = "ledger/instances/"  # instance id -> the one record that owns it
-# A compare-and-swap that keeps losing means heavy contention or a bug; say so, don't spin.
-CAS_ATTEMPTS = 8
 
 
 class BoxState(Enum):
@@ -143,6 +149,23 @@ def advance(
     return replace(record, **changes)
 
 
+@dataclass(frozen=True)
+class Claim:
+    """``ledger/instances/<id>``: the one record (and intent) an instance belongs to (M3)."""
+
+    name: str
+    intent_id: str
+
+
+CLAIMS = JsonCodec(Claim, "instance claim")
+_FIELDS = JsonCodec(
+    Record,
+    "ledger record",
+    as_str=frozenset({"state"}),
+    checks={"updated_at": ISO_TIMESTAMP, "deadline_at": ISO_TIMESTAMP},
+)
+
+
 def encode(record: Record) -> bytes:
     fields = asdict(record)
     fields["state"] = record.raw_state if record.state is BoxState.UNKNOWN else record.state.value
@@ -151,19 +174,22 @@ def encode(record: Record) -> bytes:
 
 
 def decode(key: str, data: bytes) -> Record:
-    """Parse a stored record; anything malformed is CorruptState naming the key."""
-    try:
-        fields = json.loads(data)
-        raw_state = fields.pop("state")
-        record = Record(state=BoxState.UNKNOWN, **fields)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise CorruptState(key, f"not a ledger record: {exc}") from exc
-    if not isinstance(record.revision, int) or not isinstance(raw_state, str):
-        raise CorruptState(key, "revision must be an integer and state a string")
+    """Parse a stored record strictly; anything malformed is CorruptState naming the key and
+    the field. A state this gpuops does not know is kept raw as UNKNOWN, never guessed."""
+    fields = _FIELDS.fields_of(key, data)
+    if "raw_state" in fields:  # never stored: it is the state field's own raw text
+        raise CorruptState(key, "not a ledger record: unknown field 'raw_state'")
+    raw_state = fields.pop("state")
     known = {s.value: s for s in BoxState if s is not BoxState.UNKNOWN}
     if raw_state in known:
-        return replace(record, state=known[raw_state])
-    return replace(record, raw_state=raw_state)
+        return Record(state=known[raw_state], **fields)
+    return Record(state=BoxState.UNKNOWN, raw_state=raw_state, **fields)
+
+
+class _Codec:
+    what = "ledger record"
+    encode = staticmethod(encode)
+    decode = staticmethod(decode)
 
 
 class Ledger:
@@ -182,19 +208,25 @@ class Ledger:
         self.events = events
         self.operator = operator
         self.clock = clock
+        self.boxes = Records(store, PREFIX, _Codec())
+        self.claims = Records(store, INSTANCES, CLAIMS)
 
     # --- queries -------------------------------------------------------------------------
     def get(self, name: str) -> Record | None:
-        found = self.store.get(self._key(name))
-        return None if found is None else decode(found.key, found.data)
+        return self.boxes.get(name)
 
-    def records(self) -> list[Record]:
-        out = []
-        for key in self.store.list(PREFIX):
-            found = self.store.get(key)
-            if found is not None:
-                out.append(decode(key, found.data))
+    def records(self, *, skip_corrupt: bool = False) -> list[Record]:
+        """Every record. An unreadable one stops the caller (it may stand for a box that
+        bills), unless ``skip_corrupt``: then it blocks only itself and is kept in
+        ``corrupt`` for the caller to name (the read-only views)."""
+        out = self.boxes.all()
+        if self.boxes.corrupt and not skip_corrupt:
+            raise min(self.boxes.corrupt.items())[1]
         return out
+
+    @property
+    def corrupt(self) -> dict[str, CorruptState]:
+        return self.boxes.corrupt
 
     def retry_list(self) -> list[Record]:
         """Every record whose destroy has not been confirmed, whoever owns it (M4)."""
@@ -209,8 +241,8 @@ class Ledger:
         An active record of ours under this name is returned as it is, never a second intent
         (M8); an active record of another operator's is a refusal; a released name is reused.
         """
-        key = self._key(name)
-        for _ in range(CAS_ATTEMPTS):
+
+        def intend(current: Record | None) -> Record | NoChange:
             fresh = Record(
                 name=name,
                 owner=self.operator,
@@ -221,22 +253,18 @@ class Ledger:
                 updated_at=utc_iso(self.clock()),
                 deadline_at=deadline_at,
             )
-            found = self.store.get(key)
-            try:
-                if found is None:
-                    self.store.create(key, encode(fresh))
-                    return self._logged(None, fresh), True
-                current = decode(key, found.data)
-                if current.state is not BoxState.RELEASED:
-                    if current.owner != self.operator:
-                        raise NameTaken(name, current.owner)
-                    return current, False
-                fresh = replace(fresh, revision=current.revision + 1)
-                self.store.put(key, encode(fresh), found.version)
-                return self._logged(current, fresh), True
-            except (AlreadyExists, VersionConflict):
-                continue
-        raise VersionConflict(key, None)
+            if current is None:
+                return fresh
+            if current.state is not BoxState.RELEASED:
+                if current.owner != self.operator:
+                    raise NameTaken(name, current.owner)
+                return NO_CHANGE
+            return replace(fresh, revision=current.revision + 1)
+
+        done = self.boxes.update(name, intend)
+        if not done.written:
+            return done.before, False  # type: ignore[return-value]
+        return self._logged(done.before, done.after), True  # type: ignore[arg-type]
 
     def mark_live(self, name: str, instance_id: str) -> Record:
         """The create answered with ``instance_id``: claim it for this record (M3).
@@ -271,47 +299,31 @@ class Ledger:
         return released
 
     def _claim_instance(self, name: str, instance_id: str) -> None:
-        key = check_key(INSTANCES + instance_id)
         record = self.get(name)
         if record is None:
             raise Refused("M3", f"no ledger record named {name!r}: gpuops cannot prove it owns it")
-        mine = json.dumps({"name": name, "intent_id": record.intent_id}, sort_keys=True).encode()
-        for _ in range(CAS_ATTEMPTS):
-            found = self.store.get(key)
-            try:
-                if found is None:
-                    self.store.create(key, mine)
-                    return
-                if found.data == mine:
-                    return
-                holder = json.loads(found.data)
-                held = self.get(holder["name"])
-                stale = held is None or held.intent_id != holder["intent_id"] or not held.active
-                if not stale:
-                    raise Refused(
-                        "M3",
-                        f"instance {instance_id} is already claimed by {holder['name']!r} "
-                        f"(owner {held.owner!r}); one instance has one owner",
-                    )
-                self.store.put(key, mine, found.version)
-                return
-            except (AlreadyExists, VersionConflict):
-                continue
-        raise VersionConflict(key, None)
+        mine = Claim(name, record.intent_id)
+
+        def claim(current: Claim | None) -> Claim | NoChange:
+            if current == mine:
+                return NO_CHANGE
+            held = None if current is None else self.get(current.name)
+            # the holder's record still stands for that intent: not stale, so it is theirs
+            if current and held and held.intent_id == current.intent_id and held.active:
+                raise Refused(
+                    "M3",
+                    f"instance {instance_id} is already claimed by {current.name!r} "
+                    f"(owner {held.owner!r}); one instance has one owner",
+                )
+            return mine
+
+        self.claims.update(instance_id, claim)
 
     def _unclaim_instance(self, record: Record) -> None:
-        key = check_key(INSTANCES + str(record.instance_id))
-        found = self.store.get(key)
-        if found is not None and json.loads(found.data).get("intent_id") == record.intent_id:
-            try:
-                self.store.delete(key, found.version)
-            except VersionConflict:
-                pass  # reclaimed meanwhile by a later record: it is theirs now
+        # reclaimed meanwhile by a later record: it is theirs now, and stays
+        self.claims.remove(str(record.instance_id), lambda c: c.intent_id == record.intent_id)
 
     # --- shell ---------------------------------------------------------------------------
-    def _key(self, name: str) -> str:
-        return check_key(PREFIX + name)
-
     def _move(
         self,
         name: str,
@@ -322,17 +334,14 @@ class Ledger:
         evidence: str | None = None,
         idempotent: bool = False,
     ) -> Record:
-        key = self._key(name)
-        for _ in range(CAS_ATTEMPTS):
-            found = self.store.get(key)
-            if found is None:
+        def step(current: Record | None) -> Record | NoChange:
+            if current is None:
                 raise Refused(
                     "M3", f"no ledger record named {name!r}: gpuops cannot prove it owns it"
                 )
-            current = decode(key, found.data)
             if idempotent and current.state is to and current.owner == self.operator:
-                return current  # already there: a retry after a crash is harmless
-            new = advance(
+                return NO_CHANGE  # a retry after a crash
+            return advance(
                 current,
                 to,
                 operator=self.operator,
@@ -341,12 +350,11 @@ class Ledger:
                 error=None if error is None else str(scrub(error)),  # records sync to S3 (H3)
                 evidence=evidence,
             )
-            try:
-                self.store.put(key, encode(new), found.version)
-            except VersionConflict:
-                continue
-            return self._logged(current, new)
-        raise VersionConflict(key, None)
+
+        done = self.boxes.update(name, step)
+        if not done.written:
+            return done.before  # type: ignore[return-value]
+        return self._logged(done.before, done.after)  # type: ignore[arg-type]
 
     def _logged(self, before: Record | None, after: Record) -> Record:
         self.events.append(

@@ -12,15 +12,18 @@ register. ``check_*`` and ``shown_status`` are pure; ``Register`` is the store s
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import date
+from typing import TYPE_CHECKING
 
-from gpuops.errors import AlreadyExists, CorruptState, UsageError, VersionConflict
+from gpuops.errors import AlreadyExists, CorruptState, UsageError
 from gpuops.rule_status import shown_status  # noqa: F401  (re-exported for callers)
 from gpuops.rules import RULES
 from gpuops.store.base import Store
+
+if TYPE_CHECKING:
+    from gpuops.store.records import JsonCodec
 
 INCIDENTS = "register/incidents/"
 OBSERVATIONS = "register/observations/"
@@ -78,10 +81,23 @@ def check_cost(cost_usd: float | None) -> float | None:
     return cost_usd
 
 
+def _codec(kind: type, what: str) -> JsonCodec:  # type: ignore[type-arg]
+    # lazily: `gpuops rules` reads the register and must start fast
+    from gpuops.store.records import Check, JsonCodec, parses
+
+    checks: dict[str, Check] = {
+        "date": parses(date.fromisoformat, "a date (YYYY-MM-DD)"),
+        "id": (lambda text: _ID.fullmatch(text) is not None, "an entry id like 2026-09-20-1"),
+    }
+    return JsonCodec(kind, what, checks=checks)
+
+
 class Register:
     def __init__(self, store: Store, operator: str) -> None:
         self.store = store
         self.operator = operator
+        # entries `incidents` and `observations` could not read: each blocks only itself
+        self.corrupt: dict[str, CorruptState] = {}
 
     def add(
         self, *, on: str, what: str, cost_usd: float | None, cause: str | None, rule: str | None
@@ -114,21 +130,14 @@ class Register:
             )
             if v is not None
         }
-        from gpuops.ledger import CAS_ATTEMPTS  # lazily: `gpuops rules` reads the register
 
-        key = INCIDENTS + incident_id
-        for _ in range(CAS_ATTEMPTS):
-            found = self.store.get(key)
-            if found is None:
+        def add_what_is_known(current: Incident | None) -> Incident:
+            if current is None:
                 raise UsageError(f"no incident {incident_id!r}; `gpuops incident list` shows them")
-            current = _decode(Incident, key, found.data)
-            new = replace(current, **changes, revision=current.revision + 1)
-            try:
-                self.store.put(key, _encode(new), found.version)
-            except VersionConflict:
-                continue
-            return new
-        raise VersionConflict(key, None)
+            return replace(current, **changes, revision=current.revision + 1)
+
+        done = self._records(INCIDENTS, Incident).update(incident_id, add_what_is_known)
+        return done.after  # type: ignore[no-any-return]
 
     def observe(self, *, rule: str, on: str, kind: str, what: str) -> Observation:
         """Record a real observation or a drill of an implemented rule working."""
@@ -146,36 +155,31 @@ class Register:
     def observations(self) -> list[Observation]:
         return sorted(self._all(OBSERVATIONS, Observation), key=lambda o: (o.date, _seq(o.id)))
 
+    def _records(self, prefix: str, kind: type):  # type: ignore[no-untyped-def]
+        from gpuops.store.records import Records
+
+        return Records(self.store, prefix, _codec(kind, "register entry"))
+
     def _create(self, prefix: str, day: str, value: Incident | Observation) -> str:
         """The next free ``<day>-<n>``, taken by create-if-absent (a lost race tries n + 1)."""
+        codec = _codec(type(value), "register entry")
         taken = len(self.store.list(f"{prefix}{day}-"))
         for n in range(taken + 1, MAX_PER_DAY):
             try:
-                self.store.create(f"{prefix}{day}-{n}", _encode(replace(value, id=f"{day}-{n}")))
+                self.store.create(
+                    f"{prefix}{day}-{n}", codec.encode(replace(value, id=f"{day}-{n}"))
+                )
             except AlreadyExists:
                 continue
             return f"{day}-{n}"
         raise UsageError(f"more than {MAX_PER_DAY - 1} register entries on {day}")
 
     def _all(self, prefix: str, kind: type) -> list:  # type: ignore[type-arg]
-        out = []
-        for key in self.store.list(prefix):
-            found = self.store.get(key)
-            if found is not None:
-                out.append(_decode(kind, key, found.data))
+        records = self._records(prefix, kind)
+        out: list = records.all()  # type: ignore[type-arg]
+        self.corrupt.update(records.corrupt)
         return out
 
 
 def _seq(entry_id: str) -> int:
     return int(entry_id.rsplit("-", 1)[1])
-
-
-def _encode(value: Incident | Observation) -> bytes:
-    return json.dumps(asdict(value), sort_keys=True).encode()
-
-
-def _decode(kind: type, key: str, data: bytes):  # type: ignore[no-untyped-def]
-    try:
-        return kind(**json.loads(data))
-    except (ValueError, TypeError) as exc:
-        raise CorruptState(key, f"not a register entry: {exc}") from exc

@@ -98,8 +98,9 @@ RULES: tuple[Rule, ...] = (
         "A reused script's unconditional fetches are checked against staged inputs.",
         IMPLEMENTED,
         "tests/test_lane_incidents.py::test_a_reused_script_is_refused_until_its_inputs_are_staged_then_runs_l10",
-        scope="any command reading a literal `inputs/NAME` path on every path of the parsed "
-        "script (constant tests are no condition; function calls followed); a name built at "
+        scope="any command reading a literal `inputs/NAME` path (an argument, a substitution, "
+        "an input redirect) on every path of the parsed script (constant tests, negated ones "
+        "too, are no condition; function calls followed); a name built at "
         "run time counts as missing; a read inside a program the script runs (python) is not "
         "seen",
     ),
@@ -226,7 +227,7 @@ RULES: tuple[Rule, ...] = (
         "tests/test_owner.py::test_a_rent_killed_after_its_creates_is_ended_by_its_guardian_by_the_deadline_m13",
         scope="the market: the guardian starts before the first create and ends every record "
         "of its rental; sweep ends any record past its deadline; interrupts clean up; a "
-        "seeded soak (tests/soak.py, 1,000 lifecycles in the suite) and real-process kills "
+        "seeded soak (tests/soak.py, 600 lifecycles in the suite) and real-process kills "
         "(tests/test_owner_process.py) judged by FakeVast's record; never on a real account",
     ),
     Rule(

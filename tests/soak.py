@@ -4,11 +4,11 @@ a fake clock, with a crash or an interrupt injected at any provider call or stor
 
 Each lifecycle draws offers with random fates, a random set of the faults FakeVast can script
 (lost creates with a closed connection or a 5xx, lists that answer empty, 429s on create,
-destroys that fail, destroy lag), a stranger's box on the account, whether a guardian runs and
-whether it too is killed (then a successor takes over; with no guardian, cron runs sweep
-every five minutes from the deadline), and one point at which rent dies:
-SIGKILL (nothing of rent runs after it) or an interrupt (its clean-up runs). The verdicts ask
-the fake, never gpuops:
+destroys that fail, destroy lag, a list that misses new boxes, a show that lags), a stranger's
+box on the account, whether a guardian runs and whether it too is killed (then a successor
+takes over; with no guardian, cron runs sweep every five minutes from the deadline), and one
+point at which rent dies: SIGKILL (nothing of rent runs after it) or an interrupt (its
+clean-up runs). The verdicts ask the fake, never gpuops:
 
 - leaked: a box of ours still billing at the deadline plus OWNER_GRACE_S;
 - wrong destroys: a box gpuops does not own was destroyed;
@@ -206,6 +206,9 @@ def _scenario(rng: random.Random) -> dict[str, Any]:
     }
     if faults:
         vast["faults"] = faults
+    # eventual consistency: the list misses new boxes, show answers an older state
+    vast["list_lag_s"] = rng.choice([0.0, 0.0, 8.0, 30.0])
+    vast["show_lag_s"] = rng.choice([0.0, 0.0, 5.0, 20.0])
     return {"vast": vast}
 
 

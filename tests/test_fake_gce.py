@@ -250,3 +250,109 @@ def test_a_boot_whose_processes_all_ended_is_never_signalled(real, monkeypatch):
     fake.close()
 
     assert fake.status == "RUNNING" and sent == []
+
+
+def _op(fake: FakeGCE, name: str) -> dict:
+    import json
+
+    path = f"/compute/v1/projects/gpuops-lane/zones/us-central1-b/operations/{name}"
+    reply = dispatch(fake, Request("GET", path, {}, {}, b""))
+    assert reply.status == 200
+    return json.loads(reply.body)
+
+
+def test_an_operation_is_pending_then_running_then_done_on_the_scenario_clock():
+    """A zone operation takes the scenario's durations, with clock times and its own id; the
+    instance moves on its own schedule meanwhile (PROVISIONING while the start is RUNNING)."""
+    fake, clock = _fake(operation_pending_s=2.0, start_operation_s=4.0)
+    op = fake.start()
+    seen = []
+    for step in (0.0, 2.0, 3.9, 0.1):
+        clock.advance(step)
+        fake.tick()
+        body = _op(fake, op.name)
+        seen.append((body["status"], body["progress"], "endTime" in body, fake.status))
+    other = fake.set_metadata(fake.fingerprint, {})
+    assert other is not None
+
+    assert seen == [
+        ("PENDING", 0, False, "PROVISIONING"),
+        ("RUNNING", 0, False, "PROVISIONING"),
+        ("RUNNING", 0, False, "STAGING"),
+        ("DONE", 100, True, "STAGING"),
+    ]
+    done = _op(fake, op.name)
+    assert done["id"] != _op(fake, other.name)["id"] and op.name != other.name
+    assert done["insertTime"] < done["startTime"] < done["endTime"]
+    assert "error" not in done and "httpErrorStatusCode" not in done
+
+
+@pytest.mark.parametrize("outcome", ["stockout", "stockout-plain", "insufficient-capacity"])
+def test_every_stockout_operation_carries_its_http_error_fields(outcome):
+    """L7: a DONE stockout has httpErrorStatusCode and httpErrorMessage (from its
+    recording), so a client that trusts ExtendedOperation.result() sees the failure."""
+    fake, clock = _fake(starts=[outcome])
+    op = fake.start()
+    clock.advance(60.0)
+
+    body = _op(fake, op.name)
+
+    assert (body["status"], body["httpErrorStatusCode"]) == ("DONE", 503)
+    assert body["httpErrorMessage"] == "SERVICE UNAVAILABLE" and fake.status == "TERMINATED"
+
+
+def test_the_fakes_own_operation_bodies_say_so():
+    """A body no recording captured (unavailable; a start while STOPPING) names itself:
+    its error code is fake_gce_*, and both HTTP fields are set."""
+    fake, clock = _fake(starts=["unavailable"])
+    failed = fake.start()
+    fake.status = "STOPPING"
+    early = fake.start()
+    clock.advance(60.0)
+
+    bodies = [_op(fake, failed.name), _op(fake, early.name)]
+
+    assert [b["error"]["errors"][0]["code"] for b in bodies] == [
+        "fake_gce_unavailable",
+        "fake_gce_not_ready",
+    ]
+    assert [b["httpErrorStatusCode"] for b in bodies] == [503, 400]
+
+
+def test_metadata_fingerprints_are_opaque_base64_and_change_on_every_write():
+    """GCE's fingerprint is opaque base64 (8 bytes), never a readable counter."""
+    import base64
+
+    fake, _ = _fake()
+    seen = [fake.fingerprint]
+    for _ in range(3):
+        assert fake.set_metadata(fake.fingerprint, {"k": "v"}) is not None
+        seen.append(fake.fingerprint)
+
+    assert len(set(seen)) == 4
+    assert all(len(base64.b64decode(f, validate=True)) == 8 for f in seen)
+
+
+def test_a_synchronous_start_refusal_makes_no_operation_and_no_boot():
+    """quota-403 and unavailable-503 answer the start call itself: no operation exists."""
+    import json
+
+    fake, _ = _fake(starts=["quota-403", "unavailable-503"])
+    path = "/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane/start"
+    replies = [dispatch(fake, Request("POST", path, {}, {}, b"")) for _ in range(2)]
+
+    assert [r.status for r in replies] == [403, 503]
+    assert json.loads(replies[0].body)["error"]["errors"][0]["reason"] == "quotaExceeded"
+    assert fake.operations == {} and fake.status == "TERMINATED" and fake.boots == 0
+
+
+def test_each_write_makes_a_new_generation_on_the_fake_clock():
+    """Generations are per object and per write, strictly increasing even within an instant."""
+    fake, clock = _fake()
+    first = fake.put("a", b"1").generation
+    same_instant = fake.put("b", b"2").generation
+    clock.advance(1.0)
+    later = fake.put("a", b"3").generation
+
+    assert first < same_instant < later and later - first >= 1_000_000
+    assert fake.live("a").metageneration == 1

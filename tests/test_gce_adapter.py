@@ -100,6 +100,15 @@ def test_a_finished_operation_is_classified_from_its_recorded_body(name, error):
     assert (None if found is None else type(found)) is error
 
 
+def test_a_stockout_operation_without_its_http_fields_is_still_capacity():
+    """L7: a DONE stockout body without httpErrorStatusCode/httpErrorMessage (a dump that
+    lost them) is still capacity, read from its code: gpuops never trusts the HTTP fields alone."""
+    body = _body("operation_stockout_plain")
+    del body["httpErrorStatusCode"], body["httpErrorMessage"]
+
+    assert type(operation_error(body)) is CapacityExhausted
+
+
 def test_an_operation_error_that_is_neither_capacity_nor_quota_keeps_its_status():
     """A 5xx without a capacity sign is unavailable; a 4xx is a provider error, both named."""
     five = operation_error(

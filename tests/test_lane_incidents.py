@@ -320,10 +320,13 @@ def test_release_is_only_the_claimants_and_only_once_terminated_l1(tmp_path, mon
         assert freed.state == b.FREE
         (end,) = world.events("lane.job_end")
         assert end["outcome"] == "succeeded" and end["attempts"] == 1 and end["stockouts"] == 0
-        # claimed at 0, boot marker at +15 s, status "succeeded" written at +75 s (the 60 s
-        # job), release at +105 s: running is 60 s (until the job ended, not the release)
-        assert (end["waiting_s"], end["running_s"]) == (15.0, 60.0)
-        assert end["cost_usd"] == round(60 / 3600 * 0.70 + 105 / 86400 * 0.83, 4)
+        # claimed at 0; install's setMetadata and setScheduling and the attempt's setMetadata
+        # each wait one 5 s poll for their operation, so start is sent at +15 s; the boot
+        # marker at +30 s (15 s of PROVISIONING and STAGING), status "succeeded" 60 s later:
+        # running is 60 s (until the job ended, not the release)
+        assert (end["waiting_s"], end["running_s"]) == (30.0, 60.0)
+        # released at +120 s: the disk is billed for the 120 s the claim was held
+        assert end["cost_usd"] == round(60 / 3600 * 0.70 + 120 / 86400 * 0.83, 4)
 
 
 def test_a_metadata_write_that_loses_a_fingerprint_race_rereads_and_checks_again(
@@ -386,3 +389,27 @@ def test_each_walk_around_of_the_linter_is_refused_at_install(tmp_path, monkeypa
 
         assert refused.value.rule == rule
         assert script.SCRIPT_KEY not in world.fake.metadata
+
+
+def test_a_start_refused_by_http_quota_or_503_keeps_the_claim_and_the_next_start_boots_l7(
+    tmp_path, monkeypatch
+):
+    """L7: a start call refused synchronously (HTTP 403 quota: no operation) is a quota
+    attempt, retried with the claim held; an HTTP 503 on the start call ends the command
+    (exit 4) with the claim kept; the next start boots the job."""
+    starts = ("quota-403", "unavailable-503")
+    with lane_world(tmp_path, monkeypatch, starts=starts, job_runtime_s=60.0) as world:
+        lane = _ready(world, "alice", "validation")
+        with pytest.raises(Unavailable) as unavailable:
+            lane.start("validation")
+        board, _, _ = lane.read()
+        done = lane.start("validation")
+
+        assert unavailable.value.exit_code == 4
+        assert (board.state, board.owner) == (b.CLAIMED, "alice")
+        assert [e["outcome"] for e in world.events("lane.start")] == [
+            "quota",
+            "error",
+            "started",
+        ]
+        assert done.state == b.RUNNING and world.fake.boots == 1

@@ -57,7 +57,7 @@ def record(state: BoxState = BoxState.LIVE, **changes: Any) -> Record:
         intent_id="i1",
         provider="vast",
         revision=4,
-        updated_at="then",
+        updated_at="2026-11-30T00:00:00+00:00",
         instance_id="123" if state is not BoxState.INTENT else None,
     )
     return Record(**{**base.__dict__, **changes})
@@ -192,7 +192,12 @@ def test_active_is_false_only_for_released_records():
 
 def test_records_round_trip_through_their_stored_form():
     """What is written is exactly what is read back."""
-    original = record(BoxState.DESTROYING, destroy_attempts=2, last_error="x", deadline_at="d")
+    original = record(
+        BoxState.DESTROYING,
+        destroy_attempts=2,
+        last_error="x",
+        deadline_at="2026-12-01T00:00:00+00:00",
+    )
 
     assert decode("k", encode(original)) == original
     assert json.loads(encode(original))["state"] == "destroying"
@@ -215,17 +220,28 @@ def test_an_unknown_stored_state_is_kept_raw_and_allows_nothing():
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
-        (b"not json", "not a ledger record"),
-        (b"[]", "not a ledger record"),
-        (b'{"name": "x"}', "not a ledger record"),
-        (json.dumps({**json.loads(encode(record())), "surprise": 1}).encode(), "not a ledger"),
+        (b"not json", "not a ledger record: not JSON"),
+        (b"[]", "not a ledger record: not a JSON object"),
+        (b'{"name": "x"}', "not a ledger record: missing field 'owner'"),
+        (
+            json.dumps({**json.loads(encode(record())), "surprise": 1}).encode(),
+            "not a ledger record: unknown field 'surprise'",
+        ),
+        (
+            json.dumps({**json.loads(encode(record())), "raw_state": "live"}).encode(),
+            "not a ledger record: unknown field 'raw_state'",
+        ),
         (
             json.dumps({**json.loads(encode(record())), "revision": "4"}).encode(),
-            "revision must be an integer and state a string",
+            "not a ledger record: field 'revision' must be an integer, not '4'",
         ),
         (
             json.dumps({**json.loads(encode(record())), "state": 3}).encode(),
-            "revision must be an integer and state a string",
+            "not a ledger record: field 'state' must be a string, not 3",
+        ),
+        (
+            json.dumps({**json.loads(encode(record())), "deadline_at": "soon"}).encode(),
+            "not a ledger record: field 'deadline_at' must be an ISO 8601 timestamp",
         ),
     ],
 )
@@ -584,6 +600,23 @@ def test_a_corrupt_stored_record_is_reported_with_its_key(alice, action):
 
     assert caught.value.where == "ledger/boxes/box"
     assert alice.store.get("ledger/boxes/box").data == b"{broken"
+
+
+def test_the_read_only_listing_skips_a_corrupt_record_and_keeps_it_named(alice):
+    """skip_corrupt: the other records are listed, the bad one kept by key in `corrupt`;
+    without it, the first bad record by key stops the listing (it may be a billing box)."""
+    alice.record_intent("a", "vast")
+    alice.store.create("ledger/boxes/c", b"{broken")
+    alice.store.create("ledger/boxes/b", b"[]")
+    alice.record_intent("d", "vast")
+
+    listed = alice.records(skip_corrupt=True)
+    with pytest.raises(CorruptState) as caught:
+        alice.records()
+
+    assert [r.name for r in listed] == ["a", "d"]
+    assert sorted(alice.corrupt) == ["ledger/boxes/b", "ledger/boxes/c"]
+    assert caught.value.where == "ledger/boxes/b"
 
 
 @pytest.mark.parametrize(

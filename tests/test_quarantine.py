@@ -91,14 +91,13 @@ def test_sweep_deletes_only_expired_entries(quarantine, clock):
     assert quarantine.sweep() == 0
 
 
-def test_a_corrupt_entry_is_reported_with_its_key(quarantine):
-    """A bad entry is a clear error naming where it is."""
+def test_a_corrupt_entry_blocks_only_itself_and_is_named_with_its_key(quarantine, clock):
+    """A bad entry is left out and kept with where it is; the others still count."""
+    quarantine.add(1, "slow-disk")
     quarantine.store.create(f"{PREFIX}9", b"{not json")
 
-    with pytest.raises(CorruptState) as caught:
-        quarantine.machines()
-
-    assert caught.value.where == f"{PREFIX}9"
+    assert quarantine.machines() == frozenset({1})
+    assert quarantine.corrupt[f"{PREFIX}9"].where == f"{PREFIX}9"
 
 
 def test_an_entry_with_a_non_numeric_until_is_corrupt(quarantine):
@@ -107,8 +106,10 @@ def test_an_entry_with_a_non_numeric_until_is_corrupt(quarantine):
         f"{PREFIX}9", b'{"machine_id": 9, "cause": "slow-disk", "until": "soon", "by": "x"}'
     )
 
-    with pytest.raises(CorruptState, match="until a number"):
-        quarantine.entries()
+    assert quarantine.entries() == []
+    assert quarantine.corrupt[f"{PREFIX}9"].reason == (
+        "not a quarantine entry: field 'until' must be a number, not 'soon'"
+    )
 
 
 def test_an_entry_is_stored_as_canonical_json(quarantine, clock):
@@ -199,11 +200,11 @@ def test_sweep_reports_a_corrupt_entry_with_its_key(quarantine):
     """Sweep never deletes what it cannot read; it names the key."""
     quarantine.store.create(f"{PREFIX}9", b"[1, 2]")
 
-    with pytest.raises(CorruptState) as caught:
-        quarantine.sweep()
+    assert quarantine.sweep() == 0
 
-    assert caught.value.where == f"{PREFIX}9"
-    assert caught.value.reason.startswith("not a quarantine entry: ")
+    caught = quarantine.corrupt[f"{PREFIX}9"]
+    assert caught.where == f"{PREFIX}9"
+    assert caught.reason.startswith("not a quarantine entry: ")
     assert quarantine.store.list() == [f"{PREFIX}9"]
 
 
@@ -213,8 +214,36 @@ def test_an_entry_with_a_non_integer_machine_is_corrupt_and_named(quarantine):
         f"{PREFIX}9", b'{"machine_id": "9", "cause": "slow-disk", "until": 5.0, "by": "x"}'
     )
 
-    with pytest.raises(CorruptState) as caught:
-        quarantine.entries()
+    assert quarantine.entries() == []
 
-    assert caught.value.where == f"{PREFIX}9"
-    assert caught.value.reason == "machine_id must be an integer and until a number"
+    caught = quarantine.corrupt[f"{PREFIX}9"]
+    assert caught.where == f"{PREFIX}9"
+    assert caught.reason == "not a quarantine entry: field 'machine_id' must be an integer, not '9'"
+
+
+def test_a_renewal_never_shortens_an_entry_another_writer_renewed_meanwhile(clock):
+    """Two writers interleaved: the one whose clock is behind re-reads and keeps the later end
+    (a compare-and-swap that decides from what it read, not last-writer-wins)."""
+    store = Interleaved()
+    behind = Quarantine(store, Events(), "alice", clock=clock)
+    ahead = Quarantine(store, Events(), "bob", clock=lambda: clock() + 600.0)
+    behind.add(42, "slow-disk")
+    store.calls.clear()
+    store.before["put"].append(lambda: ahead.add(42, "no-gpu"))
+
+    entry = behind.add(42, "cuda-broken")
+
+    assert store.calls == ["get", "put", "get", "put", "get", "put"]  # bob's renewal between
+    assert entry.until == clock() + 600.0 + timing.QUARANTINE_TTL_S
+    assert behind.entries() == [entry]
+    assert (entry.cause, entry.by) == ("cuda-broken", "alice")
+
+
+def test_a_corrupt_entry_is_never_written_over(quarantine):
+    """A fault on a machine whose entry is unreadable is an error, never a silent overwrite."""
+    quarantine.store.create(f"{PREFIX}9", b"{not json")
+
+    with pytest.raises(CorruptState):
+        quarantine.add(9, "slow-disk")
+
+    assert quarantine.store.get(f"{PREFIX}9").data == b"{not json"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.errors import CorruptState, UsageError
+from gpuops.errors import UsageError
 from gpuops.register import Observation, Register, shown_status
 from gpuops.rules import Rule, by_id
 from gpuops.store.memory import MemoryStore
@@ -94,8 +94,11 @@ def test_two_operators_adding_the_same_day_get_distinct_ids():
 
     assert (a.id, b.id) == ("2026-09-20-3", "2026-09-20-4")  # ids may skip; none is reused
     assert store.get("register/incidents/2026-09-20-2").data == b"{}"
-    with pytest.raises(CorruptState):
-        alice.incidents()  # the racer's stray entry is reported, never silently dropped
+    assert [i.id for i in alice.incidents()] == ["2026-09-20-3", "2026-09-20-4"]
+    # the racer's stray entry blocks only itself: named, never silently dropped
+    assert alice.corrupt["register/incidents/2026-09-20-2"].reason == (
+        "not a register entry: missing field 'id'"
+    )
 
 
 def test_verified_needs_a_dated_observation_and_written_rules_stay_not_enforced():

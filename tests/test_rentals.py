@@ -458,3 +458,10 @@ def test_a_box_record_is_due_at_its_rentals_deadline_else_its_own_else_now_m13()
     assert due_at(Rental("job", "alice", RACING, race=1), written) == 600.0
     assert due_at(None, None) == float("-inf")
     assert due_at(None, "") == float("-inf")
+
+
+@pytest.mark.parametrize("read", [lambda r: r.get("no such"), lambda r: r.begin_race("-x")])
+def test_a_rental_is_read_and_written_only_under_a_valid_rental_name(alice, read):
+    """The rental's own name rule guards every key, before the store's rule."""
+    with pytest.raises(UsageError, match="rental name"):
+        read(alice)

@@ -471,3 +471,155 @@ def test_a_listing_walks_only_the_folder_its_prefix_names(
     assert seen == [store.root / walked]
     assert keys == sorted(k for k in ("ledger/boxes/a", "ledger/archive/2026-07/boxes/b/1")
                           if k.startswith(prefix))  # fmt: skip
+
+
+# --- opening the state directory: every refusal is one named line ------------------------------
+def test_every_missing_directory_up_to_the_root_is_created_0700_under_any_umask(
+    tmp_path: Path,
+) -> None:
+    """The parents a state path needs are private too, not only the root (DESIGN §4)."""
+    old_umask = os.umask(0)
+    try:
+        LocalStore(tmp_path / "a" / "b" / "state")
+    finally:
+        os.umask(old_umask)
+
+    for folder in ("a", "a/b", "a/b/state", "a/b/state/.tmp"):
+        assert stat.S_IMODE((tmp_path / folder).stat().st_mode) == 0o700, folder
+
+
+def test_the_directory_above_the_root_is_left_as_it_was(tmp_path: Path) -> None:
+    """Only what was missing is made or chmod'ed: an existing parent keeps its mode."""
+    parent = tmp_path / "home"
+    parent.mkdir(mode=0o755)
+    parent.chmod(0o755)
+
+    LocalStore(parent / "state")
+
+    assert stat.S_IMODE(parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE((parent / "state").stat().st_mode) == 0o700
+
+
+def test_a_directory_another_process_makes_first_is_passed_over_and_the_rest_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """First use races: a parent that appears between our look and our mkdir is another
+    process's, made with the same mode; the directories below it are still made."""
+    racer = tmp_path / "shared"
+    real_exists = Path.exists
+
+    def exists_as_seen_before_the_racer(self: Path, *args: object, **kwargs: object) -> bool:
+        if self == racer:
+            racer.mkdir(mode=0o700, exist_ok=True)  # the other process wins the mkdir
+            return False
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists_as_seen_before_the_racer)
+    store = LocalStore(racer / "deeper" / "state")
+    monkeypatch.undo()
+
+    assert store.root.is_dir() and (store.root / ".tmp").is_dir()
+    assert stat.S_IMODE((racer / "deeper").stat().st_mode) == 0o700
+    store.create("k", b"v")
+
+
+def test_a_root_under_a_regular_file_is_refused_with_the_systems_reason(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    root = tmp_path / "file" / "state"
+
+    with pytest.raises(UsageError) as caught:
+        LocalStore(root)
+
+    assert str(caught.value) == f"cannot create the state directory {root}: Not a directory"
+
+
+def test_a_root_that_is_a_regular_file_is_refused_as_not_a_directory(tmp_path: Path) -> None:
+    root = tmp_path / "file"
+    root.write_text("x")
+
+    with pytest.raises(UsageError) as caught:
+        LocalStore(root)
+
+    assert str(caught.value) == (
+        f"state {root} is not a directory; choose a directory with --state"
+    )
+    assert root.read_text() == "x"
+
+
+@pytest.mark.parametrize("mode", [0o750, 0o705, 0o770, 0o701])
+def test_any_group_or_other_bit_on_an_existing_root_is_refused(tmp_path: Path, mode: int) -> None:
+    root = tmp_path / "state"
+    root.mkdir()
+    root.chmod(mode)
+
+    with pytest.raises(UsageError, match=f"open to other users \\(mode {mode:o}\\)"):
+        LocalStore(root)
+
+
+@pytest.mark.parametrize("denied", [os.W_OK, os.X_OK])
+def test_a_root_we_may_not_write_or_enter_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, denied: int
+) -> None:
+    """Asked with os.access (a read-only mount refuses root too), both write and search."""
+    root = tmp_path / "state"
+    root.mkdir(mode=0o700)
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, m: False if Path(p) == root and m & denied else real_access(p, m)
+    )
+
+    with pytest.raises(UsageError) as caught:
+        LocalStore(root)
+
+    assert str(caught.value) == (
+        f"state directory {root} is not writable (read-only); choose another with --state"
+    )
+    assert not (root / ".tmp").exists()
+
+
+def test_a_root_whose_tmp_cannot_be_made_is_unusable_with_the_reason(tmp_path: Path) -> None:
+    root = tmp_path / "state"
+    root.mkdir(mode=0o700)
+    (root / ".tmp").write_text("not a folder")
+
+    with pytest.raises(UsageError) as caught:
+        LocalStore(root)
+
+    assert str(caught.value) == f"state directory {root} is unusable: File exists"
+
+
+def test_an_os_error_without_a_reason_is_named_by_its_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise PermissionError()
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    root = tmp_path / "state"
+
+    with pytest.raises(UsageError) as caught:
+        LocalStore(root)
+
+    assert str(caught.value) == f"cannot create the state directory {root}: PermissionError"
+
+
+def test_a_directory_is_private_from_its_mkdir_not_only_after_the_chmod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chmod only undoes a umask that took bits away; under umask 0 the directory is made
+    0700 already, so there is no moment when another user may enter it."""
+    seen: dict[str, int] = {}
+    real_chmod = Path.chmod
+
+    def chmod(self: Path, mode: int, **kwargs: object) -> None:
+        seen[self.name] = stat.S_IMODE(self.stat().st_mode)
+        real_chmod(self, mode)
+
+    monkeypatch.setattr(Path, "chmod", chmod)
+    old_umask = os.umask(0)
+    try:
+        LocalStore(tmp_path / "outer" / "state")
+    finally:
+        os.umask(old_umask)
+
+    assert seen == {"outer": 0o700, "state": 0o700}

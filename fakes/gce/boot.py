@@ -82,13 +82,25 @@ class Boot:
             pass
 
     def kill(self) -> None:
-        """The VM is gone: every process of the boot dies now."""
+        """The VM is gone: every process of the boot dies now. Returns once none is left
+        (a SIGKILL is delivered when its process next runs: on a loaded host one may still
+        show as running just after the group kill; any left in the session is killed by pid,
+        while the session still has it, so the number cannot have been reused)."""
         self.signal(signal.SIGKILL)
         self.killed = True
         try:
             self.process.wait(timeout=SETTLE_TIMEOUT)
         except subprocess.TimeoutExpired:
             pass
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while (left := self.processes()) and time.monotonic() < deadline:
+            for pid, (_, state, _) in left.items():
+                if state != "Z":
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            time.sleep(SETTLE_POLL)
 
     def processes(self) -> dict[int, tuple[int, str, int]]:
         """pid -> (parent pid, state, CPU ns so far) of every live process in the boot's

@@ -16,6 +16,8 @@ the wall clock; the script's ``sleep`` runs on this model's clock.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import heapq
 import itertools
 import shutil
@@ -30,15 +32,86 @@ from fakes.gce import boot as real_boot
 from fakes.gce.scenario import LaneScenario
 from fakes.vast.clock import Clock
 
+# The JSON API's object preconditions (query parameters), each an int64.
+PRECONDITIONS = (
+    "ifGenerationMatch",
+    "ifGenerationNotMatch",
+    "ifMetagenerationMatch",
+    "ifMetagenerationNotMatch",
+)
 # How often a waiting sleep re-reads a scaled clock between ticks (loopback mode).
 SLEEP_POLL = 0.05
 
 
+# Outcomes that refuse a start synchronously (an HTTP error, no operation), with the recording
+# of each answer (recordings/gce/).
+REFUSALS = {"quota-403": "start_403_quota", "unavailable-503": "start_503"}
+# The first zone-operation id; every operation gets the next one (ids are int64 strings).
+OPERATION_ID_BASE = 7781325593318204113
+
+
 @dataclass
 class Operation:
+    """A zone operation: PENDING for ``pending_s`` after ``insert_at``, then RUNNING for
+    ``running_s``, then DONE (with its outcome's error, if any). Times are the fake clock's."""
+
     name: str
     kind: str
     outcome: str  # ok | stockout | ... (fakes/gce/scenario.py START_OUTCOMES) | not-ready
+    id: str = ""
+    insert_at: float = 0.0
+    pending_s: float = 0.0
+    running_s: float = 0.0
+
+    @property
+    def start_at(self) -> float:
+        return self.insert_at + self.pending_s
+
+    @property
+    def end_at(self) -> float:
+        return self.start_at + self.running_s
+
+    def status(self, now: float) -> str:
+        if now >= self.end_at:
+            return "DONE"
+        return "RUNNING" if now >= self.start_at else "PENDING"
+
+
+@dataclass(frozen=True)
+class StartRefused:
+    """A start refused synchronously: ``recording`` is the HTTP error answer (403, 503)."""
+
+    recording: str
+
+
+def fingerprint(number: int) -> str:
+    """The metadata fingerprint after ``number`` writes: opaque base64 of 8 bytes, as GCE's
+    (``wSsOXn1oPgE=``), never readable as a counter."""
+    digest = hashlib.sha256(f"fake-gce-metadata-{number}".encode()).digest()
+    return base64.b64encode(digest[:8]).decode()
+
+
+@dataclass
+class Upload:
+    """A resumable upload in progress: the bytes received so far, in order."""
+
+    name: str
+    content_type: str
+    query: dict[str, str]  # the initiating request's query (its preconditions)
+    data: bytearray = field(default_factory=bytearray)
+
+
+@dataclass
+class StoredObject:
+    """One live object generation in the fake bucket (a bucket without versioning: an
+    overwrite replaces the generation, and the old one is gone)."""
+
+    data: bytes
+    generation: int
+    metageneration: int = 1
+    updated: float = 0.0
+    content_type: str = "application/octet-stream"
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -47,8 +120,10 @@ class FakeGCE:
     clock: Clock
     status: str = "TERMINATED"
     metadata: dict[str, str] = field(default_factory=dict)
-    fingerprint: str = "fp-0"
-    objects: dict[str, bytes] = field(default_factory=dict)
+    fingerprint: str = field(default_factory=lambda: fingerprint(0))
+    objects: dict[str, bytes] = field(default_factory=dict)  # name -> the live generation's bytes
+    stored: dict[str, StoredObject] = field(default_factory=dict)  # name -> its live generation
+    uploads: dict[str, Upload] = field(default_factory=dict)  # resumable sessions, by upload_id
     serial: str = ""
     operations: dict[str, Operation] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)  # "METHOD route" of every request, in order
@@ -64,6 +139,8 @@ class FakeGCE:
         self._seq = itertools.count()
         self._fp = itertools.count(1)
         self._ops = itertools.count(1)
+        self._last_generation = 0
+        self._uploads = 0
         self._starts = list(self.scenario.starts)
         self._races = self.scenario.fingerprint_races
         self._boot_id = 0
@@ -107,15 +184,19 @@ class FakeGCE:
             self.wakeup.notify_all()
 
     # --- compute ------------------------------------------------------------------------------
-    def start(self) -> Operation:
+    def start(self) -> Operation | StartRefused:
+        """A start: an operation (its outcome played when it is DONE), or a synchronous
+        refusal (``StartRefused``: HTTP 403 or 503, no operation) when the scenario says so."""
         outcome = "ok"
         if self.status == "TERMINATED":
             outcome = self._starts.pop(0) if self._starts else "ok"
+            if outcome in REFUSALS:
+                return StartRefused(REFUSALS[outcome])
             if outcome == "ok":
                 self._power_on()
         elif self.status in ("STOPPING",):
             outcome = "not-ready"
-        return self._operation("start", outcome)
+        return self._operation("start", outcome, self.scenario.start_operation_s)
 
     def set_metadata(self, fingerprint: str, items: dict[str, str]) -> Operation | None:
         """None: the fingerprint is stale (412). A scripted race changes it first."""
@@ -126,14 +207,14 @@ class FakeGCE:
             return None
         self.metadata = dict(items)
         self._new_fingerprint()
-        return self._operation("setMetadata", "ok")
+        return self._operation("setMetadata", "ok", self.scenario.write_operation_s)
 
     def set_scheduling(self, max_run_s: float | None, action: str) -> Operation:
         """The provider-native ceiling: GCE applies ``action`` (STOP) after ``max_run_s``
         of running (reconstructed from the API reference, recordings/gce/)."""
         self.max_run_s = max_run_s if max_run_s else None
         self.termination_action = action
-        return self._operation("setScheduling", "ok")
+        return self._operation("setScheduling", "ok", self.scenario.write_operation_s)
 
     def _ceiling(self, number: int) -> None:
         """maxRunDuration ran out: GCE stops the instance (an ACPI shutdown: the guest's
@@ -147,10 +228,24 @@ class FakeGCE:
             boot.signal(15)
 
     def _new_fingerprint(self) -> None:
-        self.fingerprint = f"fp-{next(self._fp)}"
+        self.fingerprint = fingerprint(next(self._fp))
 
-    def _operation(self, kind: str, outcome: str) -> Operation:
-        op = Operation(f"operation-{next(self._ops):06d}-fake", kind, outcome)
+    def _now(self) -> float:
+        return self._applying if self._applying is not None else self.clock.now()
+
+    def _operation(self, kind: str, outcome: str, running_s: float) -> Operation:
+        """A new zone operation, inserted now: a unique id and name, its phases' times."""
+        number = next(self._ops)
+        now = self._now()
+        op = Operation(
+            name=f"operation-{int(now * 1000)}-{number:06d}-fake-gce",
+            kind=kind,
+            outcome=outcome,
+            id=str(OPERATION_ID_BASE + number),
+            insert_at=now,
+            pending_s=self.scenario.operation_pending_s,
+            running_s=running_s,
+        )
         self.operations[op.name] = op
         return op
 
@@ -304,7 +399,76 @@ class FakeGCE:
     def _serial(self, line: str) -> None:
         self.serial += f"{line}\n"
 
-    def put(self, name: str, data: bytes) -> None:
-        self.objects[name] = data
-        self.updated[name] = self._applying if self._applying is not None else self.clock.now()
+    # --- the bucket ---------------------------------------------------------------------------
+    def begin_upload(self, name: str, content_type: str, query: dict[str, str]) -> str:
+        """A resumable upload session for ``name``: its id. Its preconditions are checked
+        again when the last byte arrives."""
+        self._uploads += 1
+        upload_id = f"fake-gcs-upload-{self._uploads}"
+        self.uploads[upload_id] = Upload(name, content_type, dict(query))
+        return upload_id
+
+    def _next_generation(self) -> int:
+        """A new object generation: microseconds on the fake clock (as GCS's look), strictly
+        increasing, so two writes in the same instant still differ."""
+        self._last_generation = max(int(self._now() * 1_000_000), self._last_generation + 1)
+        return self._last_generation
+
+    def put(self, name: str, data: bytes, content_type: str = "") -> StoredObject:
+        """Write a new generation of ``name`` (metageneration 1). Preconditions are checked
+        by the route first (``precondition``)."""
+        now = self._now()
+        stored = StoredObject(bytes(data), self._next_generation(), 1, now)
+        if content_type:
+            stored.content_type = content_type
+        self.stored[name] = stored
+        self.objects[name] = stored.data
+        self.updated[name] = now
+        return stored
+
+    def live(self, name: str) -> StoredObject | None:
+        """The live generation of ``name``; a test that wrote ``objects`` directly gets one."""
+        data = self.objects.get(name)
+        if data is None:
+            self.stored.pop(name, None)
+            return None
+        stored = self.stored.get(name)
+        if stored is None or stored.data is not data:
+            stored = self.put(name, data)
+        return stored
+
+    def patch(self, name: str, content_type: str | None, metadata: dict[str, str]) -> StoredObject:
+        """A metadata update of the live generation: metageneration + 1, data unchanged."""
+        stored = self.live(name)
+        assert stored is not None
+        if content_type:
+            stored.content_type = content_type
+        stored.metadata.update(metadata)
+        stored.metageneration += 1
+        stored.updated = self._now()
+        self.updated[name] = stored.updated
+        return stored
+
+    def precondition(self, name: str, query: dict[str, str]) -> bool:
+        """Whether the request's generation preconditions hold for the live ``name``
+        (JSON API query parameters; a missing object has generation 0)."""
+        stored = self.live(name)
+        generation = stored.generation if stored is not None else 0
+        for key, value in query.items():
+            if key not in PRECONDITIONS or value == "":
+                continue
+            wanted = int(value)
+            if key == "ifGenerationMatch" and generation != wanted:
+                return False
+            if key == "ifGenerationNotMatch" and (stored is None or generation == wanted):
+                return False
+            if key == "ifMetagenerationMatch" and (
+                stored is None or stored.metageneration != wanted
+            ):
+                return False
+            if key == "ifMetagenerationNotMatch" and (
+                stored is None or stored.metageneration == wanted
+            ):
+                return False
+        return True
 

@@ -17,6 +17,8 @@ START_OUTCOMES = (
     "insufficient-capacity",
     "quota",
     "unavailable",
+    "quota-403",  # start refused synchronously: HTTP 403 quotaExceeded, no operation
+    "unavailable-503",  # start refused synchronously: HTTP 503, no operation
 )
 
 
@@ -29,6 +31,12 @@ class LaneScenario:
     provisioning_s: float = 5.0  # PROVISIONING -> STAGING
     staging_s: float = 10.0  # STAGING -> RUNNING
     stopping_s: float = 5.0  # STOPPING -> TERMINATED after the script powers off
+    # A zone operation is PENDING for operation_pending_s, then RUNNING, then DONE: start's
+    # after start_operation_s, setMetadata's and setScheduling's after write_operation_s
+    # (fakes/README.md says where each default comes from).
+    operation_pending_s: float = 0.5
+    start_operation_s: float = 7.0
+    write_operation_s: float = 1.0
     job_runtime_s: float = 600.0  # run_job's duration
     results: int = 6  # result files a successful job uploads
     disk_free_gb: int = 100

@@ -46,6 +46,15 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class Rekey:
+    """The box's host key changes to ``host_key``'s once ``after_connections`` connections to
+    this endpoint have seen its first key (a rebuilt box, or a man in the middle)."""
+
+    after_connections: int
+    host_key: str
+
+
+@dataclass(frozen=True)
 class Box:
     host: str
     port: int
@@ -55,10 +64,17 @@ class Box:
     recordings: dict[str, str] = field(default_factory=dict)
     transient_failures: int = 0
     hang: bool = False
+    sandbox: str = ""  # the seed of its sandbox directory (default: the host key seed)
+    rekey: Rekey | None = None
 
     @property
     def key(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def gone(self) -> bool:
+        """Nothing answers at this endpoint: a connection in flight is cut (fake_ssh.py)."""
+        return self.fate == "unreachable"
 
 
 def _fate(fate: str) -> tuple[dict[str, str], int, bool]:
@@ -84,7 +100,7 @@ def _box(key: str, spec: object) -> Box:
     spec = {"fate": spec} if isinstance(spec, str) else spec
     if not isinstance(spec, dict) or not isinstance(spec.get("fate"), str):
         raise FakeSshError(f"box {key!r}: give a fate, or a mapping with 'fate'")
-    unknown = set(spec) - {"fate", "gpu", "host_key"}
+    unknown = set(spec) - {"fate", "gpu", "host_key", "sandbox", "rekey"}
     if unknown:
         raise FakeSshError(f"box {key!r}: unknown fields {sorted(unknown)}")
     gpu = spec.get("gpu")
@@ -94,11 +110,21 @@ def _box(key: str, spec: object) -> Box:
         raise FakeSshError(f"box {key!r}: gpu takes name, vram_mb, driver, count: {exc}") from exc
     recordings, transient, hang = _fate(spec["fate"])
     seed = str(spec.get("host_key", key))
-    return Box(host, int(port), spec["fate"], parsed, seed, recordings, transient, hang)
+    rekey = spec.get("rekey")
+    if rekey is not None:
+        after = rekey.get("after_connections") if isinstance(rekey, dict) else None
+        if set(rekey) != {"after_connections", "host_key"} or not isinstance(after, int):
+            raise FakeSshError(f"box {key!r}: rekey takes after_connections (int) and host_key")
+        rekey = Rekey(after, str(rekey["host_key"]))
+    sandbox = str(spec.get("sandbox", seed))
+    return Box(
+        host, int(port), spec["fate"], parsed, seed, recordings, transient, hang, sandbox, rekey
+    )
 
 
 def load_table(path: Path) -> dict[str, Box]:
-    """The box table: ``{boxes: {"host:port": fate | {fate, gpu, host_key}}}`` (YAML or JSON)."""
+    """The box table: ``{boxes: {"host:port": fate | {fate, gpu, host_key, sandbox, rekey}}}``
+    (YAML or JSON)."""
     import yaml
 
     try:

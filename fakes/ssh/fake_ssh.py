@@ -12,8 +12,9 @@ from __future__ import annotations
 import getopt
 import os
 import re
-import signal
+import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,11 @@ from gpuops.market.probe import PROBE_STEPS  # noqa: E402
 OPTSTRING = "1246ab:c:e:fgi:kl:m:no:p:qstvxAB:CD:E:F:GI:J:KL:MNO:P:Q:R:S:TVw:W:XYy"
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _CUDA_DEVICES = re.compile(r"devices=\d+")
+# How often a command in flight looks whether its box is still there (the table's mtime first,
+# so a look costs one stat): a destroyed box cuts the connection within this much wall time.
+CUT_POLL_S = 0.05
+# What OpenSSH prints when the remote end goes away under a running command (captured).
+REMOTE_CLOSED = "openssh-remote-closed"
 
 
 @dataclass
@@ -90,10 +96,21 @@ def _replay(rec: Recording, call: Invocation, box: boxes.Box, known_hosts: str) 
     return rec.exit_code
 
 
-def _host_key_refusal(call: Invocation, box: boxes.Box, known_hosts: Path) -> int | None:
+def _presented_seed(box: boxes.Box, state: boxes.TableState) -> str:
+    """The seed of the host key this connection sees: a box with ``rekey`` shows its first key
+    to ``after_connections`` connections (counted per endpoint), then the other one."""
+    if box.rekey is None:
+        return box.host_key
+    seen = state.attempt(f"{box.key}#host-key")
+    return box.host_key if seen <= box.rekey.after_connections else box.rekey.host_key
+
+
+def _host_key_refusal(
+    call: Invocation, box: boxes.Box, known_hosts: Path, seed: str
+) -> int | None:
     """accept-new: pin an unknown key, refuse a changed one with OpenSSH's own block."""
     pattern = replay.host_pattern(call.host, call.port)
-    key = hostkeys.public_key(box.host_key)
+    key = hostkeys.public_key(seed)
     entries = hostkeys.pinned(known_hosts, pattern)
     if any(e.key_type == "ssh-ed25519" and e.key == key for e in entries):
         return None
@@ -140,7 +157,7 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
     connect = replay.load(box.recordings["connect"]) if "connect" in box.recordings else None
     if connect is not None and connect.expect not in ("ssh-host-key-changed", "ssh-auth"):
         return _replay(connect, call, box, known)  # the connection never got to the host key
-    refused = _host_key_refusal(call, box, Path(known))
+    refused = _host_key_refusal(call, box, Path(known), _presented_seed(box, state))
     if refused is not None:
         return refused
     if connect is not None and connect.expect == "ssh-host-key-changed":
@@ -149,13 +166,62 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
         attempt = state.attempt(box.key)  # ssh-auth-transient:N refuses attempts 1..N only
         if box.transient_failures == 0 or attempt <= box.transient_failures:
             return _replay(connect, call, box, known)
-    if box.hang:
-        while True:  # a box that accepted the command and never answers
-            signal.pause()
+    watch = _Watch(Path(table_path), box)
+    if box.hang:  # a box that accepted the command and never answers, until it goes away
+        return watch.wait(None, call, known)
     step = next((name for name, command in PROBE_STEPS if command == call.command), None)
     if step is None:  # anything else runs for real in the box's sandbox (sandbox.py)
-        return sandbox.run(sandbox.sandbox_dir(Path(table_path), box.host_key), call.command)
+        if watch.cut():  # destroyed since the table was read: nothing to run it on
+            return _remote_closed(call, box, known)
+        proc = sandbox.start(sandbox.sandbox_dir(Path(table_path), box.sandbox), call.command)
+        return watch.wait(proc, call, known)
     return _replay(replay.load(box.recordings[step]), call, box, known)
+
+
+class _Watch:
+    """Whether the box a command runs on is still there: gone from the table, unreachable
+    (destroyed, died) or holding another sandbox, and the connection is cut."""
+
+    def __init__(self, table: Path, box: boxes.Box) -> None:
+        self.table, self.box = table, box
+        self._seen = self._mtime()
+
+    def _mtime(self) -> int | None:
+        try:
+            return self.table.stat().st_mtime_ns
+        except OSError:
+            return None
+
+    def cut(self) -> bool:
+        mtime = self._mtime()
+        if mtime == self._seen:
+            return False
+        self._seen = mtime
+        try:
+            now = boxes.load_table(self.table).get(self.box.key)
+        except FakeSshError:
+            return True  # the table itself went away: so did the box
+        return now is None or now.gone or now.sandbox != self.box.sandbox
+
+    def wait(self, proc: subprocess.Popen[bytes] | None, call: Invocation, known: str) -> int:
+        """The command's exit code, or OpenSSH's remote-closed ending once the box goes."""
+        while True:
+            if proc is not None:
+                try:
+                    return proc.wait(timeout=CUT_POLL_S)
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
+                time.sleep(CUT_POLL_S)
+            if self.cut():
+                if proc is not None:
+                    sandbox.kill(proc)
+                return _remote_closed(call, self.box, known)
+
+
+def _remote_closed(call: Invocation, box: boxes.Box, known: str) -> int:
+    """The box went away under the command: what OpenSSH prints then, and its exit 255."""
+    return _replay(replay.load(REMOTE_CLOSED), call, box, known)
 
 
 def main() -> int:

@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -42,13 +43,51 @@ def environment(sandbox: Path) -> dict[str, str]:
     }
 
 
-def run(sandbox: Path, command: str) -> int:
-    """Run ``command`` as the box's shell would; stdout and stderr pass through as bytes."""
+def start(sandbox: Path, command: str) -> subprocess.Popen[bytes]:
+    """Start ``command`` as the box's shell would; stdout and stderr pass through as bytes. It
+    stays in the fake ssh's process group, so a client that kills the ssh's group ends it."""
     sandbox.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = tmux_tmpdir(sandbox)
     tmp.mkdir(mode=0o700, exist_ok=True)
     (tmp / "sandbox").write_text(str(sandbox))  # who this tmux belongs to, for stop_all
-    return subprocess.call(["/bin/sh", "-c", command], cwd=sandbox, env=environment(sandbox))
+    return subprocess.Popen(["/bin/sh", "-c", command], cwd=sandbox, env=environment(sandbox))
+
+
+def run(sandbox: Path, command: str) -> int:
+    """Run ``command`` to its end (see :func:`start`)."""
+    return start(sandbox, command).wait()
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    """End a command started by :func:`start` and everything it started in this session (a box
+    going away); a tmux server it started has its own session and dies with :func:`stop`."""
+    for pid in _tree(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and its descendants in its session, from /proc (Linux, as the fake ssh is)."""
+    children: dict[int, list[int]] = {}
+    session = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # it ended while we looked
+        pid = int(stat.parent.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        session[pid] = int(fields[3])
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if session.get(pid) == session.get(root):
+            found.append(pid)
+            todo.extend(children.get(pid, []))
+    return found
 
 
 def stop(sandbox: Path) -> None:

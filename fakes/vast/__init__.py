@@ -3,11 +3,11 @@
     model.py      state: offers, instances on an injected clock, SSH keys, scripted faults
     faults.py     the failures a request can meet (raised by the model, rendered by routes)
     boxtable.py   the fake ssh box table the model keeps (fakes/ssh/README.md)
-    wire.py       requests, replies, and bodies rendered from recordings/vast
+    wire.py       bodies rendered from recordings/vast (requests and replies: fakes/seam.py)
     query.py      Vast's filter language over wire rows
-    routes.py     the URL table and ``dispatch``
-    inprocess.py  ``FakeVast.activate()``: responses callbacks
-    server.py     ``serve_http(model)``: ThreadingHTTPServer on 127.0.0.1
+    routes.py     the URL table (a ``seam.Router``) and ``dispatch``
+    server.py     ``site(model)`` for the seam; ``serve_http(model)``: loopback on 127.0.0.1
+    inprocess.py  ``FakeVast.activate()``: the seam's responses callbacks
     clock.py      FakeClock (tests), ScaledClock (loopback)
 
 Nothing here imports ``responses`` or ``vastai`` until a fake is activated.

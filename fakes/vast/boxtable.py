@@ -25,14 +25,19 @@ _NO_GPU_LISTING = frozenset({"no-gpu", "ssh-auth", "unreachable", "host-key-chan
 
 
 def box_entries(
-    boxes: Iterable[InstanceState], status: Callable[[InstanceState], str | None]
+    boxes: Iterable[InstanceState],
+    status: Callable[[InstanceState], str | None],
+    host_key: Callable[[InstanceState], dict[str, object]] = lambda box: {},
 ) -> dict[str, object]:
-    """``host:port`` -> box spec, for the proxy and the direct endpoint of every box."""
+    """``host:port`` -> box spec, for the proxy and the direct endpoint of every box.
+    ``host_key``: options that change a running box's host key (``host_key``, ``rekey``)."""
     entries: dict[str, object] = {}
     for box in sorted(boxes, key=lambda b: b.id):
         running = box.destroyed_at is None and status(box) == "running"
-        spec: dict[str, object] = {"fate": "unreachable", "host_key": f"vast-{box.id}"}
+        seed = sandbox_seed(box)
+        spec: dict[str, object] = {"fate": "unreachable", "host_key": seed, "sandbox": seed}
         if running:
+            spec.update(host_key(box))
             spec["fate"] = box.fate.box_fate
             gpu = box_gpu(box)
             if gpu is not None:
@@ -40,6 +45,11 @@ def box_entries(
         entries[f"{box.ssh_host}:{box.ssh_port}"] = spec
         entries[f"{box.offer_row['public_ipaddr']}:{box.direct_port}"] = dict(spec)
     return entries
+
+
+def sandbox_seed(box: InstanceState) -> str:
+    """The box's own name in the table: its first host key's seed and its sandbox's."""
+    return f"vast-{box.id}"
 
 
 def box_gpu(box: InstanceState) -> dict[str, object] | None:

@@ -29,6 +29,7 @@ from fakes.scenario import (
     CreatePacing,
     DestroyFailure,
     Fate,
+    HostKeyChange,
     LostCreate,
     OfferSpec,
     RateLimitBurst,
@@ -37,9 +38,10 @@ from fakes.scenario import (
     recorded_offer,
 )
 from fakes.ssh import sandbox
-from fakes.vast.boxtable import box_entries, write_table
+from fakes.vast.boxtable import box_entries, sandbox_seed, write_table
 from fakes.vast.clock import RECORDED_EPOCH, Clock, FakeClock
 from fakes.vast.faults import Dropped, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
+from fakes.vast.wire import iso, recorded  # wire needs the model's types only to check them
 
 if TYPE_CHECKING:
     import responses
@@ -229,7 +231,9 @@ class FakeVast:
     def activate(
         self, base_url: str = DEFAULT_BASE_URL, *, mock: responses.RequestsMock | None = None
     ) -> contextlib.AbstractContextManager[responses.RequestsMock]:
-        """Answer ``base_url`` in-process through ``responses`` callbacks (inprocess.py)."""
+        """Answer ``base_url`` in-process through ``responses`` callbacks (inprocess.py). The
+        one import back from the model to its serving, kept lazy: serving depends on the model,
+        never the model on serving."""
         from fakes.vast.inprocess import activate
 
         return activate(self, base_url, mock=mock)
@@ -250,9 +254,10 @@ class FakeVast:
         self.clock.advance(seconds)
         self.tick()
 
-    def status(self, box: InstanceState) -> str | None:
-        """The ``actual_status`` wire value now: null, loading, running or exited."""
-        age_s = self.now() - box.created_at
+    def status(self, box: InstanceState, at: float | None = None) -> str | None:
+        """The ``actual_status`` wire value now (or at fake time ``at``): null, loading,
+        running or exited."""
+        age_s = (self.now() if at is None else at) - box.created_at
         boot_s = self.scenario.provisioning_s + self.scenario.loading_s
         if age_s < self.scenario.provisioning_s:
             return None
@@ -262,20 +267,49 @@ class FakeVast:
             return "exited"
         return "running"
 
+    def shown_status(self, box: InstanceState) -> str | None:
+        """What show says of the box: its status ``show_lag_s`` ago (never before it existed)."""
+        return self.status(box, max(box.created_at, self.now() - self.scenario.show_lag_s))
+
+    def _running_at(self, box: InstanceState) -> float:
+        return box.created_at + self.scenario.provisioning_s + self.scenario.loading_s
+
     def _transitions(self, box: InstanceState) -> list[float]:
-        """When ``box`` changes status: running starts, loading starts, and its death."""
+        """When ``box`` changes status: running starts, loading starts, and its death; and
+        when a scripted host key change lands."""
         loading_at = box.created_at + self.scenario.provisioning_s
-        running_at = loading_at + self.scenario.loading_s
+        running_at = self._running_at(box)
         times = [loading_at, running_at]
         if box.fate.kind == "dies-after":
             times.append(running_at + box.fate.minutes * MINUTE_S)
+        times += [running_at + c.after_s for c in self._rekeys(box) if c.after_s is not None]
         return times
 
-    def visible(self, box: InstanceState) -> bool:
-        """Whether show and list still report the box (a destroy lags ``destroy_lag_s``)."""
+    def _rekeys(self, box: InstanceState) -> list[HostKeyChange]:
+        return [
+            c
+            for c in self.scenario.host_key_changes
+            if c.instance == box.id or (c.instance is None and c.offer == box.offer_id)
+        ]
+
+    def host_key(self, box: InstanceState) -> dict[str, object]:
+        """Box-table options for a running box's host key (fakes/ssh/README.md): a new seed
+        once a timed change landed, or ``rekey`` after so many connections."""
+        changed = f"{sandbox_seed(box)}-rekeyed"
+        for change in self._rekeys(box):
+            after = change.after_connections
+            if after is not None:
+                return {"rekey": {"after_connections": after, "host_key": changed}}
+            if change.after_s is not None and self.now() >= self._running_at(box) + change.after_s:
+                return {"host_key": changed}
+        return {}
+
+    def visible(self, box: InstanceState, lag_s: float = 0.0) -> bool:
+        """Whether show and list still report the box (a destroy lags ``destroy_lag_s``, and
+        show ``show_lag_s`` more: pass it as ``lag_s``)."""
         if box.destroyed_at is None:
             return True
-        return self.now() < box.destroyed_at + self.scenario.destroy_lag_s
+        return self.now() - lag_s < box.destroyed_at + self.scenario.destroy_lag_s
 
     # --- scripting, for scenarios and tests ----------------------------------------------------
     def add_offer(self, spec: OfferSpec) -> None:
@@ -398,17 +432,29 @@ class FakeVast:
         return box
 
     def show(self, instance_id: int) -> InstanceState | None:
+        """The box as show reports it: ``show_lag_s`` behind, so a destroyed box is still shown
+        that long after its destroy lag (its status: :meth:`shown_status`)."""
         box = self.instances.get(instance_id)
-        return box if box is not None and self.visible(box) else None
+        lag_s = self.scenario.show_lag_s
+        return box if box is not None and self.visible(box, lag_s) else None
 
     def listed(self) -> list[InstanceState]:
-        """Every box the list reports, by id; empty while the scenario says lists lie."""
+        """Every box the list reports, by id; empty while the scenario says lists lie; a box
+        younger than ``list_lag_s`` is left out (the list is eventually consistent)."""
         if self._empty_lists_left is None:
             return []
         if self._empty_lists_left > 0:
             self._empty_lists_left -= 1
             return []
-        return sorted((b for b in self.instances.values() if self.visible(b)), key=lambda b: b.id)
+        now, lag_s = self.now(), self.scenario.list_lag_s
+        return sorted(
+            (
+                b
+                for b in self.instances.values()
+                if self.visible(b) and (lag_s == 0 or now - b.created_at >= lag_s)
+            ),
+            key=lambda b: b.id,
+        )
 
     def destroy(self, instance_id: int) -> None:
         box = self.instances.get(instance_id)
@@ -424,7 +470,7 @@ class FakeVast:
                 raise Unavailable(failure.status)
         box.destroyed_at = self.now()
         if self.box_table is not None:  # its jobs die with it
-            sandbox.stop(sandbox.sandbox_dir(self.box_table, f"vast-{box.id}"))
+            sandbox.stop(sandbox.sandbox_dir(self.box_table, sandbox_seed(box)))
         offer = self.offers.get(box.offer_id)
         if offer is not None and offer.held_by == instance_id:
             offer.held_by = None  # the machine is rentable again
@@ -453,7 +499,7 @@ class FakeVast:
                 (t for box in self.boxes() for t in self._transitions(box) if t > now),
                 default=math.inf,
             )
-            entries = box_entries(self.instances.values(), self.status)
+            entries = box_entries(self.instances.values(), self.status, self.host_key)
             if entries != self._box_entries:  # rewritten only when some box's fate changed
                 write_table(self.box_table, entries)
                 self._box_entries = entries
@@ -463,8 +509,6 @@ class FakeVast:
         return self._counters.per_route.get(route, 0)
 
     def _iso(self) -> str:
-        from fakes.vast.wire import iso
-
         return iso(self.now())
 
     def boxes(self) -> Iterator[InstanceState]:
@@ -473,6 +517,4 @@ class FakeVast:
 
 
 def _recorded_public_key() -> str:
-    from fakes.vast.wire import recorded
-
     return str(recorded("ssh_keys_list")[0]["key"])

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fakes import seam
 from fakes.scenario import ROUTE_NAMES
 from fakes.vast import wire
 from fakes.vast.faults import Dropped, Fault, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
@@ -46,13 +47,11 @@ LABEL_MAX_CHARS = 1024  # label_instance.yaml x-input-validation
 DEFAULT_ORDER = [["score", "desc"]]
 
 
-class UnknownRoute(AssertionError):
+class UnknownRoute(seam.UnknownRoute):
     """A request FakeVast has no route for: a test or client bug, never a provider answer."""
 
     def __init__(self, method: str, path: str) -> None:
-        self.method, self.path, self.known = method, path, known_routes()
-        listed = "\n  ".join(self.known)
-        super().__init__(f"FakeVast has no route {method} {path}; known routes:\n  {listed}")
+        super().__init__("FakeVast", method, path, known_routes())
 
 
 class _BadRequest(Exception):
@@ -112,16 +111,18 @@ def _create(model: FakeVast, request: Request, params: Mapping[str, str]) -> Rep
     return wire.created(box.id)
 
 
-def _row(model: FakeVast, box: InstanceState) -> dict[str, object]:
-    """The box's row now; ``start_date`` on the wall clock, anchored when serving began."""
+def _row(model: FakeVast, box: InstanceState, *, shown: bool = False) -> dict[str, object]:
+    """The box's row now (``shown``: with the status show reports, show_lag_s behind);
+    ``start_date`` on the wall clock, anchored when serving began."""
     start = model.wall(box.created_at)
     age_s = model.wall(model.now()) - start
-    return wire.instance_row(box, model.status(box), start_date=start, age_s=age_s)
+    status = model.shown_status(box) if shown else model.status(box)
+    return wire.instance_row(box, status, start_date=start, age_s=age_s)
 
 
 def _show(model: FakeVast, _: Request, params: Mapping[str, str]) -> Reply:
     box = model.show(int(params["id"]))
-    return wire.show(None if box is None else _row(model, box))
+    return wire.show(None if box is None else _row(model, box, shown=True))
 
 
 def _manage(model: FakeVast, request: Request, params: Mapping[str, str]) -> Reply:
@@ -244,16 +245,15 @@ ROUTES = (
 assert {r.name for r in ROUTES} == set(ROUTE_NAMES), "scenario.ROUTE_NAMES"
 
 
+ROUTER = seam.Router("FakeVast", ROUTES)
+
+
 def known_routes() -> list[str]:
-    return [str(route) for route in ROUTES]
+    return ROUTER.known()
 
 
 def match(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
-    for route in ROUTES:
-        found = route.pattern.fullmatch(path)
-        if found is not None and route.method == method.upper():
-            return route, found.groupdict()
-    return None
+    return ROUTER.find(method, path)
 
 
 def dispatch(model: FakeVast, request: Request) -> Reply:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fakes.seam import JSON, Reply, Request
 from gpuops.providers import Recording, load_recording
 
 if TYPE_CHECKING:
@@ -29,34 +30,7 @@ if TYPE_CHECKING:
 RECORDED_OFFER_ID = 1234567
 RECORDED_INSTANCE_ID = 1234568
 LABEL_EXAMPLE_ID = 12345  # label_instance.yaml's example instance
-JSON = (("Content-Type", "application/json"),)
-
-
-@dataclass(frozen=True)
-class Request:
-    """One HTTP request as the fake sees it; header names are lower-case."""
-
-    method: str
-    path: str
-    query: Mapping[str, str]
-    headers: Mapping[str, str]
-    body: bytes = b""
-
-    def json(self) -> object:
-        return json.loads(self.body or b"{}")
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One answer. ``drop``: close the connection without answering (a lost response)."""
-
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: str
-    drop: bool = False
-
-    def json(self) -> Any:
-        return json.loads(self.body)
+__all__ = ["JSON", "Reply", "Request"]  # the seam's (fakes/seam.py), re-exported
 
 
 @functools.cache
@@ -343,12 +317,6 @@ def bad_request(message: str) -> Reply:
     """The fake's own loud 400: a request no Vast client sends (a bug in the caller)."""
     body = {"success": False, "error": "fake_vast_bad_request", "msg": message}
     return Reply(400, JSON, json.dumps(body))
-
-
-def internal_error(message: str) -> Reply:
-    """The fake itself failed: a bug in the fake, said as such."""
-    body = {"success": False, "error": "fake_vast_internal_error", "msg": message}
-    return Reply(500, JSON, json.dumps(body))
 
 
 def iso(epoch_s: float) -> str:

@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from gpuops import timing
 from gpuops.errors import (
-    AlreadyExists,
     CapacityExhausted,
     CorruptState,
     GpuopsError,
@@ -38,9 +37,34 @@ from gpuops.lane import decide as d
 from gpuops.lane import script as s
 from gpuops.providers.gce import LaneInstance
 from gpuops.store.base import Store
+from gpuops.store.records import CAS_ATTEMPTS, NO_CHANGE, NoChange, Records
 
-CAS_TRIES = 8
 METADATA_TRIES = 3
+
+
+@dataclass(frozen=True)
+class BoardFile:
+    """The lane board as stored: the state line and the history under it."""
+
+    board: b.Board
+    history: tuple[str, ...]
+
+
+class BoardCodec:
+    """The board file's text (board.py's ``render``/``parse``) as a record for ``Records``."""
+
+    what = "lane board"
+
+    def encode(self, value: BoardFile) -> bytes:
+        return b.render(value.board, list(value.history)).encode("utf-8")
+
+    def decode(self, key: str, data: bytes) -> BoardFile:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptState(key, "not UTF-8") from None
+        board, history = b.parse(text, key)
+        return BoardFile(board, tuple(history))
 
 
 def _epoch(ts: str) -> float:
@@ -100,6 +124,7 @@ class Lane:
             progress,
         )
         self.key = f"lane/{config.instance}/board"
+        self.boards = Records(store, "lane/", BoardCodec())
 
     # --- the board ------------------------------------------------------------------------------
     def read(self) -> tuple[b.Board, list[str], str | None]:
@@ -108,31 +133,34 @@ class Lane:
         instance, its metadata, a recent lane event) says somebody holds it."""
         got, problem = self._raw()
         if problem is not None:
-            raise Refused(
-                "L12",
-                f"{problem}; the lane is unknown, not free, and the file is left as it is: "
-                "`gpuops lane repair` rebuilds the state line from the instance and the event "
-                "log and keeps a copy of this file",
-            )
+            raise self._unknown(problem)
         if got is None:
-            fresh = b.Board(self.config.instance, self.config.instance, self.clock())
-            d.check_claimable_without_board(self.evidence(), fresh.lane)
-            return fresh, [], None
+            return self._fresh(), [], None
         return got
+
+    def _unknown(self, problem: str) -> Refused:
+        return Refused(
+            "L12",
+            f"{problem}; the lane is unknown, not free, and the file is left as it is: "
+            "`gpuops lane repair` rebuilds the state line from the instance and the event "
+            "log and keeps a copy of this file",
+        )
+
+    def _fresh(self) -> b.Board:
+        """A free board for a lane that has none, if the evidence allows it (L12)."""
+        fresh = b.Board(self.config.instance, self.config.instance, self.clock())
+        d.check_claimable_without_board(self.evidence(), fresh.lane)
+        return fresh
 
     def _raw(self) -> tuple[tuple[b.Board, list[str], str] | None, str | None]:
         """(the board, its history, its version) or None when absent; or the problem."""
-        got = self.store.get(self.key)
-        if got is None:
-            return None, None
         try:
-            text = got.data.decode("utf-8")
-            board, history = b.parse(text, self.key)
-        except UnicodeDecodeError:
-            return None, f"lane board {self.key} is not UTF-8"
+            got, version = self.boards.read(self._name)
         except CorruptState as exc:
             return None, f"lane board {self.key} has no readable state line ({exc.reason})"
-        return (board, history, got.version), None
+        if got is None or version is None:
+            return None, None
+        return (got.board, list(got.history), version), None
 
     def evidence(self) -> d.Evidence:
         """What the instance and the event log say about a claim (L12), board aside."""
@@ -193,6 +221,11 @@ class Lane:
             aside = f"{self.key}.corrupt-{stamp.replace(':', '').replace('-', '')}"
             self.store.create(aside, current.data)
             self.store.put(self.key, data, current.version)
+        self._log_board(board, repaired=True)
+        return board, signs
+
+    def _log_board(self, board: b.Board, **extra: Any) -> None:
+        """Every board write goes to the event log: the evidence a later repair reads (L12)."""
         self.events.append(
             "lane.board",
             lane=board.lane,
@@ -200,35 +233,40 @@ class Lane:
             job=board.job,
             attempt=board.attempt,
             revision=board.revision,
-            repaired=True,
+            **extra,
         )
-        return board, signs
+
+    @property
+    def _name(self) -> str:
+        return self.key.removeprefix("lane/")
 
     def _transition(self, change: Callable[[b.Board], b.Board], prose: str) -> b.Board:
-        for _ in range(CAS_TRIES):
-            board, history, version = self.read()
+        """Read, apply ``change``, compare-and-swap; a lost race re-reads and re-decides (L3)."""
+        seen: list[b.Board] = []
+
+        def step(current: BoardFile | None) -> BoardFile | NoChange:
+            board = self._fresh() if current is None else current.board
+            history = () if current is None else current.history
+            seen.append(board)
             new = change(board)
             if new == board:
-                return board
+                return NO_CHANGE
             line = f"{b.stamp(self.clock())} {self.operator}: {prose}"
-            data = b.render(new, [*history, line]).encode("utf-8")
-            try:
-                if version is None:
-                    self.store.create(self.key, data)
-                else:
-                    self.store.put(self.key, data, version)
-            except (VersionConflict, AlreadyExists):
-                continue  # someone wrote first: re-read and decide again (L3)
-            self.events.append(
-                "lane.board",
-                lane=new.lane,
-                state=new.state,
-                job=new.job,
-                attempt=new.attempt,
-                revision=new.revision,
-            )
-            return new
-        raise StateError(f"{self.key}: lost {CAS_TRIES} compare-and-swap races in a row")
+            return BoardFile(new, (*history, line))
+
+        try:
+            done = self.boards.update(self._name, step)
+        except CorruptState as exc:
+            problem = f"lane board {self.key} has no readable state line ({exc.reason})"
+            raise self._unknown(problem) from exc
+        except VersionConflict:
+            raise StateError(
+                f"{self.key}: lost {CAS_ATTEMPTS} compare-and-swap races in a row"
+            ) from None
+        if not done.written or done.after is None:
+            return seen[-1]
+        self._log_board(done.after.board)
+        return done.after.board
 
     # --- commands -------------------------------------------------------------------------------
     def claim(self, job: str) -> b.Board:

@@ -199,7 +199,7 @@ class Guardian:
     def step(self) -> int | None:
         """One round: read, decide, act. Returns an exit code when the guardian is done."""
         self.bind()
-        lease, version = self.leases.read(self.name)
+        lease, _ = self.leases.read(self.name)
         box = self._box()
         now = self.clock()
         before = self.mind.role
@@ -216,7 +216,7 @@ class Guardian:
             self.say(f"gpuops guard: {self.name}: {action.reason} (exit {action.code})")
             return action.code
         if isinstance(action, g.Take):
-            if self.leases.take(self.name, self.me, now, lease, version):
+            if self.leases.take(self.name, self.me, now, lease):
                 self.mind = replace(self.mind, held=True)
                 self._log("guard.lease.taken", previous=lease.holder if lease else None)
         elif isinstance(action, g.Renew):

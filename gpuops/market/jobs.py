@@ -8,32 +8,28 @@ environment, so no account key ever reaches a box), and records each job in the 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuops import timing
 from gpuops.errors import (
-    AlreadyExists,
-    CorruptState,
     NotOwned,
     StillRunning,
     Unavailable,
     UsageError,
-    VersionConflict,
 )
-from gpuops.ledger import CAS_ATTEMPTS
 from gpuops.market import watchdog as w
 from gpuops.market.probe import StepOutput
 from gpuops.market.rentals import LIVE, Rental, check_name
 from gpuops.model import Instance
 from gpuops.providers import ssh
 from gpuops.store.base import Store
+from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
 
 JOBS = "market/jobs/"
 
@@ -46,6 +42,17 @@ class Job:
     command: str
     results: str
     started_at: float
+
+
+CODEC = JsonCodec(Job, "job record")
+
+
+def latest(current: Job | None, job: Job) -> Job | NoChange:
+    """The record names the latest job started: a slower writer of an older job (started
+    before the stored one) changes nothing, so the guardian copies the newest results. Pure."""
+    if current is not None and current.started_at > job.started_at:
+        return NO_CHANGE
+    return job
 
 
 def endpoint_of(instance: Instance) -> ssh.SshEndpoint | None:
@@ -107,30 +114,15 @@ class Jobs:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.records = Records(store, JOBS, CODEC, check_name=check_name)
 
     def get(self, name: str) -> Job | None:
-        found = self.store.get(JOBS + check_name(name))
-        if found is None:
-            return None
-        try:
-            return Job(**json.loads(found.data))
-        except (ValueError, TypeError) as exc:
-            raise CorruptState(found.key, f"not a job record: {exc}") from exc
+        return self.records.get(name)
 
-    def put(self, job: Job) -> None:
-        key = JOBS + check_name(job.name)
-        data = json.dumps(asdict(job), sort_keys=True).encode()
-        for _ in range(CAS_ATTEMPTS):
-            found = self.store.get(key)
-            try:
-                if found is None:
-                    self.store.create(key, data)
-                else:
-                    self.store.put(key, data, found.version)
-                return
-            except (AlreadyExists, VersionConflict):
-                continue
-        raise VersionConflict(key, None)
+    def put(self, job: Job) -> Job:
+        """Record ``job`` by compare-and-swap (see ``latest``); returns the job now stored."""
+        done = self.records.update(job.name, lambda current: latest(current, job))
+        return done.after  # type: ignore[return-value]  # never None: `latest` gives a job
 
 
 def owned_live(rental: Rental | None, name: str, operator: str) -> Rental:

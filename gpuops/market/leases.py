@@ -7,16 +7,15 @@ lease without importing the market's shells.
 
 from __future__ import annotations
 
-import contextlib
-import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 
-from gpuops.errors import AlreadyExists, CorruptState, VersionConflict
 from gpuops.market import guardian as g
 from gpuops.market.rentals import check_name
 from gpuops.store.base import Store
+from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
 
 LEASES = "market/leases/"
+CODEC = JsonCodec(g.Lease, "guardian lease")
 
 
 class Leases:
@@ -24,51 +23,34 @@ class Leases:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.records = Records(store, LEASES, CODEC, check_name=check_name)
 
     def read(self, name: str) -> tuple[g.Lease | None, str | None]:
-        found = self.store.get(LEASES + check_name(name))
-        if found is None:
-            return None, None
-        try:
-            return g.Lease(**json.loads(found.data)), found.version
-        except (ValueError, TypeError) as exc:
-            raise CorruptState(found.key, f"not a guardian lease: {exc}") from exc
+        """The lease and its version; an unreadable one is CorruptState naming the field."""
+        return self.records.read(name)
 
-    def take(
-        self, name: str, me: str, now: float, lease: g.Lease | None, version: str | None
-    ) -> bool:
-        """Take ``lease`` as read at ``version`` (None: absent), keeping whether results were
-        already copied off; False when another guardian got there first."""
-        data = _lease_bytes(g.Lease(me, now, copied=lease is not None and lease.copied))
-        try:
-            if version is None:
-                self.store.create(LEASES + name, data)
-            else:
-                self.store.put(LEASES + name, data, version)
-        except (AlreadyExists, VersionConflict):
-            return False
-        return True
+    def take(self, name: str, me: str, now: float, lease: g.Lease | None) -> bool:
+        """Take ``lease`` as read (None: absent), keeping whether results were already copied
+        off; False when another guardian got there first (the lease is no longer as read)."""
+        fresh = g.Lease(me, now, copied=lease is not None and lease.copied)
+        done = self.records.update(name, lambda current: fresh if current == lease else NO_CHANGE)
+        return done.written
 
     def renew(self, name: str, me: str, now: float, *, copied: bool = False) -> bool:
         """Renew our lease; False when another guardian holds it now."""
-        lease, version = self.read(name)
-        if lease is None or lease.holder != me or version is None:
-            return False
-        fresh = replace(
-            lease, heartbeat_at=now, beats=lease.beats + 1, copied=lease.copied or copied
-        )
-        try:
-            self.store.put(LEASES + name, _lease_bytes(fresh), version)
-        except VersionConflict:
-            return False
-        return True
+
+        def bump(current: g.Lease | None) -> g.Lease | NoChange:
+            if current is None or current.holder != me:
+                return NO_CHANGE
+            return replace(
+                current,
+                heartbeat_at=now,
+                beats=current.beats + 1,
+                copied=current.copied or copied,
+            )
+
+        return self.records.update(name, bump).written
 
     def drop(self, name: str, me: str) -> None:
-        lease, version = self.read(name)
-        if lease is not None and lease.holder == me and version is not None:
-            with contextlib.suppress(VersionConflict):  # taken meanwhile: it is theirs now
-                self.store.delete(LEASES + name, version)
-
-
-def _lease_bytes(lease: g.Lease) -> bytes:
-    return json.dumps(asdict(lease), sort_keys=True).encode()
+        """Give our lease up; one taken meanwhile is theirs now, and stays."""
+        self.records.remove(name, lambda lease: lease.holder == me)

@@ -9,16 +9,16 @@ operator and host.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuops import timing
-from gpuops.errors import AlreadyExists, CorruptState, VersionConflict
-from gpuops.ledger import CAS_ATTEMPTS, EventSink
+from gpuops.errors import CorruptState
+from gpuops.ledger import EventSink
 from gpuops.market.probe import Verdict
 from gpuops.store.base import Store
+from gpuops.store.records import JsonCodec, Records
 
 PREFIX = "market/quarantine/"
 # Probe causes that are the host's fault, as the probe's verdicts define them (one source):
@@ -34,13 +34,25 @@ class Entry:
     by: str
 
 
+CODEC = JsonCodec(Entry, "quarantine entry")
+
+
 def is_host_fault(cause: str) -> bool:
     """Whether a probe cause says the host is bad (and not our key, nor a pass)."""
     return cause in HOST_FAULTS
 
 
+def renewed(current: Entry | None, fault: Entry) -> Entry:
+    """A fresh fault renews the entry, but never shortens one another operator (a later
+    fault, or a clock ahead of ours) wrote meanwhile: the later end wins. Pure."""
+    if current is None:
+        return fault
+    return replace(fault, until=max(fault.until, current.until))
+
+
 class Quarantine:
-    """Read and write quarantine entries; expired ones are ignored and swept."""
+    """Read and write quarantine entries; expired ones are ignored and swept. An unreadable
+    entry blocks only its own machine: it is left out, kept in ``corrupt``, never deleted."""
 
     def __init__(
         self,
@@ -53,72 +65,39 @@ class Quarantine:
         self.events = events
         self.operator = operator
         self.clock = clock
+        self.records = Records(store, PREFIX, CODEC)
+
+    @property
+    def corrupt(self) -> dict[str, CorruptState]:
+        return self.records.corrupt
 
     def add(self, machine_id: int, cause: str) -> Entry | None:
-        """Quarantine ``machine_id`` for a host fault; None (and nothing written) otherwise."""
+        """Quarantine ``machine_id`` for a host fault; None (and nothing written) otherwise.
+        Create or renew by compare-and-swap: a lost race (another renewal, or a sweep deleting
+        the expired entry we read) is read again and decided again, never overwritten."""
         if not is_host_fault(cause):
             return None
-        entry = Entry(machine_id, cause, self.clock() + timing.QUARANTINE_TTL_S, self.operator)
-        data = json.dumps(entry.__dict__, sort_keys=True).encode()
-        key = f"{PREFIX}{machine_id}"
-        self._write(key, data)
+        fault = Entry(machine_id, cause, self.clock() + timing.QUARANTINE_TTL_S, self.operator)
+        entry = self.records.update(str(machine_id), lambda current: renewed(current, fault))
+        written: Entry = entry.after  # type: ignore[assignment]
         self.events.append(
-            "market.quarantine", machine_id=machine_id, cause=cause, until=entry.until
+            "market.quarantine", machine_id=machine_id, cause=cause, until=written.until
         )
-        return entry
-
-    def _write(self, key: str, data: bytes) -> None:
-        """Create the entry or renew it, by compare-and-swap. A lost race (another renewal, or
-        a sweep deleting the expired entry we read) is read again, never taken as quarantined."""
-        for _ in range(CAS_ATTEMPTS):
-            found = self.store.get(key)
-            try:
-                if found is None:
-                    self.store.create(key, data)
-                else:
-                    self.store.put(key, data, found.version)  # a fresh fault renews the TTL
-            except (AlreadyExists, VersionConflict):
-                continue
-            return
-        raise VersionConflict(key, None)
+        return written
 
     def entries(self) -> list[Entry]:
         """Entries still in force."""
         now = self.clock()
-        out = []
-        for key in self.store.list(PREFIX):
-            found = self.store.get(key)
-            if found is None:
-                continue
-            entry = _decode(key, found.data)
-            if entry.until > now:
-                out.append(entry)
-        return out
+        return [entry for entry in self.records.all() if entry.until > now]
 
     def machines(self) -> frozenset[int]:
         return frozenset(entry.machine_id for entry in self.entries())
 
     def sweep(self) -> int:
-        """Delete expired entries; returns how many went."""
+        """Delete expired entries (renewed meanwhile: it stays); returns how many went."""
         now = self.clock()
-        gone = 0
-        for key in self.store.list(PREFIX):
-            found = self.store.get(key)
-            if found is not None and _decode(key, found.data).until <= now:
-                try:
-                    self.store.delete(key, found.version)
-                    gone += 1
-                except VersionConflict:
-                    pass  # renewed meanwhile: it stays
-        return gone
-
-
-def _decode(key: str, data: bytes) -> Entry:
-    try:
-        fields = json.loads(data)
-        entry = Entry(**fields)
-    except (ValueError, TypeError) as exc:
-        raise CorruptState(key, f"not a quarantine entry: {exc}") from exc
-    if not isinstance(entry.until, int | float) or not isinstance(entry.machine_id, int):
-        raise CorruptState(key, "machine_id must be an integer and until a number")
-    return entry
+        return sum(
+            self.records.remove(name, lambda e: e.until <= now)
+            for name, entry, _ in self.records.entries()
+            if entry.until <= now
+        )

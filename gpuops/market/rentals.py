@@ -8,27 +8,24 @@ rental of ours is returned as it is, never rented again, from any process, after
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
 import socket
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from gpuops.errors import (
-    AlreadyExists,
     CorruptState,
     IllegalTransition,
     NameTaken,
     StillRunning,
     UsageError,
-    VersionConflict,
 )
-from gpuops.ledger import CAS_ATTEMPTS
 from gpuops.store.base import Store
+from gpuops.store.records import JsonCodec, Records
 
 PREFIX = "market/rentals/"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -65,6 +62,9 @@ class Rental:
     revision: int = 1
     racer: str | None = None  # the rent process racing for it (M8: one race at a time)
     beat: int = 0  # the racer's heartbeats: a waiting rent sees them move, or takes over
+
+
+CODEC = JsonCodec(Rental, "rental record")
 
 
 class Moved(StillRunning):
@@ -116,26 +116,20 @@ class Rentals:
     """Compare-and-swap access to rental records."""
 
     def __init__(self, store: Store, operator: str) -> None:
-        self.store = store
         self.operator = operator
-        # records `all` could not read: each blocks only itself, and the CLI names it
-        self.corrupt: dict[str, CorruptState] = {}
+        self.records = Records(store, PREFIX, CODEC, check_name=check_name)
+
+    @property
+    def corrupt(self) -> dict[str, CorruptState]:
+        """Records `all` could not read: each blocks only itself, and the CLI names it."""
+        return self.records.corrupt
 
     def get(self, name: str) -> Rental | None:
-        found = self.store.get(PREFIX + check_name(name))
-        return None if found is None else _decode(found.key, found.data)
+        return self.records.get(name)
 
     def all(self) -> list[Rental]:
         """Every readable rental; an unreadable one is left out and kept in ``corrupt``."""
-        out = []
-        for key in self.store.list(PREFIX):
-            try:
-                found = self.store.get(key)
-                if found is not None:
-                    out.append(_decode(key, found.data))
-            except CorruptState as exc:
-                self.corrupt[key] = exc
-        return out
+        return self.records.all()
 
     def begin_race(
         self,
@@ -205,24 +199,14 @@ class Rentals:
         return self._change(name, apply)
 
     def _change(self, name: str, decide: Callable[[Rental | None], Rental]) -> Rental:
-        key = PREFIX + check_name(name)
-        for _ in range(CAS_ATTEMPTS):
-            found = self.store.get(key)
-            current = None if found is None else _decode(key, found.data)
+        def checked(current: Rental | None) -> Rental:
             new = decide(current)
             before = None if current is None else current.state
             if new.state not in MOVES.get(before, frozenset()):
                 raise IllegalTransition(name, str(before), new.state, rule="M13")
-            data = json.dumps(asdict(new), sort_keys=True).encode()
-            try:
-                if found is None:
-                    self.store.create(key, data)
-                else:
-                    self.store.put(key, data, found.version)
-            except (AlreadyExists, VersionConflict):
-                continue
             return new
-        raise VersionConflict(key, None)
+
+        return self.records.update(name, checked).after  # type: ignore[return-value]
 
 
 def settled(rental: Rental, active_records: int, now: float) -> str | None:
@@ -244,10 +228,3 @@ def due_at(rental: Rental | None, record_deadline: str | None) -> float:
     if record_deadline:
         return datetime.fromisoformat(record_deadline).timestamp()
     return float("-inf")
-
-
-def _decode(key: str, data: bytes) -> Rental:
-    try:
-        return Rental(**json.loads(data))
-    except (ValueError, TypeError) as exc:
-        raise CorruptState(key, f"not a rental record: {exc}") from exc

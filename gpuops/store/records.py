@@ -1,0 +1,267 @@
+"""Typed records over the store: the one compare-and-swap loop and the strict codec they share.
+
+``Records[T]`` is a repository of one record type under one key prefix: ``get``, ``all`` (a
+corrupt record blocks only itself: it is left out and kept in ``corrupt``), ``update(name,
+change)`` and ``remove(name, when)``. ``update`` is the only compare-and-swap loop in gpuops:
+read with version, let ``change`` decide from the current value (None when absent), write
+at that version (create-if-absent when absent), and on a lost race read again and decide
+again, never overwrite. ``change`` returns the new value or ``NO_CHANGE``.
+
+The codec is hand-written rather than msgspec: every record is a frozen dataclass of scalars
+and optional scalars (str, int, float, bool), so the check is a few lines over the dataclass's
+own type hints; it keeps the exact bytes gpuops has always written (sorted-key JSON), adds no
+compiled dependency to a control plane that must install anywhere, and its one error,
+``CorruptState`` naming the key and the field, is raised in one place. A wrong type, a
+missing required field, an unknown field or a value its field's check refuses is corrupt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+from gpuops.errors import AlreadyExists, CorruptState, VersionConflict
+from gpuops.store.base import Store, check_key
+
+# A compare-and-swap that keeps losing means heavy contention or a bug; say so, don't spin.
+CAS_ATTEMPTS = 8
+
+T = TypeVar("T")
+V = TypeVar("V")
+
+
+class NoChange:
+    """The type of ``NO_CHANGE``: what a change returns to leave the record as it is."""
+
+    def __repr__(self) -> str:
+        return "NO_CHANGE"
+
+
+NO_CHANGE: Final = NoChange()
+
+
+class Codec(Protocol[V]):
+    what: str
+
+    def encode(self, value: V, /) -> bytes: ...
+    def decode(self, key: str, data: bytes, /) -> V: ...
+
+
+Check = tuple[Callable[[Any], bool], str]  # a predicate, and what it wants in words
+
+
+def parses(parse: Callable[[str], object], what: str) -> Check:
+    """A field check: the value is text that ``parse`` accepts (raises ValueError on)."""
+
+    def check(text: str) -> bool:
+        try:
+            parse(text)
+        except ValueError:
+            return False
+        return True
+
+    return check, what
+
+
+ISO_TIMESTAMP = parses(datetime.fromisoformat, "an ISO 8601 timestamp")
+
+_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+
+
+def _allowed(owner: str, field: str, hint: Any) -> tuple[type, ...]:
+    """The types a field's hint allows: one scalar, or one scalar or None."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    allowed = typing.get_args(hint) if union else (hint,)
+    scalars = [arg for arg in allowed if arg in _NAMES]
+    if len(scalars) != 1 or len(allowed) - 1 > (type(None) in allowed):
+        raise TypeError(f"{owner}.{field}: no codec for {hint!r}")
+    return tuple(allowed)
+
+
+def _fits(value: object, allowed: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):  # before int: JSON's true is not a number
+        return bool in allowed
+    if isinstance(value, int):
+        return int in allowed or float in allowed
+    return type(value) in allowed
+
+
+def _describe(allowed: tuple[type, ...]) -> str:
+    named = next(_NAMES[a] for a in allowed if a in _NAMES)
+    return named + (" or null" if type(None) in allowed else "")
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    allowed: tuple[type, ...]
+    required: bool
+
+
+class JsonCodec(Generic[T]):
+    """A frozen dataclass of scalars as one sorted-key JSON object, decoded strictly.
+
+    ``checks`` maps a field to a predicate its (well-typed, non-null) value must pass, such
+    as "is an ISO timestamp"; ``as_str`` names fields stored as strings whatever their hint
+    (an enum the record type converts itself)."""
+
+    def __init__(
+        self,
+        kind: type[T],
+        what: str,
+        *,
+        checks: Mapping[str, Check] | None = None,
+        as_str: frozenset[str] = frozenset(),
+    ) -> None:
+        hints = typing.get_type_hints(kind)
+        self.kind = kind
+        self.what = what
+        self.checks = dict(checks or {})
+        self.fields = tuple(
+            _Field(
+                f.name,
+                (str,) if f.name in as_str else _allowed(kind.__name__, f.name, hints[f.name]),
+                f.default is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(kind)  # type: ignore[arg-type]
+        )
+
+    def encode(self, value: T) -> bytes:
+        fields = dataclasses.asdict(value)  # type: ignore[call-overload]
+        return json.dumps(fields, sort_keys=True).encode()
+
+    def decode(self, key: str, data: bytes) -> T:
+        return self.kind(**self.fields_of(key, data))
+
+    def fields_of(self, key: str, data: bytes) -> dict[str, Any]:
+        """The checked fields of a stored object, or CorruptState naming the field."""
+        try:
+            body = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise CorruptState(key, f"not a {self.what}: not JSON ({exc})") from exc
+        if not isinstance(body, dict):
+            raise CorruptState(key, f"not a {self.what}: not a JSON object")
+        known = {f.name for f in self.fields}
+        for name in sorted(body):
+            if name not in known:
+                raise CorruptState(key, f"not a {self.what}: unknown field {name!r}")
+        out: dict[str, Any] = {}
+        for f in self.fields:
+            if f.name not in body:
+                if f.required:
+                    raise CorruptState(key, f"not a {self.what}: missing field {f.name!r}")
+                continue
+            value = body[f.name]
+            if not _fits(value, f.allowed):
+                raise CorruptState(
+                    key,
+                    f"not a {self.what}: field {f.name!r} must be {_describe(f.allowed)}, "
+                    f"not {value!r}",
+                )
+            if float in f.allowed and value is not None:
+                value = float(value)  # JSON's 1 is the number 1.0 here
+            check = self.checks.get(f.name)
+            if check is not None and value is not None and not check[0](value):
+                raise CorruptState(
+                    key, f"not a {self.what}: field {f.name!r} must be {check[1]}, not {value!r}"
+                )
+            out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class Update(Generic[T]):
+    """What ``update`` did: the value it read, the value now stored, and whether it wrote."""
+
+    before: T | None
+    after: T | None
+    written: bool
+
+
+class Records(Generic[T]):
+    """Every record of one type under ``prefix``: get, list, compare-and-swap, remove."""
+
+    def __init__(
+        self,
+        store: Store,
+        prefix: str,
+        codec: Codec[T],
+        *,
+        check_name: Callable[[str], str] = check_key,
+    ) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.codec = codec
+        self.check_name = check_name
+        # records `all` could not read, by key: each blocks only itself, and callers name it
+        self.corrupt: dict[str, CorruptState] = {}
+
+    def key(self, name: str) -> str:
+        return check_key(self.prefix + self.check_name(name))
+
+    def read(self, name: str) -> tuple[T | None, str | None]:
+        """The record and its version, or (None, None) when absent."""
+        found = self.store.get(self.key(name))
+        if found is None:
+            return None, None
+        return self.codec.decode(found.key, found.data), found.version
+
+    def get(self, name: str) -> T | None:
+        return self.read(name)[0]
+
+    def entries(self) -> list[tuple[str, T, str]]:
+        """(name, record, version) of every readable record, by name; an unreadable one is
+        left out and kept in ``corrupt``."""
+        out = []
+        for key in self.store.list(self.prefix):
+            try:
+                found = self.store.get(key)
+                if found is not None:
+                    value = self.codec.decode(key, found.data)
+                    out.append((key.removeprefix(self.prefix), value, found.version))
+            except CorruptState as exc:
+                self.corrupt[key] = exc
+        return out
+
+    def all(self) -> list[T]:
+        return [value for _, value, _ in self.entries()]
+
+    def update(self, name: str, change: Callable[[T | None], T | NoChange]) -> Update[T]:
+        """Compare-and-swap ``name`` to ``change(current)``; on a lost race, read and decide
+        again. ``CAS_ATTEMPTS`` lost races are a VersionConflict naming the key."""
+        key = self.key(name)
+        for _ in range(CAS_ATTEMPTS):
+            found = self.store.get(key)
+            before = None if found is None else self.codec.decode(key, found.data)
+            after = change(before)
+            if isinstance(after, NoChange):
+                return Update(before, before, False)
+            data = self.codec.encode(after)
+            try:
+                if found is None:
+                    self.store.create(key, data)
+                else:
+                    self.store.put(key, data, found.version)
+            except (AlreadyExists, VersionConflict):
+                continue
+            return Update(before, after, True)
+        raise VersionConflict(key, None)
+
+    def remove(self, name: str, when: Callable[[T], bool]) -> bool:
+        """Delete ``name`` if ``when(current)``, at the version read; False when absent, not
+        wanted, or changed meanwhile (then it is someone else's now, and it stays)."""
+        key = self.key(name)
+        found = self.store.get(key)
+        if found is None or not when(self.codec.decode(key, found.data)):
+            return False
+        try:
+            self.store.delete(key, found.version)
+        except VersionConflict:
+            return False
+        return True

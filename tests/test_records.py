@@ -1,0 +1,576 @@
+"""Records[T]: the one compare-and-swap loop and the strict codec every record type shares."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuops import cli
+from gpuops.errors import CorruptState, VersionConflict
+from gpuops.lane import board as b
+from gpuops.lane.runner import BoardCodec, BoardFile
+from gpuops.ledger import Claim, Ledger, Record
+from gpuops.ledger import _Codec as LedgerCodec
+from gpuops.market import guardian as g
+from gpuops.market import jobs, leases, quarantine, rentals
+from gpuops.register import Incident, Observation, _codec
+from gpuops.store.local import LocalStore
+from gpuops.store.memory import MemoryStore
+from gpuops.store.records import (
+    CAS_ATTEMPTS,
+    ISO_TIMESTAMP,
+    NO_CHANGE,
+    JsonCodec,
+    Records,
+    parses,
+)
+from tests.store_fakes import Events, Interleaved
+
+
+@dataclass(frozen=True)
+class Counter:
+    count: int
+    label: str | None = None
+    ratio: float = 0.0
+    on: bool = False
+
+
+COUNTERS = JsonCodec(Counter, "counter")
+
+
+def counters(store: Any) -> Records[Counter]:
+    return Records(store, "c/", COUNTERS)
+
+
+def bump(current: Counter | None) -> Counter:
+    return Counter(1) if current is None else Counter(current.count + 1)
+
+
+# --- the compare-and-swap loop -----------------------------------------------------------
+
+
+def test_update_creates_an_absent_record_and_says_what_it_read_and_wrote():
+    """The change sees None for an absent record; what it returns is created."""
+    records = counters(MemoryStore())
+
+    done = records.update("a", bump)
+
+    assert (done.before, done.after, done.written) == (None, Counter(1), True)
+    assert records.get("a") == Counter(1)
+
+
+def test_update_changes_an_existing_record_at_the_version_it_read():
+    """The change sees the current value; the new one is put at that value's version."""
+    store = Interleaved()
+    records = counters(store)
+    records.update("a", bump)
+    store.calls.clear()
+
+    done = records.update("a", bump)
+
+    assert (done.before, done.after) == (Counter(1), Counter(2))
+    assert store.calls == ["get", "put"]
+
+
+def test_no_change_writes_nothing_and_returns_the_current_record():
+    """NO_CHANGE leaves the record alone: no write, and `after` is what was read."""
+    store = Interleaved()
+    records = counters(store)
+    records.update("a", bump)
+    store.calls.clear()
+
+    done = records.update("a", lambda current: NO_CHANGE)
+
+    assert (done.before, done.after, done.written) == (Counter(1), Counter(1), False)
+    assert store.calls == ["get"]
+
+
+def test_two_writers_interleaved_lose_no_update():
+    """A writer whose put loses re-reads and decides again: both increments land."""
+    store = Interleaved()
+    mine, theirs = counters(store), counters(store)
+    mine.update("a", bump)
+    store.before["put"].append(lambda: theirs.update("a", bump))
+    store.calls.clear()
+
+    done = mine.update("a", bump)
+
+    assert store.calls == ["get", "put", "get", "put", "get", "put"]  # theirs in between
+    assert done.after == Counter(3)
+    assert mine.get("a") == Counter(3)
+
+
+def test_a_create_that_loses_to_another_create_reads_and_decides_again():
+    """Create-if-absent losing is a lost race too, never an error or an overwrite."""
+    store = Interleaved()
+    mine, theirs = counters(store), counters(store)
+    store.before["create"].append(lambda: theirs.update("a", bump))
+
+    done = mine.update("a", bump)
+
+    assert (done.before, done.after) == (Counter(1), Counter(2))
+
+
+def test_an_update_that_keeps_losing_is_a_version_conflict_naming_the_key():
+    """CAS_ATTEMPTS lost races are an error naming the key, not a spin."""
+    store = Interleaved()
+    records = counters(store)
+    records.update("a", bump)
+
+    def rival() -> None:  # another writer lands between each of our reads and our put
+        found = MemoryStore.get(store, "c/a")
+        MemoryStore.put(store, "c/a", found.data, found.version)
+
+    store.before["put"] = [rival] * CAS_ATTEMPTS
+    store.calls.clear()
+
+    with pytest.raises(VersionConflict) as caught:
+        records.update("a", bump)
+
+    assert (caught.value.key, caught.value.expected) == ("c/a", None)
+    assert store.calls == ["get", "put"] * CAS_ATTEMPTS
+
+
+def test_update_never_writes_over_a_record_it_cannot_read():
+    """A corrupt record is reported by the update, and left exactly as it is."""
+    store = MemoryStore()
+    store.create("c/a", b'{"count": "x"}')
+
+    with pytest.raises(CorruptState, match="field 'count' must be an integer") as caught:
+        counters(store).update("a", bump)
+
+    assert caught.value.where == "c/a"
+
+    assert store.get("c/a").data == b'{"count": "x"}'
+
+
+def test_remove_deletes_only_what_the_predicate_wants():
+    """remove: absent or unwanted is False and deletes nothing; wanted is deleted."""
+    records = counters(MemoryStore())
+    records.update("a", bump)
+
+    assert records.remove("b", lambda c: True) is False
+    assert records.remove("a", lambda c: c.count > 1) is False
+    assert records.get("a") == Counter(1)
+    assert records.remove("a", lambda c: c.count == 1) is True
+    assert records.get("a") is None
+
+
+def test_remove_never_deletes_a_record_it_cannot_read():
+    """A corrupt record is reported by key, never judged by the predicate nor deleted."""
+    store = MemoryStore()
+    store.create("c/a", b"{")
+
+    with pytest.raises(CorruptState) as caught:
+        counters(store).remove("a", lambda c: True)
+
+    assert caught.value.where == "c/a"
+    assert store.get("c/a").data == b"{"
+
+
+def test_remove_leaves_a_record_that_changed_since_it_was_read():
+    """A delete at a stale version loses: the record is someone else's now, and stays."""
+    store = Interleaved()
+    records = counters(store)
+    records.update("a", bump)
+
+    def changed(current: Counter) -> bool:
+        counters(store).update("a", bump)  # another writer, between our read and delete
+        return True
+
+    assert records.remove("a", changed) is False
+    assert records.get("a") == Counter(2)
+
+
+def test_a_corrupt_record_blocks_only_itself_in_the_listing():
+    """entries/all skip an unreadable record and keep it, by key, in `corrupt`."""
+    store = MemoryStore()
+    records = counters(store)
+    records.update("a", bump)
+    store.create("c/b", b"{")
+    records.update("c", bump)
+
+    listed = records.entries()
+
+    assert [(name, value) for name, value, _ in listed] == [("a", Counter(1)), ("c", Counter(1))]
+    assert [version for _, _, version in listed] == [store.get("c/a").version, "3"]
+    assert list(records.corrupt) == ["c/b"]
+    assert records.all() == [Counter(1), Counter(1)]
+
+
+def test_the_read_gives_the_record_and_its_version_or_nothing():
+    """read: (record, version) for a stored one, (None, None) for an absent one."""
+    store = MemoryStore()
+    records = counters(store)
+    records.update("a", bump)
+
+    assert records.read("a") == (Counter(1), store.get("c/a").version)
+    assert records.read("b") == (None, None)
+
+
+def test_keys_are_checked_after_the_record_types_own_name_check():
+    """The name check runs first (a rental's own rule), then the store's key rule."""
+    records = Records(
+        MemoryStore(), "market/rentals/", rentals.CODEC, check_name=rentals.check_name
+    )
+
+    with pytest.raises(Exception, match="rental name"):
+        records.key("bad name")
+    assert Records(MemoryStore(), "p/", COUNTERS).key("x") == "p/x"
+    with pytest.raises(Exception, match="segment"):
+        Records(MemoryStore(), "p/", COUNTERS).key(".hidden")
+
+
+def test_no_change_says_what_it_is():
+    """The sentinel reads as its name in a traceback or a failed assertion."""
+    assert repr(NO_CHANGE) == "NO_CHANGE"
+
+
+# --- the strict codec --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{", "not a counter: not JSON"),
+        (b"\xff", "not a counter: not JSON"),
+        (b"[" * 100_000, "not a counter: not JSON"),
+        (b"[]", "not a counter: not a JSON object"),
+        (b"{}", "not a counter: missing field 'count'"),
+        (b'{"count": 1, "extra": 2}', "not a counter: unknown field 'extra'"),
+        (b'{"count": "1"}', "not a counter: field 'count' must be an integer, not '1'"),
+        (b'{"count": true}', "not a counter: field 'count' must be an integer, not True"),
+        (b'{"count": 1.5}', "not a counter: field 'count' must be an integer, not 1.5"),
+        (b'{"count": null}', "not a counter: field 'count' must be an integer, not None"),
+        (b'{"count": 1, "label": 2}', "field 'label' must be a string or null, not 2"),
+        (b'{"count": 1, "ratio": "x"}', "field 'ratio' must be a number, not 'x'"),
+        (b'{"count": 1, "on": 1}', "field 'on' must be a boolean, not 1"),
+        (b'{"count": 1, "ratio": [1]}', "field 'ratio' must be a number, not [1]"),
+    ],
+)
+def test_a_wrong_type_missing_or_unknown_field_is_corrupt_naming_key_and_field(body, reason):
+    """The codec checks every field against the dataclass's hints; the error names both."""
+    with pytest.raises(CorruptState) as caught:
+        COUNTERS.decode("c/a", body)
+
+    assert caught.value.where == "c/a"
+    assert reason in caught.value.reason
+
+
+def test_an_integer_where_a_number_is_wanted_is_read_as_a_float():
+    """JSON does not tell 1 from 1.0: a float field reads either as a float."""
+    decoded = COUNTERS.decode("c/a", b'{"count": 1, "ratio": 2}')
+
+    assert decoded == Counter(1, ratio=2.0) and isinstance(decoded.ratio, float)
+    assert (
+        rentals.CODEC.decode("k", rentals.CODEC.encode(_rental(deadline_at=None))).deadline_at
+        is None
+    )
+    assert isinstance(
+        rentals.CODEC.decode(
+            "k", b'{"name": "n", "owner": "o", "state": "live", "race": 1, "deadline_at": 5}'
+        ).deadline_at,
+        float,
+    )
+
+
+def test_a_field_check_refuses_a_well_typed_but_wrong_value():
+    """A check (an ISO timestamp) applies to a typed, non-null value and names the field."""
+    codec = JsonCodec(Counter, "counter", checks={"label": (str.isupper, "upper case")})
+
+    assert codec.decode("k", b'{"count": 1, "label": null}').label is None
+    assert codec.decode("k", b'{"count": 1, "label": "OK"}').label == "OK"
+    with pytest.raises(CorruptState, match="field 'label' must be upper case, not 'no'") as caught:
+        codec.decode("k", b'{"count": 1, "label": "no"}')
+    assert caught.value.where == "k"
+
+
+@dataclass(frozen=True)
+class Nested:
+    items: list[int]
+
+
+@dataclass(frozen=True)
+class Either:
+    value: int | float
+
+
+@dataclass(frozen=True)
+class Mixed:
+    value: str | list[int]
+
+
+@dataclass(frozen=True)
+class Maybe:
+    value: list[int] | None
+
+
+@pytest.mark.parametrize("kind", [Nested, Either, Mixed, Maybe], ids=lambda k: k.__name__)
+def test_a_record_type_the_codec_cannot_check_is_refused_when_the_codec_is_built(kind):
+    """Only one scalar, or one scalar or null: anything else is a programming error, at once."""
+    with pytest.raises(TypeError, match=f"{kind.__name__}.(items|value): no codec"):
+        JsonCodec(kind, "odd")
+
+
+def test_a_codec_built_at_run_time_names_its_record_kind_and_keeps_its_options():
+    """What the codec is told when built (its name, required fields, fields kept as text)
+    is what it decodes by; the kind's name leads every reason."""
+    codec = JsonCodec(Counter, "tally", as_str=frozenset({"count"}))
+
+    assert codec.decode("k", b'{"count": "seven"}') == Counter("seven")  # type: ignore[arg-type]
+    with pytest.raises(CorruptState) as caught:
+        codec.decode("k", b'{"label": "x"}')
+    assert caught.value.reason == "not a tally: missing field 'count'"
+
+
+def test_a_record_is_stored_as_sorted_key_json():
+    """Every writer stores the same bytes for the same record: sorted keys, JSON's spacing."""
+    assert COUNTERS.encode(Counter(1, "x")) == (
+        b'{"count": 1, "label": "x", "on": false, "ratio": 0.0}'
+    )
+
+
+def test_a_parse_check_accepts_what_parses_and_refuses_what_does_not():
+    """parses(f): text f accepts passes; text f raises ValueError on fails; it says what."""
+    check, what = parses(int, "a whole number")
+
+    assert (check("12"), check("twelve"), what) == (True, False, "a whole number")
+    assert ISO_TIMESTAMP[0]("2026-11-30T22:00:00+00:00") and not ISO_TIMESTAMP[0]("soon")
+
+
+# --- every record type: round trips and fuzzing -------------------------------------------
+
+_text = st.text(max_size=20)
+_name = st.from_regex(r"[a-z][a-z0-9_-]{0,10}", fullmatch=True)
+_num = st.floats(allow_nan=False, allow_infinity=False)
+_opt_num = st.none() | _num
+_iso = st.datetimes(timezones=st.just(__import__("datetime").UTC)).map(lambda d: d.isoformat())
+_int = st.integers(-(2**53), 2**53)
+
+
+def _rental(**changes: Any) -> rentals.Rental:
+    return rentals.Rental(**{"name": "n", "owner": "o", "state": "live", "race": 1, **changes})
+
+
+RECORDS: dict[str, tuple[Any, Any]] = {
+    "ledger record": (
+        LedgerCodec(),
+        st.builds(
+            Record,
+            name=_name,
+            owner=_text,
+            state=st.sampled_from(
+                [s for s in __import__("gpuops.ledger").ledger.BoxState if s.value != "unknown"]
+            ),
+            intent_id=_text,
+            provider=_text,
+            revision=_int,
+            updated_at=_iso,
+            instance_id=st.none() | _text,
+            deadline_at=st.none() | _iso,
+            destroy_attempts=_int,
+            last_error=st.none() | _text,
+        ),
+    ),
+    "instance claim": (JsonCodec(Claim, "instance claim"), st.builds(Claim, _name, _text)),
+    "rental": (
+        rentals.CODEC,
+        st.builds(
+            rentals.Rental,
+            name=_name,
+            owner=_text,
+            state=_text,
+            race=_int,
+            box=st.none() | _text,
+            instance_id=st.none() | _text,
+            offer_id=st.none() | _int,
+            machine_id=st.none() | _int,
+            gpu_name=st.none() | _text,
+            dph_total=_opt_num,
+            started_at=_opt_num,
+            deadline_at=_opt_num,
+            ended_at=_opt_num,
+            revision=_int,
+            racer=st.none() | _text,
+            beat=_int,
+        ),
+    ),
+    "lease": (leases.CODEC, st.builds(g.Lease, _text, _num, _int, st.booleans())),
+    "job": (jobs.CODEC, st.builds(jobs.Job, _name, _text, _text, _text, _text, _num)),
+    "quarantine entry": (quarantine.CODEC, st.builds(quarantine.Entry, _int, _text, _num, _text)),
+    "incident": (
+        _codec(Incident, "register entry"),
+        st.builds(
+            Incident,
+            id=st.from_regex(r"\d{4}-\d{2}-\d{2}-\d{1,3}", fullmatch=True),
+            date=st.dates().map(lambda d: d.isoformat()),
+            what=_text,
+            cost_usd=_opt_num,
+            cause=st.none() | _text,
+            rule=st.none() | _text,
+            recorded_by=_text,
+            revision=_int,
+        ),
+    ),
+    "observation": (
+        _codec(Observation, "register entry"),
+        st.builds(
+            Observation,
+            id=st.from_regex(r"\d{4}-\d{2}-\d{2}-\d{1,3}", fullmatch=True),
+            rule=_text,
+            date=st.dates().map(lambda d: d.isoformat()),
+            kind=_text,
+            what=_text,
+            recorded_by=_text,
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RECORDS))
+@given(data=st.data())
+def test_every_record_type_round_trips_through_its_stored_form(kind, data):
+    """What is written is exactly what is read back, for every record type."""
+    codec, values = RECORDS[kind]
+    value = data.draw(values)
+
+    assert codec.decode("k", codec.encode(value)) == value
+
+
+_json_scalar = st.none() | st.booleans() | _int | _num | _text
+_json = st.recursive(
+    _json_scalar,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@pytest.mark.parametrize("kind", sorted(RECORDS))
+@given(data=st.data())
+def test_a_valid_record_with_one_field_wrong_reads_or_is_corrupt_never_a_crash(kind, data):
+    """Wrong content inside well-formed JSON (a wrong type, a dropped or extra field) reads
+    as a record or is CorruptState naming the key: no TypeError, KeyError or ValueError."""
+    codec, values = RECORDS[kind]
+    body = json.loads(codec.encode(data.draw(values)))
+    field = data.draw(st.sampled_from(sorted(body)))
+    action = data.draw(st.sampled_from(["retype", "drop", "add"]))
+    if action == "retype":
+        body[field] = data.draw(_json)
+    elif action == "drop":
+        del body[field]
+    else:
+        body[data.draw(_text)] = data.draw(_json)
+
+    try:
+        codec.decode("k", json.dumps(body).encode())
+    except CorruptState as exc:
+        assert exc.where == "k"
+
+
+@pytest.mark.parametrize("kind", sorted(RECORDS))
+@given(raw=st.binary(max_size=64) | _json.map(lambda v: json.dumps(v).encode()))
+def test_any_bytes_read_as_a_record_or_are_corrupt_never_a_crash(kind, raw):
+    """Whatever bytes sit under a key, the codec's only error is CorruptState."""
+    codec, _ = RECORDS[kind]
+    try:
+        codec.decode("k", raw)
+    except CorruptState as exc:
+        assert exc.where == "k"
+
+
+@given(
+    st.sampled_from(["free", "claimed"]),
+    st.lists(st.from_regex(r"[a-z0-9:][a-z0-9: ]{0,29}", fullmatch=True), max_size=5),
+)
+def test_the_lane_board_round_trips_as_a_record(state, history):
+    """The board file (state line and history) reads back as written."""
+    board = b.Board("lane", "inst", 1_000.0)
+    if state == "claimed":
+        board = b.claim(board, "alice", "job", 1_005.0)
+    value = BoardFile(board, tuple(history))
+
+    assert BoardCodec().decode("k", BoardCodec().encode(value)) == value
+
+
+def test_a_board_that_is_not_utf8_is_corrupt_naming_the_key():
+    """Bytes that are not text are corrupt, not a UnicodeDecodeError."""
+    with pytest.raises(CorruptState, match="not UTF-8") as caught:
+        BoardCodec().decode("lane/x/board", b"\xff\xfe")
+
+    assert caught.value.where == "lane/x/board"
+
+
+# --- through the command line: a valid checksum, wrong content -----------------------------
+
+
+@pytest.mark.fault(
+    "a record with a valid checksum but a wrong type inside (a lease whose heartbeat is text)",
+    handled="`boxes` lists every other record and names the bad one with a repair hint; exit 1",
+)
+def test_boxes_names_a_lease_with_a_wrong_type_and_lists_the_rest(tmp_path, capsys, monkeypatch):
+    """A lease with "heartbeat_at": "x" is CorruptState naming it, never a TypeError."""
+    for name in list(os.environ):
+        if name.startswith(("GPUOPS_", "VAST_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    store = LocalStore(str(tmp_path / "state"))
+    for name in ("aaa", "bad"):
+        store.create(
+            f"market/rentals/{name}",
+            rentals.CODEC.encode(
+                _rental(name=name, owner="alice", instance_id="1", started_at=time.time())
+            ),
+        )
+    store.create(
+        "market/leases/bad", b'{"holder": "g", "heartbeat_at": "x", "beats": 0, "copied": false}'
+    )
+    store.create("ledger/boxes/zzz", b'{"name": "zzz"}')
+
+    code = cli.main(["--state", str(tmp_path / "state"), "--operator", "alice", "boxes"])
+
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "aaa" in out and "bad" in out
+    assert "skipped the unreadable lease 'bad'" in err
+    assert "field 'heartbeat_at' must be a number, not 'x'" in err
+    assert "skipped the unreadable box record 'zzz'" in err
+    assert "Repair:" in err
+
+
+def test_a_corrupt_box_record_still_stops_the_strict_listing():
+    """Live work (sweep, destroy) never acts past a box record it cannot read."""
+    store = MemoryStore()
+    ledger = Ledger(store, Events(), "alice")
+    ledger.record_intent("a", "vast")
+    store.create("ledger/boxes/b", b"{}")
+
+    with pytest.raises(CorruptState) as caught:
+        ledger.records()
+
+    assert caught.value.where == "ledger/boxes/b"
+    assert [r.name for r in ledger.records(skip_corrupt=True)] == ["a"]
+    assert list(ledger.corrupt) == ["ledger/boxes/b"]
+
+
+def test_two_job_writers_interleaved_keep_the_latest_job():
+    """jobs.put is a real compare-and-swap: a slower writer of an older job, whose put loses
+    to a newer job's, re-reads and leaves the newer record (no lost update)."""
+    store = Interleaved()
+    older = jobs.Job("box", "alice", "1", "old", "out", 100.0)
+    newer = jobs.Job("box", "alice", "1", "new", "out", 200.0)
+    jobs.Jobs(store).put(jobs.Job("box", "alice", "1", "first", "out", 50.0))
+    store.before["put"].append(lambda: jobs.Jobs(store).put(newer))
+    store.calls.clear()
+
+    stored = jobs.Jobs(store).put(older)
+
+    assert store.calls == ["get", "put", "get", "put", "get"]  # newer's put in between
+    assert stored == newer
+    assert jobs.Jobs(store).get("box") == newer
