@@ -63,7 +63,6 @@ def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: boo
         guard.install_signal_handlers(guardian)
         return guardian.run()
     from gpuops.market import guardian as g
-
     from gpuops.market.leases import Leases
 
     lease, _ = Leases(market.ledger.store).read(args.name)

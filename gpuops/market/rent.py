@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, cast
 
 from gpuops import timing
 from gpuops.errors import (
@@ -231,7 +231,8 @@ class Market:
             max_creates=req.max_creates or 2 * req.race_k + 2,
             stop_creating_at=schedule(now, deadline)[0],
         )
-        offer_by_id = {o.id: o for o in chosen.candidates}
+        # select ranks the Offers it is given: its candidates are those Offers
+        offer_by_id = {o.id: cast(Offer, o) for o in chosen.candidates}
         return self._run(req, rental, state, offer_by_id, deadline)
 
     def _abandon(self, rental: Rental, why: BaseException) -> list[Outcome]:
@@ -760,7 +761,9 @@ def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> Swee
     for name, rental in rentals.items():
         if name in touched or (rental.deadline_at is not None and now >= rental.deadline_at):
             prefix = f"{name}+"
-            settle_rental(market, name, [r for r in records if r.active and r.name.startswith(prefix)])
+            settle_rental(
+                market, name, [r for r in records if r.active and r.name.startswith(prefix)]
+            )
     # an instance of a record this sweep released may still be listed (the list lags): the
     # listing's intents, taken before any release, keep it from being reported as unowned
     known = {r.intent_id for r in records if r.active}
