@@ -81,13 +81,16 @@ def open_market(
     need_key: bool = True,
     rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    retry_sleep: Callable[[float], None] = time.sleep,
 ) -> Market:
+    """``sleep``: the market's waits (race polls, destroy confirmation); ``retry_sleep``: the
+    adapter's backoff between retried calls (a 503, a 429)."""
     from gpuops.providers.vast import VastAdapter
 
     store = open_store(state_url)
     here = local_dir(state_url)
     events = EventLog(Path(os.environ.get("GPUOPS_EVENTS") or here / "events.jsonl"), operator)
-    vast = VastAdapter(events=events)
+    vast = VastAdapter(events=events, sleep=retry_sleep)
     key_path = public_key_path()
     public_key = read_public_key(key_path) if need_key else ""
     prober = ssh_prober(here, key_path.with_suffix(""), vram_floor_mb)
