@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuops import timing
 from gpuops.errors import GpuopsError, JobFailed, Refused
 
 if TYPE_CHECKING:
@@ -33,7 +34,6 @@ INPUTS = ("ref-1.png", "ref-2.png", "ref-3.png")
 # just long enough that our boot marker's window (timing.BOOT_MARKER_WINDOW_S) passes first
 JOB_RUNTIME_FAKE = 40.0
 THIRD_PARTY_RUNTIME_FAKE = 330.0
-SETTLE_STEP_FAKE = 60.0  # how far the demo moves the fake clock while it waits on the VM
 
 
 def lane_act(story: Story, scratch: Path, state_url: str, operator: str, other: str) -> None:
@@ -114,10 +114,10 @@ class _World:
 
     def settle(self) -> None:
         """Let the fake world run until the VM is off (its script powers it off)."""
-        for _ in range(int(3 * THIRD_PARTY_RUNTIME_FAKE / SETTLE_STEP_FAKE)):
+        for _ in range(int(3 * THIRD_PARTY_RUNTIME_FAKE / timing.DEMO_SETTLE_STEP_S)):
             if self.fake.status == "TERMINATED":
                 return
-            self.fake.advance(SETTLE_STEP_FAKE)
+            self.fake.advance(timing.DEMO_SETTLE_STEP_S)
 
     def billing(self) -> str:
         return "off (not billing)" if self.fake.status == "TERMINATED" else self.fake.status
@@ -298,8 +298,6 @@ def _stopped(fake: Any) -> bool:
 
 def _running_boots(fake: Any) -> list[int]:
     """The boots with a process still alive, once the kills FakeGCE sent have landed."""
-    from gpuops import timing
-
     ends = time.monotonic() + timing.DEMO_STEP_WAIT_S
     while True:
         left = [

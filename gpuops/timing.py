@@ -116,6 +116,8 @@ DEMO_RENTAL_S = 26.0
 DEMO_STEP_WAIT_S = 45.0
 # How often the demo looks at what it waits on (a process, the fake's boxes).
 DEMO_POLL_S = 0.05
+# How far (fake seconds) the demo moves FakeGCE's clock at a time while a VM powers itself off.
+DEMO_SETTLE_STEP_S = 60.0
 
 # --- progress ----------------------------------------------------------------------------------
 # `watch` and `destroy` print a line at least this often while they wait (gpuops/progress.py).
