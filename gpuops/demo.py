@@ -83,9 +83,11 @@ class Story:
     ) -> None:
         self.rows.append(Row(act, happened, rule, rule_id, evidence, bool(held), refused_by))
         mark = paint("ok  ", "green", self.colour) if held else paint("FAIL", "red", self.colour)
-        self.say(f"{mark} {happened}")
-        self._print(textwrap.fill(evidence, WIDTH, initial_indent="         ",
-                                  subsequent_indent="         "))  # fmt: skip
+        lines = textwrap.wrap(happened, WIDTH - 7) + [
+            paint(line, "dim", self.colour) for line in textwrap.wrap(evidence, WIDTH - 9)
+        ]
+        for index, line in enumerate(lines):
+            self._print(f"  {mark} {line}" if index == 0 else f"         {line}")
 
     @property
     def passed(self) -> bool:

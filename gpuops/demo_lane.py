@@ -120,7 +120,11 @@ class _World:
             self.fake.advance(timing.DEMO_SETTLE_STEP_S)
 
     def billing(self) -> str:
-        return "off (not billing)" if self.fake.status == "TERMINATED" else self.fake.status
+        return "off (not billing)" if self.fake.status == "TERMINATED" else self.status()
+
+    def status(self) -> str:
+        """The VM's state as GCE names it, in a sentence's case."""
+        return str(self.fake.status).lower()
 
 
 def _story(story: Story, world: _World, me: str, other: str, bucket: str) -> None:
@@ -168,7 +172,7 @@ def _story(story: Story, world: _World, me: str, other: str, bucket: str) -> Non
         f"The first two starts stock out; the third boots (attempt {board.attempt})",
         "a stockout retry keeps the claim; nobody can take the lane between attempts",
         "L7",
-        f"the VM is {fake.status}; the board kept your claim through "
+        f"the VM is {world.status()}; the board kept your claim through "
         f"{board.stockouts} stockouts",
         board.stockouts == 2 and board.owner == me and fake.status == "RUNNING",
     )
@@ -177,10 +181,10 @@ def _story(story: Story, world: _World, me: str, other: str, bucket: str) -> Non
     board, _, _ = mine.read()
     story.check(
         "lane",
-        f"{other} tries to claim the lane while your job runs",
+        f"Another person ({other}) tries to claim the lane while your job runs",
         "only the state line decides who holds the lane; a held lane is refused",
         "L3",
-        f"the board still names you; the VM runs your boot ({fake.status})",
+        f"the board still names you; the VM runs your boot ({world.status()})",
         rule == "L3" and board.owner == me,
         refused_by=rule,
     )
@@ -258,7 +262,7 @@ def _story(story: Story, world: _World, me: str, other: str, bucket: str) -> Non
         "Your start was a silent no-op on someone else's boot, and it is flagged",
         "prove the boot is yours (this attempt's marker); a no-op is loud, nothing is stopped",
         "L2",
-        f"your boot marker never appeared; the other boot kept running ({fake.status}); "
+        f"your boot marker never appeared; the other boot kept running ({world.status()}); "
         "your claim is kept",
         rule == "L2" and board.owner == me and board.job == NOOP_JOB and theirs_ran,
         refused_by=rule,

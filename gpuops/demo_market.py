@@ -126,7 +126,7 @@ class _Fakes:
         if offer is None:
             return "an offer"
         row = offer.row()
-        return f"the {row.get('geolocation')} offer (${float(row['dph_total']):.3f}/h)"
+        return f"the {row.get('geolocation')} offer at ${float(row['dph_total']):.3f}/h"
 
     # --- gpuops as a person runs it -------------------------------------------------------------
     def gpuops(self, *args: str, **popen: Any) -> subprocess.Popen[str]:
@@ -229,8 +229,8 @@ def _story(story: Story, fakes: _Fakes, state_url: str, operator: str) -> None:
         "a spare that probes healthy is kept",
         "rent a box only once a probe on it passes",
         "M1",
-        f"{len(boxes)} boxes were created; the fake bills only the kept one "
-        f"({fakes.where(kept[0].offer_id) if kept else 'none'})",
+        f"{len(boxes)} boxes were created; the fake bills only the kept one, "
+        f"{fakes.where(kept[0].offer_id) if kept else 'none'}",
         faults == {"taken", "ssh-auth", "slow-disk"}
         and [b.id for b in fakes.billing()] == [b.id for b in kept]
         and len(kept) == 1,

@@ -1,11 +1,14 @@
 """Runs `gpuops demo` (or a slice of it, or with one rule broken) as a child of a subreaper.
 
-    python tests/demo_harness.py OUT.json [--acts lane,market] [--break NAME] [-- demo args]
+    python tests/demo_harness.py OUT.json [--acts A,B] [--break NAME] [--interrupt-on TEXT]
+                                 [--json]
 
 Every process the demo starts that outlives it (a guardian in its own session, a daemonised
 tmux server, a fake boot) is re-parented here rather than to init, so what is still running
 once the demo has exited is exactly what it left behind. Writes {"rc", "stdout", "stderr",
 "left"} to OUT.json, then ends whatever was left, so a failing test leaves nothing either.
+With --interrupt-on, the demo runs in its own process group and gets SIGINT there (as a
+terminal's Ctrl-C sends it) as soon as a line of its output contains TEXT: an event, not a time.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,12 +40,14 @@ BREAKS = {
 
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
-    acts, broken, rest = "lane,market", None, argv[1:]
-    while rest and rest[0] in ("--acts", "--break"):
+    acts, broken, interrupt_on, rest = "lane,market", None, None, argv[1:]
+    while rest and rest[0] in ("--acts", "--break", "--interrupt-on"):
         if rest[0] == "--acts":
             acts = rest[1]
-        else:
+        elif rest[0] == "--break":
             broken = rest[1]
+        else:
+            interrupt_on = rest[1]
         rest = rest[2:]
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
@@ -52,14 +58,31 @@ def main(argv: list[str]) -> int:
         + "from gpuops.demo import run_demo\n"
         + f"sys.exit(run_demo(None, 'alice', {'--json' in rest}, tuple({acts.split(',')!r})))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=interrupt_on is not None,
     )
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    lines, interrupted = [], False
+    for line in proc.stdout:
+        lines.append(line)
+        if interrupt_on is not None and not interrupted and interrupt_on in line:
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
+            interrupted = True
+    rc = proc.wait()
+    reader.join()
     left = _descendants()
     out.write_text(
         json.dumps(
-            {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr,
-             "left": sorted(left.values())}  # fmt: skip
+            {"rc": rc, "stdout": "".join(lines), "stderr": "".join(errors),
+             "interrupted": interrupted, "left": sorted(left.values())}  # fmt: skip
         )
     )
     for pid in left:

@@ -68,6 +68,30 @@ def test_a_broken_linter_makes_the_demo_fail_loudly_with_exit_1(tmp_path):
         assert bad not in text, bad
 
 
+def test_ctrl_c_during_the_lane_act_ends_every_boot_and_exits_130(tmp_path):
+    """Ctrl-C while the first job boots: the demo ends the fake VM's boots and everything
+    else it started, says it was interrupted (never PASSED), and exits 130."""
+    result = demo(tmp_path, "--acts", "lane", "--interrupt-on", "You install the corrected")
+
+    assert result["interrupted"] is True
+    assert result["rc"] == 130, result["stderr"][-3000:]
+    assert "INTERRUPTED" in result["stdout"] and "PASSED" not in result["stdout"]
+    assert result["left"] == []
+
+
+@E2E
+@pytest.mark.timeout(300)
+def test_ctrl_c_during_the_market_act_leaves_no_guardian_and_no_box(tmp_path):
+    """Ctrl-C during the second race: rent, its guardian and the first box's guardian are all
+    ended with the demo (nothing left), and it exits 130."""
+    result = demo(tmp_path, "--acts", "market", "--interrupt-on", "You start a second rental")
+
+    assert result["interrupted"] is True
+    assert result["rc"] == 130, result["stderr"][-3000:]
+    assert "PASSED" not in result["stdout"]
+    assert result["left"] == []
+
+
 @E2E
 @pytest.mark.timeout(300)
 def test_the_whole_demo_passes_in_a_minute_and_leaves_nothing(tmp_path):
