@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuops import timing
-from gpuops.errors import UsageError
+from gpuops.errors import Interrupted, UsageError
 from gpuops.progress import colour_on, paint
 
 WIDTH = 96
@@ -171,7 +171,7 @@ def run_demo(
                     _act(story, "lane", lambda: lane_act(story, scratch, root, operator, other))
                 if "market" in acts:
                     _act(story, "market", lambda: market_act(story, scratch, root, operator))
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, Interrupted):  # Ctrl-C here, or inside rent's race
                 story.interrupted = True
                 print("gpuops demo: interrupted; ending everything it started", file=sys.stderr)
             finally:
