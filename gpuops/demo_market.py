@@ -245,15 +245,16 @@ def _story(story: Story, fakes: _Fakes, state_url: str, operator: str) -> None:
         bool(losers) and all(b.destroyed_at is not None for b in losers),
     )
     quarantined = market.quarantine.machines()
-    slow = [b for b in losers if b.fate.kind == "slow-disk"] if losers else []
+    slow = [b.offer_row.get("machine_id") for b in losers if b.fate.kind == "slow-disk"]
+    right = len(quarantined) == 1 and bool(slow) and slow[0] in quarantined
     story.check(
         "market",
         "The slow-disk machine is quarantined; the SSH failure is not held against its host",
         "quarantine failing machines for a time; auth failures are ours",
         "M2",
-        f"{len(quarantined)} machine quarantined "
-        f"({'the slow-disk one' if slow and slow[0].offer_row.get('machine_id') in quarantined else 'check'})",
-        len(quarantined) == 1 and bool(slow) and slow[0].offer_row.get("machine_id") in quarantined,
+        f"gpuops' quarantine holds {len(quarantined)} machine: "
+        + ("the slow-disk one" if right else "not just the slow-disk one"),
+        right,
     )
 
     run = fakes.gpuops("run", NAME, "--", JOB)
@@ -283,10 +284,13 @@ def _story(story: Story, fakes: _Fakes, state_url: str, operator: str) -> None:
     copied = fakes.results / NAME / Path(RESULT).name
     text = copied.read_text(encoding="utf-8").strip() if copied.is_file() else ""
     billing = [b for b in fakes.billing() if kept and b.id == kept[0].id]
+    delay = gone[0].get("delay_s") if gone else None
     late = (
-        f"{gone[0]['delay_s']:+.1f} s from the deadline"
-        if gone and isinstance(gone[0].get("delay_s"), int | float)
-        else "not confirmed"
+        "at an unconfirmed time"
+        if not isinstance(delay, int | float)
+        else f"{-delay:.1f} s before the deadline"
+        if delay <= 0
+        else f"{delay:.1f} s after the deadline"
     )
     story.check(
         "market",
