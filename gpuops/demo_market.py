@@ -166,13 +166,23 @@ def _environment(env: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _wait_for(check: Callable[[], Any], limit_s: float = timing.DEMO_STEP_WAIT_S) -> Any:
-    """Poll ``check`` until it is truthy (returned) or ``limit_s`` passes (None)."""
-    ends = time.monotonic() + limit_s
+def _wait_for(
+    check: Callable[[], Any],
+    limit_s: float = timing.DEMO_STEP_WAIT_S,
+    tell: Callable[[float], None] | None = None,
+) -> Any:
+    """Poll ``check`` until it is truthy (returned) or ``limit_s`` passes (falsy); ``tell``
+    hears the seconds waited every half PROGRESS_EVERY_S, so a long wait is never silent."""
+    started = time.monotonic()
+    ends, told = started + limit_s, started
     while True:
         found = check()
-        if found or time.monotonic() >= ends:
+        now = time.monotonic()
+        if found or now >= ends:
             return found
+        if tell is not None and now - told >= timing.PROGRESS_EVERY_S / 2:
+            tell(now - started)
+            told = now
         time.sleep(timing.DEMO_POLL_S)
 
 
@@ -277,7 +287,14 @@ def _story(story: Story, fakes: _Fakes, state_url: str, operator: str) -> None:
         "Now nobody touches the first box. Its guardian copies the results off a quarter of "
         "the rental before the deadline, then destroys the box..."
     )
-    exits = _wait_for(lambda: fakes.events_of("guard.exit", NAME))
+    deadline = rental.deadline_at or time.time()
+
+    def waiting(waited_s: float) -> None:
+        left = deadline - time.time()
+        when = f"{left:.0f} s before its deadline" if left > 0 else "past its deadline"
+        story.say(f"  ... {waited_s:.0f} s: the guardian still holds the box, {when}")
+
+    exits = _wait_for(lambda: fakes.events_of("guard.exit", NAME), tell=waiting)
     if exits:  # it said it exits: let the process end (the reaper names one that does not)
         _wait_for(lambda: not _guardians_alive(fakes, NAME))
     gone = fakes.events_of("guard.confirmed_gone", NAME)
