@@ -69,7 +69,7 @@ class Story:
     def say(self, text: str) -> None:
         indent = "    " if text.startswith("  ") else "  "
         self._print(textwrap.fill(text.strip(), WIDTH, initial_indent=indent,
-                                  subsequent_indent=indent + "  "))  # fmt: skip
+                                  subsequent_indent=indent))  # fmt: skip
 
     def check(
         self,

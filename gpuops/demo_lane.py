@@ -69,7 +69,7 @@ def lane_act(story: Story, scratch: Path, state_url: str, operator: str, other: 
         left = _running_boots(fake)
         story.check(
             "lane",
-            "the fake VM's boot processes end with the demo",
+            "The fake VM's boot processes end with the lane act",
             "nothing is left running",
             "",
             "no boot process still running" if not left else f"{len(left)} boot(s) still running",
@@ -184,7 +184,7 @@ def _story(story: Story, world: _World, me: str, other: str, bucket: str) -> Non
         f"Another person ({other}) tries to claim the lane while your job runs",
         "only the state line decides who holds the lane; a held lane is refused",
         "L3",
-        f"the board still names you; the VM runs your boot ({world.status()})",
+        f"the board still names you; the VM is {world.status()} your boot",
         rule == "L3" and board.owner == me,
         refused_by=rule,
     )
@@ -262,8 +262,8 @@ def _story(story: Story, world: _World, me: str, other: str, bucket: str) -> Non
         "Your start was a silent no-op on someone else's boot, and it is flagged",
         "prove the boot is yours (this attempt's marker); a no-op is loud, nothing is stopped",
         "L2",
-        f"your boot marker never appeared; the other boot kept running ({world.status()}); "
-        "your claim is kept",
+        "your boot marker never appeared; the other person's boot kept running "
+        f"(the VM is {world.status()}); your claim is kept",
         rule == "L2" and board.owner == me and board.job == NOOP_JOB and theirs_ran,
         refused_by=rule,
     )
