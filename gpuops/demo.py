@@ -12,9 +12,10 @@ Two acts, each gpuops' real code against fakes started here and ended here:
 
 Every step is a row: what happened, the rule that held (in words, with its id), and the
 evidence, read from the fakes (which boxes still bill, what the VM is doing), never from what
-gpuops printed. The demo is a child subreaper, so every process it or its children started
-(guardians in their own sessions, the fake VM's boots, the fake boxes' tmux servers) stays
-its descendant; whatever is still running at the end is ended and named. Exit 0 only if every
+gpuops printed. The story runs under a keeper process, a child subreaper, so every process it
+or its children started (guardians in their own sessions, the fake VM's boots, the fake boxes'
+tmux servers) stays under the demo and is reaped there; whatever is still running at the end
+is ended and named. Exit 0 only if every
 rule held and nothing was left; 130 on Ctrl-C (after the same clean-up), 1 otherwise.
 """
 
@@ -149,9 +150,25 @@ def run_demo(
     (0 only if every rule held and nothing was left running)."""
     if state_url is not None:
         _check_fresh(state_url)
+    keeper = Keeper.start()
+    if keeper is None:  # the keeper: it waited for the story and ended what was left
+        return Keeper.exit_code
+    try:
+        code = _story(state_url, operator, as_json, acts, keeper)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    if keeper.forked:
+        os._exit(code)  # the story's process ends here; the keeper returns its code
+    return code
+
+
+def _story(
+    state_url: str | None, operator: str, as_json: bool, acts: tuple[str, ...], keeper: Keeper
+) -> int:
     started = time.monotonic()
     story = Story(as_json)
-    reaper = Reaper()
+    reaper = Reaper(keeper)
     other = "bob" if operator != "bob" else "carol"
     if not as_json:
         print(
@@ -212,19 +229,104 @@ def _act(story: Story, act: str, run: Any) -> None:
         )
 
 
-class Reaper:
-    """Makes this process a child subreaper (Linux), so a descendant that detaches (a guardian
-    in its own session, a daemonised tmux server) stays under it, and ends what is left."""
+class Keeper:
+    """The demo's parent: a child subreaper (Linux) that runs nothing itself. The story runs in
+    a forked child; whatever the story's processes start and then orphan (a guardian in its own
+    session, a daemonised tmux server, a fake boot's background process) is re-parented to the
+    keeper, not to init, so nothing can slip away. The keeper reaps those orphans as they end
+    (so no zombie is left for a fake to wait on), and on the story's request ends whatever of
+    them still runs and names it, so the table can say so. Without fork or prctl the story runs
+    in this process and sees only its own descendants."""
 
-    def __init__(self) -> None:
-        self.pid = os.getpid()
+    exit_code = 1
+
+    def __init__(self, forked: bool, ask: int = -1, answer: int = -1) -> None:
+        self.forked, self._ask, self._answer = forked, ask, answer
+
+    @classmethod
+    def start(cls) -> Keeper | None:
+        """In the story's process: its Keeper handle. In the keeper: None, once the story has
+        ended (its exit code in ``Keeper.exit_code``)."""
         try:
             import ctypes
 
             libc = ctypes.CDLL(None, use_errno=True)
-            self.subreaper = libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+            if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER (not inherited)
+                return cls(False)
         except (OSError, AttributeError):
-            self.subreaper = False
+            return cls(False)
+        ask_r, ask_w = os.pipe()
+        answer_r, answer_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child = os.fork()
+        if child == 0:
+            os.close(ask_r)
+            os.close(answer_w)
+            return cls(True, ask_w, answer_r)
+        os.close(ask_w)
+        os.close(answer_r)
+        cls.exit_code = cls._keep(child, ask_r, answer_w)
+        return None
+
+    @classmethod
+    def _keep(cls, child: int, ask: int, answer: int) -> int:
+        import select
+
+        # Ctrl-C reaches the story (same process group), which cleans up; the keeper waits
+        previous = {
+            signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+            signal.SIGTERM: signal.signal(
+                signal.SIGTERM, lambda signum, frame: os.kill(child, signal.SIGTERM)
+            ),
+        }
+        me = Reaper(None)
+        code = None
+        try:
+            while code is None:
+                ready, _, _ = select.select([ask], [], [], timing.DEMO_POLL_S)
+                if ready and os.read(ask, 1):
+                    others = {p: n for p, n in me.descendants().items() if p != child}
+                    ended = me.end_these(others) if others else []
+                    os.write(answer, ("\n".join(ended) + "\0").encode())
+                while True:  # reap orphans as they end; notice the story's own end
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
+                    if pid == 0:
+                        break
+                    if pid == child:
+                        code = os.waitstatus_to_exitcode(status)
+                        code = 128 - code if code < 0 else code
+            me.end_these(me.descendants())  # nothing should be left; never leave it running
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.close(ask)
+            os.close(answer)
+        return code
+
+    def orphans_ended(self) -> list[str]:
+        """Ask the keeper to end what the story's processes left with it; what it ended."""
+        if not self.forked:
+            return []
+        os.write(self._ask, b"?")
+        data = b""
+        while not data.endswith(b"\0"):
+            chunk = os.read(self._answer, 4096)
+            if not chunk:
+                break
+            data += chunk
+        return [line for line in data.rstrip(b"\0").decode().split("\n") if line]
+
+
+class Reaper:
+    """Finds and ends the live processes under this one."""
+
+    def __init__(self, keeper: Keeper | None) -> None:
+        self.pid = os.getpid()
+        self.keeper = keeper
 
     def descendants(self) -> dict[int, str]:
         """pid -> a short description of every live process below this one."""
@@ -254,8 +356,13 @@ class Reaper:
         return found
 
     def end(self) -> list[str]:
-        """End every descendant still running (TERM, then KILL) and reap; what was found."""
-        left = self.descendants()
+        """End every descendant still running, and what the keeper holds; what was found."""
+        mine = self.end_these(self.descendants())
+        theirs = self.keeper.orphans_ended() if self.keeper is not None else []
+        return sorted(set(mine + theirs))
+
+    def end_these(self, left: dict[int, str]) -> list[str]:
+        """End these (TERM, then KILL), reaping as they go; their descriptions."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in list(left):
                 try:
