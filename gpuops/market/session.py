@@ -81,7 +81,10 @@ def open_market(
     need_key: bool = True,
     rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    retry_sleep: Callable[[float], None] = time.sleep,
 ) -> Market:
+    """``sleep``: the market's waits (race polls, destroy confirmation); ``retry_sleep``: the
+    adapter's backoff between retried calls (a 503, a 429) and its pacing."""
     from gpuops.providers import vastai_lazy
     from gpuops.providers.vast import VastAdapter
 
@@ -92,7 +95,8 @@ def open_market(
     events = EventLog(Path(os.environ.get("GPUOPS_EVENTS") or here / "events.jsonl"), operator)
     from gpuops.market.rent import Pace
 
-    pace = Pace(sleep=sleep)  # one call budget: a sweep's threads and the adapter's 429 waits
+    # one call budget: a sweep's threads and the adapter's 429 waits
+    pace = Pace(sleep=retry_sleep)
     vast = VastAdapter(events=events, sleep=pace.hold)
     key_path = public_key_path()
     public_key = read_public_key(key_path) if need_key else ""
