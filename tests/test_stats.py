@@ -448,6 +448,7 @@ def test_the_whole_report_of_a_known_log_is_exactly_the_hand_worked_one(tmp_path
             "cost_usd_per_job": 0.174486, "cost_usd_total": 0.523457, "last_jobs": jobs,
         },
         "malformed_events": {"market.create": 2},
+        "skipped_events": 2,
     }  # fmt: skip
 
 
