@@ -231,8 +231,8 @@ class Stats:
         failed = calls - sum(self.creates[o] for o in CREATE_OK)
         other = failed - self.creates["taken"] - self.creates["rate-limited"]
         probes = sum(self.verdicts.values())
-        ssh = sum(self.verdicts[v] for v in SSH_VERDICTS)
-        faults = sum(self.verdicts[v] for v in HOST_FAULTS)
+        ssh = sum(self.verdicts[v.value] for v in SSH_VERDICTS)
+        faults = sum(self.verdicts[v.value] for v in HOST_FAULTS)
         jobs = self.lane_totals["jobs"]
         open_boxes = Counter(_box_kind(b) for b in self.boxes.values())
         return {
