@@ -402,3 +402,28 @@ def test_no_wrong_payload_crashes_the_pass_rate_index(tmp_path_factory, events):
         if kind in KINDS and isinstance(payload, dict) and ev.decode(kind, payload) is None
     )
     assert machine_counts(log, MemoryStore()).skipped == bad
+
+
+# --- the commands, as a user runs them against `gpuops fakes serve` --------------------------------
+@pytest.mark.slow
+@pytest.mark.process
+def test_offers_and_rent_succeed_with_the_bad_line_in_the_log(tmp_path):
+    """The issue's line in the log before `gpuops offers` and `gpuops rent` (real processes, the
+    loopback fakes): both exit 0, the rental is live, and `stats` counts the line as skipped."""
+    from tests.test_guard_process import Fakes
+
+    fakes = Fakes(tmp_path)
+    try:
+        fakes.state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (fakes.state / "events.jsonl").write_text(line("market.probe", BAD_PROBE))
+        offers = fakes.json("offers")
+        assert [o["id"] for o in offers["offers"]] == [900, 901, 902]
+        rented = fakes.json("rent", "b", "--gpu", "RTX 4090", "--hours", "1", "--race", "1",
+                            "--no-guard")  # fmt: skip
+        assert rented["state"] == "live" and rented["offer_id"] in (900, 901, 902)
+        assert fakes.json("stats")["skipped_events"] == 1
+        fakes.gpuops("destroy", "b")
+        assert fakes.live_instances() == []
+    finally:
+        fakes.proc.terminate()
+        fakes.proc.wait()
