@@ -62,6 +62,7 @@ def test_every_typed_kind_decodes_and_writes_back_the_same_json():
     for kind, payload in VALID.items():
         event = ev.decode(kind, payload)
         assert type(event).KIND == kind
+        assert event.to_payload() == payload  # plain lists, never tuples
         assert json.dumps(event.to_payload()) == json.dumps(payload)
 
 
