@@ -129,7 +129,8 @@ def _plain(value: object) -> object:
 class _Payload:
     def to_payload(self) -> dict[str, object]:
         """The payload as the log holds it: JSON values, keys in field order."""
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        return {f.name: _plain(getattr(self, f.name)) for f in fields}
 
 
 # --- the market: one race ----------------------------------------------------------------------

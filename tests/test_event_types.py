@@ -27,24 +27,60 @@ OFFERED = {"id": 1, "machine_id": 11, "dph_total": 0.3, "reliability": 0.99, "di
 PICKED = {"id": 1, "rank": 0, "propensity": 0.9, "explored": False}
 # One payload per typed kind, every field given, in the order its writer writes them.
 VALID: dict[str, dict[str, object]] = {
-    "market.selection": {"name": "r", "gpu_name": "RTX 4090", "k": 1, "candidates": [OFFERED],
-                         "removed": [{"id": 2, "reasons": ["quarantined"]}], "quarantined": 1,
-                         "picks": [PICKED]},  # fmt: skip
-    "market.create": {"name": "r", "offer_id": 1, "machine_id": 11, "outcome": "created",
-                      "instance_id": "900"},  # fmt: skip
-    "market.probe": {"name": "r", "offer_id": 1, "machine_id": 11, "instance_id": "900",
-                     "verdict": "pass"},  # fmt: skip
+    "market.selection": {
+        "name": "r",
+        "gpu_name": "RTX 4090",
+        "k": 1,
+        "candidates": [OFFERED],
+        "removed": [{"id": 2, "reasons": ["quarantined"]}],
+        "quarantined": 1,
+        "picks": [PICKED],
+    },  # fmt: skip
+    "market.create": {
+        "name": "r",
+        "offer_id": 1,
+        "machine_id": 11,
+        "outcome": "created",
+        "instance_id": "900",
+    },  # fmt: skip
+    "market.probe": {
+        "name": "r",
+        "offer_id": 1,
+        "machine_id": 11,
+        "instance_id": "900",
+        "verdict": "pass",
+    },  # fmt: skip
     "market.rent.done": {"name": "r", "instance_id": "900", "offer_id": 1},
     "market.rent.stopped": {"name": "r", "reason": "out of offers"},
     "market.quarantine": {"machine_id": 11, "cause": "slow-disk", "until": 1.5},
-    "ledger.transition": {"name": "r-0-0", "owner": "alice", "intent_id": "i", "instance_id": "900",
-                          "before": "destroying", "after": "gone-confirmed", "revision": 3,
-                          "error": None},  # fmt: skip
-    "guard.confirmed_gone": {"name": "r", "instance_id": "900", "guardian": "g", "deadline": "d",
-                             "delay_s": 1.5},  # fmt: skip
+    "ledger.transition": {
+        "name": "r-0-0",
+        "owner": "alice",
+        "intent_id": "i",
+        "instance_id": "900",
+        "before": "destroying",
+        "after": "gone-confirmed",
+        "revision": 3,
+        "error": None,
+    },  # fmt: skip
+    "guard.confirmed_gone": {
+        "name": "r",
+        "instance_id": "900",
+        "guardian": "g",
+        "deadline": "d",
+        "delay_s": 1.5,
+    },  # fmt: skip
     "lane.start": {"lane": "g2", "job": "j", "attempt": 1, "outcome": "started"},
-    "lane.job_end": {"lane": "g2", "job": "j", "attempts": 1, "stockouts": 0, "waiting_s": 1.0,
-                     "running_s": 2.0, "cost_usd": 0.5, "outcome": "succeeded"},  # fmt: skip
+    "lane.job_end": {
+        "lane": "g2",
+        "job": "j",
+        "attempts": 1,
+        "stockouts": 0,
+        "waiting_s": 1.0,
+        "running_s": 2.0,
+        "cost_usd": 0.5,
+        "outcome": "succeeded",
+    },  # fmt: skip
 }
 # The line the issue found: a probe whose verdict is a list.
 BAD_PROBE = {**VALID["market.probe"], "verdict": ["pass"]}
@@ -61,7 +97,7 @@ def test_every_typed_kind_decodes_and_writes_back_the_same_json():
     assert set(VALID) == ev.KINDS
     for kind, payload in VALID.items():
         event = ev.decode(kind, payload)
-        assert type(event).KIND == kind
+        assert kind == type(event).KIND
         assert event.to_payload() == payload  # plain lists, never tuples
         assert json.dumps(event.to_payload()) == json.dumps(payload)
 
@@ -163,9 +199,11 @@ def test_a_pick_that_is_not_a_candidate_and_lists_that_are_not_lists_do_not_deco
     sel = VALID["market.selection"]
     assert ev.decode("market.selection", {**sel, "picks": [{**PICKED, "id": 2}]}) is None
     assert ev.decode("market.selection", {**sel, "candidates": [], "picks": []}).picks == ()
-    for name, bad in [("candidates", {"id": 1}), ("candidates", [1]), ("picks", "x"),
-                      ("removed", [{"id": 2, "reasons": "quarantined"}]),
-                      ("removed", [{"id": 2, "reasons": [1]}]), ("picks", [{**PICKED, "explored": 1}])]:  # fmt: skip
+    wrong = [("candidates", {"id": 1}), ("candidates", [1]), ("picks", "x"),
+             ("removed", [{"id": 2, "reasons": "quarantined"}]),
+             ("removed", [{"id": 2, "reasons": [1]}]),
+             ("picks", [{**PICKED, "explored": 1}])]  # fmt: skip
+    for name, bad in wrong:
         assert ev.decode("market.selection", {**sel, name: bad}) is None, (name, bad)
     as_tuple = ev.decode("market.selection", {**sel, "candidates": (OFFERED,)})
     assert as_tuple.candidates == (ev.Offered(**OFFERED),)
@@ -203,7 +241,8 @@ def test_a_race_ranked_from_a_log_with_the_bad_line_still_rents(tmp_path: Path):
     from gpuops.providers.vast import VastAdapter
 
     offers = [{"id": 1000, "machine_id": 500, "gpu_name": "RTX 4090", "gpu_ram": 24564,
-               "dph_total": 0.3, "reliability": 0.99, "disk_bw": 1500.0, "fate": "healthy"}]  # fmt: skip
+               "dph_total": 0.3, "reliability": 0.99, "disk_bw": 1500.0,
+               "fate": "healthy"}]  # fmt: skip
     fake = FakeVast(
         parse_scenario({"vast": {"api_key": "k", "ssh_keys": [KEY], "offers": offers}}),
         clock=FakeClock(),
@@ -341,7 +380,9 @@ def test_gpuops_stats_reports_the_skipped_line(tmp_path):
 # --- fuzz: valid JSON, wrong content, through every reader ---------------------------------------
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 
@@ -405,7 +446,7 @@ def test_no_wrong_payload_crashes_the_pass_rate_index(tmp_path_factory, events):
     assert machine_counts(log, MemoryStore()).skipped == bad
 
 
-# --- the commands, as a user runs them against `gpuops fakes serve` --------------------------------
+# --- the commands, as a user runs them against `gpuops fakes serve` ---------------------------
 @pytest.mark.slow
 @pytest.mark.process
 def test_offers_and_rent_succeed_with_the_bad_line_in_the_log(tmp_path):

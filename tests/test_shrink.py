@@ -134,7 +134,9 @@ def test_ssh_failures_do_not_count_against_a_host():
     counts = MachineCounts()
     counts.add("market.selection", race("a", "RTX 4090"))
     for verdict in ("ssh-auth", "ssh-unreachable", "pass", "slow-disk", "unknown"):
-        counts.add("market.probe", {"offer_id": 1, "name": "a", "machine_id": 7, "verdict": verdict})
+        counts.add(
+            "market.probe", {"offer_id": 1, "name": "a", "machine_id": 7, "verdict": verdict}
+        )
     counts.add("market.rent.done", {"name": "a"})
     counts.add("market.probe", {"offer_id": 1, "name": "a", "machine_id": 8, "verdict": "pass"})
 

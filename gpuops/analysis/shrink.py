@@ -86,7 +86,9 @@ class MachineCounts:
             self.race_gpu[event.name] = event.gpu_name
         elif isinstance(event, RentDone | RentStopped):
             self.race_gpu.pop(event.name, None)
-        elif isinstance(event, Probe) and (event.verdict is Verdict.PASS or event.verdict.host_fault):
+        elif isinstance(event, Probe) and (
+            event.verdict is Verdict.PASS or event.verdict.host_fault
+        ):
             machine = event.machine_id
             self.trials[machine] = self.trials.get(machine, 0) + 1
             self.passes[machine] = self.passes.get(machine, 0) + (event.verdict is Verdict.PASS)

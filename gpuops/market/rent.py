@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gpuops import timing
 from gpuops import event_types as ev
+from gpuops import timing
 from gpuops.errors import (
     AuthFailed,
     GpuopsError,
