@@ -91,29 +91,31 @@ def _verdict(value: object) -> Verdict:
 _VERDICTS = frozenset(v.value for v in Verdict)
 
 
-def _optional(check: Callable[[object], object]) -> Callable[[object], object]:
-    return lambda value: None if value is None else check(value)
-
-
-def _each(check: Callable[[object], object]) -> Callable[[object], tuple[object, ...]]:
-    def items(value: object) -> tuple[object, ...]:
-        if not isinstance(value, list | tuple):
-            raise _Bad
-        return tuple(check(item) for item in value)
-
-    return items
-
-
 def _decode_as(cls: type[_T], payload: object) -> _T:
     if not isinstance(payload, Mapping):
         raise _Bad
     values = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.name in payload:
-            values[f.name] = _CHECKS[f.type](payload[f.name])  # type: ignore[index]
+            values[f.name] = _field(str(f.type), payload[f.name])
         elif f.default is dataclasses.MISSING:
             raise _Bad
     return cls(**values)
+
+
+def _field(annotation: str, value: object) -> object:
+    """``value`` checked against a field's annotation text: ``X | None``, ``tuple[X, ...]``, a
+    nested event part, or a scalar in ``_CHECKS``."""
+    if annotation.endswith(" | None"):
+        return None if value is None else _field(annotation.removesuffix(" | None"), value)
+    if annotation.startswith("tuple["):
+        if not isinstance(value, list | tuple):
+            raise _Bad
+        inner = annotation.removeprefix("tuple[").removesuffix(", ...]")
+        return tuple(_field(inner, item) for item in value)
+    if annotation in _PARTS:
+        return _decode_as(_PARTS[annotation], value)
+    return _CHECKS[annotation](value)
 
 
 def _plain(value: object) -> object:
@@ -287,19 +289,13 @@ class LaneJobEnd(_Payload):
 
 _CHECKS: dict[str, Callable[[object], object]] = {
     "str": _text,
-    "str | None": _optional(_text),
     "int": _whole,
-    "int | None": _optional(_whole),
     "float": _number,
-    "float | None": _optional(_number),
     "bool": _flag,
-    "Probability | None": _optional(_probability),
+    "Probability": _probability,
     "Verdict": _verdict,
-    "tuple[str, ...]": _each(_text),
-    "tuple[Offered, ...]": _each(lambda v: _decode_as(Offered, v)),
-    "tuple[Removed, ...]": _each(lambda v: _decode_as(Removed, v)),
-    "tuple[Picked, ...]": _each(lambda v: _decode_as(Picked, v)),
 }
+_PARTS: Mapping[str, type] = {"Offered": Offered, "Removed": Removed, "Picked": Picked}
 
 _TYPES = (
     Selection,

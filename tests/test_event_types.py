@@ -287,8 +287,9 @@ def test_stats_counts_an_event_whose_stamp_is_not_a_time_as_skipped():
     stats = Stats()
     stats.add(TS, "market.selection", VALID["market.selection"])
     stats.add(TS, "market.create", VALID["market.create"])
+    stats.add(TS, "ledger.transition", {"after": 1})
     stats.add("not a time", "ledger.transition", VALID["ledger.transition"])
-    assert stats.report()["malformed_events"] == {"ledger.transition": 1}
+    assert stats.report()["malformed_events"] == {"ledger.transition": 2}
 
 
 def race(name: str, propensity: object) -> list[tuple[str, dict[str, object]]]:
