@@ -77,6 +77,8 @@ def _policy_eval(args: argparse.Namespace, state_url: str, as_json: bool) -> int
         "matched": result.matched,
         "effective_n": round(result.effective_n, 2),
         "seconds_to_healthy": result.seconds_to_healthy,
+        # events that did not decode (event_types), skipped by each fold
+        "skipped_events": {"decisions": decisions.skipped, "pass_rates": counts.skipped},
         "estimates": {
             e.metric: {
                 "logged_mean": e.logged_mean,
@@ -102,6 +104,11 @@ def _policy_eval(args: argparse.Namespace, state_url: str, as_json: bool) -> int
         )
     healthy = result.seconds_to_healthy
     print(f"  time to a healthy box (SNIPS): {'n/a' if healthy is None else f'{healthy:.0f} s'}")
+    if decisions.skipped or counts.skipped:
+        print(
+            f"  skipped events that did not decode: {decisions.skipped} for the decisions, "
+            f"{counts.skipped} for the pass rates"
+        )
     return 0
 
 

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Protocol
 
+from gpuops import event_types as ev
 from gpuops.errors import (
     CorruptState,
     IllegalTransition,
@@ -357,8 +358,7 @@ class Ledger:
         return self._logged(done.before, done.after)  # type: ignore[arg-type]
 
     def _logged(self, before: Record | None, after: Record) -> Record:
-        self.events.append(
-            "ledger.transition",
+        transition = ev.Transition(
             name=after.name,
             owner=after.owner,
             intent_id=after.intent_id,
@@ -368,4 +368,5 @@ class Ledger:
             revision=after.revision,
             error=after.last_error,
         )
+        self.events.append(transition.KIND, **transition.to_payload())
         return after

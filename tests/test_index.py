@@ -11,8 +11,8 @@ from gpuops.analysis import index
 from gpuops.analysis.index import index_key, machine_counts
 from gpuops.analysis.learned import pass_rates_from_log
 from gpuops.analysis.scan import scan
-from gpuops.analysis.shrink import HOST_FAULTS
 from gpuops.analysis.stats import KINDS, Stats
+from gpuops.market.quarantine import HOST_FAULTS
 from gpuops.store.memory import MemoryStore
 
 

@@ -306,8 +306,12 @@ def test_the_fold_keeps_races_apart_and_costs_a_box_from_its_create():
     folded.add(at(1), "market.create", {"name": "a", "offer_id": 1, "outcome": "created"})
     folded.add(at(1), "market.probe", {"name": "b"})
     folded.add(at(1), "market.probe", {"name": "b"})
-    folded.add(at(3), "market.probe", {"name": "a", "offer_id": 1, "verdict": "pass"})
-    folded.add(at(4), "market.probe", {"name": "b", "offer_id": 2, "verdict": "no-gpu"})
+    folded.add(
+        at(3), "market.probe", {"name": "a", "offer_id": 1, "machine_id": 1, "verdict": "pass"}
+    )
+    folded.add(
+        at(4), "market.probe", {"name": "b", "offer_id": 2, "machine_id": 2, "verdict": "no-gpu"}
+    )
 
     a, b = folded.rows
     assert (a.gpu_name, a.passed, a.seconds, a.cost_usd) == ("A", True, 3 * 3600.0, 0.72)

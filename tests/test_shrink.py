@@ -124,14 +124,21 @@ def test_the_fit_falls_back_where_the_data_cannot_say_how_much_machines_differ()
     assert wild.alpha + wild.beta == MIN_STRENGTH
 
 
+def race(name: str, gpu_name: str) -> dict[str, object]:
+    """A race's selection as shrink reads it: its name and GPU model (no offer was picked)."""
+    return {"name": name, "gpu_name": gpu_name, "candidates": [], "picks": []}
+
+
 def test_ssh_failures_do_not_count_against_a_host():
     """M2: an SSH failure is not a host fault, so it is no trial; a host fault is."""
     counts = MachineCounts()
-    counts.add("market.selection", {"name": "a", "gpu_name": "RTX 4090"})
+    counts.add("market.selection", race("a", "RTX 4090"))
     for verdict in ("ssh-auth", "ssh-unreachable", "pass", "slow-disk", "unknown"):
-        counts.add("market.probe", {"name": "a", "machine_id": 7, "verdict": verdict})
+        counts.add(
+            "market.probe", {"offer_id": 1, "name": "a", "machine_id": 7, "verdict": verdict}
+        )
     counts.add("market.rent.done", {"name": "a"})
-    counts.add("market.probe", {"name": "a", "machine_id": 8, "verdict": "pass"})
+    counts.add("market.probe", {"offer_id": 1, "name": "a", "machine_id": 8, "verdict": "pass"})
 
     assert (counts.passes[7], counts.trials[7], counts.gpu[7]) == (1, 2, "RTX 4090")
     assert 8 not in counts.gpu and counts.race_gpu == {}
@@ -263,13 +270,13 @@ def test_each_race_s_gpu_goes_to_its_own_machines_and_ends_with_the_race():
     and ending a race never seen is harmless."""
     counts = MachineCounts()
 
-    counts.add("market.selection", {"name": "a", "gpu_name": "RTX 4090"})
-    counts.add("market.selection", {"name": "b", "gpu_name": "RTX 3090"})
-    counts.add("market.probe", {"name": "a", "machine_id": 1, "verdict": "pass"})
+    counts.add("market.selection", race("a", "RTX 4090"))
+    counts.add("market.selection", race("b", "RTX 3090"))
+    counts.add("market.probe", {"offer_id": 1, "name": "a", "machine_id": 1, "verdict": "pass"})
     counts.add("market.rent.stopped", {"name": "b"})
-    counts.add("market.probe", {"name": "b", "machine_id": 2, "verdict": "pass"})
+    counts.add("market.probe", {"offer_id": 1, "name": "b", "machine_id": 2, "verdict": "pass"})
     counts.add("market.rent.done", {"name": "never-seen"})
-    counts.add("market.probe", {"name": "a", "machine_id": "3", "verdict": "pass"})
+    counts.add("market.probe", {"offer_id": 1, "name": "a", "machine_id": "3", "verdict": "pass"})
 
     assert counts.gpu == {1: "RTX 4090"} and counts.race_gpu == {"a": "RTX 4090"}
     assert counts.trials == {1: 1, 2: 1}

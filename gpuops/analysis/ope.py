@@ -12,7 +12,10 @@ Outcomes of a lead pick: ``passed`` (its probe passed; a taken offer did not), `
 until its verdict: ``dph_total`` times the hours from its create). A policy's time to a healthy
 box is estimated as seconds / pass rate (one pick after another until one passes).
 
-Pure: ``Decisions.add`` folds events into ``Decision`` rows; ``evaluate`` computes.
+Pure: ``Decisions.add`` folds events into ``Decision`` rows, each read through
+``event_types.decode`` (one that does not decode is counted in ``skipped``, never fatal; a
+logged propensity outside (0, 1] does not decode); ``evaluate`` computes, and refuses a row
+whose propensity is not positive with a ValueError rather than dividing by it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuops import event_types as ev
 from gpuops.analysis.stats import CREATE_OK, hours_between
+from gpuops.market.probe import Verdict
 from gpuops.market.select import EXPLORE_RATE, propensity_of
 
 KINDS = frozenset({"market.selection", "market.create", "market.probe"})
@@ -71,31 +76,41 @@ class Decisions:
     skipped: int = 0
 
     def add(self, ts: str, kind: str, p: Mapping[str, object]) -> None:
+        event = ev.decode(kind, p)
+        if event is None:
+            self.skipped += 1
+            return
         try:
-            self._add(ts, kind, p)
-        except (KeyError, TypeError, ValueError, IndexError):
+            self._add(ts, event)
+        except ValueError:  # a stamp that is not ISO-8601
             self.skipped += 1
 
-    def _add(self, ts: str, kind: str, p: Mapping[str, object]) -> None:
-        name = str(p["name"])
-        if kind == "market.selection":
-            cands = tuple(_candidate(c) for c in p["candidates"])  # type: ignore[attr-defined]
-            lead = p["picks"][0]  # type: ignore[index]
-            chosen = [c.id for c in cands].index(int(lead["id"]))
-            self.open[name] = _Open(
-                str(p["gpu_name"]), ts, cands, chosen, float(lead["propensity"])
-            )
+    def _add(self, ts: str, event: ev.Event) -> None:
+        if isinstance(event, ev.Selection):
+            self._open(ts, event)
             return
-        race = self.open.get(name)
-        if race is None or int(str(p["offer_id"])) != race.candidates[race.chosen].id:
+        if not isinstance(event, ev.Create | ev.Probe):
             return
-        if kind == "market.create":
-            if p["outcome"] in CREATE_OK:
-                race.created = ts
-            else:
-                self._close(name, race, ts, passed=False)
-        elif kind == "market.probe":
-            self._close(name, race, ts, passed=p["verdict"] == "pass")
+        race = self.open.get(event.name)
+        if race is None or event.offer_id != race.candidates[race.chosen].id:
+            return
+        if isinstance(event, ev.Probe):
+            self._close(event.name, race, ts, passed=event.verdict is Verdict.PASS)
+        elif event.outcome in CREATE_OK:
+            race.created = ts
+        else:
+            self._close(event.name, race, ts, passed=False)
+
+    def _open(self, ts: str, event: ev.Selection) -> None:
+        if not event.picks:
+            return  # a race with no pick made no decision
+        lead = event.picks[0]
+        if lead.propensity is None:
+            self.skipped += 1  # not logged: nothing to reweight it by
+            return
+        cands = tuple(_candidate(c) for c in event.candidates)
+        chosen = [c.id for c in cands].index(lead.id)  # decode: a pick is one of the candidates
+        self.open[event.name] = _Open(event.gpu_name, ts, cands, chosen, float(lead.propensity))
 
     def _close(self, name: str, race: _Open, ts: str, *, passed: bool) -> None:
         del self.open[name]
@@ -109,14 +124,14 @@ class Decisions:
         )
 
 
-def _candidate(c: Mapping[str, object]) -> Candidate:
-    rel, disk = c.get("reliability"), c.get("disk_bw")
+def _candidate(c: ev.Offered) -> Candidate:
+    rel, disk = c.reliability, c.disk_bw
     return Candidate(
-        int(str(c["id"])),
-        int(str(c["machine_id"])),
-        float(str(c["dph_total"])),
-        None if rel is None else float(str(rel)),
-        None if disk is None else float(str(disk)),
+        c.id,
+        c.machine_id,
+        float(c.dph_total),
+        None if rel is None else float(rel),
+        None if disk is None else float(disk),
     )
 
 
@@ -194,6 +209,12 @@ class Evaluation:
 def evaluate(rows: Sequence[Decision], policy: Policy) -> Evaluation:
     if not rows:
         raise ValueError("no logged decisions to evaluate")
+    unweighable = sum(1 for d in rows if not d.propensity > 0)
+    if unweighable:
+        raise ValueError(
+            f"{unweighable} logged decisions have a propensity that is not positive; "
+            "off-policy evaluation cannot reweight them"
+        )
     weights = [policy(d)[d.chosen] / d.propensity for d in rows]
     total = sum(weights)
     n = len(rows)

@@ -13,7 +13,8 @@ A trial is a probe that judged the hardware: a pass or a host fault. SSH failure
 the host's fault (M2; about half those machines passed at another time), so they are not
 counted against it.
 
-Pure: ``MachineCounts.add`` folds events; ``fit`` and ``PassRates`` compute.
+Pure: ``MachineCounts.add`` folds events (read through ``event_types.decode``: an event that
+does not decode is counted in ``skipped``, never fatal); ``fit`` and ``PassRates`` compute.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpuops.analysis.stats import HOST_FAULTS
+from gpuops.event_types import Probe, RentDone, RentStopped, Selection, decode
+from gpuops.market.probe import Verdict
 
 KINDS = frozenset({"market.selection", "market.probe", "market.rent.done", "market.rent.stopped"})
 MIN_MACHINES = 3  # fewer machines of a model than this: use the prior fitted to all machines
@@ -74,21 +76,24 @@ class MachineCounts:
     trials: dict[int, int] = field(default_factory=dict)
     gpu: dict[int, str] = field(default_factory=dict)
     race_gpu: dict[str, str] = field(default_factory=dict)
+    skipped: int = 0  # events of KINDS that did not decode (not part of the index checkpoint)
 
     def add(self, kind: str, payload: Mapping[str, object]) -> None:
-        name = str(payload.get("name"))
-        if kind == "market.selection":
-            self.race_gpu[name] = str(payload.get("gpu_name"))
-        elif kind in ("market.rent.done", "market.rent.stopped"):
-            self.race_gpu.pop(name, None)
-        elif kind == "market.probe":
-            verdict, machine = payload.get("verdict"), payload.get("machine_id")
-            if not isinstance(machine, int) or (verdict != "pass" and verdict not in HOST_FAULTS):
-                return
+        event = decode(kind, payload)
+        if event is None:
+            self.skipped += 1
+        elif isinstance(event, Selection):
+            self.race_gpu[event.name] = event.gpu_name
+        elif isinstance(event, RentDone | RentStopped):
+            self.race_gpu.pop(event.name, None)
+        elif isinstance(event, Probe) and (
+            event.verdict is Verdict.PASS or event.verdict.host_fault
+        ):
+            machine = event.machine_id
             self.trials[machine] = self.trials.get(machine, 0) + 1
-            self.passes[machine] = self.passes.get(machine, 0) + (verdict == "pass")
-            if name in self.race_gpu:
-                self.gpu[machine] = self.race_gpu[name]
+            self.passes[machine] = self.passes.get(machine, 0) + (event.verdict is Verdict.PASS)
+            if event.name in self.race_gpu:
+                self.gpu[machine] = self.race_gpu[event.name]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,9 @@
 """The seed's table of figures, folded from the event log one event at a time (issue 6, M11).
 
-Pure: ``Stats.add(ts, kind, payload)`` for each event, then ``Stats.report()``. Memory is
+Pure: ``Stats.add(ts, kind, payload)`` for each event, then ``Stats.report()``. Every payload is
+read through ``event_types.decode``: one that does not decode (a wrong type, a missing field, a
+verdict outside ``probe.Verdict``) is counted under ``malformed_events`` and skipped, never
+fatal; ``skipped_events`` is their total. Memory is
 bounded by what is open at once (races in progress, boxes not yet confirmed gone) and by the
 number of distinct machines, never by the number of events.
 
@@ -25,6 +28,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from gpuops import event_types as ev
+from gpuops.market.probe import Verdict
 from gpuops.market.select import MIN_DISK_MB_PER_S, MIN_RELIABILITY
 
 KINDS = frozenset(
@@ -44,8 +49,8 @@ KINDS = frozenset(
 # Only the gone-confirmed transitions matter here, and transitions are the log's commonest line.
 NEEDLES = {"ledger.transition": b'"after":"gone-confirmed"'}
 CREATE_OK = frozenset({"created", "reconciled"})
-SSH_VERDICTS = frozenset({"ssh-auth", "ssh-unreachable", "ssh-host-key-changed"})
-HOST_FAULTS = frozenset({"no-gpu", "low-vram", "slow-disk", "cuda-broken"})
+SSH_VERDICTS = frozenset({Verdict.SSH_AUTH, Verdict.SSH_UNREACHABLE, Verdict.SSH_HOST_KEY_CHANGED})
+HOST_FAULTS = frozenset(v for v in Verdict if v.host_fault)
 SECONDS_PER_HOUR = 3600.0
 GUARD_BUCKETS = (-600.0, -60.0, 0.0, 60.0, 600.0)  # upper edges of the lateness histogram
 LANE_JOBS_KEPT = 20  # the last jobs listed one by one; the rest only in the totals
@@ -61,7 +66,7 @@ class OfferFacts:
 class Box:
     started: str
     dph_total: float | None
-    verdict: str | None = None
+    verdict: Verdict | None = None
     kept: bool = False
 
 
@@ -97,7 +102,7 @@ class Stats:
     passed: set[int] = field(default_factory=set)
     filter_probes: Counter[str] = field(default_factory=Counter)
     filter_faults: Counter[str] = field(default_factory=Counter)
-    races: dict[str, list[dict[str, object]]] = field(default_factory=dict)
+    races: dict[str, tuple[ev.Offered, ...]] = field(default_factory=dict)
     boxes: dict[str, Box] = field(default_factory=dict)
     cost_usd: Counter[str] = field(default_factory=Counter)
     box_count: Counter[str] = field(default_factory=Counter)
@@ -114,76 +119,71 @@ class Stats:
     malformed: Counter[str] = field(default_factory=Counter)
 
     def add(self, ts: str, kind: str, payload: dict[str, object]) -> None:
-        """Fold one event in; a payload missing what its kind needs is counted, not fatal."""
+        """Fold one event in; a payload that does not decode as its kind is counted, not fatal
+        (so is a stamp that is not ISO-8601, found when a box's hours are computed)."""
         if self.first_ts is None:
             self.first_ts = ts
         self.last_ts = ts
+        event = ev.decode(kind, payload)
+        if event is None:
+            self.malformed[kind] += 1
+            return
         try:
-            _HANDLERS[kind](self, ts, payload)
-        except (KeyError, TypeError, ValueError):
+            _HANDLERS[type(event)](self, ts, event)  # type: ignore[operator]
+        except ValueError:  # a stamp that is not ISO-8601
             self.malformed[kind] += 1
 
     # --- the market ----------------------------------------------------------------------
-    def _selection(self, ts: str, p: dict[str, object]) -> None:
-        # kept as decoded; judged only for the few offers a create or probe names (speed)
-        self.races[str(p["name"])] = _dicts(p["candidates"])  # a new race replaces the last
-        picks = _dicts(p["picks"])
+    def _selection(self, ts: str, e: ev.Selection) -> None:
+        self.races[e.name] = e.candidates  # a new race replaces the last
         self.selections += 1
-        self.picks += len(picks)
-        self.explored_picks += sum(1 for pick in picks if pick.get("explored") is True)
+        self.picks += len(e.picks)
+        self.explored_picks += sum(1 for pick in e.picks if pick.explored)
 
     def _facts(self, name: str, offer_id: int) -> OfferFacts | None:
         for c in self.races.get(name, ()):
-            if c.get("id") == offer_id:
-                return OfferFacts(
-                    _float(c.get("dph_total")),
-                    in_default_filter(c.get("reliability"), c.get("disk_bw")),
-                )
+            if c.id == offer_id:
+                return OfferFacts(c.dph_total, in_default_filter(c.reliability, c.disk_bw))
         return None
 
-    def _create(self, ts: str, p: dict[str, object]) -> None:
-        outcome = str(p["outcome"])
-        self.creates[outcome] += 1
-        instance_id = p.get("instance_id")
-        if outcome in CREATE_OK and instance_id is not None:
-            name, offer_id = str(p["name"]), int(str(p["offer_id"]))
-            facts = self._facts(name, offer_id)
-            dph = facts.dph_total if facts else None
-            self.boxes[str(instance_id)] = Box(ts, dph)
+    def _create(self, ts: str, e: ev.Create) -> None:
+        self.creates[e.outcome] += 1
+        if e.outcome in CREATE_OK and e.instance_id is not None:
+            facts = self._facts(e.name, e.offer_id)
+            self.boxes[e.instance_id] = Box(ts, facts.dph_total if facts else None)
 
-    def _probe(self, ts: str, p: dict[str, object]) -> None:
-        verdict, machine = str(p["verdict"]), int(str(p["machine_id"]))
-        self.verdicts[verdict] += 1
-        if verdict in SSH_VERDICTS:
-            self.ssh_failed.add(machine)
-        elif verdict == "pass":
-            self.passed.add(machine)
-        facts = self._facts(str(p["name"]), int(str(p["offer_id"])))
+    def _probe(self, ts: str, e: ev.Probe) -> None:
+        self.verdicts[e.verdict.value] += 1
+        if e.verdict in SSH_VERDICTS:
+            self.ssh_failed.add(e.machine_id)
+        elif e.verdict is Verdict.PASS:
+            self.passed.add(e.machine_id)
+        facts = self._facts(e.name, e.offer_id)
         group = _group(facts.in_filter if facts else None)
         self.filter_probes[group] += 1
-        self.filter_faults[group] += verdict in HOST_FAULTS
-        box = self.boxes.get(str(p.get("instance_id")))
+        self.filter_faults[group] += e.verdict.host_fault
+        box = self.boxes.get(str(e.instance_id))
         if box is not None:
-            box.verdict = verdict
+            box.verdict = e.verdict
 
-    def _rent_done(self, ts: str, p: dict[str, object]) -> None:
+    def _rent_done(self, ts: str, e: ev.RentDone) -> None:
         self.rentals += 1
-        box = self.boxes.get(str(p.get("instance_id")))
+        box = self.boxes.get(str(e.instance_id))
         if box is not None:
             box.kept = True
-        self.races.pop(str(p["name"]), None)  # the race is over: its candidates can go
+        self.races.pop(e.name, None)  # the race is over: its candidates can go
 
-    def _rent_stopped(self, ts: str, p: dict[str, object]) -> None:
+    def _rent_stopped(self, ts: str, e: ev.RentStopped) -> None:
         self.stopped += 1
-        self.races.pop(str(p["name"]), None)
+        self.races.pop(e.name, None)
 
-    def _quarantine(self, ts: str, p: dict[str, object]) -> None:
+    def _quarantine(self, ts: str, e: ev.Quarantine) -> None:
         self.quarantines += 1
 
-    def _transition(self, ts: str, p: dict[str, object]) -> None:
-        if p["after"] != "gone-confirmed" or p.get("instance_id") is None:
+    def _transition(self, ts: str, e: ev.Transition) -> None:
+        if e.after != "gone-confirmed" or e.instance_id is None:
             return
-        box = self.boxes.pop(str(p["instance_id"]), None)
+        box = self.boxes.pop(e.instance_id, None)
         if box is None:
             return
         kind = _box_kind(box)
@@ -192,8 +192,8 @@ class Stats:
             self.cost_usd[kind] += box.dph_total * hours_between(box.started, ts)
 
     # --- the guardian and the lane ---------------------------------------------------------
-    def _guard(self, ts: str, p: dict[str, object]) -> None:
-        late = float(str(p["delay_s"]))
+    def _guard(self, ts: str, e: ev.ConfirmedGone) -> None:
+        late = float(e.delay_s)
         self.guard_firings += 1
         self.guard_late += late > 0
         self.guard_lateness_sum += late
@@ -205,19 +205,19 @@ class Stats:
         )
         self.guard_hist[sum(1 for edge in GUARD_BUCKETS if late > edge)] += 1
 
-    def _lane_start(self, ts: str, p: dict[str, object]) -> None:
-        self.lane_starts[str(p["outcome"])] += 1
+    def _lane_start(self, ts: str, e: ev.LaneStart) -> None:
+        self.lane_starts[e.outcome] += 1
 
-    def _lane_job_end(self, ts: str, p: dict[str, object]) -> None:
+    def _lane_job_end(self, ts: str, e: ev.LaneJobEnd) -> None:
         row = {
-            "lane": str(p["lane"]),
-            "job": str(p["job"]),
-            "attempts": int(str(p["attempts"])),
-            "stockouts": int(str(p["stockouts"])),
-            "waiting": float(str(p["waiting_s"])),
-            "running": float(str(p["running_s"])),
-            "cost_usd": float(str(p["cost_usd"])),
-            "outcome": str(p["outcome"]),
+            "lane": e.lane,
+            "job": e.job,
+            "attempts": e.attempts,
+            "stockouts": e.stockouts,
+            "waiting": float(e.waiting_s),
+            "running": float(e.running_s),
+            "cost_usd": float(e.cost_usd),
+            "outcome": e.outcome,
         }
         for name in ("attempts", "stockouts", "waiting", "running", "cost_usd"):
             self.lane_totals[name] += row[name]  # type: ignore[assignment]
@@ -231,8 +231,8 @@ class Stats:
         failed = calls - sum(self.creates[o] for o in CREATE_OK)
         other = failed - self.creates["taken"] - self.creates["rate-limited"]
         probes = sum(self.verdicts.values())
-        ssh = sum(self.verdicts[v] for v in SSH_VERDICTS)
-        faults = sum(self.verdicts[v] for v in HOST_FAULTS)
+        ssh = sum(self.verdicts[v.value] for v in SSH_VERDICTS)
+        faults = sum(self.verdicts[v.value] for v in HOST_FAULTS)
         jobs = self.lane_totals["jobs"]
         open_boxes = Counter(_box_kind(b) for b in self.boxes.values())
         return {
@@ -298,13 +298,14 @@ class Stats:
                 "last_jobs": list(self.lane_jobs),
             },
             "malformed_events": dict(sorted(self.malformed.items())),
+            "skipped_events": sum(self.malformed.values()),
         }
 
 
 def _box_kind(box: Box) -> str:
     if box.kept:
         return "rental"
-    if box.verdict == "pass":
+    if box.verdict is Verdict.PASS:
         return "lost-race"
     return "failed"  # failed its probe, never came up, or vanished
 
@@ -317,25 +318,15 @@ def _per(total: float, jobs: float) -> float | None:
     return round(total / jobs, 6) if jobs else None
 
 
-def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _dicts(value: object) -> list[dict[str, object]]:
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise TypeError  # counted as malformed by add
-    return value
-
-
 _HANDLERS = {
-    "market.selection": Stats._selection,
-    "market.create": Stats._create,
-    "market.probe": Stats._probe,
-    "market.rent.done": Stats._rent_done,
-    "market.rent.stopped": Stats._rent_stopped,
-    "market.quarantine": Stats._quarantine,
-    "ledger.transition": Stats._transition,
-    "guard.confirmed_gone": Stats._guard,
-    "lane.start": Stats._lane_start,
-    "lane.job_end": Stats._lane_job_end,
+    ev.Selection: Stats._selection,
+    ev.Create: Stats._create,
+    ev.Probe: Stats._probe,
+    ev.RentDone: Stats._rent_done,
+    ev.RentStopped: Stats._rent_stopped,
+    ev.Quarantine: Stats._quarantine,
+    ev.Transition: Stats._transition,
+    ev.ConfirmedGone: Stats._guard,
+    ev.LaneStart: Stats._lane_start,
+    ev.LaneJobEnd: Stats._lane_job_end,
 }

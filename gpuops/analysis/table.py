@@ -63,5 +63,8 @@ def lines(report: dict[str, Any], scanned: dict[str, Any]) -> list[str]:
     else:
         out.append(f"lane: no finished jobs; start attempts {dict(lane['starts'])}")
     if report["malformed_events"]:
-        out.append(f"events missing fields (skipped): {report['malformed_events']}")
+        out.append(
+            f"{report['skipped_events']} events skipped (did not decode): "
+            f"{report['malformed_events']}"
+        )
     return out

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.errors import (
     CapacityExhausted,
@@ -435,7 +436,8 @@ class Lane:
         return None
 
     def _start_event(self, board: b.Board, job: str, attempt: int, outcome: str) -> None:
-        self.events.append("lane.start", lane=board.lane, job=job, attempt=attempt, outcome=outcome)
+        start = ev.LaneStart(lane=board.lane, job=job, attempt=attempt, outcome=outcome)
+        self.events.append(start.KIND, **start.to_payload())
 
     def watch(self, job: str, *, timeout_s: float = timing.LANE_WATCH_TIMEOUT_S) -> d.Verdict:
         """Report stages until the job ends; a timeout is StillRunning (exit 5), never failed.
@@ -530,8 +532,7 @@ class Lane:
         until = now if end is None else min(now, end)
         running_s = 0.0 if before.started is None else max(0.0, until - before.started)
         held_s = 0.0 if before.claimed is None else now - before.claimed
-        self.events.append(
-            "lane.job_end",
+        end_event = ev.LaneJobEnd(
             lane=before.lane,
             job=job,
             attempts=before.attempt,
@@ -543,6 +544,7 @@ class Lane:
             cost_usd=self.cost(running_s, held_s),
             outcome=outcome if outcome in ("succeeded", "failed") else "unknown",
         )
+        self.events.append(end_event.KIND, **end_event.to_payload())
         return after
 
     def _clear_job_metadata(self) -> None:

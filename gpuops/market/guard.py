@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
+from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.errors import (
     GpuopsError,
@@ -330,11 +331,14 @@ class Guardian:
         rental = self.market.rentals.get(self.name)
         if rental is not None and rental.state == RELEASED and all(o.released for o in outcomes):
             now = self.clock()
-            self._log(
-                "guard.confirmed_gone",
+            gone = ev.ConfirmedGone(
+                name=self.name,
+                instance_id=self.instance_id,
+                guardian=self.me,
                 deadline=utc_iso(self.deadline_at),
                 delay_s=round(now - self.deadline_at, 3),
             )
+            self.events.append(gone.KIND, **gone.to_payload())
             self.say(
                 f"gpuops guard: {self.name}: every box confirmed gone "
                 f"({len(outcomes)} ended), {now - self.deadline_at:+.1f} s from its deadline"

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.errors import CorruptState
 from gpuops.ledger import EventSink
@@ -81,7 +82,8 @@ class Quarantine:
         entry = self.records.update(str(machine_id), lambda current: renewed(current, fault))
         written: Entry = entry.after  # type: ignore[assignment]
         self.events.append(
-            "market.quarantine", machine_id=machine_id, cause=cause, until=written.until
+            ev.Quarantine.KIND,
+            **ev.Quarantine(machine_id=machine_id, cause=cause, until=written.until).to_payload(),
         )
         return written
 

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol, cast
 
+from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.errors import (
     AuthFailed,
@@ -302,7 +303,8 @@ class Market:
             self.sleep(action.seconds)
             return state
         self.rentals.update(rental.name, state=FAILED)
-        self.events.append("market.rent.stopped", name=rental.name, reason=action.reason)
+        stopped = ev.RentStopped(name=rental.name, reason=action.reason)
+        self.events.append(stopped.KIND, **stopped.to_payload())
         if action.unresolved:
             raise StillRunning(f"{rental.name}: {action.reason}")
         if action.rule:
@@ -377,14 +379,14 @@ class Market:
         """Each create call's outcome, for `gpuops stats` (created, taken, rate-limited, auth,
         unclear, or reconciled: unclear at first, then found by its label)."""
         instance_id = made.instance_id if isinstance(made, Instance) else made
-        self.events.append(
-            "market.create",
+        create = ev.Create(
             name=rental.name,
             offer_id=cand.offer_id,
             machine_id=cand.machine_id,
             outcome=outcome,
             instance_id=instance_id,
         )
+        self.events.append(create.KIND, **create.to_payload())
 
     def _reconcile(self, label: str) -> Instance | None:
         """Find the box an unclear create may have made, by its label (M12)."""
@@ -419,14 +421,14 @@ class Market:
                 continue
             self._say(rental, state, cand.slot, state.candidates[cand.slot].cause or "")
         for (cand, _), verdict in zip(up, self._probe_all(rental, up), strict=True):
-            self.events.append(
-                "market.probe",
+            probed = ev.Probe(
                 name=rental.name,
                 offer_id=cand.offer_id,
                 machine_id=cand.machine_id,
                 instance_id=cand.instance_id,
-                verdict=verdict.value,
+                verdict=verdict,
             )
+            self.events.append(probed.KIND, **probed.to_payload())
             phase = r.Phase.PASSED if verdict is Verdict.PASS else r.Phase.FAILED
             state = r.update(state, cand.slot, phase=phase, cause=verdict.value)
             self._say(rental, state, cand.slot, verdict.value)
@@ -478,12 +480,8 @@ class Market:
             dph_total=offer.dph_total if offer else None,
             started_at=self.clock(),
         )
-        self.events.append(
-            "market.rent.done",
-            name=rental.name,
-            instance_id=cand.instance_id,
-            offer_id=cand.offer_id,
-        )
+        done = ev.RentDone(name=rental.name, instance_id=cand.instance_id, offer_id=cand.offer_id)
+        self.events.append(done.KIND, **done.to_payload())
         return live
 
     # --- helpers -------------------------------------------------------------------------
@@ -535,34 +533,29 @@ class Market:
 
     def _log_selection(self, req: RentRequest, chosen: Selection) -> None:
         """M11: the full ranked candidate set and each pick's propensity."""
-        self.events.append(
-            "market.selection",
+        selection = ev.Selection(
             name=req.name,
             gpu_name=req.gpu_name,
             k=req.race_k,
-            candidates=[
-                {
-                    "id": o.id,
-                    "machine_id": o.machine_id,
-                    "dph_total": o.dph_total,
-                    "reliability": o.reliability,
-                    "disk_bw": o.disk_bw,
-                    "gpu_ram": o.gpu_ram,
-                }
+            candidates=tuple(
+                ev.Offered(
+                    id=o.id,
+                    machine_id=o.machine_id,
+                    dph_total=o.dph_total,
+                    reliability=o.reliability,
+                    disk_bw=o.disk_bw,
+                    gpu_ram=o.gpu_ram,
+                )
                 for o in chosen.candidates
-            ],
-            removed=[{"id": x.offer.id, "reasons": list(x.reasons)} for x in chosen.removed],
+            ),
+            removed=tuple(ev.Removed(id=x.offer.id, reasons=x.reasons) for x in chosen.removed),
             quarantined=chosen.quarantined,
-            picks=[
-                {
-                    "id": p.offer.id,
-                    "rank": p.rank,
-                    "propensity": p.propensity,
-                    "explored": p.explored,
-                }
+            picks=tuple(
+                ev.Picked(id=p.offer.id, rank=p.rank, propensity=p.propensity, explored=p.explored)
                 for p in chosen.picks
-            ],
+            ),
         )
+        self.events.append(selection.KIND, **selection.to_payload())
 
     def _say(self, rental: Rental, state: r.Race, slot: int, what: str) -> None:
         cand = state.candidates[slot]
