@@ -34,6 +34,7 @@ FLOORS: dict[str, float] = {
     "gpuops/events.py": 100.0,
     "gpuops/secrets.py": 100.0,
     "gpuops/store/base.py": 90.0,
+    "gpuops/store/opener.py": 90.0,
     "gpuops/store/local.py": 90.0,
     "gpuops/store/s3.py": 90.0,
     "gpuops/store/records.py": 100.0,
@@ -79,6 +80,7 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_store_s3.py",
     ),
     "gpuops.store.local": ("tests/test_store_local.py", "tests/test_store_contract.py"),
+    "gpuops.store.opener": ("tests/test_store_local.py", "tests/test_store_s3.py"),
     "gpuops.store.s3": ("tests/test_store_s3.py", "tests/test_store_contract.py"),
     # every record type goes through it: its own tests pin the loop and the codec
     "gpuops.store.records": ("tests/test_records.py",),
