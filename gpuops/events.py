@@ -58,6 +58,7 @@ Event = dict[str, object]
 _FIELDS = ("ts", "operator", "kind", "payload")
 _KIND = re.compile(r"[a-z][a-z0-9_.-]*")
 
+
 # --- turning a payload into JSON values ---------------------------------------------------------
 def _jsonable(value: object, where: str) -> object:
     """Plain JSON values, converted deterministically; anything else is a UsageError."""

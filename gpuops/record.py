@@ -24,8 +24,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from gpuops import timing
 from gpuops.errors import UsageError
-from gpuops.secrets import scrub
 from gpuops.market.select import DEFAULT_VRAM_FLOOR_MB
+from gpuops.secrets import scrub
 
 DEFAULT_MAX_USD = 0.05
 SECONDS_PER_HOUR = 3600.0

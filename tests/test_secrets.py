@@ -128,9 +128,7 @@ def test_a_secret_environment_name_is_known_by_its_words(name: str, secret: bool
 
 def test_placeholders_are_only_whole_stand_ins_or_instruction_words() -> None:
     """H3: "...", "…", "***", "$NAME" and "pass"/"set"... are stand-ins; nothing else is."""
-    assert all(
-        secrets.is_placeholder(v) for v in ("...", "…", "***", "$K", "${K}", "...,", "pass")
-    )
+    assert all(secrets.is_placeholder(v) for v in ("...", "…", "***", "$K", "${K}", "...,", "pass"))
     assert not any(
         secrets.is_placeholder(v) for v in ("", "..", "**", "$", "pass1", "Pass", "a...", "k")
     )
