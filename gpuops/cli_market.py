@@ -229,7 +229,7 @@ def interrupts_raised() -> Iterator[None]:
 def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
     """M5: a rented box gets a detached guardian, unless a live one already guards it."""
     from gpuops.market import guardian as g
-    from gpuops.market.guard import spawn
+    from gpuops.market.spawn import spawn
     from gpuops.market.leases import Leases
     from gpuops.market.session import local_dir
 

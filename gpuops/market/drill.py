@@ -39,7 +39,7 @@ def drill(
     *,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    from gpuops.market.guard import spawn
+    from gpuops.market.spawn import spawn
     from gpuops.market.session import local_dir, open_market
 
     market = open_market(state_url, operator, progress=say)
