@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gpuops import secrets
@@ -217,9 +217,13 @@ def test_a_secret_embedded_anywhere_in_a_payload_never_survives(
     tmp_path: Path, value: str, frame: str, before: str, after: str, depth: int, name: str
 ) -> None:
     """H3: a secret value in any usual frame, in any text, at any depth, is never written."""
+    # a raw "/" ends a URL's authority (RFC 3986 percent-encodes it in a password), so
+    # "https://alice:7000/@host" holds a port and a path, not a password
+    assume(not (frame.startswith("https://") and "/" in value))
     message = f"{before} {frame.format(v=value)} {after}"
     payload = _nest(message, depth, name)
     log = EventLog(tmp_path / "hyp" / "events.jsonl", "prop")
+    log.path.unlink(missing_ok=True)  # tmp_path is shared by every example: judge this one
 
     log.append("note", payload=payload)
 
