@@ -2,7 +2,7 @@
 
 The event log's own leak tests (tests/test_events.py) judge the bytes of its file; these judge
 ``gpuops.secrets`` directly and through each writer that uses it: the event log, a recording,
-a provider error, the ssh child's environment and the CLI's stderr.
+a provider error and the ssh child's environment.
 """
 
 from __future__ import annotations
