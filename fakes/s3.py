@@ -52,7 +52,9 @@ def serve_s3(host: str = "127.0.0.1", bucket: str = BUCKET) -> FakeS3:
     try:
         from moto.server import ThreadedMotoServer
     except ImportError as exc:
-        raise S3Unavailable(f"moto[server] is not installed ({exc}); install the dev extras") from None
+        raise S3Unavailable(
+            f"moto[server] is not installed ({exc}); install the dev extras"
+        ) from None
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto logs every request otherwise
     server = ThreadedMotoServer(ip_address=host, port=0, verbose=False)
     server.start()

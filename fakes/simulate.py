@@ -59,7 +59,7 @@ class SimTruth:
 
 def machines_for(rng: random.Random, per_model: int = 12) -> dict[int, Machine]:
     """Two GPU models with different pools: most hosts good, a few bad (beta-distributed)."""
-    out = {}
+    out: dict[int, Machine] = {}
     for model, (a, b, base_price) in {
         "RTX 4090": (8.0, 1.5, 0.35),
         "RTX 3090": (4.0, 2.0, 0.2),

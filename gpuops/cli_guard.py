@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -66,7 +68,6 @@ def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: boo
         guard.install_signal_handlers(guardian)
         return guardian.run()
     from gpuops.market import guardian as g
-
     from gpuops.market.leases import Leases
 
     lease, _ = Leases(market.ledger.store).read(args.name)
@@ -136,7 +137,19 @@ def _run(market: Any, rental: Any, shell: Any, args: argparse.Namespace, as_json
     return 0
 
 
-def _watch(market: Any, rental: Any, shell: Any, args: argparse.Namespace, as_json: bool) -> int:
+def _watch(
+    market: Any,
+    rental: Any,
+    shell: Any,
+    args: argparse.Namespace,
+    as_json: bool,
+    *,
+    say: Callable[[str], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """`gpuops watch`: each change of state on stdout (or one JSON object at the end); while
+    it waits, a line on stderr at least every timing.PROGRESS_EVERY_S."""
     from gpuops import timing
     from gpuops.errors import Unavailable
     from gpuops.market import jobs
@@ -162,15 +175,32 @@ def _watch(market: Any, rental: Any, shell: Any, args: argparse.Namespace, as_js
         )
         if status.state is w.JobState.STALLED:
             print(f"gpuops: ALERT {rental.name}: {status.detail}", file=sys.stderr, flush=True)
+        seen.append(status.state.value)
         if not as_json:
             print(f"{rental.name}: {status.state.value}: {status.detail}", flush=True)
+
+    seen: list[str] = []
+
+    def waiting(waited_s: float, next_s: float) -> str:
+        return (
+            f"gpuops watch {rental.name}: still {seen[-1] if seen else 'unknown'} after "
+            f"{waited_s:.0f} s; looking again in {next_s:.0f} s"
+        )
 
     if args.once:
         status = look()
         report(status)
     else:
+        from gpuops.progress import paced
+
         timeout_s = args.timeout if args.timeout is not None else timing.WATCH_TIMEOUT_S
-        status = jobs.watch(look, report, timeout_s=timeout_s)
+        status = jobs.watch(
+            look,
+            report,
+            timeout_s=timeout_s,
+            clock=clock,
+            sleep=paced(sleep, say or _stderr, clock, waiting),
+        )
     if as_json:
         _out(True, {"name": rental.name, "state": status.state.value, "detail": status.detail,
                     "exit_code": status.exit_code}, [])  # fmt: skip

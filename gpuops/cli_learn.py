@@ -120,11 +120,12 @@ def _stats(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
     ):
         stats.add(ts, kind, payload)
     report = stats.report()
+    first_bad = [f"line {b.lineno}: {b.reason}" for b in counts.bad_lines]
     scanned = {
         "events": counts.events - counts.before_since,
         "before_since": counts.before_since,
         "bad_lines": counts.bad_total,
-        "first_bad_lines": [f"line {b.lineno}: {b.reason}" for b in counts.bad_lines],
+        "first_bad_lines": first_bad,
     }
     if args.html:
         from gpuops.analysis.page import render
@@ -136,7 +137,7 @@ def _stats(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
     from gpuops.analysis.table import lines
 
     print("\n".join(lines(report, scanned)))
-    for bad in scanned["first_bad_lines"]:
+    for bad in first_bad:
         print(f"unreadable: {bad}", file=sys.stderr)
     return 0
 

@@ -12,7 +12,8 @@ import dataclasses
 import json
 import random
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -30,6 +31,8 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
         return _name_corrupt(view, _boxes(view, args, as_json))
     from gpuops.market.session import open_market
 
+    if args.command == "destroy":
+        return destroy_command(args.name, state_url, operator, as_json)
     need_key = args.command == "rent"
     vram_mb = int(getattr(args, "vram_gb", 8.0) * 1024)
     market = open_market(
@@ -93,16 +96,9 @@ def _market_command(
         return _boxes(market, args, as_json)
     from gpuops.market.teardown import exit_code
 
-    if args.command == "destroy":
-        from gpuops.market.rent import destroy_rental
+    from gpuops.market.rent import SWEEP_WORKERS, sweep
 
-        outcomes = destroy_rental(market, args.name)
-        lines = [f"{o.name}: {o.detail}" for o in outcomes] or [f"{args.name}: nothing to end"]
-        _out(as_json, {"name": args.name, "outcomes": [_outcome(o) for o in outcomes]}, lines)
-        return exit_code(outcomes)  # M13: from the outcomes' types, never from their text
-    from gpuops.market.rent import sweep
-
-    report = sweep(market)
+    report = sweep(market, workers=SWEEP_WORKERS, pace=market.pace)
     payload = {
         "retried": [_outcome(o) for o in report.retried],
         "expired": [_outcome(o) for o in report.expired],
@@ -120,6 +116,60 @@ def _market_command(
             file=sys.stderr,
         )
     return exit_code([*report.retried, *report.expired])
+
+
+def destroy_command(
+    name: str,
+    state_url: str,
+    operator: str,
+    as_json: bool,
+    *,
+    say: Callable[[str], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """`gpuops destroy NAME`: every wait (a retried 503, the confirmation that the box is
+    gone) says so on stderr at least every timing.PROGRESS_EVERY_S; stdout carries only the
+    result, so --json stays clean."""
+    from gpuops.market.rent import destroy_rental
+    from gpuops.market.session import open_market
+    from gpuops.market.teardown import exit_code
+    from gpuops.progress import paced
+
+    tell = say or _stderr
+    started = clock()
+
+    def waited() -> str:
+        return f"{clock() - started:.0f} s so far"
+
+    def retrying(_: float, next_s: float) -> str:
+        return (
+            f"gpuops destroy {name}: the provider did not answer; asking again in "
+            f"{next_s:.0f} s ({waited()})"
+        )
+
+    def confirming(_: float, next_s: float) -> str:
+        return (
+            f"gpuops destroy {name}: waiting for the provider to confirm the box gone; "
+            f"asking again in {next_s:.0f} s ({waited()})"
+        )
+
+    market = open_market(
+        state_url,
+        operator,
+        need_key=False,
+        sleep=paced(sleep, tell, clock, confirming),
+        retry_sleep=paced(sleep, tell, clock, retrying),
+    )
+    outcomes = destroy_rental(market, name)
+    lines = [f"{o.name}: {o.detail}" for o in outcomes] or [f"{name}: nothing to end"]
+    _out(as_json, {"name": name, "outcomes": [_outcome(o) for o in outcomes]}, lines)
+    code = exit_code(outcomes)  # M13: from the outcomes' types, never from their text
+    return _name_corrupt(market, code)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _outcome(outcome: Any) -> dict[str, Any]:

@@ -1,44 +1,408 @@
-"""`gpuops demo`: the story so far, told against a throwaway local store.
+"""`gpuops demo`: the whole story against local stand-ins, judged by the stand-ins themselves.
 
-What exists today is the foundation: the state store, the ownership ledger, the event log
-and the rules. The demo walks one box's ownership record through its whole lifecycle with
-two operators, shows the refusals the ledger makes, and exits 0 only if no record is left
-active. There is no provider yet: the demo says plainly where a provider's answer stands in.
+Two acts, each gpuops' real code against fakes started here and ended here:
+
+- the lane (gpuops/demo_lane.py): one shared GCE VM whose boots run the installed startup
+  script for real; a claim, a typo refused, stockouts that keep the claim, a second operator
+  refused, a job watched to the end, a failing job that powers its VM off, a silent no-op
+  start flagged, release;
+- the market (gpuops/demo_market.py): a race of three with a taken offer, an SSH failure and
+  a slow disk; the losers destroyed; a job under tmux; an interrupted race cleaned up; the
+  guardian copying results and destroying the box at its deadline; a sweep finding nothing.
+
+Every step is a row: what happened, the rule that held (in words, with its id), and the
+evidence, read from the fakes (which boxes still bill, what the VM is doing), never from what
+gpuops printed. The story runs under a keeper process, a child subreaper, so every process it
+or its children started (guardians in their own sessions, the fake VM's boots, the fake boxes'
+tmux servers) stays under the demo and is reaped there; whatever is still running at the end
+is ended and named. Exit 0 only if every
+rule held and nothing was left; 130 on Ctrl-C (after the same clean-up), 1 otherwise.
 """
 
 from __future__ import annotations
 
 import json
-import random
+import os
+import signal
 import sys
 import tempfile
+import textwrap
+import time
+import traceback
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuops import timing
-from gpuops.errors import Refused, UsageError
-from gpuops.events import EventLog, read_events
-from gpuops.ledger import GONE_BY_SHOW, Ledger
-from gpuops.store import open_store
+from gpuops.errors import Interrupted, UsageError
+from gpuops.progress import colour_on, paint
 
-DEMO_SEED = 2026
-DEMO_TIME_SCALE = 120.0  # fake seconds per real second in the demo's market
-EXPORT_LINES = 6  # `gpuops fakes serve` prints this many export lines first
+WIDTH = 96
 
 
-def run_demo(state_url: str | None, operator: str, as_json: bool) -> int:
-    """Run the story; the return value is the exit code (0 only if nothing is left active)."""
+@dataclass(frozen=True)
+class Row:
+    act: str
+    happened: str
+    rule: str
+    rule_id: str
+    evidence: str
+    held: bool
+    refused_by: str | None = None
+
+
+class Story:
+    """The rows, and the live narration (suppressed under --json)."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.rows: list[Row] = []
+        self.colour = not as_json and colour_on(sys.stdout)
+        self.interrupted = False
+
+    def _print(self, text: str) -> None:
+        if not self.as_json:
+            print(text, flush=True)
+
+    def heading(self, text: str) -> None:
+        self._print("\n" + paint(text, "bold", self.colour))
+
+    def say(self, text: str) -> None:
+        indent = "    " if text.startswith("  ") else "  "
+        self._print(textwrap.fill(text.strip(), WIDTH, initial_indent=indent,
+                                  subsequent_indent=indent))  # fmt: skip
+
+    def check(
+        self,
+        act: str,
+        happened: str,
+        rule: str,
+        rule_id: str,
+        evidence: str,
+        held: bool,
+        refused_by: str | None = None,
+    ) -> None:
+        self.rows.append(Row(act, happened, rule, rule_id, evidence, bool(held), refused_by))
+        mark = paint("ok  ", "green", self.colour) if held else paint("FAIL", "red", self.colour)
+        lines = textwrap.wrap(happened, WIDTH - 7) + [
+            paint(line, "dim", self.colour) for line in textwrap.wrap(evidence, WIDTH - 9)
+        ]
+        for index, line in enumerate(lines):
+            self._print(f"  {mark} {line}" if index == 0 else f"         {line}")
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(r.held for r in self.rows) and not self.interrupted
+
+    def finish(self, seconds: float) -> int:
+        verdict = (
+            "PASSED: nothing leaked"
+            if self.passed
+            else "INTERRUPTED: cleaned up, see the table"
+            if self.interrupted
+            else "FAILED: " + "; ".join(r.happened for r in self.rows if not r.held)
+        )
+        if self.as_json:
+            json.dump(
+                {
+                    "passed": self.passed,
+                    "interrupted": self.interrupted,
+                    "verdict": verdict,
+                    "seconds": round(seconds, 1),
+                    "rows": [asdict(r) for r in self.rows],
+                },
+                sys.stdout,
+                indent=2,
+            )
+            sys.stdout.write("\n")
+        else:
+            self._table()
+            colour = "green" if self.passed else "red"
+            print(f"\n{paint(verdict, colour, self.colour)}  ({seconds:.0f} s)", flush=True)
+        if self.passed:
+            return 0
+        return 130 if self.interrupted else 1
+
+    def _table(self) -> None:
+        print("\n" + paint("What happened, the rule that held, and the evidence", "bold",
+                           self.colour))  # fmt: skip
+        head = f"  {'':4} {'RULE':<7} {'WHAT HAPPENED / THE RULE / THE EVIDENCE (from the fakes)'}"
+        print(head)
+        for row in self.rows:
+            mark = "ok" if row.held else "FAIL"
+            mark = paint(f"{mark:<4}", "green" if row.held else "red", self.colour)
+            lines = [row.happened, f"rule: {row.rule}", f"evidence: {row.evidence}"]
+            first = True
+            for text in lines:
+                for piece in textwrap.wrap(text, WIDTH - 15) or [""]:
+                    lead = f"  {mark} {row.rule_id or '-':<7} " if first else " " * 15
+                    print(lead + piece)
+                    first = False
+
+
+ACTS = ("lane", "market")
+
+
+def run_demo(
+    state_url: str | None, operator: str, as_json: bool, acts: tuple[str, ...] = ACTS
+) -> int:
+    """Run the acts (both, unless a test asks for a slice); the return value is the exit code
+    (0 only if every rule held and nothing was left running)."""
     if state_url is not None:
         _check_fresh(state_url)
-    with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as scratch:
-        root = state_url or str(Path(scratch) / "state")
-        ledger_code = _story(root, operator, as_json)
-        market_code = _market_story(root, operator, Path(scratch), as_json)
-        return ledger_code or market_code
+    keeper = Keeper.start()
+    if keeper is None:  # the keeper: it waited for the story and ended what was left
+        return Keeper.exit_code
+    try:
+        code = _story(state_url, operator, as_json, acts, keeper)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    if keeper.forked:
+        os._exit(code)  # the story's process ends here; the keeper returns its code
+    return code
+
+
+def _story(
+    state_url: str | None, operator: str, as_json: bool, acts: tuple[str, ...], keeper: Keeper
+) -> int:
+    started = time.monotonic()
+    story = Story(as_json)
+    reaper = Reaper(keeper)
+    other = "bob" if operator != "bob" else "carol"
+    if not as_json:
+        print(
+            paint("gpuops demo", "bold", story.colour) + ": the whole story against local "
+            "stand-ins for Google Compute Engine and Vast.ai (no account, no network, no money)."
+        )
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as scratch_dir:
+            scratch = Path(scratch_dir)
+            root = state_url or str(scratch / "state")
+            try:
+                from gpuops.demo_lane import lane_act
+                from gpuops.demo_market import market_act
+
+                if "lane" in acts:
+                    _act(story, "lane", lambda: lane_act(story, scratch, root, operator, other))
+                if "market" in acts:
+                    _act(story, "market", lambda: market_act(story, scratch, root, operator))
+            except (KeyboardInterrupt, Interrupted):  # Ctrl-C here, or inside rent's race
+                story.interrupted = True
+                print("gpuops demo: interrupted; ending everything it started", file=sys.stderr)
+            finally:
+                ended = reaper.end()
+                story.check(
+                    "after",
+                    "When the demo ends, every process it started is gone",
+                    "nothing is left running behind you",
+                    "",
+                    "no process was left running"
+                    if not ended
+                    else f"{len(ended)} left running and ended by the demo: " + ", ".join(ended),
+                    not ended,
+                )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return story.finish(time.monotonic() - started)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _act(story: Story, act: str, run: Any) -> None:
+    """One act; an unexpected error fails it loudly (with the traceback on stderr) and the
+    demo goes on to the next act and the clean-up."""
+    try:
+        run()
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        story.check(
+            act,
+            f"The {act} act stopped early: {type(exc).__name__}",
+            "every step completes",
+            "",
+            str(exc) or type(exc).__name__,
+            False,
+        )
+
+
+class Keeper:
+    """The demo's parent: a child subreaper (Linux) that runs nothing itself. The story runs in
+    a forked child; whatever the story's processes start and then orphan (a guardian in its own
+    session, a daemonised tmux server, a fake boot's background process) is re-parented to the
+    keeper, not to init, so nothing can slip away. The keeper reaps those orphans as they end
+    (so no zombie is left for a fake to wait on), and on the story's request ends whatever of
+    them still runs and names it, so the table can say so. Without fork or prctl the story runs
+    in this process and sees only its own descendants."""
+
+    exit_code = 1
+
+    def __init__(self, forked: bool, ask: int = -1, answer: int = -1) -> None:
+        self.forked, self._ask, self._answer = forked, ask, answer
+
+    @classmethod
+    def start(cls) -> Keeper | None:
+        """In the story's process: its Keeper handle. In the keeper: None, once the story has
+        ended (its exit code in ``Keeper.exit_code``)."""
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER (not inherited)
+                return cls(False)
+        except (OSError, AttributeError):
+            return cls(False)
+        ask_r, ask_w = os.pipe()
+        answer_r, answer_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child = os.fork()
+        if child == 0:
+            os.close(ask_r)
+            os.close(answer_w)
+            return cls(True, ask_w, answer_r)
+        os.close(ask_w)
+        os.close(answer_r)
+        cls.exit_code = cls._keep(child, ask_r, answer_w)
+        return None
+
+    @classmethod
+    def _keep(cls, child: int, ask: int, answer: int) -> int:
+        import select
+
+        # Ctrl-C reaches the story (same process group), which cleans up; the keeper waits
+        previous = {
+            signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+            signal.SIGTERM: signal.signal(
+                signal.SIGTERM, lambda signum, frame: os.kill(child, signal.SIGTERM)
+            ),
+        }
+        me = Reaper(None)
+        code = None
+        try:
+            while code is None:
+                ready, _, _ = select.select([ask], [], [], timing.DEMO_POLL_S)
+                if ready and os.read(ask, 1):
+                    others = {p: n for p, n in me.descendants().items() if p != child}
+                    ended = me.end_these(others) if others else []
+                    os.write(answer, ("\n".join(ended) + "\0").encode())
+                while True:  # reap orphans as they end; notice the story's own end
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
+                    if pid == 0:
+                        break
+                    if pid == child:
+                        code = os.waitstatus_to_exitcode(status)
+                        code = 128 - code if code < 0 else code
+            me.end_these(me.descendants())  # nothing should be left; never leave it running
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.close(ask)
+            os.close(answer)
+        return code
+
+    def orphans_ended(self) -> list[str]:
+        """Ask the keeper to end what the story's processes left with it; what it ended."""
+        if not self.forked:
+            return []
+        os.write(self._ask, b"?")
+        data = b""
+        while not data.endswith(b"\0"):
+            chunk = os.read(self._answer, 4096)
+            if not chunk:
+                break
+            data += chunk
+        return [line for line in data.rstrip(b"\0").decode().split("\n") if line]
+
+
+class Reaper:
+    """Finds and ends the live processes under this one."""
+
+    def __init__(self, keeper: Keeper | None) -> None:
+        self.pid = os.getpid()
+        self.keeper = keeper
+
+    def descendants(self) -> dict[int, str]:
+        """pid -> a short description of every live process below this one."""
+        parents: dict[int, int] = {}
+        names: dict[int, str] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                raw = Path(f"/proc/{entry}/stat").read_text()
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            rest = raw[raw.rindex(")") + 2 :].split()
+            if rest[0] in ("Z", "X"):
+                continue
+            parents[int(entry)] = int(rest[1])
+            names[int(entry)] = _describe([c.decode(errors="replace") for c in cmd if c])
+        found: dict[int, str] = {}
+        for pid in parents:
+            up, seen = parents.get(pid), 0
+            while up is not None and up > 1 and seen < 64:
+                if up == self.pid:
+                    found[pid] = names[pid]
+                    break
+                up, seen = parents.get(up), seen + 1
+        return found
+
+    def end(self) -> list[str]:
+        """End every descendant still running, and what the keeper holds; what was found."""
+        mine = self.end_these(self.descendants())
+        theirs = self.keeper.orphans_ended() if self.keeper is not None else []
+        return sorted(set(mine + theirs))
+
+    def end_these(self, left: dict[int, str]) -> list[str]:
+        """End these (TERM, then KILL), reaping as they go; their descriptions."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in list(left):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            ends = time.monotonic() + timing.DEMO_POLL_S * 40
+            while time.monotonic() < ends and set(left) & set(self.descendants()):
+                self._reap()
+                time.sleep(timing.DEMO_POLL_S)
+        self._reap()
+        return sorted(set(left.values()))
+
+    @staticmethod
+    def _reap() -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+
+def _describe(argv: list[str]) -> str:
+    """A process in words: a guardian, a fake boot, a tmux server, or its program's name."""
+    text = " ".join(argv)
+    if " guard " in f" {text} ":
+        return "a guardian"
+    if "tmux" in text:
+        return "a fake box's tmux server"
+    if "startup" in text or "boot" in text:
+        return "a fake VM boot process"
+    return Path(argv[0]).name if argv else "a process"
 
 
 def _check_fresh(state_url: str) -> None:
     """The demo writes records and events of its own: never into state that holds anything."""
+    from gpuops.store import open_store
+
     if state_url.startswith("s3://"):
         raise UsageError("the demo runs on a local directory only; omit --state or give a new one")
     path = Path(state_url.removeprefix("file://")).expanduser()
@@ -47,143 +411,4 @@ def _check_fresh(state_url: str) -> None:
             f"the demo needs a new or empty state directory, and {path} is not; "
             "omit --state to use a throwaway one"
         )
-
-
-def _story(state_url: str, operator: str, as_json: bool) -> int:
-    store = open_store(state_url)
-    events_path = Path(scratch_events(state_url))
-    other = "bob@demo" if operator != "bob@demo" else "carol@demo"
-    me = Ledger(store, EventLog(events_path, operator), operator)
-    them = Ledger(store, EventLog(events_path, other), other)
-    steps: list[dict[str, Any]] = []
-
-    def say(step: str, outcome: str, **detail: Any) -> None:
-        steps.append({"step": step, "outcome": outcome, **detail})
-        if not as_json:
-            print(f"  {step:<58} {outcome}")
-
-    def refused(step: str, action: Any) -> None:
-        try:
-            action()
-        except Refused as exc:
-            say(step, f"refused ({exc.rule})", reason=str(exc))
-            return
-        say(step, "NOT REFUSED: this is a bug")
-        raise AssertionError(f"{step} was not refused")
-
-    if not as_json:
-        print(f"gpuops demo: state store {store.url}, event log {events_path}")
-        print(f"operators: {operator} (owner) and {other} (a second operator)\n")
-
-    rec, _ = me.record_intent("demo-box", "stand-in", deadline_at=None)
-    say(f"{operator} records the intent before any create", rec.state.value, intent=rec.intent_id)
-    again, created = me.record_intent("demo-box", "stand-in")
-    say("asking again for the same name returns the same record", f"created={created}")
-    refused(f"{other} asks for the name demo-box", lambda: them.record_intent("demo-box", "x"))
-    rec = me.mark_live("demo-box", "standin-1001")
-    say("the create answered: instance standin-1001 is ours", rec.state.value)
-    refused(f"{other} tries to destroy {operator}'s box", lambda: them.begin_destroy("demo-box"))
-    refused(f"{operator} tries to release a box still live", lambda: me.release("demo-box"))
-    rec = me.begin_destroy("demo-box")
-    say("destroy begins: the record goes on the retry list first", rec.state.value)
-    rec = me.destroy_failed("demo-box", "HTTP 503 (a stand-in for the provider's answer)")
-    say("the destroy call fails", f"{rec.state.value}, attempt {rec.destroy_attempts}")
-    restarted = Ledger(open_store(state_url), EventLog(events_path, other), other)
-    pending = [r.name for r in restarted.retry_list()]
-    say("a fresh process (another operator) sees the retry list", ", ".join(pending))
-    refused(f"{operator} tries to release before gone is confirmed", lambda: me.release("demo-box"))
-    rec = me.confirm_gone("demo-box", GONE_BY_SHOW)
-    say("the retry succeeds and the stand-in says the box is gone", rec.state.value)
-    rec = me.release("demo-box")
-    say("ownership released", rec.state.value)
-
-    leaked = [
-        r.name
-        for r in Ledger(store, EventLog(events_path, operator), operator).records()
-        if r.active
-    ]
-    logged = sum(1 for _ in read_events(events_path))
-    say("records still active (must be none)", ", ".join(leaked) or "none")
-    say("event log lines, every one complete JSON", str(logged))
-    if as_json:
-        json.dump({"steps": steps, "leaked": leaked, "events": logged}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print("\nrules (gpuops rules):")
-        from gpuops.cli import main as cli
-
-        cli(["rules"])
-    return 0 if not leaked else 1
-
-
-def _market_story(state_url: str, operator: str, scratch: Path, as_json: bool) -> int:
-    """Rent, list, refuse, destroy and sweep against `gpuops fakes serve` in another process."""
-    import os
-    import subprocess
-
-    import yaml
-
-    from fakes.scenario import DEFAULT_SCENARIO
-    from gpuops.market.rent import RentRequest, destroy_rental, sweep
-    from gpuops.market.session import open_market
-
-    def say(line: str) -> None:
-        if not as_json:
-            print(line, flush=True)
-
-    doc = yaml.safe_load(Path(DEFAULT_SCENARIO).read_text(encoding="utf-8"))
-    doc["time_scale"] = DEMO_TIME_SCALE  # boots in well under a second of wall time
-    scenario = scratch / "scenario.yaml"
-    scenario.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    serve = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuops",
-            "fakes",
-            "serve",
-            f"--scenario={scenario}",
-            f"--state-dir={scratch / 'fakes'}",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    saved = dict(os.environ)
-    try:
-        assert serve.stdout is not None
-        for _ in range(EXPORT_LINES):
-            name, _, value = serve.stdout.readline().strip().removeprefix("export ").partition("=")
-            os.environ[name] = value
-        os.environ["GPUOPS_EVENTS"] = str(Path(state_url) / "events.jsonl")
-        say(f"\nthe market, against `gpuops fakes serve` at {os.environ['VAST_URL']}:")
-        # a seeded selector: the demo tells the same story every time (exploration included)
-        market = open_market(
-            state_url, operator, vram_floor_mb=8192, progress=say, rng=random.Random(DEMO_SEED)
-        )
-        ask = RentRequest("demo-gpu", "RTX 4090", timing.DEMO_RENTAL_S / 3600.0, race_k=3)
-        rental = market.rent(ask)
-        say(f"  rented demo-gpu: instance {rental.instance_id}, ${rental.dph_total}/h")
-        again = market.rent(ask)
-        say(f"  renting again returns the same box (M8): instance {again.instance_id}")
-        for outcome in destroy_rental(market, "demo-gpu"):
-            say(f"  destroy: {outcome.name}: {outcome.detail}")
-        report = sweep(market)
-        leaked = [r.name for r in market.ledger.records() if r.active]
-        still = [i for i in (rental.instance_id,) if i and market.vast.show(i) is not None]
-        say(
-            f"  sweep: {len(report.unowned)} unowned, {len(report.retried)} retried; "
-            f"records still active: {', '.join(leaked) or 'none'}; boxes still alive: "
-            f"{', '.join(still) or 'none'}"
-        )
-        return 0 if not leaked and not still and again.instance_id == rental.instance_id else 1
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        serve.terminate()
-        serve.wait(timeout=timing.HTTP_TIMEOUT_S)
-
-
-def scratch_events(state_url: str) -> str:
-    """The demo keeps its event log beside its (local, fresh) store."""
-    return str(Path(state_url.removeprefix("file://")) / "events.jsonl")
+    open_store(state_url)  # an unsupported URL is a usage error here, before anything starts

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from datetime import date
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import AlreadyExists, CorruptState, UsageError
 from gpuops.rule_status import shown_status  # noqa: F401  (re-exported for callers)
@@ -121,7 +121,7 @@ class Register:
             raise UsageError(f"incident id {incident_id!r} is not like 2026-09-20-1")
         if cause is None and rule is None and cost_usd is None:
             raise UsageError("nothing to update: give --cause, --rule or --cost-usd")
-        changes = {
+        changes: dict[str, Any] = {
             k: v
             for k, v in (
                 ("cause", check_text("cause", cause)),

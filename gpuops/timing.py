@@ -34,6 +34,9 @@ DEADLINE_MARGIN_FRACTION = 0.25
 DESTROY_CONFIRM_TIMEOUT_S = 120.0
 # Between two "is it gone?" questions about one instance.
 DESTROY_CONFIRM_POLL_S = 5.0
+# The call budget a many-box sweep shares (rent.Pace): provider calls start at most one per this
+# long, 100 a second; a 429's retry wait holds every thread on top of it.
+VAST_CALL_INTERVAL_S = 0.01
 
 # --- jobs and the watchdog (M10) -----------------------------------------------------------
 # No log progress for this long makes a job "stalled": a judgment, alert only.
@@ -108,8 +111,20 @@ RECORD_HOLD_S = 900.0
 RECORD_GCE_RUN_S = 240.0
 
 # --- the demo ---------------------------------------------------------------------------------
-# `gpuops demo` rents its box for this long (fake time), the issue's --hours 0.02.
-DEMO_RENTAL_S = 72.0
+# `gpuops demo` rents its box for this long (real time: the guardian's deadline is wall-clock):
+# the race, the job and the interrupted race fit before the copy starts a quarter before it.
+DEMO_RENTAL_S = 26.0
+# The longest any one step of the demo waits on a real process before it calls the step failed
+# (a guardian past its deadline, an interrupted race, a fake's boot); the demo ends in a minute.
+DEMO_STEP_WAIT_S = 45.0
+# How often the demo looks at what it waits on (a process, the fake's boxes).
+DEMO_POLL_S = 0.05
+# How far (fake seconds) the demo moves FakeGCE's clock at a time while a VM powers itself off.
+DEMO_SETTLE_STEP_S = 60.0
+
+# --- progress ----------------------------------------------------------------------------------
+# `watch` and `destroy` print a line at least this often while they wait (gpuops/progress.py).
+PROGRESS_EVERY_S = 10.0
 
 # --- input checked at the edge ----------------------------------------------------------------
 # The longest rental `rent --hours` / `guard --hours` accept: a week. A ceiling is meant to be

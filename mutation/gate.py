@@ -57,11 +57,13 @@ FLOORS: dict[str, float] = {
 }
 
 # Per-module test selection: a mutant of a module listed here runs only that module's own tests
-# (tests/conftest.py deselects the rest of what mutmut picked), instead of every test that
-# happens to call it. The adapter and the probe are called by nearly every market test; their
-# own tests pin them on recordings and cost a fraction of the time. A mutant no own test
-# reaches is "no tests", which counts as survived: the selection can only make the gate
-# stricter, never quietly pass a mutant.
+# (run_mutmut narrows mutmut's coverage map before scheduling; tests/conftest.py deselects the
+# rest when mutmut is run by hand), instead of every test that happens to call it. The adapter
+# and the probe are called by nearly every market test; their own tests pin them on recordings
+# and cost a fraction of the time. A mutant no own test reaches is "no tests", which counts as
+# survived: the selection can only make the gate stricter, never quietly pass a mutant.
+# When every gated module is listed here, the gate's stats run collects only these files: the
+# rest of the suite (about two thirds of its time) could never be chosen for a mutant.
 _LANE = tuple(
     f"tests/test_{name}.py"
     for name in (
@@ -100,17 +102,106 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.lane.decide": ("tests/test_lane_decide.py", "tests/test_lane_board.py"),
     "gpuops.lane.script": ("tests/test_lane_script.py",),
     "gpuops.lane.shell": ("tests/test_lane_shell.py",),
+    # exactly the files whose tests reach these modules (mutmut's own coverage, measured)
+    "gpuops.analysis.stats": ("tests/test_stats.py", "tests/test_index.py", "tests/test_ope.py"),
+    "gpuops.analysis.shrink": ("tests/test_shrink.py", "tests/test_index.py", "tests/test_ope.py"),
+    "gpuops.analysis.ope": ("tests/test_ope.py",),
 }
 
 
 def own_tests(mutant: str) -> tuple[str, ...] | None:
     """The test files a mutant (``gpuops.providers.vast.x_f__mutmut_3``) is limited to, or None
     for a module that runs every covering test."""
+    if "__mutmut_" not in mutant:
+        return None
+    return own_tests_of_function(mutant.partition("__mutmut_")[0])
+
+
+def own_tests_of_function(function: str) -> tuple[str, ...] | None:
+    """The test files the mutants of one function (mutmut's key, ``gpuops.ledger.x_advance``)
+    are limited to, or None for a module that runs every covering test."""
     for module, files in OWN_TESTS.items():
-        if mutant.startswith(module + ".") and "__mutmut_" in mutant:
+        if function.startswith(module + ".x"):
             return files
     return None
 
+
+def select_own_tests(tests_by_function: dict[str, set[str]]) -> int:
+    """Narrow mutmut's coverage map (function -> covering test ids) to OWN_TESTS, in place,
+    before any mutant is scheduled: each mutant's pytest then collects only its own test files
+    (rather than every covering file, deselected afterwards by tests/conftest.py), and mutmut's
+    time estimate and CPU limit are those of the tests that actually run. Only narrows: a
+    function left with no test makes its mutants "no tests", which the gate counts as survived.
+    Returns how many (function, test) pairs were dropped."""
+    dropped = 0
+    for function, tests in tests_by_function.items():
+        files = own_tests_of_function(function)
+        if files is None:
+            continue
+        keep = {test for test in tests if test.split("::")[0] in files}
+        dropped += len(tests) - len(keep)
+        tests.intersection_update(keep)
+    return dropped
+
+
+def gate_test_files() -> list[str] | None:
+    """The test files the gate's mutmut run collects: every file some gated module's mutants
+    may run, when each gated module has OWN_TESTS; None (the whole tests/ folder) otherwise."""
+    modules = [p[: -len(".py")].replace("/", ".") for p in FLOORS if p not in NO_MUTANTS]
+    if any(module not in OWN_TESTS for module in modules):
+        return None
+    return sorted({file for module in modules for file in OWN_TESTS[module]})
+
+
+def run_mutmut(max_children: int, *names: str) -> None:
+    """``mutmut run`` in this process, with three changes to its runner mechanics (mutmut 3.8.1):
+
+    * the tests collected are gate_test_files(), not the whole suite;
+    * the coverage map is narrowed to OWN_TESTS (select_own_tests) once stats are in;
+    * the "clean run" of the whole selection is skipped when this very invocation has just run
+      it for stats: mutmut stops at once if that run fails, so a second pass over the same
+      tests with no mutant active proves nothing new. A run that loads cached stats still
+      does its clean run.
+    """
+    import mutmut.__main__ as mm
+    from mutmut.configuration import config
+    from mutmut.state import state
+    from mutmut.workers.isolation import ForkRunner
+
+    files = gate_test_files()
+    if files is not None:
+        config().pytest_add_cli_args_test_selection = files
+
+    fresh_full_stats = False
+    collect_stats, collect_or_load = mm.run_stats_collection, mm.collect_or_load_stats
+
+    def run_stats_collection(runner, tests=None):  # type: ignore[no-untyped-def]
+        nonlocal fresh_full_stats
+        collect_stats(runner, tests)
+        fresh_full_stats = fresh_full_stats or not tests
+
+    def collect_or_load_stats(runner, **kwargs):  # type: ignore[no-untyped-def]
+        collect_or_load(runner, **kwargs)
+        dropped = select_own_tests(state().tests_by_mangled_function_name)
+        print(f"    OWN_TESTS: {dropped} (function, test) pairs outside a module's own tests")
+
+    clean = ForkRunner.run_clean_tests
+
+    def run_clean_tests(self, tests):  # type: ignore[no-untyped-def]
+        if fresh_full_stats and not tests:
+            print("    (the stats run just passed the same tests: no second clean run)")
+            return 0
+        return clean(self, tests)
+
+    mm.run_stats_collection = run_stats_collection
+    mm.collect_or_load_stats = collect_or_load_stats
+    ForkRunner.run_clean_tests = run_clean_tests  # type: ignore[method-assign]
+    mm.cli(["run", "--max-children", str(max_children), *names])
+
+
+# Mutants tested at once: mutmut's own default on the 2-core CI machine (one per core); each
+# mutant's pytest is CPU-bound, so more children only share the same two cores.
+CHILDREN = 2
 
 # Modules mutmut cannot mutate (it mutates code inside functions only): timing.py is module-level
 # constants, pinned value by value in tests/test_timing.py. Any other module without results
@@ -208,11 +299,19 @@ def read_meta(mutants: Path, path: str) -> dict[str, int | None]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--judge", action="store_true", help="only judge existing results")
+    parser.add_argument(
+        "--children",
+        type=int,
+        default=CHILDREN,
+        help=f"mutants tested at once (default {CHILDREN})",
+    )
     args = parser.parse_args(argv)
     mutants = ROOT / "mutants"
     if not args.judge:
         env = {**os.environ, "HYPOTHESIS_PROFILE": "mutation"}
-        subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=ROOT, env=env, check=True)
+        # ``python -c`` keeps sys.path as ``python -m mutmut`` has it (the checkout first)
+        code = f"import sys; sys.path.insert(1, 'mutation'); import gate; gate.run_mutmut({args.children})"
+        subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True)
     if not args.judge:
         subprocess.run([sys.executable, "-m", "mutmut", "export-cicd-stats"], cwd=ROOT, check=True)
         stats = json.loads((mutants / "mutmut-cicd-stats.json").read_text())

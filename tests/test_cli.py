@@ -89,36 +89,6 @@ def test_an_unsupported_state_url_is_a_usage_error(tmp_path):
     assert "unsupported state URL 'http://example.invalid/x'" in done.stderr
 
 
-def test_demo_ends_with_nothing_leaked_and_exits_zero(tmp_path):
-    """The demo walks a record to released, shows the refusals, and exits 0."""
-    done = gpuops("--json", "demo", "--state", str(tmp_path / "s"), "--operator", "alice")
-
-    report = json.loads(done.stdout)
-    outcomes = [step["outcome"] for step in report["steps"]]
-    assert done.returncode == 0, done.stderr
-    assert report["leaked"] == []
-    assert outcomes.count("refused (M3)") == 2
-    assert outcomes.count("refused (M4)") == 2
-    assert report["events"] == 6
-    lines = [
-        json.loads(line) for line in (tmp_path / "s" / "events.jsonl").read_text().splitlines()
-    ]
-    transitions = [e["payload"] for e in lines if e["kind"] == "ledger.transition"]
-    assert [t["after"] for t in transitions if t["name"] == "demo-box"][-1] == "released"
-    rented = [e for e in lines if e["kind"] == "market.rent.done"]
-    assert [e["payload"]["name"] for e in rented] == ["demo-gpu"]
-    assert {t["after"] for t in transitions if t["name"].startswith("demo-gpu")} >= {"released"}
-
-
-def test_demo_text_tells_the_story(tmp_path):
-    """The human output shows each step and ends with the rules."""
-    done = gpuops("demo", "--state", str(tmp_path / "s"), "--operator", "alice")
-
-    assert done.returncode == 0, done.stderr
-    assert "records still active (must be none)" in done.stdout
-    assert "M4   implemented" in done.stdout
-
-
 def test_the_demo_never_touches_existing_state(tmp_path):
     """The demo refuses a state directory that holds anything (exit 2) and leaves it alone."""
     state = tmp_path / "s"

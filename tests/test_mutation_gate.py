@@ -158,6 +158,46 @@ def test_a_mutant_of_a_module_with_own_tests_is_limited_to_them_and_others_are_n
             assert (ROOT / name).is_file() or name.endswith("_more.py"), name
 
 
+def test_the_coverage_map_is_narrowed_to_own_tests_before_any_mutant_is_scheduled():
+    """H2: the gate hands mutmut, per function, only the covering tests of the module's own
+    files (never adding one); a module without OWN_TESTS keeps every covering test."""
+    tests = {
+        "gpuops.ledger.x_advance": {
+            "tests/test_ledger.py::test_a",
+            "tests/test_rent.py::test_b",
+            "tests/test_ledger_machine.py::TestM::runTest",
+        },
+        "gpuops.market.probe.xǁProbeǁjudge": {"tests/test_rent.py::test_c"},
+        "gpuops.cli.x_main": {"tests/test_cli.py::test_d"},
+    }
+
+    dropped = gate.select_own_tests(tests)
+
+    assert dropped == 2
+    assert tests == {
+        "gpuops.ledger.x_advance": {
+            "tests/test_ledger.py::test_a",
+            "tests/test_ledger_machine.py::TestM::runTest",
+        },
+        "gpuops.market.probe.xǁProbeǁjudge": set(),  # its mutants become "no tests": survived
+        "gpuops.cli.x_main": {"tests/test_cli.py::test_d"},
+    }
+
+
+def test_the_gate_collects_only_files_a_gated_module_owns_and_everything_when_one_owns_none(
+    monkeypatch,
+):
+    """H2: with OWN_TESTS for every gated module the stats run collects their union (the rest
+    of the suite could never run for a mutant); one gated module without it brings back
+    the whole tests/ folder, so no mutant ever loses a covering test."""
+    files = gate.gate_test_files()
+    assert files == sorted({f for own in gate.OWN_TESTS.values() for f in own})
+    assert "tests/test_timing.py" not in files and "tests/test_ledger.py" in files
+
+    monkeypatch.setitem(gate.FLOORS, "gpuops/market/rent.py", 100.0)
+    assert gate.gate_test_files() is None
+
+
 def test_under_mutmut_the_conftest_deselects_what_a_mutant_does_not_own(tmp_path):
     """H2: the conftest hook runs only the owning module's tests for its mutants."""
     env = {**os.environ, "MUTANT_UNDER_TEST": "gpuops.market.probe.x_judge__mutmut_1"}

@@ -363,3 +363,26 @@ def test_a_release_cut_off_by_a_crash_is_finished_by_destroy_or_sweep(world, fin
         ]
     assert market.ledger.get(box).state is BoxState.RELEASED
     assert sum(1 for call in world.fake.calls if call.route == "destroy") == destroys
+
+
+def test_a_pace_spaces_calls_across_threads_and_a_retry_wait_holds_them_all():
+    """M4 at scale: a sweep's calls start one per interval, and the adapter's 429 wait (the
+    pace's hold) delays every later call, not only the retrying one."""
+    from gpuops.market.rent import Pace
+
+    now = [100.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+
+    pace = Pace(0.5, clock=lambda: now[0], sleep=sleep)
+    pace.take()
+    pace.take()
+    pace.take()
+    assert slept == [0.5, 1.0]  # the second call waits one interval, the third two
+    slept.clear()
+    now[0] = 200.0
+    pace.hold(3.0)
+    pace.take()
+    assert slept == [3.0, 3.0]  # the next call starts only when the hold is over

@@ -8,21 +8,36 @@ from __future__ import annotations
 import pytest
 from scale_world import build
 
-from gpuops.market.rent import sweep
+from gpuops.market.rent import Pace, sweep
 from gpuops.market.teardown import Ending
 from gpuops.market.rentals import RELEASED
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 
-def test_sweep_over_a_thousand_instances_ends_ours_and_reports_every_other_untouched(tmp_path):
-    """M3/M4: 100 expired boxes of ours destroyed and confirmed; 900 others only reported."""
+@pytest.mark.parametrize("workers", [1, 16])
+def test_sweep_over_a_thousand_instances_ends_ours_and_reports_every_other_untouched(
+    tmp_path, workers, monkeypatch
+):
+    """M3/M4: 100 expired boxes of ours destroyed and confirmed, one at a time or sixteen at
+    once within a call budget; 900 others only reported; the ledger listed once."""
     account = build(tmp_path, total=1000, ours=100)
     try:
         listed = account.market.vast.list_instances()
         assert len(listed) == 1000  # every page of the paged v1 list
+        store = account.market.ledger.store
+        listings: list[str] = []
+        real_list = store.list
 
-        report = sweep(account.market)
+        def counted(prefix: str = "") -> list[str]:
+            listings.append(prefix)
+            return real_list(prefix)
+
+        monkeypatch.setattr(store, "list", counted)
+
+        report = sweep(account.market, workers=workers, pace=Pace(0.0))
+
+        assert sum(prefix.startswith("ledger/boxes/") for prefix in listings) == 1
 
         assert len(report.expired) == 100
         assert {o.ending for o in report.expired} == {Ending.GONE}

@@ -22,6 +22,7 @@ processes are killed when the instance reaches TERMINATED, and by ``stop`` (a te
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -76,10 +77,8 @@ class Boot:
         free, may already lead somebody else's process group, and is never signalled."""
         if self.killed or not self.processes():
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, sig)
-        except ProcessLookupError:
-            pass
 
     def kill(self) -> None:
         """The VM is gone: every process of the boot dies now. Returns once none is left
@@ -88,18 +87,14 @@ class Boot:
         while the session still has it, so the number cannot have been reused)."""
         self.signal(signal.SIGKILL)
         self.killed = True
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=SETTLE_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            pass
         deadline = time.monotonic() + SETTLE_TIMEOUT
         while (left := self.processes()) and time.monotonic() < deadline:
             for pid, (_, state, _) in left.items():
                 if state != "Z":
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
             time.sleep(SETTLE_POLL)
 
     def processes(self) -> dict[int, tuple[int, str, int]]:
@@ -174,12 +169,12 @@ def make_sandbox(
         top.mkdir(exist_ok=True)
         (top / "__init__.py").write_text('"""A stub: installed on the fake VM image."""\n')
     for module in broken:
-        top = module.split(".")[0]
-        (sandbox / "site" / f"{top}.py").write_text(
+        first = module.split(".")[0]
+        (sandbox / "site" / f"{first}.py").write_text(
             f'raise ImportError("{module}: broken on this fake VM image (scenario)")\n'
         )
-        if (sandbox / "site" / top).is_dir():
-            (sandbox / "site" / top / "__init__.py").write_text(
+        if (sandbox / "site" / first).is_dir():
+            (sandbox / "site" / first / "__init__.py").write_text(
                 f'raise ImportError("{module}: broken on this fake VM image (scenario)")\n'
             )
     (sandbox / "work" / "job.py").write_text(

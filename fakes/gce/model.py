@@ -23,7 +23,7 @@ import itertools
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -367,7 +367,7 @@ class FakeGCE:
     def advance(self, seconds: float) -> None:
         """A test's FakeClock moves ``seconds``, stopping at every change due on the way and
         letting the boots run to their next wait at each stop."""
-        advance = getattr(self.clock, "advance")  # only a test's FakeClock is advanced
+        advance = self.clock.advance  # type: ignore[attr-defined]  # a test's FakeClock only
         target = self.clock.now() + seconds
         while True:
             self.settle()
@@ -449,7 +449,7 @@ class FakeGCE:
         self.updated[name] = stored.updated
         return stored
 
-    def precondition(self, name: str, query: dict[str, str]) -> bool:
+    def precondition(self, name: str, query: Mapping[str, str]) -> bool:
         """Whether the request's generation preconditions hold for the live ``name``
         (JSON API query parameters; a missing object has generation 0)."""
         stored = self.live(name)
@@ -471,4 +471,3 @@ class FakeGCE:
             ):
                 return False
         return True
-

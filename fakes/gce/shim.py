@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 import urllib.parse
+from pathlib import Path
 
 BASE = os.environ.get("GPUOPS_FAKE_GCE", "")
 BOOT = os.environ.get("GPUOPS_FAKE_BOOT", "0")
@@ -86,7 +87,7 @@ def curl(args: list[str]) -> int:
             continue
         if a in ("--data-binary", "-d", "--data"):
             value = args[i + 1]
-            data = open(value[1:], "rb").read() if value.startswith("@") else value.encode()
+            data = Path(value[1:]).read_bytes() if value.startswith("@") else value.encode()
             method = "POST" if method == "GET" else method
             i += 2
             continue
@@ -144,7 +145,7 @@ def _copy(tool: str, src: str, dst: str) -> int:
     source, target = _gs(src), _gs(dst)
     if source is None and target is not None:
         try:
-            data = open(src, "rb").read()
+            data = Path(src).read_bytes()
         except OSError as exc:
             _say(f"CommandException: {exc}")
             return 1

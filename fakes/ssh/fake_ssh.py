@@ -105,9 +105,7 @@ def _presented_seed(box: boxes.Box, state: boxes.TableState) -> str:
     return box.host_key if seen <= box.rekey.after_connections else box.rekey.host_key
 
 
-def _host_key_refusal(
-    call: Invocation, box: boxes.Box, known_hosts: Path, seed: str
-) -> int | None:
+def _host_key_refusal(call: Invocation, box: boxes.Box, known_hosts: Path, seed: str) -> int | None:
     """accept-new: pin an unknown key, refuse a changed one with OpenSSH's own block."""
     pattern = replay.host_pattern(call.host, call.port)
     key = hostkeys.public_key(seed)

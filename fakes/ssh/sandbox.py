@@ -9,6 +9,7 @@ jobs die with it. The environment is a fresh minimal one: no key or token reache
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -62,10 +63,8 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     """End a command started by :func:`start` and everything it started in this session (a box
     going away); a tmux server it started has its own session and dies with :func:`stop`."""
     for pid in _tree(proc.pid):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     proc.wait()
 
 

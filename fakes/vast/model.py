@@ -106,7 +106,10 @@ def _priced(row: dict[str, object], explicit: Mapping[str, object]) -> None:
     for name in ("search", "instance"):
         if name not in explicit:
             row[name] = dict(pricing)
-    for name, numerator in (("dlperf_per_dphtotal", "dlperf"), ("flops_per_dphtotal", "total_flops")):
+    for name, numerator in (
+        ("dlperf_per_dphtotal", "dlperf"),
+        ("flops_per_dphtotal", "total_flops"),
+    ):
         value = row.get(numerator)
         if name not in explicit and isinstance(value, int | float) and total > 0:
             row[name] = round(value / total, 4)

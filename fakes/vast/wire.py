@@ -17,7 +17,6 @@ import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fakes.seam import JSON, Reply, Request

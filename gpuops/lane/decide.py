@@ -243,15 +243,17 @@ def repaired(lane: str, instance: str, ev: Evidence, now: float) -> Board:
         revision=revision,
     )
     if ev.instance_status != TERMINATED:
-        boot = ev.metadata_attempt if ev.metadata_attempt and ev.metadata_attempt.isalnum() else None
-        board = dataclasses.replace(
-            board, state=RUNNING, started=now, boot=boot or UNKNOWN_OWNER
+        boot = (
+            ev.metadata_attempt if ev.metadata_attempt and ev.metadata_attempt.isalnum() else None
         )
+        board = dataclasses.replace(board, state=RUNNING, started=now, boot=boot or UNKNOWN_OWNER)
     return board
 
 
 # --- the job ended, the VM did not (L1, L12) ------------------------------------------------
-def billing_alarm(verdict: Verdict, instance_status: str, ended_at: float | None, now: float) -> bool:
+def billing_alarm(
+    verdict: Verdict, instance_status: str, ended_at: float | None, now: float
+) -> bool:
     """The job's status ended but its VM still runs past the power-off grace: it bills until a
     human acts (gpuops never stops it, L1)."""
     if verdict not in (Verdict.SUCCEEDED, Verdict.FAILED) or ended_at is None:

@@ -169,7 +169,8 @@ class Lane:
         board_event: dict[str, Any] | None = None  # the latest state a board write recorded
         try:
             for event in read_events(self.events.path):
-                payload = event.get("payload") or {}
+                payload = event.get("payload")
+                payload = payload if isinstance(payload, dict) else {}
                 if str(event.get("kind", "")).startswith("lane.") and (
                     payload.get("lane") == self.config.instance
                 ):
@@ -300,9 +301,7 @@ class Lane:
                 f"the script fetches {', '.join(missing)} unconditionally, but nothing by that "
                 f"name is staged under gs://{self.config.bucket}/jobs/{job}/inputs/",
             )
-        inst = self._set_metadata(
-            {s.SCRIPT_KEY: script_text, s.JOB_KEY: job}, need_terminated=True
-        )
+        inst = self._set_metadata({s.SCRIPT_KEY: script_text, s.JOB_KEY: job}, need_terminated=True)
         max_run_s = d.run_ceiling_s(max_hours, s.declared_hours(script_text))
         self.gce.set_run_ceiling(self.config.instance, inst.scheduling, max_run_s)
         self.events.append(
@@ -553,9 +552,7 @@ class Lane:
             inst = self.gce.get(self.config.instance)
             if s.JOB_KEY not in inst.metadata and s.ATTEMPT_KEY not in inst.metadata:
                 return
-            items = {
-                k: v for k, v in inst.metadata.items() if k not in (s.JOB_KEY, s.ATTEMPT_KEY)
-            }
+            items = {k: v for k, v in inst.metadata.items() if k not in (s.JOB_KEY, s.ATTEMPT_KEY)}
             self.gce.set_metadata(self.config.instance, items, inst.fingerprint)
         except (Refused, VersionConflict, Unavailable) as exc:
             self.progress(f"the instance still names the released job in its metadata: {exc}")

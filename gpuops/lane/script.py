@@ -80,7 +80,9 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
     """Every breach of the contract; empty when the script may be installed for the job."""
     parsed = parse(script)
     if parsed.error is not None:
-        return [Finding("L5", f"the script cannot be parsed, so it cannot be checked: {parsed.error}")]
+        return [
+            Finding("L5", f"the script cannot be parsed, so it cannot be checked: {parsed.error}")
+        ]
     found: list[Finding] = []
     values = _job_values(parsed)
     if len(values) != 1:
@@ -91,7 +93,9 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
         found.append(Finding("L4", "the script's JOB must be a literal name, not an expansion"))
     elif values[0][0] != claimed_job:
         found.append(
-            Finding("L4", f"the script's JOB={values[0][0]!r} is not the claimed job {claimed_job!r}")
+            Finding(
+                "L4", f"the script's JOB={values[0][0]!r} is not the claimed job {claimed_job!r}"
+            )
         )
     steps = [c for c in parsed.top if not c.conditional]
     names = [c.name for c in steps]
@@ -115,7 +119,9 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
                 Finding("L5", "missing a gsutil-to-REST fallback with retries in the EXIT trap")
             )
     if not any(c.name == "preflight_imports" and len(c.words) > 1 for c in steps):
-        found.append(Finding("L6", "missing an import gate before work (preflight_imports NAME...)"))
+        found.append(
+            Finding("L6", "missing an import gate before work (preflight_imports NAME...)")
+        )
     if not any(c.name == "disk_gate" and len(c.words) == 2 and c.words[1].isdigit() for c in steps):
         found.append(Finding("L6", "missing a disk-capacity gate before work (disk_gate GB)"))
     found += _order(steps)
@@ -201,9 +207,7 @@ def unconditional_fetches(script: str) -> list[str]:
     return out
 
 
-def _reads(
-    parsed: Parsed, command: Command, args: tuple[str, ...], seen: set[str]
-) -> list[str]:
+def _reads(parsed: Parsed, command: Command, args: tuple[str, ...], seen: set[str]) -> list[str]:
     names: list[str] = []
     if command.name == "fetch_input":  # the template's fetch, by contract: its argument
         return [_positional(w, args) for w in command.words[1:2]]
@@ -259,12 +263,12 @@ def render(
     declared = "" if max_hours is None else f"# gpuops: max-hours {max_hours:g}\n"
     return declared_line(
         TEMPLATE.format(
-        job=job,
-        bucket=bucket,
-        command=command,
-        imports=" ".join(imports),
-        fetches=fetches or "# (no staged inputs)",
-        min_free_gb=min_free_gb,
+            job=job,
+            bucket=bucket,
+            command=command,
+            imports=" ".join(imports),
+            fetches=fetches or "# (no staged inputs)",
+            min_free_gb=min_free_gb,
         ),
         declared,
     )

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuops.errors import UsageError

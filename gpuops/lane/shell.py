@@ -55,7 +55,6 @@ class Parsed:
     error: str | None = None
 
 
-
 def constant(command: Command) -> bool | None:
     """True or False when the command's status is known without running it; else None."""
     if not command.words or not all(command.literal):
@@ -140,11 +139,12 @@ def _has(node: Any, kinds: frozenset[str]) -> bool:
 
 
 def _unquote(node: Any) -> str:
+    text: str = node.text.decode()
     if node.type == "raw_string":
-        return node.text.decode()[1:-1]
+        return text[1:-1]
     if node.type in ("string", "concatenation"):
         return "".join(_unquote(c) for c in node.children if c.type != '"')
-    return node.text.decode()
+    return text
 
 
 def _statements(nodes: Iterable[Any], into: list[Command], conditional: bool) -> None:
@@ -243,9 +243,11 @@ def _command(node: Any, conditional: bool) -> Command:
 def _assignment(node: Any) -> str:
     """``NAME=value``: the value unquoted when it is literal, as written when not."""
     value = node.child_by_field_name("value")
-    text = node.child_by_field_name("name").text.decode() + "="
+    name: str = node.child_by_field_name("name").text.decode()
+    text = name + "="
     if value is not None:
-        text += _unquote(value) if not _has(value, _EXPANSIONS) else value.text.decode()
+        raw: str = value.text.decode()
+        text += _unquote(value) if not _has(value, _EXPANSIONS) else raw
     return text
 
 

@@ -11,13 +11,14 @@ decision; this module only performs them and reports back.
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, cast
 
 from gpuops import timing
 from gpuops.errors import (
@@ -123,6 +124,8 @@ class Market:
         self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock)
         # machine id -> shrunk pass rate for these offers (analysis/shrink.py); None: price only
         self.pass_rates: Callable[[list[Offer]], dict[int, float]] | None = None
+        # the call budget the adapter's 429 waits share (session.py); None: calls unpaced
+        self.pace: Pace | None = None
 
     # --- rent ----------------------------------------------------------------------------
     def rent(self, req: RentRequest, on_race: Callable[[Rental], None] | None = None) -> Rental:
@@ -228,7 +231,8 @@ class Market:
             max_creates=req.max_creates or 2 * req.race_k + 2,
             stop_creating_at=schedule(now, deadline)[0],
         )
-        offer_by_id = {o.id: o for o in chosen.candidates}
+        # select ranks the Offers it is given: its candidates are those Offers
+        offer_by_id = {o.id: cast(Offer, o) for o in chosen.candidates}
         return self._run(req, rental, state, offer_by_id, deadline)
 
     def _abandon(self, rental: Rental, why: BaseException) -> list[Outcome]:
@@ -616,14 +620,22 @@ def end_records(market: Market, name: str, race: int | None = None) -> list[Outc
     return [end_record(market, record) for record in owned_records(market, name, race)]
 
 
-def settle_rental(market: Market, name: str) -> Rental | None:
+def settle_rental(market: Market, name: str, listed: list[Record] | None = None) -> Rental | None:
     """A rental follows its records (M13): once none of ours is active, a live or racing
-    rental is released, so no spend accrues on a gone box and `rent` races afresh."""
+    rental is released, so no spend accrues on a gone box and `rent` races afresh.
+
+    ``listed``: the rental's records as a listing the caller already holds (sweep lists the
+    ledger once, not once per rental); each is read again here, so only what the listing
+    names is taken from it, never a state."""
     rental = market.rentals.get(name)
     if rental is None or rental.owner != market.ledger.operator:
         return rental
     prefix = f"{name}+"
-    active = sum(1 for r in market.ledger.records() if r.name.startswith(prefix) and r.active)
+    if listed is None:
+        current = [r for r in market.ledger.records() if r.name.startswith(prefix)]
+    else:
+        current = [r for r in map(market.ledger.get, (r.name for r in listed)) if r is not None]
+    active = sum(1 for r in current if r.active)
     to = settled(rental, active, market.clock())
     if to is None:
         return rental
@@ -660,31 +672,103 @@ class SweepReport:
         return [o for o in [*self.retried, *self.expired] if o.ending is Ending.UNRESOLVED]
 
 
-def sweep(market: Market) -> SweepReport:
+# Records a CLI sweep ends at once: each mostly waits on its box's confirmation (M4), so the
+# bound is the call budget (Pace), not the threads.
+SWEEP_WORKERS = 128
+
+
+class Pace:
+    """A call budget shared by every thread of one command, and with the Vast adapter's 429
+    handling: provider calls start at most one per ``interval_s`` across all threads, and a
+    retry wait the adapter takes (pass ``hold`` as its ``sleep``) holds every thread for that
+    long, so a 429 slows the whole sweep instead of being hammered by its other threads."""
+
+    def __init__(
+        self,
+        interval_s: float = timing.VAST_CALL_INTERVAL_S,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._next_at = float("-inf")
+
+    def take(self) -> None:
+        """Wait for this call's slot in the budget."""
+        with self._lock:
+            now = self._clock()
+            at = max(now, self._next_at)
+            self._next_at = at + self.interval_s
+        if at > now:
+            self._sleep(at - now)
+
+    def hold(self, wait_s: float) -> None:
+        """The adapter's retry wait: no thread starts a call until it is over."""
+        with self._lock:
+            self._next_at = max(self._next_at, self._clock() + wait_s)
+        self._sleep(wait_s)
+
+
+class Paced:
+    """The market's Vast calls, each taking its slot in a shared Pace first."""
+
+    def __init__(self, vast: Vast, pace: Pace) -> None:
+        self._vast = vast
+        self._pace = pace
+
+    def show(self, instance_id: str) -> Instance | None:
+        self._pace.take()
+        return self._vast.show(instance_id)
+
+    def destroy(self, instance_id: str) -> None:
+        self._pace.take()
+        self._vast.destroy(instance_id)
+
+    def list_instances(self, *, label: str | None = None) -> list[Instance]:
+        self._pace.take()
+        return self._vast.list_instances(label=label)
+
+
+def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> SweepReport:
     """Retry pending destroys; end every record of ours whose rental's deadline has passed,
     whatever state the rental or the record is in (M13); settle the rentals; report
-    instances no ledger owns (loudly, never touching them)."""
+    instances no ledger owns (loudly, never touching them).
+
+    The ledger is listed once per sweep. With ``workers`` > 1 (the CLI), that many records are
+    ended at once, each destroy confirmed by its own ``show`` loop (M4), every call within
+    ``pace``; each record is still ended by ``end_record``, exactly as one at a time."""
     me = market.ledger.operator
-    report = SweepReport([], [], [])
     now = market.clock()
     rentals = {r.name: r for r in market.rentals.all() if r.owner == me}
-    touched: set[str] = set()
-    for record in market.ledger.records():
+    records = market.ledger.records()  # the one listing of the sweep
+    due: list[tuple[Record, bool]] = []  # (record, a pending destroy retried)
+    for record in records:
         if record.owner != me or not record.active:
             continue
         rental = rentals.get(rental_of(record.name))
         if record.state in _PENDING and record.instance_id:
-            report.retried.append(end_record(market, record))
+            due.append((record, True))
         elif now >= due_at(rental, record.deadline_at):
-            report.expired.append(end_record(market, record))
-        else:
-            continue
-        touched.add(rental_of(record.name))
+            due.append((record, False))
+    outcomes = _end_all(market, [record for record, _ in due], workers, pace)
+    report = SweepReport([], [], [])
+    for (_, retried), outcome in zip(due, outcomes, strict=True):
+        (report.retried if retried else report.expired).append(outcome)
+    touched = {rental_of(record.name) for record, _ in due}
     for name, rental in rentals.items():
         if name in touched or (rental.deadline_at is not None and now >= rental.deadline_at):
-            settle_rental(market, name)
-    known = {r.intent_id for r in market.ledger.records() if r.active}
-    for instance in market.vast.list_instances():
+            prefix = f"{name}+"
+            settle_rental(
+                market, name, [r for r in records if r.active and r.name.startswith(prefix)]
+            )
+    # an instance of a record this sweep released may still be listed (the list lags): the
+    # listing's intents, taken before any release, keep it from being reported as unowned
+    known = {r.intent_id for r in records if r.active}
+    vast = market.vast if pace is None else Paced(market.vast, pace)
+    for instance in vast.list_instances():
         if intent_of(instance.label) not in known:
             report.unowned.append(
                 f"instance {instance.instance_id} label {instance.label!r}: no ledger owns it"
@@ -697,3 +781,19 @@ def sweep(market: Market) -> SweepReport:
         unowned=len(report.unowned),
     )
     return report
+
+
+def _end_all(
+    market: Market, records: list[Record], workers: int, pace: Pace | None
+) -> list[Outcome]:
+    """``end_record`` for each record, in order; up to ``workers`` at once, in a market whose
+    Vast calls are paced. One at a time keeps the caller's clock and sleep as they are (the
+    tests' fake clocks are not shared between threads)."""
+    if workers <= 1 or len(records) <= 1:
+        return [end_record(market, record) for record in records]
+    shared = copy.copy(market)  # the same ledger, store and clock; only its Vast calls paced
+    if pace is not None:
+        shared.vast = Paced(market.vast, pace)  # type: ignore[assignment]
+    size = min(workers, len(records))
+    with ThreadPoolExecutor(max_workers=size, thread_name_prefix="sweep") as pool:
+        return list(pool.map(lambda record: end_record(shared, record), records))

@@ -81,13 +81,23 @@ def open_market(
     need_key: bool = True,
     rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    retry_sleep: Callable[[float], None] = time.sleep,
 ) -> Market:
+    """``sleep``: the market's waits (race polls, destroy confirmation); ``retry_sleep``: the
+    adapter's backoff between retried calls (a 503, a 429) and its pacing."""
+    from gpuops.providers import vastai_lazy
     from gpuops.providers.vast import VastAdapter
+
+    vastai_lazy.install()  # the SDK's API layer, without its package start-up (about a second)
 
     store = open_store(state_url)
     here = local_dir(state_url)
     events = EventLog(Path(os.environ.get("GPUOPS_EVENTS") or here / "events.jsonl"), operator)
-    vast = VastAdapter(events=events)
+    from gpuops.market.rent import Pace
+
+    # one call budget: a sweep's threads and the adapter's 429 waits
+    pace = Pace(sleep=retry_sleep)
+    vast = VastAdapter(events=events, sleep=pace.hold)
     key_path = public_key_path()
     public_key = read_public_key(key_path) if need_key else ""
     prober = ssh_prober(here, key_path.with_suffix(""), vram_floor_mb)
@@ -102,6 +112,7 @@ def open_market(
         rng=rng,
         sleep=sleep,
     )
+    market.pace = pace
     from gpuops.analysis.learned import ranker
 
     # rank by price per healthy box, from the index in the store: the same cost at any log size

@@ -107,6 +107,7 @@ def destroy_box(
             name, Ending.UNRESOLVED, "no instance recorded: reconcile its intent by label first"
         )
     record = ledger.begin_destroy(name)  # owner check (M3); on the retry list from now on (M4)
+    assert record.instance_id is not None  # current had one, and a record never loses it
     try:
         vast.destroy(record.instance_id)
     except (Unavailable, ProviderError) as exc:

@@ -212,7 +212,9 @@ def judge(obs: Observation, *, started: bool = True) -> Status:
         return Status(JobState.UNKNOWN, "tmux is not installed on the box")
     if not obs.session and obs.log_mtime is None and not started:
         # the start script creates the log before tmux starts: no log and no record of a start
-        return Status(JobState.NO_JOB, "no job was ever started on this box (gpuops run NAME -- CMD)")
+        return Status(
+            JobState.NO_JOB, "no job was ever started on this box (gpuops run NAME -- CMD)"
+        )
     if not obs.session:
         return Status(
             JobState.DEAD,

@@ -198,7 +198,7 @@ class GceAdapter:
                 import google.auth
                 from google.auth.transport.requests import AuthorizedSession
 
-                credentials, _ = google.auth.default(scopes=list(SCOPES))  # type: ignore[no-untyped-call]
+                credentials, _ = google.auth.default(scopes=list(SCOPES))
                 self._session = AuthorizedSession(credentials)  # type: ignore[no-untyped-call]
         return self._session
 
@@ -226,7 +226,7 @@ class GceAdapter:
             if reply.status_code >= 400:
                 from google.api_core import exceptions as gx
 
-                raise gx.from_http_response(reply)
+                raise gx.from_http_response(reply)  # type: ignore[no-untyped-call]
             answer = reply.json()
         except _foreign() as exc:
             error = translate(exc, what)

@@ -22,7 +22,7 @@ class GcsAdapter:
 
     def _get_bucket(self) -> Any:
         if self._bucket is None:
-            from google.cloud import storage  # type: ignore[attr-defined]
+            from google.cloud import storage  # type: ignore[attr-defined,import-untyped,unused-ignore]
 
             if os.environ.get("STORAGE_EMULATOR_HOST"):
                 from google.auth.credentials import AnonymousCredentials

@@ -96,7 +96,9 @@ class LocalStore:
         try:
             _private_dirs(self.root, self.root.anchor)
         except OSError as exc:
-            raise UsageError(f"cannot create the state directory {self.root}: {_why(exc)}") from None
+            raise UsageError(
+                f"cannot create the state directory {self.root}: {_why(exc)}"
+            ) from None
         if not self.root.is_dir():
             raise UsageError(
                 f"state {self.root} is not a directory; choose a directory with --state"

@@ -9,7 +9,6 @@ identical bytes mean an identical state and that is safe.
 from __future__ import annotations
 
 import os
-
 from typing import Any
 
 from gpuops import timing

@@ -5,8 +5,10 @@
 `offers` ranks by per-machine pass rates from the index in the state store (folded from the
 event log by offset), so its cost should not grow with the log. Two state directories, one
 with an empty log and one with ``--events`` logged (written as bench_stats does), are run
-interleaved through the installed entry point against one loopback fake. The first call on
-the long log, which folds it into the index once, is timed on its own. Load is printed.
+interleaved through the installed entry point against one loopback fake, with the vastai
+CLI's own `vastai search offers` against the same fake beside them (the target: at most half
+its time). The first call on the long log, which folds it into the index once, is timed on
+its own. Load is printed.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from tests.benchmarks.bench_stats import write_log
 from tests.benchmarks.common import ROOT, gpuops_argv, interleaved, load, median, stop
 
 
-def serve() -> tuple[subprocess.Popen[str], dict[str, str]]:
+def serve(extra: list[str] | None = None) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """`gpuops fakes serve` on loopback, and the environment its export lines give."""
     proc = subprocess.Popen(
-        [*gpuops_argv(), "fakes", "serve"],
+        [*gpuops_argv(), "fakes", "serve", *(extra or [])],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -62,9 +64,12 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             start = time.perf_counter()
             subprocess.run([*offers, str(full)], env=env, check=True, stdout=subprocess.DEVNULL)
             first = time.perf_counter() - start
+            vastai = [str(Path(sys.executable).with_name("vastai")), "--url", env["VAST_URL"],
+                      "--api-key", env["VAST_API_KEY"], "search", "offers", "gpu_name=RTX_4090"]  # fmt: skip
             cases = {
                 "offers, 0 events": [*offers, str(empty)],
                 f"offers, {args.events:,} events": [*offers, str(full)],
+                "vastai search offers": vastai,
             }
             times = interleaved(cases, args.runs, env=env)
     finally:
@@ -74,10 +79,13 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
           f"{first:.2f} s")  # fmt: skip
     rows = [(f"offers: first call, {args.events:,} events (index built)", f"{first:.2f} s", "")]
     base = median(times["offers, 0 events"])
+    sdk = median(times["vastai search offers"])
     for label, values in times.items():
-        ratio = median(values) / base
-        print(f"  {label:<28} {median(values) * 1000:7.0f} ms  {ratio:4.2f}x the 0-event case")
-        rows.append((label, f"{median(values) * 1000:.0f} ms", f"{ratio:.2f}x 0 events"))
+        ratio, versus = median(values) / base, median(values) / sdk
+        print(f"  {label:<28} {median(values) * 1000:7.0f} ms  {ratio:4.2f}x the 0-event case,"
+              f" {versus:4.2f}x vastai search offers")  # fmt: skip
+        rows.append((label, f"{median(values) * 1000:.0f} ms",
+                     f"{ratio:.2f}x 0 events; {versus:.2f}x vastai (target <= 0.5x)"))  # fmt: skip
     return rows
 
 

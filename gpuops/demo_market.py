@@ -1,0 +1,428 @@
+"""The demo's second act: the market (Vast.ai), against FakeVast and the fake ssh on loopback.
+
+FakeVast serves in this process on a scaled clock (a box boots in half a second); the fake
+`ssh` program replays recorded probe output per box and runs every other command for real in
+the box's sandbox, so the job really runs under tmux and the guardian really copies its
+results. gpuops acts through its real paths: the market library for the race, `gpuops run`,
+`gpuops watch` and `gpuops rent` as processes, and the detached guardian `rent` starts. Every
+row's evidence is the fake's own record of which boxes still bill.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpuops import timing
+
+if TYPE_CHECKING:
+    from gpuops.demo import Story
+
+NAME = "training-run"
+SECOND = "second-try"
+GPU = "RTX 4090"
+SEED = 2026  # the race picks the same offers every time (its exploration is seeded)
+TIME_SCALE = 60.0  # fake seconds per real second: a box boots in half a second
+RESULT = "results/summary.txt"
+JOB = "mkdir -p results && echo 'loss 0.031 after 3 epochs' > results/summary.txt && sleep 600"
+INTERRUPT_AFTER_BOXES = 2  # Ctrl-C once the second race has this many boxes billing
+
+
+def _offer(offer_id: int, machine: int, where: str, usd: float, fate: str, **more: Any) -> dict:
+    return {
+        "id": offer_id, "machine_id": machine, "host_id": machine + 60000, "gpu_name": GPU,
+        "gpu_ram": 24564, "dph_total": usd, "reliability": 0.995, "disk_bw": 2400.0,
+        "geolocation": where, "fate": fate, **more,
+    }  # fmt: skip
+
+
+def scenario_doc() -> dict[str, Any]:
+    """The demo's market: the three cheapest offers fail three ways, the next is healthy."""
+    return {
+        "time_scale": TIME_SCALE,
+        "vast": {
+            "boot": {"provisioning_s": 10, "loading_s": 20},
+            "ssh_keys": ["generated"],
+            "offers": [
+                _offer(18436001, 30774, "Ohio, US", 0.3190, "taken"),
+                _offer(18437120, 32005, "Bavaria, DE", 0.3301, "ssh-auth"),
+                _offer(18439515, 29963, "Utah, US", 0.3412, "slow-disk"),
+                _offer(18432117, 31218, "Texas, US", 0.3712, "healthy"),
+                _offer(18438842, 28841, "Ontario, CA", 0.3850, "healthy"),
+                _offer(18439007, 33410, "Oregon, US", 0.3990, "healthy"),
+                _offer(18443610, 35117, "Nevada, US", 0.4050, "healthy"),
+            ],
+            "faults": {},
+        },
+    }
+
+
+class _Fakes:
+    """FakeVast on loopback, its box table and throwaway key, and the environment gpuops
+    reads to find them (set in os.environ while the act runs, restored after)."""
+
+    def __init__(self, scratch: Path, state_url: str, operator: str) -> None:
+        from fakes.scenario import load_scenario
+        from fakes.serve import FAKE_SSH, throwaway_key
+        from fakes.vast import FakeVast, ScaledClock, serve_http
+        from fakes.vast.clock import RECORDED_EPOCH
+
+        self.dir = scratch / "market-fakes"
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = scratch / "market-scenario.yaml"
+        path.write_text(yaml.safe_dump(scenario_doc()), encoding="utf-8")
+        scenario = load_scenario(path)
+        key = throwaway_key(self.dir)
+        self.model = FakeVast(
+            scenario,
+            clock=ScaledClock(scenario.time_scale, RECORDED_EPOCH),
+            state_dir=self.dir,
+            generated_key=key.read_text(encoding="utf-8").strip(),
+        )
+        self.server = serve_http(self.model)
+        self.results = scratch / "results"
+        self.events = Path(state_url.removeprefix("file://")) / "events.jsonl"
+        self.env = {
+            "VAST_URL": self.server.url,
+            "VAST_API_KEY": self.model.api_key,
+            "GPUOPS_SSH": str(FAKE_SSH),
+            "GPUOPS_FAKE_SSH_BOXES": str(self.model.box_table),
+            "GPUOPS_FAKE_SSH_PYTHON": sys.executable,
+            "GPUOPS_SSH_KEY": str(key),
+            "GPUOPS_STATE": state_url,
+            "GPUOPS_OPERATOR": operator,
+            "GPUOPS_RESULTS": str(self.results),
+            "GPUOPS_EVENTS": str(self.events),
+        }
+
+    def close(self) -> None:
+        from fakes.ssh.sandbox import stop_all
+
+        self.server.close()
+        stop_all(self.model.box_table)  # the fake boxes' jobs end with the fake world
+
+    # --- the fake's own record ----------------------------------------------------------------
+    def billing(self) -> list[Any]:
+        """Every box the fake has not destroyed: what still bills, whatever gpuops says."""
+        with self.model.lock:
+            return list(self.model.boxes())
+
+    def boxes(self) -> list[Any]:
+        with self.model.lock:
+            return list(self.model.instances.values())
+
+    def where(self, offer_id: int) -> str:
+        offer = self.model.offers.get(offer_id)
+        if offer is None:
+            return "an offer"
+        row = offer.row()
+        return f"the {row.get('geolocation')} offer at ${float(row['dph_total']):.3f}/h"
+
+    # --- gpuops as a person runs it -------------------------------------------------------------
+    def gpuops(self, *args: str, **popen: Any) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpuops", *args],
+            env={**os.environ, **self.env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **popen,
+        )
+
+    def events_of(self, kind: str, name: str) -> list[dict[str, Any]]:
+        from gpuops.events import read_events
+
+        if not self.events.exists():
+            return []
+        return [
+            e["payload"]
+            for e in read_events(self.events)
+            if e["kind"] == kind and e["payload"].get("name") == name
+        ]
+
+
+@contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _wait_for(
+    check: Callable[[], Any],
+    limit_s: float = timing.DEMO_STEP_WAIT_S,
+    tell: Callable[[float], None] | None = None,
+) -> Any:
+    """Poll ``check`` until it is truthy (returned) or ``limit_s`` passes (falsy); ``tell``
+    hears the seconds waited every half PROGRESS_EVERY_S, so a long wait is never silent."""
+    started = time.monotonic()
+    ends, told = started + limit_s, started
+    while True:
+        found = check()
+        now = time.monotonic()
+        if found or now >= ends:
+            return found
+        if tell is not None and now - told >= timing.PROGRESS_EVERY_S / 2:
+            tell(now - started)
+            told = now
+        time.sleep(timing.DEMO_POLL_S)
+
+
+def market_act(story: Story, scratch: Path, state_url: str, operator: str) -> None:
+    story.heading("Act 2: the market, rented GPU boxes on Vast.ai")
+    story.say(
+        "Boxes are rented only once a probe on the box itself says it is healthy, destroyed "
+        "only when gpuops can prove they are yours, and ended at a deadline by a guardian "
+        "process that outlives your terminal. Vast.ai here is a local stand-in."
+    )
+    fakes = _Fakes(scratch, state_url, operator)
+    try:
+        with _environment(fakes.env):
+            _story(story, fakes, state_url, operator)
+    finally:
+        fakes.close()
+
+
+def _story(story: Story, fakes: _Fakes, state_url: str, operator: str) -> None:
+    from gpuops.cli_market import _guarded, interrupts_raised
+    from gpuops.market.rent import RentRequest, sweep
+    from gpuops.market.session import open_market
+
+    # gpuops' own waits (create pacing, the race's polls) shrink with the fake's clock, as the
+    # lane's do under GPUOPS_LANE_TIME_SCALE; every deadline stays on the real clock
+    market = open_market(
+        state_url,
+        operator,
+        vram_floor_mb=8192,
+        rng=random.Random(SEED),
+        sleep=lambda seconds: time.sleep(seconds / TIME_SCALE),
+    )
+    guarded: dict[str, Any] = {}
+
+    def on_race(racing: Any) -> None:  # what `gpuops rent` does: the guardian first (M13)
+        guarded.update(_guarded(market, racing.name, state_url))
+
+    hours = timing.DEMO_RENTAL_S / 3600.0
+    story.say(
+        f"You rent a box for {timing.DEMO_RENTAL_S:g} seconds: gpuops starts its guardian, "
+        "then races the three cheapest offers that pass its filter..."
+    )
+    with interrupts_raised():
+        rental = market.rent(RentRequest(NAME, GPU, hours, race_k=3), on_race=on_race)
+    _tell_race(story, fakes, NAME)
+    boxes = fakes.boxes()
+    kept = [b for b in boxes if str(b.id) == str(rental.instance_id)]
+    losers = [b for b in boxes if str(b.id) != str(rental.instance_id)]
+    whats = [e["what"] for e in fakes.events_of("market.candidate", NAME)]
+    faults = {w for w in whats if w in ("taken", "ssh-auth", "slow-disk")}
+    story.check(
+        "market",
+        "A race of three: one offer taken, one refusing our SSH key, one with a slow disk; "
+        "a spare that probes healthy is kept",
+        "rent a box only once a probe on it passes",
+        "M1",
+        f"{len(boxes)} boxes were created; the fake bills only the kept one, "
+        f"{fakes.where(kept[0].offer_id) if kept else 'none'}",
+        faults == {"taken", "ssh-auth", "slow-disk"}
+        and [b.id for b in fakes.billing()] == [b.id for b in kept]
+        and len(kept) == 1,
+    )
+    story.check(
+        "market",
+        "The losing boxes are destroyed and confirmed gone before rent returns",
+        "release a box only once the provider confirms it gone",
+        "M4",
+        f"the fake shows {sum(1 for b in losers if b.destroyed_at is not None)} of "
+        f"{len(losers)} losing boxes destroyed",
+        bool(losers) and all(b.destroyed_at is not None for b in losers),
+    )
+    quarantined = market.quarantine.machines()
+    slow = [b.offer_row.get("machine_id") for b in losers if b.fate.kind == "slow-disk"]
+    right = len(quarantined) == 1 and bool(slow) and slow[0] in quarantined
+    story.check(
+        "market",
+        "The slow-disk machine is quarantined; the SSH failure is not held against its host",
+        "quarantine failing machines for a time; auth failures are ours",
+        "M2",
+        f"gpuops' quarantine holds {len(quarantined)} machine: "
+        + ("the slow-disk one" if right else "not just the slow-disk one"),
+        right,
+    )
+
+    run = fakes.gpuops("run", NAME, "--", JOB)
+    out, err = run.communicate(timeout=timing.DEMO_STEP_WAIT_S)
+    watch = fakes.gpuops("--json", "watch", NAME, "--once")
+    wout, _ = watch.communicate(timing.DEMO_STEP_WAIT_S)
+    state = _json_field(wout, "state")
+    story.check(
+        "market",
+        "`gpuops run` starts a job under tmux on the box; `gpuops watch` sees it running",
+        "dead is a fact, stalled only a judgment; a live job is never called dead",
+        "M10",
+        f"run exited {run.returncode}; watch says {state or 'nothing'}",
+        run.returncode == 0 and state == "running",
+    )
+
+    second = _interrupted_race(story, fakes)
+
+    story.say(
+        "Now nobody touches the first box. Its guardian copies the results off a quarter of "
+        "the rental before the deadline, then destroys the box..."
+    )
+    deadline = rental.deadline_at or time.time()
+
+    def waiting(waited_s: float) -> None:
+        left = deadline - time.time()
+        when = f"{left:.0f} s before its deadline" if left > 0 else "past its deadline"
+        story.say(f"  ... {waited_s:.0f} s: the guardian still holds the box, {when}")
+
+    exits = _wait_for(lambda: fakes.events_of("guard.exit", NAME), tell=waiting)
+    if exits:  # it said it exits: let the process end (the reaper names one that does not)
+        _wait_for(lambda: not _guardians_alive(fakes, NAME))
+    gone = fakes.events_of("guard.confirmed_gone", NAME)
+    copied = fakes.results / NAME / Path(RESULT).name
+    text = copied.read_text(encoding="utf-8").strip() if copied.is_file() else ""
+    billing = [b for b in fakes.billing() if kept and b.id == kept[0].id]
+    delay = gone[0].get("delay_s") if gone else None
+    late = (
+        "at an unconfirmed time"
+        if not isinstance(delay, int | float)
+        else f"{-delay:.1f} s before the deadline"
+        if delay <= 0
+        else f"{delay:.1f} s after the deadline"
+    )
+    story.check(
+        "market",
+        "At the deadline the guardian copied the results and destroyed the box",
+        "a billing ceiling that outlives the laptop; a guardian exits 0 only once the box is gone",
+        "M5, M7",
+        f"results on disk: '{text or 'missing'}'; the fake no longer bills the box "
+        f"(destroyed {late}); guardian exit code {exits[0]['code'] if exits else 'none yet'}"
+        if not billing
+        else "the fake STILL BILLS the box after its deadline",
+        not billing and bool(text) and bool(exits) and exits[0]["code"] == 0,
+    )
+
+    guard = _wait_for(lambda: fakes.events_of("guard.exit", SECOND))
+    if guard:
+        _wait_for(lambda: not _guardians_alive(fakes, SECOND))
+    story.check(
+        "market",
+        "The interrupted rental's guardian sees its race ended and exits",
+        "a guardian exits 0 only once every box of its rental is confirmed gone",
+        "M7",
+        f"guardian exit code {guard[0]['code'] if guard else 'none: still running'}; the fake "
+        f"bills {sum(1 for b in fakes.billing() if b.id in second)} of that race's boxes",
+        bool(guard) and guard[0]["code"] == 0,
+    )
+
+    report = sweep(market)
+    left = fakes.billing()
+    story.check(
+        "market",
+        "`gpuops sweep` finds nothing to end and nothing it does not own",
+        "no billed box without a live owner",
+        "M13",
+        f"sweep: {len(report.unowned)} unowned, {len(report.retried)} retried, "
+        f"{len(report.expired)} expired; the fake bills {len(left)} boxes",
+        not left and not report.unowned and not report.retried and not report.expired,
+    )
+
+
+def _tell_race(story: Story, fakes: _Fakes, name: str) -> None:
+    """Each raced offer's fate, in plain words, from the race's own log."""
+    fates: dict[int, list[str]] = {}
+    for event in fakes.events_of("market.candidate", name):
+        fates.setdefault(int(event["offer_id"]), []).append(str(event["what"]))
+    for offer_id, whats in fates.items():
+        story.say(f"  {fakes.where(offer_id)}: {_plain(whats)}")
+
+
+_PLAIN = {
+    "taken": "taken by someone else before the create landed; nothing to pay for",
+    "ssh-auth": "created, but it refused our SSH key; destroyed",
+    "slow-disk": "created, but its disk is far slower than advertised; destroyed, machine "
+    "quarantined",
+    "pass": "created and probed healthy: GPU, CUDA and disk all checked",
+    "kept": "kept",
+}
+
+
+def _plain(whats: list[str]) -> str:
+    said = [_PLAIN[w] for w in whats if w in _PLAIN and w != "kept"]
+    if "kept" in whats:
+        said.append("kept")
+    return "; ".join(dict.fromkeys(said)) or "raced"
+
+
+def _interrupted_race(story: Story, fakes: _Fakes) -> set[int]:
+    """`gpuops rent` as a process, interrupted mid-race; the ids of the boxes it created."""
+    before = {b.id for b in fakes.boxes()}
+    story.say("You start a second rental and press Ctrl-C while its race is creating boxes...")
+    hours = f"{timing.DEMO_RENTAL_S / 2 / 3600.0:.6f}"  # its guardian ends it soon regardless
+    rent = fakes.gpuops("rent", SECOND, "--gpu", GPU, "--hours", hours, "--race", "3")
+
+    def raced() -> list[Any]:
+        made = [b for b in fakes.boxes() if b.id not in before]
+        return made if len(made) >= INTERRUPT_AFTER_BOXES or rent.poll() is not None else []
+
+    made = _wait_for(raced)
+    if rent.poll() is None:
+        rent.send_signal(signal.SIGINT)
+    try:
+        rent.communicate(timeout=timing.DEMO_STEP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        rent.kill()
+        rent.communicate()
+    made = [b for b in fakes.boxes() if b.id not in before]
+    alive = [b for b in made if b.destroyed_at is None]
+    story.check(
+        "market",
+        f"Ctrl-C during a race: rent exits {rent.returncode} after ending that race's boxes",
+        "no billed box without a live owner: an interrupted race destroys what it created",
+        "M13",
+        f"the race had created {len(made)} boxes; the fake shows "
+        f"{len(made) - len(alive)} of them destroyed",
+        rent.returncode == 130 and bool(made) and not alive,
+    )
+    return {b.id for b in made}
+
+
+def _guardians_alive(fakes: _Fakes, name: str) -> bool:
+    """Whether a guardian of ``name`` (by the pid it logged at start) is still running."""
+    for event in fakes.events_of("guard.start", name):
+        try:
+            state = Path(f"/proc/{int(event['pid'])}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            return True
+    return False
+
+
+def _json_field(text: str, field: str) -> str | None:
+    import json
+
+    try:
+        value = json.loads(text).get(field)
+    except (ValueError, AttributeError):
+        return None
+    return None if value is None else str(value)

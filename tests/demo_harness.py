@@ -1,0 +1,123 @@
+"""Runs `gpuops demo` (or a slice of it, or with one rule broken) as a child of a subreaper.
+
+    python tests/demo_harness.py OUT.json [--acts A,B] [--break NAME] [--interrupt-on TEXT]
+                                 [--json]
+
+Every process the demo starts that outlives it (a guardian in its own session, a daemonised
+tmux server, a fake boot) is re-parented here rather than to init, so what is still running
+once the demo has exited is exactly what it left behind. Writes {"rc", "stdout", "stderr",
+"left"} to OUT.json, then ends whatever was left, so a failing test leaves nothing either.
+With --interrupt-on, the demo runs in its own process group and gets SIGINT there (as a
+terminal's Ctrl-C sends it) as soon as a line of its output contains TEXT: an event, not a time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PR_SET_CHILD_SUBREAPER = 36
+
+# A rule broken on purpose, inside the demo's process, before it runs.
+BREAKS = {
+    # the linter accepts anything: the typo'd script is installed (L4 must be seen to fail)
+    "lint": "import gpuops.lane.script as s; s.lint = lambda text, job: []",
+    # the fake never destroys the kept box: it answers 503 to every destroy of that offer
+    "destroy": (
+        "import gpuops.demo_market as m; doc = m.scenario_doc; "
+        "m.scenario_doc = lambda: {**doc(), 'vast': {**doc()['vast'], 'faults': "
+        "{'destroy_failures': [{'offer': 18432117, 'count': 100000, 'status': 503}]}}}"
+    ),
+}
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0])
+    acts, broken, interrupt_on, rest = "lane,market", None, None, argv[1:]
+    while rest and rest[0] in ("--acts", "--break", "--interrupt-on"):
+        if rest[0] == "--acts":
+            acts = rest[1]
+        elif rest[0] == "--break":
+            broken = rest[1]
+        else:
+            interrupt_on = rest[1]
+        rest = rest[2:]
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+    code = (
+        "import sys\n"
+        + (BREAKS[broken] + "\n" if broken else "")
+        + "from gpuops.demo import run_demo\n"
+        + f"sys.exit(run_demo(None, 'alice', {'--json' in rest}, tuple({acts.split(',')!r})))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=interrupt_on is not None,
+    )
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    lines, interrupted = [], False
+    for line in proc.stdout:
+        lines.append(line)
+        if interrupt_on is not None and not interrupted and interrupt_on in line:
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group
+            interrupted = True
+    rc = proc.wait()
+    reader.join()
+    left = _descendants()
+    out.write_text(
+        json.dumps(
+            {"rc": rc, "stdout": "".join(lines), "stderr": "".join(errors),
+             "interrupted": interrupted, "left": sorted(left.values())}  # fmt: skip
+        )
+    )
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return 0
+
+
+def _descendants() -> dict[int, str]:
+    """pid -> command line of every live (not zombie) process under this one."""
+    me, parents, names = os.getpid(), {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        rest = raw[raw.rindex(")") + 2 :].split()
+        if rest[0] not in ("Z", "X"):
+            parents[int(entry)] = int(rest[1])
+            names[int(entry)] = cmd.decode(errors="replace").strip()
+    found = {}
+    for pid in parents:
+        up = parents.get(pid)
+        while up is not None and up > 1:
+            if up == me:
+                found[pid] = names[pid]
+                break
+            up = parents.get(up)
+    return found
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,101 @@
+"""`gpuops demo` judged from outside: its verdict, its table, its exit code, and the processes
+it leaves (none), under a subreaper (tests/demo_harness.py) so even a detached guardian that
+outlived it would be seen.
+
+The whole demo is the README's first command, so the default suite runs it whole (about 30 s,
+most of it a real guardian waiting for a real deadline, a few seconds of CPU), and once broken
+in each act: the lane with its linter accepting anything, the market with a fake that never
+destroys; and interrupted in each act.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.process]
+
+ROOT = Path(__file__).resolve().parent.parent
+HARNESS = ROOT / "tests" / "demo_harness.py"
+LANE_RULES = ["L3", "L4", "L7", "L3", "L9", "L1", "L6", "L2", "L1", ""]
+MARKET_RULES = ["M1", "M4", "M2", "M10", "M13", "M5, M7", "M7", "M13", ""]
+
+
+def demo(tmp_path: Path, *args: str) -> dict[str, Any]:
+    out = tmp_path / "demo.json"
+    subprocess.run(
+        [sys.executable, str(HARNESS), str(out), *args],
+        cwd=ROOT, check=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def test_a_broken_linter_makes_the_demo_fail_loudly_with_exit_1(tmp_path):
+    """With the linter accepting anything, the typo'd script is installed: the demo sees it in
+    the fake's metadata (not in gpuops' output), marks L4 FAIL, and exits 1."""
+    result = demo(tmp_path, "--acts", "lane", "--break", "lint")
+
+    assert result["rc"] == 1
+    text = result["stdout"]
+    assert "FAILED: You install a startup script whose job name is misspelt" in text
+    assert "PASSED" not in text
+    assert "the VM's metadata changed" in text
+    assert result["left"] == []
+    for bad in ("None", "standin-", "+1-", "Refused(", "{'", "Traceback"):  # prose, not reprs
+        assert bad not in text, bad
+
+
+def test_ctrl_c_during_the_lane_act_ends_every_boot_and_exits_130(tmp_path):
+    """Ctrl-C while the first job boots: the demo ends the fake VM's boots and everything
+    else it started, says it was interrupted (never PASSED), and exits 130."""
+    result = demo(tmp_path, "--acts", "lane", "--interrupt-on", "You install the corrected")
+
+    assert result["interrupted"] is True
+    assert result["rc"] == 130, result["stderr"][-3000:]
+    assert "INTERRUPTED" in result["stdout"] and "PASSED" not in result["stdout"]
+    assert result["left"] == []
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_during_the_market_act_leaves_no_guardian_and_no_box(tmp_path):
+    """Ctrl-C during the second race: rent, its guardian and the first box's guardian are all
+    ended with the demo (nothing left), and it exits 130."""
+    result = demo(tmp_path, "--acts", "market", "--interrupt-on", "You start a second rental")
+
+    assert result["interrupted"] is True
+    assert result["rc"] == 130, result["stderr"][-3000:]
+    assert "PASSED" not in result["stdout"]
+    assert result["left"] == []
+
+
+@pytest.mark.timeout(300)
+def test_the_whole_demo_passes_in_a_minute_and_leaves_nothing(tmp_path):
+    """Both acts: PASSED, every row held (lane and market rules in order), exit 0, no process
+    left (guardians and fake boots included)."""
+    result = demo(tmp_path, "--json")
+
+    report = json.loads(result["stdout"])
+    assert result["rc"] == 0, result["stderr"][-3000:]
+    assert report["verdict"] == "PASSED: nothing leaked"
+    ids = [r["rule_id"] for r in report["rows"] if "boot processes" not in r["happened"]]
+    assert ids == LANE_RULES[:-1] + MARKET_RULES
+    assert result["left"] == []
+
+
+@pytest.mark.timeout(300)
+def test_a_fake_that_never_destroys_makes_the_demo_fail_loudly(tmp_path):
+    """The kept box's destroy always answers 503: the guardian cannot end it, the fake still
+    bills it, and the demo says FAILED (not PASSED) and exits 1, leaving no process."""
+    result = demo(tmp_path, "--acts", "market", "--break", "destroy")
+
+    text = result["stdout"]
+    assert result["rc"] == 1
+    assert "FAILED:" in text and "PASSED" not in text
+    assert "STILL BILLS" in text
+    assert result["left"] == []
