@@ -279,9 +279,9 @@ def interrupts_raised() -> Iterator[None]:
 def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
     """M5: a rented box gets a detached guardian, unless a live one already guards it."""
     from gpuops.market import guardian as g
-    from gpuops.market.spawn import spawn
     from gpuops.market.leases import Leases
     from gpuops.market.session import local_dir
+    from gpuops.market.spawn import spawn
 
     lease, _ = Leases(market.ledger.store).read(name)
     if lease is not None and not g.looks_stale(lease, market.clock()):
