@@ -28,10 +28,10 @@ def run_guard(args: argparse.Namespace, state_url: str, operator: str, as_json: 
 
 
 def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
-    from gpuops.market import guard
-
     if args.print_systemd_unit:
-        print(guard.systemd_unit(state_url, operator), end="")
+        from gpuops.market.systemd import systemd_unit
+
+        print(systemd_unit(state_url, operator), end="")
         return 0
     if args.name is None:
         raise UsageError("gpuops guard needs the rental NAME")
@@ -54,12 +54,15 @@ def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: boo
     if deadline is not None:
         market.rentals.update(args.name, deadline_at=deadline)
     if args.foreground:
-        results = os.environ.get(guard.RESULTS_ENV) or str(local_dir(state_url) / "results")
+        from gpuops.market import guard
+        from gpuops.market.results import RESULTS_ENV, open_results
+
+        results = os.environ.get(RESULTS_ENV) or str(local_dir(state_url) / "results")
         guardian = guard.Guardian(
             market,
             args.name,
             shell=box_shell(state_url),
-            results=guard.open_results(results),
+            results=open_results(results),
             clockwork=guard.clockwork_from_env(),
         )
         guard.install_signal_handlers(guardian)
@@ -77,7 +80,9 @@ def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: boo
             [f"{args.name}: already guarded by {lease.holder}{moved}"],
         )
         return 0
-    spawned = guard.spawn(args.name, state_url, operator, local_dir(state_url))
+    from gpuops.market.spawn import spawn
+
+    spawned = spawn(args.name, state_url, operator, local_dir(state_url))
     _out(
         as_json,
         {"name": args.name, "pid": spawned.pid, "log": str(spawned.log), "deadline_at": deadline},

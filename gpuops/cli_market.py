@@ -94,9 +94,8 @@ def _market_command(
         return _rent(market, args, vram_mb, as_json, state_url)
     if args.command == "boxes":
         return _boxes(market, args, as_json)
-    from gpuops.market.teardown import exit_code
-
     from gpuops.market.rent import SWEEP_WORKERS, sweep
+    from gpuops.market.teardown import exit_code
 
     report = sweep(market, workers=SWEEP_WORKERS, pace=market.pace)
     payload = {
@@ -279,9 +278,9 @@ def interrupts_raised() -> Iterator[None]:
 def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
     """M5: a rented box gets a detached guardian, unless a live one already guards it."""
     from gpuops.market import guardian as g
-    from gpuops.market.guard import spawn
     from gpuops.market.leases import Leases
     from gpuops.market.session import local_dir
+    from gpuops.market.spawn import spawn
 
     lease, _ = Leases(market.ledger.store).read(name)
     if lease is not None and not g.looks_stale(lease, market.clock()):

@@ -34,6 +34,8 @@ adapter catches a foreign exception.
 
 from __future__ import annotations
 
+from gpuops.secrets import scrub
+
 
 class GpuopsError(Exception):
     """Base of every error gpuops raises on purpose."""
@@ -100,8 +102,6 @@ class _FromProvider:
     """Mixin: which provider answered, the HTTP status, and a short (scrubbed) body."""
 
     def _attach(self, provider: str, status: int | None, body: str) -> None:
-        from gpuops.events import scrub  # errors is imported by events: import at use
-
         self.provider = provider
         self.status = status
         self.body = str(scrub(body[:500]))
@@ -213,7 +213,9 @@ class CorruptState(StateError):
     """A stored value is unreadable. It is reported, never silently replaced."""
 
     def __init__(self, where: str, reason: str) -> None:
-        super().__init__(f"corrupt state at {where}: {reason} (left untouched: gpuops never replaces or removes it; a human reads it)")
+        super().__init__(
+            f"corrupt state at {where}: {reason} (left untouched: gpuops never replaces or removes it; a human reads it)"
+        )
         self.where = where
         self.reason = reason
 

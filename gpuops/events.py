@@ -1,7 +1,7 @@
-"""The append-only JSONL event log of every provider call and decision, and ``scrub`` (rule H3).
+"""The append-only JSONL event log of every provider call and decision, scrubbed (rule H3).
 
 Owns: the line format, safe appends from many processes, streaming reads that report torn
-lines, and the one definition of what a secret looks like.
+lines. What a secret looks like is gpuops/secrets.py's (``scrub`` is re-exported here).
 
 One JSON object per line: ``{"ts", "operator", "kind", "payload"}``. ``ts`` is UTC ISO-8601
 with microseconds and a ``Z``, strictly increasing per EventLog (a clock stepping back is
@@ -11,9 +11,7 @@ Why scrub at write time and not when reading or printing: the file is what leaks
 attached to bug reports, synced to buckets and read by ``gpuops stats`` on other hosts, and
 once a key is on disk no reader-side filter can take it back. So ``append`` turns the payload
 into plain JSON values, scrubs every key and string, and encodes only the scrubbed copy.
-Scrubbing is deliberately greedy: a redacted non-secret costs a little context, a missed
-secret costs the account. Known costs: any 64+ char lowercase hex run (a Vast key's shape,
-but also a SHA-256 digest) and any value under a key named ``key`` are redacted.
+Scrubbing is deliberately greedy (see gpuops/secrets.py for what it costs and what it keeps).
 
 Concurrency: each append opens the file O_APPEND, takes an exclusive flock on it, writes
 b"\\n" first when the file does not end in one (a writer crashed mid-line: the torn line stays
@@ -35,6 +33,14 @@ from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path, PurePath
 
 from gpuops.errors import CorruptState, StateError, UsageError
+from gpuops.secrets import (
+    REDACTED,
+    REDACTED_PRIVATE_KEY,
+    env_secrets,
+    is_secret_name,
+    scrub,
+    scrub_text,
+)
 
 __all__ = [
     "REDACTED",
@@ -42,159 +48,15 @@ __all__ = [
     "BadLine",
     "EventLog",
     "EventStream",
+    "env_secrets",
+    "is_secret_name",
     "read_events",
     "scrub",
 ]
 
-REDACTED = "[REDACTED]"
-REDACTED_PRIVATE_KEY = "[REDACTED PRIVATE KEY]"
-
 Event = dict[str, object]
 _FIELDS = ("ts", "operator", "kind", "payload")
 _KIND = re.compile(r"[a-z][a-z0-9_.-]*")
-
-# --- what a secret looks like ------------------------------------------------------------------
-# Names (dict keys, header names, query/form/config keys) whose value is a secret. Matched on
-# the lower-cased name with '-' read as '_', so X-Api-Key, api-key and API_KEY are one name.
-_SECRET_NAME_PARTS = (
-    "api_key",
-    "apikey",
-    "token",
-    "secret",
-    "password",
-    "passwd",
-    "passphrase",
-    "authorization",
-    "private_key",
-    "credential",
-    "signature",
-    "cookie",
-)
-_SECRET_NAMES = frozenset({"key", "sig", "pwd", "auth"})
-# Environment variables whose values are secrets; shorter values would redact ordinary words.
-_ENV_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-_ENV_SECRET_MIN_CHARS = 8
-# A PEM private key, or what is left of one: no END line means everything to the end goes.
-_PEM = re.compile(
-    r"-----BEGIN[ A-Z0-9]*PRIVATE KEY[ A-Z]*-----.*?"
-    r"(?:-----END[ A-Z0-9]*PRIVATE KEY[ A-Z]*-----|\Z)",
-    re.DOTALL,
-)
-# `name=value`, `name: value`, `"name": "value"`, `\"name\": \"value\"`; the name is judged
-# in code, so a non-secret pair (https://...) never swallows a secret pair after it.
-_PAIR = re.compile(r"""(?<![\w.\-])(?P<name>[\w.\-]++)(?:\\?["'])?[ \t]*[:=][ \t]*""")
-_VALUE = re.compile(
-    r""""(?:\\.|[^"\\])*(?:"|\Z)|'(?:\\.|[^'\\])*(?:'|\Z)|\\"(?:(?!\\").)*(?:\\"|\Z)"""
-    r"""|[^\s&"'<>,;]+""",
-    re.DOTALL,
-)
-# A password inside a URL: scheme://user:password@host
-# (the lookbehind lets a match start only at a word's start: linear on long runs of letters)
-_URL_USERINFO = re.compile(
-    r"(?<![A-Za-z0-9+.-])(?P<head>[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@]{1,256}:)[^/\s@]{1,256}(?=@)"
-)
-_AUTH_SCHEMES = frozenset({"bearer", "basic", "token"})
-_SCHEME_CREDENTIAL = re.compile(r"""(?P<space>\s+)[^\s"'<>,;&]+""")
-_BEARER = re.compile(r"\b(?P<scheme>(?i:bearer))(?P<space>\s+)[A-Za-z0-9\-._~+/]+=*")
-# Self-identifying tokens. Unanchored on purpose: text glued to a key must not hide it.
-_TOKENS = re.compile(
-    r"(?:AKIA|ASIA)[A-Z0-9]{16}"  # AWS access key id
-    r"|AIza[0-9A-Za-z_\-]{35}"  # Google API key
-    r"|ya29\.[0-9A-Za-z_\-.]+"  # Google OAuth access token
-    r"|[0-9a-f]{64,}"  # Vast.ai API key: 64 lowercase hex
-)
-
-
-def is_secret_name(name: str) -> bool:
-    """True when a value stored under ``name`` must be treated as a secret."""
-    normal = name.lower().replace("-", "_")
-    return normal in _SECRET_NAMES or any(part in normal for part in _SECRET_NAME_PARTS)
-
-
-def env_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """Values of secret-named environment variables, longest first (so none is half-replaced)."""
-    environ = os.environ if environ is None else environ
-    found = {
-        value
-        for name, value in environ.items()
-        if _ENV_SECRET_NAME.search(name) and len(value) >= _ENV_SECRET_MIN_CHARS
-    }
-    return tuple(sorted(found, key=lambda value: (-len(value), value)))
-
-
-def scrub(value: object) -> object:
-    """A copy of ``value`` with every secret replaced by REDACTED (rule H3).
-
-    Walks mappings (returned as dicts), lists, tuples and strings; other values come back
-    unchanged. Reads the environment once per call for secret values; otherwise pure.
-    """
-    return _scrub(value, env_secrets())
-
-
-def _scrub(value: object, secrets: tuple[str, ...]) -> object:
-    if isinstance(value, str):
-        return _scrub_text(value, secrets)
-    if isinstance(value, Mapping):
-        return {_scrub(k, secrets): _scrub_entry(k, v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        items = [_scrub_item(value, i, secrets) for i in range(len(value))]
-        return tuple(items) if isinstance(value, tuple) else items
-    return value
-
-
-def _scrub_item(
-    items: list[object] | tuple[object, ...], i: int, secrets: tuple[str, ...]
-) -> object:
-    """An item is a value under a name when it follows a secret name in a pair
-    (``("X-Api-Key", v)``) or a secret-named flag in an argv (``[..., "--api-key", v]``)."""
-    name = items[i - 1] if i else None
-    if isinstance(name, str) and (len(items) == 2 or name.startswith("-")):
-        return _scrub_entry(name, items[i], secrets)
-    return _scrub(items[i], secrets)
-
-
-def _scrub_entry(name: object, value: object, secrets: tuple[str, ...]) -> object:
-    """A value under a secret name goes whole; None and "" stay, there is nothing to hide."""
-    nothing = value is None or (isinstance(value, str) and not value)
-    if isinstance(name, str) and is_secret_name(name) and not nothing:
-        return REDACTED
-    return _scrub(value, secrets)
-
-
-def _scrub_text(text: str, secrets: tuple[str, ...]) -> str:
-    for secret in secrets:  # exact values first, before any pattern can split one
-        text = text.replace(secret, REDACTED)
-    text = _PEM.sub(REDACTED_PRIVATE_KEY, text)
-    text = _URL_USERINFO.sub(lambda m: m["head"] + REDACTED, text)
-    text = _redact_pairs(text)
-    text = _BEARER.sub(lambda m: m["scheme"] + m["space"] + REDACTED, text)
-    return _TOKENS.sub(REDACTED, text)
-
-
-def _redact_pairs(text: str) -> str:
-    out: list[str] = []
-    done = search_at = 0
-    while (pair := _PAIR.search(text, search_at)) is not None:
-        search_at = pair.end()
-        value = _VALUE.match(text, pair.end()) if is_secret_name(pair["name"]) else None
-        if value is None or value.group().lstrip("\\\"'").startswith("[REDACTED"):
-            continue
-        if value.group().lower() in _AUTH_SCHEMES:  # "Authorization: Basic <credential>"
-            value = _SCHEME_CREDENTIAL.match(text, value.end())
-            if value is None:
-                continue
-            out += [text[done : value.start()], value["space"], REDACTED]
-        else:
-            out += [text[done : value.start()], _quoted_redaction(value.group())]
-        done = search_at = value.end()
-    return "".join(out) + text[done:]
-
-
-def _quoted_redaction(value: str) -> str:
-    for quote in ('\\"', '"', "'"):
-        if value.startswith(quote):
-            return quote + REDACTED + quote
-    return REDACTED
 
 
 # --- turning a payload into JSON values ---------------------------------------------------------
@@ -325,9 +187,9 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _refuse_secret(field: str, value: str) -> None:
     """Identity fields are written unscrubbed, so one that looks like a secret is refused."""
-    if _scrub_text(value, env_secrets()) != value:
+    shown = scrub_text(value)
+    if shown != value:
         # the message names the field and shows the value scrubbed: an error must not leak it
-        shown = _scrub_text(value, env_secrets())
         raise UsageError(f"the event {field} {shown!r} looks like a secret (H3); not logging it")
 
 

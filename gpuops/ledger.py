@@ -37,7 +37,7 @@ from gpuops.errors import (
     Refused,
     UsageError,
 )
-from gpuops.events import scrub
+from gpuops.secrets import scrub
 from gpuops.store.base import Store
 from gpuops.store.records import (
     CAS_ATTEMPTS,

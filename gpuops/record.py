@@ -24,8 +24,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from gpuops import timing
 from gpuops.errors import UsageError
-from gpuops.events import scrub
 from gpuops.market.select import DEFAULT_VRAM_FLOOR_MB
+from gpuops.secrets import scrub
 
 DEFAULT_MAX_USD = 0.05
 SECONDS_PER_HOUR = 3600.0
@@ -244,7 +244,7 @@ def _write(
             source=f"gpuops record vast against {parts.scheme}://{parts.netloc} ({versions})",
             day=day,
             notes=f"Exchange {index + 1} of {len(exchanges)} of rental {captured.name}, kept by "
-            "responses' recorder in pass-through mode; scrubbed by gpuops.events.scrub (H3); "
+            "responses' recorder in pass-through mode; scrubbed by gpuops.secrets.scrub (H3); "
             "response headers other than Content-Type left out.",
         )
         path = vast_dir / f"{stem}.yaml"

@@ -204,7 +204,7 @@ def _write(
             day=day,
             notes=f"Exchange {index + 1} of {len(exchanges)} of {captured.name} (the lane's "
             f"calls; instance was {captured.status_before or 'unread'} before), kept by "
-            "responses' recorder in pass-through mode; scrubbed by gpuops.events.scrub (H3); "
+            "responses' recorder in pass-through mode; scrubbed by gpuops.secrets.scrub (H3); "
             "request headers (Authorization) and response headers other than Content-Type "
             "left out.",
         )

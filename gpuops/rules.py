@@ -256,7 +256,8 @@ RULES: tuple[Rule, ...] = (
         IMPLEMENTED,
         "tests/test_events.py::test_a_generated_key_in_random_text_never_reaches_the_file",
         scope="the event log scrubs before writing; `gpuops record vast` scrubs every "
-        "captured body, path, query and SSH output with the same scrub (tests/test_record.py)",
+        "captured body, path, query and SSH output with the same scrub (tests/test_record.py); "
+        "one definition in gpuops/secrets.py (tests/test_secrets.py)",
     ),
     Rule(
         "H4",

@@ -14,7 +14,7 @@ import pytest
 from gpuops.cli_guard import _deadline
 from gpuops.errors import UsageError
 from gpuops.market.drill import target_of
-from gpuops.market.guard import systemd_unit
+from gpuops.market.systemd import systemd_unit
 
 ROOT = Path(__file__).resolve().parent.parent
 

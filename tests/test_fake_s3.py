@@ -12,8 +12,8 @@ from botocore.exceptions import ClientError
 
 from fakes.s3 import FakeS3, serve_s3
 from gpuops.errors import AlreadyExists, VersionConflict
-from gpuops.market.guard import open_results
-from gpuops.store.base import open_store
+from gpuops.market.results import open_results
+from gpuops.store.opener import open_store
 
 
 @pytest.fixture(scope="module")

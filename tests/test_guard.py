@@ -26,11 +26,12 @@ from gpuops.errors import NotOwned, StoreUnavailable
 from gpuops.ledger import BoxState, Ledger
 from gpuops.market import guardian as g
 from gpuops.market import jobs
-from gpuops.market.guard import Guardian, LocalResults
+from gpuops.market.guard import Guardian
 from gpuops.market.leases import Leases
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest, destroy_rental
 from gpuops.market.rentals import RELEASED
+from gpuops.market.results import LocalResults
 from gpuops.providers.vast import VastAdapter
 from gpuops.store.memory import MemoryStore
 

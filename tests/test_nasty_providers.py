@@ -35,9 +35,10 @@ from gpuops.errors import StillRunning
 from gpuops.ledger import BoxState, Ledger
 from gpuops.market import guardian as g
 from gpuops.market import jobs
-from gpuops.market.guard import Guardian, LocalResults
+from gpuops.market.guard import Guardian
 from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
 from gpuops.market.rentals import LIVE, RELEASED
+from gpuops.market.results import LocalResults
 from gpuops.market.session import ssh_prober
 from gpuops.market.teardown import Ending, exit_code
 from gpuops.providers.vast import VastAdapter

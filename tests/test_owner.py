@@ -28,10 +28,11 @@ from gpuops.errors import GpuopsError, Interrupted, StillRunning
 from gpuops.ledger import BoxState, Ledger
 from gpuops.market import guardian as g
 from gpuops.market import jobs
-from gpuops.market.guard import Guardian, LocalResults
+from gpuops.market.guard import Guardian
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
 from gpuops.market.rentals import FAILED, RACING, RELEASED
+from gpuops.market.results import LocalResults
 from gpuops.market.teardown import Ending, exit_code
 from gpuops.model import Instance
 from gpuops.providers.vast import VastAdapter

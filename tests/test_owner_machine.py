@@ -27,10 +27,11 @@ from gpuops import timing
 from gpuops.errors import GpuopsError, Interrupted
 from gpuops.ledger import Ledger
 from gpuops.market import jobs
-from gpuops.market.guard import Guardian, LocalResults
+from gpuops.market.guard import Guardian
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
 from gpuops.market.rentals import rental_of
+from gpuops.market.results import LocalResults
 from gpuops.market.teardown import exit_code, intent_of
 from gpuops.model import Instance
 from gpuops.providers.vast import VastAdapter

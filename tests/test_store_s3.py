@@ -14,7 +14,8 @@ from moto import mock_aws
 
 from gpuops import timing
 from gpuops.errors import AlreadyExists, StoreUnavailable, UsageError, VersionConflict
-from gpuops.store.base import check_key, open_store
+from gpuops.store.base import check_key
+from gpuops.store.opener import open_store
 from gpuops.store.s3 import S3Store
 
 BUCKET = "gpuops-s3-tests"

@@ -39,8 +39,8 @@ def drill(
     *,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    from gpuops.market.guard import spawn
     from gpuops.market.session import local_dir, open_market
+    from gpuops.market.spawn import spawn
 
     market = open_market(state_url, operator, progress=say)
     target = target_of(getattr(market.vast, "base_url", ""))

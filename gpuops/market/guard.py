@@ -6,30 +6,22 @@ guardian's lease is fresh, copies results off near the deadline, destroys the bo
 gone by asking for that instance, releases the records, and exits 0 only then. Every step goes
 to the event log; every exit other than a confirmed-gone box is non-zero and said on stderr.
 
-``spawn`` starts one fully detached (its own session, stdin from /dev/null, output to a log in
-the state directory), so closing the launching shell, killing its process group or the
-watcher leaves it running. ``systemd_unit`` prints a unit for an always-on host.
+Split by concern: the decisions are ``market/guardian.py``'s (pure), the lease records
+``market/leases.py``'s, where results go and copying them off ``market/results.py``'s,
+starting a detached guardian ``market/spawn.py``'s and the systemd unit ``market/systemd.py``'s.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tarfile
-import tempfile
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from types import FrameType
-from typing import Protocol
 
 from gpuops import event_types as ev
-from gpuops import timing
 from gpuops.errors import (
     GpuopsError,
     NotOwned,
@@ -40,14 +32,13 @@ from gpuops.errors import (
 )
 from gpuops.ledger import BoxState, utc_iso
 from gpuops.market import guardian as g
-from gpuops.market import watchdog as w
 from gpuops.market.jobs import BoxShell, Jobs
 from gpuops.market.leases import Leases
 from gpuops.market.rent import Market, destroy_rental, owned_records
 from gpuops.market.rentals import FAILED, RELEASED, check_name, process_id
+from gpuops.market.results import Results, copy_results
 
 SCALE_ENV = "GPUOPS_GUARD_TIME_SCALE"  # process tests only: divides every lease duration
-RESULTS_ENV = "GPUOPS_RESULTS"  # where results go: a directory or s3://bucket/prefix
 
 
 def guardian_id(operator: str) -> str:
@@ -62,54 +53,6 @@ def clockwork_from_env() -> g.Clockwork:
         return g.NORMAL.scaled(float(raw))
     except ValueError as exc:
         raise UsageError(f"{SCALE_ENV}={raw!r}: {exc}") from None
-
-
-# --- where results go ----------------------------------------------------------------------
-class Results(Protocol):
-    def deliver(self, name: str, tarball: Path) -> str: ...
-
-
-@dataclass(frozen=True)
-class LocalResults:
-    root: Path
-
-    def deliver(self, name: str, tarball: Path) -> str:
-        target = self.root / name
-        target.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with tarfile.open(tarball, "r:gz") as tar:
-            tar.extractall(target, filter="data")  # no absolute paths, no '..', no devices
-        return str(target)
-
-
-@dataclass(frozen=True)
-class S3Results:
-    bucket: str
-    prefix: str
-
-    def deliver(self, name: str, tarball: Path) -> str:
-        import boto3
-
-        client = boto3.client("s3", endpoint_url=os.environ.get("GPUOPS_S3_ENDPOINT") or None)
-        base = f"{self.prefix.strip('/')}/{name}".strip("/")
-        with tarfile.open(tarball, "r:gz") as tar:
-            for member in tar:
-                if not member.isfile():
-                    continue
-                handle = tar.extractfile(member)
-                if handle is None:
-                    continue
-                key = f"{base}/{member.name.removeprefix('./')}"
-                client.put_object(Bucket=self.bucket, Key=key, Body=handle.read())
-        return f"s3://{self.bucket}/{base}/"
-
-
-def open_results(url: str) -> Results:
-    if url.startswith("s3://"):
-        bucket, _, prefix = url.removeprefix("s3://").partition("/")
-        if not bucket:
-            raise UsageError(f"{RESULTS_ENV}={url!r} names no bucket")
-        return S3Results(bucket, prefix)
-    return LocalResults(Path(url.removeprefix("file://")).expanduser())
 
 
 # --- the guardian --------------------------------------------------------------------------
@@ -288,33 +231,17 @@ class Guardian:
         if instance is None:
             self._log("guard.copy", ok=False, detail="the box is already gone")
             return
-        folder = Path(tempfile.mkdtemp(prefix="gpuops-results-"))
-        tarball = folder / "results.tar.gz"
-        outcome: dict[str, str] = {}
-
-        def pull() -> None:
-            script = w.results_script(self.name, job.results)
-            try:
-                outcome["error"] = self.shell.stream_to(instance, script, tarball, budget_s)
-            except OSError as exc:  # ssh could not even start: a failed copy, said so
-                outcome["error"] = f"the copy could not start: {type(exc).__name__}: {exc}"
-
-        worker = threading.Thread(target=pull, daemon=True)
-        worker.start()
-        # The worker enforces the budget itself (stream_to kills the ssh when it overruns), so
-        # wait for it to end: removing its folder while it still writes there lost results.
-        while worker.is_alive():
-            worker.join(self.clockwork.poll_s)  # the copy is a real process: wait for real
-            self._heartbeat()  # and keep the lease through it
-        error = outcome.get("error", "the copy ended without a result")
-        destination = None
-        if not error:
-            try:
-                destination = self.results.deliver(self.name, tarball)
-            except (OSError, tarfile.TarError, GpuopsError) as exc:
-                error = f"delivering the results failed: {type(exc).__name__}: {exc}"
-        size = tarball.stat().st_size if tarball.exists() else 0
-        shutil.rmtree(folder, ignore_errors=True)
+        copied = copy_results(
+            self.shell,
+            instance,
+            self.name,
+            job.results,
+            budget_s,
+            deliver=lambda tarball: self.results.deliver(self.name, tarball),
+            poll_s=self.clockwork.poll_s,
+            keep_alive=self._heartbeat,
+        )
+        error, destination, size = copied.error, copied.destination, copied.size
         if not error:
             self.leases.renew(self.name, self.me, self.clock(), copied=True)
         self._log(
@@ -353,79 +280,6 @@ class Guardian:
         self.events.append(
             kind, name=self.name, instance_id=self.instance_id, guardian=self.me, **payload
         )
-
-
-# --- starting one --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Spawned:
-    pid: int
-    log: Path
-
-
-def spawn(name: str, state_url: str, operator: str, log_dir: Path) -> Spawned:
-    """Start a guardian fully detached from this process, and wait for it to report in."""
-    folder = log_dir / "guardians"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    log = folder / f"{check_name(name)}.log"
-    argv = [sys.executable, "-m", "gpuops", "guard", name, "--foreground"]
-    argv += ["--state", state_url, "--operator", operator]
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=fd,
-            stderr=fd,
-            start_new_session=True,  # its own session: no terminal, no shared process group
-            close_fds=True,
-            cwd="/",
-        )
-    finally:
-        os.close(fd)
-    ready = f"(pid {proc.pid})"
-    ends = time.monotonic() + timing.GUARD_SPAWN_WAIT_S
-    while time.monotonic() < ends:
-        code = proc.poll()
-        text = log.read_text(errors="replace")
-        if ready in text:
-            return Spawned(proc.pid, log)
-        if code is not None:
-            tail = "\n".join(text.splitlines()[-5:])
-            raise GuardFailed(f"the guardian for {name!r} exited {code} at start:\n{tail}")
-        time.sleep(timing.GUARD_SPAWN_POLL_S)
-    raise GuardFailed(f"the guardian for {name!r} (pid {proc.pid}) did not report in; see {log}")
-
-
-class GuardFailed(GpuopsError):
-    """A guardian could not be started: the box has no ceiling, which is loud (M5)."""
-
-
-def systemd_unit(state_url: str, operator: str) -> str:
-    """A template unit (``gpuops-guard@NAME.service``) for guardians on an always-on host."""
-    restart_s = int(timing.LEASE_TTL_S)
-    return f"""\
-# gpuops guardian for one box: systemctl --user enable --now gpuops-guard@NAME
-# Install as ~/.config/systemd/user/gpuops-guard@.service. Put the provider's key in
-# ~/.config/gpuops/env (VAST_API_KEY=...); it stays on this host and never reaches a box.
-[Unit]
-Description=gpuops guardian for box %i (billing ceiling, rule M5)
-Wants=network-online.target
-After=network-online.target
-
-[Service]
-Type=simple
-EnvironmentFile=-%h/.config/gpuops/env
-ExecStart={sys.executable} -m gpuops guard %i --foreground --state {state_url} --operator {operator}
-# 0: the box is confirmed gone. 7: another guardian was verified alive and guards it (M7).
-SuccessExitStatus=7
-# 3: refused (not ours, or no such rental): restarting cannot help.
-RestartPreventExitStatus=3
-Restart=on-failure
-RestartSec={restart_s}
-
-[Install]
-WantedBy=default.target
-"""
 
 
 def install_signal_handlers(guardian: Guardian) -> None:

@@ -191,9 +191,7 @@ def decide(
         return mind, Leave(GONE, "every box of the rental is confirmed gone")
     if box.unresolved and now >= box.deadline_at + timing.OWNER_GRACE_S:
         return mind, Leave(UNKNOWN, "an unresolved create outlived the grace; sweep goes on")
-    if lease is None or (
-        lease.holder != mind.me and is_stale(mind, mono, clock)
-    ):
+    if lease is None or (lease.holder != mind.me and is_stale(mind, mono, clock)):
         return mind, Take()
     if lease.holder == mind.me:
         mind = replace(mind, role=Role.RESPONSIBLE, held=True, watching=None)

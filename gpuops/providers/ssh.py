@@ -33,6 +33,7 @@ from gpuops.market.probe import (
     first_failure,
     judge,
 )
+from gpuops.secrets import is_secret_env_name
 
 SSH_PROGRAM_ENV = "GPUOPS_SSH"
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
@@ -42,7 +43,6 @@ _BOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # any of those would silently name another file, so only plain characters are accepted.
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./@+=,-]+")
 # Environment names the ssh child never sees (a user's SendEnv could forward them).
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _KEEP = frozenset({"SSH_AUTH_SOCK"})
 
 Runner = Callable[[Sequence[str], float], StepOutput]
@@ -119,7 +119,7 @@ def ssh_argv(
 def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for ssh: the caller's, less anything named like a key or token (H3)."""
     source = os.environ if environ is None else environ
-    return {k: v for k, v in source.items() if k in _KEEP or not _SECRET_NAME.search(k)}
+    return {k: v for k, v in source.items() if k in _KEEP or not is_secret_env_name(k)}
 
 
 def run_command(argv: Sequence[str], timeout_s: float) -> StepOutput:

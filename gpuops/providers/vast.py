@@ -50,8 +50,9 @@ from gpuops.errors import (
     UnexpectedResponse,
     UsageError,
 )
-from gpuops.events import EventLog, scrub
+from gpuops.events import EventLog
 from gpuops.model import Instance, InstanceStatus, Offer, SshKey
+from gpuops.secrets import scrub
 
 __all__ = ["DEFAULT_URL", "READ_ATTEMPTS", "VastAdapter", "backoff_s", "translate_error"]
 

@@ -1,4 +1,8 @@
-"""The store interface every backend implements, key validation, and opening a store by URL."""
+"""The store interface every backend implements, and key validation.
+
+The backends (local.py, s3.py) import this module; it imports none of them. Opening a store
+by URL, which needs every backend, is opener.py's.
+"""
 
 from __future__ import annotations
 
@@ -72,18 +76,3 @@ def is_key(key: str) -> bool:
     """Whether ``key`` is a valid store key (for filtering listings, which may hold strays)."""
     segments = key.split("/")
     return len(segments) <= _MAX_SEGMENTS and all(_SEGMENT.fullmatch(s) for s in segments)
-
-
-def open_store(url: str) -> Store:
-    """Open ``s3://bucket/prefix`` or a local directory path (``file://`` optional)."""
-    if url.startswith("s3://"):
-        from gpuops.store.s3 import S3Store
-
-        return S3Store.from_url(url)
-    if "://" in url and not url.startswith("file://"):
-        raise UsageError(
-            f"unsupported state URL {url!r}: use a directory path or s3://bucket/prefix"
-        )
-    from gpuops.store.local import LocalStore
-
-    return LocalStore(url.removeprefix("file://"))

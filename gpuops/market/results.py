@@ -1,0 +1,128 @@
+"""Where a guardian's results go, and copying them off a box before it is destroyed (M5).
+
+``open_results`` turns ``GPUOPS_RESULTS`` (a directory or ``s3://bucket/prefix``) into a
+destination; ``copy_results`` streams the job's results tarball off the box over ssh within a
+budget, keeping the guardian's lease alive while it waits, and delivers it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from gpuops.errors import GpuopsError, UsageError
+from gpuops.market import watchdog as w
+from gpuops.market.jobs import BoxShell
+from gpuops.model import Instance
+
+RESULTS_ENV = "GPUOPS_RESULTS"  # where results go: a directory or s3://bucket/prefix
+
+
+class Results(Protocol):
+    def deliver(self, name: str, tarball: Path) -> str: ...
+
+
+@dataclass(frozen=True)
+class LocalResults:
+    root: Path
+
+    def deliver(self, name: str, tarball: Path) -> str:
+        target = self.root / name
+        target.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with tarfile.open(tarball, "r:gz") as tar:
+            tar.extractall(target, filter="data")  # no absolute paths, no '..', no devices
+        return str(target)
+
+
+@dataclass(frozen=True)
+class S3Results:
+    bucket: str
+    prefix: str
+
+    def deliver(self, name: str, tarball: Path) -> str:
+        import boto3
+
+        client = boto3.client("s3", endpoint_url=os.environ.get("GPUOPS_S3_ENDPOINT") or None)
+        base = f"{self.prefix.strip('/')}/{name}".strip("/")
+        with tarfile.open(tarball, "r:gz") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                handle = tar.extractfile(member)
+                if handle is None:
+                    continue
+                key = f"{base}/{member.name.removeprefix('./')}"
+                client.put_object(Bucket=self.bucket, Key=key, Body=handle.read())
+        return f"s3://{self.bucket}/{base}/"
+
+
+def open_results(url: str) -> Results:
+    if url.startswith("s3://"):
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        if not bucket:
+            raise UsageError(f"{RESULTS_ENV}={url!r} names no bucket")
+        return S3Results(bucket, prefix)
+    return LocalResults(Path(url.removeprefix("file://")).expanduser())
+
+
+# --- copying them off a box ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Copied:
+    """How a copy ended: ``error`` is empty when the results reached ``destination``."""
+
+    error: str
+    destination: str | None
+    size: int
+
+
+def copy_results(
+    shell: BoxShell,
+    instance: Instance,
+    name: str,
+    results_dir: str,
+    budget_s: float,
+    *,
+    deliver: Callable[[Path], str],
+    poll_s: float,
+    keep_alive: Callable[[], object],
+) -> Copied:
+    """Stream the job's ``results_dir`` off ``instance`` as a tarball, then deliver it.
+
+    The copy is a real ssh process on a worker thread; the caller's ``keep_alive`` (the
+    guardian's heartbeat) runs every ``poll_s`` while it lasts.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="gpuops-results-"))
+    tarball = folder / "results.tar.gz"
+    outcome: dict[str, str] = {}
+
+    def pull() -> None:
+        script = w.results_script(name, results_dir)
+        try:
+            outcome["error"] = shell.stream_to(instance, script, tarball, budget_s)
+        except OSError as exc:  # ssh could not even start: a failed copy, said so
+            outcome["error"] = f"the copy could not start: {type(exc).__name__}: {exc}"
+
+    worker = threading.Thread(target=pull, daemon=True)
+    worker.start()
+    # The worker enforces the budget itself (stream_to kills the ssh when it overruns), so
+    # wait for it to end: removing its folder while it still writes there lost results.
+    while worker.is_alive():
+        worker.join(poll_s)  # the copy is a real process: wait for real
+        keep_alive()  # and keep the lease through it
+    error = outcome.get("error", "the copy ended without a result")
+    destination = None
+    if not error:
+        try:
+            destination = deliver(tarball)
+        except (OSError, tarfile.TarError, GpuopsError) as exc:
+            error = f"delivering the results failed: {type(exc).__name__}: {exc}"
+    size = tarball.stat().st_size if tarball.exists() else 0
+    shutil.rmtree(folder, ignore_errors=True)
+    return Copied(error, destination, size)
