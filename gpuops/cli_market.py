@@ -98,7 +98,7 @@ def _market_command(
     from gpuops.market.teardown import exit_code
 
     report = sweep(market, workers=SWEEP_WORKERS, pace=market.pace)
-    payload = {
+    payload: dict[str, list[Any]] = {
         "retried": [_outcome(o) for o in report.retried],
         "expired": [_outcome(o) for o in report.expired],
         "unresolved": [_outcome(o) for o in report.unresolved],

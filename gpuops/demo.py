@@ -21,6 +21,7 @@ rule held and nothing was left; 130 on Ctrl-C (after the same clean-up), 1 other
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -365,10 +366,8 @@ class Reaper:
         """End these (TERM, then KILL), reaping as they go; their descriptions."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in list(left):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
             ends = time.monotonic() + timing.DEMO_POLL_S * 40
             while time.monotonic() < ends and set(left) & set(self.descendants()):
                 self._reap()

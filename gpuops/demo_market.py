@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
@@ -38,7 +38,9 @@ JOB = "mkdir -p results && echo 'loss 0.031 after 3 epochs' > results/summary.tx
 INTERRUPT_AFTER_BOXES = 2  # Ctrl-C once the second race has this many boxes billing
 
 
-def _offer(offer_id: int, machine: int, where: str, usd: float, fate: str, **more: Any) -> dict:
+def _offer(
+    offer_id: int, machine: int, where: str, usd: float, fate: str, **more: Any
+) -> dict[str, Any]:
     return {
         "id": offer_id, "machine_id": machine, "host_id": machine + 60000, "gpu_name": GPU,
         "gpu_ram": 24564, "dph_total": usd, "reliability": 0.995, "disk_bw": 2400.0,
@@ -109,7 +111,8 @@ class _Fakes:
         from fakes.ssh.sandbox import stop_all
 
         self.server.close()
-        stop_all(self.model.box_table)  # the fake boxes' jobs end with the fake world
+        if self.model.box_table is not None:
+            stop_all(self.model.box_table)  # the fake boxes' jobs end with the fake world
 
     # --- the fake's own record ----------------------------------------------------------------
     def billing(self) -> list[Any]:
@@ -125,7 +128,7 @@ class _Fakes:
         offer = self.model.offers.get(offer_id)
         if offer is None:
             return "an offer"
-        row = offer.row()
+        row: dict[str, Any] = offer.row()
         return f"the {row.get('geolocation')} offer at ${float(row['dph_total']):.3f}/h"
 
     # --- gpuops as a person runs it -------------------------------------------------------------
@@ -145,11 +148,12 @@ class _Fakes:
 
         if not self.events.exists():
             return []
-        return [
-            e["payload"]
+        payloads = [
+            cast(dict[str, Any], e["payload"])
             for e in read_events(self.events)
-            if e["kind"] == kind and e["payload"].get("name") == name
+            if e["kind"] == kind
         ]
+        return [p for p in payloads if p.get("name") == name]
 
 
 @contextmanager
@@ -270,7 +274,7 @@ def _story(story: Story, fakes: _Fakes, state_url: str, operator: str) -> None:
     run = fakes.gpuops("run", NAME, "--", JOB)
     out, err = run.communicate(timeout=timing.DEMO_STEP_WAIT_S)
     watch = fakes.gpuops("--json", "watch", NAME, "--once")
-    wout, _ = watch.communicate(timing.DEMO_STEP_WAIT_S)
+    wout, _ = watch.communicate(timeout=timing.DEMO_STEP_WAIT_S)
     state = _json_field(wout, "state")
     story.check(
         "market",

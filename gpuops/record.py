@@ -69,6 +69,12 @@ def client_versions(names: tuple[str, ...] = ("gpuops", "vastai", "requests", "r
     return ", ".join(found)
 
 
+def _scrubbed_value(name: str, value: str) -> str:
+    scrubbed = scrub({name: value})
+    assert isinstance(scrubbed, dict)
+    return str(scrubbed[name])
+
+
 def exchange_doc(
     method: str,
     url: str,
@@ -82,7 +88,8 @@ def exchange_doc(
 ) -> dict[str, Any]:
     """One exchange in recordings' format (gpuops/providers/__init__.py), scrubbed (H3)."""
     parts = urlsplit(url)
-    query = {k: str(scrub({k: v})[k]) for k, v in parse_qsl(parts.query, keep_blank_values=True)}
+    # scrubbed as {name: value}, so a value is redacted for its parameter's name (api_key=...)
+    query = {k: _scrubbed_value(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)}
     request: dict[str, Any] = {"method": method, "path": str(scrub(parts.path))}
     if query:
         request["query"] = query

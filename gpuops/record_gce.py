@@ -16,6 +16,7 @@ Spending: nothing at all without ``yes_spend``; the capture costs the lane's run
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -167,7 +168,7 @@ def _read_serial(
     deadline = clock() + timing.RECORD_GCE_RUN_S
     seen, start = "", 0
     while True:
-        contents, start = kept("serial", lambda at=start: gce.serial_output(instance, at))
+        contents, start = kept("serial", functools.partial(gce.serial_output, instance, start))
         seen += contents
         if SCRIPT_KEY in seen or clock() >= deadline:
             return

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from gpuops import event_types as ev
 from gpuops.market.probe import Verdict
@@ -189,7 +190,7 @@ class Stats:
         kind = _box_kind(box)
         self.box_count[kind] += 1
         if box.dph_total is not None:
-            self.cost_usd[kind] += box.dph_total * hours_between(box.started, ts)
+            self.cost_usd[kind] += box.dph_total * hours_between(box.started, ts)  # type: ignore[assignment]  # a Counter of dollars
 
     # --- the guardian and the lane ---------------------------------------------------------
     def _guard(self, ts: str, e: ev.ConfirmedGone) -> None:
@@ -209,7 +210,7 @@ class Stats:
         self.lane_starts[e.outcome] += 1
 
     def _lane_job_end(self, ts: str, e: ev.LaneJobEnd) -> None:
-        row = {
+        row: dict[str, Any] = {
             "lane": e.lane,
             "job": e.job,
             "attempts": e.attempts,
@@ -220,9 +221,9 @@ class Stats:
             "outcome": e.outcome,
         }
         for name in ("attempts", "stockouts", "waiting", "running", "cost_usd"):
-            self.lane_totals[name] += row[name]  # type: ignore[assignment]
+            self.lane_totals[name] += row[name]
         self.lane_totals["jobs"] += 1
-        self.lane_outcomes[row["outcome"]] += 1  # type: ignore[index]
+        self.lane_outcomes[row["outcome"]] += 1
         self.lane_jobs = [*self.lane_jobs[-(LANE_JOBS_KEPT - 1) :], row]
 
     # --- the figures -----------------------------------------------------------------------
