@@ -19,7 +19,7 @@ from gpuops import timing
 from gpuops.errors import GpuopsError, JobFailed, Refused
 
 if TYPE_CHECKING:
-    from gpuops.demo import Story
+    from gpuops.demo_story import Story
     from gpuops.lane.runner import Lane
 
 JOB = "portraits"

@@ -26,7 +26,7 @@ import yaml
 from gpuops import timing
 
 if TYPE_CHECKING:
-    from gpuops.demo import Story
+    from gpuops.demo_story import Story
 
 NAME = "training-run"
 SECOND = "second-try"

@@ -14,15 +14,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "gpuops"
 
 # Known cycles, each as a sorted pair of modules, and nothing else may join the list.
-KNOWN_CYCLES = frozenset(
-    {
-        # The demo, being rewritten by another engineer (cli.py <-> demo.py was the pair before
-        # the rewrite split it): demo.py runs each act, and each act imports demo.Story under
-        # TYPE_CHECKING. Moving Story below the acts unwinds both pairs.
-        ("gpuops.demo", "gpuops.demo_lane"),
-        ("gpuops.demo", "gpuops.demo_market"),
-    }
-)
+KNOWN_CYCLES: frozenset[tuple[str, str]] = frozenset()
 
 
 def module_names(package: Path) -> dict[str, Path]:
