@@ -106,9 +106,20 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.lane.script": ("tests/test_lane_script.py",),
     "gpuops.lane.shell": ("tests/test_lane_shell.py",),
     # exactly the files whose tests reach these modules (mutmut's own coverage, measured)
-    "gpuops.analysis.stats": ("tests/test_stats.py", "tests/test_index.py", "tests/test_ope.py"),
-    "gpuops.analysis.shrink": ("tests/test_shrink.py", "tests/test_index.py", "tests/test_ope.py"),
-    "gpuops.analysis.ope": ("tests/test_ope.py",),
+    # the readers' own tests, and the typed events' tests that feed each reader bad events
+    "gpuops.analysis.stats": (
+        "tests/test_stats.py",
+        "tests/test_index.py",
+        "tests/test_ope.py",
+        "tests/test_event_types.py",
+    ),
+    "gpuops.analysis.shrink": (
+        "tests/test_shrink.py",
+        "tests/test_index.py",
+        "tests/test_ope.py",
+        "tests/test_event_types.py",
+    ),
+    "gpuops.analysis.ope": ("tests/test_ope.py", "tests/test_event_types.py"),
 }
 
 
