@@ -236,8 +236,11 @@ def _no_bucket(m: Mapping[str, str]) -> Reply:
     return _error("object_404", "gcs", f"The specified bucket does not exist: {m['b']}")
 
 
-def _failed_precondition(fake: FakeGCE, name: str, req: Request) -> Reply | None:
-    """The recorded 412 when a generation precondition of the request does not hold."""
+def _refused_by_precondition(fake: FakeGCE, name: str, req: Request) -> Reply | None:
+    """The fake's 400 for a precondition that is not a number, else the recorded 412 when a
+    generation precondition of the request does not hold; None when they all hold."""
+    if (bad := _bad_precondition(req)) is not None:
+        return bad
     if fake.precondition(name, req.query):
         return None
     return _error("precondition_failed_412", "gcs")
@@ -296,10 +299,8 @@ def _readable(
     if stored is None or (wanted and wanted != str(stored.generation)):
         # without object versioning an overwritten generation is gone: 404, as for no object
         return name, _error("object_404", "gcs", f"No such object: {m['b']}/{name}")
-    if (bad := _bad_precondition(req)) is not None:
-        return name, bad
-    if (failed := _failed_precondition(fake, name, req)) is not None:
-        return name, failed
+    if (refused := _refused_by_precondition(fake, name, req)) is not None:
+        return name, refused
     return name, stored
 
 
@@ -356,10 +357,8 @@ def upload(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         return _fake_gcs_error(400, "fake_gcs_bad_upload", f"uploadType {kind!r}")
     if not name:
         return _fake_gcs_error(400, "fake_gcs_bad_upload", "no object name")
-    if (bad := _bad_precondition(req)) is not None:
-        return bad
-    if (failed := _failed_precondition(fake, name, req)) is not None:
-        return failed
+    if (refused := _refused_by_precondition(fake, name, req)) is not None:
+        return refused
     stored = fake.put(name, bytes(data), content_type)
     return _json(200, _object(fake, name, stored))
 
@@ -372,10 +371,8 @@ def _begin_resumable(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply
     name = str(req.query.get("name") or meta.get("name") or "")
     if not name:
         return _fake_gcs_error(400, "fake_gcs_bad_upload", "no object name")
-    if (bad := _bad_precondition(req)) is not None:
-        return bad
-    if (failed := _failed_precondition(fake, name, req)) is not None:
-        return failed
+    if (refused := _refused_by_precondition(fake, name, req)) is not None:
+        return refused
     content_type = req.headers.get("x-upload-content-type") or str(meta.get("contentType", ""))
     upload_id = fake.begin_upload(name, content_type, dict(req.query))
     host = req.headers.get("host", "")
