@@ -175,6 +175,17 @@ def _outcome(outcome: Any) -> dict[str, Any]:
     return {"name": outcome.name, "ending": outcome.ending.value, "detail": outcome.detail}
 
 
+def _say_skipped(market: Any) -> int:
+    """How many event lines the pass rates left out (0 without a ranker), said on stderr."""
+    from gpuops.analysis.learned import skipped_line
+
+    skipped = int(getattr(market.pass_rates, "skipped", 0))
+    line = skipped_line(skipped)
+    if line is not None:
+        _stderr(line)
+    return skipped
+
+
 def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
     from gpuops.market.select import Filter, resolve_gpu_name, select
 
@@ -195,8 +206,13 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
     )
     rows = [{**_offer_row(o), "pass_rate": rates.get(o.machine_id)} for o in chosen.candidates]
     removed = [{**_offer_row(x.offer), "removed": list(x.reasons)} for x in chosen.removed]
+    skipped = _say_skipped(market)
     if as_json:
-        payload: dict[str, Any] = {"offers": rows, "quarantined": chosen.quarantined}
+        payload: dict[str, Any] = {
+            "offers": rows,
+            "quarantined": chosen.quarantined,
+            "skipped_events": skipped,
+        }
         if args.all:
             payload["removed"] = removed
         _print_json(payload)
@@ -237,6 +253,7 @@ def _rent(
     )
     with interrupts_raised():
         rental = market.rent(request, on_race=on_race)
+    _say_skipped(market)
     row = dataclasses.asdict(rental)
     lines = [
         f"{rental.name}: live as instance {rental.instance_id} "
