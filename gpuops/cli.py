@@ -308,7 +308,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "demo":
         from gpuops.demo import run_demo
 
-        return run_demo(settings, operator, as_json)
+        return run_demo(settings, operator, as_json, state_url=getattr(args, "state", None))
     if args.command == "fakes":
         from fakes.serve import main as serve
 
