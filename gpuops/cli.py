@@ -12,10 +12,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from gpuops.errors import GpuopsError, Interrupted, UsageError
 
+TYPE_CHECKING = False  # not typing's: importing typing is a cost `gpuops --help` would pay
 if TYPE_CHECKING:
     from gpuops.settings import Settings
 

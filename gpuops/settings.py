@@ -24,8 +24,9 @@ to know which values to redact, H3); a child process gets an environment built f
     COLUMNS                 help width (ignored unless a positive integer, as shutil does)
 
 A value that cannot be used is a ``UsageError`` naming the variable and what is wrong with it.
-Light on purpose: it imports nothing but ``os``, ``pathlib``, ``dataclasses`` and gpuops'
-errors and clock, because every command's start-up builds it.
+Light on purpose: ``gpuops --help`` imports it before parsing (for COLUMNS), so at import it
+loads nothing that bare argparse has not (no dataclasses, typing or pathlib: those, and
+gpuops/clock.py, are imported when a Settings is built or a clock asked for).
 """
 
 from __future__ import annotations
@@ -34,11 +35,15 @@ import math
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from gpuops.clock import SYSTEM, Clock, ScaledClock
 from gpuops.errors import UsageError
+
+TYPE_CHECKING = False  # not typing's: importing typing is a cost `gpuops --help` would pay
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from gpuops.clock import Clock, ScaledClock
 
 # checked with str methods, not a regex: `re` and socket stay out of `gpuops rules`' start-up
 _OPERATOR_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
@@ -95,45 +100,108 @@ def columns_of(environ: Mapping[str, str]) -> int | None:
     return columns if columns > 0 else None
 
 
-@dataclass(frozen=True)
-class TimeScale:
+class _Value:
+    """A frozen value of named fields, without dataclasses (whose import, with inspect's, would
+    double `gpuops --help`'s start-up): equal by fields, a repr without the ``_secret`` ones."""
+
+    __slots__: tuple[str, ...] = ()
+    _secret: tuple[str, ...] = ()
+
+    def __init__(self, **values: object) -> None:
+        for name in self.__slots__:
+            object.__setattr__(self, name, values.pop(name))
+        if values:
+            raise TypeError(f"{type(self).__name__} has no field {sorted(values)[0]!r}")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: {name} cannot be set")
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__ if name not in self._secret)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        shown = (f"{n}={getattr(self, n)!r}" for n in self.__slots__ if n not in self._secret)
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+
+class TimeScale(_Value):
     """Loopback only: the fakes' seconds per real second, from the epoch ``origin``."""
 
+    __slots__ = ("factor", "origin")
     factor: float
     origin: float
 
+    def __init__(self, factor: float, origin: float) -> None:
+        super().__init__(factor=factor, origin=origin)
+
     def clock(self) -> ScaledClock:
+        from gpuops.clock import ScaledClock
+
         return ScaledClock(self.factor, origin=self.origin)
 
 
-@dataclass(frozen=True)
-class LaneSettings:
+class LaneSettings(_Value):
+    __slots__ = ("project", "zone", "instance", "bucket")
     project: str
     zone: str
     instance: str
     bucket: str
 
+    def __init__(self, project: str, zone: str, instance: str, bucket: str) -> None:
+        super().__init__(project=project, zone=zone, instance=instance, bucket=bucket)
 
-@dataclass(frozen=True)
-class Settings:
+
+class Settings(_Value):
+    """Every setting of one command. Built by ``from_environ``; ``environ`` (the snapshot, for
+    child processes) and the API key are left out of its repr (H3) and of ==."""
+
+    __slots__ = (
+        "state_url",
+        "events_path",
+        "user_dir",  # the per-user directory: $XDG_STATE_HOME/gpuops or ~/.local/state/gpuops
+        "local_dir",  # per-host files (known_hosts): the state dir, or user_dir for remote state
+        "results_url",
+        "ssh_key",  # the public half; the private half is the same path without .pub
+        "ssh_program",
+        "operator",  # --operator or GPUOPS_OPERATOR; None: user@host when asked
+        "vast_url",
+        "vast_api_key",
+        "gce_endpoint",
+        "storage_emulator_host",
+        "s3_endpoint",
+        "lane_values",  # the lane variables that are set, as (name, value) pairs
+        "time_scale",
+        "colour",  # NO_COLOR unset and TERM not dumb (a terminal is still needed)
+        "columns",
+        "environ",
+    )
+    _secret = ("vast_api_key", "environ")
     state_url: str
     events_path: Path
-    user_dir: Path  # the per-user directory: $XDG_STATE_HOME/gpuops or ~/.local/state/gpuops
-    local_dir: Path  # per-host files (known_hosts): the state dir, or user_dir for remote state
+    user_dir: Path
+    local_dir: Path
     results_url: str
-    ssh_key: Path  # the public half; the private half is the same path without .pub
-    ssh_program: str = "ssh"
-    operator: str | None = None  # --operator or GPUOPS_OPERATOR; None: user@host when asked
-    vast_url: str | None = None
-    vast_api_key: str | None = field(default=None, repr=False)  # never in a repr (H3)
-    gce_endpoint: str | None = None
-    storage_emulator_host: str | None = None
-    s3_endpoint: str | None = None
-    lane_values: tuple[tuple[str, str], ...] = ()  # the lane variables that are set
-    time_scale: TimeScale | None = None
-    colour: bool = True  # NO_COLOR unset and TERM not dumb (a terminal is still needed)
-    columns: int | None = None
-    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    ssh_key: Path
+    ssh_program: str
+    operator: str | None
+    vast_url: str | None
+    vast_api_key: str | None
+    gce_endpoint: str | None
+    storage_emulator_host: str | None
+    s3_endpoint: str | None
+    lane_values: tuple[tuple[str, str], ...]
+    time_scale: TimeScale | None
+    colour: bool
+    columns: int | None
+    environ: Mapping[str, str]
 
     @classmethod
     def from_environ(
@@ -142,10 +210,13 @@ class Settings:
         cli_options: Mapping[str, object] | None = None,
         *,
         home: Path | None = None,
-        clock: Clock = SYSTEM,
+        clock: Clock | None = None,
     ) -> Settings:
         """Every value, from ``environ`` (default: a snapshot of this process's) and the
-        CLI's global options (``state``, ``operator``; absent or None: not given)."""
+        CLI's global options (``state``, ``operator``; absent or None: not given). ``home``
+        and ``clock`` (the origin of a time scale given without one) are for tests."""
+        from pathlib import Path
+
         env = environ_snapshot() if environ is None else dict(environ)
         options = cli_options or {}
 
@@ -218,6 +289,8 @@ class Settings:
 
     def clock(self) -> Clock:
         """The real clock, or under GPUOPS_TIME_SCALE the scaled one the fakes run on."""
+        from gpuops.clock import SYSTEM
+
         return SYSTEM if self.time_scale is None else self.time_scale.clock()
 
     def time_factor(self) -> float:
@@ -242,7 +315,7 @@ def _local_dir(state_url: str, user_dir: Path) -> Path:
     """A local store's own directory; the per-user directory for a remote (s3://) store."""
     if "://" in state_url and not state_url.startswith("file://"):
         return user_dir
-    return Path(state_url.removeprefix("file://")).expanduser()
+    return type(user_dir)(state_url.removeprefix("file://")).expanduser()
 
 
 def _endpoint(env: Mapping[str, str], name: str) -> str | None:
@@ -269,7 +342,7 @@ def _number(env: Mapping[str, str], name: str) -> float | None:
     return number
 
 
-def _time_scale(env: Mapping[str, str], clock: Clock) -> TimeScale | None:
+def _time_scale(env: Mapping[str, str], clock: Clock | None) -> TimeScale | None:
     factor = _number(env, "GPUOPS_TIME_SCALE")
     origin = _number(env, "GPUOPS_TIME_ORIGIN")
     for old in ("GPUOPS_LANE_TIME_SCALE", "GPUOPS_GUARD_TIME_SCALE", "GPUOPS_LANE_TIME_ORIGIN"):
@@ -282,4 +355,8 @@ def _time_scale(env: Mapping[str, str], clock: Clock) -> TimeScale | None:
         return None
     if not factor > 0:
         raise UsageError(f"GPUOPS_TIME_SCALE={env['GPUOPS_TIME_SCALE']!r} must be positive")
-    return TimeScale(factor, clock.wall() if origin is None else origin)
+    if origin is None:
+        from gpuops.clock import SYSTEM
+
+        origin = (clock or SYSTEM).wall()
+    return TimeScale(factor, origin)

@@ -342,3 +342,41 @@ def test_the_snapshot_is_a_copy_of_the_process_environment(monkeypatch):
     monkeypatch.setenv("GPUOPS_TEST_SNAP", "2")
 
     assert snap["GPUOPS_TEST_SNAP"] == "1" and isinstance(snap, dict)
+
+
+# --- frozen values ------------------------------------------------------------------------------
+def test_settings_are_frozen_and_equal_by_value():
+    """A Settings cannot be changed after it is built; two built alike are equal and hash alike."""
+    one, two = build({"GPUOPS_STATE": "/s"}), build({"GPUOPS_STATE": "/s"})
+
+    with pytest.raises(AttributeError, match="Settings is frozen: state_url cannot be set"):
+        one.state_url = "/elsewhere"  # type: ignore[misc]
+    assert one == two and hash(one) == hash(two)
+    assert one != build({"GPUOPS_STATE": "/t"}) and one != "/s"
+    assert one.__eq__("/s") is NotImplemented
+
+
+def test_a_value_s_repr_names_every_field_but_the_secret_ones():
+    """repr: the class and each field, as a dataclass would write it, less key and environ."""
+    assert repr(TimeScale(2.0, 5.0)) == "TimeScale(factor=2.0, origin=5.0)"
+    assert repr(LaneSettings("p", "z", "i", "b")) == (
+        "LaneSettings(project='p', zone='z', instance='i', bucket='b')"
+    )
+    shown = repr(build({"VAST_API_KEY": "k-x"}))
+    assert shown.startswith("Settings(state_url=") and "vast_url=None, gce_endpoint" in shown
+    assert "vast_api_key" not in shown and "environ=" not in shown
+
+
+def test_a_value_is_built_from_exactly_its_fields():
+    """An unknown field is a TypeError naming it; a missing one is a KeyError."""
+    with pytest.raises(TypeError, match="TimeScale has no field 'extra'"):
+        s._Value.__init__(TimeScale(1.0, 2.0), factor=1.0, origin=2.0, extra=3)
+    with pytest.raises(KeyError):
+        s._Value.__init__(TimeScale(1.0, 2.0), factor=1.0)
+
+
+def test_values_of_different_kinds_are_never_equal():
+    """Equality is by type and fields: a TimeScale is not a LaneSettings with the same values."""
+    assert TimeScale(1.0, 2.0) == TimeScale(1.0, 2.0) != TimeScale(1.0, 3.0)
+    assert LaneSettings("a", "b", "c", "d") != TimeScale(1.0, 2.0)
+    assert hash(TimeScale(1.0, 2.0)) == hash(TimeScale(1.0, 2.0))
