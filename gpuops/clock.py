@@ -10,6 +10,7 @@ Imports nothing but ``time``: settings.py and the CLI's start-up load it.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Protocol
 
@@ -61,7 +62,7 @@ class ScaledClock:
         origin: float | None = None,
         base: Clock = SYSTEM,
     ) -> None:
-        if not factor > 0 or factor == float("inf"):
+        if not (factor > 0 and math.isfinite(factor)):
             raise ValueError(f"a time scale must be a positive finite number, not {factor!r}")
         self.factor = float(factor)
         self._base = base

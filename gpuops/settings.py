@@ -94,8 +94,8 @@ def exported(values: Mapping[str, str]) -> Iterator[None]:
 def columns_of(environ: Mapping[str, str]) -> int | None:
     """COLUMNS when it is a positive integer, else None (the terminal's width then)."""
     try:
-        columns = int(environ.get("COLUMNS", ""))
-    except ValueError:
+        columns = int(environ["COLUMNS"])
+    except (KeyError, ValueError):
         return None
     return columns if columns > 0 else None
 

@@ -58,7 +58,16 @@ def test_a_scaled_clock_can_start_elsewhere_and_maps_its_time_back_to_the_base_s
     assert clock.wall() == 10_006.0 and clock.epoch_of(10_006.0) == 503.0
 
 
-@pytest.mark.parametrize("factor", [0.0, -1.0, float("inf"), float("nan")])
+def test_a_scaled_clock_may_run_slower_than_real_time():
+    """A factor between 0 and 1 is a slow world, not an error."""
+    base = FakeClock(0.0)
+    clock = ScaledClock(0.5, base=base)
+    base.advance(4.0)
+
+    assert clock.wall() == 2.0
+
+
+@pytest.mark.parametrize("factor", [0.0, -1.0, float("inf"), float("-inf"), float("nan")])
 def test_a_scale_that_is_not_a_positive_finite_number_is_refused(factor):
     """A clock that stands still, runs backwards or is undefined is a bug."""
     with pytest.raises(ValueError, match="positive finite"):

@@ -168,7 +168,7 @@ def test_colour_is_allowed_unless_no_color_is_set_or_the_terminal_is_dumb(enviro
                                           ("wide", None), ("", None)])  # fmt: skip
 def test_columns_is_used_only_when_it_is_a_positive_integer(raw, columns):
     """COLUMNS as shutil reads it: a bad value is ignored (the terminal's width then)."""
-    assert s.columns_of({"COLUMNS": raw}) == columns
+    assert s.columns_of({"COLUMNS": raw}) == columns and s.columns_of({}) is None
     assert build({"COLUMNS": raw}).columns == columns
 
 
@@ -227,10 +227,18 @@ def test_a_bad_value_is_a_usage_error_that_names_the_variable(environ, options, 
 
 
 def test_good_endpoints_are_kept_as_given():
-    """http:// and https:// with a host (and a path) are endpoints."""
-    got = build({"VAST_URL": "https://console.vast.ai/api", "GPUOPS_S3_ENDPOINT": "http://h:1"})
+    """http:// and https:// with a host (and a path, whatever it holds) are endpoints."""
+    got = build({"VAST_URL": "https://console.vast.ai/api", "GPUOPS_S3_ENDPOINT": "http://h:1",
+                 "GPUOPS_GCE_ENDPOINT": "http://h/x://y"})  # fmt: skip
 
     assert (got.vast_url, got.s3_endpoint) == ("https://console.vast.ai/api", "http://h:1")
+    assert got.gce_endpoint == "http://h/x://y"
+
+
+def test_results_in_a_bucket_with_or_without_a_prefix_are_accepted():
+    """GPUOPS_RESULTS=s3://bucket and s3://bucket/a/b both name a bucket."""
+    assert build({"GPUOPS_RESULTS": "s3://bucket"}).results_url == "s3://bucket"
+    assert build({"GPUOPS_RESULTS": "s3://bucket/a/b"}).results_url == "s3://bucket/a/b"
 
 
 def test_a_missing_lane_variable_is_named():
@@ -266,6 +274,7 @@ def test_the_time_scale_makes_one_scaled_clock_from_the_shared_origin():
 def test_without_an_origin_the_scale_starts_now():
     """GPUOPS_TIME_SCALE alone: the origin is the moment the settings were read."""
     assert build({"GPUOPS_TIME_SCALE": "2.5"}).time_scale == TimeScale(2.5, 5000.0)
+    assert build({"GPUOPS_TIME_SCALE": "0.5"}).time_scale == TimeScale(0.5, 5000.0)
 
 
 def test_a_scale_s_clock_runs_that_much_faster_from_its_origin():
@@ -379,4 +388,4 @@ def test_values_of_different_kinds_are_never_equal():
     """Equality is by type and fields: a TimeScale is not a LaneSettings with the same values."""
     assert TimeScale(1.0, 2.0) == TimeScale(1.0, 2.0) != TimeScale(1.0, 3.0)
     assert LaneSettings("a", "b", "c", "d") != TimeScale(1.0, 2.0)
-    assert hash(TimeScale(1.0, 2.0)) == hash(TimeScale(1.0, 2.0))
+    assert hash(TimeScale(1.0, 2.0)) == hash(TimeScale(1.0, 2.0)) == hash((1.0, 2.0))
