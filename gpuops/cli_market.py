@@ -16,8 +16,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpuops.settings import Settings
 
-def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+
+def run_market(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
     def progress(line: str) -> None:
         # rent's progress goes to stderr even with --json: what an interrupt destroyed, or
         # whose race a second rent waits for, must reach the person at the terminal
@@ -27,18 +29,18 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
             print(line, flush=True)
 
     if args.command == "boxes":  # the store alone: no provider key, no market imported
-        view = _state_view(state_url, operator)
+        view = _state_view(settings, operator)
         return _name_corrupt(view, _boxes(view, args, as_json))
     from gpuops.market.session import open_market
 
     if args.command == "destroy":
-        return destroy_command(args.name, state_url, operator, as_json)
+        return destroy_command(args.name, settings, operator, as_json)
     need_key = args.command == "rent"
     vram_mb = int(getattr(args, "vram_gb", 8.0) * 1024)
     market = open_market(
-        state_url, operator, vram_floor_mb=vram_mb, progress=progress, need_key=need_key
+        settings, operator, vram_floor_mb=vram_mb, progress=progress, need_key=need_key
     )
-    code = _market_command(market, args, vram_mb, as_json, state_url)
+    code = _market_command(market, args, vram_mb, as_json, settings)
     return _name_corrupt(market, code)
 
 
@@ -51,7 +53,7 @@ class _StateView:
     clock: Any
 
 
-def _state_view(state_url: str, operator: str) -> _StateView:
+def _state_view(settings: Settings, operator: str) -> _StateView:
     import time
 
     from gpuops.ledger import Ledger
@@ -62,7 +64,7 @@ def _state_view(state_url: str, operator: str) -> _StateView:
         def append(self, kind: str, /, **payload: Any) -> None:
             raise AssertionError(f"boxes wrote the event {kind}")
 
-    store = open_store(state_url)
+    store = open_store(settings.state_url, settings.s3_endpoint)
     return _StateView(Rentals(store, operator), Ledger(store, _Unlogged(), operator), time.time)
 
 
@@ -86,12 +88,12 @@ _KINDS = {"market/rentals": "rental", "ledger/boxes": "box record", "market/leas
 
 
 def _market_command(
-    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, state_url: str
+    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
     if args.command == "offers":
         return _offers(market, args, vram_mb, as_json)
     if args.command == "rent":
-        return _rent(market, args, vram_mb, as_json, state_url)
+        return _rent(market, args, vram_mb, as_json, settings)
     if args.command == "boxes":
         return _boxes(market, args, as_json)
     from gpuops.market.rent import SWEEP_WORKERS, sweep
@@ -119,7 +121,7 @@ def _market_command(
 
 def destroy_command(
     name: str,
-    state_url: str,
+    settings: Settings,
     operator: str,
     as_json: bool,
     *,
@@ -154,7 +156,7 @@ def destroy_command(
         )
 
     market = open_market(
-        state_url,
+        settings,
         operator,
         need_key=False,
         sleep=paced(sleep, tell, clock, confirming),
@@ -230,7 +232,7 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
 
 
 def _rent(
-    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, state_url: str
+    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
     from gpuops.market.rent import RentRequest
 
@@ -240,7 +242,7 @@ def _rent(
         """M13: the rental's guardian runs before the first create, so every box the race
         makes has an owner that ends it by the deadline, wherever this process dies."""
         if not args.no_guard:
-            guarded.update(_guarded(market, racing.name, state_url))
+            guarded.update(_guarded(market, racing.name, settings))
 
     request = RentRequest(
         name=args.name,
@@ -266,7 +268,7 @@ def _rent(
             f"{rental.name}: NO guardian (--no-guard): nothing destroys it at the deadline"
         )
     else:
-        row["guardian"] = guarded or _guarded(market, rental.name, state_url)
+        row["guardian"] = guarded or _guarded(market, rental.name, settings)
         lines.append(f"{rental.name}: {row['guardian']['detail']}")
     _out(as_json, row, lines)
     return 0
@@ -292,17 +294,16 @@ def interrupts_raised() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
+def _guarded(market: Any, name: str, settings: Settings) -> dict[str, Any]:
     """M5: a rented box gets a detached guardian, unless a live one already guards it."""
     from gpuops.market import guardian as g
     from gpuops.market.leases import Leases
-    from gpuops.market.session import local_dir
     from gpuops.market.spawn import spawn
 
     lease, _ = Leases(market.ledger.store).read(name)
     if lease is not None and not g.looks_stale(lease, market.clock()):
         return {"holder": lease.holder, "detail": f"already guarded by {lease.holder}"}
-    spawned = spawn(name, state_url, market.ledger.operator, local_dir(state_url))
+    spawned = spawn(name, settings, market.ledger.operator)
     return {
         "pid": spawned.pid,
         "log": str(spawned.log),

@@ -710,12 +710,13 @@ def test_ssh_auth_transient_refuses_n_times_then_lets_the_probe_in(
 # --- clocks ---------------------------------------------------------------------------------------
 def test_the_scaled_clock_runs_time_scale_times_faster_than_real_time():
     """Loopback mode: ten real seconds at x60 are ten fake minutes."""
-    real = [100.0]
-    clock = ScaledClock(60.0, start=1000.0, monotonic=lambda: real[0])
+    base = FakeClock(100.0)
+    clock = ScaledClock(60.0, start=1000.0, base=base)
 
-    real[0] += 10.0
+    base.advance(10.0)
 
-    assert clock.now() == 1000.0 + 600.0
+    assert clock.wall() == 1000.0 + 600.0
+    assert clock.epoch_of(1000.0 + 600.0) == 110.0
 
 
 def test_a_fake_clock_never_runs_backwards():
@@ -724,7 +725,7 @@ def test_a_fake_clock_never_runs_backwards():
 
     with pytest.raises(ValueError, match="forward"):
         clock.advance(-1.0)
-    assert clock.now() == 5.0
+    assert clock.wall() == 5.0
 
 
 def test_only_a_fake_clock_is_advanced_by_hand():

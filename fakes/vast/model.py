@@ -243,12 +243,11 @@ class FakeVast:
 
     # --- time ------------------------------------------------------------------------------------
     def now(self) -> float:
-        return self.clock.now()
+        return self.clock.wall()
 
     def wall(self, at: float) -> float:
         """The wall-clock epoch clients read for fake time ``at`` (clock.py)."""
-        wall = getattr(self.clock, "wall", None)
-        return at if wall is None else float(wall(at))
+        return float(self.clock.epoch_of(at))
 
     def advance(self, seconds: float) -> None:
         """Move a FakeClock on, then apply the new time (box table)."""
