@@ -281,6 +281,24 @@ def test_renting_an_offer_the_market_never_had_is_no_such_ask_404(make, vast):
     assert caught.value.status == 404
 
 
+def test_instances_rented_at_start_are_running_listed_labelled_and_hold_their_offers(make, vast):
+    """vast.instances: boxes that exist when the fake starts, as if created one boot ago."""
+    doc = scenario(offer(1), offer(2), offer(3))
+    doc["vast"]["instances"] = [{"offer": 2, "label": "theirs"}, {"offer": 1, "label": LABEL}]
+    fake = make(doc)
+    with fake.activate(BASE):
+        listed = vast.list_instances()
+        shown = vast.show(listed[0].instance_id)
+        with pytest.raises(OfferTaken):
+            rent(vast, 2)
+        third = rent(vast, 3)
+    table = load_table(fake.box_table)
+
+    assert [(b.instance_id, b.label) for b in listed] == [("1234568", "theirs"), ("1234569", LABEL)]
+    assert shown.actual_status is InstanceStatus.RUNNING and third == "1234570"
+    assert {table[k].fate for k in endpoints_of(fake, "1234568")} == {"healthy"}
+
+
 # --- the v1 list ----------------------------------------------------------------------------------
 def test_the_v1_list_serves_25_a_page_with_next_token(make, vast):
     """Thirty boxes: two pages, the second asked for with the first page's next_token."""
@@ -885,6 +903,16 @@ def test_the_default_scenario_has_offers_the_default_filter_removes(sleeps):
         ({"vast": {"offers": {"id": 1}}}, r"vast\.offers: expected a list"),
         ({"gce": {}}, r"gce: unknown field; known here: lane, start_time, time_scale, vast"),
         ([1, 2], r"\(top level\): expected a mapping"),
+        ({"vast": {"instances": [{"offer": 9}]}}, r"vast\.instances\[0\]\.offer: no offer 9"),
+        (
+            {"vast": {"offers": [offer(1)], "instances": [{"offer": 1}, {"offer": 1}]}},
+            r"instances\[1\]\.offer: offer 1 is already rented above",
+        ),
+        ({"vast": {"offers": [offer(1)], "instances": [{"label": "x"}]}}, r"offer: is required"),
+        (
+            {"vast": {"offers": [offer(1)], "instances": [{"offer": 1, "label": 7}]}},
+            r"instances\[0\]\.label: 7 is not a string",
+        ),
     ],
 )
 def test_a_bad_scenario_is_refused_naming_the_field(doc, message):

@@ -245,6 +245,7 @@ class FakeVast:
             self.add_destroy_failure(failure)
         for lost in self.scenario.lost_creates:
             self.add_lost_create(lost)
+        self._rent_at_start()
         recorded_key = _recorded_public_key()
         for key, deleted_at in self.scenario.ssh_keys:
             text = (generated_key or recorded_key) if key == GENERATED_KEY else key
@@ -413,13 +414,7 @@ class FakeVast:
             raise NoSuchAsk(offer_id, offer.taken_status)
         if offer.held_by is not None:
             raise NoSuchAsk(offer_id, 410)
-        box = self._new_box(offer, payload, now)
-        self.instances[box.id] = box
-        offer.held_by = box.id
-        self._changed_box(box)
-        if self.box_table is not None:
-            for at in self._transitions(box):
-                heapq.heappush(self._due, (at, box.id))
+        box = self._add_box(offer, payload, now)
         self.tick()
         for entry in self._lost:
             if entry.spec.offer == offer_id and entry.left > 0:
@@ -427,6 +422,28 @@ class FakeVast:
                 if entry.spec.answer == "close":
                     raise Dropped(f"create of offer {offer_id} lost: connection closed")
                 raise Unavailable(int(entry.spec.answer))
+        return box
+
+    def _rent_at_start(self) -> None:
+        """The scenario's ``instances``: rented before the fake started, running now. Each is
+        created as a create would create it, with ``created_at`` one boot earlier."""
+        running_at = self.now() - self.scenario.provisioning_s - self.scenario.loading_s
+        for rented in self.scenario.instances:
+            offer = self.offers[rented.offer]
+            if offer.fate.kind == "taken":
+                raise ValueError(f"offer {offer.id} is taken: no box of ours can be on it")
+            self._add_box(offer, {"label": rented.label}, running_at)
+
+    def _add_box(self, offer: OfferState, payload: Mapping[str, Any], at: float) -> InstanceState:
+        """A new box on ``offer``, created at fake time ``at``; its ssh entries due now, its
+        status changes on the heap."""
+        box = self._new_box(offer, payload, at)
+        self.instances[box.id] = box
+        offer.held_by = box.id
+        self._changed_box(box)
+        if self.box_table is not None:
+            for when in self._transitions(box):
+                heapq.heappush(self._due, (when, box.id))
         return box
 
     def _new_box(self, offer: OfferState, payload: Mapping[str, Any], now: float) -> InstanceState:
