@@ -38,6 +38,7 @@ from fakes.vast import (
 )
 from fakes.vast.boxtable import write_entry
 from fakes.vast.routes import next_token
+from fakes.vast.wire import recorded
 from gpuops.errors import (
     AuthFailed,
     OfferTaken,
@@ -1112,3 +1113,17 @@ def test_a_box_entry_with_an_unknown_field_is_refused_loudly(tmp_path):
 
     with pytest.raises(FakeSshError, match="unknown fields"):
         load_box(table, "a.host:22")
+
+
+def test_a_list_page_body_is_the_envelope_json_dumps_gives_whichever_way_counts_come():
+    """Counts encoded once per listing splice into the same bytes as encoding them per page."""
+    rows = [{"id": 7, "label": "a"}]
+    counts = {"a": 1, 'théo "q"': 2}
+    envelope = recorded("list_instances_page1")
+    envelope.update(instances_found=1, total_instances=3, label_counts=counts,
+                    next_token=None, instances=rows)  # fmt: skip
+
+    given = wire.page(rows, total=3, label_counts=counts, next_token=None).body
+    encoded = wire.page(rows, total=3, label_counts=json.dumps(counts), next_token=None).body
+
+    assert given == encoded == json.dumps(envelope)

@@ -146,9 +146,10 @@ def _read(path: Path) -> object:
 
 def _base(path: Path) -> dict[object, object]:
     doc = _read(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("boxes"), dict):
+    boxes = doc.get("boxes") if isinstance(doc, dict) else None
+    if not isinstance(boxes, dict):
         raise FakeSshError(f"{path}: the box table needs a top-level 'boxes' mapping")
-    return doc["boxes"]
+    return boxes
 
 
 def _entry(table: Path, key: str) -> object | None:
@@ -161,9 +162,10 @@ def _entry(table: Path, key: str) -> object | None:
     except OSError as exc:
         raise FakeSshError(f"cannot read the box entry {path}: {exc}") from exc
     try:
-        return json.loads(text)
+        spec: object = json.loads(text)
     except ValueError as exc:
         raise FakeSshError(f"the box entry {path} is not JSON: {exc}") from exc
+    return spec
 
 
 def load_table(path: Path) -> dict[str, Box]:

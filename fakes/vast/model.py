@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import heapq
 import itertools
+import json
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -191,6 +193,11 @@ class _Listing:
         self.label_counts: dict[str, int] = {}
         for box in boxes:
             self.label_counts[box.label or ""] = self.label_counts.get(box.label or "", 0) + 1
+
+    @functools.cached_property
+    def label_counts_json(self) -> str:
+        """The label counts as the list's JSON carries them, encoded once per listing."""
+        return json.dumps(self.label_counts)
 
     def after(self, after_id: int | None, count: int) -> list[InstanceState]:
         """Up to ``count`` boxes with an id above ``after_id`` (None: from the first)."""

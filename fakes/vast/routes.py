@@ -198,7 +198,7 @@ def _list(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
     if not (isinstance(columns, list) and all(isinstance(c, str) for c in columns)):
         raise _BadRequest(f"select_cols must be a JSON array of column names, not {columns!r}")
     listing = model.listing()
-    counts = listing.label_counts
+    counts = listing.label_counts_json
     after = _after_id(request.query["after_token"]) if "after_token" in request.query else None
     size = min(limit, PAGE_LIMIT)
     if filters:

@@ -40,10 +40,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
     runs = parser.parse_args().runs
-    from tests.test_fakes_serve import Served
-
     from gpuops.lane import board as b
     from gpuops.store import open_store
+    from tests.test_fakes_serve import Served
 
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
@@ -78,8 +77,7 @@ def main() -> int:
     print(f"{'case':<28} {'median':>9} {'min':>9} {'max':>9}   ({runs} interleaved rounds)")
     for label, values in times.items():
         print(
-            f"{label:<28} {statistics.median(values):8.3f}s {min(values):8.3f}s "
-            f"{max(values):8.3f}s"
+            f"{label:<28} {statistics.median(values):8.3f}s {min(values):8.3f}s {max(values):8.3f}s"
         )
     return 0
 

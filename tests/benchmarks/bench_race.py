@@ -61,9 +61,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from fakes.scenario import RateLimitBurst, parse_scenario  # noqa: E402
+from fakes.ssh.replay import load as load_ssh_recording  # noqa: E402
 from fakes.vast import FakeClock, FakeVast  # noqa: E402
 from fakes.vast.model import InstanceState  # noqa: E402
-from fakes.ssh.replay import load as load_ssh_recording  # noqa: E402
 from gpuops.errors import GpuopsError, Refused  # noqa: E402
 from gpuops.ledger import Ledger  # noqa: E402
 from gpuops.market.probe import Verdict  # noqa: E402
@@ -171,7 +171,9 @@ class ParallelProbes:
         return sum(
             1
             for b in self.fake.instances.values()
-            if b.destroyed_at is None and b.id not in self.probed and self.fake.status(b) == "running"
+            if b.destroyed_at is None
+            and b.id not in self.probed
+            and self.fake.status(b) == "running"
         )
 
     def take(self, box: InstanceState, seconds: float) -> None:
