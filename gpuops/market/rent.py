@@ -751,12 +751,16 @@ def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> Swee
     for (_, retried), outcome in zip(due, outcomes, strict=True):
         (report.retried if retried else report.expired).append(outcome)
     touched = {rental_of(record.name) for record, _ in due}
-    for name, rental in rentals.items():
-        if name in touched or (rental.deadline_at is not None and now >= rental.deadline_at):
-            prefix = f"{name}+"
-            settle_rental(
-                market, name, [r for r in records if r.active and r.name.startswith(prefix)]
-            )
+    active: dict[str, list[Record]] = {}  # the listing's active records, by rental: one pass
+    for record in records:
+        if record.active:
+            active.setdefault(rental_of(record.name), []).append(record)
+    settle = [
+        name
+        for name, rental in rentals.items()
+        if name in touched or (rental.deadline_at is not None and now >= rental.deadline_at)
+    ]
+    _each(lambda name: settle_rental(market, name, active.get(name, [])), settle, workers)
     # an instance of a record this sweep released may still be listed (the list lags): the
     # listing's intents, taken before any release, keep it from being reported as unowned
     known = {r.intent_id for r in records if r.active}
@@ -774,6 +778,19 @@ def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> Swee
         unowned=len(report.unowned),
     )
     return report
+
+
+def _each(act: Callable[[str], object], names: list[str], workers: int) -> None:
+    """``act`` on each name, up to ``workers`` at once (settling rentals: store calls only,
+    each rental its own compare-and-swap); one at a time keeps a test's fake clock its own."""
+    if workers <= 1 or len(names) <= 1:
+        for name in names:
+            act(name)
+        return
+    with ThreadPoolExecutor(
+        max_workers=min(workers, len(names)), thread_name_prefix="settle"
+    ) as pool:
+        list(pool.map(act, names))
 
 
 def _end_all(

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,8 @@ def seed(state: Path, total: int, ours: int) -> dict[int, str]:
     rentals = Rentals(store, OPERATOR)
     past = time.time() - 3600.0
     labels: dict[int, str] = {}
-    for i in ours_at(total, ours):
+
+    def make(i: int) -> None:
         name = f"sweep-{i}"
         rental = rentals.begin_race(name)
         box = box_name(name, rental.race, 0)
@@ -93,6 +95,9 @@ def seed(state: Path, total: int, ours: int) -> dict[int, str]:
             started_at=past - 3600.0, deadline_at=past, dph_total=0.3,
         )  # fmt: skip
         labels[i] = label_for(record.intent_id)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:  # each record its own files: no contention
+        list(pool.map(make, ours_at(total, ours)))
     return labels
 
 
@@ -135,24 +140,29 @@ def once(total: int, ours: int, lag_s: float) -> tuple[float, float, dict[str, f
 def calls_and_phases(events: Path, began: float) -> str:
     """The sweep's provider calls by kind and where its time went, from its event log: until
     its first destroy (start-up, reading the ledger), the destroys and their confirmations
-    (until the last release), then the account's listing, to the end of the sweep."""
+    (until the last release), settling the rentals (until the first list page was asked for),
+    then listing the account, to the end of the sweep."""
     calls: dict[str, int] = {}
-    first_destroy = last_release = last = began
+    first_destroy = last_release = first_list = last = began
     for line in events.read_text(encoding="utf-8").splitlines():
         event = json.loads(line)
         at = datetime.fromisoformat(event["ts"].replace("Z", "+00:00")).timestamp()
         payload = event["payload"]
         last = max(last, at)
         if event["kind"] == "vast.call":
-            calls[payload["op"]] = calls.get(payload["op"], 0) + 1
-            if payload["op"] == "destroy" and first_destroy == began:
+            op = payload["op"]
+            calls[op] = calls.get(op, 0) + 1
+            if op == "destroy" and first_destroy == began:
                 first_destroy = at
+            if op == "list_instances" and first_list == began:
+                first_list = at - float(payload["duration_s"])
         elif event["kind"] == "ledger.transition" and payload["after"] == "released":
             last_release = at
     ops = ", ".join(f"{n} {op}" for op, n in sorted(calls.items()))
     return (
         f"calls: {ops}; to the first destroy {first_destroy - began:.1f} s, destroys and "
-        f"confirmations {last_release - first_destroy:.1f} s, listing {last - last_release:.1f} s"
+        f"confirmations {last_release - first_destroy:.1f} s, settling rentals "
+        f"{first_list - last_release:.1f} s, listing {last - first_list:.1f} s"
     )
 
 
