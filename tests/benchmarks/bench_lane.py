@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
         print(
             f"{label:<28} {statistics.median(values):8.3f}s {min(values):8.3f}s {max(values):8.3f}s"
         )
-        rows.append((label, f"{statistics.median(values):.3f} s median",
+        rows.append((f"lane: {label}", f"{statistics.median(values):.3f} s median",
                      f"{runs} interleaved rounds; {load()}"))  # fmt: skip
     return rows
 
