@@ -101,6 +101,7 @@ def simulate_market(
         truth.probed_true_rates.append(truth.machines[instance.machine_id or 0].pass_rate)
         return VERDICT_OF[fake.instances[int(instance.instance_id)].fate.kind]
 
+    from gpuops.analysis.learned import ranker as learned_ranker
     from gpuops.providers.vast import VastAdapter
 
     with fake.activate(BASE):
@@ -112,14 +113,10 @@ def simulate_market(
             events,
             probe=probe,
             public_key=KEY,
-            clock=fake.now,
-            sleep=fake.advance,
+            clock=fake.ticking(),
             rng=random.Random(seed),
+            pass_rates=learned_ranker(log_path) if learn else None,
         )
-        if learn:
-            from gpuops.analysis.learned import ranker
-
-            market.pass_rates = ranker(log_path)
         for i in range(rentals):
             model = rng.choice(sorted({m.gpu_name for m in truth.machines.values()}))
             pool = [m for m in truth.machines.values() if m.gpu_name == model]

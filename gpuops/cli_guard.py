@@ -50,7 +50,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         raise UsageError(f"no rental named {args.name!r}; rent it first (gpuops rent ...)")
     if rental.owner != operator:
         raise NotOwned(args.name, rental.owner, operator)
-    deadline = _deadline(args, market.clock())
+    deadline = _deadline(args, market.clock.wall())
     if deadline is not None:
         market.rentals.update(args.name, deadline_at=deadline)
     if args.foreground:
@@ -70,7 +70,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
     from gpuops.market.leases import Leases
 
     lease, _ = Leases(market.ledger.store).read(args.name)
-    if lease is not None and not g.looks_stale(lease, market.clock()) and not args.standby:
+    if lease is not None and not g.looks_stale(lease, market.clock.wall()) and not args.standby:
         # M5/M7: one live guardian is enough; a crash-looping caller never multiplies them
         moved = "; deadline moved" if deadline is not None else ""
         _out(

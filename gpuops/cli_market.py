@@ -301,7 +301,7 @@ def _guarded(market: Any, name: str, settings: Settings) -> dict[str, Any]:
     from gpuops.market.spawn import spawn
 
     lease, _ = Leases(market.ledger.store).read(name)
-    if lease is not None and not g.looks_stale(lease, market.clock()):
+    if lease is not None and not g.looks_stale(lease, market.clock.wall()):
         return {"holder": lease.holder, "detail": f"already guarded by {lease.holder}"}
     spawned = spawn(name, settings, market.ledger.operator)
     return {
@@ -312,7 +312,7 @@ def _guarded(market: Any, name: str, settings: Settings) -> dict[str, Any]:
 
 
 def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
-    now = market.clock()
+    now = market.clock.wall()
     rows = []
     from gpuops.archive import archived_rentals  # --all reads the archive too (audit view)
 
@@ -408,7 +408,7 @@ def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
         return {"guardian": None, "guard": "UNREADABLE lease (named below)"}
     if lease is None:
         return {"guardian": None, "guard": "NONE (no ceiling: gpuops guard NAME)"}
-    fresh = not g.looks_stale(lease, market.clock())
+    fresh = not g.looks_stale(lease, market.clock.wall())
     state = "fresh" if fresh else "STALE (its guardian is not running)"
     return {"guardian": lease.holder, "guard": f"{state}: {lease.holder}"}
 

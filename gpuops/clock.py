@@ -4,6 +4,8 @@
 it, from an origin where the two agree: the loopback fakes run on one, and a gpuops process
 started with ``GPUOPS_TIME_SCALE`` (read once, by settings.py) uses one for what must keep pace
 with them. A test's hand-moved clock (``fakes.vast.clock.FakeClock``) is a third ``Clock``.
+``WithSleep`` is a clock's time with another way to wait: a wait that does more than wait (the
+guardian renews its lease while it waits), or a shortened one on a clock that keeps real time.
 
 Imports nothing but ``time``: settings.py and the CLI's start-up load it.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -91,3 +94,23 @@ class ScaledClock:
 
     def __repr__(self) -> str:
         return f"ScaledClock(factor={self.factor!r})"
+
+
+class WithSleep:
+    """``base``'s wall and monotonic time, waiting with ``sleep``."""
+
+    def __init__(self, base: Clock, sleep: Callable[[float], None]) -> None:
+        self._base = base
+        self._sleep = sleep
+
+    def wall(self) -> float:
+        return self._base.wall()
+
+    def monotonic(self) -> float:
+        return self._base.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self._sleep(seconds)
+
+    def __repr__(self) -> str:
+        return f"WithSleep({self._base!r})"

@@ -55,7 +55,7 @@ def build(tmp: Path, total: int, ours: int) -> Account:
         vast, ledger, events, probe=lambda i, b: Verdict.PASS, public_key=KEY,
         rng=random.Random(1),
     )  # fmt: skip
-    past = market.clock() - 3600.0
+    past = market.clock.wall() - 3600.0
     mine, others = [], []
     for i, offer in enumerate(offers):
         if i < ours:

@@ -31,6 +31,7 @@ from typing import Any
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
+from gpuops.clock import WithSleep
 from gpuops.errors import GpuopsError, Interrupted
 from gpuops.ledger import Ledger
 from gpuops.market import jobs
@@ -237,8 +238,7 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
                 audit,
                 probe=probe,
                 public_key=KEY,
-                clock=fake.now,
-                sleep=fake.advance,
+                clock=fake.ticking(),
                 rng=random.Random(seed),
             )
             abandon = made._abandon
@@ -329,8 +329,7 @@ def _guard(
             shell=jobs.BoxShell(tmp / "local", tmp / "id_ed25519"),
             results=LocalResults(tmp / "results"),
             me=f"alice/soak/{attempt}/g",
-            clock=fake.now,
-            sleep=sleep,
+            clock=WithSleep(fake.clock, sleep),
             say=lambda line: None,
         )
         if attempt == 0 and rng.random() < 0.15:

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from fakes.vast.clock import FakeClock
-from gpuops.clock import SYSTEM, Clock, ScaledClock
+from gpuops.clock import SYSTEM, Clock, ScaledClock, WithSleep
 from gpuops.errors import UsageError
 from gpuops.market import guard
 from gpuops.market import guardian as g
@@ -75,11 +75,27 @@ def test_a_scale_that_is_not_a_positive_finite_number_is_refused(factor):
 
 
 def test_every_clock_is_the_one_protocol():
-    """SYSTEM, ScaledClock and the fakes' FakeClock all give wall, monotonic and sleep."""
-    clocks: list[Clock] = [SYSTEM, ScaledClock(2.0), FakeClock()]
+    """SYSTEM, ScaledClock, WithSleep and the fakes' FakeClock all give wall, monotonic and sleep."""
+    clocks: list[Clock] = [SYSTEM, ScaledClock(2.0), FakeClock(), WithSleep(SYSTEM, SYSTEM.sleep)]
 
     for clock in clocks:
         assert isinstance(clock.wall(), float) and isinstance(clock.monotonic(), float)
+
+
+def test_a_clock_with_its_own_sleep_keeps_its_base_s_time_and_waits_its_own_way():
+    """WithSleep: the base's wall and monotonic time (never each other's); a wait goes to the
+    sleep it was given, and the base never moves."""
+    base = FakeClock(1000.0)
+    scaled = ScaledClock(2.0, start=50.0, base=base)
+    waits: list[float] = []
+    clock = WithSleep(scaled, waits.append)
+    base.advance(3.0)
+
+    clock.sleep(4.0)
+
+    assert (clock.wall(), clock.monotonic()) == (56.0, 6.0)
+    assert waits == [4.0] and base.wall() == 1003.0
+    assert repr(clock) == "WithSleep(ScaledClock(factor=2.0))"
 
 
 def test_a_fake_clock_sleeps_by_moving_forward():

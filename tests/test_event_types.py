@@ -257,11 +257,10 @@ def test_a_race_ranked_from_a_log_with_the_bad_line_still_rents(tmp_path: Path):
             events,
             probe=lambda i, box: VERDICT_OF[fake.instances[int(i.instance_id)].fate.kind],
             public_key=KEY,
-            clock=fake.now,
-            sleep=fake.advance,
+            clock=fake.ticking(),
             rng=random.Random(1),
+            pass_rates=ranker(events.path, MemoryStore()),
         )
-        market.pass_rates = ranker(events.path, MemoryStore())
         rental = market.rent(RentRequest(name="job", gpu_name="RTX 4090", hours=1.0, race_k=1))
 
     assert rental.state == "live" and rental.offer_id == 1000

@@ -76,8 +76,7 @@ class World:
             self.events,
             probe=lambda instance, box: Verdict.PASS,
             public_key=KEY,
-            clock=self.fake.now,
-            sleep=self.fake.advance,
+            clock=self.fake.ticking(),
             rng=random.Random(3),
         )
 
@@ -96,8 +95,7 @@ class World:
             shell=self.shell(),
             results=LocalResults(self.tmp / "results"),
             me=me,
-            clock=self.fake.now,
-            sleep=self.fake.advance,
+            clock=self.fake.ticking(),
             say=lambda line: None,
             **kwargs,
         )
@@ -334,6 +332,23 @@ def test_an_unexpected_error_ends_the_guardian_loudly_in_the_event_log(world):
     assert ended["code"] == 1 and ended["reason"] == "RuntimeError: disk on fire"
 
 
+class Skewed:
+    """Another host's clock: its wall time ``skew_s`` off the fake's, its monotonic time and
+    its waits the fake's own."""
+
+    def __init__(self, fake: FakeVast, skew_s: float) -> None:
+        self.fake, self.skew_s = fake, skew_s
+
+    def wall(self) -> float:
+        return self.fake.now() + self.skew_s
+
+    def monotonic(self) -> float:
+        return self.fake.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.fake.advance(seconds)
+
+
 @pytest.mark.parametrize("skew_s", [300.0, -300.0])
 def test_two_hosts_five_minutes_apart_never_both_guard_nor_both_stand_aside_m7(world, skew_s):
     """M7 across hosts: guardians on two hosts sharing state, their wall clocks five minutes
@@ -348,9 +363,7 @@ def test_two_hosts_five_minutes_apart_never_both_guard_nor_both_stand_aside_m7(w
         shell=world.shell(),
         results=LocalResults(world.tmp / "results"),
         me="alice/pi/2/bb",
-        clock=lambda: world.fake.now() + skew_s,  # its wall clock is five minutes off
-        monotonic=world.fake.now,
-        sleep=world.fake.advance,
+        clock=Skewed(world.fake, skew_s),  # its wall clock is five minutes off
         say=lambda line: None,
     )
     for n in range(120):  # ten minutes of both alive

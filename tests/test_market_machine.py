@@ -136,8 +136,7 @@ class MarketMachine(RuleBasedStateMachine):
             self.log,
             probe=probe,
             public_key=KEY,
-            clock=fake.now,
-            sleep=fake.advance,
+            clock=fake.ticking(),
             rng=random.Random(1),
         )
 

@@ -92,8 +92,7 @@ class World:
             self.events,
             probe=ssh_prober(self.tmp / "local", identity, 8192),  # the real probe, over ssh
             public_key=KEY,
-            clock=self.fake.now,
-            sleep=self.fake.advance,
+            clock=self.fake.ticking(),
             rng=random.Random(5),
         )
 
@@ -302,7 +301,7 @@ def test_a_results_copy_cut_by_a_destroy_is_a_failed_copy_never_copied(world, mo
     monkeypatch.setenv("PATH", f"{world.tmp / 'bin'}{os.pathsep}{os.environ['PATH']}")
     guardian = Guardian(
         world.market(), "job", shell=shell, results=LocalResults(world.tmp / "results"),
-        me="alice/pi/1/aa", clock=world.fake.now, sleep=world.fake.advance, say=lambda _: None,
+        me="alice/pi/1/aa", clock=world.fake.ticking(), say=lambda _: None,
     )  # fmt: skip
     codes: list[int] = []
     runner = threading.Thread(target=lambda: codes.append(guardian.run()), daemon=True)
@@ -345,7 +344,7 @@ def test_a_host_key_changed_before_the_copy_fails_the_copy_and_keeps_the_pinned_
     pinned = known.read_text()
     guardian = Guardian(
         world.market(), "job", shell=shell, results=LocalResults(world.tmp / "results"),
-        me="alice/pi/1/aa", clock=world.fake.now, sleep=world.fake.advance, say=lambda _: None,
+        me="alice/pi/1/aa", clock=world.fake.ticking(), say=lambda _: None,
     )  # fmt: skip
 
     code = guardian.run()

@@ -87,8 +87,7 @@ class World:
             self.events,
             probe=probe or (lambda instance, box: Verdict.PASS),
             public_key=KEY,
-            clock=self.fake.now,
-            sleep=self.fake.advance,
+            clock=self.fake.ticking(),
             rng=random.Random(5),
             progress=self.said.append,
         )
@@ -112,8 +111,7 @@ class World:
             shell=jobs.BoxShell(self.tmp / "local", self.tmp / "id_ed25519"),
             results=LocalResults(self.tmp / "results"),
             me="alice/host/1/guard",
-            clock=self.fake.now,
-            sleep=self.fake.advance,
+            clock=self.fake.ticking(),
             say=self.said.append,
         )
 

@@ -105,8 +105,7 @@ class OwnerMachine(RuleBasedStateMachine):
             self.audit,
             probe=probe,
             public_key=KEY,
-            clock=fake.now,
-            sleep=fake.advance,
+            clock=fake.ticking(),
             rng=random.Random(1),
         )
         abandon = made._abandon
@@ -214,7 +213,7 @@ class OwnerMachine(RuleBasedStateMachine):
                     shell=jobs.BoxShell(self.tmp / "local", self.tmp / "id"),
                     results=LocalResults(self.tmp / "results"),
                     me=f"alice/machine/{attempt}/{name}",
-                    clock=self.fake.now, sleep=self.fake.advance, say=lambda line: None,
+                    clock=self.fake.ticking(), say=lambda line: None,
                 )  # fmt: skip
                 code = self.attempt(crash_at if attempt == 0 else None, True, "kill", guardian.run)
                 if code is None and attempt == 0:

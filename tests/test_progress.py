@@ -21,14 +21,15 @@ from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
 from gpuops.cli_guard import _watch
 from gpuops.cli_market import destroy_command
+from gpuops.clock import SYSTEM, WithSleep
 from gpuops.events import EventLog
 from gpuops.ledger import Ledger
 from gpuops.market import jobs
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
 from gpuops.progress import colour_on, paced, paint
-from gpuops.settings import Settings
 from gpuops.providers.vast import VastAdapter
+from gpuops.settings import Settings
 from gpuops.store import open_store
 
 BASE = "https://console.vast.ai"
@@ -158,7 +159,7 @@ def slow_destroy(tmp_path: Path, monkeypatch) -> Any:
             log,
             probe=lambda instance, box: Verdict.PASS,
             public_key=KEY,
-            sleep=fake.advance,
+            clock=WithSleep(SYSTEM, fake.advance),
         )
         market.rent(RentRequest(name="job", gpu_name="RTX 4090", hours=1.0, race_k=1))
         yield fake, state

@@ -18,6 +18,7 @@ from store_fakes import Events
 
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
+from gpuops.clock import WithSleep
 from gpuops.errors import NameTaken, NotOwned, Refused, Unavailable
 from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger
 from gpuops.market.probe import Verdict
@@ -85,8 +86,7 @@ class World:
             self.events,
             probe=probe,
             public_key=KEY,
-            clock=self.fake.now,
-            sleep=self.fake.advance,
+            clock=self.fake.ticking(),
             rng=random.Random(7),
         )
 
@@ -370,19 +370,15 @@ def test_a_pace_spaces_calls_across_threads_and_a_retry_wait_holds_them_all():
     pace's hold) delays every later call, not only the retrying one."""
     from gpuops.market.rent import Pace
 
-    now = [100.0]
+    now = FakeClock(100.0)
     slept: list[float] = []
-
-    def sleep(s: float) -> None:
-        slept.append(s)
-
-    pace = Pace(0.5, clock=lambda: now[0], sleep=sleep)
+    pace = Pace(0.5, clock=WithSleep(now, slept.append))
     pace.take()
     pace.take()
     pace.take()
     assert slept == [0.5, 1.0]  # the second call waits one interval, the third two
     slept.clear()
-    now[0] = 200.0
+    now.advance(100.0)
     pace.hold(3.0)
     pace.take()
     assert slept == [3.0, 3.0]  # the next call starts only when the hold is over

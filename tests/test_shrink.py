@@ -228,11 +228,10 @@ def test_rent_ranks_its_candidates_by_the_market_s_learned_pass_rates(tmp_path: 
             events,
             probe=lambda i, box: VERDICT_OF[fake.instances[int(i.instance_id)].fate.kind],
             public_key=KEY,
-            clock=fake.now,
-            sleep=fake.advance,
+            clock=fake.ticking(),
             rng=random.Random(1),
+            pass_rates=lambda found: {500: 0.3, 501: 0.95},
         )
-        market.pass_rates = lambda found: {500: 0.3, 501: 0.95}
 
         rental = market.rent(RentRequest(name="job", gpu_name="RTX 4090", hours=1.0, race_k=1))
 

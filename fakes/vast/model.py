@@ -47,6 +47,7 @@ from fakes.vast.boxtable import box_entries, sandbox_seed, write_entry, write_ta
 from fakes.vast.clock import RECORDED_EPOCH, Clock, FakeClock
 from fakes.vast.faults import Dropped, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
 from fakes.vast.wire import iso, recorded  # wire needs the model's types only to check them
+from gpuops.clock import WithSleep
 
 if TYPE_CHECKING:
     import responses
@@ -280,6 +281,11 @@ class FakeVast:
     def wall(self, at: float) -> float:
         """The wall-clock epoch clients read for fake time ``at`` (clock.py)."""
         return float(self.clock.epoch_of(at))
+
+    def ticking(self) -> WithSleep:
+        """The fake's clock as an in-process client runs on it: its time, and a wait that moves
+        the fake on (``advance``)."""
+        return WithSleep(self.clock, self.advance)
 
     def advance(self, seconds: float) -> None:
         """Move a FakeClock on, then apply the new time (box table)."""

@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from types import FrameType
 
 from gpuops import event_types as ev
+from gpuops.clock import SYSTEM, Clock, WithSleep
 from gpuops.errors import (
     GpuopsError,
     NotOwned,
@@ -62,23 +62,19 @@ class Guardian:
         shell: BoxShell,
         results: Results,
         me: str | None = None,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
-        monotonic: Callable[[], float] | None = None,
+        clock: Clock = SYSTEM,
         clockwork: g.Clockwork = g.NORMAL,
         say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
     ) -> None:
-        self.market = market
+        """``clock``: the guardian's time and its waits; leases are judged stale on its
+        monotonic time alone (never another host's). The guardian runs ``market`` anew on this
+        clock, waiting with ``Guardian.sleep``: every wait inside a destroy keeps the heartbeat going."""
         self.name = check_name(name)
         self.operator = market.ledger.operator
         self.me = me or guardian_id(self.operator)
         self.shell = shell
         self.results = results
         self.clock = clock
-        # leases are judged stale on this clock alone (never another host's): the real
-        # monotonic clock, or the injected clock in tests that pass one
-        self.monotonic = monotonic or (time.monotonic if clock is time.time else clock)
-        self._sleep = sleep
         self.clockwork = clockwork
         self.say = say
         self.leases = Leases(market.ledger.store)
@@ -87,8 +83,7 @@ class Guardian:
         self.mind = g.Mind(self.me)
         self.instance_id: str | None = None
         self.deadline_at = 0.0
-        market.sleep = self.sleep  # every wait inside a destroy keeps the heartbeat going
-        market.clock = clock
+        self.market = market.on(clock=WithSleep(clock, self.sleep))
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> int:
@@ -100,7 +95,7 @@ class Guardian:
                 # the store or the provider, or a write that kept losing its race: loud, retried
                 self._log("guard.error", error=f"{type(exc).__name__}: {exc}")
                 self.say(f"gpuops guard: {self.name}: {exc}; retrying")
-                self._sleep(self.clockwork.poll_s)
+                self.clock.sleep(self.clockwork.poll_s)
                 continue
             except BaseException as exc:  # anything else ends it: loudly, never silently (M7)
                 code = exc.exit_code if isinstance(exc, GpuopsError) else 1
@@ -142,9 +137,11 @@ class Guardian:
         self.bind()
         lease, _ = self.leases.read(self.name)
         box = self._box()
-        now = self.clock()
+        now = self.clock.wall()
         before = self.mind.role
-        self.mind, action = g.decide(self.mind, lease, box, now, self.clockwork, self.monotonic())
+        self.mind, action = g.decide(
+            self.mind, lease, box, now, self.clockwork, self.clock.monotonic()
+        )
         if self.mind.role is not before:
             self._log(
                 "guard.role", role=self.mind.role.value, holder=lease.holder if lease else None
@@ -163,7 +160,7 @@ class Guardian:
         elif isinstance(action, g.Renew):
             self.leases.renew(self.name, self.me, now)
         elif isinstance(action, g.Wait):
-            self._sleep(action.seconds)
+            self.clock.sleep(action.seconds)
         elif isinstance(action, g.Copy):
             self._copy(action.budget_s)
             self.mind = replace(self.mind, copied=True)
@@ -173,14 +170,14 @@ class Guardian:
 
     def sleep(self, seconds: float) -> None:
         """Sleep, renewing our lease whenever its heartbeat falls due."""
-        ends = self.clock() + seconds
+        ends = self.clock.wall() + seconds
         while True:
             due = self._heartbeat()
-            nap = min(ends - self.clock(), due)
+            nap = min(ends - self.clock.wall(), due)
             if nap <= 0:
                 return
-            self._sleep(nap)
-            if self.clock() >= ends:
+            self.clock.sleep(nap)
+            if self.clock.wall() >= ends:
                 return
 
     def _heartbeat(self) -> float:
@@ -189,10 +186,10 @@ class Guardian:
         lease, _ = self.leases.read(self.name)
         if lease is None or lease.holder != self.me:
             return self.clockwork.heartbeat_s
-        due = lease.heartbeat_at + self.clockwork.heartbeat_s - self.clock()
+        due = lease.heartbeat_at + self.clockwork.heartbeat_s - self.clock.wall()
         if due > 0:
             return due
-        self.leases.renew(self.name, self.me, self.clock())
+        self.leases.renew(self.name, self.me, self.clock.wall())
         return self.clockwork.heartbeat_s
 
     # --- what the box is ---------------------------------------------------------------
@@ -223,7 +220,7 @@ class Guardian:
         if job is None or job.instance_id != self.instance_id:
             self._log("guard.copy", ok=False, detail="no job declared results: nothing to copy")
             return
-        started = self.clock()
+        started = self.clock.wall()
         instance = self.market.vast.show(job.instance_id)
         if instance is None:
             self._log("guard.copy", ok=False, detail="the box is already gone")
@@ -240,12 +237,12 @@ class Guardian:
         )
         error, destination, size = copied.error, copied.destination, copied.size
         if not error:
-            self.leases.renew(self.name, self.me, self.clock(), copied=True)
+            self.leases.renew(self.name, self.me, self.clock.wall(), copied=True)
         self._log(
             "guard.copy",
             ok=not error,
             detail=error or f"copied {size} bytes to {destination}",
-            seconds=round(self.clock() - started, 3),
+            seconds=round(self.clock.wall() - started, 3),
         )
         self.say(f"gpuops guard: {self.name}: " + (error or f"results copied to {destination}"))
 
@@ -254,7 +251,7 @@ class Guardian:
         outcomes = destroy_rental(self.market, self.name)
         rental = self.market.rentals.get(self.name)
         if rental is not None and rental.state == RELEASED and all(o.released for o in outcomes):
-            now = self.clock()
+            now = self.clock.wall()
             gone = ev.ConfirmedGone(
                 name=self.name,
                 instance_id=self.instance_id,

@@ -11,10 +11,8 @@ decision; this module only performs them and reports back.
 from __future__ import annotations
 
 import contextlib
-import copy
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -22,6 +20,7 @@ from typing import Protocol, cast
 
 from gpuops import event_types as ev
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     AuthFailed,
     GpuopsError,
@@ -81,6 +80,7 @@ class Vast(Protocol):
 
 
 Prober = Callable[[Instance, str], Verdict]  # (instance, ledger record name) -> verdict
+PassRates = Callable[[list[Offer]], dict[int, float]]  # machine id -> shrunk pass rate
 
 
 @dataclass(frozen=True)
@@ -106,27 +106,47 @@ class Market:
         *,
         probe: Prober,
         public_key: str,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM,
         rng: random.Random | None = None,
         progress: Callable[[str], None] = lambda line: None,
+        pass_rates: PassRates | None = None,
+        pace: Pace | None = None,
     ) -> None:
+        """``clock``: the market's time and its waits (race polls, destroy confirmation);
+        ``pass_rates``: machine id -> shrunk pass rate for these offers (analysis/shrink.py),
+        None to rank by price only; ``pace``: the call budget a sweep's threads share with the
+        adapter's 429 waits (session.py), None to leave calls unpaced."""
         self.vast = vast
         self.ledger = ledger
         self.events = events
         self.probe = probe
         self.public_key = public_key
         self.clock = clock
-        self.sleep = sleep
         self.rng = rng or random.Random()
         self.progress = progress
+        self.pass_rates = pass_rates
+        self.pace = pace
         self.racer = process_id(ledger.operator)  # this process, when it races (M8)
         self.rentals = Rentals(ledger.store, ledger.operator)
-        self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock)
-        # machine id -> shrunk pass rate for these offers (analysis/shrink.py); None: price only
-        self.pass_rates: Callable[[list[Offer]], dict[int, float]] | None = None
-        # the call budget the adapter's 429 waits share (session.py); None: calls unpaced
-        self.pace: Pace | None = None
+        self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock.wall)
+
+    def on(self, *, clock: Clock | None = None, vast: Vast | None = None) -> Market:
+        """A new market like this one but for its clock or its provider, over the same ledger,
+        store, event log, rng, ranker and pace (this one is left as it is): the guardian's,
+        whose waits keep its heartbeat, and a sweep's threads', whose calls are paced. It has
+        a racer id of its own; neither of them races."""
+        return Market(
+            self.vast if vast is None else vast,
+            self.ledger,
+            self.events,
+            probe=self.probe,
+            public_key=self.public_key,
+            clock=self.clock if clock is None else clock,
+            rng=self.rng,
+            progress=self.progress,
+            pass_rates=self.pass_rates,
+            pace=self.pace,
+        )
 
     # --- rent ----------------------------------------------------------------------------
     def rent(self, req: RentRequest, on_race: Callable[[Rental], None] | None = None) -> Rental:
@@ -150,7 +170,7 @@ class Market:
             if not keyed:
                 self._check_key()
                 keyed = True
-            now = self.clock()
+            now = self.clock.wall()
             deadline = now + req.hours * 3600.0
             stale = seen if seen and now - seen_since >= timing.RACER_TTL_S else None
             try:  # refuses another operator's name (M3) and a race in progress (M8)
@@ -166,7 +186,7 @@ class Market:
                             "box (M8: one race, one box)"
                         )
                     seen, seen_since = (busy.racer, busy.beat), now
-                self.sleep(timing.RACE_POLL_S)
+                self.clock.sleep(timing.RACE_POLL_S)
         if stale is not None:
             self.progress(f"{req.name}: {stale[0]} stopped racing for it; taking over")
         if on_race is not None:
@@ -272,7 +292,7 @@ class Market:
         deadline: float,
     ) -> Rental:
         while True:
-            actions = r.decide(state, self.clock())
+            actions = r.decide(state, self.clock.wall())
             kept = [c for c in state.candidates if c.phase is r.Phase.KEPT]
             if not actions and kept:
                 return self._finish(req, rental, kept[0], offers, deadline)
@@ -280,7 +300,7 @@ class Market:
                 before = state
                 state = self._poll(rental, state)
                 if state == before:
-                    self.sleep(timing.RACE_POLL_S)
+                    self.clock.sleep(timing.RACE_POLL_S)
                 continue
             for action in actions:
                 state = self._apply(req, rental, state, action, deadline)
@@ -300,7 +320,7 @@ class Market:
         if isinstance(action, r.Replace):
             return r.add_spare(state)
         if isinstance(action, r.Wait):
-            self.sleep(action.seconds)
+            self.clock.sleep(action.seconds)
             return state
         self.rentals.update(rental.name, state=FAILED)
         stopped = ev.RentStopped(name=rental.name, reason=action.reason)
@@ -318,7 +338,7 @@ class Market:
         box = box_name(rental.name, rental.race, slot)
         record, _ = self.ledger.record_intent(box, "vast", deadline_at=utc_iso(deadline))  # M3
         label = label_for(record.intent_id)
-        now = self.clock()
+        now = self.clock.wall()
         state = replace(state, last_create_at=now)
         try:
             instance_id = self.vast.create(
@@ -336,7 +356,9 @@ class Market:
             self._log_create(rental, cand, cause)
             self._say(rental, state, slot, cause)
             if isinstance(exc, RateLimited):
-                self.sleep(min(exc.retry_after_s or timing.BACKOFF_BASE_S, timing.BACKOFF_MAX_S))
+                self.clock.sleep(
+                    min(exc.retry_after_s or timing.BACKOFF_BASE_S, timing.BACKOFF_MAX_S)
+                )
             return r.update(state, slot, phase=r.Phase.CREATE_FAILED, cause=cause)
         except AuthFailed:
             self._log_create(rental, cand, "auth")
@@ -349,7 +371,7 @@ class Market:
             if found is None:
                 self._say(rental, state, slot, "unclear: looking for it by label")
                 state = r.update(state, slot, phase=r.Phase.CREATING, created_at=now)
-                return r.looked(state, slot, self.clock())
+                return r.looked(state, slot, self.clock.wall())
             instance_id = found.instance_id
         else:
             self._log_create(rental, cand, "created", instance_id)
@@ -367,11 +389,11 @@ class Market:
         record = self.ledger.get(box_name(rental.name, rental.race, slot))
         found = self._reconcile(label_for(record.intent_id)) if record is not None else None
         if found is None:
-            return r.looked(state, slot, self.clock())
+            return r.looked(state, slot, self.clock.wall())
         cand = state.candidates[slot]
         self._log_create(rental, cand, "reconciled", found)
         box = box_name(rental.name, rental.race, slot)
-        return self._booting(rental, state, slot, box, found.instance_id, self.clock())
+        return self._booting(rental, state, slot, box, found.instance_id, self.clock.wall())
 
     def _log_create(
         self, rental: Rental, cand: r.Candidate, outcome: str, made: Instance | str | None = None
@@ -454,7 +476,9 @@ class Market:
         box = box_name(rental.name, rental.race, action.slot)
         record = self.ledger.get(box)
         if record is not None and record.state is not BoxState.RELEASED:
-            outcome = destroy_box(self.vast, self.ledger, box, clock=self.clock, sleep=self.sleep)
+            outcome = destroy_box(
+                self.vast, self.ledger, box, clock=self.clock.wall, sleep=self.clock.sleep
+            )
             self._say(rental, state, action.slot, f"destroyed: {outcome.detail}")
         cause = cand.cause or ("boot-timeout" if cand.phase is r.Phase.BOOTING else "lost race")
         return r.update(state, action.slot, phase=r.Phase.DESTROYED, cause=cause)
@@ -478,7 +502,7 @@ class Market:
             machine_id=cand.machine_id,
             gpu_name=offer.gpu_name if offer else req.gpu_name,
             dph_total=offer.dph_total if offer else None,
-            started_at=self.clock(),
+            started_at=self.clock.wall(),
         )
         done = ev.RentDone(name=rental.name, instance_id=cand.instance_id, offer_id=cand.offer_id)
         self.events.append(done.KIND, **done.to_payload())
@@ -505,7 +529,13 @@ class Market:
                 and record.owner == self.ledger.operator
                 and record.state in (BoxState.LIVE, BoxState.DESTROYING)
             ):
-                destroy_box(self.vast, self.ledger, record.name, clock=self.clock, sleep=self.sleep)
+                destroy_box(
+                    self.vast,
+                    self.ledger,
+                    record.name,
+                    clock=self.clock.wall,
+                    sleep=self.clock.sleep,
+                )
 
     def _clean_earlier_races(self, rental: Rental) -> None:
         """Candidates of an earlier race (one that crashed or was interrupted) are ended before
@@ -590,7 +620,11 @@ def end_record(market: Market, record: Record) -> Outcome:
         record.state in _ENDING and record.instance_id
     ):  # gone-confirmed: a crash cut off the release; the evidence is already recorded
         return destroy_box(
-            market.vast, market.ledger, record.name, clock=market.clock, sleep=market.sleep
+            market.vast,
+            market.ledger,
+            record.name,
+            clock=market.clock.wall,
+            sleep=market.clock.sleep,
         )
     return Outcome(record.name, Ending.UNRESOLVED, f"left as it is ({record.state.value})")
 
@@ -629,11 +663,13 @@ def settle_rental(market: Market, name: str, listed: list[Record] | None = None)
     else:
         current = [r for r in map(market.ledger.get, (r.name for r in listed)) if r is not None]
     active = sum(1 for r in current if r.active)
-    to = settled(rental, active, market.clock())
+    to = settled(rental, active, market.clock.wall())
     if to is None:
         return rental
     try:
-        return market.rentals.update(name, expect=rental.state, state=to, ended_at=market.clock())
+        return market.rentals.update(
+            name, expect=rental.state, state=to, ended_at=market.clock.wall()
+        )
     except StillRunning:
         return market.rentals.get(name)
 
@@ -650,7 +686,7 @@ def destroy_rental(market: Market, name: str) -> list[Outcome]:
     outcomes = end_records(market, name)
     if all(o.released for o in outcomes) and rental.state != RELEASED:
         with contextlib.suppress(StillRunning):
-            market.rentals.update(name, state=RELEASED, ended_at=market.clock())
+            market.rentals.update(name, state=RELEASED, ended_at=market.clock.wall())
     return outcomes
 
 
@@ -681,29 +717,27 @@ class Pace:
         self,
         interval_s: float = timing.VAST_CALL_INTERVAL_S,
         *,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.interval_s = interval_s
         self._clock = clock
-        self._sleep = sleep
         self._lock = threading.Lock()
         self._next_at = float("-inf")
 
     def take(self) -> None:
         """Wait for this call's slot in the budget."""
         with self._lock:
-            now = self._clock()
+            now = self._clock.monotonic()
             at = max(now, self._next_at)
             self._next_at = at + self.interval_s
         if at > now:
-            self._sleep(at - now)
+            self._clock.sleep(at - now)
 
     def hold(self, wait_s: float) -> None:
         """The adapter's retry wait: no thread starts a call until it is over."""
         with self._lock:
-            self._next_at = max(self._next_at, self._clock() + wait_s)
-        self._sleep(wait_s)
+            self._next_at = max(self._next_at, self._clock.monotonic() + wait_s)
+        self._clock.sleep(wait_s)
 
 
 class Paced:
@@ -735,7 +769,7 @@ def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> Swee
     ended at once, each destroy confirmed by its own ``show`` loop (M4), every call within
     ``pace``; each record is still ended by ``end_record``, exactly as one at a time."""
     me = market.ledger.operator
-    now = market.clock()
+    now = market.clock.wall()
     rentals = {r.name: r for r in market.rentals.all() if r.owner == me}
     records = market.ledger.records()  # the one listing of the sweep
     due: list[tuple[Record, bool]] = []  # (record, a pending destroy retried)
@@ -802,9 +836,10 @@ def _end_all(
     tests' fake clocks are not shared between threads)."""
     if workers <= 1 or len(records) <= 1:
         return [end_record(market, record) for record in records]
-    shared = copy.copy(market)  # the same ledger, store and clock; only its Vast calls paced
-    if pace is not None:
-        shared.vast = Paced(market.vast, pace)  # type: ignore[assignment]
+    # the same ledger, store and clock; only its Vast calls paced (Paced has the calls that
+    # ending a record makes: show, destroy, list_instances)
+    paced = None if pace is None else Paced(market.vast, pace)
+    shared = market if paced is None else market.on(vast=paced)  # type: ignore[arg-type]
     size = min(workers, len(records))
     with ThreadPoolExecutor(max_workers=size, thread_name_prefix="sweep") as pool:
         return list(pool.map(lambda record: end_record(shared, record), records))

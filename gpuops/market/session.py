@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuops.clock import SYSTEM, WithSleep
 from gpuops.errors import UsageError
 from gpuops.events import EventLog
 from gpuops.ledger import Ledger
@@ -79,10 +80,13 @@ def open_market(
     rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
     retry_sleep: Callable[[float], None] = time.sleep,
+    learned: bool = True,
 ) -> Market:
     """``sleep``: the market's waits (race polls, destroy confirmation), shortened by
     GPUOPS_TIME_SCALE when it is set (the loopback fakes run that much faster); ``retry_sleep``:
-    the adapter's backoff between retried calls (a 503, a 429) and its pacing.
+    the adapter's backoff between retried calls (a 503, a 429) and its pacing. Both keep the
+    real clock's time: every deadline is real. ``learned``: rank offers by price per healthy
+    box from the index in the store; False: by price alone.
     A state URL in place of ``settings`` is gpuops/record.py's, until it is handed one."""
     if isinstance(settings, str):
         settings = Settings.from_environ(cli_options={"state": settings})
@@ -99,7 +103,7 @@ def open_market(
     from gpuops.market.rent import Pace
 
     # one call budget: a sweep's threads and the adapter's 429 waits
-    pace = Pace(sleep=retry_sleep)
+    pace = Pace(clock=WithSleep(SYSTEM, retry_sleep))
     vast = VastAdapter(
         api_key=settings.vast_api_key,
         base_url=settings.vast_url,
@@ -110,22 +114,21 @@ def open_market(
     public_key = read_public_key(settings.ssh_key) if need_key else ""
     prober = ssh_prober(here, settings.identity_file(), vram_floor_mb)
     ledger = Ledger(store, events, operator)
-    market = Market(
+    from gpuops.analysis.learned import ranker
+
+    return Market(
         vast,
         ledger,
         events,
         probe=prober,
         public_key=public_key,
+        clock=WithSleep(SYSTEM, sleep),
         progress=progress,
         rng=rng,
-        sleep=sleep,
+        # rank by price per healthy box, from the index in the store: the same cost at any log size
+        pass_rates=ranker(events.path, store) if learned else None,
+        pace=pace,
     )
-    market.pace = pace
-    from gpuops.analysis.learned import ranker
-
-    # rank by price per healthy box, from the index in the store: the same cost at any log size
-    market.pass_rates = ranker(events.path, store)
-    return market
 
 
 def box_shell(settings: Settings) -> BoxShell:

@@ -338,8 +338,7 @@ def run_trial(p: Params, trial: int, k: int, mode: str = "parallel") -> Result:
             events,
             probe=probe,
             public_key=PUBLIC_KEY,
-            clock=fake.now,
-            sleep=fake.advance,
+            clock=fake.ticking(),
             rng=random.Random(f"bench-race-select:{p.seed}:{trial}"),
         )
         began = fake.now()
