@@ -46,7 +46,8 @@ def run_market(args: argparse.Namespace, settings: Settings, operator: str, as_j
 
 @dataclasses.dataclass(frozen=True)
 class _StateView:
-    """What `boxes` reads: the rentals, the ledger and the clock, over the store only."""
+    """What `boxes` reads: the rentals, the ledger and the clock (a gpuops.clock.Clock), over
+    the store only."""
 
     rentals: Any
     ledger: Any
@@ -54,8 +55,7 @@ class _StateView:
 
 
 def _state_view(settings: Settings, operator: str) -> _StateView:
-    import time
-
+    from gpuops.clock import SYSTEM
     from gpuops.ledger import Ledger
     from gpuops.market.rentals import Rentals
     from gpuops.store import open_store
@@ -65,7 +65,7 @@ def _state_view(settings: Settings, operator: str) -> _StateView:
             raise AssertionError(f"boxes wrote the event {kind}")
 
     store = open_store(settings.state_url, settings.s3_endpoint)
-    return _StateView(Rentals(store, operator), Ledger(store, _Unlogged(), operator), time.time)
+    return _StateView(Rentals(store, operator), Ledger(store, _Unlogged(), operator), SYSTEM)
 
 
 def _name_corrupt(market: Any, code: int) -> int:

@@ -63,6 +63,14 @@ class Killed(BaseException):
     """A process died here (SIGKILL): nothing after this point of it runs."""
 
 
+class KilledMarket(Market):
+    """A market whose process a ``Killed`` ends mid-race: the race's clean-up never runs (the
+    process is gone); any other ending cleans up as ``Market`` does."""
+
+    def _abandon(self, rental: Any, why: BaseException) -> Any:
+        return [] if isinstance(why, Killed) else super()._abandon(rental, why)
+
+
 class Stuck(BaseException):
     """A guardian still looping a day past its deadline's grace: a hang, counted as a failure."""
 
@@ -232,7 +240,7 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
             adapter = VastAdapter(
                 api_key="k-soak", base_url=BASE, sleep=fake.advance, monotonic=fake.now
             )
-            made = Market(
+            return KilledMarket(
                 WiredVast(adapter, wire),  # type: ignore[arg-type]
                 Ledger(store, audit, "alice", clock=fake.now),
                 audit,
@@ -241,15 +249,6 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
                 clock=fake.ticking(),
                 rng=random.Random(seed),
             )
-            abandon = made._abandon
-
-            def dies_or_cleans(rental: Any, why: BaseException) -> Any:
-                if isinstance(why, Killed):
-                    return []  # SIGKILL: the process is gone, its clean-up never runs
-                return abandon(rental, why)
-
-            made._abandon = dies_or_cleans  # type: ignore[method-assign]
-            return made
 
         guarded = rng.random() < 0.85
         if not guarded:

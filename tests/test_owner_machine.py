@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from soak import BASE, FATES, KEY, Killed, Tripwire, WiredStore, WiredVast
+from soak import BASE, FATES, KEY, Killed, KilledMarket, Tripwire, WiredStore, WiredVast
 from store_fakes import Events
 
 from fakes.scenario import DestroyFailure, LostCreate, RateLimitBurst, parse_scenario
@@ -99,7 +99,7 @@ class OwnerMachine(RuleBasedStateMachine):
         adapter = VastAdapter(
             api_key="k-soak", base_url=BASE, sleep=fake.advance, monotonic=fake.now
         )
-        made = Market(
+        return KilledMarket(
             WiredVast(adapter, self.wire),  # type: ignore[arg-type]
             Ledger(self.store, self.audit, "alice", clock=fake.now),
             self.audit,
@@ -108,13 +108,6 @@ class OwnerMachine(RuleBasedStateMachine):
             clock=fake.ticking(),
             rng=random.Random(1),
         )
-        abandon = made._abandon
-
-        def dies_or_cleans(rental: Any, why: BaseException) -> Any:
-            return [] if isinstance(why, Killed) else abandon(rental, why)
-
-        made._abandon = dies_or_cleans  # type: ignore[method-assign]
-        return made
 
     def billing(self, name: str | None = None) -> list[int]:
         assert self.fake is not None

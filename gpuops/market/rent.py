@@ -130,16 +130,18 @@ class Market:
         self.rentals = Rentals(ledger.store, ledger.operator)
         self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock.wall)
 
-    def on(self, *, clock: Clock | None = None, vast: Vast | None = None) -> Market:
-        """A new market like this one but for its clock or its provider, over the same ledger,
-        store, event log, rng, ranker and pace (this one is left as it is): the guardian's,
-        whose waits keep its heartbeat, and a sweep's threads', whose calls are paced. It has
-        a racer id of its own; neither of them races."""
+    def on(
+        self, *, clock: Clock | None = None, vast: Vast | None = None, probe: Prober | None = None
+    ) -> Market:
+        """A new market like this one but for its clock, its provider or its prober, over the
+        same ledger, store, event log, rng, ranker and pace (this one is left as it is): the
+        guardian's, whose waits keep its heartbeat, and a sweep's threads', whose calls are
+        paced. It has a racer id of its own; neither of them races."""
         return Market(
             self.vast if vast is None else vast,
             self.ledger,
             self.events,
-            probe=self.probe,
+            probe=self.probe if probe is None else probe,
             public_key=self.public_key,
             clock=self.clock if clock is None else clock,
             rng=self.rng,
