@@ -25,7 +25,6 @@ failed before creating any box has nothing that can bill and goes at the next co
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -60,6 +59,8 @@ def month_of(epoch_s: float) -> str:
 
 
 def archive_key(archive: str, month: str, kind: str, name: str, data: bytes) -> str:
+    import hashlib  # compaction only: `boxes` imports this module for the archive's reader
+
     return f"{archive}{month}/{kind}/{name}/{hashlib.sha256(data).hexdigest()[:16]}"
 
 

@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import random
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -42,13 +41,14 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
     return _name_corrupt(market, code)
 
 
-@dataclasses.dataclass(frozen=True)
 class _StateView:
-    """What `boxes` reads: the rentals, the ledger and the clock, over the store only."""
+    """What `boxes` reads: the rentals, the ledger and the clock, over the store only (a plain
+    class: a dataclass built at import would cost every command's start-up)."""
 
-    rentals: Any
-    ledger: Any
-    clock: Any
+    __slots__ = ("clock", "ledger", "rentals")
+
+    def __init__(self, rentals: Any, ledger: Any, clock: Any) -> None:
+        self.rentals, self.ledger, self.clock = rentals, ledger, clock
 
 
 def _state_view(state_url: str, operator: str) -> _StateView:
@@ -176,6 +176,8 @@ def _outcome(outcome: Any) -> dict[str, Any]:
 
 
 def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
+    import random
+
     from gpuops.market.select import Filter, resolve_gpu_name, select
 
     offers = market.vast.search_offers(gpu_name=args.gpu)
