@@ -300,7 +300,8 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
     rows = []
     from gpuops.archive import archived_rentals  # --all reads the archive too (audit view)
 
-    for rental in [*market.rentals.all(), *archived_rentals(market.ledger.store, args.all)]:
+    live_rentals = market.rentals.all()
+    for rental in [*live_rentals, *archived_rentals(market.ledger.store, args.all)]:
         if not args.all and rental.owner != market.ledger.operator:
             continue
         spend = None
@@ -322,7 +323,37 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
     ]
     if as_json:
         _print_json({"rentals": rows, "pending_destroys": pending, "candidates": candidates})
-        return 0
+    else:
+        _print_boxes(rows, pending, candidates)
+    _archive_if_due(market, records, live_rentals, now)
+    return 0
+
+
+def _archive_if_due(market: Any, records: list[Any], rentals: list[Any], now: float) -> None:
+    """History past the retention window costs every listing a read per record, so a listing
+    that read some archives it, once, as `gpuops compact` would (archive.py: copy, then a
+    compare-and-swap delete; live work is never touched). Said on stderr, after the list."""
+    from gpuops.archive import compact, due
+    from gpuops.errors import StoreUnavailable
+
+    if market.ledger.corrupt or market.rentals.corrupt or not due(records, rentals, now):
+        return  # while a record is unreadable a person decides: nothing moves on its own
+    try:
+        done = compact(market.ledger.store, now)
+    except StoreUnavailable as exc:  # the list was served; the next listing tries again
+        print(
+            f"gpuops: old history was not archived ({exc}); `gpuops compact` retries",
+            file=sys.stderr,
+        )
+        return
+    print(
+        f"gpuops: archived {done.boxes} box record(s) and {done.rentals} rental(s) that ended "
+        "over a week ago (`boxes --all` still shows them)",
+        file=sys.stderr,
+    )
+
+
+def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: list[Any]) -> None:
     if rows:
         print(_BOXES_HEADER)
     for row in rows:
@@ -344,7 +375,6 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
         )
     if not rows and not pending and not candidates:
         print("no boxes")
-    return 0
 
 
 def _record_row(record: Any) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -10,8 +11,9 @@ import time
 import pytest
 from store_fakes import Events
 
-from gpuops import cli, timing
-from gpuops.archive import archived, compact
+from gpuops import cli, cli_market, timing
+from gpuops.archive import Compaction, archived, compact, due
+from gpuops.errors import StoreUnavailable
 from gpuops.ledger import GONE_BY_SHOW, Ledger
 from gpuops.market.rentals import PREFIX as RENTALS
 from gpuops.market.rentals import Rental, Rentals
@@ -233,3 +235,128 @@ def test_the_archive_is_by_the_month_the_record_ended(at):
 
     (key,) = store.list("ledger/archive/")
     assert key.startswith("ledger/archive/2027-01/boxes/b+1-0/")
+
+
+def live_view(store):
+    """What a listing has read: every live box record and rental, any owner."""
+    return Ledger(store, Events(), "alice").records(), Rentals(store, "alice").all()
+
+
+def test_due_says_whether_compact_would_move_anything_of_what_a_listing_read():
+    """archive.due is compact's own judgment, decided from records already read."""
+    store = MemoryStore()
+    history(store)
+
+    assert due(*live_view(store), NOW)
+    compact(store, NOW)
+    assert not due(*live_view(store), NOW)
+    assert compact(store, NOW) == Compaction()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: box(s, "fresh+1-0", RECENT),  # released within the window
+        lambda s: box(s, "running+1-0", OLD, release=False),  # may still bill
+        lambda s: (box(s, "fresh+1-0", RECENT), rental(s, "fresh", "released", OLD)),
+        lambda s: (box(s, "run+1-0", OLD, release=False), rental(s, "run", "failed", None)),
+        lambda s: rental(s, "racing", "racing", None),
+        lambda s: rental(s, "recent", "released", RECENT),
+    ],
+)
+def test_due_is_false_for_whatever_compact_leaves_live(make):
+    """Live work, recent history and a rental whose box is still live are never due."""
+    store = MemoryStore()
+    make(store)
+
+    assert not due(*live_view(store), NOW)
+    assert compact(store, NOW) == Compaction()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: box(s, "old+1-0", OLD),
+        lambda s: rental(s, "old", "released", OLD),
+        lambda s: rental(s, "never", "failed", None),  # failed before any box
+        lambda s: (box(s, "old+1-0", OLD), rental(s, "old", "failed", None)),
+    ],
+)
+def test_due_is_true_for_each_thing_compact_moves(make):
+    """A released box record or an ended rental past the window is due, alone."""
+    store = MemoryStore()
+    make(store)
+
+    assert due(*live_view(store), NOW)
+    assert compact(store, NOW) != Compaction()
+
+
+def boxes_cli(state, capsys, *extra: str) -> tuple[int, dict, str]:
+    code = cli.main(["--state", str(state), "--operator", "alice", "--json", "boxes", *extra])
+    out = capsys.readouterr()
+    return code, json.loads(out.out), out.err
+
+
+def test_boxes_archives_old_history_once_after_listing_it(tmp_path, capsys, monkeypatch):
+    """`boxes` over history nobody compacted lists it, archives it, and the next list is short."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    state = tmp_path / "state"
+    store = LocalStore(str(state))
+    ended = time.time() - timing.ARCHIVE_AFTER_S - 3600.0  # boxes reads the real clock
+    box(store, "old+1-0", ended)
+    rental(store, "old", "released", ended)
+    rental(store, "racing", "racing", None)
+
+    first = boxes_cli(state, capsys)
+    second = boxes_cli(state, capsys)
+    everything = boxes_cli(state, capsys, "--all")
+
+    assert first[0] == 0 and sorted(r["name"] for r in first[1]["rentals"]) == ["old", "racing"]
+    assert "archived 1 box record(s) and 1 rental(s)" in first[2]
+    assert second[0] == 0 and [r["name"] for r in second[1]["rentals"]] == ["racing"]
+    assert second[2] == ""  # nothing left to archive: no second compaction
+    assert sorted(r["name"] for r in everything[1]["rentals"]) == ["old", "racing"]
+
+
+def test_boxes_moves_nothing_while_a_record_is_unreadable(tmp_path, capsys, monkeypatch):
+    """A corrupt record is a person's decision: boxes names it and archives nothing."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    state = tmp_path / "state"
+    store = LocalStore(str(state))
+    ended = time.time() - timing.ARCHIVE_AFTER_S - 3600.0
+    box(store, "old+1-0", ended)
+    rental(store, "old", "released", ended)
+    store.create(RENTALS + "broken", b"{not json")
+    keys = store.list("")
+
+    code, listed, err = boxes_cli(state, capsys)
+
+    assert code == 1 and "broken" in err and "archived" not in err
+    assert store.list("") == keys
+
+
+class UnavailableStore(MemoryStore):
+    """A store whose writes fail, once ``down``, as an unreachable S3 would (reads served)."""
+
+    down = False
+
+    def create(self, key: str, data: bytes) -> str:
+        if self.down:
+            raise StoreUnavailable("the store went away")
+        return super().create(key, data)
+
+
+def test_boxes_serves_its_list_when_the_store_fails_while_archiving(capsys):
+    """A store that fails mid-compaction costs the archive a retry, never the list."""
+    store = UnavailableStore()
+    history(store)
+    store.down = True
+    ledger = Ledger(store, Events(), "alice")
+    view = cli_market._StateView(Rentals(store, "alice"), ledger, lambda: NOW)
+    args = argparse.Namespace(all=False)
+
+    code = cli_market._boxes(view, args, as_json=True)
+    out = capsys.readouterr()
+
+    assert code == 0 and len(json.loads(out.out)["rentals"]) == 5
+    assert "not archived (the store went away)" in out.err
