@@ -27,7 +27,9 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
 
     if args.command == "boxes":  # the store alone: no provider key, no market imported
         view = _state_view(state_url, operator)
-        return _name_corrupt(view, _boxes(view, args, as_json))
+        if _boxes(view, args, as_json):
+            _archive_in_background(state_url, operator)
+        return _name_corrupt(view, 0)
     from gpuops.market.session import open_market
 
     if args.command == "destroy":
@@ -92,8 +94,6 @@ def _market_command(
         return _offers(market, args, vram_mb, as_json)
     if args.command == "rent":
         return _rent(market, args, vram_mb, as_json, state_url)
-    if args.command == "boxes":
-        return _boxes(market, args, as_json)
     from gpuops.market.rent import SWEEP_WORKERS, sweep
     from gpuops.market.teardown import exit_code
 
@@ -295,7 +295,9 @@ def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
     }
 
 
-def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
+def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
+    """Print the boxes; True when some of what was read is history `compact` would move (and
+    no record was unreadable: while one is, a person decides and nothing moves on its own)."""
     now = market.clock()
     rows = []
     from gpuops.archive import archived_rentals  # --all reads the archive too (audit view)
@@ -325,30 +327,55 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
         _print_json({"rentals": rows, "pending_destroys": pending, "candidates": candidates})
     else:
         _print_boxes(rows, pending, candidates)
-    _archive_if_due(market, records, live_rentals, now)
-    return 0
+    from gpuops.archive import due
+
+    if market.ledger.corrupt or market.rentals.corrupt:
+        return False
+    return due(records, live_rentals, now)
 
 
-def _archive_if_due(market: Any, records: list[Any], rentals: list[Any], now: float) -> None:
-    """History past the retention window costs every listing a read per record, so a listing
-    that read some archives it, once, as `gpuops compact` would (archive.py: copy, then a
-    compare-and-swap delete; live work is never touched). Said on stderr, after the list."""
-    from gpuops.archive import compact, due
-    from gpuops.errors import StoreUnavailable
+def _archive_in_background(state_url: str, operator: str) -> None:
+    """Start `gpuops compact` detached, unless one this host started still runs: history past
+    the retention window costs every listing a read per record, and moving it costs a write
+    or two per record (minutes for a long backlog), which no listing should wait for. The
+    child inherits the lock this takes and holds it until it exits (archive.py: copy, then a
+    compare-and-swap delete; a compaction racing another, or live work, loses nothing)."""
+    import fcntl
+    import os
 
-    if market.ledger.corrupt or market.rentals.corrupt or not due(records, rentals, now):
-        return  # while a record is unreadable a person decides: nothing moves on its own
+    from gpuops.context import Context
+
+    folder = Context(state_url, operator).events_path().parent
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log = folder / "compact.log"
+    lock = os.open(folder / "compact.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        done = compact(market.ledger.store, now)
-    except StoreUnavailable as exc:  # the list was served; the next listing tries again
-        print(
-            f"gpuops: old history was not archived ({exc}); `gpuops compact` retries",
-            file=sys.stderr,
-        )
-        return
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a compaction is running: it moves these too
+        os.set_inheritable(lock, True)  # the child's from here on: released when it exits
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-m", "gpuops", "--state", state_url]
+                + ["--operator", operator, "compact"],
+                os.environ,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, out, 1),
+                    (os.POSIX_SPAWN_DUP2, out, 2),
+                ],
+                setsid=True,  # outlives this listing, its terminal and its process group
+            )
+        finally:
+            os.close(out)
+    finally:
+        os.close(lock)
     print(
-        f"gpuops: archived {done.boxes} box record(s) and {done.rentals} rental(s) that ended "
-        "over a week ago (`boxes --all` still shows them)",
+        "gpuops: history that ended over a week ago is being archived in the background "
+        f"(pid {pid}, log {log}); `boxes --all` still shows it",
         file=sys.stderr,
     )
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import fcntl
 import json
 import os
 import time
@@ -11,9 +11,8 @@ import time
 import pytest
 from store_fakes import Events
 
-from gpuops import cli, cli_market, timing
+from gpuops import cli, timing
 from gpuops.archive import Compaction, archived, compact, due
-from gpuops.errors import StoreUnavailable
 from gpuops.ledger import GONE_BY_SHOW, Ledger
 from gpuops.market.rentals import PREFIX as RENTALS
 from gpuops.market.rentals import Rental, Rentals
@@ -297,66 +296,65 @@ def boxes_cli(state, capsys, *extra: str) -> tuple[int, dict, str]:
     return code, json.loads(out.out), out.err
 
 
-def test_boxes_archives_old_history_once_after_listing_it(tmp_path, capsys, monkeypatch):
-    """`boxes` over history nobody compacted lists it, archives it, and the next list is short."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
-    state = tmp_path / "state"
+def old_history(state) -> None:
     store = LocalStore(str(state))
     ended = time.time() - timing.ARCHIVE_AFTER_S - 3600.0  # boxes reads the real clock
     box(store, "old+1-0", ended)
     rental(store, "old", "released", ended)
     rental(store, "racing", "racing", None)
 
-    first = boxes_cli(state, capsys)
+
+def compaction_lock(state):
+    """The lock a background compaction holds while it runs (beside the event log)."""
+    return os.open(state / "compact.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+
+def test_boxes_archives_old_history_in_the_background_once(tmp_path, capsys, monkeypatch):
+    """`boxes` over history nobody compacted lists it and starts `gpuops compact` detached;
+    once that ends, the list is short and `boxes --all` still shows everything."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    state = tmp_path / "state"
+    old_history(state)
+
+    code, first, err = boxes_cli(state, capsys)
+    lock = compaction_lock(state)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the child holds it until it exits: wait for that
+    os.close(lock)
     second = boxes_cli(state, capsys)
     everything = boxes_cli(state, capsys, "--all")
 
-    assert first[0] == 0 and sorted(r["name"] for r in first[1]["rentals"]) == ["old", "racing"]
-    assert "archived 1 box record(s) and 1 rental(s)" in first[2]
+    assert code == 0 and sorted(r["name"] for r in first["rentals"]) == ["old", "racing"]
+    assert "archived in the background (pid " in err
+    assert "archived 1 box record(s) and 1 rental(s)" in (state / "compact.log").read_text()
     assert second[0] == 0 and [r["name"] for r in second[1]["rentals"]] == ["racing"]
     assert second[2] == ""  # nothing left to archive: no second compaction
     assert sorted(r["name"] for r in everything[1]["rentals"]) == ["old", "racing"]
 
 
-def test_boxes_moves_nothing_while_a_record_is_unreadable(tmp_path, capsys, monkeypatch):
-    """A corrupt record is a person's decision: boxes names it and archives nothing."""
+def test_boxes_starts_no_second_compaction_while_one_runs(tmp_path, capsys, monkeypatch):
+    """A compaction already running (its lock held) moves this history too: none is started."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
     state = tmp_path / "state"
-    store = LocalStore(str(state))
-    ended = time.time() - timing.ARCHIVE_AFTER_S - 3600.0
-    box(store, "old+1-0", ended)
-    rental(store, "old", "released", ended)
-    store.create(RENTALS + "broken", b"{not json")
-    keys = store.list("")
+    old_history(state)
+    lock = compaction_lock(state)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        code, listed, err = boxes_cli(state, capsys)
+    finally:
+        os.close(lock)
+
+    assert code == 0 and len(listed["rentals"]) == 2
+    assert err == "" and not (state / "compact.log").exists()
+
+
+def test_boxes_moves_nothing_while_a_record_is_unreadable(tmp_path, capsys, monkeypatch):
+    """A corrupt record is a person's decision: boxes names it and starts no compaction."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    state = tmp_path / "state"
+    old_history(state)
+    LocalStore(str(state)).create(RENTALS + "broken", b"{not json")
 
     code, listed, err = boxes_cli(state, capsys)
 
-    assert code == 1 and "broken" in err and "archived" not in err
-    assert store.list("") == keys
-
-
-class UnavailableStore(MemoryStore):
-    """A store whose writes fail, once ``down``, as an unreachable S3 would (reads served)."""
-
-    down = False
-
-    def create(self, key: str, data: bytes) -> str:
-        if self.down:
-            raise StoreUnavailable("the store went away")
-        return super().create(key, data)
-
-
-def test_boxes_serves_its_list_when_the_store_fails_while_archiving(capsys):
-    """A store that fails mid-compaction costs the archive a retry, never the list."""
-    store = UnavailableStore()
-    history(store)
-    store.down = True
-    ledger = Ledger(store, Events(), "alice")
-    view = cli_market._StateView(Rentals(store, "alice"), ledger, lambda: NOW)
-    args = argparse.Namespace(all=False)
-
-    code = cli_market._boxes(view, args, as_json=True)
-    out = capsys.readouterr()
-
-    assert code == 0 and len(json.loads(out.out)["rentals"]) == 5
-    assert "not archived (the store went away)" in out.err
+    assert code == 1 and "broken" in err and "background" not in err
+    assert not (state / "compact.log").exists()
