@@ -59,12 +59,16 @@ def _text(value: object) -> str:
 
 
 def _number(value: object) -> float:
+    if type(value) is float and value - value == 0.0:  # the common case: a finite float
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise _Bad
     return value
 
 
 def _whole(value: object) -> int:
+    if type(value) is int:  # the common case (a bool's type is bool)
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise _Bad
     return value
@@ -114,19 +118,21 @@ def _decoder(cls: type[_T]) -> Callable[[object], _T]:
         "cls": cls,
         "new": object.__new__,
         "setattr": object.__setattr__,
-        "defaults": {f.name: f.default for f in every if f.default is not dataclasses.MISSING},
     }
-    body = ["def decode_as(p):", "    if not isinstance(p, Mapping):", "        raise _Bad"]
-    body.append("    v = defaults.copy()")
+    body = ["def decode_as(p):", "    if type(p) is not dict and not isinstance(p, Mapping):"]
+    body += ["        raise _Bad", "    v = {}"]
     for n, f in enumerate(every):
         annotation = str(f.type)
         nullable = annotation.endswith(" | None")
-        scope[f"check{n}"] = _check(annotation.removesuffix(" | None"))
+        scope[f"check{n}"], scope[f"default{n}"] = (
+            _check(annotation.removesuffix(" | None")),
+            f.default,
+        )
         body += [f"    if {f.name!r} in p:", f"        x = p[{f.name!r}]"]
         value = f"None if x is None else check{n}(x)" if nullable else f"check{n}(x)"
-        body.append(f"        v[{f.name!r}] = {value}")
-        if f.default is dataclasses.MISSING:
-            body += ["    else:", "        raise _Bad"]
+        body += [f"        v[{f.name!r}] = {value}", "    else:"]
+        missing = f"v[{f.name!r}] = default{n}"
+        body.append(f"        {'raise _Bad' if f.default is dataclasses.MISSING else missing}")
     body += ["    event = new(cls)", "    setattr(event, '__dict__', v)", "    return event"]
     exec("\n".join(body), scope)  # noqa: S102 (text built here from our own field names)
     _DECODERS[cls] = decode_as = scope["decode_as"]  # type: ignore[assignment]
