@@ -3,9 +3,9 @@
 ``gpuops stats`` must read 1,000,000 events in a few seconds in bounded memory. Almost every
 line is written by ``EventLog.append`` in one layout (``{"ts":"...","operator":...,"kind":"...``
 and ``}`` last), so a block of lines can be checked for that layout with two byte counts, its
-lines counted with a third, and only the lines of wanted kinds found (``bytes.find`` on the
-block) and decoded (orjson: about four times the standard library's speed on these lines,
-measured by tests/benchmarks/bench_stats.py). A block with any line in another layout, or a
+lines counted with a third, and only the lines of wanted kinds found (one regular-expression
+pass over the block for every wanted kind's key) and decoded (orjson: about four times the
+standard library's speed on these lines, measured by tests/benchmarks/bench_stats.py). A block with any line in another layout, or a
 scan with ``since``, goes line by line; a line in another layout takes the full parser in
 events.py, which also judges torn and non-UTF-8 lines (they are counted, never fatal).
 
