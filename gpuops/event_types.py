@@ -61,16 +61,12 @@ def _text(value: object) -> str:
 
 
 def _number(value: object) -> float:
-    if type(value) is float and value - value == 0.0:  # the common case: a finite float
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise _Bad
     return value
 
 
 def _whole(value: object) -> int:
-    if type(value) is int:  # the common case (a bool's type is bool)
-        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise _Bad
     return value

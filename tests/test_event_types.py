@@ -87,6 +87,14 @@ VALID: dict[str, dict[str, object]] = {
 BAD_PROBE = {**VALID["market.probe"], "verdict": ["pass"]}
 
 
+@pytest.fixture(autouse=True)
+def fresh_decoders():
+    """Each test writes the decoders it uses: they are kept per process after their first use,
+    so a decoder written before a test (by another test, or before a mutant was switched on)
+    would hide how this one is written."""
+    ev._DECODERS.clear()
+
+
 def line(kind: str, payload: object) -> str:
     return json.dumps({"ts": TS, "operator": "x", "kind": kind, "payload": payload}) + "\n"
 
@@ -126,8 +134,8 @@ def test_a_decoded_event_is_the_one_its_constructor_builds_down_to_its_attribute
 
     for payload in (VALID[kind], {k: v for k, v in VALID[kind].items() if k in REQUIRED[kind]}):
         expected = built(kind, payload)
-        for given in (payload, MappingProxyType(payload)):
-            decoded = ev.decode(kind, given)
+        for mapping in (payload, MappingProxyType(payload)):
+            decoded = ev.decode(kind, mapping)
             assert decoded == expected and vars(decoded) == vars(expected)
             assert list(vars(decoded)) == [f.name for f in dataclasses.fields(type(decoded))]
 
