@@ -140,6 +140,17 @@ def test_a_decoded_event_is_the_one_its_constructor_builds_down_to_its_attribute
             assert list(vars(decoded)) == [f.name for f in dataclasses.fields(type(decoded))]
 
 
+def test_each_type_s_decoder_is_written_once_at_its_first_use():
+    """No decoder is written before a type is decoded; then the same one serves every event."""
+    assert ev.Probe not in ev._DECODERS
+
+    first = ev.decode("market.probe", VALID["market.probe"])
+    written = ev._DECODERS[ev.Probe]
+    again = ev.decode("market.probe", VALID["market.probe"])
+
+    assert first == again and ev._decoder(ev.Probe) is written and len(ev._DECODERS) == 1
+
+
 def test_a_whole_number_or_a_number_may_be_of_a_subclass_but_never_a_bool():
     """The checks' fast paths (exact int, finite float) agree with their general rule."""
     import enum
