@@ -105,7 +105,7 @@ class _World:
             log,
             operator,
             gce,
-            GcsAdapter(s.bucket, s.project),
+            GcsAdapter(s.bucket, s.project, endpoint=self.url),
             LaneConfig(s.instance, s.bucket),
             clock=self.clock.now,
             sleep=self.fake.advance,

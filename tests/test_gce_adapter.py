@@ -243,8 +243,7 @@ def test_serial_output_is_read_from_the_given_offset(gce):
 
 def test_gcs_lists_and_reads_and_a_missing_object_is_none(monkeypatch):
     """The GCS adapter on recordings: list by prefix; 404 on download is None."""
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", BASE)
-    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane")
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane", endpoint=BASE)
     with responses.RequestsMock() as mock:
         mock.add(load_recording("gcs", "list_objects").to_response(BASE))
         mock.add(load_recording("gcs", "object_404").to_response(BASE))
@@ -256,8 +255,7 @@ def test_gcs_lists_and_reads_and_a_missing_object_is_none(monkeypatch):
 
 def test_gcs_reads_an_objects_update_time_and_none_when_missing(monkeypatch):
     """The job's end is its status file's `updated` (recorded object fields); 404 is None."""
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", BASE)
-    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane")
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane", endpoint=BASE)
     item = _body("list_objects", "gcs")["items"][0]
     meta = f"{BASE}/storage/v1/b/gpuops-lane-jobs/o/jobs%2Fportraits%2Finputs%2Fref-1.png"
     with responses.RequestsMock() as mock:

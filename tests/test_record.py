@@ -80,7 +80,7 @@ def test_record_vast_captures_every_exchange_and_a_replay_parses_the_same(
     ]
     assert [c.path for c in creates] == ["/api/v0/asks/777001/"]  # the dear offer is over the cap
     assert {"gpu.yaml", "cuda.yaml", "disk.yaml"} <= {p.name for p in captured.files}
-    adapter = VastAdapter(api_key="k-replay", base_url=BASE, sleep=lambda s: None, environ={})
+    adapter = VastAdapter(api_key="k-replay", base_url=BASE, sleep=lambda s: None)
     for name, (op, live) in captured.parsed.items():
         rec = load_recording("vast", name, out)
         instance_id = rec.path.rstrip("/").rsplit("/", 1)[1]

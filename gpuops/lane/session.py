@@ -76,7 +76,11 @@ def open_lane(
         clock=now,
         sleep=sleep,
     )
-    gcs = GcsAdapter(env["GPUOPS_LANE_BUCKET"], env["GPUOPS_LANE_PROJECT"])
+    gcs = GcsAdapter(
+        env["GPUOPS_LANE_BUCKET"],
+        env["GPUOPS_LANE_PROJECT"],
+        endpoint=os.environ.get("STORAGE_EMULATOR_HOST") or None,
+    )
     config = LaneConfig(env["GPUOPS_LANE_INSTANCE"], env["GPUOPS_LANE_BUCKET"])
     if usd_per_hour is not None:
         config = LaneConfig(config.instance, config.bucket, usd_per_hour, config.disk_usd_per_day)

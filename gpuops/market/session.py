@@ -86,7 +86,7 @@ def open_market(
     """``sleep``: the market's waits (race polls, destroy confirmation); ``retry_sleep``: the
     adapter's backoff between retried calls (a 503, a 429) and its pacing."""
     from gpuops.providers import vastai_lazy
-    from gpuops.providers.vast import VastAdapter
+    from gpuops.providers.vast import VastAdapter, find_api_key
 
     vastai_lazy.install()  # the SDK's API layer, without its package start-up (about a second)
 
@@ -97,7 +97,12 @@ def open_market(
 
     # one call budget: a sweep's threads and the adapter's 429 waits
     pace = Pace(sleep=retry_sleep)
-    vast = VastAdapter(events=events, sleep=pace.hold)
+    vast = VastAdapter(
+        api_key=find_api_key(os.environ),
+        base_url=os.environ.get("VAST_URL") or None,
+        events=events,
+        sleep=pace.hold,
+    )
     key_path = public_key_path()
     public_key = read_public_key(key_path) if need_key else ""
     prober = ssh_prober(here, key_path.with_suffix(""), vram_floor_mb)

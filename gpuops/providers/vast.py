@@ -26,11 +26,10 @@ import functools
 import importlib
 import json
 import math
-import os
 import re
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,9 +51,18 @@ from gpuops.errors import (
 )
 from gpuops.events import EventLog
 from gpuops.model import Instance, InstanceStatus, Offer, SshKey
+from gpuops.providers.transport import Observer, new_session
+from gpuops.providers.vast_client import SessionClient
 from gpuops.secrets import scrub
 
-__all__ = ["DEFAULT_URL", "READ_ATTEMPTS", "VastAdapter", "backoff_s", "translate_error"]
+__all__ = [
+    "DEFAULT_URL",
+    "READ_ATTEMPTS",
+    "VastAdapter",
+    "backoff_s",
+    "find_api_key",
+    "translate_error",
+]
 
 PROVIDER = "vast"
 DEFAULT_URL = "https://console.vast.ai"
@@ -102,20 +110,22 @@ class VastAdapter:
         sleep: Sleep = time.sleep,
         monotonic: Clock = time.monotonic,
         read_attempts: int = READ_ATTEMPTS,
-        environ: Mapping[str, str] | None = None,
+        observers: Sequence[Observer] = (),
     ) -> None:
-        """``api_key``: else VAST_API_KEY, else vastai's key files. ``base_url``: else VAST_URL,
-        else console.vast.ai (a loopback fake is just another base URL). ``sleep`` is the
-        backoff's only way to wait, so tests pass a recorder and never sleep."""
-        env = os.environ if environ is None else environ
-        self.base_url = _checked_url(base_url or env.get("VAST_URL") or DEFAULT_URL)
-        self._api_key = _resolve_api_key(api_key, env)
+        """``api_key``: required (``find_api_key`` reads it from an environment and vastai's
+        key files). ``base_url``: else console.vast.ai (a loopback fake is just another base
+        URL). ``sleep`` is the backoff's only way to wait, so tests pass a recorder and never
+        sleep. ``observers`` see every response on the adapter's one session (transport.py)."""
+        self.base_url = _checked_url(base_url or DEFAULT_URL)
+        self._api_key = _resolve_api_key(api_key, {})
         if read_attempts < 1:
             raise UsageError(f"read_attempts must be at least 1, not {read_attempts}")
         self._events = events
         self._sleep = sleep
         self._monotonic = monotonic
         self._read_attempts = read_attempts
+        self._observers = tuple(observers)
+        self._session: Any = None
 
     def __repr__(self) -> str:
         return f"VastAdapter(base_url={self.base_url!r})"  # never the key (H3)
@@ -333,7 +343,7 @@ class VastAdapter:
         return _Reply(response.status_code, response.text)
 
     def _client(self, op: str, attempt: int) -> Any:
-        """A fresh client per attempt (cheap; no shared state between threads)."""
+        """A client per attempt over the adapter's one session (the attempt is in its events)."""
 
         def observe(
             method: str, url: str, status: int | None, duration: float, exc: BaseException | None
@@ -349,13 +359,16 @@ class VastAdapter:
                 error=None if exc is None else type(exc).__name__,
             )
 
-        return _client_class()(
-            observe,
-            self._monotonic,
+        if self._session is None:
+            self._session = new_session(self._observers)
+        return SessionClient(
+            self._session,
             api_key=self._api_key,
             server_url=self.base_url,
-            retry=_SDK_ATTEMPTS,
-            timeout=timing.HTTP_TIMEOUT_S,
+            user_agent=_user_agent(),
+            timeout_s=timing.HTTP_TIMEOUT_S,
+            observe=observe,
+            monotonic=self._monotonic,
         )
 
     def _parsed(self, op: str, reply: _Reply, parse: Callable[[object], T]) -> T:
@@ -404,28 +417,9 @@ def _vastai(module: str) -> Any:
 
 
 @functools.cache
-def _client_class() -> type[Any]:
-    """VastClient, reporting each HTTP exchange; built on first use so vastai loads lazily."""
-
-    class ObservedClient(_vastai("client").VastClient):  # type: ignore[misc]
-        def __init__(self, observe: Any, monotonic: Clock, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self.observe = observe
-            self.monotonic = monotonic
-            self.last_response: Any = None
-
-        def _request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            began = self.monotonic()
-            try:
-                response = super()._request(method, url, *args, **kwargs)
-            except Exception as exc:
-                self.observe(method, url, None, self.monotonic() - began, exc)
-                raise
-            self.last_response = response
-            self.observe(method, url, response.status_code, self.monotonic() - began, None)
-            return response
-
-    return ObservedClient
+def _user_agent() -> str:
+    """The SDK's own User-Agent (``vastai-sdk/<version>``), as its VastClient sends it."""
+    return f"vastai-sdk/{importlib.import_module('vastai.utils').VERSION}"
 
 
 # --- translating failures: the one place ---------------------------------------------------------
@@ -728,6 +722,12 @@ def _checked_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise UsageError(f"the Vast base URL {url!r} must be http(s)://host[:port]")
     return url.rstrip("/")
+
+
+def find_api_key(env: Mapping[str, str]) -> str:
+    """VAST_API_KEY in ``env``, else vastai's own key files under its HOME/XDG_CONFIG_HOME
+    (the caller passes the environment: no adapter reads os.environ)."""
+    return _resolve_api_key(None, env)
 
 
 def _resolve_api_key(api_key: str | None, env: Mapping[str, str]) -> str:

@@ -229,7 +229,7 @@ def run_trial(p: Params, trial: int, k: int) -> Result:
     result = Result(k, ok=False)
     with fake.activate(BASE):
         vast = VastAdapter(
-            api_key=API_KEY, base_url=BASE, sleep=fake.advance, monotonic=fake.now, environ={}
+            api_key=API_KEY, base_url=BASE, sleep=fake.advance, monotonic=fake.now
         )
         ledger = Ledger(MemoryStore(), events, "bench", clock=fake.now)
         market = Market(

@@ -51,7 +51,7 @@ def seed(state: Path, env: dict[str, str], total: int, ours: int) -> None:
     from gpuops.providers.vast import VastAdapter
     from gpuops.store.local import LocalStore
 
-    vast = VastAdapter(api_key=env["VAST_API_KEY"], base_url=env["VAST_URL"], environ={})
+    vast = VastAdapter(api_key=env["VAST_API_KEY"], base_url=env["VAST_URL"])
     store = LocalStore(state)
     ledger = Ledger(store, EventLog(state / "seed-events.jsonl", OPERATOR), OPERATOR)
     rentals = Rentals(store, OPERATOR)
