@@ -333,7 +333,7 @@ class VastAdapter:
             pass  # the SDK could not read the body; the parser below names what is wrong
         except requests.RequestException as exc:  # a bad URL, too many redirects: not transient
             raise ProviderError(PROVIDER, f"{op}: {type(exc).__name__}: {exc}") from exc
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError):
             if client.last_response is None:
                 raise  # not about a body: a bug here or in the SDK, shown as it is
             # else the SDK tripped over a drifted body; the parser below names what is wrong
@@ -374,7 +374,7 @@ class VastAdapter:
     def _parsed(self, op: str, reply: _Reply, parse: Callable[[object], T]) -> T:
         try:
             doc = json.loads(reply.body)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise _unexpected(op, "the body is not JSON", reply) from None
         try:
             return parse(doc)
@@ -475,7 +475,7 @@ def _unexpected(op: str, problem: str, reply: _Reply) -> UnexpectedResponse:
 def _json_object(body: str) -> Mapping[str, object] | None:
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 
