@@ -53,7 +53,6 @@ CAPACITY_REASONS = frozenset(
     }
 )
 QUOTA_REASONS = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
-BODY_CHARS = 2000  # of an error body, kept on the error (scrubbed, then cut to 500 there)
 
 
 def reasons(body: str) -> frozenset[str]:
@@ -93,7 +92,7 @@ def message(body: str) -> str:
 
 def from_status(provider: str, what: str, status: int, body: str) -> GpuopsError:
     """The gpuops error for an HTTP answer ``status`` >= 400 to the call ``what``."""
-    kept = body[:BODY_CHARS]
+    kept = body  # the error scrubs it and keeps its start
     found = reasons(body)
     said = message(body)
     text = f"{what}: HTTP {status}" + (f" {said}" if said else "")
