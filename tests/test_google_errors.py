@@ -67,7 +67,11 @@ def test_the_message_is_read_only_from_error_message():
         (500, "", ProviderUnavailable),
         (599, "", ProviderUnavailable),
         (499, "", ProviderError),
-        (400, _error(message="Quota 'GPUS' exceeded. does not have enough resources"), ProviderError),
+        (
+            400,
+            _error(message="Quota 'GPUS' exceeded. does not have enough resources"),
+            ProviderError,
+        ),
         (409, "", ProviderError),
     ],
 )

@@ -57,19 +57,18 @@ def test_query_arguments_are_quoted_and_non_strings_json_encoded_in_order():
     url = url_of(BASE, "/instances/7/", {"owner": "me & you", "q": {"a": [1, 2]}, "n": 3})
 
     assert url == (
-        f"{BASE}/api/v0/instances/7/?owner=me+%26+you"
-        "&q=%7B%22a%22%3A+%5B1%2C+2%5D%7D&n=3"
+        f"{BASE}/api/v0/instances/7/?owner=me+%26+you&q=%7B%22a%22%3A+%5B1%2C+2%5D%7D&n=3"
     )
-    assert url_of(BASE, "/x/", {}) == f"{BASE}/api/v0/x/" and url_of(BASE, "/x/", None) == url_of(BASE, "/x/")
+    assert url_of(BASE, "/x/", {}) == f"{BASE}/api/v0/x/" and url_of(BASE, "/x/", None) == url_of(
+        BASE, "/x/"
+    )
 
 
 @pytest.mark.parametrize(
     "method, sent_body",
     [("get", None), ("post", {}), ("put", {}), ("delete", {})],
 )
-def test_each_method_sends_once_with_the_key_the_agent_and_the_sdks_default_body(
-    method, sent_body
-):
+def test_each_method_sends_once_with_the_key_the_agent_and_the_sdks_default_body(method, sent_body):
     """GET sends no body, the others {} when given none; Bearer key, SDK agent, our timeout."""
     session, seen = _Session(), []
     client = _client(session, seen)

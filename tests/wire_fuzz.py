@@ -64,7 +64,9 @@ JSON_VALUES = st.recursive(
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12)
     | st.sampled_from(["", "DONE", "RUNNING", "TERMINATED", "operation-1", "a/b", "../x"]),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 REASONS = st.sampled_from(
@@ -122,7 +124,9 @@ def _truncated(draw: st.DrawFn, provider: str) -> str:
 def _google_error(draw: st.DrawFn) -> str:
     rows = draw(
         st.lists(
-            st.fixed_dictionaries({}, optional={"reason": REASONS | JSON_VALUES, "message": JSON_VALUES})
+            st.fixed_dictionaries(
+                {}, optional={"reason": REASONS | JSON_VALUES, "message": JSON_VALUES}
+            )
             | JSON_VALUES,
             max_size=3,
         )
@@ -211,7 +215,9 @@ FAILURES = (
     requests.exceptions.ContentDecodingError("not gzip"),
     requests.TooManyRedirects("loop"),
 )
-STATUSES = st.sampled_from([200, 200, 200, 201, 204, 400, 401, 403, 404, 409, 410, 412, 429, 500, 502, 503]) | st.integers(200, 599)
+STATUSES = st.sampled_from(
+    [200, 200, 200, 201, 204, 400, 401, 403, 404, 409, 410, 412, 429, 500, 502, 503]
+) | st.integers(200, 599)
 CONTENT_TYPES = st.sampled_from(
     [None, "application/json", "application/json; charset=UTF-8", "text/html", "text/plain"]
 )

@@ -2,10 +2,10 @@
 
     python -m tests.benchmarks [--quick]
 
-Runs bench_startup, bench_stats, bench_offers, bench_guard and bench_sweep with their defaults
-(``--quick``: smaller sizes, for a smoke run), then prints one table. Each benchmark prints its
-own detail (and the load while it ran) as it goes. The race and fuzz benchmarks are run on
-their own (python -m tests.benchmarks.bench_race, ...).
+Runs bench_startup, bench_stats, bench_offers, bench_guard, bench_sweep and bench_wire_fuzz
+(last) with their defaults (``--quick``: smaller sizes, for a smoke run), then prints one
+table. Each benchmark prints its own detail (and the load while it ran) as it goes. The race
+and CLI fuzz benchmarks are run on their own (python -m tests.benchmarks.bench_race, ...).
 """
 
 from __future__ import annotations
@@ -13,7 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tests.benchmarks import bench_guard, bench_offers, bench_startup, bench_stats, bench_sweep
+from tests.benchmarks import (
+    bench_guard,
+    bench_offers,
+    bench_startup,
+    bench_stats,
+    bench_sweep,
+    bench_wire_fuzz,
+)
 from tests.benchmarks.common import load
 
 
@@ -27,6 +34,8 @@ def main() -> int:
         (bench_offers.main, ["--events", "100000", "--runs", "3"] if quick else []),
         (bench_guard.main, ["--boxes", "2"] if quick else []),
         (bench_sweep.main, ["--sizes", "100:10"] if quick else []),
+        # last: it replaces time.sleep and time.monotonic with a virtual clock for the process
+        (bench_wire_fuzz.main, ["500"] if quick else []),
     ]
     rows: list[tuple[str, str, str]] = []
     for bench, argv in plan:
