@@ -2,17 +2,22 @@
 
 Why it is shaped this way:
 
-- **We own every retry.** Each ``VastClient`` is built with ``retry=1``, so the SDK's internal
-  loop (429/502/503/504 and connection errors, three attempts; ``vastai/api/client.py``) never
-  runs. Reads, and the idempotent destroy, are retried here with ``backoff_s`` and the
-  provider's ``Retry-After``. **A create is sent exactly once** (M12): a retried create can rent
+- **One transport, and we own every retry.** The SDK's public API functions are kept, but
+  they are handed ``vast_client.SessionClient``, which sends each request once through the
+  ``requests.Session`` this adapter owns (the SDK's ``VastClient`` builds a session of its own
+  per call inside a private method, with its own retry loop; it is not used). ``observers``
+  given at construction see every exchange on that session (``gpuops record vast``). Reads,
+  and the idempotent destroy, are retried here with ``backoff_s`` and the provider's
+  ``Retry-After``. **A create is sent exactly once** (M12): a retried create can rent
   a second paid box, so an unclear create is left for the caller to reconcile by its label.
 - **One parse, one translation.** Every 2xx body is decoded and parsed in the "parsing"
   section below into ``gpuops.model`` values; the SDK's own return values are not used (its
   post-processing raises bare KeyErrors on drifted rows). Every failure, HTTP or transport,
   becomes a ``gpuops.errors`` exception in ``translate_error`` and nowhere else.
 - **Lazy.** ``import vastai`` costs over a second; it happens inside the first call, never at
-  import, so ``gpuops --help`` does not pay it. ``requests`` is imported the same way.
+  import, so ``gpuops --help`` does not pay it. ``requests`` is imported the same way. The key
+  and the base URL are constructor arguments: the adapter reads no environment
+  (``find_api_key`` reads a given one, and vastai's key files, for the CLI's session).
 - **Observable, never leaky.** Each HTTP exchange is one ``vast.call`` event (op, method,
   path without query, status, duration, attempt). The API key lives only in the client's
   Authorization header: it is never logged, never put in an error, never in ``repr`` (H3).
@@ -68,8 +73,6 @@ PROVIDER = "vast"
 DEFAULT_URL = "https://console.vast.ai"
 # A read is tried at most this many times in all (1 + 3 retries): worst case 1+2+4 s of backoff.
 READ_ATTEMPTS = 4
-# The SDK's own attempts per call: exactly one, so only this module ever decides to retry.
-_SDK_ATTEMPTS = 1
 # The v1 instance list serves at most 25 rows a page (show_instances_v1.yaml).
 LIST_PAGE_LIMIT = 25
 # create_instance.yaml x-input-validation: label max_length 256.
