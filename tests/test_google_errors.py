@@ -158,3 +158,47 @@ def test_a_call_without_an_answer_becomes_one_typed_error(exc, kind):
 def test_foreign_lists_exactly_what_from_exception_translates():
     """requests' and google-auth's error bases; nothing broader (a bug is not a provider error)."""
     assert g.foreign() == (requests.RequestException, gauth.GoogleAuthError)
+
+
+@pytest.mark.parametrize(
+    "status, reason, words",
+    [
+        (403, "quotaExceeded", "gce quota exceeded: "),
+        (503, "resource_availability", "gce has no capacity: "),
+        (401, "", "gce: "),
+        (409, "", "gce: "),
+    ],
+)
+def test_each_translated_answer_says_provider_call_status_and_message(status, reason, words):
+    """The whole text, the provider, the status and the body, for every kind made from an
+    answer (quota, capacity, auth, other)."""
+    body = _error(message="said so", errors=[{"reason": reason}])
+
+    found = g.from_status("gce", "start gpu-lane", status, body)
+
+    assert str(found) == f"{words}start gpu-lane: HTTP {status} said so"
+    assert (found.provider, found.status, found.body) == ("gce", status, body)
+
+
+def test_a_precondition_conflict_names_what_was_read():
+    """412: the compare-and-swap lost against the precondition read before."""
+    found = g.from_status("gcs", "write gs://b/o", 412, "")
+
+    assert type(found) is VersionConflict and found.expected == "the precondition read before"
+
+
+@pytest.mark.parametrize(
+    "exc, words",
+    [
+        (requests.ConnectionError("refused"), "gcs unavailable: "),
+        (gauth.TransportError("down"), "gcs unavailable: "),
+        (gauth.RefreshError("refused"), "gcs: "),
+        (requests.TooManyRedirects("loop"), "gcs: "),
+    ],
+)
+def test_each_translated_failure_names_its_provider(exc, words):
+    """The provider is on every error made from an exception, and leads its text."""
+    found = g.from_exception("gcs", "list gs://b/", exc)
+
+    assert found.provider == "gcs"
+    assert str(found) == f"{words}list gs://b/: {type(exc).__name__}: {exc}"
