@@ -269,3 +269,29 @@ def test_gcs_reads_an_objects_update_time_and_none_when_missing(monkeypatch):
         missing = gcs.updated("nope")
 
     assert when == 1796031002.113 and missing is None
+
+
+def test_gcs_reads_an_update_time_without_an_offset_as_utc_and_a_bad_one_as_drift(monkeypatch):
+    """`updated` is RFC 3339 (always an offset); one without is read as UTC, never the host's
+    zone (here New York), and one that is not a time is an UnexpectedResponse."""
+    import time
+
+    from gpuops.errors import UnexpectedResponse
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane", endpoint=BASE)
+    meta = f"{BASE}/storage/v1/b/gpuops-lane-jobs/o/a"
+    with responses.RequestsMock() as mock:
+        mock.get(meta, json={"updated": "2026-11-30T09:30:02.113"})
+        mock.get(meta, json={"updated": "late"})
+        try:
+            when = gcs.updated("a")
+        finally:
+            monkeypatch.undo()
+            time.tzset()
+        with pytest.raises(UnexpectedResponse, match="updated is 'late'"):
+            gcs.updated("a")
+
+    assert when == 1796031002.113

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -137,7 +137,10 @@ class GcsAdapter:
         if stamp is None:
             return None
         try:
-            return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+            when = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+            if when.tzinfo is None:  # RFC 3339 always has an offset; never the host's zone
+                when = when.replace(tzinfo=UTC)
+            return when.timestamp()
         except (ValueError, OverflowError, OSError) as exc:
             raise _unexpected(what, f"updated is {stamp!r}", reply.text) from exc
 
