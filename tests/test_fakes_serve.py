@@ -91,7 +91,6 @@ class Served:
             api_key=self.env["VAST_API_KEY"],
             base_url=self.env["VAST_URL"],
             sleep=lambda s: None,
-            environ={},
         )
 
     def stop(self, sig: int = signal.SIGTERM) -> int:

@@ -27,12 +27,6 @@ if TYPE_CHECKING:
     from gpuops.market.jobs import BoxShell
 
 
-def public_key_path() -> Path:
-    """GPUOPS_SSH_KEY (a .pub file), else ~/.ssh/id_ed25519.pub. Transitional, for
-    gpuops/record.py until it is handed a Settings: everything else reads ``Settings.ssh_key``."""
-    return Settings.from_environ().ssh_key
-
-
 def read_public_key(path: Path) -> str:
     try:
         text = path.read_text().strip()
@@ -41,12 +35,6 @@ def read_public_key(path: Path) -> str:
     if not text.startswith(("ssh-", "ecdsa-", "sk-")):
         raise UsageError(f"{path} does not hold an SSH public key")
     return text
-
-
-def local_dir(state_url: str) -> Path:
-    """Where per-host files (known_hosts, the event log) go: the state dir, or for s3://
-    state the per-user directory. Transitional, for gpuops/record.py (``Settings.local_dir``)."""
-    return Settings.from_environ(cli_options={"state": state_url}).local_dir
 
 
 def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prober:
@@ -89,7 +77,7 @@ def open_market(
     if sleep is time.sleep and settings.time_scale is not None:
         sleep = settings.clock().sleep
     from gpuops.providers import vastai_lazy
-    from gpuops.providers.vast import VastAdapter
+    from gpuops.providers.vast import VastAdapter, find_api_key
 
     vastai_lazy.install()  # the SDK's API layer, without its package start-up (about a second)
 
@@ -101,11 +89,10 @@ def open_market(
     # one call budget: a sweep's threads and the adapter's 429 waits
     pace = Pace(sleep=retry_sleep)
     vast = VastAdapter(
-        api_key=settings.vast_api_key,
+        api_key=find_api_key(settings.environ),  # VAST_API_KEY, else vastai's key files
         base_url=settings.vast_url,
         events=events,
         sleep=pace.hold,
-        environ={},  # every value it takes from the environment is in Settings
     )
     public_key = read_public_key(settings.ssh_key) if need_key else ""
     prober = ssh_prober(here, settings.identity_file(), vram_floor_mb)
