@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpuops.settings import Settings
 
-def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+
+def run_market(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
     def progress(line: str) -> None:
         # rent's progress goes to stderr even with --json: what an interrupt destroyed, or
         # whose race a second rent waits for, must reach the person at the terminal
@@ -26,20 +28,20 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
             print(line, flush=True)
 
     if args.command == "boxes":  # the store alone: no provider key, no market imported
-        view = _state_view(state_url, operator)
+        view = _state_view(settings, operator)
         if _boxes(view, args, as_json):
-            _archive_in_background(state_url, operator)
+            _archive_in_background(settings, operator)
         return _name_corrupt(view, 0)
     from gpuops.market.session import open_market
 
     if args.command == "destroy":
-        return destroy_command(args.name, state_url, operator, as_json)
+        return destroy_command(args.name, settings, operator, as_json)
     need_key = args.command == "rent"
     vram_mb = int(getattr(args, "vram_gb", 8.0) * 1024)
     market = open_market(
-        state_url, operator, vram_floor_mb=vram_mb, progress=progress, need_key=need_key
+        settings, operator, vram_floor_mb=vram_mb, progress=progress, need_key=need_key
     )
-    code = _market_command(market, args, vram_mb, as_json, state_url)
+    code = _market_command(market, args, vram_mb, as_json, settings)
     return _name_corrupt(market, code)
 
 
@@ -53,7 +55,7 @@ class _StateView:
         self.rentals, self.ledger, self.clock = rentals, ledger, clock
 
 
-def _state_view(state_url: str, operator: str) -> _StateView:
+def _state_view(settings: Settings, operator: str) -> _StateView:
     import time
 
     from gpuops.ledger import Ledger
@@ -64,7 +66,7 @@ def _state_view(state_url: str, operator: str) -> _StateView:
         def append(self, kind: str, /, **payload: Any) -> None:
             raise AssertionError(f"boxes wrote the event {kind}")
 
-    store = open_store(state_url)
+    store = open_store(settings.state_url, settings.s3_endpoint)
     return _StateView(Rentals(store, operator), Ledger(store, _Unlogged(), operator), time.time)
 
 
@@ -88,12 +90,12 @@ _KINDS = {"market/rentals": "rental", "ledger/boxes": "box record", "market/leas
 
 
 def _market_command(
-    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, state_url: str
+    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
     if args.command == "offers":
         return _offers(market, args, vram_mb, as_json)
     if args.command == "rent":
-        return _rent(market, args, vram_mb, as_json, state_url)
+        return _rent(market, args, vram_mb, as_json, settings)
     from gpuops.market.rent import SWEEP_WORKERS, sweep
     from gpuops.market.teardown import exit_code
 
@@ -119,7 +121,7 @@ def _market_command(
 
 def destroy_command(
     name: str,
-    state_url: str,
+    settings: Settings,
     operator: str,
     as_json: bool,
     *,
@@ -154,7 +156,7 @@ def destroy_command(
         )
 
     market = open_market(
-        state_url,
+        settings,
         operator,
         need_key=False,
         sleep=paced(sleep, tell, clock, confirming),
@@ -173,6 +175,17 @@ def _stderr(line: str) -> None:
 
 def _outcome(outcome: Any) -> dict[str, Any]:
     return {"name": outcome.name, "ending": outcome.ending.value, "detail": outcome.detail}
+
+
+def _say_skipped(market: Any) -> int:
+    """How many event lines the pass rates left out (0 without a ranker), said on stderr."""
+    from gpuops.analysis.learned import skipped_line
+
+    skipped = int(getattr(market.pass_rates, "skipped", 0))
+    line = skipped_line(skipped)
+    if line is not None:
+        _stderr(line)
+    return skipped
 
 
 def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
@@ -197,8 +210,13 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
     )
     rows = [{**_offer_row(o), "pass_rate": rates.get(o.machine_id)} for o in chosen.candidates]
     removed = [{**_offer_row(x.offer), "removed": list(x.reasons)} for x in chosen.removed]
+    skipped = _say_skipped(market)
     if as_json:
-        payload: dict[str, Any] = {"offers": rows, "quarantined": chosen.quarantined}
+        payload: dict[str, Any] = {
+            "offers": rows,
+            "quarantined": chosen.quarantined,
+            "skipped_events": skipped,
+        }
         if args.all:
             payload["removed"] = removed
         _print_json(payload)
@@ -216,7 +234,7 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
 
 
 def _rent(
-    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, state_url: str
+    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
     from gpuops.market.rent import RentRequest
 
@@ -226,7 +244,7 @@ def _rent(
         """M13: the rental's guardian runs before the first create, so every box the race
         makes has an owner that ends it by the deadline, wherever this process dies."""
         if not args.no_guard:
-            guarded.update(_guarded(market, racing.name, state_url))
+            guarded.update(_guarded(market, racing.name, settings))
 
     request = RentRequest(
         name=args.name,
@@ -239,6 +257,7 @@ def _rent(
     )
     with interrupts_raised():
         rental = market.rent(request, on_race=on_race)
+    _say_skipped(market)
     row = dataclasses.asdict(rental)
     lines = [
         f"{rental.name}: live as instance {rental.instance_id} "
@@ -251,7 +270,7 @@ def _rent(
             f"{rental.name}: NO guardian (--no-guard): nothing destroys it at the deadline"
         )
     else:
-        row["guardian"] = guarded or _guarded(market, rental.name, state_url)
+        row["guardian"] = guarded or _guarded(market, rental.name, settings)
         lines.append(f"{rental.name}: {row['guardian']['detail']}")
     _out(as_json, row, lines)
     return 0
@@ -277,17 +296,16 @@ def interrupts_raised() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
+def _guarded(market: Any, name: str, settings: Settings) -> dict[str, Any]:
     """M5: a rented box gets a detached guardian, unless a live one already guards it."""
     from gpuops.market import guardian as g
     from gpuops.market.leases import Leases
-    from gpuops.market.session import local_dir
     from gpuops.market.spawn import spawn
 
     lease, _ = Leases(market.ledger.store).read(name)
     if lease is not None and not g.looks_stale(lease, market.clock()):
         return {"holder": lease.holder, "detail": f"already guarded by {lease.holder}"}
-    spawned = spawn(name, state_url, market.ledger.operator, local_dir(state_url))
+    spawned = spawn(name, settings, market.ledger.operator)
     return {
         "pid": spawned.pid,
         "log": str(spawned.log),
@@ -334,7 +352,7 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
     return due(records, live_rentals, now)
 
 
-def _archive_in_background(state_url: str, operator: str) -> None:
+def _archive_in_background(settings: Settings, operator: str) -> None:
     """Start `gpuops compact` detached, unless one this host started still runs: history past
     the retention window costs every listing a read per record, and moving it costs a write
     or two per record (minutes for a long backlog), which no listing should wait for. The
@@ -343,9 +361,7 @@ def _archive_in_background(state_url: str, operator: str) -> None:
     import fcntl
     import os
 
-    from gpuops.context import Context
-
-    folder = Context(state_url, operator).events_path().parent
+    folder = settings.local_dir  # per-host files: the state directory, or the user's for s3://
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     log = folder / "compact.log"
     lock = os.open(folder / "compact.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -359,9 +375,9 @@ def _archive_in_background(state_url: str, operator: str) -> None:
         try:
             pid = os.posix_spawn(
                 sys.executable,
-                [sys.executable, "-m", "gpuops", "--state", state_url]
+                [sys.executable, "-m", "gpuops", "--state", settings.state_url]
                 + ["--operator", operator, "compact"],
-                os.environ,
+                settings.child_environ(),
                 file_actions=[
                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                     (os.POSIX_SPAWN_DUP2, out, 1),

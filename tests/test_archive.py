@@ -305,7 +305,7 @@ def old_history(state) -> None:
 
 
 def compaction_lock(state):
-    """The lock a background compaction holds while it runs (beside the event log)."""
+    """The lock a background compaction holds while it runs (in the state directory)."""
     return os.open(state / "compact.lock", os.O_RDWR | os.O_CREAT, 0o600)
 
 

@@ -536,11 +536,16 @@ def test_offers_and_rent_succeed_with_the_bad_line_in_the_log(tmp_path):
     try:
         fakes.state.mkdir(mode=0o700, parents=True, exist_ok=True)
         (fakes.state / "events.jsonl").write_text(line("market.probe", BAD_PROBE))
-        offers = fakes.json("offers")
+        said = "gpuops: 1 line of the event log did not decode and was left out"
+        done = fakes.gpuops("--json", "offers")
+        offers = json.loads(done.stdout)
         assert [o["id"] for o in offers["offers"]] == [900, 901, 902]
-        rented = fakes.json("rent", "b", "--gpu", "RTX 4090", "--hours", "1", "--race", "1",
-                            "--no-guard")  # fmt: skip
+        assert offers["skipped_events"] == 1 and said in done.stderr
+        done = fakes.gpuops("--json", "rent", "b", "--gpu", "RTX 4090", "--hours", "1",
+                            "--race", "1", "--no-guard")  # fmt: skip
+        rented = json.loads(done.stdout)
         assert rented["state"] == "live" and rented["offer_id"] in (900, 901, 902)
+        assert said in done.stderr
         assert fakes.json("stats")["skipped_events"] == 1
         fakes.gpuops("destroy", "b")
         assert fakes.live_instances() == []

@@ -65,7 +65,7 @@ def make(tmp_path):
 
 @pytest.fixture
 def vast() -> VastAdapter:
-    return VastAdapter(api_key=KEY, base_url=BASE, sleep=lambda s: None, environ={})
+    return VastAdapter(api_key=KEY, base_url=BASE, sleep=lambda s: None)
 
 
 @pytest.fixture

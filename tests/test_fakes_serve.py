@@ -43,8 +43,8 @@ EXPORTS = (
     "GPUOPS_LANE_ZONE",
     "GPUOPS_LANE_INSTANCE",
     "GPUOPS_LANE_BUCKET",
-    "GPUOPS_LANE_TIME_SCALE",
-    "GPUOPS_LANE_TIME_ORIGIN",
+    "GPUOPS_TIME_SCALE",
+    "GPUOPS_TIME_ORIGIN",
     "AWS_ENDPOINT_URL",  # the S3 stand-in (fakes/s3.py), for the store
     "GPUOPS_S3_ENDPOINT",  # and for the guardian's results
     "AWS_DEFAULT_REGION",
@@ -91,7 +91,6 @@ class Served:
             api_key=self.env["VAST_API_KEY"],
             base_url=self.env["VAST_URL"],
             sleep=lambda s: None,
-            environ={},
         )
 
     def stop(self, sig: int = signal.SIGTERM) -> int:

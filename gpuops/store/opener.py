@@ -11,12 +11,13 @@ from gpuops.errors import UsageError
 from gpuops.store.base import Store
 
 
-def open_store(url: str) -> Store:
-    """Open ``s3://bucket/prefix`` or a local directory path (``file://`` optional)."""
+def open_store(url: str, s3_endpoint: str | None = None) -> Store:
+    """Open ``s3://bucket/prefix`` or a local directory path (``file://`` optional).
+    ``s3_endpoint``: Settings.s3_endpoint (GPUOPS_S3_ENDPOINT), for s3:// only."""
     if url.startswith("s3://"):
         from gpuops.store.s3 import S3Store
 
-        return S3Store.from_url(url)
+        return S3Store.from_url(url, s3_endpoint)
     if "://" in url and not url.startswith("file://"):
         raise UsageError(
             f"unsupported state URL {url!r}: use a directory path or s3://bucket/prefix"

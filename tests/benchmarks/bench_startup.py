@@ -61,7 +61,7 @@ def compile_package() -> None:
 
 def first_run_s(argv: list[str], env: dict[str, str], state: Path) -> tuple[float, float]:
     """Wall seconds of the first `boxes` over old history, and until the compaction it
-    started in the background has ended (its lock, beside the event log, is free)."""
+    started in the background has ended (its lock, in the state directory, is free)."""
     import fcntl
 
     start = time.perf_counter()
