@@ -235,8 +235,10 @@ def _capturing_prober(
     from gpuops.market.select import MIN_DISK_MB_PER_S
     from gpuops.providers import ssh
 
+    client = settings.ssh()
+
     def runner(argv: Any, limit: float) -> Any:
-        out = ssh.run_command(argv, limit)
+        out = client.run(argv, limit)
         steps.append((("gpu", "cuda", "disk", "extra")[min(len(steps), 3)], list(argv), out))
         return out
 
@@ -249,6 +251,7 @@ def _capturing_prober(
             return Verdict.SSH_UNREACHABLE
         result = ssh.probe(
             endpoint,
+            client=client,
             identity_file=settings.identity_file(),
             known_hosts=ssh.known_hosts_path(settings.local_dir, instance.instance_id),
             vram_floor_mb=DEFAULT_VRAM_FLOOR_MB,

@@ -53,6 +53,7 @@ from gpuops.model import InstanceStatus
 from gpuops.providers import load_recording
 from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe
 from gpuops.providers.vast import VastAdapter
+from gpuops.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "https://console.vast.ai"
@@ -791,6 +792,7 @@ def test_a_probe_through_the_fake_ssh_sees_the_offers_fate(
 
     result = probe(
         SshEndpoint(box.ssh_host, box.ssh_port),
+        client=Settings.from_environ().ssh(),
         identity_file=identity,
         known_hosts=known_hosts_path(tmp_path / "gpuops", box_id),
         vram_floor_mb=Filter().vram_floor_mb,
@@ -816,8 +818,9 @@ def test_ssh_auth_transient_refuses_n_times_then_lets_the_probe_in(
     floors = {"vram_floor_mb": 8192, "disk_floor_mb_per_s": 500.0}
     known = known_hosts_path(tmp_path / "gpuops", box_id)
 
-    verdicts = [probe(endpoint, identity_file=identity, known_hosts=known, **floors).cause
-                for _ in range(2)]  # fmt: skip
+    client = Settings.from_environ().ssh()
+    verdicts = [probe(endpoint, client=client, identity_file=identity, known_hosts=known,
+                      **floors).cause for _ in range(2)]  # fmt: skip
 
     assert verdicts == [Verdict.SSH_AUTH, Verdict.PASS]
 

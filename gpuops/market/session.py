@@ -25,6 +25,7 @@ from gpuops.store import open_store
 
 if TYPE_CHECKING:
     from gpuops.market.jobs import BoxShell
+    from gpuops.providers.ssh import SshClient
 
 
 def read_public_key(path: Path) -> str:
@@ -37,7 +38,9 @@ def read_public_key(path: Path) -> str:
     return text
 
 
-def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prober:
+def ssh_prober(
+    state_dir: Path, identity_file: Path, vram_floor_mb: int, client: SshClient
+) -> Prober:
     from gpuops.market.jobs import endpoint_of
     from gpuops.providers import ssh
 
@@ -47,6 +50,7 @@ def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prob
             return Verdict.SSH_UNREACHABLE
         result = ssh.probe(
             endpoint,
+            client=client,
             identity_file=identity_file,
             known_hosts=ssh.known_hosts_path(state_dir, instance.instance_id),
             vram_floor_mb=vram_floor_mb,
@@ -58,7 +62,7 @@ def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prob
 
 
 def open_market(
-    settings: Settings | str,
+    settings: Settings,
     operator: str,
     *,
     vram_floor_mb: int = 8192,
@@ -70,10 +74,7 @@ def open_market(
 ) -> Market:
     """``sleep``: the market's waits (race polls, destroy confirmation), shortened by
     GPUOPS_TIME_SCALE when it is set (the loopback fakes run that much faster); ``retry_sleep``:
-    the adapter's backoff between retried calls (a 503, a 429) and its pacing.
-    A state URL in place of ``settings`` is gpuops/record.py's, until it is handed one."""
-    if isinstance(settings, str):
-        settings = Settings.from_environ(cli_options={"state": settings})
+    the adapter's backoff between retried calls (a 503, a 429) and its pacing."""
     if sleep is time.sleep and settings.time_scale is not None:
         sleep = settings.clock().sleep
     from gpuops.providers import vastai_lazy
@@ -95,7 +96,7 @@ def open_market(
         sleep=pace.hold,
     )
     public_key = read_public_key(settings.ssh_key) if need_key else ""
-    prober = ssh_prober(here, settings.identity_file(), vram_floor_mb)
+    prober = ssh_prober(here, settings.identity_file(), vram_floor_mb, settings.ssh())
     ledger = Ledger(store, events, operator)
     market = Market(
         vast,
@@ -119,4 +120,4 @@ def box_shell(settings: Settings) -> BoxShell:
     """Runs scripts on our boxes with our key (the private half of GPUOPS_SSH_KEY)."""
     from gpuops.market.jobs import BoxShell
 
-    return BoxShell(settings.local_dir, settings.identity_file())
+    return BoxShell(settings.local_dir, settings.identity_file(), settings.ssh())
