@@ -1,4 +1,4 @@
-"""Race benchmark: time to a healthy box and spend, racing K offers at once (issue 3, item 10).
+"""Race benchmark: time to a healthy box and spend, racing K offers at once.
 
     python tests/benchmarks/bench_race.py [--trials N] [--seed S] [--ks 1,2,3,5] [--jobs J]
 
