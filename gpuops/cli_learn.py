@@ -201,7 +201,7 @@ def _record(args: argparse.Namespace, settings: Settings, operator: str, as_json
             print(line, file=sys.stderr, flush=True)
 
     captured = record_vast(
-        state_url=settings.state_url,
+        settings=settings,
         operator=operator,
         gpu_name=args.gpu,
         max_usd=args.max_usd,

@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import random
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +29,9 @@ def run_market(args: argparse.Namespace, settings: Settings, operator: str, as_j
 
     if args.command == "boxes":  # the store alone: no provider key, no market imported
         view = _state_view(settings, operator)
-        return _name_corrupt(view, _boxes(view, args, as_json))
+        if _boxes(view, args, as_json):
+            _archive_in_background(settings, operator)
+        return _name_corrupt(view, 0)
     from gpuops.market.session import open_market
 
     if args.command == "destroy":
@@ -44,14 +45,15 @@ def run_market(args: argparse.Namespace, settings: Settings, operator: str, as_j
     return _name_corrupt(market, code)
 
 
-@dataclasses.dataclass(frozen=True)
 class _StateView:
     """What `boxes` reads: the rentals, the ledger and the clock (a gpuops.clock.Clock), over
-    the store only."""
+    the store only (a plain class: a dataclass built at import would cost every command's
+    start-up)."""
 
-    rentals: Any
-    ledger: Any
-    clock: Any
+    __slots__ = ("clock", "ledger", "rentals")
+
+    def __init__(self, rentals: Any, ledger: Any, clock: Any) -> None:
+        self.rentals, self.ledger, self.clock = rentals, ledger, clock
 
 
 def _state_view(settings: Settings, operator: str) -> _StateView:
@@ -94,8 +96,6 @@ def _market_command(
         return _offers(market, args, vram_mb, as_json)
     if args.command == "rent":
         return _rent(market, args, vram_mb, as_json, settings)
-    if args.command == "boxes":
-        return _boxes(market, args, as_json)
     from gpuops.market.rent import SWEEP_WORKERS, sweep
     from gpuops.market.teardown import exit_code
 
@@ -189,6 +189,8 @@ def _say_skipped(market: Any) -> int:
 
 
 def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
+    import random
+
     from gpuops.market.select import Filter, resolve_gpu_name, select
 
     offers = market.vast.search_offers(gpu_name=args.gpu)
@@ -311,12 +313,15 @@ def _guarded(market: Any, name: str, settings: Settings) -> dict[str, Any]:
     }
 
 
-def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
+def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
+    """Print the boxes; True when some of what was read is history `compact` would move (and
+    no record was unreadable: while one is, a person decides and nothing moves on its own)."""
     now = market.clock.wall()
     rows = []
     from gpuops.archive import archived_rentals  # --all reads the archive too (audit view)
 
-    for rental in [*market.rentals.all(), *archived_rentals(market.ledger.store, args.all)]:
+    live_rentals = market.rentals.all()
+    for rental in [*live_rentals, *archived_rentals(market.ledger.store, args.all)]:
         if not args.all and rental.owner != market.ledger.operator:
             continue
         spend = None
@@ -338,7 +343,60 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
     ]
     if as_json:
         _print_json({"rentals": rows, "pending_destroys": pending, "candidates": candidates})
-        return 0
+    else:
+        _print_boxes(rows, pending, candidates)
+    from gpuops.archive import due
+
+    if market.ledger.corrupt or market.rentals.corrupt:
+        return False
+    return due(records, live_rentals, now)
+
+
+def _archive_in_background(settings: Settings, operator: str) -> None:
+    """Start `gpuops compact` detached, unless one this host started still runs: history past
+    the retention window costs every listing a read per record, and moving it costs a write
+    or two per record (minutes for a long backlog), which no listing should wait for. The
+    child inherits the lock this takes and holds it until it exits (archive.py: copy, then a
+    compare-and-swap delete; a compaction racing another, or live work, loses nothing)."""
+    import fcntl
+    import os
+
+    folder = settings.local_dir  # per-host files: the state directory, or the user's for s3://
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log = folder / "compact.log"
+    lock = os.open(folder / "compact.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a compaction is running: it moves these too
+        os.set_inheritable(lock, True)  # the child's from here on: released when it exits
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-m", "gpuops", "--state", settings.state_url]
+                + ["--operator", operator, "compact"],
+                settings.child_environ(),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, out, 1),
+                    (os.POSIX_SPAWN_DUP2, out, 2),
+                ],
+                setsid=True,  # outlives this listing, its terminal and its process group
+            )
+        finally:
+            os.close(out)
+    finally:
+        os.close(lock)
+    print(
+        "gpuops: history that ended over a week ago is being archived in the background "
+        f"(pid {pid}, log {log}); `boxes --all` still shows it",
+        file=sys.stderr,
+    )
+
+
+def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: list[Any]) -> None:
     if rows:
         print(_BOXES_HEADER)
     for row in rows:
@@ -360,7 +418,6 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
         )
     if not rows and not pending and not candidates:
         print("no boxes")
-    return 0
 
 
 def _record_row(record: Any) -> dict[str, Any]:

@@ -102,7 +102,7 @@ class _World:
             log,
             operator,
             gce,
-            GcsAdapter(s.bucket, s.project),
+            GcsAdapter(s.bucket, s.project, endpoint=self.url),
             LaneConfig(s.instance, s.bucket),
             clock=self.clock.wall,
             sleep=self.fake.advance,

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from gpuops.clock import Clock, ScaledClock
+    from gpuops.providers.ssh import SshClient
 
 # checked with str methods, not a regex: `re` and socket stay out of `gpuops rules`' start-up
 _OPERATOR_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
@@ -300,6 +301,12 @@ class Settings(_Value):
     def identity_file(self) -> Path:
         """The private half of GPUOPS_SSH_KEY."""
         return self.ssh_key.with_suffix("")
+
+    def ssh(self) -> SshClient:
+        """The ssh client (GPUOPS_SSH, else ssh) and the environment it runs in."""
+        from gpuops.providers.ssh import SshClient
+
+        return SshClient(self.ssh_program, self.child_environ())
 
     def child_environ(self, **extra: str) -> dict[str, str]:
         """An environment for a child process: the one this command started with, plus ``extra``."""

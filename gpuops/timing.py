@@ -106,7 +106,7 @@ HTTP_TIMEOUT_S = 20.0
 
 # --- recording -------------------------------------------------------------------------------
 # `gpuops record vast` prices its one-cent rental for this long: boot, probe, destroy and
-# confirm; with --max-usd it sets the dearest offer the recording may rent (issue 6).
+# confirm; with --max-usd it sets the dearest offer the recording may rent.
 RECORD_HOLD_S = 900.0
 # `gpuops record gce` prices the lane instance's run for this long: boot, the recording
 # script's one line and its poweroff; at the lane's $0.70/h that is $0.047, under --max-usd.

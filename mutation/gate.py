@@ -47,6 +47,8 @@ FLOORS: dict[str, float] = {
     "gpuops/market/rentals.py": 100.0,
     "gpuops/market/teardown.py": 100.0,
     "gpuops/providers/vast.py": 100.0,
+    "gpuops/providers/vast_client.py": 100.0,
+    "gpuops/providers/google_errors.py": 100.0,
     "gpuops/market/probe.py": 100.0,
     "gpuops/market/guardian.py": 100.0,
     "gpuops/market/watchdog.py": 100.0,
@@ -99,6 +101,10 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.market.rentals": ("tests/test_rentals.py",),
     "gpuops.market.teardown": ("tests/test_teardown.py",),
     "gpuops.providers.vast": ("tests/test_vast_adapter.py", "tests/test_vast_contract.py"),
+    # the Vast transport: the wire format pinned alone, and through the adapter's tests
+    "gpuops.providers.vast_client": ("tests/test_vast_client.py", "tests/test_vast_adapter.py"),
+    # the one Google error translator (GCE and GCS), pinned by its own pure tests
+    "gpuops.providers.google_errors": ("tests/test_google_errors.py",),
     "gpuops.market.probe": ("tests/test_probe.py",),
     "gpuops.market.guardian": ("tests/test_guardian.py", "tests/test_guardian_more.py"),
     "gpuops.market.watchdog": ("tests/test_watchdog.py",),

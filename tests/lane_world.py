@@ -58,7 +58,7 @@ class World:
             events,
             operator,
             gce,
-            GcsAdapter(s.bucket, s.project),
+            GcsAdapter(s.bucket, s.project, endpoint=BASE),
             LaneConfig(s.instance, s.bucket),
             clock=self.clock.wall,
             sleep=self.advance,

@@ -21,12 +21,6 @@ HOLDERS = frozenset({"Market", "Guardian"})
 MAKERS = frozenset({"Market", "Guardian", "open_market"})
 HELD_AS = frozenset({"market", "guardian"})  # self.market, world.guardian, ...
 
-# Files whose swaps are not this branch's to remove, each with the change that removes it.
-# gpuops/record.py: `open_market(..., learned=False)` in place of `market.pass_rates = None`,
-# and `market = market.on(vast=_CappedVast(...), probe=_capturing_prober(...))` in place of
-# the two assignments after it.
-PENDING: frozenset[str] = frozenset({"gpuops/record.py"})
-
 
 def _last_name(node: ast.expr) -> str | None:
     if isinstance(node, ast.Name):
@@ -111,10 +105,8 @@ def swaps(root: Path) -> dict[str, list[tuple[int, str]]]:
 
 def test_no_market_or_guardian_has_a_collaborator_assigned_after_construction():
     """Every collaborator of a Market or a Guardian is a constructor argument: no file assigns
-    to an attribute of one once it is built (only the files in PENDING, until they change)."""
-    found = swaps(ROOT)
-
-    assert {path: hits for path, hits in found.items() if path not in PENDING} == {}
+    to an attribute of one once it is built."""
+    assert swaps(ROOT) == {}
 
 
 def test_the_scan_sees_each_way_a_collaborator_was_swapped():
@@ -160,9 +152,3 @@ def elsewhere(board, counts):
         "self.market.clock",
     ]
 
-
-def test_the_pending_files_are_the_only_ones_left_and_still_swap():
-    """PENDING names only files that still swap: once one is fixed, it leaves the list."""
-    found = swaps(ROOT)
-
-    assert {path for path in PENDING if (ROOT / path).exists()} <= set(found)

@@ -53,6 +53,7 @@ from gpuops.model import InstanceStatus
 from gpuops.providers import load_recording
 from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe
 from gpuops.providers.vast import VastAdapter
+from gpuops.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "https://console.vast.ai"
@@ -106,7 +107,7 @@ def sleeps() -> list[float]:
 @pytest.fixture
 def vast(sleeps) -> VastAdapter:
     """The real adapter (and vastai client), pointed at BASE, sleeping into ``sleeps``."""
-    return VastAdapter(api_key=KEY, base_url=BASE, sleep=sleeps.append, environ={})
+    return VastAdapter(api_key=KEY, base_url=BASE, sleep=sleeps.append)
 
 
 def rent(vast: VastAdapter, offer_id: int = 1, label: str = LABEL) -> str:
@@ -567,7 +568,7 @@ def test_create_pacing_answers_429_to_back_to_back_creates(make, vast):
 def test_a_request_without_the_scenarios_key_gets_the_recorded_401(make, sleeps):
     """Every route checks the bearer key; a wrong one is auth_401, AuthFailed, not retried."""
     fake = make(scenario())
-    stranger = VastAdapter(api_key="wrong", base_url=BASE, sleep=sleeps.append, environ={})
+    stranger = VastAdapter(api_key="wrong", base_url=BASE, sleep=sleeps.append)
     with fake.activate(BASE) as mock:
         with pytest.raises(AuthFailed):
             stranger.search_offers()
@@ -791,6 +792,7 @@ def test_a_probe_through_the_fake_ssh_sees_the_offers_fate(
 
     result = probe(
         SshEndpoint(box.ssh_host, box.ssh_port),
+        client=Settings.from_environ().ssh(),
         identity_file=identity,
         known_hosts=known_hosts_path(tmp_path / "gpuops", box_id),
         vram_floor_mb=Filter().vram_floor_mb,
@@ -816,8 +818,9 @@ def test_ssh_auth_transient_refuses_n_times_then_lets_the_probe_in(
     floors = {"vram_floor_mb": 8192, "disk_floor_mb_per_s": 500.0}
     known = known_hosts_path(tmp_path / "gpuops", box_id)
 
-    verdicts = [probe(endpoint, identity_file=identity, known_hosts=known, **floors).cause
-                for _ in range(2)]  # fmt: skip
+    client = Settings.from_environ().ssh()
+    verdicts = [probe(endpoint, client=client, identity_file=identity, known_hosts=known,
+                      **floors).cause for _ in range(2)]  # fmt: skip
 
     assert verdicts == [Verdict.SSH_AUTH, Verdict.PASS]
 
@@ -854,7 +857,7 @@ def test_only_a_fake_clock_is_advanced_by_hand():
 # --- scenarios ------------------------------------------------------------------------------------
 def default_account(sleeps: list[float]) -> tuple[FakeVast, VastAdapter]:
     fake = FakeVast(load_scenario(DEFAULT_SCENARIO))
-    vast = VastAdapter(api_key=fake.api_key, base_url=BASE, sleep=sleeps.append, environ={})
+    vast = VastAdapter(api_key=fake.api_key, base_url=BASE, sleep=sleeps.append)
     return fake, vast
 
 
@@ -944,7 +947,7 @@ def test_the_adapter_rents_shows_and_destroys_over_loopback_http(make, sleeps):
     """The same model over real HTTP: the real vastai client, through the adapter."""
     fake = make(scenario())
     with serve_http(fake) as server:
-        vast = VastAdapter(api_key=KEY, base_url=server.url, sleep=sleeps.append, environ={})
+        vast = VastAdapter(api_key=KEY, base_url=server.url, sleep=sleeps.append)
         offers = vast.search_offers()
         box = rent(vast, offers[0].id)
         fake.advance(BOOT_S)
@@ -986,7 +989,7 @@ def test_a_lost_create_over_http_closes_the_connection_after_the_box_exists(make
     """M12 over real HTTP: no status line at all, the adapter says unavailable, the box is there."""
     fake = make(scenario(faults={"lost_creates": [{"offer": 1, "answer": "close"}]}))
     with serve_http(fake) as server:
-        vast = VastAdapter(api_key=KEY, base_url=server.url, sleep=sleeps.append, environ={})
+        vast = VastAdapter(api_key=KEY, base_url=server.url, sleep=sleeps.append)
         with pytest.raises(ProviderUnavailable, match="Connection"):
             rent(vast)
         found = vast.list_instances(label=LABEL)

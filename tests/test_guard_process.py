@@ -102,7 +102,7 @@ class Fakes:
         from gpuops.providers.vast import VastAdapter
 
         adapter = VastAdapter(
-            api_key=self.env["VAST_API_KEY"], base_url=self.env["VAST_URL"], environ={}
+            api_key=self.env["VAST_API_KEY"], base_url=self.env["VAST_URL"]
         )
         return [{"id": i.instance_id, "label": i.label} for i in adapter.list_instances()]
 

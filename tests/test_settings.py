@@ -315,10 +315,7 @@ def test_no_module_of_gpuops_but_settings_reads_os_environ():
         lines = environ_reads(path.read_text(encoding="utf-8"))
         if lines and name not in ALLOWED:
             readers[name] = lines
-    # the provider adapters are being reworked to take their values from constructors; until
-    # that lands these are the only readers left, and the list may only shrink
-    pending = {"gpuops/providers/vast.py", "gpuops/providers/ssh.py", "gpuops/providers/gcs.py"}
-    assert set(readers) <= pending, {k: v for k, v in readers.items() if k not in pending}
+    assert readers == {}
 
 
 # --- the process environment, for libraries that read it themselves --------------------------------

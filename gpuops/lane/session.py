@@ -42,7 +42,7 @@ def open_lane(
         clock=now,
         sleep=sleep,
     )
-    gcs = GcsAdapter(lane.bucket, lane.project)
+    gcs = GcsAdapter(lane.bucket, lane.project, endpoint=settings.storage_emulator_host)
     config = LaneConfig(lane.instance, lane.bucket)
     if usd_per_hour is not None:
         config = LaneConfig(config.instance, config.bucket, usd_per_hour, config.disk_usd_per_day)

@@ -26,12 +26,7 @@ from gpuops.store import open_store
 
 if TYPE_CHECKING:
     from gpuops.market.jobs import BoxShell
-
-
-def public_key_path() -> Path:
-    """GPUOPS_SSH_KEY (a .pub file), else ~/.ssh/id_ed25519.pub. Transitional, for
-    gpuops/record.py until it is handed a Settings: everything else reads ``Settings.ssh_key``."""
-    return Settings.from_environ().ssh_key
+    from gpuops.providers.ssh import SshClient
 
 
 def read_public_key(path: Path) -> str:
@@ -44,13 +39,9 @@ def read_public_key(path: Path) -> str:
     return text
 
 
-def local_dir(state_url: str) -> Path:
-    """Where per-host files (known_hosts, the event log) go: the state dir, or for s3://
-    state the per-user directory. Transitional, for gpuops/record.py (``Settings.local_dir``)."""
-    return Settings.from_environ(cli_options={"state": state_url}).local_dir
-
-
-def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prober:
+def ssh_prober(
+    state_dir: Path, identity_file: Path, vram_floor_mb: int, client: SshClient
+) -> Prober:
     from gpuops.market.jobs import endpoint_of
     from gpuops.providers import ssh
 
@@ -60,6 +51,7 @@ def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prob
             return Verdict.SSH_UNREACHABLE
         result = ssh.probe(
             endpoint,
+            client=client,
             identity_file=identity_file,
             known_hosts=ssh.known_hosts_path(state_dir, instance.instance_id),
             vram_floor_mb=vram_floor_mb,
@@ -71,7 +63,7 @@ def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prob
 
 
 def open_market(
-    settings: Settings | str,
+    settings: Settings,
     operator: str,
     *,
     vram_floor_mb: int = 8192,
@@ -80,20 +72,15 @@ def open_market(
     rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
     retry_sleep: Callable[[float], None] = time.sleep,
-    learned: bool = True,
 ) -> Market:
     """``sleep``: the market's waits (race polls, destroy confirmation), shortened by
     GPUOPS_TIME_SCALE when it is set (the loopback fakes run that much faster); ``retry_sleep``:
     the adapter's backoff between retried calls (a 503, a 429) and its pacing. Both keep the
-    real clock's time: every deadline is real. ``learned``: rank offers by price per healthy
-    box from the index in the store; False: by price alone.
-    A state URL in place of ``settings`` is gpuops/record.py's, until it is handed one."""
-    if isinstance(settings, str):
-        settings = Settings.from_environ(cli_options={"state": settings})
+    real clock's time: every deadline is real."""
     if sleep is time.sleep and settings.time_scale is not None:
         sleep = settings.clock().sleep
     from gpuops.providers import vastai_lazy
-    from gpuops.providers.vast import VastAdapter
+    from gpuops.providers.vast import VastAdapter, find_api_key
 
     vastai_lazy.install()  # the SDK's API layer, without its package start-up (about a second)
 
@@ -105,14 +92,13 @@ def open_market(
     # one call budget: a sweep's threads and the adapter's 429 waits
     pace = Pace(clock=WithSleep(SYSTEM, retry_sleep))
     vast = VastAdapter(
-        api_key=settings.vast_api_key,
+        api_key=find_api_key(settings.environ),  # VAST_API_KEY, else vastai's key files
         base_url=settings.vast_url,
         events=events,
         sleep=pace.hold,
-        environ={},  # every value it takes from the environment is in Settings
     )
     public_key = read_public_key(settings.ssh_key) if need_key else ""
-    prober = ssh_prober(here, settings.identity_file(), vram_floor_mb)
+    prober = ssh_prober(here, settings.identity_file(), vram_floor_mb, settings.ssh())
     ledger = Ledger(store, events, operator)
     from gpuops.analysis.learned import ranker
 
@@ -126,7 +112,7 @@ def open_market(
         progress=progress,
         rng=rng,
         # rank by price per healthy box, from the index in the store: the same cost at any log size
-        pass_rates=ranker(events.path, store) if learned else None,
+        pass_rates=ranker(events.path, store),
         pace=pace,
     )
 
@@ -135,4 +121,4 @@ def box_shell(settings: Settings) -> BoxShell:
     """Runs scripts on our boxes with our key (the private half of GPUOPS_SSH_KEY)."""
     from gpuops.market.jobs import BoxShell
 
-    return BoxShell(settings.local_dir, settings.identity_file())
+    return BoxShell(settings.local_dir, settings.identity_file(), settings.ssh())

@@ -1,4 +1,4 @@
-"""Race benchmark: time to a healthy box and spend, racing K offers at once (issue 3, item 10).
+"""Race benchmark: time to a healthy box and spend, racing K offers at once.
 
     python tests/benchmarks/bench_race.py [--trials N] [--seed S] [--ks 1,2,3,5] [--jobs J]
 
@@ -329,7 +329,7 @@ def run_trial(p: Params, trial: int, k: int, mode: str = "parallel") -> Result:
     result = Result(k, ok=False, mode=mode)
     with fake.activate(BASE):
         vast = VastAdapter(
-            api_key=API_KEY, base_url=BASE, sleep=fake.advance, monotonic=fake.now, environ={}
+            api_key=API_KEY, base_url=BASE, sleep=fake.advance, monotonic=fake.now
         )
         ledger = Ledger(MemoryStore(), events, "bench", clock=fake.now)
         market = Market(
