@@ -1,6 +1,6 @@
 """Every benchmark, one after another, and one table of their figures with the machine's load.
 
-    python -m tests.benchmarks [--quick]
+    python -m tests.benchmarks [--quick] [--only bench_startup,bench_stats,...]
 
 Runs bench_startup, bench_stats, bench_offers, bench_guard, bench_sweep, bench_race, bench_lane,
 bench_soak, bench_cli_fuzz and bench_wire_fuzz (last) with their defaults (``--quick``: smaller sizes, for a smoke run),
@@ -53,11 +53,23 @@ def plan(quick: bool) -> list[tuple[Bench, list[str]]]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
-    quick = parser.parse_args().quick
+    parser.add_argument(
+        "--only",
+        metavar="NAMES",
+        help="comma-separated benchmarks to run (e.g. bench_startup,bench_stats); default all",
+    )
+    args = parser.parse_args()
+    chosen = plan(args.quick)
+    if args.only:
+        wanted = {n.strip() for n in args.only.split(",") if n.strip()}
+        known = {bench.__module__.rpartition(".")[2] for bench, _ in chosen}
+        if not wanted <= known:
+            parser.error(f"no benchmark named {', '.join(sorted(wanted - known))}")
+        chosen = [c for c in chosen if c[0].__module__.rpartition(".")[2] in wanted]
     become_subreaper()
     rows: list[tuple[str, str, str]] = []
     failed = False
-    for bench, argv in plan(quick):
+    for bench, argv in chosen:
         name = bench.__module__.rpartition(".")[2]
         print(f"== {name} {' '.join(argv)}", flush=True)
         try:
