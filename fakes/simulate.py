@@ -105,7 +105,7 @@ def simulate_market(
     from gpuops.providers.vast import VastAdapter
 
     with fake.activate(BASE):
-        vast = VastAdapter(api_key="k-sim", base_url=BASE, sleep=fake.advance, monotonic=fake.now)
+        vast = VastAdapter(api_key="k-sim", base_url=BASE, clock=fake.ticking())
         ledger = Ledger(store, events, "sim@fakes", clock=fake.now)
         market = Market(
             vast,

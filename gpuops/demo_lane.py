@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuops import timing
+from gpuops.clock import WithSleep
 from gpuops.errors import GpuopsError, JobFailed, Refused
 from gpuops.settings import exported
 
@@ -94,8 +95,8 @@ class _World:
             self.events, operator, clock=lambda: datetime.fromtimestamp(self.clock.wall(), UTC)
         )
         gce = GceAdapter(
-            s.project, s.zone, events=log, endpoint=self.url, clock=self.clock.wall,
-            sleep=self.fake.advance,
+            s.project, s.zone, events=log, endpoint=self.url,
+            clock=WithSleep(self.clock, self.fake.advance),
         )  # fmt: skip
         return Lane(
             open_store(self.state_url),
@@ -104,8 +105,7 @@ class _World:
             gce,
             GcsAdapter(s.bucket, s.project, endpoint=self.url),
             LaneConfig(s.instance, s.bucket),
-            clock=self.clock.wall,
-            sleep=self.fake.advance,
+            clock=WithSleep(self.clock, self.fake.advance),
             progress=lambda line: None,  # the demo tells the story in its own words
         )
 

@@ -19,7 +19,6 @@ Spending: nothing at all without ``yes_spend``; the capture costs the lane's run
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import Refused, UsageError
 from gpuops.events import EventLog
 from gpuops.lane import decide
@@ -110,8 +110,7 @@ def record_gce(
     root: Path,
     usd_per_hour: float = decide.RUNNING_USD_PER_HOUR,
     endpoint: str | None = None,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     progress: Callable[[str], None] = lambda line: None,
 ) -> CapturedGce:
@@ -123,9 +122,7 @@ def record_gce(
     captured = CapturedGce(f"record-gce-{stamp}", cost)
     checks: list[tuple[int, str, Any]] = []  # (exchange index, op, parsed answer)
     log = ExchangeLog()
-    gce = GceAdapter(
-        project, zone, events=events, endpoint=endpoint, observers=(log,), clock=clock, sleep=sleep
-    )
+    gce = GceAdapter(project, zone, events=events, endpoint=endpoint, observers=(log,), clock=clock)
 
     def kept(op: str, call: Callable[[], Any]) -> Any:
         first = len(log)  # the call's first exchange
@@ -149,7 +146,7 @@ def record_gce(
         progress(f"starting {instance} (priced at ${cost:.4f})")
         kept("start", lambda: gce.start(instance))
         captured.started = True
-        _read_serial(instance, gce, kept, clock, sleep)
+        _read_serial(instance, gce, kept, clock)
         kept("get", lambda: gce.get(instance))
     finally:
         _write(captured, list(log.exchanges), checks, root, stamp, started)
@@ -160,19 +157,18 @@ def _read_serial(
     instance: str,
     gce: Any,
     kept: Callable[[str, Callable[[], Any]], Any],
-    clock: Callable[[], float],
-    sleep: Callable[[float], None],
+    clock: Clock,
 ) -> None:
     """Serial port 1 from the start, then from each next offset, until the startup script
     shows or the run bound passes."""
-    deadline = clock() + timing.RECORD_GCE_RUN_S
+    deadline = clock.monotonic() + timing.RECORD_GCE_RUN_S
     seen, start = "", 0
     while True:
         contents, start = kept("serial", functools.partial(gce.serial_output, instance, start))
         seen += contents
-        if SCRIPT_KEY in seen or clock() >= deadline:
+        if SCRIPT_KEY in seen or clock.monotonic() >= deadline:
             return
-        sleep(timing.LANE_POLL_S)
+        clock.sleep(timing.LANE_POLL_S)
 
 
 def _write(

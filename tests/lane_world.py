@@ -25,6 +25,7 @@ from gpuops.lane.runner import Lane, LaneConfig
 from gpuops.providers.gce import GceAdapter
 from gpuops.providers.gcs import GcsAdapter
 from gpuops.store.memory import MemoryStore
+from gpuops.clock import WithSleep
 
 BASE = "http://127.0.0.1:9"
 
@@ -50,8 +51,7 @@ class World:
             s.zone,
             events=events,
             endpoint=BASE,
-            clock=self.clock.wall,
-            sleep=self.advance,
+            clock=WithSleep(self.clock, self.advance),
         )
         return Lane(
             self.store,
@@ -60,8 +60,7 @@ class World:
             gce,
             GcsAdapter(s.bucket, s.project, endpoint=BASE),
             LaneConfig(s.instance, s.bucket),
-            clock=self.clock.wall,
-            sleep=self.advance,
+            clock=WithSleep(self.clock, self.advance),
             new_boot_id=lambda: f"boot{next(self._ids)}",
             progress=self.lines.append,
         )

@@ -239,7 +239,7 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
                 return FATES[fake.instances[int(instance.instance_id)].fate.kind]
 
             adapter = VastAdapter(
-                api_key="k-soak", base_url=BASE, sleep=fake.advance, monotonic=fake.now
+                api_key="k-soak", base_url=BASE, clock=fake.ticking()
             )
             return KilledMarket(
                 WiredVast(adapter, wire),  # type: ignore[arg-type]

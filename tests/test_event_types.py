@@ -323,7 +323,7 @@ def test_a_race_ranked_from_a_log_with_the_bad_line_still_rents(tmp_path: Path):
     events = EventLog(tmp_path / "events.jsonl", "alice")
     events.append("market.probe", **BAD_PROBE)
     with fake.activate(BASE):
-        vast = VastAdapter(api_key="k", base_url=BASE, sleep=fake.advance, monotonic=fake.now)
+        vast = VastAdapter(api_key="k", base_url=BASE, clock=fake.ticking())
         market = Market(
             vast,
             Ledger(MemoryStore(), events, "alice", clock=fake.now),

@@ -54,6 +54,7 @@ from gpuops.providers import load_recording
 from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
+from gpuops.clock import SYSTEM, WithSleep
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "https://console.vast.ai"
@@ -107,7 +108,7 @@ def sleeps() -> list[float]:
 @pytest.fixture
 def vast(sleeps) -> VastAdapter:
     """The real adapter (and vastai client), pointed at BASE, sleeping into ``sleeps``."""
-    return VastAdapter(api_key=KEY, base_url=BASE, sleep=sleeps.append)
+    return VastAdapter(api_key=KEY, base_url=BASE, clock=WithSleep(SYSTEM, sleeps.append))
 
 
 def rent(vast: VastAdapter, offer_id: int = 1, label: str = LABEL) -> str:
@@ -568,7 +569,7 @@ def test_create_pacing_answers_429_to_back_to_back_creates(make, vast):
 def test_a_request_without_the_scenarios_key_gets_the_recorded_401(make, sleeps):
     """Every route checks the bearer key; a wrong one is auth_401, AuthFailed, not retried."""
     fake = make(scenario())
-    stranger = VastAdapter(api_key="wrong", base_url=BASE, sleep=sleeps.append)
+    stranger = VastAdapter(api_key="wrong", base_url=BASE, clock=WithSleep(SYSTEM, sleeps.append))
     with fake.activate(BASE) as mock:
         with pytest.raises(AuthFailed):
             stranger.search_offers()
@@ -857,7 +858,7 @@ def test_only_a_fake_clock_is_advanced_by_hand():
 # --- scenarios ------------------------------------------------------------------------------------
 def default_account(sleeps: list[float]) -> tuple[FakeVast, VastAdapter]:
     fake = FakeVast(load_scenario(DEFAULT_SCENARIO))
-    vast = VastAdapter(api_key=fake.api_key, base_url=BASE, sleep=sleeps.append)
+    vast = VastAdapter(api_key=fake.api_key, base_url=BASE, clock=WithSleep(SYSTEM, sleeps.append))
     return fake, vast
 
 
@@ -947,7 +948,7 @@ def test_the_adapter_rents_shows_and_destroys_over_loopback_http(make, sleeps):
     """The same model over real HTTP: the real vastai client, through the adapter."""
     fake = make(scenario())
     with serve_http(fake) as server:
-        vast = VastAdapter(api_key=KEY, base_url=server.url, sleep=sleeps.append)
+        vast = VastAdapter(api_key=KEY, base_url=server.url, clock=WithSleep(SYSTEM, sleeps.append))
         offers = vast.search_offers()
         box = rent(vast, offers[0].id)
         fake.advance(BOOT_S)
@@ -989,7 +990,7 @@ def test_a_lost_create_over_http_closes_the_connection_after_the_box_exists(make
     """M12 over real HTTP: no status line at all, the adapter says unavailable, the box is there."""
     fake = make(scenario(faults={"lost_creates": [{"offer": 1, "answer": "close"}]}))
     with serve_http(fake) as server:
-        vast = VastAdapter(api_key=KEY, base_url=server.url, sleep=sleeps.append)
+        vast = VastAdapter(api_key=KEY, base_url=server.url, clock=WithSleep(SYSTEM, sleeps.append))
         with pytest.raises(ProviderUnavailable, match="Connection"):
             rent(vast)
         found = vast.list_instances(label=LABEL)

@@ -24,6 +24,7 @@ from gpuops.model import InstanceStatus
 from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe, ssh_argv
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
+from gpuops.clock import SYSTEM, WithSleep
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SSH = ROOT / "fakes" / "ssh" / "ssh"
@@ -66,7 +67,7 @@ def make(tmp_path):
 
 @pytest.fixture
 def vast() -> VastAdapter:
-    return VastAdapter(api_key=KEY, base_url=BASE, sleep=lambda s: None)
+    return VastAdapter(api_key=KEY, base_url=BASE, clock=WithSleep(SYSTEM, lambda s: None))
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from gpuops.model import InstanceStatus
 from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
+from gpuops.clock import SYSTEM, WithSleep
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVE = "import fakes.serve, sys; sys.exit(fakes.serve.main(sys.argv[1:]))"
@@ -91,7 +92,7 @@ class Served:
         return VastAdapter(
             api_key=self.env["VAST_API_KEY"],
             base_url=self.env["VAST_URL"],
-            sleep=lambda s: None,
+            clock=WithSleep(SYSTEM, lambda s: None),
         )
 
     def stop(self, sig: int = signal.SIGTERM) -> int:

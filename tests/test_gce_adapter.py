@@ -20,6 +20,7 @@ from gpuops.events import EventLog, read_events
 from gpuops.providers import load_recording, recording_names
 from gpuops.providers.gce import GceAdapter, GceStatus, operation_error, parse_instance
 from gpuops.providers.gcs import GcsAdapter
+from fakes.vast.clock import FakeClock
 
 BASE = "http://127.0.0.1:9"
 OP = "operation-1796031002113-6308a1f2c4d1e-3f0a9c1b-77d1e2a0"
@@ -36,8 +37,7 @@ def gce(tmp_path):
         "us-central1-b",
         events=EventLog(tmp_path / "e.jsonl", "t"),
         endpoint=BASE,
-        clock=lambda: 0.0,
-        sleep=lambda s: None,
+        clock=FakeClock(0.0),  # moves only when the adapter waits
     )
 
 

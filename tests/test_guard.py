@@ -69,7 +69,7 @@ class World:
 
     def market(self, operator: str = "alice") -> Market:
         vast = VastAdapter(
-            api_key="k-test", base_url=BASE, sleep=self.fake.advance, monotonic=self.fake.now
+            api_key="k-test", base_url=BASE, clock=self.fake.ticking()
         )
         return Market(
             vast,

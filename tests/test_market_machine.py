@@ -129,7 +129,7 @@ class MarketMachine(RuleBasedStateMachine):
         def probe(instance: Instance, box: str) -> Verdict:
             return VERDICT[fake.instances[int(instance.instance_id)].fate.kind]
 
-        vast = VastAdapter(api_key="k-m", base_url=BASE, sleep=fake.advance, monotonic=fake.now)
+        vast = VastAdapter(api_key="k-m", base_url=BASE, clock=fake.ticking())
         return Market(
             vast,
             Ledger(self.store, self.log, operator, clock=fake.now),

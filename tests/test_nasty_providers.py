@@ -83,7 +83,7 @@ class World:
 
     def market(self, operator: str = "alice") -> Market:
         vast = VastAdapter(
-            api_key="k-test", base_url=BASE, sleep=self.fake.advance, monotonic=self.fake.now
+            api_key="k-test", base_url=BASE, clock=self.fake.ticking()
         )
         identity = self.tmp / "id_ed25519"
         identity.write_text("unused by the fake\n")

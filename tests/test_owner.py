@@ -80,7 +80,7 @@ class World:
 
     def market(self, probe: Any = None) -> Market:
         vast = VastAdapter(
-            api_key="k-o", base_url=BASE, sleep=self.fake.advance, monotonic=self.fake.now
+            api_key="k-o", base_url=BASE, clock=self.fake.ticking()
         )
         return Market(
             vast,

@@ -98,7 +98,7 @@ class OwnerMachine(RuleBasedStateMachine):
             return FATES[fake.instances[int(instance.instance_id)].fate.kind]
 
         adapter = VastAdapter(
-            api_key="k-soak", base_url=BASE, sleep=fake.advance, monotonic=fake.now
+            api_key="k-soak", base_url=BASE, clock=fake.ticking()
         )
         return KilledMarket(
             WiredVast(adapter, self.wire),  # type: ignore[arg-type]

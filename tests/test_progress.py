@@ -154,7 +154,7 @@ def slow_destroy(tmp_path: Path, monkeypatch) -> Any:
     with fake.activate(BASE):
         log = EventLog(events, "alice")
         market = Market(
-            VastAdapter(api_key="k-test", base_url=BASE, sleep=fake.advance, monotonic=fake.now),
+            VastAdapter(api_key="k-test", base_url=BASE, clock=fake.ticking()),
             Ledger(open_store(state), log, "alice"),
             log,
             probe=lambda instance, box: Verdict.PASS,

@@ -23,6 +23,7 @@ from gpuops.providers import load_recording
 from gpuops.providers.vast import VastAdapter
 from gpuops.record import max_price_per_hour, op_of, record_vast
 from gpuops.settings import Settings
+from gpuops.clock import SYSTEM, WithSleep
 from tests.test_fakes_serve import Served
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +82,7 @@ def test_record_vast_captures_every_exchange_and_a_replay_parses_the_same(
     ]
     assert [c.path for c in creates] == ["/api/v0/asks/777001/"]  # the dear offer is over the cap
     assert {"gpu.yaml", "cuda.yaml", "disk.yaml"} <= {p.name for p in captured.files}
-    adapter = VastAdapter(api_key="k-replay", base_url=BASE, sleep=lambda s: None)
+    adapter = VastAdapter(api_key="k-replay", base_url=BASE, clock=WithSleep(SYSTEM, lambda s: None))
     for name, (op, live) in captured.parsed.items():
         rec = load_recording("vast", name, out)
         instance_id = rec.path.rstrip("/").rsplit("/", 1)[1]

@@ -57,8 +57,7 @@ def _record(server, fake, clock, tmp_path, **kwargs):
         yes_spend=kwargs.pop("yes_spend", True),
         root=tmp_path / "recordings",
         endpoint=server.url,
-        clock=clock.wall,
-        sleep=clock.advance,
+        clock=clock,  # its sleep moves it on
         **kwargs,
     )
 
@@ -69,8 +68,7 @@ def _replay_adapter(tmp_path: Path) -> GceAdapter:
         "us-central1-b",
         events=EventLog(tmp_path / "replay.jsonl", "t"),
         endpoint=BASE,
-        clock=lambda: 0.0,
-        sleep=lambda s: None,
+        clock=FakeClock(0.0),  # moves only when the adapter waits
     )
 
 

@@ -77,7 +77,7 @@ class World:
             return FATES[kind]
 
         vast = VastAdapter(
-            api_key="k-test", base_url=BASE, sleep=self.fake.advance, monotonic=self.fake.now
+            api_key="k-test", base_url=BASE, clock=self.fake.ticking()
         )
         ledger = Ledger(self.store, self.events, operator, clock=self.fake.now)
         return Market(

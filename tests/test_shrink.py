@@ -221,7 +221,7 @@ def test_rent_ranks_its_candidates_by_the_market_s_learned_pass_rates(tmp_path: 
     )
     events = EventLog(tmp_path / "events.jsonl", "alice")
     with fake.activate(BASE):
-        vast = VastAdapter(api_key="k", base_url=BASE, sleep=fake.advance, monotonic=fake.now)
+        vast = VastAdapter(api_key="k", base_url=BASE, clock=fake.ticking())
         market = Market(
             vast,
             Ledger(MemoryStore(), events, "alice", clock=fake.now),

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from responses.registries import OrderedRegistry
 
 from gpuops import providers, timing
+from gpuops.clock import SYSTEM, WithSleep
 from gpuops.errors import (
     AuthFailed,
     OfferTaken,
@@ -106,7 +107,7 @@ def vast(sleeps: list[float], event_path: Path) -> VastAdapter:
         api_key=API_KEY,
         base_url=BASE,
         events=EventLog(event_path, "tester@ci"),
-        sleep=sleeps.append,
+        clock=WithSleep(SYSTEM, sleeps.append),
     )
 
 
@@ -475,7 +476,7 @@ def test_m12_a_create_is_exactly_one_http_call_whatever_fails(http, vast, sleeps
 def test_m12_the_vastai_client_is_built_never_to_retry_on_its_own(http, sleeps, event_path):
     """M12: with our retries off, one 503 on a read is one call: vastai's loop never runs."""
     vast = VastAdapter(
-        api_key=API_KEY, base_url=BASE, sleep=sleeps.append, read_attempts=1
+        api_key=API_KEY, base_url=BASE, clock=WithSleep(SYSTEM, sleeps.append), read_attempts=1
     )
     replay(http, rec("unavailable_503"))
 
@@ -891,7 +892,7 @@ def test_the_api_key_never_reaches_the_event_log_errors_or_repr(http, vast, even
 
 def test_without_an_event_log_nothing_is_written(http, tmp_path, sleeps):
     """The event log is optional; the adapter works the same without one."""
-    vast = VastAdapter(api_key=API_KEY, base_url=BASE, sleep=sleeps.append)
+    vast = VastAdapter(api_key=API_KEY, base_url=BASE, clock=WithSleep(SYSTEM, sleeps.append))
     replay(http, rec("show_gone"))
 
     assert vast.show(BOX) is None
@@ -902,7 +903,7 @@ def test_a_create_is_not_lost_when_the_event_log_cannot_be_written(http, tmp_pat
     """M12: the box exists once Vast said so; an unwritable audit log only warns."""
     (tmp_path / "events.jsonl").mkdir()  # a directory where the log file should be
     log = EventLog(tmp_path / "events.jsonl", "tester@ci")
-    vast = VastAdapter(api_key=API_KEY, base_url=BASE, events=log, sleep=sleeps.append)
+    vast = VastAdapter(api_key=API_KEY, base_url=BASE, events=log, clock=WithSleep(SYSTEM, sleeps.append))
     replay(http, rec("create_success"))
 
     with pytest.warns(RuntimeWarning, match="vast.call not written"):
@@ -915,7 +916,7 @@ def test_a_create_is_not_lost_when_the_event_log_cannot_be_written(http, tmp_pat
 def test_the_base_url_comes_from_vast_url_so_a_loopback_fake_can_answer(http, sleeps):
     """VAST_URL (or base_url=) points the real client at another server."""
     loopback = "http://127.0.0.1:8765"
-    vast = VastAdapter(api_key=API_KEY, base_url=loopback + "/", sleep=sleeps.append)
+    vast = VastAdapter(api_key=API_KEY, base_url=loopback + "/", clock=WithSleep(SYSTEM, sleeps.append))
     http.add(rec("show_gone").to_response(loopback))
 
     assert vast.show(BOX) is None
@@ -1605,12 +1606,19 @@ def test_a_call_event_rounds_its_duration_to_microseconds_and_has_no_error(
 ):
     """The duration comes from the injected clock, rounded to 6 places; success has error None."""
     ticks = iter([100.0, 100.1234567])
+
+    class Ticking:  # a Clock whose monotonic time is the two ticks
+        def wall(self) -> float:
+            return 0.0
+
+        def monotonic(self) -> float:
+            return next(ticks)
+
+        def sleep(self, seconds: float) -> None:
+            sleeps.append(seconds)
+
     vast = VastAdapter(
-        api_key=API_KEY,
-        base_url=BASE,
-        events=EventLog(event_path, "tester@ci"),
-        sleep=sleeps.append,
-        monotonic=lambda: next(ticks),
+        api_key=API_KEY, base_url=BASE, events=EventLog(event_path, "tester@ci"), clock=Ticking()
     )
     replay(http, rec("ssh_keys_list"))
 
@@ -1626,7 +1634,7 @@ def test_an_unwritable_log_warns_at_the_caller_of_log(http, tmp_path, sleeps, mo
 
     (tmp_path / "events.jsonl").mkdir()
     log = EventLog(tmp_path / "events.jsonl", "tester@ci")
-    vast = VastAdapter(api_key=API_KEY, base_url=BASE, events=log, sleep=sleeps.append)
+    vast = VastAdapter(api_key=API_KEY, base_url=BASE, events=log, clock=WithSleep(SYSTEM, sleeps.append))
     warned: list[tuple[object, ...]] = []
     monkeypatch.setattr(
         vast_module, "warnings", type("W", (), {"warn": staticmethod(lambda *a: warned.append(a))})

@@ -23,6 +23,7 @@ from gpuops.errors import AuthFailed, OfferTaken, RateLimited, SearchQuotaExceed
 from gpuops.model import InstanceStatus, SshKey
 from gpuops.providers import load_recording
 from gpuops.providers.vast import VastAdapter, _parse_offers
+from gpuops.clock import SYSTEM, WithSleep
 
 BASE = "https://console.vast.ai"
 API_KEY = "contract-key-Z3"
@@ -66,7 +67,7 @@ class Replay:
         self.mock = mock
 
     def adapter(self, api_key: str = API_KEY) -> VastAdapter:
-        return VastAdapter(api_key=api_key, base_url=BASE, sleep=lambda s: None)
+        return VastAdapter(api_key=api_key, base_url=BASE, clock=WithSleep(SYSTEM, lambda s: None))
 
     def given(self, *names: str) -> None:
         for name in names:
@@ -89,7 +90,7 @@ class Fake:
         self.model = model
 
     def adapter(self, api_key: str = API_KEY) -> VastAdapter:
-        return VastAdapter(api_key=api_key, base_url=BASE, sleep=lambda s: None)
+        return VastAdapter(api_key=api_key, base_url=BASE, clock=WithSleep(SYSTEM, lambda s: None))
 
     def given(self, *names: str) -> None:
         for name in names:

@@ -297,6 +297,12 @@ class VirtualClock:
     def time(self) -> float:
         return self.now
 
+    def wall(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
     def sleep(self, seconds: float) -> None:
         self.now += seconds
         self.slept += seconds
@@ -310,14 +316,13 @@ def build(provider: str, clock: VirtualClock, events: Path) -> Any:
         kwargs: dict[str, Any] = {"api_key": "k-fuzz", "base_url": BASE}
         if "environ" in inspect.signature(VastAdapter).parameters:
             kwargs["environ"] = {}  # an older checkout
-        return VastAdapter(sleep=clock.sleep, monotonic=clock.time, **kwargs)
+        return VastAdapter(clock=clock, **kwargs)
     if provider == "gce":
         from gpuops.providers.gce import GceAdapter
 
         log = EventLog(events, "fuzz@test")
         return GceAdapter(
-            "gpuops-lane", "us-central1-b", events=log, endpoint=BASE, clock=clock.time,
-            sleep=clock.sleep,
+            "gpuops-lane", "us-central1-b", events=log, endpoint=BASE, clock=clock,
         )  # fmt: skip
     from gpuops.providers.gcs import GcsAdapter
 

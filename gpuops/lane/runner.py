@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpuops import event_types as ev
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     CapacityExhausted,
     CorruptState,
@@ -111,19 +111,14 @@ class Lane:
         gcs: Bucket,
         config: LaneConfig,
         *,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM,
         new_boot_id: Callable[[], str] = lambda: secrets.token_hex(6),
         progress: Callable[[str], None] = lambda line: None,
     ) -> None:
         self.store, self.events, self.operator = store, events, operator
         self.gce, self.gcs, self.config = gce, gcs, config
-        self.clock, self.sleep, self.new_boot_id, self.progress = (
-            clock,
-            sleep,
-            new_boot_id,
-            progress,
-        )
+        self.clock = clock  # board stamps and waits: wall time, and its sleep
+        self.new_boot_id, self.progress = new_boot_id, progress
         self.key = f"lane/{config.instance}/board"
         self.boards = Records(store, "lane/", BoardCodec())
 
@@ -149,7 +144,7 @@ class Lane:
 
     def _fresh(self) -> b.Board:
         """A free board for a lane that has none, if the evidence allows it (L12)."""
-        fresh = b.Board(self.config.instance, self.config.instance, self.clock())
+        fresh = b.Board(self.config.instance, self.config.instance, self.clock.wall())
         d.check_claimable_without_board(self.evidence(), fresh.lane)
         return fresh
 
@@ -188,7 +183,7 @@ class Lane:
         if latest is None:
             return ev
         ev = dataclasses.replace(
-            ev, event_age_s=max(0.0, self.clock() - _epoch(str(latest.get("ts", ""))))
+            ev, event_age_s=max(0.0, self.clock.wall() - _epoch(str(latest.get("ts", ""))))
         )
         if board_event is None:
             return dataclasses.replace(ev, event_state=b.CLAIMED)
@@ -210,8 +205,8 @@ class Lane:
             return got[0], []  # readable: nothing to repair
         ev = self.evidence()
         signs = d.claim_signs(ev)
-        board = d.repaired(self.config.instance, self.config.instance, ev, self.clock())
-        stamp = b.stamp(self.clock())
+        board = d.repaired(self.config.instance, self.config.instance, ev, self.clock.wall())
+        stamp = b.stamp(self.clock.wall())
         line = f"{stamp} {self.operator}: repaired the state line from: " + (
             "; ".join(signs) if signs else "no sign of any claim"
         )
@@ -253,7 +248,7 @@ class Lane:
             new = change(board)
             if new == board:
                 return NO_CHANGE
-            line = f"{b.stamp(self.clock())} {self.operator}: {prose}"
+            line = f"{b.stamp(self.clock.wall())} {self.operator}: {prose}"
             return BoardFile(new, (*history, line))
 
         try:
@@ -274,7 +269,8 @@ class Lane:
     def claim(self, job: str) -> b.Board:
         before = self.read()[0]
         after = self._transition(
-            lambda bd: b.claim(bd, self.operator, job, self.clock()), f"claimed the lane for {job}"
+            lambda bd: b.claim(bd, self.operator, job, self.clock.wall()),
+            f"claimed the lane for {job}",
         )
         if after.revision != before.revision:
             self.events.append("lane.claim", lane=after.lane, job=job, revision=after.revision)
@@ -339,15 +335,15 @@ class Lane:
                 self.progress(f"job {job} is already running (attempt {board.attempt})")
                 return board
             if step is d.Step.WAIT_STOPPING:
-                waiting_since = self.clock() if waiting_since is None else waiting_since
-                if self.clock() - waiting_since >= timing.GCE_OPERATION_TIMEOUT_S:
+                waiting_since = self.clock.wall() if waiting_since is None else waiting_since
+                if self.clock.wall() - waiting_since >= timing.GCE_OPERATION_TIMEOUT_S:
                     raise Unavailable(
                         f"instance {inst.name} stayed {inst.status_raw} for "
                         f"{timing.GCE_OPERATION_TIMEOUT_S:g} s; the claim is kept, and gpuops "
                         "does not stop or reset it: run `lane start` again later (L1, L7)"
                     )
                 self.progress(f"instance is {inst.status_raw}; waiting for TERMINATED")
-                self.sleep(timing.LANE_POLL_S)
+                self.clock.sleep(timing.LANE_POLL_S)
                 continue
             waiting_since = None
             if step is d.Step.CHECK_BOOT:
@@ -372,7 +368,7 @@ class Lane:
                     return result
             elif tries < max_attempts:
                 self.progress(f"waiting {timing.STOCKOUT_RETRY_S:g} s before the next attempt")
-                self.sleep(timing.STOCKOUT_RETRY_S)
+                self.clock.sleep(timing.STOCKOUT_RETRY_S)
 
     def _attempt(self, job: str, inst: LaneInstance) -> None:
         """One start: verify the installed script, record the attempt, TERMINATED, start."""
@@ -384,7 +380,7 @@ class Lane:
             )
         boot = self.new_boot_id()
         board = self._transition(
-            lambda bd: b.begin_attempt(bd, self.operator, job, boot, self.clock()),
+            lambda bd: b.begin_attempt(bd, self.operator, job, boot, self.clock.wall()),
             f"start attempt for {job} (boot {boot})",
         )
         try:
@@ -393,13 +389,15 @@ class Lane:
         except (CapacityExhausted, QuotaExceeded) as exc:
             outcome = "stockout" if isinstance(exc, CapacityExhausted) else "quota"
             change = b.stockout if outcome == "stockout" else b.attempt_failed
-            board = self._transition(lambda bd: change(bd, self.clock()), f"{outcome}: {exc}")
+            board = self._transition(lambda bd: change(bd, self.clock.wall()), f"{outcome}: {exc}")
             self._start_event(board, job, board.attempt, outcome)
             self.progress(f"attempt {board.attempt}: {outcome}; the claim is kept (L7)")
             return
         except GpuopsError as exc:
             outcome = "refused" if isinstance(exc, Refused) else "error"
-            self._transition(lambda bd: b.attempt_failed(bd, self.clock()), f"{outcome}: {exc}")
+            self._transition(
+                lambda bd: b.attempt_failed(bd, self.clock.wall()), f"{outcome}: {exc}"
+            )
             self._start_event(board, job, board.attempt, outcome)
             raise
         self.progress(f"attempt {board.attempt}: start sent; waiting for boot marker {boot}")
@@ -411,18 +409,18 @@ class Lane:
         while True:
             seen = self.gcs.read(marker) is not None
             status = self.gce.get(self.config.instance).status_raw
-            verdict = d.boot_verdict(seen, self.clock() - board.since, status)
+            verdict = d.boot_verdict(seen, self.clock.wall() - board.since, status)
             if verdict is d.Boot.WAIT:
-                self.sleep(timing.LANE_POLL_S)
+                self.clock.sleep(timing.LANE_POLL_S)
                 continue
             break
         if verdict is d.Boot.OURS:
-            done = self._transition(lambda bd: b.booted(bd, self.clock()), f"{job} booted")
+            done = self._transition(lambda bd: b.booted(bd, self.clock.wall()), f"{job} booted")
             self._start_event(done, job, done.attempt, "started")
             self.progress(f"attempt {done.attempt}: boot marker {board.boot} seen; {job} runs")
             return done
         failed = self._transition(
-            lambda bd: b.attempt_failed(bd, self.clock()),
+            lambda bd: b.attempt_failed(bd, self.clock.wall()),
             f"attempt {board.attempt}: {verdict.value}",
         )
         self._start_event(failed, job, board.attempt, "noop" if verdict is d.Boot.NOOP else "error")
@@ -446,9 +444,9 @@ class Lane:
         two reads is judged by its final status, never reported as a breach (L9). A job that
         ended while its VM keeps running past the power-off grace is a billing alarm (L12).
         """
-        deadline = self.clock() + timeout_s
+        deadline = self.clock.wall() + timeout_s
         last: tuple[str, str] | None = None
-        said = self.clock()
+        said = self.clock.wall()
         while True:
             board, _, _ = self.read()
             attempt = board.boot if board.job == job else None
@@ -459,7 +457,7 @@ class Lane:
                 status = self._status(job)  # the job may have ended between the two reads
                 verdict = d.job_verdict(status, attempt, inst)
             shown = (status.stage, status.reason) if status else None
-            now = self.clock()
+            now = self.clock.wall()
             if shown != last or now - said >= timing.WATCH_POLL_S:
                 self.progress(
                     f"{job}: stage {shown[0]} {shown[1]}".rstrip() + f" (instance {inst})"
@@ -484,7 +482,7 @@ class Lane:
                     f"watch timed out after {timeout_s:g} s; job {job} is at stage "
                     f"{shown[0] if shown else 'unknown'}: not a failure (L9); watch again later"
                 )
-            self.sleep(timing.LANE_POLL_S)
+            self.clock.sleep(timing.LANE_POLL_S)
 
     def _status(self, job: str) -> d.Status | None:
         raw = self.gcs.read(f"jobs/{job}/status")
@@ -498,17 +496,17 @@ class Lane:
             inst = self.gce.get(self.config.instance).status_raw
             if inst not in d.BOOTING:
                 return
-            if d.billing_alarm(verdict, inst, ended, self.clock()):
+            if d.billing_alarm(verdict, inst, ended, self.clock.wall()):
                 message = self._alarm(job, verdict, inst, ended)
                 self.events.append("lane.billing_alarm", lane=self.config.instance, job=job)
                 if verdict is d.Verdict.FAILED:
                     raise JobFailed(message)
                 raise StillRunning(message)
             self.progress(f"{job}: {verdict.value}; waiting for its script to power off ({inst})")
-            self.sleep(timing.LANE_POLL_S)
+            self.clock.sleep(timing.LANE_POLL_S)
 
     def _alarm(self, job: str, verdict: d.Verdict, inst: str, ended: float | None) -> str:
-        since = 0.0 if ended is None else self.clock() - ended
+        since = 0.0 if ended is None else self.clock.wall() - ended
         return (
             f"BILLING ALARM: job {job} ended ({verdict.value}) {since:.0f} s ago but instance "
             f"{self.config.instance} is still {inst}: its script never powered it off, so it "
@@ -519,7 +517,7 @@ class Lane:
         """Only the claimant, only once the instance is TERMINATED (L1, L3)."""
         before, _, _ = self.read()
         inst = self.gce.get(self.config.instance).status_raw
-        now = self.clock()
+        now = self.clock.wall()
         after = self._transition(
             lambda bd: b.release(bd, self.operator, job, inst == d.TERMINATED, now),
             f"released the lane after {job}; back to free",
@@ -572,7 +570,7 @@ class Lane:
         ``live``, the instance, the last log line and the billing alarm (L12) too. Without it
         nothing but the store is read (no provider call, no Google SDK import)."""
         board, history, _ = self.read()
-        now = self.clock()
+        now = self.clock.wall()
         running_s = 0.0 if board.started is None else now - board.started
         held_s = 0.0 if board.claimed is None else now - board.claimed
         view: dict[str, Any] = {

@@ -30,17 +30,15 @@ def open_lane(
 
     lane = settings.lane()
     clock = settings.clock()
-    now, sleep = clock.wall, clock.sleep
     events = EventLog(
-        settings.events_path, operator, clock=lambda: datetime.fromtimestamp(now(), UTC)
+        settings.events_path, operator, clock=lambda: datetime.fromtimestamp(clock.wall(), UTC)
     )
     gce = GceAdapter(
         lane.project,
         lane.zone,
         events=events,
         endpoint=settings.gce_endpoint,
-        clock=now,
-        sleep=sleep,
+        clock=clock,
     )
     gcs = GcsAdapter(lane.bucket, lane.project, endpoint=settings.storage_emulator_host)
     config = LaneConfig(lane.instance, lane.bucket)
@@ -55,7 +53,6 @@ def open_lane(
         gce,
         gcs,
         config,
-        clock=now,
-        sleep=sleep,
+        clock=clock,
         progress=progress,
     )

@@ -95,7 +95,7 @@ def open_market(
         api_key=find_api_key(settings.environ),  # VAST_API_KEY, else vastai's key files
         base_url=settings.vast_url,
         events=events,
-        sleep=pace.hold,
+        clock=WithSleep(SYSTEM, pace.hold),  # real time; every wait is a place in the budget
     )
     public_key = read_public_key(settings.ssh_key) if need_key else ""
     prober = ssh_prober(here, settings.identity_file(), vram_floor_mb, settings.ssh())

@@ -23,12 +23,12 @@ from __future__ import annotations
 import enum
 import json
 import re
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     CapacityExhausted,
     GpuopsError,
@@ -181,12 +181,11 @@ class GceAdapter:
         events: EventLog,
         endpoint: str | None = None,
         observers: Sequence[Observer] = (),
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.project, self.zone, self.endpoint = project, zone, endpoint
         self.events = events
-        self.clock, self.sleep = clock, sleep
+        self.clock = clock  # an operation's deadline (monotonic) and its polls (sleep)
         self._observers = tuple(observers)
         self._session: Any = None
 
@@ -280,7 +279,7 @@ class GceAdapter:
         self._wait(name, f"start {instance}")
 
     def _wait(self, name: str, what: str) -> dict[str, Any]:
-        deadline = self.clock() + timing.GCE_OPERATION_TIMEOUT_S
+        deadline = self.clock.monotonic() + timing.GCE_OPERATION_TIMEOUT_S
         while True:
             body = self._request(f"operation {name}", "GET", f"operations/{name}")
             if body.get("status") == "DONE":
@@ -294,9 +293,9 @@ class GceAdapter:
                 if error is not None:
                     raise error
                 return body
-            if self.clock() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 raise ProviderUnavailable(PROVIDER, f"{what}: operation {name} not DONE in time")
-            self.sleep(timing.LANE_POLL_S)
+            self.clock.sleep(timing.LANE_POLL_S)
 
     def serial_output(self, instance: str, start: int = 0) -> tuple[str, int]:
         """Serial port 1 from byte ``start``: (contents, next start)."""

@@ -32,7 +32,6 @@ import importlib
 import json
 import math
 import re
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     AuthFailed,
     GpuopsError,
@@ -85,8 +85,6 @@ GONE_ERRORS = frozenset({"no_such_instance", "not_found"})
 _INSTANCE_ID = re.compile(r"[0-9]+")
 _PUBLIC_KEY = re.compile(r"(ssh-|ecdsa-|sk-)[A-Za-z0-9@.\-]+ [A-Za-z0-9+/=]+")
 
-Sleep = Callable[[float], None]
-Clock = Callable[[], float]
 T = TypeVar("T")
 
 
@@ -110,22 +108,21 @@ class VastAdapter:
         api_key: str | None = None,
         base_url: str | None = None,
         events: EventLog | None = None,
-        sleep: Sleep = time.sleep,
-        monotonic: Clock = time.monotonic,
+        clock: Clock = SYSTEM,
         read_attempts: int = READ_ATTEMPTS,
         observers: Sequence[Observer] = (),
     ) -> None:
         """``api_key``: required (``find_api_key`` reads it from an environment and vastai's
         key files). ``base_url``: else console.vast.ai (a loopback fake is just another base
-        URL). ``sleep`` is the backoff's only way to wait, so tests pass a recorder and never
-        sleep. ``observers`` see every response on the adapter's one session (transport.py)."""
+        URL). ``clock``: its ``sleep`` is the backoff's only way to wait (the CLI's waits in the
+        shared call budget; tests pass a recorder or a fake's clock and never sleep), its
+        ``monotonic`` times each exchange. ``observers`` see every response on the adapter's one session (transport.py)."""
         self.base_url = _checked_url(base_url or DEFAULT_URL)
         self._api_key = _resolve_api_key(api_key, {})
         if read_attempts < 1:
             raise UsageError(f"read_attempts must be at least 1, not {read_attempts}")
         self._events = events
-        self._sleep = sleep
-        self._monotonic = monotonic
+        self._clock = clock
         self._read_attempts = read_attempts
         self._observers = tuple(observers)
         self._session: Any = None
@@ -305,7 +302,7 @@ class VastAdapter:
                 if wait is None:
                     raise
                 self._log("vast.retry", op=op, attempt=attempt, wait_s=wait, reason=str(err))
-                self._sleep(wait)
+                self._clock.sleep(wait)
         raise AssertionError  # unreachable: _retry_wait gives up on the last attempt
 
     def _once(
@@ -371,7 +368,7 @@ class VastAdapter:
             user_agent=_user_agent(),
             timeout_s=timing.HTTP_TIMEOUT_S,
             observe=observe,
-            monotonic=self._monotonic,
+            monotonic=self._clock.monotonic,
         )
 
     def _parsed(self, op: str, reply: _Reply, parse: Callable[[object], T]) -> T:
