@@ -298,7 +298,22 @@ def _story(story: Story, fakes: _Fakes, state_url: str, operator: str) -> None:
         when = f"{left:.0f} s before its deadline" if left > 0 else "past its deadline"
         story.say(f"  ... {waited_s:.0f} s: the guardian still holds the box, {when}")
 
-    exits = _wait_for(lambda: fakes.events_of("guard.exit", NAME), tell=waiting)
+    stuck_after: list[int] = []  # its "not confirmed gone" reports, counted at the deadline
+
+    def settled() -> bool:
+        """The guardian said it exits, or, past the deadline, a destroy it retried after the
+        deadline failed again: its own report, not a timeout, ends the wait then."""
+        if fakes.events_of("guard.exit", NAME):
+            return True
+        if time.time() < deadline:
+            return False
+        pending = len(fakes.events_of("guard.destroy.pending", NAME))
+        if not stuck_after:
+            stuck_after.append(pending)
+        return pending > stuck_after[0]
+
+    _wait_for(settled, tell=waiting)
+    exits = fakes.events_of("guard.exit", NAME)
     if exits:  # it said it exits: let the process end (the reaper names one that does not)
         _wait_for(lambda: not _guardians_alive(fakes, NAME))
     gone = fakes.events_of("guard.confirmed_gone", NAME)
