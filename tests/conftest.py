@@ -9,6 +9,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+# Bytecode caching on for the suite and every process it starts, whatever the shell says: with
+# PYTHONDONTWRITEBYTECODE set, each xdist worker re-rewrites and recompiles every test module
+# (about 3 s of CPU apiece) and each `python -m gpuops` a test starts recompiles what it imports.
+# The workers and the tests' children inherit this environment (xdist starts the workers after
+# this file is read); the fake VM's boots set their own (fakes/gce/boot.py).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 settings.register_profile("default", deadline=None)
 # mutmut re-runs the covering tests once per mutant: fewer examples keep the gate in budget,
 # and the state machines still reach every transition within them.
