@@ -307,10 +307,14 @@ def _story(story: Story, fakes: _Fakes, state_url: str, operator: str) -> None:
             return True
         if time.time() < deadline:
             return False
-        pending = len(fakes.events_of("guard.destroy.pending", NAME))
         if not stuck_after:
-            stuck_after.append(pending)
-        return pending > stuck_after[0]
+            stuck_after.append(len(fakes.events_of("guard.destroy.pending", NAME)))
+        return _stuck()
+
+    def _stuck() -> bool:
+        """A "not confirmed gone" report came after the count taken at the deadline."""
+        pending = len(fakes.events_of("guard.destroy.pending", NAME))
+        return bool(stuck_after) and pending > stuck_after[0]
 
     _wait_for(settled, tell=waiting)
     exits = fakes.events_of("guard.exit", NAME)
@@ -336,7 +340,8 @@ def _story(story: Story, fakes: _Fakes, state_url: str, operator: str) -> None:
         f"results on disk: '{text or 'missing'}'; the fake no longer bills the box "
         f"(destroyed {late}); guardian exit code {exits[0]['code'] if exits else 'none yet'}"
         if not billing
-        else "the fake STILL BILLS the box after its deadline",
+        else "the fake STILL BILLS the box after its deadline"
+        + (", and the guardian's destroy, retried after it, failed again" if _stuck() else ""),
         not billing and bool(text) and bool(exits) and exits[0]["code"] == 0,
     )
 
