@@ -148,6 +148,15 @@ class HostKeyChange:
 
 
 @dataclass(frozen=True)
+class RentedBox:
+    """A box already rented from ``offer`` when the fake starts, running, labelled ``label``
+    (an account with thousands of instances, set up without thousands of creates)."""
+
+    offer: int
+    label: str | None = None
+
+
+@dataclass(frozen=True)
 class VastScenario:
     api_key: str = "fake-vast-key"
     provisioning_s: float = 10.0
@@ -165,6 +174,7 @@ class VastScenario:
     empty_list: int | None = 0  # list calls answered empty: a count, or None for every call
     create_pacing: CreatePacing | None = None
     host_key_changes: tuple[HostKeyChange, ...] = ()
+    instances: tuple[RentedBox, ...] = ()  # rented before the fake started, in this order
 
 
 @dataclass(frozen=True)
@@ -214,7 +224,7 @@ def parse_offer(doc: object, source: str = "<offer>") -> OfferSpec:
 def _parse_vast(r: _Reader) -> VastScenario:
     r.only(
         "api_key", "boot", "first_instance_id", "destroy_gone_error", "destroy_lag_s",
-        "list_lag_s", "show_lag_s", "ssh_keys", "offers", "faults",
+        "list_lag_s", "show_lag_s", "ssh_keys", "offers", "faults", "instances",
     )  # fmt: skip
     d = VastScenario()
     boot = r.section("boot")
@@ -251,7 +261,15 @@ def _parse_vast(r: _Reader) -> VastScenario:
         empty_list=_parse_empty_list(faults),
         create_pacing=_parse_pacing(faults.optional_section("create_pacing")),
         host_key_changes=tuple(_parse_rekey(item) for item in faults.items("host_key_changes")),
+        instances=tuple(_parse_rented(item) for item in r.items("instances")),
     )
+    rented: set[int] = set()
+    for index, box in enumerate(scenario.instances):
+        if box.offer not in ids:
+            r.fail(f"instances[{index}].offer", f"no offer {box.offer}")
+        if box.offer in rented:
+            r.fail(f"instances[{index}].offer", f"offer {box.offer} is already rented above")
+        rented.add(box.offer)
     for index, failure in enumerate(scenario.destroy_failures):
         if failure.offer is not None and failure.offer not in ids:
             faults.fail(f"destroy_failures[{index}].offer", f"no offer {failure.offer}")
@@ -262,6 +280,15 @@ def _parse_vast(r: _Reader) -> VastScenario:
         if lost.offer not in ids:
             faults.fail(f"lost_creates[{index}].offer", f"no offer {lost.offer}")
     return scenario
+
+
+def _parse_rented(r: _Reader) -> RentedBox:
+    r.only("offer", "label")
+    r.require("offer")
+    label = r.raw("label", None)
+    if label is not None and not isinstance(label, str):
+        r.fail("label", f"{label!r} is not a string")
+    return RentedBox(offer=r.integer("offer", 0, minimum=1), label=label)
 
 
 def _parse_offer(r: _Reader) -> OfferSpec:

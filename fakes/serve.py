@@ -101,10 +101,10 @@ def main(argv: list[str]) -> int:
         from fakes.gce.server import serve_http as serve_gce
 
         lane = parse_lane(scenario.lane, scenario.source)
-        # The lane's fake runs on its own scaled clock from real now, and exports that origin:
-        # the runner's scaled clock then agrees with the bucket's object times.
+        # The lane's fake runs on its own scaled clock from real now, and exports that origin
+        # with the scale: gpuops' scaled clock (settings.py) then agrees with the bucket's.
         lane_origin = time.time()
-        gce = serve_gce(FakeGCE(lane, ScaledClock(scenario.time_scale, lane_origin)))
+        gce = serve_gce(FakeGCE(lane, ScaledClock(scenario.time_scale, origin=lane_origin)))
         s3, s3_note = _start_s3()
     except OSError as exc:
         print(f"gpuops fakes serve: cannot start: {exc}", file=sys.stderr)
@@ -125,8 +125,8 @@ def main(argv: list[str]) -> int:
             "GPUOPS_LANE_ZONE": lane.zone,
             "GPUOPS_LANE_INSTANCE": lane.instance,
             "GPUOPS_LANE_BUCKET": lane.bucket,
-            "GPUOPS_LANE_TIME_SCALE": f"{scenario.time_scale:g}",
-            "GPUOPS_LANE_TIME_ORIGIN": repr(lane_origin),
+            "GPUOPS_TIME_SCALE": repr(scenario.time_scale),
+            "GPUOPS_TIME_ORIGIN": repr(lane_origin),
         }
         if s3 is not None:
             exports.update(s3.exports())

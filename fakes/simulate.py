@@ -1,4 +1,4 @@
-"""A long simulated market run against FakeVast, writing a real event log (issue 6).
+"""A long simulated market run against FakeVast, writing a real event log.
 
 ``simulate_market`` rents and destroys ``rentals`` times through the real Market shell and
 the real VastAdapter, with FakeVast answering in process on a FakeClock. Each machine has a

@@ -21,11 +21,16 @@ A rental moves only once no live ledger record of its boxes is left: its boxes a
 first, so the rental (the record that names them) is the last thing to go. A rental that
 ended without an end time (a failed race) has its boxes' records as its clock; one that
 failed before creating any box has nothing that can bill and goes at the next compaction.
+
+Nobody has to remember to compact: `boxes` reads every live record anyway, and when ``due``
+says some of what it read would move, it starts `gpuops compact` detached after printing its
+list (cli_market.py), so history costs one slow listing, never every listing. ``box_due`` and ``rental_due`` are the two
+judgments, shared by ``compact`` and ``due``.
 """
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -33,7 +38,7 @@ from typing import TYPE_CHECKING
 from gpuops import timing
 from gpuops.errors import AlreadyExists, CorruptState, VersionConflict
 from gpuops.ledger import PREFIX as LEDGER_LIVE
-from gpuops.ledger import BoxState, decode
+from gpuops.ledger import BoxState, Record, decode
 from gpuops.store.base import Store, Versioned
 
 if TYPE_CHECKING:
@@ -60,7 +65,32 @@ def month_of(epoch_s: float) -> str:
 
 
 def archive_key(archive: str, month: str, kind: str, name: str, data: bytes) -> str:
+    import hashlib  # compaction only: `boxes` imports this module for the archive's reader
+
     return f"{archive}{month}/{kind}/{name}/{hashlib.sha256(data).hexdigest()[:16]}"
+
+
+def box_due(record: Record, cutoff_s: float) -> bool:
+    """A box record compaction moves: released, and last changed at or before ``cutoff_s``."""
+    ended_s = _epoch(record.updated_at)
+    return record.state is BoxState.RELEASED and ended_s is not None and ended_s <= cutoff_s
+
+
+def rental_due(state: str, ended_s: float | None, has_live_box: bool, cutoff_s: float) -> bool:
+    """A rental compaction moves: ended (released or failed) at or before ``cutoff_s``, or
+    without an end time, and no live box record of it left."""
+    return state in ENDED_RENTAL and not has_live_box and (ended_s or 0.0) <= cutoff_s
+
+
+def due(records: Iterable[Record], rentals: Iterable[Rental], now_s: float) -> bool:
+    """Whether ``compact`` at ``now_s`` would move any of these (every live box record and
+    rental a listing read): the same two judgments, decided from what was already read."""
+    cutoff = now_s - timing.ARCHIVE_AFTER_S
+    records = list(records)
+    live = {record.name.partition("+")[0] for record in records if not box_due(record, cutoff)}
+    return any(box_due(record, cutoff) for record in records) or any(
+        rental_due(rental.state, rental.ended_at, rental.name in live, cutoff) for rental in rentals
+    )
 
 
 def compact(store: Store, now_s: float) -> Compaction:
@@ -79,7 +109,7 @@ def compact(store: Store, now_s: float) -> Compaction:
             unreadable.append(key)
             continue
         ended_s = _epoch(record.updated_at)
-        if record.state is not BoxState.RELEASED or ended_s is None or ended_s > cutoff:
+        if ended_s is None or not box_due(record, cutoff):
             live_boxes.add(record.name.partition("+")[0])
             continue
         target = archive_key(LEDGER_ARCHIVE, month_of(ended_s), "boxes", record.name, found.data)
@@ -96,7 +126,7 @@ def compact(store: Store, now_s: float) -> Compaction:
         if rental is None:
             continue
         name, state, ended_s = rental
-        if state not in ENDED_RENTAL or name in live_boxes or (ended_s or 0.0) > cutoff:
+        if not rental_due(state, ended_s, name in live_boxes, cutoff):
             continue
         month = month_of(ended_s if ended_s is not None else now_s)
         target = archive_key(RENTALS_ARCHIVE, month, "rentals", name, found.data)

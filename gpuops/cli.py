@@ -15,6 +15,10 @@ from collections.abc import Sequence
 
 from gpuops.errors import GpuopsError, Interrupted, UsageError
 
+TYPE_CHECKING = False  # not typing's: importing typing is a cost `gpuops --help` would pay
+if TYPE_CHECKING:
+    from gpuops.settings import Settings
+
 EXIT_CODES = """exit codes:
   0 ok                        1 unexpected error          2 usage
   3 refused by a safety rule  4 capacity or provider unavailable after retries
@@ -102,15 +106,12 @@ def _group(
         add_learn_commands(commands, common)
 
 
-def _columns() -> int:
+def _columns(given: int | None) -> int:
     """shutil.get_terminal_size's width (COLUMNS if positive, else the terminal's, else 80),
-    without importing shutil (and the compression modules it loads) just to print help."""
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        columns = 0
-    if columns > 0:
-        return columns
+    without importing shutil (and the compression modules it loads) just to print help.
+    ``given``: COLUMNS as settings.py read it."""
+    if given:
+        return given
     try:
         return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
     except (AttributeError, ValueError, OSError):
@@ -121,6 +122,8 @@ class _Width(argparse.HelpFormatter):
     """Help at the terminal's width, found without shutil (argparse asks for a formatter on
     every add_argument, so the default one would import shutil for every command)."""
 
+    columns: int | None = None  # COLUMNS, set per parser built (build_parser)
+
     def __init__(
         self,
         prog: str,
@@ -128,7 +131,7 @@ class _Width(argparse.HelpFormatter):
         max_help_position: int = 24,
         width: int | None = None,
     ) -> None:
-        width = _columns() - 2 if width is None else width
+        width = _columns(self.columns) - 2 if width is None else width
         super().__init__(prog, indent_increment, max_help_position, width)
 
 
@@ -139,21 +142,27 @@ class _RawWidth(_Width, argparse.RawDescriptionHelpFormatter):
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose help formatter is _Width; subparsers are built of this class."""
 
+    formatter: type[_Width] = _Width
+
     def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("formatter_class", _Width)
+        kwargs.setdefault("formatter_class", self.formatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The whole parser; with ``only`` (a command name), other groups' commands are stubs."""
+def build_parser(only: str | None = None, columns: int | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``only`` (a command name), other groups' commands are stubs.
+    ``columns``: the help width the environment asks for (settings.columns_of)."""
     known = {command for group in GROUPS.values() for command, _ in group}
     only = only if only in known else "" if only is not None else None
+    width: type[_Width] = type("_Width", (_Width,), {"columns": columns})
+    raw: type[_Width] = type("_RawWidth", (_RawWidth,), {"columns": columns})
+    parser_class: type[_Parser] = type("_Parser", (_Parser,), {"formatter": width})
     common = _common()
-    parser = _Parser(
+    parser = parser_class(
         prog="gpuops",
         description="A safety-first control plane for unattended GPU jobs on rented hardware.",
         epilog=EXIT_CODES,
-        formatter_class=_RawWidth,
+        formatter_class=raw,
         parents=[common],
     )
     parser.add_argument("--version", action="version", version="gpuops 0.1.0")
@@ -252,11 +261,16 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from gpuops.settings import Settings, columns_of, environ_snapshot
+
     words = sys.argv[1:] if argv is None else argv
-    args = build_parser(only=command_of(words) or "").parse_args(words)
+    environ = environ_snapshot()  # the one read of the environment; Settings holds the rest
+    args = build_parser(only=command_of(words) or "", columns=columns_of(environ)).parse_args(words)
     try:
+        options = {name: getattr(args, name, None) for name in ("state", "operator")}
+        settings = Settings.from_environ(environ, options)
         check_args(args)
-        return _dispatch(args)
+        return _dispatch(args, settings)
     except GpuopsError as exc:
         print(f"gpuops: {_scrubbed(str(exc))}", file=sys.stderr)
         return exc.exit_code
@@ -284,21 +298,17 @@ def _scrubbed(text: str) -> str:
     return str(scrub(text))
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     as_json = getattr(args, "json", False)
     if args.command == "rules":
         from gpuops.cli_rules import print_rules
-        from gpuops.context import default_state_url
 
-        return print_rules(as_json, getattr(args, "state", None) or default_state_url())
-    from gpuops.context import check_operator, default_operator, default_state_url
-
-    state = getattr(args, "state", None)
-    operator = check_operator(getattr(args, "operator", None) or default_operator())
+        return print_rules(as_json, settings.state_url, settings.s3_endpoint)
+    operator = settings.acting_operator()
     if args.command == "demo":
         from gpuops.demo import run_demo
 
-        return run_demo(state, operator, as_json)
+        return run_demo(settings, operator, as_json, state_url=getattr(args, "state", None))
     if args.command == "fakes":
         from fakes.serve import main as serve
 
@@ -309,25 +319,23 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("guard", "run", "watch"):
         from gpuops.cli_guard import run_guard
 
-        return run_guard(args, state or default_state_url(), operator, as_json)
+        return run_guard(args, settings, operator, as_json)
     if args.command == "lane":
         from gpuops.cli_lane import run_lane
-        from gpuops.context import Context
 
-        url = state or default_state_url()
-        return run_lane(args, url, operator, as_json, Context(url, operator).events_path())
+        return run_lane(args, settings, operator, as_json)
     if args.command == "compact":
-        return _compact(state or default_state_url(), as_json)
+        return _compact(settings, as_json)
     if args.command in ("stats", "policy", "incident", "record"):
         from gpuops.cli_learn import run_learn
 
-        return run_learn(args, state or default_state_url(), as_json, operator)
+        return run_learn(args, settings, as_json, operator)
     from gpuops.cli_market import run_market
 
-    return run_market(args, state or default_state_url(), operator, as_json)
+    return run_market(args, settings, operator, as_json)
 
 
-def _compact(state_url: str, as_json: bool) -> int:
+def _compact(settings: Settings, as_json: bool) -> int:
     """`gpuops compact`: archive what can never bill again; an unreadable record is named and
     left where it is (exit 1), as every listing does."""
     import time
@@ -335,7 +343,7 @@ def _compact(state_url: str, as_json: bool) -> int:
     from gpuops.archive import compact
     from gpuops.store import open_store
 
-    done = compact(open_store(state_url), time.time())
+    done = compact(open_store(settings.state_url, settings.s3_endpoint), time.time())
     if as_json:
         _print_json(
             {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -11,40 +10,41 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuops.errors import UsageError
+from gpuops.settings import Settings
 
 
-def run_guard(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+def run_guard(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
     if args.command == "guard":
-        return _guard(args, state_url, operator, as_json)
+        return _guard(args, settings, operator, as_json)
     from gpuops.market import jobs
     from gpuops.market.session import box_shell, open_market
 
-    market = open_market(state_url, operator, need_key=False)
+    market = open_market(settings, operator, need_key=False)
     rental = jobs.owned_live(market.rentals.get(args.name), args.name, operator)
-    shell = box_shell(state_url)
+    shell = box_shell(settings)
     if args.command == "run":
         return _run(market, rental, shell, args, as_json)
     return _watch(market, rental, shell, args, as_json)
 
 
-def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
     if args.print_systemd_unit:
         from gpuops.market.systemd import systemd_unit
 
-        print(systemd_unit(state_url, operator), end="")
+        print(systemd_unit(settings.state_url, operator), end="")
         return 0
     if args.name is None:
         raise UsageError("gpuops guard needs the rental NAME")
     if args.drill:
         from gpuops.market.drill import drill
 
-        result = drill(state_url, operator, args.name, args.gpu, args.hours, say=_stderr)
+        result = drill(settings, operator, args.name, args.gpu, args.hours, say=_stderr)
         _out(as_json, result, [result["summary"]])
         return 0 if result["passed"] else 1
     from gpuops.errors import NotOwned
-    from gpuops.market.session import box_shell, local_dir, open_market
+    from gpuops.market.session import box_shell, open_market
 
-    market = open_market(state_url, operator, need_key=False)
+    market = open_market(settings, operator, need_key=False)
     rental = market.rentals.get(args.name)
     if rental is None:
         raise UsageError(f"no rental named {args.name!r}; rent it first (gpuops rent ...)")
@@ -55,15 +55,14 @@ def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: boo
         market.rentals.update(args.name, deadline_at=deadline)
     if args.foreground:
         from gpuops.market import guard
-        from gpuops.market.results import RESULTS_ENV, open_results
+        from gpuops.market.results import open_results
 
-        results = os.environ.get(RESULTS_ENV) or str(local_dir(state_url) / "results")
         guardian = guard.Guardian(
             market,
             args.name,
-            shell=box_shell(state_url),
-            results=open_results(results),
-            clockwork=guard.clockwork_from_env(),
+            shell=box_shell(settings),
+            results=open_results(settings.results_url, settings.s3_endpoint),
+            clockwork=guard.clockwork_for(settings.time_factor()),
         )
         guard.install_signal_handlers(guardian)
         return guardian.run()
@@ -82,7 +81,7 @@ def _guard(args: argparse.Namespace, state_url: str, operator: str, as_json: boo
         return 0
     from gpuops.market.spawn import spawn
 
-    spawned = spawn(args.name, state_url, operator, local_dir(state_url))
+    spawned = spawn(args.name, settings, operator)
     _out(
         as_json,
         {"name": args.name, "pid": spawned.pid, "log": str(spawned.log), "deadline_at": deadline},

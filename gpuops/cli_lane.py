@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpuops.settings import Settings
+
 COMMANDS = ("board", "claim", "script", "install", "start", "watch", "release", "repair")
 
 
@@ -72,18 +74,14 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
             p.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
 
 
-def run_lane(
-    args: argparse.Namespace, state_url: str, operator: str, as_json: bool, events_path: Path
-) -> int:
+def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
     from gpuops.errors import UsageError
 
     command = args.lane_command
     if command == "script":
-        import os
-
         from gpuops.lane import script
 
-        bucket = os.environ.get("GPUOPS_LANE_BUCKET") or "BUCKET"
+        bucket = settings.lane_bucket() or "BUCKET"
         print(
             script.render(
                 args.job,
@@ -103,9 +101,8 @@ def run_lane(
         print(line, file=sys.stderr, flush=True)
 
     lane = open_lane(
-        state_url,
+        settings,
         operator,
-        events_path,
         usd_per_hour=getattr(args, "usd_per_hour", None),
         disk_usd_per_day=getattr(args, "disk_usd_per_day", None),
         progress=progress,

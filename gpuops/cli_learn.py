@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpuops.errors import UsageError
+from gpuops.settings import Settings
 
 
-def log_path(args: argparse.Namespace, state_url: str) -> Path:
-    """--log, else GPUOPS_EVENTS, else the state directory's events.jsonl (as rent writes)."""
-    if getattr(args, "log", None):
-        path = Path(args.log)
-    elif os.environ.get("GPUOPS_EVENTS"):
-        path = Path(os.environ["GPUOPS_EVENTS"])
-    else:
-        from gpuops.market.session import local_dir
-
-        path = local_dir(state_url) / "events.jsonl"
+def log_path(args: argparse.Namespace, settings: Settings) -> Path:
+    """--log, else the event log every command writes (Settings.events_path: GPUOPS_EVENTS,
+    else beside a local store, else per user)."""
+    path = Path(args.log) if getattr(args, "log", None) else settings.events_path
     if path.is_dir():
         raise UsageError(f"event log {path} is a directory; give the events.jsonl file in it")
     return path
@@ -40,28 +34,30 @@ def since_stamp(text: str | None) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def run_learn(args: argparse.Namespace, state_url: str, as_json: bool, operator: str = "") -> int:
+def run_learn(
+    args: argparse.Namespace, settings: Settings, as_json: bool, operator: str = ""
+) -> int:
     if args.command == "incident":
-        return _incident(args, state_url, operator, as_json)
+        return _incident(args, settings, operator, as_json)
     if args.command == "record":
-        return _record(args, state_url, operator, as_json)
+        return _record(args, settings, operator, as_json)
     if args.command == "stats":
-        return _stats(args, state_url, as_json)
+        return _stats(args, settings, as_json)
     if args.command == "policy":
-        return _policy_eval(args, state_url, as_json)
+        return _policy_eval(args, settings, as_json)
     raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover
 
 
 _METRIC_NAMES = {"passed": "pass rate", "seconds": "seconds to verdict", "cost_usd": "cost USD"}
 
 
-def _policy_eval(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
+def _policy_eval(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
     from gpuops.analysis import ope, shrink
     from gpuops.analysis.scan import scan
 
     decisions, counts = ope.Decisions(), shrink.MachineCounts()
     for ts, kind, payload in scan(
-        log_path(args, state_url), kinds=ope.KINDS | shrink.KINDS, since=since_stamp(args.since)
+        log_path(args, settings), kinds=ope.KINDS | shrink.KINDS, since=since_stamp(args.since)
     ):
         if kind in ope.KINDS:
             decisions.add(ts, kind, payload)
@@ -112,14 +108,14 @@ def _policy_eval(args: argparse.Namespace, state_url: str, as_json: bool) -> int
     return 0
 
 
-def _stats(args: argparse.Namespace, state_url: str, as_json: bool) -> int:
+def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
     from gpuops.analysis.scan import ScanCounts, scan
     from gpuops.analysis.stats import KINDS, NEEDLES, Stats
 
     counts = ScanCounts()
     stats = Stats()
     for ts, kind, payload in scan(
-        log_path(args, state_url),
+        log_path(args, settings),
         kinds=KINDS,
         since=since_stamp(args.since),
         counts=counts,
@@ -154,13 +150,13 @@ def _print_json(value: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _incident(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+def _incident(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
     import dataclasses
 
     from gpuops.register import Register
     from gpuops.store import open_store
 
-    register = Register(open_store(state_url), operator)
+    register = Register(open_store(settings.state_url, settings.s3_endpoint), operator)
     command = args.incident_command
     if command == "list":
         rows = [dataclasses.asdict(i) for i in register.incidents()]
@@ -192,9 +188,9 @@ def _incident(args: argparse.Namespace, state_url: str, operator: str, as_json: 
     return 0
 
 
-def _record(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+def _record(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
     if args.record_command == "gce":
-        return _record_gce(args, state_url, operator, as_json)
+        return _record_gce(args, settings, operator, as_json)
     from gpuops.providers import RECORDINGS
     from gpuops.record import max_price_per_hour, record_vast, summary
 
@@ -205,7 +201,7 @@ def _record(args: argparse.Namespace, state_url: str, operator: str, as_json: bo
             print(line, file=sys.stderr, flush=True)
 
     captured = record_vast(
-        state_url=state_url,
+        settings=settings,
         operator=operator,
         gpu_name=args.gpu,
         max_usd=args.max_usd,
@@ -228,27 +224,25 @@ def _record(args: argparse.Namespace, state_url: str, operator: str, as_json: bo
     return code
 
 
-def _record_gce(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
-    from gpuops.context import Context
+def _record_gce(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
     from gpuops.events import EventLog
     from gpuops.lane import decide
-    from gpuops.lane.session import lane_env
     from gpuops.providers import RECORDINGS
     from gpuops.record_gce import check_spend, record_gce, summary
 
     rate = decide.RUNNING_USD_PER_HOUR if args.usd_per_hour is None else args.usd_per_hour
     check_spend(args.max_usd, args.yes_spend, rate)  # refuse before opening anything
-    env = lane_env()
+    lane = settings.lane()
     captured = record_gce(
-        project=env["GPUOPS_LANE_PROJECT"],
-        zone=env["GPUOPS_LANE_ZONE"],
-        instance=env["GPUOPS_LANE_INSTANCE"],
-        events=EventLog(Context(state_url, operator).events_path(), operator),
+        project=lane.project,
+        zone=lane.zone,
+        instance=lane.instance,
+        events=EventLog(settings.events_path, operator),
         max_usd=args.max_usd,
         yes_spend=args.yes_spend,
         root=Path(args.out) if args.out else RECORDINGS,
         usd_per_hour=rate,
-        endpoint=os.environ.get("GPUOPS_GCE_ENDPOINT") or None,
+        endpoint=settings.gce_endpoint,
         progress=lambda line: None if as_json else print(line, file=sys.stderr, flush=True),
     )
     doc = summary(captured)

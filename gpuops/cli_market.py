@@ -10,14 +10,15 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import random
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpuops.settings import Settings
 
-def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json: bool) -> int:
+
+def run_market(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
     def progress(line: str) -> None:
         # rent's progress goes to stderr even with --json: what an interrupt destroyed, or
         # whose race a second rent waits for, must reach the person at the terminal
@@ -27,31 +28,34 @@ def run_market(args: argparse.Namespace, state_url: str, operator: str, as_json:
             print(line, flush=True)
 
     if args.command == "boxes":  # the store alone: no provider key, no market imported
-        view = _state_view(state_url, operator)
-        return _name_corrupt(view, _boxes(view, args, as_json))
+        view = _state_view(settings, operator)
+        if _boxes(view, args, as_json):
+            _archive_in_background(settings, operator)
+        return _name_corrupt(view, 0)
     from gpuops.market.session import open_market
 
     if args.command == "destroy":
-        return destroy_command(args.name, state_url, operator, as_json)
+        return destroy_command(args.name, settings, operator, as_json)
     need_key = args.command == "rent"
     vram_mb = int(getattr(args, "vram_gb", 8.0) * 1024)
     market = open_market(
-        state_url, operator, vram_floor_mb=vram_mb, progress=progress, need_key=need_key
+        settings, operator, vram_floor_mb=vram_mb, progress=progress, need_key=need_key
     )
-    code = _market_command(market, args, vram_mb, as_json, state_url)
+    code = _market_command(market, args, vram_mb, as_json, settings)
     return _name_corrupt(market, code)
 
 
-@dataclasses.dataclass(frozen=True)
 class _StateView:
-    """What `boxes` reads: the rentals, the ledger and the clock, over the store only."""
+    """What `boxes` reads: the rentals, the ledger and the clock, over the store only (a plain
+    class: a dataclass built at import would cost every command's start-up)."""
 
-    rentals: Any
-    ledger: Any
-    clock: Any
+    __slots__ = ("clock", "ledger", "rentals")
+
+    def __init__(self, rentals: Any, ledger: Any, clock: Any) -> None:
+        self.rentals, self.ledger, self.clock = rentals, ledger, clock
 
 
-def _state_view(state_url: str, operator: str) -> _StateView:
+def _state_view(settings: Settings, operator: str) -> _StateView:
     import time
 
     from gpuops.ledger import Ledger
@@ -62,7 +66,7 @@ def _state_view(state_url: str, operator: str) -> _StateView:
         def append(self, kind: str, /, **payload: Any) -> None:
             raise AssertionError(f"boxes wrote the event {kind}")
 
-    store = open_store(state_url)
+    store = open_store(settings.state_url, settings.s3_endpoint)
     return _StateView(Rentals(store, operator), Ledger(store, _Unlogged(), operator), time.time)
 
 
@@ -86,14 +90,12 @@ _KINDS = {"market/rentals": "rental", "ledger/boxes": "box record", "market/leas
 
 
 def _market_command(
-    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, state_url: str
+    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
     if args.command == "offers":
         return _offers(market, args, vram_mb, as_json)
     if args.command == "rent":
-        return _rent(market, args, vram_mb, as_json, state_url)
-    if args.command == "boxes":
-        return _boxes(market, args, as_json)
+        return _rent(market, args, vram_mb, as_json, settings)
     from gpuops.market.rent import SWEEP_WORKERS, sweep
     from gpuops.market.teardown import exit_code
 
@@ -119,7 +121,7 @@ def _market_command(
 
 def destroy_command(
     name: str,
-    state_url: str,
+    settings: Settings,
     operator: str,
     as_json: bool,
     *,
@@ -154,7 +156,7 @@ def destroy_command(
         )
 
     market = open_market(
-        state_url,
+        settings,
         operator,
         need_key=False,
         sleep=paced(sleep, tell, clock, confirming),
@@ -175,7 +177,20 @@ def _outcome(outcome: Any) -> dict[str, Any]:
     return {"name": outcome.name, "ending": outcome.ending.value, "detail": outcome.detail}
 
 
+def _say_skipped(market: Any) -> int:
+    """How many event lines the pass rates left out (0 without a ranker), said on stderr."""
+    from gpuops.analysis.learned import skipped_line
+
+    skipped = int(getattr(market.pass_rates, "skipped", 0))
+    line = skipped_line(skipped)
+    if line is not None:
+        _stderr(line)
+    return skipped
+
+
 def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
+    import random
+
     from gpuops.market.select import Filter, resolve_gpu_name, select
 
     offers = market.vast.search_offers(gpu_name=args.gpu)
@@ -195,8 +210,13 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
     )
     rows = [{**_offer_row(o), "pass_rate": rates.get(o.machine_id)} for o in chosen.candidates]
     removed = [{**_offer_row(x.offer), "removed": list(x.reasons)} for x in chosen.removed]
+    skipped = _say_skipped(market)
     if as_json:
-        payload: dict[str, Any] = {"offers": rows, "quarantined": chosen.quarantined}
+        payload: dict[str, Any] = {
+            "offers": rows,
+            "quarantined": chosen.quarantined,
+            "skipped_events": skipped,
+        }
         if args.all:
             payload["removed"] = removed
         _print_json(payload)
@@ -214,7 +234,7 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
 
 
 def _rent(
-    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, state_url: str
+    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
     from gpuops.market.rent import RentRequest
 
@@ -224,7 +244,7 @@ def _rent(
         """M13: the rental's guardian runs before the first create, so every box the race
         makes has an owner that ends it by the deadline, wherever this process dies."""
         if not args.no_guard:
-            guarded.update(_guarded(market, racing.name, state_url))
+            guarded.update(_guarded(market, racing.name, settings))
 
     request = RentRequest(
         name=args.name,
@@ -237,6 +257,7 @@ def _rent(
     )
     with interrupts_raised():
         rental = market.rent(request, on_race=on_race)
+    _say_skipped(market)
     row = dataclasses.asdict(rental)
     lines = [
         f"{rental.name}: live as instance {rental.instance_id} "
@@ -249,7 +270,7 @@ def _rent(
             f"{rental.name}: NO guardian (--no-guard): nothing destroys it at the deadline"
         )
     else:
-        row["guardian"] = guarded or _guarded(market, rental.name, state_url)
+        row["guardian"] = guarded or _guarded(market, rental.name, settings)
         lines.append(f"{rental.name}: {row['guardian']['detail']}")
     _out(as_json, row, lines)
     return 0
@@ -275,17 +296,16 @@ def interrupts_raised() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
+def _guarded(market: Any, name: str, settings: Settings) -> dict[str, Any]:
     """M5: a rented box gets a detached guardian, unless a live one already guards it."""
     from gpuops.market import guardian as g
     from gpuops.market.leases import Leases
-    from gpuops.market.session import local_dir
     from gpuops.market.spawn import spawn
 
     lease, _ = Leases(market.ledger.store).read(name)
     if lease is not None and not g.looks_stale(lease, market.clock()):
         return {"holder": lease.holder, "detail": f"already guarded by {lease.holder}"}
-    spawned = spawn(name, state_url, market.ledger.operator, local_dir(state_url))
+    spawned = spawn(name, settings, market.ledger.operator)
     return {
         "pid": spawned.pid,
         "log": str(spawned.log),
@@ -293,12 +313,15 @@ def _guarded(market: Any, name: str, state_url: str) -> dict[str, Any]:
     }
 
 
-def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
+def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
+    """Print the boxes; True when some of what was read is history `compact` would move (and
+    no record was unreadable: while one is, a person decides and nothing moves on its own)."""
     now = market.clock()
     rows = []
     from gpuops.archive import archived_rentals  # --all reads the archive too (audit view)
 
-    for rental in [*market.rentals.all(), *archived_rentals(market.ledger.store, args.all)]:
+    live_rentals = market.rentals.all()
+    for rental in [*live_rentals, *archived_rentals(market.ledger.store, args.all)]:
         if not args.all and rental.owner != market.ledger.operator:
             continue
         spend = None
@@ -320,7 +343,60 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
     ]
     if as_json:
         _print_json({"rentals": rows, "pending_destroys": pending, "candidates": candidates})
-        return 0
+    else:
+        _print_boxes(rows, pending, candidates)
+    from gpuops.archive import due
+
+    if market.ledger.corrupt or market.rentals.corrupt:
+        return False
+    return due(records, live_rentals, now)
+
+
+def _archive_in_background(settings: Settings, operator: str) -> None:
+    """Start `gpuops compact` detached, unless one this host started still runs: history past
+    the retention window costs every listing a read per record, and moving it costs a write
+    or two per record (minutes for a long backlog), which no listing should wait for. The
+    child inherits the lock this takes and holds it until it exits (archive.py: copy, then a
+    compare-and-swap delete; a compaction racing another, or live work, loses nothing)."""
+    import fcntl
+    import os
+
+    folder = settings.local_dir  # per-host files: the state directory, or the user's for s3://
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log = folder / "compact.log"
+    lock = os.open(folder / "compact.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a compaction is running: it moves these too
+        os.set_inheritable(lock, True)  # the child's from here on: released when it exits
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-m", "gpuops", "--state", settings.state_url]
+                + ["--operator", operator, "compact"],
+                settings.child_environ(),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, out, 1),
+                    (os.POSIX_SPAWN_DUP2, out, 2),
+                ],
+                setsid=True,  # outlives this listing, its terminal and its process group
+            )
+        finally:
+            os.close(out)
+    finally:
+        os.close(lock)
+    print(
+        "gpuops: history that ended over a week ago is being archived in the background "
+        f"(pid {pid}, log {log}); `boxes --all` still shows it",
+        file=sys.stderr,
+    )
+
+
+def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: list[Any]) -> None:
     if rows:
         print(_BOXES_HEADER)
     for row in rows:
@@ -342,7 +418,6 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> int:
         )
     if not rows and not pending and not candidates:
         print("no boxes")
-    return 0
 
 
 def _record_row(record: Any) -> dict[str, Any]:

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 
-def print_rules(as_json: bool, state_url: str | None) -> int:
+def print_rules(as_json: bool, state_url: str | None, s3_endpoint: str | None = None) -> int:
     """`gpuops rules`: verified only from a dated observation (rules.py or the register)."""
     from gpuops.rule_status import shown_status
     from gpuops.rules import RULES
 
-    observed = _observations(state_url)
+    observed = _observations(state_url, s3_endpoint)
     if as_json:
         rows = []
         for rule in RULES:
@@ -33,7 +33,7 @@ def print_rules(as_json: bool, state_url: str | None) -> int:
     return 0
 
 
-def _observations(state_url: str | None) -> list[Any]:
+def _observations(state_url: str | None, s3_endpoint: str | None = None) -> list[Any]:
     """The register's observations; none when none was ever recorded (rules creates nothing,
     and a local state without observations costs `gpuops rules` no import)."""
     if state_url is None:
@@ -44,7 +44,7 @@ def _observations(state_url: str | None) -> list[Any]:
     from gpuops.register import Register
     from gpuops.store import open_store
 
-    return Register(open_store(state_url), "reader").observations()
+    return Register(open_store(state_url, s3_endpoint), "reader").observations()
 
 
 def _print_json(value: Any) -> None:

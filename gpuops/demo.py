@@ -35,22 +35,29 @@ from gpuops import timing
 from gpuops.demo_story import Story
 from gpuops.errors import Interrupted, UsageError
 from gpuops.progress import paint
+from gpuops.settings import Settings
 
 ACTS = ("lane", "market")
 
 
 def run_demo(
-    state_url: str | None, operator: str, as_json: bool, acts: tuple[str, ...] = ACTS
+    settings: Settings,
+    operator: str,
+    as_json: bool,
+    acts: tuple[str, ...] = ACTS,
+    *,
+    state_url: str | None = None,
 ) -> int:
     """Run the acts (both, unless a test asks for a slice); the return value is the exit code
-    (0 only if every rule held and nothing was left running)."""
+    (0 only if every rule held and nothing was left running). ``state_url``: --state when it
+    was given (GPUOPS_STATE is not used: the demo never writes into a store by default)."""
     if state_url is not None:
         _check_fresh(state_url)
     keeper = Keeper.start()
     if keeper is None:  # the keeper: it waited for the story and ended what was left
         return Keeper.exit_code
     try:
-        code = _story(state_url, operator, as_json, acts, keeper)
+        code = _story(settings, state_url, operator, as_json, acts, keeper)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -60,10 +67,15 @@ def run_demo(
 
 
 def _story(
-    state_url: str | None, operator: str, as_json: bool, acts: tuple[str, ...], keeper: Keeper
+    settings: Settings,
+    state_url: str | None,
+    operator: str,
+    as_json: bool,
+    acts: tuple[str, ...],
+    keeper: Keeper,
 ) -> int:
     started = time.monotonic()
-    story = Story(as_json)
+    story = Story(as_json, settings.colour)
     reaper = Reaper(keeper)
     other = "bob" if operator != "bob" else "carol"
     if not as_json:
@@ -83,7 +95,11 @@ def _story(
                 if "lane" in acts:
                     _act(story, "lane", lambda: lane_act(story, scratch, root, operator, other))
                 if "market" in acts:
-                    _act(story, "market", lambda: market_act(story, scratch, root, operator))
+                    _act(
+                        story,
+                        "market",
+                        lambda: market_act(story, scratch, root, operator, settings),
+                    )
             except (KeyboardInterrupt, Interrupted):  # Ctrl-C here, or inside rent's race
                 story.interrupted = True
                 print("gpuops demo: interrupted; ending everything it started", file=sys.stderr)

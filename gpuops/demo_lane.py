@@ -9,7 +9,6 @@ what is in its metadata and its bucket, which boot processes still run.
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops import timing
 from gpuops.errors import GpuopsError, JobFailed, Refused
+from gpuops.settings import exported
 
 if TYPE_CHECKING:
     from gpuops.demo_story import Story
@@ -55,17 +55,14 @@ def lane_act(story: Story, scratch: Path, state_url: str, operator: str, other: 
     clock = FakeClock()
     fake = FakeGCE(scenario, clock)
     server = serve_http(fake, ticker=False, boot_root=scratch / "lane-boots")
-    saved = os.environ.get("STORAGE_EMULATOR_HOST")
-    os.environ["STORAGE_EMULATOR_HOST"] = server.url  # google-cloud-storage's own variable
     try:
-        world = _World(fake, clock, server.url, state_url, scratch / "lane-events.jsonl")
-        _story(story, world, operator, other, bucket)
+        # google-cloud-storage reads its own variable from the process (and so, until it is
+        # handed the endpoint, does the GCS adapter): set only while the act runs
+        with exported({"STORAGE_EMULATOR_HOST": server.url}):
+            world = _World(fake, clock, server.url, state_url, scratch / "lane-events.jsonl")
+            _story(story, world, operator, other, bucket)
     finally:
         server.close()  # kills every boot's processes
-        if saved is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = saved
         left = _running_boots(fake)
         story.check(
             "lane",
@@ -94,10 +91,10 @@ class _World:
 
         s = self.fake.scenario
         log = EventLog(
-            self.events, operator, clock=lambda: datetime.fromtimestamp(self.clock.now(), UTC)
+            self.events, operator, clock=lambda: datetime.fromtimestamp(self.clock.wall(), UTC)
         )
         gce = GceAdapter(
-            s.project, s.zone, events=log, endpoint=self.url, clock=self.clock.now,
+            s.project, s.zone, events=log, endpoint=self.url, clock=self.clock.wall,
             sleep=self.fake.advance,
         )  # fmt: skip
         return Lane(
@@ -105,9 +102,9 @@ class _World:
             log,
             operator,
             gce,
-            GcsAdapter(s.bucket, s.project),
+            GcsAdapter(s.bucket, s.project, endpoint=self.url),
             LaneConfig(s.instance, s.bucket),
-            clock=self.clock.now,
+            clock=self.clock.wall,
             sleep=self.fake.advance,
             progress=lambda line: None,  # the demo tells the story in its own words
         )

@@ -10,20 +10,20 @@ row's evidence is the fake's own record of which boxes still bill.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
 from gpuops import timing
+from gpuops.clock import ScaledClock
+from gpuops.settings import Settings, exported
 
 if TYPE_CHECKING:
     from gpuops.demo_story import Story
@@ -70,10 +70,12 @@ def scenario_doc() -> dict[str, Any]:
 
 
 class _Fakes:
-    """FakeVast on loopback, its box table and throwaway key, and the environment gpuops
-    reads to find them (set in os.environ while the act runs, restored after)."""
+    """FakeVast on loopback, its box table and throwaway key, and the environment that finds
+    them: the act's Settings are built from it, and its child processes get it."""
 
-    def __init__(self, scratch: Path, state_url: str, operator: str) -> None:
+    def __init__(
+        self, scratch: Path, state_url: str, operator: str, base: Mapping[str, str]
+    ) -> None:
         from fakes.scenario import load_scenario
         from fakes.serve import FAKE_SSH, throwaway_key
         from fakes.vast import FakeVast, ScaledClock, serve_http
@@ -106,6 +108,7 @@ class _Fakes:
             "GPUOPS_RESULTS": str(self.results),
             "GPUOPS_EVENTS": str(self.events),
         }
+        self.settings = Settings.from_environ({**base, **self.env}, {"state": state_url})
 
     def close(self) -> None:
         from fakes.ssh.sandbox import stop_all
@@ -135,7 +138,7 @@ class _Fakes:
     def gpuops(self, *args: str, **popen: Any) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [sys.executable, "-m", "gpuops", *args],
-            env={**os.environ, **self.env},
+            env=self.settings.child_environ(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -154,20 +157,6 @@ class _Fakes:
             if e["kind"] == kind
         ]
         return [p for p in payloads if p.get("name") == name]
-
-
-@contextmanager
-def _environment(env: dict[str, str]) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _wait_for(
@@ -190,39 +179,43 @@ def _wait_for(
         time.sleep(timing.DEMO_POLL_S)
 
 
-def market_act(story: Story, scratch: Path, state_url: str, operator: str) -> None:
+def market_act(
+    story: Story, scratch: Path, state_url: str, operator: str, settings: Settings
+) -> None:
     story.heading("Act 2: the market, rented GPU boxes on Vast.ai")
     story.say(
         "Boxes are rented only once a probe on the box itself says it is healthy, destroyed "
         "only when gpuops can prove they are yours, and ended at a deadline by a guardian "
         "process that outlives your terminal. Vast.ai here is a local stand-in."
     )
-    fakes = _Fakes(scratch, state_url, operator)
+    fakes = _Fakes(scratch, state_url, operator, settings.environ)
     try:
-        with _environment(fakes.env):
-            _story(story, fakes, state_url, operator)
+        # the ssh adapter and the fake ssh program it starts still read their variables from
+        # the process (GPUOPS_SSH, the box table): set only while the act runs
+        with exported(fakes.env):
+            _story(story, fakes, operator)
     finally:
         fakes.close()
 
 
-def _story(story: Story, fakes: _Fakes, state_url: str, operator: str) -> None:
+def _story(story: Story, fakes: _Fakes, operator: str) -> None:
     from gpuops.cli_market import _guarded, interrupts_raised
     from gpuops.market.rent import RentRequest, sweep
     from gpuops.market.session import open_market
 
-    # gpuops' own waits (create pacing, the race's polls) shrink with the fake's clock, as the
-    # lane's do under GPUOPS_LANE_TIME_SCALE; every deadline stays on the real clock
+    # gpuops' own waits (create pacing, the race's polls) shrink with the fake's clock, on the
+    # one scaled clock (gpuops/clock.py); every deadline stays on the real clock
     market = open_market(
-        state_url,
+        fakes.settings,
         operator,
         vram_floor_mb=8192,
         rng=random.Random(SEED),
-        sleep=lambda seconds: time.sleep(seconds / TIME_SCALE),
+        sleep=ScaledClock(TIME_SCALE).sleep,
     )
     guarded: dict[str, Any] = {}
 
     def on_race(racing: Any) -> None:  # what `gpuops rent` does: the guardian first (M13)
-        guarded.update(_guarded(market, racing.name, state_url))
+        guarded.update(_guarded(market, racing.name, fakes.settings))
 
     hours = timing.DEMO_RENTAL_S / 3600.0
     story.say(

@@ -27,10 +27,11 @@ class Row:
 class Story:
     """The rows, and the live narration (suppressed under --json)."""
 
-    def __init__(self, as_json: bool) -> None:
+    def __init__(self, as_json: bool, colour: bool = False) -> None:
+        """``colour``: Settings.colour (NO_COLOR, TERM); used only on a terminal."""
         self.as_json = as_json
         self.rows: list[Row] = []
-        self.colour = not as_json and colour_on(sys.stdout)
+        self.colour = not as_json and colour_on(sys.stdout, colour)
         self.interrupted = False
 
     def _print(self, text: str) -> None:

@@ -34,8 +34,6 @@ adapter catches a foreign exception.
 
 from __future__ import annotations
 
-from gpuops.secrets import scrub
-
 
 class GpuopsError(Exception):
     """Base of every error gpuops raises on purpose."""
@@ -102,6 +100,10 @@ class _FromProvider:
     """Mixin: which provider answered, the HTTP status, and a short (scrubbed) body."""
 
     def _attach(self, provider: str, status: int | None, body: str) -> None:
+        # imported here: every command loads this module, few build a provider error, and
+        # the scrub's patterns cost start-up a compile each
+        from gpuops.secrets import scrub
+
         self.provider = provider
         self.status = status
         self.body = str(scrub(body[:500]))

@@ -20,7 +20,6 @@ and a released name may start a new intent. The rules this module enforces:
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -28,7 +27,6 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Protocol
 
-from gpuops import event_types as ev
 from gpuops.errors import (
     CorruptState,
     IllegalTransition,
@@ -37,7 +35,6 @@ from gpuops.errors import (
     Refused,
     UsageError,
 )
-from gpuops.secrets import scrub
 from gpuops.store.base import Store
 from gpuops.store.records import (
     CAS_ATTEMPTS,
@@ -243,6 +240,8 @@ class Ledger:
         (M8); an active record of another operator's is a refusal; a released name is reused.
         """
 
+        import secrets  # here, not at the top: listings (`boxes`) never write an intent
+
         def intend(current: Record | None) -> Record | NoChange:
             fresh = Record(
                 name=name,
@@ -335,6 +334,8 @@ class Ledger:
         evidence: str | None = None,
         idempotent: bool = False,
     ) -> Record:
+        from gpuops.secrets import scrub  # a failed destroy's error: records sync to S3 (H3)
+
         def step(current: Record | None) -> Record | NoChange:
             if current is None:
                 raise Refused(
@@ -358,6 +359,8 @@ class Ledger:
         return self._logged(done.before, done.after)  # type: ignore[arg-type]
 
     def _logged(self, before: Record | None, after: Record) -> Record:
+        from gpuops import event_types as ev  # writers only: `boxes` never builds an event
+
         transition = ev.Transition(
             name=after.name,
             owner=after.owner,

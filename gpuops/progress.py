@@ -9,7 +9,6 @@ the CLI, so `--json` keeps stdout clean). No clock is read here but the one pass
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TextIO
 
@@ -42,10 +41,10 @@ def paced(
     return wait
 
 
-def colour_on(stream: TextIO, environ: dict[str, str] | None = None) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set (any value) or TERM=dumb."""
-    env = os.environ if environ is None else environ
-    if "NO_COLOR" in env or env.get("TERM") == "dumb":
+def colour_on(stream: TextIO, allowed: bool) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (any value) or TERM=dumb:
+    ``allowed`` is Settings.colour, which says so."""
+    if not allowed:
         return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())

@@ -1,10 +1,12 @@
 """`gpuops record vast`: a one-cent rental that captures the provider's raw output (H1, H3).
 
 "They were caught by renting one box for a cent and printing the raw output" (seed 001).
-Every HTTP exchange goes through ``responses``' recorder in pass-through mode (the request
-reaches the provider; the answer is kept as it came), the SSH probe's raw output is kept step
-by step, the box is destroyed with confirmation (M4), and each exchange is written as one
-recording with provenance ``captured``, the date and the client versions, scrubbed (H3).
+Every HTTP exchange is kept as it came off the wire by an ``ExchangeLog`` observer the adapter
+is built with (gpuops/providers/transport.py: requests' public response hook on the adapter's
+own session), the SSH probe's raw output is kept step by step, the box is destroyed with
+confirmation (M4), and each exchange is written as one recording with provenance
+``captured``, the date and the client versions, scrubbed (H3), by ``write_exchanges``: the
+one writer ``record vast`` and ``record gce`` share.
 
 Spending: nothing at all without ``yes_spend``; ``max_usd`` (default 0.05) caps the price of
 the one box: only offers whose ``dph_total`` for timing.RECORD_HOLD_S stays within it are
@@ -14,18 +16,23 @@ visible to the rent, which races one offer (k = 1) under the usual rules.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from gpuops import timing
 from gpuops.errors import UsageError
+from gpuops.events import EventLog
 from gpuops.market.select import DEFAULT_VRAM_FLOOR_MB
+from gpuops.providers.transport import Exchange, ExchangeLog
 from gpuops.secrets import scrub
+
+if TYPE_CHECKING:
+    from gpuops.settings import Settings
 
 DEFAULT_MAX_USD = 0.05
 SECONDS_PER_HOUR = 3600.0
@@ -59,7 +66,7 @@ def op_of(method: str, path: str) -> str:
     return "call"
 
 
-def client_versions(names: tuple[str, ...] = ("gpuops", "vastai", "requests", "responses")) -> str:
+def client_versions(names: tuple[str, ...] = ("gpuops", "vastai", "requests")) -> str:
     found = []
     for name in names:
         try:
@@ -134,7 +141,7 @@ class _CappedVast:
 
 def record_vast(
     *,
-    state_url: str,
+    settings: Settings,
     operator: str,
     gpu_name: str,
     max_usd: float,
@@ -144,29 +151,24 @@ def record_vast(
     progress: Callable[[str], None] = lambda line: None,
 ) -> Captured:
     max_dph = max_price_per_hour(max_usd, yes_spend)  # before any network call
-    from responses._recorder import Recorder
-
     from gpuops.market.rent import RentRequest, destroy_rental
-    from gpuops.market.session import open_market
 
     started = now()
     stamp = started.strftime("%Y%m%dT%H%M%S")
     captured = Captured(f"record-{stamp}")
     steps: list[tuple[str, Any, Any]] = []  # (step, argv, StepOutput) in order
     checks: list[tuple[int, str, Any]] = []  # (exchange index, op, parsed answer)
-    recorder = Recorder()
-    with recorder:
-        market = open_market(state_url, operator, progress=progress, rng=random.Random(0))
-        market.pass_rates = None  # the cheapest box under the cap: this is about formats
-        adapter = market.vast
-        market.vast = _CappedVast(adapter, max_dph)
-        market.probe = _capturing_prober(state_url, DEFAULT_VRAM_FLOOR_MB, steps, captured)
+    log = ExchangeLog()
+    market, adapter = _recording_market(
+        settings, operator, log, max_dph, _capturing_prober(settings, steps, captured), progress
+    )
 
-        def kept(op: str, call: Callable[[], Any]) -> Any:
-            value = call()
-            checks.append((len(recorder.get_registry().registered) - 1, op, value))
-            return value
+    def kept(op: str, call: Callable[[], Any]) -> Any:
+        value = call()
+        checks.append((len(log) - 1, op, value))
+        return value
 
+    try:
         kept("search", lambda: adapter.search_offers(gpu_name, 1))
         kept("ssh_keys", adapter.list_ssh_keys)
         try:
@@ -182,22 +184,61 @@ def record_vast(
         finally:
             if market.rentals.get(captured.name) is not None:
                 captured.destroyed = destroy_rental(market, captured.name)  # confirmed (M4)
-        exchanges = list(recorder.get_registry().registered)
-    _write(captured, exchanges, checks, steps, root, stamp, started)
+    finally:
+        _write(captured, list(log.exchanges), checks, steps, root, stamp, started)
     return captured
 
 
+def _recording_market(
+    settings: Settings,
+    operator: str,
+    log: ExchangeLog,
+    max_dph: float,
+    probe: Any,
+    progress: Callable[[str], None],
+) -> tuple[Any, Any]:
+    """The market a recording rents through, every collaborator given at construction: the
+    adapter built with the exchange log as its observer, the offers capped at ``max_dph``,
+    the capturing probe, price-only ranking (this is about formats) and no pacing."""
+    from gpuops.ledger import Ledger
+    from gpuops.market.rent import Market
+    from gpuops.market.session import read_public_key
+    from gpuops.providers import vastai_lazy
+    from gpuops.providers.vast import VastAdapter, find_api_key
+    from gpuops.store import open_store
+
+    vastai_lazy.install()
+    events = EventLog(settings.events_path, operator)
+    adapter = VastAdapter(
+        api_key=find_api_key(settings.environ),  # VAST_API_KEY, else vastai's key files
+        base_url=settings.vast_url,
+        events=events,
+        observers=(log,),
+    )
+    market = Market(
+        _CappedVast(adapter, max_dph),
+        Ledger(open_store(settings.state_url, settings.s3_endpoint), events, operator),
+        events,
+        probe=probe,
+        public_key=read_public_key(settings.ssh_key),
+        progress=progress,
+        rng=random.Random(0),
+    )
+    return market, adapter
+
+
 def _capturing_prober(
-    state_url: str, vram_floor_mb: int, steps: list[tuple[str, Any, Any]], captured: Captured
+    settings: Settings, steps: list[tuple[str, Any, Any]], captured: Captured
 ) -> Any:
     """session.ssh_prober's probe, with a runner that keeps each step's raw output."""
     from gpuops.market.probe import Verdict
     from gpuops.market.select import MIN_DISK_MB_PER_S
-    from gpuops.market.session import local_dir, public_key_path
     from gpuops.providers import ssh
 
+    client = settings.ssh()
+
     def runner(argv: Any, limit: float) -> Any:
-        out = ssh.run_command(argv, limit)
+        out = client.run(argv, limit)
         steps.append((("gpu", "cuda", "disk", "extra")[min(len(steps), 3)], list(argv), out))
         return out
 
@@ -210,9 +251,10 @@ def _capturing_prober(
             return Verdict.SSH_UNREACHABLE
         result = ssh.probe(
             endpoint,
-            identity_file=public_key_path().with_suffix(""),
-            known_hosts=ssh.known_hosts_path(local_dir(state_url), instance.instance_id),
-            vram_floor_mb=vram_floor_mb,
+            client=client,
+            identity_file=settings.identity_file(),
+            known_hosts=ssh.known_hosts_path(settings.local_dir, instance.instance_id),
+            vram_floor_mb=DEFAULT_VRAM_FLOOR_MB,
             disk_floor_mb_per_s=MIN_DISK_MB_PER_S,
             runner=runner,
         )
@@ -222,43 +264,74 @@ def _capturing_prober(
     return probe
 
 
+def dump_yaml(path: Path, doc: Mapping[str, Any]) -> None:
+    """One recording file, as every recording is written."""
+    import yaml
+
+    path.write_text(
+        yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True, width=1 << 20),
+        encoding="utf-8",
+    )
+
+
+def write_exchanges(
+    exchanges: Sequence[Exchange],
+    out: Path,
+    *,
+    op_of: Callable[[str, str], str],
+    tool: str,
+    versions: str,
+    day: str,
+    notes: Callable[[int, int], str],
+) -> list[tuple[int, str, Path]]:
+    """Each exchange as ``out/NNN_<op>.yaml`` (recordings' format, scrubbed: ``exchange_doc``):
+    the one writer of ``record vast`` and ``record gce``. (index, stem, path) per file."""
+    if exchanges:
+        out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for index, exchange in enumerate(exchanges):
+        parts = urlsplit(exchange.url)
+        stem = f"{index:03d}_{op_of(exchange.method, parts.path)}"
+        doc = exchange_doc(
+            exchange.method,
+            exchange.url,
+            exchange.status,
+            exchange.content_type,
+            exchange.body,
+            source=f"{tool} against {parts.scheme}://{parts.netloc} ({versions})",
+            day=day,
+            notes=notes(index, len(exchanges)),
+        )
+        path = out / f"{stem}.yaml"
+        dump_yaml(path, doc)
+        written.append((index, stem, path))
+    return written
+
+
 def _write(
     captured: Captured,
-    exchanges: list[Any],
+    exchanges: list[Exchange],
     checks: list[tuple[int, str, Any]],
     steps: list[tuple[str, Any, Any]],
     root: Path,
     stamp: str,
     started: datetime,
 ) -> None:
-    import yaml
-
-    day = started.date().isoformat()
     versions = client_versions()
-    vast_dir = root / "vast" / "captured" / stamp
-    vast_dir.mkdir(parents=True, exist_ok=True)
     by_index = {index: (op, value) for index, op, value in checks}
-    for index, exchange in enumerate(exchanges):
-        parts = urlsplit(exchange.url)
-        op = op_of(exchange.method, parts.path)
-        stem = f"{index:03d}_{op}"
-        doc = exchange_doc(
-            exchange.method,
-            exchange.url,
-            exchange.status,
-            exchange.content_type if isinstance(exchange.content_type, str) else None,
-            exchange.body,
-            source=f"gpuops record vast against {parts.scheme}://{parts.netloc} ({versions})",
-            day=day,
-            notes=f"Exchange {index + 1} of {len(exchanges)} of rental {captured.name}, kept by "
-            "responses' recorder in pass-through mode; scrubbed by gpuops.secrets.scrub (H3); "
-            "response headers other than Content-Type left out.",
-        )
-        path = vast_dir / f"{stem}.yaml"
-        path.write_text(
-            yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1 << 20),
-            encoding="utf-8",
-        )
+    for index, stem, path in write_exchanges(
+        exchanges,
+        root / "vast" / "captured" / stamp,
+        op_of=op_of,
+        tool="gpuops record vast",
+        versions=versions,
+        day=started.date().isoformat(),
+        notes=lambda i, n: (
+            f"Exchange {i + 1} of {n} of rental {captured.name}, kept as it came "
+            "off the wire by the adapter's session hook (gpuops/providers/transport.py); scrubbed "
+            "by gpuops.secrets.scrub (H3); response headers other than Content-Type left out."
+        ),
+    ):
         captured.files.append(path)
         if index in by_index:
             captured.parsed[f"captured/{stamp}/{stem}"] = by_index[index]
@@ -281,10 +354,7 @@ def _write(
             "stderr": str(scrub(out.stderr)),
         }
         path = ssh_dir / f"{step}.yaml"
-        path.write_text(
-            yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1 << 20),
-            encoding="utf-8",
-        )
+        dump_yaml(path, doc)
         captured.files.append(path)
 
 

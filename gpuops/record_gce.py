@@ -1,13 +1,15 @@
 """`gpuops record gce`: the lane's calls against GCE, captured raw (H1, H3), never a stop (L1).
 
-The lane's own calls, through the real adapter (gpuops/providers/gce.py) under ``responses``'
-recorder in pass-through mode: get the instance; set its ``startup-script`` metadata by the
+The lane's own calls, through the real adapter (gpuops/providers/gce.py) built with an
+``ExchangeLog`` observer (gpuops/providers/transport.py: requests' public response hook on the
+adapter's own session), so each exchange is kept as it came off the wire: get the instance; set its ``startup-script`` metadata by the
 fingerprint just read (other items kept, as the runner merges them); start it, only when it
 was TERMINATED (otherwise nothing is changed: the boot running may be someone's job); every
 zone-operation poll; the serial port until the recording script's boot shows. The script
 prints one line and powers the instance off itself: there is no stop, suspend or delete here
 or anywhere in gpuops (L1). Each exchange is written as one recording with provenance
-``captured``, the date and the client versions, scrubbed (H3) by record.py's helpers.
+``captured``, the date and the client versions, scrubbed (H3) by record.py's one writer
+(``write_exchanges``), the same as ``record vast``.
 
 Spending: nothing at all without ``yes_spend``; the capture costs the lane's running $/h
 (``gpuops.lane.decide``) for timing.RECORD_GCE_RUN_S, and is refused when that is over
@@ -23,16 +25,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from gpuops import timing
 from gpuops.errors import Refused, UsageError
 from gpuops.events import EventLog
 from gpuops.lane import decide
-from gpuops.record import DEFAULT_MAX_USD, client_versions, exchange_doc
+from gpuops.providers.transport import Exchange, ExchangeLog
+from gpuops.record import DEFAULT_MAX_USD, client_versions, write_exchanges
 
 SCRIPT_KEY = "startup-script"
-VERSIONS = ("gpuops", "google-auth", "google-api-core", "requests", "responses")
+VERSIONS = ("gpuops", "google-auth", "requests")
 # (method, last path segment or a part of the path) -> the operation a recording is named after
 _OPS = (
     ("POST", "/setMetadata", "set_metadata"),
@@ -114,45 +116,43 @@ def record_gce(
     progress: Callable[[str], None] = lambda line: None,
 ) -> CapturedGce:
     cost = check_spend(max_usd, yes_spend, usd_per_hour)  # before any network call
-    from responses._recorder import Recorder
-
     from gpuops.providers.gce import GceAdapter
 
     started = now()
     stamp = started.strftime("%Y%m%dT%H%M%S")
     captured = CapturedGce(f"record-gce-{stamp}", cost)
     checks: list[tuple[int, str, Any]] = []  # (exchange index, op, parsed answer)
-    recorder = Recorder()
-    with recorder:
-        gce = GceAdapter(project, zone, events=events, endpoint=endpoint, clock=clock, sleep=sleep)
+    log = ExchangeLog()
+    gce = GceAdapter(
+        project, zone, events=events, endpoint=endpoint, observers=(log,), clock=clock, sleep=sleep
+    )
 
-        def kept(op: str, call: Callable[[], Any]) -> Any:
-            first = len(recorder.get_registry().registered)  # the call's first exchange
-            value = call()
-            checks.append((first, op, value))
-            return value
+    def kept(op: str, call: Callable[[], Any]) -> Any:
+        first = len(log)  # the call's first exchange
+        value = call()
+        checks.append((first, op, value))
+        return value
 
-        try:
-            before = kept("get", lambda: gce.get(instance))
-            captured.status_before = before.status_raw
-            if before.status_raw != decide.TERMINATED:
-                raise Refused(
-                    "L2",
-                    f"instance {instance} is {before.status_raw}: record gce changes and starts "
-                    "only a TERMINATED instance (a boot you did not start may be running)",
-                )
-            progress(f"{instance} is TERMINATED; installing the recording script")
-            items = {**before.metadata, SCRIPT_KEY: recording_script(stamp)}
-            kept("set_metadata", lambda: gce.set_metadata(instance, items, before.fingerprint))
-            kept("get", lambda: gce.get(instance))
-            progress(f"starting {instance} (priced at ${cost:.4f})")
-            kept("start", lambda: gce.start(instance))
-            captured.started = True
-            _read_serial(instance, gce, kept, clock, sleep)
-            kept("get", lambda: gce.get(instance))
-        finally:
-            exchanges = list(recorder.get_registry().registered)
-            _write(captured, exchanges, checks, root, stamp, started)
+    try:
+        before = kept("get", lambda: gce.get(instance))
+        captured.status_before = before.status_raw
+        if before.status_raw != decide.TERMINATED:
+            raise Refused(
+                "L2",
+                f"instance {instance} is {before.status_raw}: record gce changes and starts "
+                "only a TERMINATED instance (a boot you did not start may be running)",
+            )
+        progress(f"{instance} is TERMINATED; installing the recording script")
+        items = {**before.metadata, SCRIPT_KEY: recording_script(stamp)}
+        kept("set_metadata", lambda: gce.set_metadata(instance, items, before.fingerprint))
+        kept("get", lambda: gce.get(instance))
+        progress(f"starting {instance} (priced at ${cost:.4f})")
+        kept("start", lambda: gce.start(instance))
+        captured.started = True
+        _read_serial(instance, gce, kept, clock, sleep)
+        kept("get", lambda: gce.get(instance))
+    finally:
+        _write(captured, list(log.exchanges), checks, root, stamp, started)
     return captured
 
 
@@ -177,43 +177,28 @@ def _read_serial(
 
 def _write(
     captured: CapturedGce,
-    exchanges: list[Any],
+    exchanges: list[Exchange],
     checks: list[tuple[int, str, Any]],
     root: Path,
     stamp: str,
     started: datetime,
 ) -> None:
-    import yaml
-
-    if not exchanges:
-        return
-    day = started.date().isoformat()
-    versions = client_versions(VERSIONS)
-    out = root / "gce" / "captured" / stamp
-    out.mkdir(parents=True, exist_ok=True)
     by_index = {index: (op, value) for index, op, value in checks}
-    for index, exchange in enumerate(exchanges):
-        parts = urlsplit(exchange.url)
-        stem = f"{index:03d}_{op_of(exchange.method, parts.path)}"
-        doc = exchange_doc(
-            exchange.method,
-            exchange.url,
-            exchange.status,
-            exchange.content_type if isinstance(exchange.content_type, str) else None,
-            exchange.body,
-            source=f"gpuops record gce against {parts.scheme}://{parts.netloc} ({versions})",
-            day=day,
-            notes=f"Exchange {index + 1} of {len(exchanges)} of {captured.name} (the lane's "
-            f"calls; instance was {captured.status_before or 'unread'} before), kept by "
-            "responses' recorder in pass-through mode; scrubbed by gpuops.secrets.scrub (H3); "
-            "request headers (Authorization) and response headers other than Content-Type "
-            "left out.",
-        )
-        path = out / f"{stem}.yaml"
-        path.write_text(
-            yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1 << 20),
-            encoding="utf-8",
-        )
+    for index, stem, path in write_exchanges(
+        exchanges,
+        root / "gce" / "captured" / stamp,
+        op_of=op_of,
+        tool="gpuops record gce",
+        versions=client_versions(VERSIONS),
+        day=started.date().isoformat(),
+        notes=lambda i, n: (
+            f"Exchange {i + 1} of {n} of {captured.name} (the lane's calls; "
+            f"instance was {captured.status_before or 'unread'} before), kept as it came off the "
+            "wire by the adapter's session hook (gpuops/providers/transport.py); scrubbed by "
+            "gpuops.secrets.scrub (H3); request headers (Authorization) and response headers "
+            "other than Content-Type left out."
+        ),
+    ):
         captured.files.append(path)
         if index in by_index:
             captured.parsed[f"captured/{stamp}/{stem}"] = by_index[index]

@@ -35,7 +35,9 @@ DESTROY_CONFIRM_TIMEOUT_S = 120.0
 # Between two "is it gone?" questions about one instance.
 DESTROY_CONFIRM_POLL_S = 5.0
 # The call budget a many-box sweep shares (rent.Pace): provider calls start at most one per this
-# long, 100 a second; a 429's retry wait holds every thread on top of it.
+# long, 100 a second; a 429's retry wait holds every thread on top of it. An assumption, not a
+# measured limit: Vast publishes per-endpoint thresholds (1.0 to 4.5) without their unit, and a
+# 429 with a retry wait is what tells us we went over. A paged list takes one slot, not one a page.
 VAST_CALL_INTERVAL_S = 0.01
 
 # --- jobs and the watchdog (M10) -----------------------------------------------------------
@@ -104,7 +106,7 @@ HTTP_TIMEOUT_S = 20.0
 
 # --- recording -------------------------------------------------------------------------------
 # `gpuops record vast` prices its one-cent rental for this long: boot, probe, destroy and
-# confirm; with --max-usd it sets the dearest offer the recording may rent (issue 6).
+# confirm; with --max-usd it sets the dearest offer the recording may rent.
 RECORD_HOLD_S = 900.0
 # `gpuops record gce` prices the lane instance's run for this long: boot, the recording
 # script's one line and its poweroff; at the lane's $0.70/h that is $0.047, under --max-usd.

@@ -56,7 +56,9 @@ def main(argv: list[str]) -> int:
         "import sys\n"
         + (BREAKS[broken] + "\n" if broken else "")
         + "from gpuops.demo import run_demo\n"
-        + f"sys.exit(run_demo(None, 'alice', {'--json' in rest}, tuple({acts.split(',')!r})))\n"
+        + "from gpuops.settings import Settings\n"
+        + "settings = Settings.from_environ()\n"
+        + f"sys.exit(run_demo(settings, 'alice', {'--json' in rest}, tuple({acts.split(',')!r})))\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code],

@@ -42,7 +42,7 @@ class World:
         events = EventLog(
             self.events_path,
             operator,
-            clock=lambda: datetime.fromtimestamp(self.clock.now(), UTC),
+            clock=lambda: datetime.fromtimestamp(self.clock.wall(), UTC),
         )
         s = self.fake.scenario
         gce = GceAdapter(
@@ -50,7 +50,7 @@ class World:
             s.zone,
             events=events,
             endpoint=BASE,
-            clock=self.clock.now,
+            clock=self.clock.wall,
             sleep=self.advance,
         )
         return Lane(
@@ -58,9 +58,9 @@ class World:
             events,
             operator,
             gce,
-            GcsAdapter(s.bucket, s.project),
+            GcsAdapter(s.bucket, s.project, endpoint=BASE),
             LaneConfig(s.instance, s.bucket),
-            clock=self.clock.now,
+            clock=self.clock.wall,
             sleep=self.advance,
             new_boot_id=lambda: f"boot{next(self._ids)}",
             progress=self.lines.append,

@@ -50,7 +50,7 @@ def build(tmp: Path, total: int, ours: int) -> Account:
     store = LocalStore(tmp / "state")
     events = EventLog(tmp / "events.jsonl", "alice")
     ledger = Ledger(store, events, "alice")
-    vast = VastAdapter(api_key="k-scale", base_url=server.url, environ={})
+    vast = VastAdapter(api_key="k-scale", base_url=server.url)
     market = Market(
         vast, ledger, events, probe=lambda i, b: Verdict.PASS, public_key=KEY,
         rng=random.Random(1),

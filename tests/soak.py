@@ -41,6 +41,7 @@ from gpuops.market.results import LocalResults
 from gpuops.market.teardown import exit_code, intent_of
 from gpuops.model import Instance
 from gpuops.providers.vast import VastAdapter
+from gpuops.settings import Settings
 from gpuops.store.memory import MemoryStore
 
 BASE = "https://console.vast.ai"
@@ -326,7 +327,7 @@ def _guard(
         guardian = Guardian(
             market(),
             "job",
-            shell=jobs.BoxShell(tmp / "local", tmp / "id_ed25519"),
+            shell=jobs.BoxShell(tmp / "local", tmp / "id_ed25519", Settings.from_environ().ssh()),
             results=LocalResults(tmp / "results"),
             me=f"alice/soak/{attempt}/g",
             clock=fake.now,

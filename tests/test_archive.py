@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import time
@@ -11,7 +12,7 @@ import pytest
 from store_fakes import Events
 
 from gpuops import cli, timing
-from gpuops.archive import archived, compact
+from gpuops.archive import Compaction, archived, compact, due
 from gpuops.ledger import GONE_BY_SHOW, Ledger
 from gpuops.market.rentals import PREFIX as RENTALS
 from gpuops.market.rentals import Rental, Rentals
@@ -233,3 +234,127 @@ def test_the_archive_is_by_the_month_the_record_ended(at):
 
     (key,) = store.list("ledger/archive/")
     assert key.startswith("ledger/archive/2027-01/boxes/b+1-0/")
+
+
+def live_view(store):
+    """What a listing has read: every live box record and rental, any owner."""
+    return Ledger(store, Events(), "alice").records(), Rentals(store, "alice").all()
+
+
+def test_due_says_whether_compact_would_move_anything_of_what_a_listing_read():
+    """archive.due is compact's own judgment, decided from records already read."""
+    store = MemoryStore()
+    history(store)
+
+    assert due(*live_view(store), NOW)
+    compact(store, NOW)
+    assert not due(*live_view(store), NOW)
+    assert compact(store, NOW) == Compaction()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: box(s, "fresh+1-0", RECENT),  # released within the window
+        lambda s: box(s, "running+1-0", OLD, release=False),  # may still bill
+        lambda s: (box(s, "fresh+1-0", RECENT), rental(s, "fresh", "released", OLD)),
+        lambda s: (box(s, "run+1-0", OLD, release=False), rental(s, "run", "failed", None)),
+        lambda s: rental(s, "racing", "racing", None),
+        lambda s: rental(s, "recent", "released", RECENT),
+    ],
+)
+def test_due_is_false_for_whatever_compact_leaves_live(make):
+    """Live work, recent history and a rental whose box is still live are never due."""
+    store = MemoryStore()
+    make(store)
+
+    assert not due(*live_view(store), NOW)
+    assert compact(store, NOW) == Compaction()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: box(s, "old+1-0", OLD),
+        lambda s: rental(s, "old", "released", OLD),
+        lambda s: rental(s, "never", "failed", None),  # failed before any box
+        lambda s: (box(s, "old+1-0", OLD), rental(s, "old", "failed", None)),
+    ],
+)
+def test_due_is_true_for_each_thing_compact_moves(make):
+    """A released box record or an ended rental past the window is due, alone."""
+    store = MemoryStore()
+    make(store)
+
+    assert due(*live_view(store), NOW)
+    assert compact(store, NOW) != Compaction()
+
+
+def boxes_cli(state, capsys, *extra: str) -> tuple[int, dict, str]:
+    code = cli.main(["--state", str(state), "--operator", "alice", "--json", "boxes", *extra])
+    out = capsys.readouterr()
+    return code, json.loads(out.out), out.err
+
+
+def old_history(state) -> None:
+    store = LocalStore(str(state))
+    ended = time.time() - timing.ARCHIVE_AFTER_S - 3600.0  # boxes reads the real clock
+    box(store, "old+1-0", ended)
+    rental(store, "old", "released", ended)
+    rental(store, "racing", "racing", None)
+
+
+def compaction_lock(state):
+    """The lock a background compaction holds while it runs (in the state directory)."""
+    return os.open(state / "compact.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+
+def test_boxes_archives_old_history_in_the_background_once(tmp_path, capsys, monkeypatch):
+    """`boxes` over history nobody compacted lists it and starts `gpuops compact` detached;
+    once that ends, the list is short and `boxes --all` still shows everything."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    state = tmp_path / "state"
+    old_history(state)
+
+    code, first, err = boxes_cli(state, capsys)
+    lock = compaction_lock(state)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the child holds it until it exits: wait for that
+    os.close(lock)
+    second = boxes_cli(state, capsys)
+    everything = boxes_cli(state, capsys, "--all")
+
+    assert code == 0 and sorted(r["name"] for r in first["rentals"]) == ["old", "racing"]
+    assert "archived in the background (pid " in err
+    assert "archived 1 box record(s) and 1 rental(s)" in (state / "compact.log").read_text()
+    assert second[0] == 0 and [r["name"] for r in second[1]["rentals"]] == ["racing"]
+    assert second[2] == ""  # nothing left to archive: no second compaction
+    assert sorted(r["name"] for r in everything[1]["rentals"]) == ["old", "racing"]
+
+
+def test_boxes_starts_no_second_compaction_while_one_runs(tmp_path, capsys, monkeypatch):
+    """A compaction already running (its lock held) moves this history too: none is started."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    state = tmp_path / "state"
+    old_history(state)
+    lock = compaction_lock(state)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        code, listed, err = boxes_cli(state, capsys)
+    finally:
+        os.close(lock)
+
+    assert code == 0 and len(listed["rentals"]) == 2
+    assert err == "" and not (state / "compact.log").exists()
+
+
+def test_boxes_moves_nothing_while_a_record_is_unreadable(tmp_path, capsys, monkeypatch):
+    """A corrupt record is a person's decision: boxes names it and starts no compaction."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    state = tmp_path / "state"
+    old_history(state)
+    LocalStore(str(state)).create(RENTALS + "broken", b"{not json")
+
+    code, listed, err = boxes_cli(state, capsys)
+
+    assert code == 1 and "broken" in err and "background" not in err
+    assert not (state / "compact.log").exists()

@@ -133,7 +133,7 @@ def test_the_demo_never_touches_existing_state(tmp_path):
 def test_each_error_maps_to_its_exit_code(monkeypatch, capsys, error, code):
     """DESIGN §3: the exception tree decides the exit code, and the message reaches stderr."""
 
-    def boom(args):
+    def boom(args, settings):
         raise error
 
     monkeypatch.setattr(cli, "_dispatch", boom)
@@ -150,7 +150,7 @@ def test_a_refusal_names_its_rule():
 def test_an_unexpected_exception_is_loud_with_exit_1(monkeypatch, capsys):
     """A bug is never silent: traceback on stderr, exit 1."""
 
-    def boom(args):
+    def boom(args, settings):
         raise ZeroDivisionError("division by zero")
 
     monkeypatch.setattr(cli, "_dispatch", boom)

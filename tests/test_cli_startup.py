@@ -86,3 +86,72 @@ def test_help_and_rules_import_no_other_command_s_modules():
         loaded = set(json.loads(out.splitlines()[-1]))
         assert not loaded & unwanted, argv
         assert "socket" not in loaded or argv == ["--help"], argv
+
+
+# What `gpuops boxes` may load of gpuops over an empty state: the store, the ledger and the
+# rentals, and nothing of the market's machinery (event types, probe, guardian), the providers
+# or the analysis. A new import here costs every `boxes`; add it on purpose or not at all.
+BOXES_GPUOPS = {
+    "gpuops",
+    "gpuops.archive",
+    "gpuops.cli",
+    "gpuops.cli_market",
+    "gpuops.errors",
+    "gpuops.ledger",
+    "gpuops.market",
+    "gpuops.market.rentals",
+    "gpuops.settings",
+    "gpuops.store",
+    "gpuops.store.base",
+    "gpuops.store.local",
+    "gpuops.store.opener",
+    "gpuops.store.records",
+    "gpuops.timing",
+}
+# Standard modules that cost milliseconds at import and that `boxes` never needs: OpenSSL
+# (hashlib, hmac, secrets), sockets, the random generator, the secret-scrubbing patterns.
+BOXES_NEVER = {"_hashlib", "hashlib", "hmac", "secrets", "socket", "random", "gpuops.secrets"}
+
+
+def loaded_modules(argv: list[str], env: dict[str, str]) -> set[str]:
+    code = (
+        "import sys, io, contextlib; from gpuops.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    code = main(sys.argv[1:])\n"
+        "print(__import__('json').dumps([code, sorted(sys.modules)]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", **env},
+    ).stdout
+    code, modules = json.loads(out.splitlines()[-1])
+    assert code == 0
+    return set(modules)
+
+
+@pytest.mark.process  # a whole-CLI process: under mutmut the trampolines import more
+def test_boxes_over_an_empty_state_loads_only_the_store_the_ledger_and_the_rentals(tmp_path):
+    """The import set of `gpuops boxes` is pinned: start-up within 5x bare Python's (DESIGN §4)."""
+    state = tmp_path / "state"
+
+    loaded = loaded_modules(["boxes", "--state", str(state)], {"GPUOPS_OPERATOR": "a@host"})
+
+    assert {m for m in loaded if m.split(".")[0] == "gpuops"} == BOXES_GPUOPS
+    assert not loaded & BOXES_NEVER
+
+
+@pytest.mark.process
+def test_boxes_over_a_live_rental_loads_no_event_type_probe_or_socket(tmp_path):
+    """With a rental to show, `boxes` reads its lease too, and still builds no event."""
+    from gpuops.market.rentals import Rentals
+    from gpuops.store.local import LocalStore
+
+    Rentals(LocalStore(str(tmp_path)), "a@host").begin_race("job", deadline_at=2e9)
+
+    loaded = loaded_modules(["boxes", "--state", str(tmp_path)], {"GPUOPS_OPERATOR": "a@host"})
+
+    assert "gpuops.market.rentals" in loaded and "gpuops.market.leases" in loaded
+    assert not loaded & {"gpuops.event_types", "gpuops.market.probe", "socket", "random"}

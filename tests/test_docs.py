@@ -23,6 +23,26 @@ def test_no_page_points_outside_the_repository_or_names_an_issue(page):
     assert found == []
 
 
+ISSUE = re.compile(r"\bissues? #?\d+", re.I)
+SOURCES = ("gpuops", "fakes", "tests", "recordings", "mutation", "docs")
+
+
+def test_no_file_of_the_project_names_an_issue_number():
+    """The code, tests, fakes, recordings and the gate say why, never which tracker item: the
+    tracker is not part of a clone (this file's own samples of the pattern aside)."""
+    files = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "pyproject.toml"]
+    for top in SOURCES:
+        files += [p for p in (ROOT / top).rglob("*") if p.suffix in (".py", ".md", ".yaml")]
+    named = {
+        p.relative_to(ROOT).as_posix(): ISSUE.findall(p.read_text(encoding="utf-8"))
+        for p in files
+        if p != Path(__file__).resolve() and "__pycache__" not in p.parts
+    }
+
+    assert {path: found for path, found in named.items() if found} == {}
+    assert len(files) > 300  # the scan reached the tree
+
+
 def test_the_outside_pattern_catches_what_it_is_for():
     """The check itself: each forbidden form is caught, ordinary prose is not."""
     caught = ["see ../shared/x", "shared/DESIGN.md", "the seeds/ folder", "(issue 14)", "Issue #3"]

@@ -3,6 +3,7 @@ event line that can crash a reader (stats, shrink, the pass-rate index, ope)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -86,6 +87,14 @@ VALID: dict[str, dict[str, object]] = {
 BAD_PROBE = {**VALID["market.probe"], "verdict": ["pass"]}
 
 
+@pytest.fixture(autouse=True)
+def fresh_decoders():
+    """Each test writes the decoders it uses: they are kept per process after their first use,
+    so a decoder written before a test (by another test, or before a mutant was switched on)
+    would hide how this one is written."""
+    ev._DECODERS.clear()
+
+
 def line(kind: str, payload: object) -> str:
     return json.dumps({"ts": TS, "operator": "x", "kind": kind, "payload": payload}) + "\n"
 
@@ -100,6 +109,70 @@ def test_every_typed_kind_decodes_and_writes_back_the_same_json():
         assert kind == type(event).KIND
         assert event.to_payload() == payload  # plain lists, never tuples
         assert json.dumps(event.to_payload()) == json.dumps(payload)
+
+
+def built(kind: str, payload: dict[str, object]) -> object:
+    """The event as its writer builds it: the type's own constructor, parts built likewise."""
+    cls = ev.BY_KIND[kind]
+    parts = {"candidates": ev.Offered, "removed": ev.Removed, "picks": ev.Picked}
+    fields = {
+        name: tuple(parts[name](**item) for item in value) if name in parts else value
+        for name, value in payload.items()
+    }
+    if kind == "market.probe":
+        fields["verdict"] = Verdict(fields["verdict"])
+    for part in fields.get("removed", ()):
+        object.__setattr__(part, "reasons", tuple(part.reasons))
+    return cls(**fields)
+
+
+@pytest.mark.parametrize("kind", sorted(VALID))
+def test_a_decoded_event_is_the_one_its_constructor_builds_down_to_its_attributes(kind):
+    """decode sets a frozen event's attributes at once: every field, defaults included, exactly
+    what the dataclass's __init__ sets, from a dict or any other mapping."""
+    from types import MappingProxyType
+
+    for payload in (VALID[kind], {k: v for k, v in VALID[kind].items() if k in REQUIRED[kind]}):
+        expected = built(kind, payload)
+        for mapping in (payload, MappingProxyType(payload)):
+            decoded = ev.decode(kind, mapping)
+            assert decoded == expected and vars(decoded) == vars(expected)
+            assert list(vars(decoded)) == [f.name for f in dataclasses.fields(type(decoded))]
+
+
+def test_each_type_s_decoder_is_written_once_at_its_first_use():
+    """No decoder is written before a type is decoded; then the same one serves every event."""
+    assert ev.Probe not in ev._DECODERS
+
+    first = ev.decode("market.probe", VALID["market.probe"])
+    written = ev._DECODERS[ev.Probe]
+    again = ev.decode("market.probe", VALID["market.probe"])
+
+    assert first == again and ev._decoder(ev.Probe) is written and len(ev._DECODERS) == 1
+
+
+def test_a_whole_number_or_a_number_may_be_of_a_subclass_but_never_a_bool():
+    """The checks' fast paths (exact int, finite float) agree with their general rule."""
+    import enum
+
+    class Count(enum.IntEnum):
+        ONE = 1
+
+    class Price(float):
+        pass
+
+    create = VALID["market.create"]
+    assert ev.decode("market.create", {**create, "offer_id": Count.ONE}).offer_id is Count.ONE
+    assert ev.decode("market.create", {**create, "offer_id": True}) is None
+    gone = VALID["guard.confirmed_gone"]
+    assert ev.decode("guard.confirmed_gone", {**gone, "delay_s": Price(2.5)}).delay_s == 2.5
+    assert ev.decode("guard.confirmed_gone", {**gone, "delay_s": Price("inf")}) is None
+
+
+REQUIRED = {
+    kind: {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+    for kind, cls in ev.BY_KIND.items()
+}
 
 
 def test_a_probe_verdict_is_a_probe_verdict_member():
@@ -463,11 +536,16 @@ def test_offers_and_rent_succeed_with_the_bad_line_in_the_log(tmp_path):
     try:
         fakes.state.mkdir(mode=0o700, parents=True, exist_ok=True)
         (fakes.state / "events.jsonl").write_text(line("market.probe", BAD_PROBE))
-        offers = fakes.json("offers")
+        said = "gpuops: 1 line of the event log did not decode and was left out"
+        done = fakes.gpuops("--json", "offers")
+        offers = json.loads(done.stdout)
         assert [o["id"] for o in offers["offers"]] == [900, 901, 902]
-        rented = fakes.json("rent", "b", "--gpu", "RTX 4090", "--hours", "1", "--race", "1",
-                            "--no-guard")  # fmt: skip
+        assert offers["skipped_events"] == 1 and said in done.stderr
+        done = fakes.gpuops("--json", "rent", "b", "--gpu", "RTX 4090", "--hours", "1",
+                            "--race", "1", "--no-guard")  # fmt: skip
+        rented = json.loads(done.stdout)
         assert rented["state"] == "live" and rented["offer_id"] in (900, 901, 902)
+        assert said in done.stderr
         assert fakes.json("stats")["skipped_events"] == 1
         fakes.gpuops("destroy", "b")
         assert fakes.live_instances() == []

@@ -25,7 +25,8 @@ from fakes.scenario import (
     parse_scenario,
     recorded_offer,
 )
-from fakes.ssh.boxes import load_table
+from fakes.ssh.boxes import entry_path, load_box, load_table
+from fakes.ssh.replay import FakeSshError
 from fakes.vast import (
     FakeClock,
     FakeVast,
@@ -35,7 +36,9 @@ from fakes.vast import (
     serve_http,
     wire,
 )
+from fakes.vast.boxtable import write_entry
 from fakes.vast.routes import next_token
+from fakes.vast.wire import recorded
 from gpuops.errors import (
     AuthFailed,
     OfferTaken,
@@ -50,6 +53,7 @@ from gpuops.model import InstanceStatus
 from gpuops.providers import load_recording
 from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe
 from gpuops.providers.vast import VastAdapter
+from gpuops.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "https://console.vast.ai"
@@ -103,7 +107,7 @@ def sleeps() -> list[float]:
 @pytest.fixture
 def vast(sleeps) -> VastAdapter:
     """The real adapter (and vastai client), pointed at BASE, sleeping into ``sleeps``."""
-    return VastAdapter(api_key=KEY, base_url=BASE, sleep=sleeps.append, environ={})
+    return VastAdapter(api_key=KEY, base_url=BASE, sleep=sleeps.append)
 
 
 def rent(vast: VastAdapter, offer_id: int = 1, label: str = LABEL) -> str:
@@ -279,6 +283,24 @@ def test_renting_an_offer_the_market_never_had_is_no_such_ask_404(make, vast):
     assert caught.value.status == 404
 
 
+def test_instances_rented_at_start_are_running_listed_labelled_and_hold_their_offers(make, vast):
+    """vast.instances: boxes that exist when the fake starts, as if created one boot ago."""
+    doc = scenario(offer(1), offer(2), offer(3))
+    doc["vast"]["instances"] = [{"offer": 2, "label": "theirs"}, {"offer": 1, "label": LABEL}]
+    fake = make(doc)
+    with fake.activate(BASE):
+        listed = vast.list_instances()
+        shown = vast.show(listed[0].instance_id)
+        with pytest.raises(OfferTaken):
+            rent(vast, 2)
+        third = rent(vast, 3)
+    table = load_table(fake.box_table)
+
+    assert [(b.instance_id, b.label) for b in listed] == [("1234568", "theirs"), ("1234569", LABEL)]
+    assert shown.actual_status is InstanceStatus.RUNNING and third == "1234570"
+    assert {table[k].fate for k in endpoints_of(fake, "1234568")} == {"healthy"}
+
+
 # --- the v1 list ----------------------------------------------------------------------------------
 def test_the_v1_list_serves_25_a_page_with_next_token(make, vast):
     """Thirty boxes: two pages, the second asked for with the first page's next_token."""
@@ -293,6 +315,56 @@ def test_the_v1_list_serves_25_a_page_with_next_token(make, vast):
     assert len(first["instances"]) == 25 and first["total_instances"] == 30
     assert first["next_token"] == next_token(int(boxes[24]))
     assert "after_token" in pages[1].request.params and len(pages) == 2
+
+
+def test_paging_the_list_builds_what_it_lists_once_until_a_box_changes(make, vast):
+    """Sixty boxes, three pages, one listing; a destroy makes the next page list afresh."""
+    fake = make(scenario(*[offer(n) for n in range(1, 61)]))
+    with fake.activate(BASE):
+        boxes = [rent(vast, n) for n in range(1, 61)]
+        listings = []
+        real = fake.listing
+
+        def counted():
+            listings.append(real())
+            return listings[-1]
+
+        fake.listing = counted
+        listed = vast.list_instances()
+        vast.destroy(boxes[0])
+        again = vast.list_instances()
+
+    assert [b.instance_id for b in listed] == boxes and [b.instance_id for b in again] == boxes[1:]
+    assert len(listings) == 6 and len({id(x) for x in listings}) == 2
+
+
+def test_the_list_leaves_out_a_destroyed_box_once_its_destroy_lag_passes(make, vast):
+    """The list, like show, reports a destroyed box for destroy_lag_s, then never again."""
+    fake = make(scenario(offer(1), offer(2), destroy_lag_s=5))
+    with fake.activate(BASE):
+        first, second = rent(vast, 1), rent(vast, 2)
+        vast.destroy(first)
+        during = [b.instance_id for b in vast.list_instances()]
+        fake.advance(4.9)
+        still = [b.instance_id for b in vast.list_instances()]
+        fake.advance(0.1)
+        after = [b.instance_id for b in vast.list_instances()]
+
+    assert during == still == [first, second] and after == [second]
+
+
+def test_a_relabelled_box_is_counted_under_its_new_label(make, vast):
+    """The page's label counts follow a label change made between two listings."""
+    fake = make(scenario(offer(1), offer(2)))
+    with fake.activate(BASE) as mock:
+        rent(vast, 1)
+        second = rent(vast, 2)
+        vast.list_instances()
+        fake.label(int(second), "other")
+        vast.list_instances()
+        page = json.loads(mock.calls[-1].response.text)
+
+    assert page["label_counts"] == {LABEL: 1, "other": 1}
 
 
 def test_the_list_by_label_finds_only_that_label(make, vast):
@@ -496,7 +568,7 @@ def test_create_pacing_answers_429_to_back_to_back_creates(make, vast):
 def test_a_request_without_the_scenarios_key_gets_the_recorded_401(make, sleeps):
     """Every route checks the bearer key; a wrong one is auth_401, AuthFailed, not retried."""
     fake = make(scenario())
-    stranger = VastAdapter(api_key="wrong", base_url=BASE, sleep=sleeps.append, environ={})
+    stranger = VastAdapter(api_key="wrong", base_url=BASE, sleep=sleeps.append)
     with fake.activate(BASE) as mock:
         with pytest.raises(AuthFailed):
             stranger.search_offers()
@@ -630,19 +702,63 @@ def test_a_destroyed_or_dead_box_is_unreachable_over_ssh(make, vast):
     assert list(boxes) == [second]
 
 
-def test_the_box_table_is_rewritten_only_when_a_box_changes(make, vast):
-    """Requests between two status changes leave the table file alone (1,000 boxes stay cheap)."""
+def entry_stamps(fake: FakeVast, *keys: str) -> list[tuple[int, int]]:
+    """(inode, mtime) of the table itself and of each box entry named."""
+    paths = [fake.box_table, *(entry_path(fake.box_table, key) for key in keys)]
+    return [(p.stat().st_ino, p.stat().st_mtime_ns) for p in paths]
+
+
+def endpoints_of(fake: FakeVast, box_id: str) -> tuple[str, str]:
+    """The box's proxy and direct ``host:port``, as the box table names them."""
+    box = fake.instances[int(box_id)]
+    return f"{box.ssh_host}:{box.ssh_port}", f"{box.offer_row['public_ipaddr']}:{box.direct_port}"
+
+
+def test_a_boxs_entries_are_rewritten_only_when_its_fate_changes(make, vast):
+    """Requests between two status changes leave the box's entries and the table alone."""
     fake = make(scenario())
     with fake.activate(BASE):
         box = rent(vast)
-        written = fake.box_table.stat().st_ino
+        keys = endpoints_of(fake, box)
+        written = entry_stamps(fake, *keys)
         vast.show(box)
         fake.advance(5.0)
-        same = fake.box_table.stat().st_ino
+        same = entry_stamps(fake, *keys)
         fake.advance(BOOT_S)
-        rewritten = fake.box_table.stat().st_ino
+        rewritten = entry_stamps(fake, *keys)
 
-    assert written == same != rewritten
+    assert written == same
+    assert rewritten[0] == written[0] and rewritten[1] != written[1] and rewritten[2] != written[2]
+
+
+def test_creating_or_destroying_a_box_writes_only_that_boxs_entries(make, vast):
+    """No whole-table rewrite: another box's entries and the table itself are untouched."""
+    fake = make(scenario(offer(1), offer(2)))
+    with fake.activate(BASE):
+        first = rent(vast, 1)
+        fake.advance(BOOT_S)
+        keys = endpoints_of(fake, first)
+        before = entry_stamps(fake, *keys)
+        second = rent(vast, 2)
+        fake.advance(BOOT_S)
+        vast.destroy(second)
+        after = entry_stamps(fake, *keys)
+        table = load_table(fake.box_table)
+
+    assert after == before
+    assert {table[k].fate for k in endpoints_of(fake, second)} == {"unreachable"}
+    assert {table[k].fate for k in keys} == {"healthy"}
+
+
+def test_a_new_fake_in_the_same_state_dir_starts_with_no_box_of_the_old_one(make, vast):
+    """The table is a new world: the entries an earlier fake wrote are gone with it."""
+    old = make(scenario())
+    with old.activate(BASE):
+        rent(vast)
+
+    new = make(scenario())
+
+    assert old.box_table == new.box_table and load_table(new.box_table) == {}
 
 
 @pytest.fixture
@@ -676,6 +792,7 @@ def test_a_probe_through_the_fake_ssh_sees_the_offers_fate(
 
     result = probe(
         SshEndpoint(box.ssh_host, box.ssh_port),
+        client=Settings.from_environ().ssh(),
         identity_file=identity,
         known_hosts=known_hosts_path(tmp_path / "gpuops", box_id),
         vram_floor_mb=Filter().vram_floor_mb,
@@ -701,8 +818,9 @@ def test_ssh_auth_transient_refuses_n_times_then_lets_the_probe_in(
     floors = {"vram_floor_mb": 8192, "disk_floor_mb_per_s": 500.0}
     known = known_hosts_path(tmp_path / "gpuops", box_id)
 
-    verdicts = [probe(endpoint, identity_file=identity, known_hosts=known, **floors).cause
-                for _ in range(2)]  # fmt: skip
+    client = Settings.from_environ().ssh()
+    verdicts = [probe(endpoint, client=client, identity_file=identity, known_hosts=known,
+                      **floors).cause for _ in range(2)]  # fmt: skip
 
     assert verdicts == [Verdict.SSH_AUTH, Verdict.PASS]
 
@@ -710,12 +828,13 @@ def test_ssh_auth_transient_refuses_n_times_then_lets_the_probe_in(
 # --- clocks ---------------------------------------------------------------------------------------
 def test_the_scaled_clock_runs_time_scale_times_faster_than_real_time():
     """Loopback mode: ten real seconds at x60 are ten fake minutes."""
-    real = [100.0]
-    clock = ScaledClock(60.0, start=1000.0, monotonic=lambda: real[0])
+    base = FakeClock(100.0)
+    clock = ScaledClock(60.0, start=1000.0, base=base)
 
-    real[0] += 10.0
+    base.advance(10.0)
 
-    assert clock.now() == 1000.0 + 600.0
+    assert clock.wall() == 1000.0 + 600.0
+    assert clock.epoch_of(1000.0 + 600.0) == 110.0
 
 
 def test_a_fake_clock_never_runs_backwards():
@@ -724,7 +843,7 @@ def test_a_fake_clock_never_runs_backwards():
 
     with pytest.raises(ValueError, match="forward"):
         clock.advance(-1.0)
-    assert clock.now() == 5.0
+    assert clock.wall() == 5.0
 
 
 def test_only_a_fake_clock_is_advanced_by_hand():
@@ -738,7 +857,7 @@ def test_only_a_fake_clock_is_advanced_by_hand():
 # --- scenarios ------------------------------------------------------------------------------------
 def default_account(sleeps: list[float]) -> tuple[FakeVast, VastAdapter]:
     fake = FakeVast(load_scenario(DEFAULT_SCENARIO))
-    vast = VastAdapter(api_key=fake.api_key, base_url=BASE, sleep=sleeps.append, environ={})
+    vast = VastAdapter(api_key=fake.api_key, base_url=BASE, sleep=sleeps.append)
     return fake, vast
 
 
@@ -789,6 +908,16 @@ def test_the_default_scenario_has_offers_the_default_filter_removes(sleeps):
         ({"vast": {"offers": {"id": 1}}}, r"vast\.offers: expected a list"),
         ({"gce": {}}, r"gce: unknown field; known here: lane, start_time, time_scale, vast"),
         ([1, 2], r"\(top level\): expected a mapping"),
+        ({"vast": {"instances": [{"offer": 9}]}}, r"vast\.instances\[0\]\.offer: no offer 9"),
+        (
+            {"vast": {"offers": [offer(1)], "instances": [{"offer": 1}, {"offer": 1}]}},
+            r"instances\[1\]\.offer: offer 1 is already rented above",
+        ),
+        ({"vast": {"offers": [offer(1)], "instances": [{"label": "x"}]}}, r"offer: is required"),
+        (
+            {"vast": {"offers": [offer(1)], "instances": [{"offer": 1, "label": 7}]}},
+            r"instances\[0\]\.label: 7 is not a string",
+        ),
     ],
 )
 def test_a_bad_scenario_is_refused_naming_the_field(doc, message):
@@ -818,7 +947,7 @@ def test_the_adapter_rents_shows_and_destroys_over_loopback_http(make, sleeps):
     """The same model over real HTTP: the real vastai client, through the adapter."""
     fake = make(scenario())
     with serve_http(fake) as server:
-        vast = VastAdapter(api_key=KEY, base_url=server.url, sleep=sleeps.append, environ={})
+        vast = VastAdapter(api_key=KEY, base_url=server.url, sleep=sleeps.append)
         offers = vast.search_offers()
         box = rent(vast, offers[0].id)
         fake.advance(BOOT_S)
@@ -860,7 +989,7 @@ def test_a_lost_create_over_http_closes_the_connection_after_the_box_exists(make
     """M12 over real HTTP: no status line at all, the adapter says unavailable, the box is there."""
     fake = make(scenario(faults={"lost_creates": [{"offer": 1, "answer": "close"}]}))
     with serve_http(fake) as server:
-        vast = VastAdapter(api_key=KEY, base_url=server.url, sleep=sleeps.append, environ={})
+        vast = VastAdapter(api_key=KEY, base_url=server.url, sleep=sleeps.append)
         with pytest.raises(ProviderUnavailable, match="Connection"):
             rent(vast)
         found = vast.list_instances(label=LABEL)
@@ -962,3 +1091,43 @@ def test_search_keeps_derived_prices_true_to_the_scenario_price(make):
     assert row["search"]["totalHour"] == 0.5 and row["search"]["gpuCostPerHour"] == 0.45
     assert row["dlperf_per_dphtotal"] == round(row["dlperf"] / 0.5, 4)
     assert row["duration"] == row["end_date"] - fake.now()
+
+
+# --- the box table's entry files -----------------------------------------------------------------
+def test_a_box_entry_file_overrides_the_tables_own_entry_for_that_box(tmp_path):
+    """load_box and load_table read <table>.d/<host:port>.json over the table's mapping."""
+    table = tmp_path / "boxes.yaml"
+    table.write_text('boxes:\n  "a.host:22": healthy\n  "b.host:22": slow-disk\n')
+    write_entry(table, "a.host:22", {"fate": "unreachable", "sandbox": "a"})
+    write_entry(table, "c.host:22", "no-gpu")
+
+    whole = {key: box.fate for key, box in load_table(table).items()}
+
+    assert whole == {"a.host:22": "unreachable", "b.host:22": "slow-disk", "c.host:22": "no-gpu"}
+    assert load_box(table, "a.host:22").sandbox == "a"
+    assert load_box(table, "b.host:22").fate == "slow-disk"
+    assert load_box(table, "d.host:22") is None
+
+
+def test_a_box_entry_with_an_unknown_field_is_refused_loudly(tmp_path):
+    """An entry file is held to the table's own format: no field the fake ssh would ignore."""
+    table = tmp_path / "boxes.yaml"
+    table.write_text("boxes: {}\n")
+    write_entry(table, "a.host:22", {"fate": "healthy", "speed": "fast"})
+
+    with pytest.raises(FakeSshError, match="unknown fields"):
+        load_box(table, "a.host:22")
+
+
+def test_a_list_page_body_is_the_envelope_json_dumps_gives_whichever_way_counts_come():
+    """Counts encoded once per listing splice into the same bytes as encoding them per page."""
+    rows = [{"id": 7, "label": "a"}]
+    counts = {"a": 1, 'théo "q"': 2}
+    envelope = recorded("list_instances_page1")
+    envelope.update(instances_found=1, total_instances=3, label_counts=counts,
+                    next_token=None, instances=rows)  # fmt: skip
+
+    given = wire.page(rows, total=3, label_counts=counts, next_token=None).body
+    encoded = wire.page(rows, total=3, label_counts=json.dumps(counts), next_token=None).body
+
+    assert given == encoded == json.dumps(envelope)

@@ -23,6 +23,7 @@ from gpuops.market.select import Filter
 from gpuops.model import InstanceStatus
 from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe, ssh_argv
 from gpuops.providers.vast import VastAdapter
+from gpuops.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SSH = ROOT / "fakes" / "ssh" / "ssh"
@@ -65,7 +66,7 @@ def make(tmp_path):
 
 @pytest.fixture
 def vast() -> VastAdapter:
-    return VastAdapter(api_key=KEY, base_url=BASE, sleep=lambda s: None, environ={})
+    return VastAdapter(api_key=KEY, base_url=BASE, sleep=lambda s: None)
 
 
 @pytest.fixture
@@ -145,6 +146,7 @@ def _probe(fake: FakeVast, vast: VastAdapter, box_id: str, identity: Path, state
     assert box is not None
     return probe(
         SshEndpoint(box.ssh_host, box.ssh_port),
+        client=Settings.from_environ().ssh(),
         identity_file=identity,
         known_hosts=known_hosts_path(state, box_id),
         **FLOORS,
@@ -170,9 +172,7 @@ def test_a_timed_host_key_change_gives_the_running_box_a_new_key(make, vast, fak
     assert hostkeys.fingerprint(new_key) in after.raw[0]
 
 
-def test_a_host_key_change_after_n_connections_changes_it_mid_probe(
-    make, vast, fake_ssh, tmp_path
-):
+def test_a_host_key_change_after_n_connections_changes_it_mid_probe(make, vast, fake_ssh, tmp_path):
     """host_key_changes after_connections: 1: the probe's first step pins the first key, the
     second sees another and is refused; the box's sandbox stays the same box's."""
     fake = make(scenario(faults={"host_key_changes": [{"offer": 1, "after_connections": 1}]}))
@@ -252,7 +252,7 @@ def test_a_destroy_cuts_a_running_ssh_command_as_openssh_ends_when_the_remote_go
     endpoint = SshEndpoint(box.ssh_host, box.ssh_port)
     argv = ssh_argv(
         endpoint, "echo started; echo $$ > pid; exec sleep 600", identity_file=fake_ssh,
-        known_hosts=known,
+        known_hosts=known, program=str(FAKE_SSH),
     )  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -267,7 +267,9 @@ def test_a_destroy_cuts_a_running_ssh_command_as_openssh_ends_when_the_remote_go
     box_dir = sandbox.sandbox_dir(fake.box_table, f"vast-{box_id}")
     sleeper = int((box_dir / "pid").read_text())
     again = subprocess.run(
-        ssh_argv(endpoint, "echo hello", identity_file=fake_ssh, known_hosts=known),
+        ssh_argv(
+            endpoint, "echo hello", identity_file=fake_ssh, known_hosts=known, program=str(FAKE_SSH)
+        ),
         capture_output=True,
         check=False,
     )
@@ -291,7 +293,7 @@ def test_a_command_that_ends_before_the_destroy_keeps_its_exit_code(make, vast, 
     known = known_hosts_path(tmp_path / "gpuops", box_id)
     argv = ssh_argv(
         SshEndpoint(box.ssh_host, box.ssh_port), "echo done; exit 3", identity_file=fake_ssh,
-        known_hosts=known,
+        known_hosts=known, program=str(FAKE_SSH),
     )  # fmt: skip
 
     done = subprocess.run(argv, capture_output=True, check=False)

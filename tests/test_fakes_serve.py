@@ -27,6 +27,7 @@ from gpuops.market.probe import Verdict
 from gpuops.model import InstanceStatus
 from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe
 from gpuops.providers.vast import VastAdapter
+from gpuops.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVE = "import fakes.serve, sys; sys.exit(fakes.serve.main(sys.argv[1:]))"
@@ -43,8 +44,8 @@ EXPORTS = (
     "GPUOPS_LANE_ZONE",
     "GPUOPS_LANE_INSTANCE",
     "GPUOPS_LANE_BUCKET",
-    "GPUOPS_LANE_TIME_SCALE",
-    "GPUOPS_LANE_TIME_ORIGIN",
+    "GPUOPS_TIME_SCALE",
+    "GPUOPS_TIME_ORIGIN",
     "AWS_ENDPOINT_URL",  # the S3 stand-in (fakes/s3.py), for the store
     "GPUOPS_S3_ENDPOINT",  # and for the guardian's results
     "AWS_DEFAULT_REGION",
@@ -91,7 +92,6 @@ class Served:
             api_key=self.env["VAST_API_KEY"],
             base_url=self.env["VAST_URL"],
             sleep=lambda s: None,
-            environ={},
         )
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
@@ -177,6 +177,7 @@ def test_a_box_rented_over_http_is_probed_through_the_exported_fake_ssh(
     box = wait_running(vast, box_id)
     result = probe(
         SshEndpoint(box.ssh_host, box.ssh_port),
+        client=Settings.from_environ({**os.environ, **served.env}).ssh(),
         identity_file=Path(served.env["GPUOPS_SSH_KEY"]),
         known_hosts=known_hosts_path(tmp_path / "gpuops", box_id),
         vram_floor_mb=8192,

@@ -243,8 +243,7 @@ def test_serial_output_is_read_from_the_given_offset(gce):
 
 def test_gcs_lists_and_reads_and_a_missing_object_is_none(monkeypatch):
     """The GCS adapter on recordings: list by prefix; 404 on download is None."""
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", BASE)
-    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane")
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane", endpoint=BASE)
     with responses.RequestsMock() as mock:
         mock.add(load_recording("gcs", "list_objects").to_response(BASE))
         mock.add(load_recording("gcs", "object_404").to_response(BASE))
@@ -256,8 +255,7 @@ def test_gcs_lists_and_reads_and_a_missing_object_is_none(monkeypatch):
 
 def test_gcs_reads_an_objects_update_time_and_none_when_missing(monkeypatch):
     """The job's end is its status file's `updated` (recorded object fields); 404 is None."""
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", BASE)
-    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane")
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane", endpoint=BASE)
     item = _body("list_objects", "gcs")["items"][0]
     meta = f"{BASE}/storage/v1/b/gpuops-lane-jobs/o/jobs%2Fportraits%2Finputs%2Fref-1.png"
     with responses.RequestsMock() as mock:
@@ -271,3 +269,29 @@ def test_gcs_reads_an_objects_update_time_and_none_when_missing(monkeypatch):
         missing = gcs.updated("nope")
 
     assert when == 1796031002.113 and missing is None
+
+
+def test_gcs_reads_an_update_time_without_an_offset_as_utc_and_a_bad_one_as_drift(monkeypatch):
+    """`updated` is RFC 3339 (always an offset); one without is read as UTC, never the host's
+    zone (here New York), and one that is not a time is an UnexpectedResponse."""
+    import time
+
+    from gpuops.errors import UnexpectedResponse
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane", endpoint=BASE)
+    meta = f"{BASE}/storage/v1/b/gpuops-lane-jobs/o/a"
+    with responses.RequestsMock() as mock:
+        mock.get(meta, json={"updated": "2026-11-30T09:30:02.113"})
+        mock.get(meta, json={"updated": "late"})
+        try:
+            when = gcs.updated("a")
+        finally:
+            monkeypatch.undo()
+            time.tzset()
+        with pytest.raises(UnexpectedResponse, match="updated is 'late'"):
+            gcs.updated("a")
+
+    assert when == 1796031002.113

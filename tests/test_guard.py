@@ -33,6 +33,7 @@ from gpuops.market.rent import Market, RentRequest, destroy_rental
 from gpuops.market.rentals import RELEASED
 from gpuops.market.results import LocalResults
 from gpuops.providers.vast import VastAdapter
+from gpuops.settings import Settings
 from gpuops.store.memory import MemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +88,9 @@ class World:
         return market
 
     def shell(self) -> jobs.BoxShell:
-        return jobs.BoxShell(self.tmp / "local", self.tmp / "id_ed25519")
+        return jobs.BoxShell(
+            self.tmp / "local", self.tmp / "id_ed25519", Settings.from_environ().ssh()
+        )
 
     def guardian(self, market: Market, me: str, **kwargs: Any) -> Guardian:
         return Guardian(

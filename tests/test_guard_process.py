@@ -1,7 +1,7 @@
 """Guardians as real detached processes against `gpuops fakes serve` (M5, M7, M8).
 
 Every command is the real CLI in its own process; the fakes serve on loopback; guardians run
-with GPUOPS_GUARD_TIME_SCALE so their lease durations (all from timing.py, divided alike) pass
+with GPUOPS_TIME_SCALE so their lease durations (all from timing.py, divided alike) pass
 in seconds. Deadlines are real wall-clock times.
 """
 
@@ -66,7 +66,7 @@ class Fakes:
         self.env.update(
             GPUOPS_STATE=str(self.state),
             GPUOPS_OPERATOR="alice",
-            GPUOPS_GUARD_TIME_SCALE=str(SCALE),
+            GPUOPS_TIME_SCALE=str(SCALE),
             GPUOPS_RESULTS=str(self.results),
         )
 
@@ -102,7 +102,7 @@ class Fakes:
         from gpuops.providers.vast import VastAdapter
 
         adapter = VastAdapter(
-            api_key=self.env["VAST_API_KEY"], base_url=self.env["VAST_URL"], environ={}
+            api_key=self.env["VAST_API_KEY"], base_url=self.env["VAST_URL"]
         )
         return [{"id": i.instance_id, "label": i.label} for i in adapter.list_instances()]
 

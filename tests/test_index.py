@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from fakes.simulate import simulate_market
 from gpuops.analysis import index
 from gpuops.analysis.index import index_key, machine_counts
 from gpuops.analysis.learned import pass_rates_from_log
+from gpuops.analysis.shrink import MachineCounts
 from gpuops.analysis.scan import scan
 from gpuops.analysis.stats import KINDS, Stats
 from gpuops.market.quarantine import HOST_FAULTS
@@ -140,3 +142,30 @@ def test_no_log_yet_means_no_tallies_and_nothing_written(tmp_path):
     counts = machine_counts(tmp_path / "none.jsonl", store)
 
     assert counts.trials == {} and store.list("") == []
+
+
+def test_the_skipped_count_survives_the_checkpoint_and_a_first_format_one_is_rebuilt(tmp_path):
+    """`offers` and `rent` say how many lines the rates left out: the count is kept with the
+    tallies, so a later call that folds nothing new still reports it; a checkpoint written before
+    the count was kept (format 1) is not trusted, so the count is never silently 0."""
+    bad = (
+        json.dumps(
+            {
+                "ts": "2026-01-01T00:00:00Z",
+                "operator": "x",
+                "kind": "market.probe",
+                "payload": {"verdict": ["pass"]},
+            }
+        )
+        + "\n"
+    )
+    log, store = tmp_path / "events.jsonl", MemoryStore()
+    log.write_text(bad + bad)
+    assert machine_counts(log, store).skipped == 2
+    assert machine_counts(log, store).skipped == 2  # from the checkpoint: nothing new folded
+
+    old = index.encode(index.Checkpoint(log.stat().st_size, index._head(log, 99), MachineCounts()))
+    store.put(
+        index_key(log), old.replace(b'"format":2', b'"format":1'), store.get(index_key(log)).version
+    )  # type: ignore[union-attr]
+    assert machine_counts(log, store).skipped == 2

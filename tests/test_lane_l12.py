@@ -203,7 +203,7 @@ def test_watch_says_something_at_least_every_watch_poll_and_never_a_python_repr(
     with lane_world(tmp_path, monkeypatch, job_runtime_s=300.0) as world:
         alice = _running(world, "alice", "portraits")
         times: list[float] = []
-        alice.progress = lambda line: (times.append(world.clock.now()), world.lines.append(line))
+        alice.progress = lambda line: (times.append(world.clock.wall()), world.lines.append(line))
 
         alice.watch("portraits")
 

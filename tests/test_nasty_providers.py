@@ -42,6 +42,7 @@ from gpuops.market.results import LocalResults
 from gpuops.market.session import ssh_prober
 from gpuops.market.teardown import Ending, exit_code
 from gpuops.providers.vast import VastAdapter
+from gpuops.settings import Settings
 from gpuops.store.memory import MemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +91,9 @@ class World:
             vast,
             Ledger(self.store, self.events, operator, clock=self.fake.now),
             self.events,
-            probe=ssh_prober(self.tmp / "local", identity, 8192),  # the real probe, over ssh
+            probe=ssh_prober(
+                self.tmp / "local", identity, 8192, Settings.from_environ().ssh()
+            ),  # the real probe, over ssh
             public_key=KEY,
             clock=self.fake.now,
             sleep=self.fake.advance,
@@ -294,12 +297,18 @@ def test_a_results_copy_cut_by_a_destroy_is_a_failed_copy_never_copied(world, mo
     market, rental = world.rent()
     box_id = int(rental.instance_id)
     instance = market.vast.show(rental.instance_id)
-    shell = jobs.BoxShell(world.tmp / "local", world.tmp / "id_ed25519")
+    shell = jobs.BoxShell(
+        world.tmp / "local", world.tmp / "id_ed25519", Settings.from_environ().ssh()
+    )
     job = jobs.start(rental, instance, shell, ["mkdir", "-p", "results/ckpt"], "results")
     jobs.Jobs(world.store).put(job)
     started, gate = world.tmp / "started.fifo", world.tmp / "gate.fifo"
     _slow_tar(world.tmp / "bin", started, gate)
     monkeypatch.setenv("PATH", f"{world.tmp / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    # the guardian's ssh runs in the environment it starts with: the one with the slow tar
+    shell = jobs.BoxShell(
+        world.tmp / "local", world.tmp / "id_ed25519", Settings.from_environ().ssh()
+    )
     guardian = Guardian(
         world.market(), "job", shell=shell, results=LocalResults(world.tmp / "results"),
         me="alice/pi/1/aa", clock=world.fake.now, sleep=world.fake.advance, say=lambda _: None,
@@ -338,7 +347,9 @@ def test_a_host_key_changed_before_the_copy_fails_the_copy_and_keeps_the_pinned_
     re-pinned; the ceiling still holds."""
     market, rental = world.rent()
     instance = market.vast.show(rental.instance_id)
-    shell = jobs.BoxShell(world.tmp / "local", world.tmp / "id_ed25519")
+    shell = jobs.BoxShell(
+        world.tmp / "local", world.tmp / "id_ed25519", Settings.from_environ().ssh()
+    )
     job = jobs.start(rental, instance, shell, ["mkdir", "-p", "results/ckpt"], "results")
     jobs.Jobs(world.store).put(job)
     known = world.tmp / "local" / "ssh" / "known_hosts" / rental.instance_id

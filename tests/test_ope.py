@@ -1,4 +1,4 @@
-"""`gpuops policy eval`: IPS and self-normalised IPS from logged candidate sets (issue 6, M11)."""
+"""`gpuops policy eval`: IPS and self-normalised IPS from logged candidate sets (M11)."""
 
 from __future__ import annotations
 

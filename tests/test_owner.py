@@ -36,6 +36,7 @@ from gpuops.market.results import LocalResults
 from gpuops.market.teardown import Ending, exit_code
 from gpuops.model import Instance
 from gpuops.providers.vast import VastAdapter
+from gpuops.settings import Settings
 from gpuops.store.memory import MemoryStore
 
 BASE = "https://console.vast.ai"
@@ -109,7 +110,9 @@ class World:
         return Guardian(
             market,
             "job",
-            shell=jobs.BoxShell(self.tmp / "local", self.tmp / "id_ed25519"),
+            shell=jobs.BoxShell(
+                self.tmp / "local", self.tmp / "id_ed25519", Settings.from_environ().ssh()
+            ),
             results=LocalResults(self.tmp / "results"),
             me="alice/host/1/guard",
             clock=self.fake.now,

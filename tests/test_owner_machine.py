@@ -35,6 +35,7 @@ from gpuops.market.results import LocalResults
 from gpuops.market.teardown import exit_code, intent_of
 from gpuops.model import Instance
 from gpuops.providers.vast import VastAdapter
+from gpuops.settings import Settings
 
 NAMES = ("job-a", "job-b")
 HOURS = 0.1
@@ -211,7 +212,7 @@ class OwnerMachine(RuleBasedStateMachine):
             for attempt in range(2):
                 guardian = Guardian(
                     self.market(), name,
-                    shell=jobs.BoxShell(self.tmp / "local", self.tmp / "id"),
+                    shell=jobs.BoxShell(self.tmp / "local", self.tmp / "id", Settings.from_environ().ssh()),
                     results=LocalResults(self.tmp / "results"),
                     me=f"alice/machine/{attempt}/{name}",
                     clock=self.fake.now, sleep=self.fake.advance, say=lambda line: None,

@@ -27,6 +27,7 @@ from gpuops.market import jobs
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
 from gpuops.progress import colour_on, paced, paint
+from gpuops.settings import Settings
 from gpuops.providers.vast import VastAdapter
 from gpuops.store import open_store
 
@@ -42,7 +43,7 @@ class Timed:
         self.lines: list[tuple[float, str]] = []
 
     def __call__(self, line: str) -> None:
-        self.lines.append((self.clock.now(), line))
+        self.lines.append((self.clock.wall(), line))
 
     def gaps(self, start: float, end: float) -> list[float]:
         """Fake seconds between the start, each line, and the end of the wait."""
@@ -54,14 +55,14 @@ def test_a_paced_wait_says_a_line_before_every_piece_and_never_goes_quiet_for_te
     """A 37 s wait is said in pieces of at most half the interval: no gap reaches it."""
     clock = FakeClock()
     say = Timed(clock)
-    start = clock.now()
-    wait = paced(clock.advance, say, clock.now, lambda waited, next_s: f"{waited:.0f}+{next_s:g}")
+    start = clock.wall()
+    wait = paced(clock.advance, say, clock.wall, lambda waited, next_s: f"{waited:.0f}+{next_s:g}")
 
     wait(37.0)
     wait(3.0)
 
-    assert clock.now() - start == 40.0
-    assert max(say.gaps(start, clock.now())) <= timing.PROGRESS_EVERY_S / 2
+    assert clock.wall() - start == 40.0
+    assert max(say.gaps(start, clock.wall())) <= timing.PROGRESS_EVERY_S / 2
     assert [line for _, line in say.lines] == ["0+5", "5+5", "10+5", "15+5", "20+5", "25+5",
                                                "30+5", "35+2", "37+3"]  # fmt: skip
 
@@ -70,7 +71,7 @@ def test_a_zero_wait_says_nothing():
     """Nothing is said for a wait of no length."""
     clock = FakeClock()
     said: list[str] = []
-    paced(clock.advance, said.append, clock.now, lambda w, n: "x")(0.0)
+    paced(clock.advance, said.append, clock.wall, lambda w, n: "x")(0.0)
     assert said == []
 
 
@@ -81,11 +82,15 @@ class Tty(io.StringIO):
 
 def test_colour_only_on_a_terminal_and_never_when_no_color_is_set():
     """NO_COLOR (any value, even empty) and TERM=dumb turn colour off; a pipe never has it."""
-    assert colour_on(Tty(), {}) is True
-    assert colour_on(Tty(), {"NO_COLOR": ""}) is False
-    assert colour_on(Tty(), {"NO_COLOR": "1"}) is False
-    assert colour_on(Tty(), {"TERM": "dumb"}) is False
-    assert colour_on(io.StringIO(), {}) is False
+    def allowed(environ: dict[str, str]) -> bool:
+        return Settings.from_environ(environ).colour
+
+    assert colour_on(Tty(), allowed({})) is True
+    assert colour_on(Tty(), allowed({"TERM": "xterm"})) is True
+    assert colour_on(Tty(), allowed({"NO_COLOR": ""})) is False
+    assert colour_on(Tty(), allowed({"NO_COLOR": "1"})) is False
+    assert colour_on(Tty(), allowed({"TERM": "dumb"})) is False
+    assert colour_on(io.StringIO(), allowed({})) is False
     assert paint("PASSED", "green", False) == "PASSED"
     assert paint("PASSED", "green", True) == "\033[32mPASSED\033[0m"
 
@@ -166,7 +171,8 @@ def test_destroy_says_it_retries_a_503_and_waits_for_the_confirmation(slow_destr
     say = Timed(fake.clock)
     start = fake.now()
 
-    code = destroy_command("job", state, "alice", True, say=say, clock=fake.now,
+    settings = Settings.from_environ(cli_options={"state": state})
+    code = destroy_command("job", settings, "alice", True, say=say, clock=fake.now,
                            sleep=fake.advance)  # fmt: skip
 
     payload = json.loads(capsys.readouterr().out)

@@ -22,6 +22,7 @@ from gpuops.errors import UsageError
 from gpuops.providers import load_recording
 from gpuops.providers.vast import VastAdapter
 from gpuops.record import max_price_per_hour, op_of, record_vast
+from gpuops.settings import Settings
 from tests.test_fakes_serve import Served
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +55,7 @@ def test_record_vast_captures_every_exchange_and_a_replay_parses_the_same(
     out = tmp_path / "recordings"
 
     captured = record_vast(
-        state_url=str(tmp_path / "state"),
+        settings=Settings.from_environ(cli_options={"state": str(tmp_path / "state")}),
         operator="recorder@test",
         gpu_name="RTX 4090",
         max_usd=0.05,
@@ -80,7 +81,7 @@ def test_record_vast_captures_every_exchange_and_a_replay_parses_the_same(
     ]
     assert [c.path for c in creates] == ["/api/v0/asks/777001/"]  # the dear offer is over the cap
     assert {"gpu.yaml", "cuda.yaml", "disk.yaml"} <= {p.name for p in captured.files}
-    adapter = VastAdapter(api_key="k-replay", base_url=BASE, sleep=lambda s: None, environ={})
+    adapter = VastAdapter(api_key="k-replay", base_url=BASE, sleep=lambda s: None)
     for name, (op, live) in captured.parsed.items():
         rec = load_recording("vast", name, out)
         instance_id = rec.path.rstrip("/").rsplit("/", 1)[1]

@@ -57,7 +57,7 @@ def _record(server, fake, clock, tmp_path, **kwargs):
         yes_spend=kwargs.pop("yes_spend", True),
         root=tmp_path / "recordings",
         endpoint=server.url,
-        clock=clock.now,
+        clock=clock.wall,
         sleep=clock.advance,
         **kwargs,
     )

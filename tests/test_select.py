@@ -183,7 +183,7 @@ def test_a_draw_equal_to_the_explore_rate_is_greedy():
 
 
 def test_with_pass_rates_offers_rank_by_price_per_healthy_box():
-    """Issue 6: dph_total / shrunk pass rate; an unlisted machine counts as always passing,
+    """Ranking: dph_total / shrunk pass rate; an unlisted machine counts as always passing,
     a machine that never passed as MIN_PASS_RATE, and no rates means price alone."""
     cheap_bad = O(1, dph_total=0.30, machine_id=11)
     dear_good = O(2, dph_total=0.40, machine_id=12)

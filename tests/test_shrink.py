@@ -1,4 +1,4 @@
-"""Per-machine pass rates shrunk toward a per-GPU-model prior (issue 6; the seed's next model)."""
+"""Per-machine pass rates shrunk toward a per-GPU-model prior (the seed's next model)."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from gpuops.errors import UsageError
 from gpuops.market.probe import CUDA_COMMAND, DISK_COMMAND, StepOutput, Transcript, Verdict, judge
 from gpuops.providers import ssh
 from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe, run_command, ssh_argv
+from gpuops.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SSH = ROOT / "fakes" / "ssh" / "ssh"
@@ -50,10 +51,16 @@ class FakeBoxes:
     def probe(self, port: int, box_id: str | None = None, **kwargs: object):
         return probe(
             SshEndpoint(HOST, port),
+            client=client(),
             identity_file=self.identity,
             known_hosts=self.known_hosts(box_id or f"box{port}"),
             **{**FLOORS, **kwargs},  # type: ignore[arg-type]
         )
+
+
+def client() -> ssh.SshClient:
+    """The ssh client a command would get from this process's environment (set by the test)."""
+    return Settings.from_environ().ssh()
 
 
 @pytest.fixture
@@ -120,7 +127,7 @@ def test_each_step_is_bounded_by_the_ssh_command_timeout(fake_ssh):
 
     def runner(argv, timeout_s):
         seen.append(timeout_s)
-        return run_command(argv, timeout_s)
+        return run_command(argv, timeout_s, os.environ)
 
     result = fake_ssh.probe(2003, runner=runner)
 
@@ -144,6 +151,7 @@ def test_the_whole_probe_is_bounded_by_the_probe_timeout():
 
     result = probe(
         SshEndpoint(HOST, 2004),
+        client=ssh.SshClient("ssh", {}),
         identity_file=Path("/k"),
         known_hosts=Path("/kh"),
         runner=runner,
@@ -224,7 +232,7 @@ def test_a_hung_command_times_out_as_unreachable_and_is_killed(fake_ssh):
 
     def runner(argv, timeout_s):
         seen.append(list(argv))
-        return run_command(argv, SHORT_TIMEOUT_S)
+        return run_command(argv, SHORT_TIMEOUT_S, os.environ)
 
     result = fake_ssh.probe(2010, runner=runner)
 
@@ -281,12 +289,16 @@ def test_a_command_that_is_not_a_probe_step_runs_for_real_in_the_box_sandbox(fak
     kh = fake_ssh.known_hosts("x")
     script = 'echo "$HOME" > where; printf made; echo oops >&2; exit 3'
 
-    ok = run_command(
-        ssh_argv(SshEndpoint(HOST, 2013), script, identity_file=fake_ssh.identity, known_hosts=kh),
+    ok = client().run(
+        client().argv(
+            SshEndpoint(HOST, 2013), script, identity_file=fake_ssh.identity, known_hosts=kh
+        ),
         timing.SSH_COMMAND_TIMEOUT_S,
     )
-    refused = run_command(
-        ssh_argv(SshEndpoint(HOST, 2014), script, identity_file=fake_ssh.identity, known_hosts=kh),
+    refused = client().run(
+        client().argv(
+            SshEndpoint(HOST, 2014), script, identity_file=fake_ssh.identity, known_hosts=kh
+        ),
         timing.SSH_COMMAND_TIMEOUT_S,
     )
 
@@ -315,6 +327,7 @@ def test_a_missing_ssh_program_is_a_usage_error(monkeypatch, tmp_path):
     with pytest.raises(UsageError, match="GPUOPS_SSH"):
         probe(
             SshEndpoint(HOST, 22),
+            client=client(),
             identity_file=tmp_path / "k",
             known_hosts=tmp_path / "kh",
             **FLOORS,
@@ -341,7 +354,11 @@ def test_a_path_ssh_would_reinterpret_is_refused(tmp_path, name):
     """ssh splits UserKnownHostsFile on spaces and expands % and ~: it would pin elsewhere."""
     with pytest.raises(UsageError, match="reinterpret"):
         ssh_argv(
-            SshEndpoint(HOST, 22), "true", identity_file=tmp_path / "k", known_hosts=tmp_path / name
+            SshEndpoint(HOST, 22),
+            "true",
+            identity_file=tmp_path / "k",
+            known_hosts=tmp_path / name,
+            program="ssh",
         )
 
 

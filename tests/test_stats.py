@@ -1,4 +1,4 @@
-"""`gpuops stats`: the seed's figures from the event log, streamed (issue 6; M11, H1)."""
+"""`gpuops stats`: the seed's figures from the event log, streamed (M11, H1)."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def race_events() -> list[tuple[float, str, dict[str, object]]]:
 
 
 def guard_and_lane_events() -> list[tuple[float, str, dict[str, object]]]:
-    """Issue 4's and issue 5's event contracts, exactly as they will emit them."""
+    """The guardian's and the lane runner's event contracts, exactly as they will emit them."""
     gone = {"name": "b", "instance_id": "902", "deadline": "2026-07-18T03:30:00+00:00"}
     return [
         (300, "guard.confirmed_gone", {**gone, "delay_s": 42.5}),

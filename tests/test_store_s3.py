@@ -337,12 +337,17 @@ def test_without_a_client_the_store_builds_one_with_the_http_timeout(
 
 
 def test_the_store_builds_its_client_on_the_gpuops_s3_endpoint(monkeypatch) -> None:
-    """GPUOPS_S3_ENDPOINT (which `fakes serve` exports) is the endpoint of the store's client."""
+    """GPUOPS_S3_ENDPOINT (which `fakes serve` exports), read into Settings and handed to
+    open_store, is the endpoint of the store's client."""
+    from gpuops.settings import Settings
+    from gpuops.store import open_store
+
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.setenv("GPUOPS_S3_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    settings = Settings.from_environ(cli_options={"state": f"s3://{BUCKET}/team/state"})
 
-    client = S3Store(BUCKET, "team/state")._s3()
+    client = open_store(settings.state_url, settings.s3_endpoint)._s3()  # type: ignore[attr-defined]
 
     assert client.meta.endpoint_url == "http://127.0.0.1:9"
 

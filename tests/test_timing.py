@@ -161,7 +161,7 @@ def test_probe_timeouts_nest():
 
 
 def test_a_recording_s_priced_hold_covers_a_whole_rental():
-    """Issue 6: record's spend cap prices boot, probe and a confirmed destroy."""
+    """record's spend cap prices boot, probe and a confirmed destroy."""
     whole = timing.BOOT_TIMEOUT_S + timing.PROBE_TIMEOUT_S + timing.DESTROY_CONFIRM_TIMEOUT_S
     assert timing.RECORD_HOLD_S >= whole
 

@@ -36,7 +36,13 @@ from gpuops.errors import (
 from gpuops.events import REDACTED, EventLog, read_events, scrub
 from gpuops.model import Instance, InstanceStatus, Offer, SshKey
 from gpuops.providers import Recording, load_recording, recording_names
-from gpuops.providers.vast import READ_ATTEMPTS, VastAdapter, backoff_s, translate_error
+from gpuops.providers.vast import (
+    READ_ATTEMPTS,
+    VastAdapter,
+    backoff_s,
+    find_api_key,
+    translate_error,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "https://console.vast.ai"
@@ -101,7 +107,6 @@ def vast(sleeps: list[float], event_path: Path) -> VastAdapter:
         base_url=BASE,
         events=EventLog(event_path, "tester@ci"),
         sleep=sleeps.append,
-        environ={},
     )
 
 
@@ -470,7 +475,7 @@ def test_m12_a_create_is_exactly_one_http_call_whatever_fails(http, vast, sleeps
 def test_m12_the_vastai_client_is_built_never_to_retry_on_its_own(http, sleeps, event_path):
     """M12: with our retries off, one 503 on a read is one call: vastai's loop never runs."""
     vast = VastAdapter(
-        api_key=API_KEY, base_url=BASE, sleep=sleeps.append, read_attempts=1, environ={}
+        api_key=API_KEY, base_url=BASE, sleep=sleeps.append, read_attempts=1
     )
     replay(http, rec("unavailable_503"))
 
@@ -886,7 +891,7 @@ def test_the_api_key_never_reaches_the_event_log_errors_or_repr(http, vast, even
 
 def test_without_an_event_log_nothing_is_written(http, tmp_path, sleeps):
     """The event log is optional; the adapter works the same without one."""
-    vast = VastAdapter(api_key=API_KEY, base_url=BASE, sleep=sleeps.append, environ={})
+    vast = VastAdapter(api_key=API_KEY, base_url=BASE, sleep=sleeps.append)
     replay(http, rec("show_gone"))
 
     assert vast.show(BOX) is None
@@ -897,7 +902,7 @@ def test_a_create_is_not_lost_when_the_event_log_cannot_be_written(http, tmp_pat
     """M12: the box exists once Vast said so; an unwritable audit log only warns."""
     (tmp_path / "events.jsonl").mkdir()  # a directory where the log file should be
     log = EventLog(tmp_path / "events.jsonl", "tester@ci")
-    vast = VastAdapter(api_key=API_KEY, base_url=BASE, events=log, sleep=sleeps.append, environ={})
+    vast = VastAdapter(api_key=API_KEY, base_url=BASE, events=log, sleep=sleeps.append)
     replay(http, rec("create_success"))
 
     with pytest.warns(RuntimeWarning, match="vast.call not written"):
@@ -910,7 +915,7 @@ def test_a_create_is_not_lost_when_the_event_log_cannot_be_written(http, tmp_pat
 def test_the_base_url_comes_from_vast_url_so_a_loopback_fake_can_answer(http, sleeps):
     """VAST_URL (or base_url=) points the real client at another server."""
     loopback = "http://127.0.0.1:8765"
-    vast = VastAdapter(api_key=API_KEY, environ={"VAST_URL": loopback + "/"}, sleep=sleeps.append)
+    vast = VastAdapter(api_key=API_KEY, base_url=loopback + "/", sleep=sleeps.append)
     http.add(rec("show_gone").to_response(loopback))
 
     assert vast.show(BOX) is None
@@ -923,18 +928,18 @@ def test_the_api_key_comes_from_the_argument_the_environment_or_vastais_key_file
     (tmp_path / ".config" / "vastai" / "vast_api_key").write_text("from-file-key\n")
     home = {"HOME": str(tmp_path)}
 
-    assert VastAdapter(api_key="arg-key", environ={"VAST_API_KEY": "env"})._api_key == "arg-key"
-    assert VastAdapter(environ={"VAST_API_KEY": " env-key\n", **home})._api_key == "env-key"
-    assert VastAdapter(environ=home)._api_key == "from-file-key"
+    assert VastAdapter(api_key=" arg-key\n")._api_key == "arg-key"
+    assert find_api_key({"VAST_API_KEY": " env-key\n", **home}) == "env-key"
+    assert find_api_key(home) == "from-file-key"
     with pytest.raises(UsageError, match="no Vast.ai API key"):
-        VastAdapter(environ={"HOME": str(tmp_path / "empty")})
+        find_api_key({"HOME": str(tmp_path / "empty")})
 
 
 @pytest.mark.parametrize("url", ["console.vast.ai", "ftp://console.vast.ai", "https://"])
 def test_a_base_url_that_is_not_http_is_a_usage_error(url):
     """A typo'd URL is refused at construction, not at the first call."""
     with pytest.raises(UsageError, match="base URL"):
-        VastAdapter(api_key=API_KEY, base_url=url, environ={})
+        VastAdapter(api_key=API_KEY, base_url=url)
 
 
 def test_a_non_transient_request_error_is_a_provider_error_and_not_retried(http, vast, sleeps):
@@ -1606,7 +1611,6 @@ def test_a_call_event_rounds_its_duration_to_microseconds_and_has_no_error(
         events=EventLog(event_path, "tester@ci"),
         sleep=sleeps.append,
         monotonic=lambda: next(ticks),
-        environ={},
     )
     replay(http, rec("ssh_keys_list"))
 
@@ -1622,7 +1626,7 @@ def test_an_unwritable_log_warns_at_the_caller_of_log(http, tmp_path, sleeps, mo
 
     (tmp_path / "events.jsonl").mkdir()
     log = EventLog(tmp_path / "events.jsonl", "tester@ci")
-    vast = VastAdapter(api_key=API_KEY, base_url=BASE, events=log, sleep=sleeps.append, environ={})
+    vast = VastAdapter(api_key=API_KEY, base_url=BASE, events=log, sleep=sleeps.append)
     warned: list[tuple[object, ...]] = []
     monkeypatch.setattr(
         vast_module, "warnings", type("W", (), {"warn": staticmethod(lambda *a: warned.append(a))})
@@ -1724,27 +1728,28 @@ def test_register_refusals_say_exactly_why(vast):
 
 
 # --- configuration, exactly -----------------------------------------------------------------------
-def test_without_environ_the_process_environment_is_read(monkeypatch):
-    """environ=None means os.environ: VAST_API_KEY and VAST_URL come from the real process."""
+def test_the_adapter_reads_no_process_environment(monkeypatch):
+    """The key and the URL are constructor arguments only: VAST_API_KEY and VAST_URL in the
+    process environment are not read by the adapter (the CLI's session passes them)."""
     monkeypatch.setenv("VAST_API_KEY", "from-os-environ")
     monkeypatch.setenv("VAST_URL", "http://127.0.0.1:8765")
 
-    vast = VastAdapter()
-
-    assert (vast._api_key, vast.base_url) == ("from-os-environ", "http://127.0.0.1:8765")
+    with pytest.raises(UsageError, match="no Vast.ai API key"):
+        VastAdapter()
+    assert VastAdapter(api_key=API_KEY).base_url == "https://console.vast.ai"
 
 
 def test_read_attempts_below_one_is_refused_with_its_value():
     """At least one attempt is always made; zero is a caller's bug."""
     with pytest.raises(UsageError) as caught:
-        VastAdapter(api_key=API_KEY, read_attempts=0, environ={})
+        VastAdapter(api_key=API_KEY, read_attempts=0)
 
     assert str(caught.value) == "read_attempts must be at least 1, not 0"
 
 
 def test_only_trailing_slashes_are_trimmed_from_the_base_url():
     """A base URL keeps its path; only the slash at its end goes."""
-    vast = VastAdapter(api_key=API_KEY, base_url="http://127.0.0.1:8765/proxy-X/", environ={})
+    vast = VastAdapter(api_key=API_KEY, base_url="http://127.0.0.1:8765/proxy-X/")
 
     assert vast.base_url == "http://127.0.0.1:8765/proxy-X"
 
@@ -1757,7 +1762,7 @@ def test_the_key_file_under_xdg_config_home_wins_over_home(tmp_path):
     (tmp_path / "home" / ".vast_api_key").write_text("home-key\n")
     environ = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")}
 
-    assert VastAdapter(environ=environ)._api_key == "xdg-key"
+    assert find_api_key(environ) == "xdg-key"
 
 
 def test_the_legacy_home_key_file_is_read_when_the_config_file_is_absent(tmp_path, monkeypatch):
@@ -1767,7 +1772,7 @@ def test_the_legacy_home_key_file_is_read_when_the_config_file_is_absent(tmp_pat
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
 
-    assert VastAdapter(environ={"HOME": str(tmp_path / "home")})._api_key == "legacy-key"
+    assert find_api_key({"HOME": str(tmp_path / "home")}) == "legacy-key"
 
 
 def test_without_home_no_file_is_read_and_the_refusal_says_where_to_put_a_key(
@@ -1779,7 +1784,7 @@ def test_without_home_no_file_is_read_and_the_refusal_says_where_to_put_a_key(
     monkeypatch.chdir(tmp_path)
 
     with pytest.raises(UsageError) as caught:
-        VastAdapter(environ={})
+        find_api_key({})
 
     assert str(caught.value) == (
         "no Vast.ai API key found; set VAST_API_KEY, or write it to ~/.config/vastai/vast_api_key"
@@ -1790,10 +1795,10 @@ def test_without_home_no_file_is_read_and_the_refusal_says_where_to_put_a_key(
 def test_the_key_file_is_read_as_utf8_whatever_the_locale(tmp_path):
     """The key file is opened with an explicit encoding (PEP 597's warning never fires)."""
     (tmp_path / ".vast_api_key").write_text("file-key\n")
-    assert VastAdapter(environ={"HOME": str(tmp_path)})._api_key == "file-key"
+    assert find_api_key({"HOME": str(tmp_path)}) == "file-key"
     code = (
-        "import sys; from gpuops.providers.vast import VastAdapter\n"
-        f"print(VastAdapter(environ={{'HOME': {str(tmp_path)!r}}})._api_key)\n"
+        "import sys; from gpuops.providers.vast import find_api_key\n"
+        f"print(find_api_key({{'HOME': {str(tmp_path)!r}}}))\n"
     )
     argv = [sys.executable, "-X", "warn_default_encoding", "-W", "error::EncodingWarning"]
 

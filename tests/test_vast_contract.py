@@ -66,7 +66,7 @@ class Replay:
         self.mock = mock
 
     def adapter(self, api_key: str = API_KEY) -> VastAdapter:
-        return VastAdapter(api_key=api_key, base_url=BASE, sleep=lambda s: None, environ={})
+        return VastAdapter(api_key=api_key, base_url=BASE, sleep=lambda s: None)
 
     def given(self, *names: str) -> None:
         for name in names:
@@ -89,7 +89,7 @@ class Fake:
         self.model = model
 
     def adapter(self, api_key: str = API_KEY) -> VastAdapter:
-        return VastAdapter(api_key=api_key, base_url=BASE, sleep=lambda s: None, environ={})
+        return VastAdapter(api_key=api_key, base_url=BASE, sleep=lambda s: None)
 
     def given(self, *names: str) -> None:
         for name in names:

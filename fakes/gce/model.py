@@ -162,13 +162,13 @@ class FakeGCE:
     def _at(self, delay_s: float, action: Callable[[], None]) -> None:
         """Schedule ``action`` ``delay_s`` after now, or after the event being applied: a
         change applied late (nobody asked for a while) still schedules its sequels on time."""
-        base = self.clock.now() if self._applying is None else self._applying
+        base = self.clock.wall() if self._applying is None else self._applying
         heapq.heappush(self._events, (base + delay_s, next(self._seq), action))
 
     def tick(self) -> None:
         """Apply every scheduled change whose time has come, in order."""
         with self.lock:
-            now = self.clock.now()
+            now = self.clock.wall()
             while self._events and self._events[0][0] <= now:
                 when, _, action = heapq.heappop(self._events)
                 self._applying = when
@@ -231,7 +231,7 @@ class FakeGCE:
         self.fingerprint = fingerprint(next(self._fp))
 
     def _now(self) -> float:
-        return self._applying if self._applying is not None else self.clock.now()
+        return self._applying if self._applying is not None else self.clock.wall()
 
     def _operation(self, kind: str, outcome: str, running_s: float) -> Operation:
         """A new zone operation, inserted now: a unique id and name, its phases' times."""
@@ -330,12 +330,12 @@ class FakeGCE:
         """A boot's ``sleep``: block (this server thread) until the model's clock says so."""
         with self.lock:
             boot = self.processes.get(number)
-            wake = self.clock.now() + max(seconds, 0.0)
+            wake = self.clock.wall() + max(seconds, 0.0)
             if boot is not None:
                 boot.sleepers[pid] = wake
         try:
             with self.wakeup:
-                while not self._closed and self.clock.now() < wake:
+                while not self._closed and self.clock.wall() < wake:
                     if boot is not None and boot.killed:
                         return
                     self.wakeup.wait(SLEEP_POLL)
@@ -351,7 +351,7 @@ class FakeGCE:
         if seen == self._settled:
             return
         live = [b for b in self.processes.values() if not b.killed]
-        real_boot.wait_blocked(live, self.clock.now)
+        real_boot.wait_blocked(live, self.clock.wall)
         self._settled = seen
 
     def next_change(self) -> float | None:
@@ -368,12 +368,12 @@ class FakeGCE:
         """A test's FakeClock moves ``seconds``, stopping at every change due on the way and
         letting the boots run to their next wait at each stop."""
         advance = self.clock.advance  # type: ignore[attr-defined]  # a test's FakeClock only
-        target = self.clock.now() + seconds
+        target = self.clock.wall() + seconds
         while True:
             self.settle()
             due = self.next_change()
-            step_to = target if due is None or due > target else max(due, self.clock.now())
-            advance(step_to - self.clock.now())
+            step_to = target if due is None or due > target else max(due, self.clock.wall())
+            advance(step_to - self.clock.wall())
             self.tick()
             if step_to >= target:
                 break

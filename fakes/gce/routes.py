@@ -101,7 +101,7 @@ def _op_body(fake: FakeGCE, name: str) -> dict[str, Any]:
     """The operation as it stands on the fake clock: PENDING, RUNNING, or DONE with its
     outcome's recorded body; its own id, name and times."""
     op = fake.operations[name]
-    status = op.status(fake.clock.now())
+    status = op.status(fake.clock.wall())
     if status == "DONE":
         body = _recorded("gce", DONE_BODIES[op.outcome])
     else:

@@ -122,19 +122,87 @@ def _box(key: str, spec: object) -> Box:
     )
 
 
-def load_table(path: Path) -> dict[str, Box]:
-    """The box table: ``{boxes: {"host:port": fate | {fate, gpu, host_key, sandbox, rekey}}}``
-    (YAML or JSON)."""
+def entries_dir(table: Path) -> Path:
+    """The table's per-box entries (``<table>.d/<host:port>.json``), which override its own:
+    FakeVast writes one box's entries there when that box changes, never the whole table."""
+    return table.with_name(table.name + ".d")
+
+
+def entry_path(table: Path, key: str) -> Path:
+    """Where the entry of the box at ``key`` (``host:port``) is kept beside ``table``."""
+    if "/" in key or key.startswith("."):
+        raise FakeSshError(f"box {key!r}: keys are 'host:port'")
+    return entries_dir(table) / f"{key}.json"
+
+
+def _read(path: Path) -> object:
     import yaml
 
     try:
-        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader(yaml))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_loader(yaml))
     except (OSError, yaml.YAMLError) as exc:
         raise FakeSshError(f"cannot read the box table {path}: {exc}") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("boxes"), dict):
+
+
+def _base(path: Path) -> dict[object, object]:
+    doc = _read(path)
+    boxes = doc.get("boxes") if isinstance(doc, dict) else None
+    if not isinstance(boxes, dict):
         raise FakeSshError(f"{path}: the box table needs a top-level 'boxes' mapping")
-    boxes = [_box(str(key), spec) for key, spec in doc["boxes"].items()]
-    return {box.key: box for box in boxes}
+    return boxes
+
+
+def _entry(table: Path, key: str) -> object | None:
+    """The spec in ``key``'s entry file, or None when it has none."""
+    path = entry_path(table, key)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise FakeSshError(f"cannot read the box entry {path}: {exc}") from exc
+    try:
+        spec: object = json.loads(text)
+    except ValueError as exc:
+        raise FakeSshError(f"the box entry {path} is not JSON: {exc}") from exc
+    return spec
+
+
+def load_table(path: Path) -> dict[str, Box]:
+    """The box table: ``{boxes: {"host:port": fate | {fate, gpu, host_key, sandbox, rekey}}}``
+    (YAML or JSON), each box overridden by its entry file, if it has one (:func:`entry_path`)."""
+    specs = {str(key): spec for key, spec in _base(path).items()}
+    folder = entries_dir(path)
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    for name in names:
+        if name.endswith(".json"):
+            key = name.removesuffix(".json")
+            spec = _entry(path, key)
+            if spec is not None:
+                specs[key] = spec
+    return {box.key: box for box in (_box(key, spec) for key, spec in specs.items())}
+
+
+def load_box(path: Path, key: str) -> Box | None:
+    """The one box at ``key`` (None: no such box), reading only its entry and the table's own
+    mapping: what one ssh call needs, whatever the number of boxes."""
+    spec = _entry(path, key)
+    if spec is None:
+        spec = _base(path).get(key)
+    return None if spec is None else _box(key, spec)
+
+
+def box_stamp(path: Path, key: str) -> tuple[tuple[int, int, int] | None, ...]:
+    """What changes when the box at ``key`` may have: the table's and the entry's file ids."""
+
+    def stamp(file: Path) -> tuple[int, int, int] | None:
+        try:
+            st = file.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    return (stamp(path), stamp(entry_path(path, key)))
 
 
 class TableState:

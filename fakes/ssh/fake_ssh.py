@@ -28,8 +28,9 @@ from gpuops.market.probe import PROBE_STEPS  # noqa: E402
 OPTSTRING = "1246ab:c:e:fgi:kl:m:no:p:qstvxAB:CD:E:F:GI:J:KL:MNO:P:Q:R:S:TVw:W:XYy"
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _CUDA_DEVICES = re.compile(r"devices=\d+")
-# How often a command in flight looks whether its box is still there (the table's mtime first,
-# so a look costs one stat): a destroyed box cuts the connection within this much wall time.
+# How often a command in flight looks whether its box is still there (the stamps of the table
+# and of the box's own entry first, so a look costs two stats): a destroyed box cuts the
+# connection within this much wall time.
 CUT_POLL_S = 0.05
 # What OpenSSH prints when the remote end goes away under a running command (captured).
 REMOTE_CLOSED = "openssh-remote-closed"
@@ -137,9 +138,8 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
     table_path = environ.get(boxes.TABLE_ENV)
     if not table_path:
         raise FakeSshError(f"{boxes.TABLE_ENV} is not set: it names the box table")
-    table = boxes.load_table(Path(table_path))
     state = boxes.TableState(Path(table_path))
-    box = table.get(f"{call.host}:{call.port}")
+    box = boxes.load_box(Path(table_path), f"{call.host}:{call.port}")
     state.log(
         {
             "argv": argv,
@@ -148,7 +148,8 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
         }
     )
     if box is None:
-        raise FakeSshError(f"no box at {call.host}:{call.port}; known: {', '.join(table)}")
+        listed = ", ".join(boxes.load_table(Path(table_path)))
+        raise FakeSshError(f"no box at {call.host}:{call.port}; known: {listed}")
     known = call.options.get("userknownhostsfile")
     if not known:
         raise FakeSshError("refusing to use your real known_hosts: pass -o UserKnownHostsFile=")
@@ -182,21 +183,18 @@ class _Watch:
 
     def __init__(self, table: Path, box: boxes.Box) -> None:
         self.table, self.box = table, box
-        self._seen = self._mtime()
+        self._seen = self._stamp()
 
-    def _mtime(self) -> int | None:
-        try:
-            return self.table.stat().st_mtime_ns
-        except OSError:
-            return None
+    def _stamp(self) -> tuple[object, ...]:
+        return boxes.box_stamp(self.table, self.box.key)
 
     def cut(self) -> bool:
-        mtime = self._mtime()
-        if mtime == self._seen:
+        stamp = self._stamp()
+        if stamp == self._seen:
             return False
-        self._seen = mtime
+        self._seen = stamp
         try:
-            now = boxes.load_table(self.table).get(self.box.key)
+            now = boxes.load_box(self.table, self.box.key)
         except FakeSshError:
             return True  # the table itself went away: so did the box
         return now is None or now.gone or now.sandbox != self.box.sandbox

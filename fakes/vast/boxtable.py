@@ -1,8 +1,11 @@
 """The fake ssh box table FakeVast keeps: each box's two ssh endpoints and their fate.
 
 fakes/ssh/ssh reads the table named by GPUOPS_FAKE_SSH_BOXES on every call (its README has the
-format). A box is ``unreachable`` while it boots, once it died and after it was destroyed; while
-running it has its offer's fate, and its GPU as nvidia-smi would list it.
+format). FakeVast writes the table once, empty, then one entry file per endpoint beside it
+(``<table>.d/``) each time that box changes: never the whole table, so creating or destroying
+one box of 5,000 costs the same as one of 5. A box is ``unreachable`` while it boots, once it
+died and after it was destroyed; while running it has its offer's fate, and its GPU as
+nvidia-smi would list it.
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from fakes.ssh.boxes import entries_dir, entry_path
 
 if TYPE_CHECKING:
     from fakes.vast.model import InstanceState
@@ -74,9 +80,22 @@ def nvidia_name(vast_name: str) -> str:
 
 
 def write_table(path: Path, entries: dict[str, object]) -> None:
-    """Replace the table atomically, so the fake ssh never reads half of one. JSON, which the
-    table's YAML reader reads, because it is rewritten on every change of any box."""
+    """Replace the table atomically, so the fake ssh never reads half of one, and drop every
+    entry file beside it (a new world: no box of an earlier one is left)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    shutil.rmtree(entries_dir(path), ignore_errors=True)
+    _replace(path, json.dumps({"boxes": entries}, sort_keys=True))
+
+
+def write_entry(table: Path, key: str, spec: object) -> None:
+    """Replace one box's entry file atomically (fakes/ssh/boxes.py reads it over the table):
+    a change to one box costs one small file, whatever the number of boxes."""
+    path = entry_path(table, key)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    _replace(path, json.dumps(spec, sort_keys=True))
+
+
+def _replace(path: Path, text: str) -> None:
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps({"boxes": entries}, sort_keys=True), encoding="utf-8")
+    partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)

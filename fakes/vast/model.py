@@ -9,15 +9,20 @@ can assert on ``instances`` and ``calls`` whichever way the client reached it.
 Time is the injected clock only. An instance is provisioning (``actual_status`` null) for
 ``provisioning_s``, then loading for ``loading_s``, then running; a ``dies-after:M`` offer's box
 turns exited M minutes after it started running. SSH fates are realised by the fake ssh box
-table (fakes/ssh/README.md) that :meth:`FakeVast.tick` rewrites from this state (boxtable.py).
+table (fakes/ssh/README.md): :meth:`FakeVast.tick` rewrites the entries of the boxes that changed
+(created, destroyed, or due to change status by the clock, kept in a heap), never the whole
+table (boxtable.py).
 Failures are raised as faults (faults.py).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import functools
+import heapq
 import itertools
-import math
+import json
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,7 +43,7 @@ from fakes.scenario import (
     recorded_offer,
 )
 from fakes.ssh import sandbox
-from fakes.vast.boxtable import box_entries, sandbox_seed, write_table
+from fakes.vast.boxtable import box_entries, sandbox_seed, write_entry, write_table
 from fakes.vast.clock import RECORDED_EPOCH, Clock, FakeClock
 from fakes.vast.faults import Dropped, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
 from fakes.vast.wire import iso, recorded  # wire needs the model's types only to check them
@@ -177,6 +182,29 @@ class _Counters:
     total: int = 0
 
 
+class _Listing:
+    """The boxes the list reports, by id, until fake time ``until`` (from ``since``)."""
+
+    def __init__(self, boxes: list[InstanceState], until: float, since: float = -1e300) -> None:
+        self.boxes = boxes
+        self.until = until
+        self.since = since
+        self.ids = [box.id for box in boxes]
+        self.label_counts: dict[str, int] = {}
+        for box in boxes:
+            self.label_counts[box.label or ""] = self.label_counts.get(box.label or "", 0) + 1
+
+    @functools.cached_property
+    def label_counts_json(self) -> str:
+        """The label counts as the list's JSON carries them, encoded once per listing."""
+        return json.dumps(self.label_counts)
+
+    def after(self, after_id: int | None, count: int) -> list[InstanceState]:
+        """Up to ``count`` boxes with an id above ``after_id`` (None: from the first)."""
+        start = 0 if after_id is None else bisect.bisect_right(self.ids, after_id)
+        return self.boxes[start : start + count]
+
+
 class FakeVast:
     """One Vast.ai account, scripted by a scenario, on an injected clock."""
 
@@ -210,9 +238,12 @@ class FakeVast:
         self._pacing: CreatePacing | None = self.scenario.create_pacing
         self._last_create_at: float | None = None
         self.box_table = None if state_dir is None else Path(state_dir) / "boxes.yaml"
-        self._box_entries: dict[str, object] | None = None
-        self._boxes_changed = True  # a box was created or destroyed since the last tick
-        self._next_change_at = -math.inf  # when the clock next changes some box's status
+        self._box_entries: dict[str, object] = {}  # host:port -> the spec last written
+        self._changed: set[int] = set()  # boxes created or destroyed since the last tick
+        self._due: list[tuple[float, int]] = []  # heap: (when the clock changes it, box id)
+        self._listing: _Listing | None = None  # what the list answers, until a box changes
+        if self.box_table is not None:
+            write_table(self.box_table, {})
         for spec in self.scenario.offers:
             self.add_offer(spec)
         for burst in self.scenario.rate_limits:
@@ -221,6 +252,7 @@ class FakeVast:
             self.add_destroy_failure(failure)
         for lost in self.scenario.lost_creates:
             self.add_lost_create(lost)
+        self._rent_at_start()
         recorded_key = _recorded_public_key()
         for key, deleted_at in self.scenario.ssh_keys:
             text = (generated_key or recorded_key) if key == GENERATED_KEY else key
@@ -243,12 +275,11 @@ class FakeVast:
 
     # --- time ------------------------------------------------------------------------------------
     def now(self) -> float:
-        return self.clock.now()
+        return self.clock.wall()
 
     def wall(self, at: float) -> float:
         """The wall-clock epoch clients read for fake time ``at`` (clock.py)."""
-        wall = getattr(self.clock, "wall", None)
-        return at if wall is None else float(wall(at))
+        return float(self.clock.epoch_of(at))
 
     def advance(self, seconds: float) -> None:
         """Move a FakeClock on, then apply the new time (box table)."""
@@ -389,10 +420,7 @@ class FakeVast:
             raise NoSuchAsk(offer_id, offer.taken_status)
         if offer.held_by is not None:
             raise NoSuchAsk(offer_id, 410)
-        box = self._new_box(offer, payload, now)
-        self.instances[box.id] = box
-        offer.held_by = box.id
-        self._boxes_changed = True
+        box = self._add_box(offer, payload, now)
         self.tick()
         for entry in self._lost:
             if entry.spec.offer == offer_id and entry.left > 0:
@@ -400,6 +428,28 @@ class FakeVast:
                 if entry.spec.answer == "close":
                     raise Dropped(f"create of offer {offer_id} lost: connection closed")
                 raise Unavailable(int(entry.spec.answer))
+        return box
+
+    def _rent_at_start(self) -> None:
+        """The scenario's ``instances``: rented before the fake started, running now. Each is
+        created as a create would create it, with ``created_at`` one boot earlier."""
+        running_at = self.now() - self.scenario.provisioning_s - self.scenario.loading_s
+        for rented in self.scenario.instances:
+            offer = self.offers[rented.offer]
+            if offer.fate.kind == "taken":
+                raise ValueError(f"offer {offer.id} is taken: no box of ours can be on it")
+            self._add_box(offer, {"label": rented.label}, running_at)
+
+    def _add_box(self, offer: OfferState, payload: Mapping[str, Any], at: float) -> InstanceState:
+        """A new box on ``offer``, created at fake time ``at``; its ssh entries due now, its
+        status changes on the heap."""
+        box = self._new_box(offer, payload, at)
+        self.instances[box.id] = box
+        offer.held_by = box.id
+        self._changed_box(box)
+        if self.box_table is not None:
+            for when in self._transitions(box):
+                heapq.heappush(self._due, (when, box.id))
         return box
 
     def _new_box(self, offer: OfferState, payload: Mapping[str, Any], now: float) -> InstanceState:
@@ -432,6 +482,7 @@ class FakeVast:
         if box is None or box.destroyed_at is not None:
             return None
         box.label = label
+        self._listing = None  # the list's label counts changed
         return box
 
     def show(self, instance_id: int) -> InstanceState | None:
@@ -444,20 +495,35 @@ class FakeVast:
     def listed(self) -> list[InstanceState]:
         """Every box the list reports, by id; empty while the scenario says lists lie; a box
         younger than ``list_lag_s`` is left out (the list is eventually consistent)."""
+        return self.listing().boxes
+
+    def listing(self) -> _Listing:
+        """What the list reports now (:meth:`listed`, its ids and label counts). Kept until a
+        box is created, destroyed or relabelled or the clock changes what is listed, so paging
+        5,000 boxes costs one pass over them, not one per page."""
         if self._empty_lists_left is None:
-            return []
+            return _Listing([], float("inf"))
         if self._empty_lists_left > 0:
             self._empty_lists_left -= 1
-            return []
-        now, lag_s = self.now(), self.scenario.list_lag_s
-        return sorted(
-            (
-                b
-                for b in self.instances.values()
-                if self.visible(b) and (lag_s == 0 or now - b.created_at >= lag_s)
-            ),
-            key=lambda b: b.id,
-        )
+            return _Listing([], float("inf"))
+        now = self.now()
+        cached = self._listing
+        if cached is not None and cached.since <= now < cached.until:
+            return cached
+        lag_s, until = self.scenario.list_lag_s, float("inf")
+        boxes: list[InstanceState] = []
+        for box in self.instances.values():
+            if not self.visible(box):
+                continue
+            if box.destroyed_at is not None:  # listed until its destroy lag is over
+                until = min(until, box.destroyed_at + self.scenario.destroy_lag_s)
+            if lag_s != 0 and now - box.created_at < lag_s:
+                until = min(until, box.created_at + lag_s)  # listed from then on
+                continue
+            boxes.append(box)
+        boxes.sort(key=lambda b: b.id)
+        self._listing = _Listing(boxes, until, since=now)
+        return self._listing
 
     def destroy(self, instance_id: int) -> None:
         box = self.instances.get(instance_id)
@@ -477,7 +543,7 @@ class FakeVast:
         offer = self.offers.get(box.offer_id)
         if offer is not None and offer.held_by == instance_id:
             offer.held_by = None  # the machine is rentable again
-        self._boxes_changed = True
+        self._changed_box(box)
         self.tick()
 
     def ssh_keys(self) -> list[KeyState]:
@@ -490,22 +556,29 @@ class FakeVast:
         return entry
 
     def tick(self) -> None:
-        """Apply the clock: rewrite the box table when a box's ssh fate changed."""
+        """Apply the clock: rewrite the entries of every box whose ssh fate may have changed
+        (created or destroyed since the last tick, or due by the clock), and only those."""
         if self.box_table is None:
             return
         with self.lock:
             now = self.now()
-            if not self._boxes_changed and now < self._next_change_at:
-                return  # nothing can have changed: keeps a request O(1) with 1,000 boxes
-            self._boxes_changed = False
-            self._next_change_at = min(
-                (t for box in self.boxes() for t in self._transitions(box) if t > now),
-                default=math.inf,
-            )
-            entries = box_entries(self.instances.values(), self.status, self.host_key)
-            if entries != self._box_entries:  # rewritten only when some box's fate changed
-                write_table(self.box_table, entries)
-                self._box_entries = entries
+            while self._due and self._due[0][0] <= now:
+                self._changed.add(heapq.heappop(self._due)[1])
+            if not self._changed:
+                return  # nothing can have changed: a request stays O(1) with 5,000 boxes
+            changed = sorted(self._changed)
+            self._changed.clear()
+            for box_id in changed:
+                box = self.instances[box_id]
+                for key, spec in box_entries([box], self.status, self.host_key).items():
+                    if spec != self._box_entries.get(key):  # written only when its fate changed
+                        write_entry(self.box_table, key, spec)
+                        self._box_entries[key] = spec
+
+    def _changed_box(self, box: InstanceState) -> None:
+        """A box was created, destroyed or relabelled: its entries are due, the listing stale."""
+        self._changed.add(box.id)
+        self._listing = None
 
     # --- helpers ---------------------------------------------------------------------------------
     def _route_count(self, route: str) -> int:

@@ -197,21 +197,18 @@ def _list(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
         limit = NONPOSITIVE_LIMIT
     if not (isinstance(columns, list) and all(isinstance(c, str) for c in columns)):
         raise _BadRequest(f"select_cols must be a JSON array of column names, not {columns!r}")
-    boxes = model.listed()
-    counts: dict[str, int] = {}
-    for box in boxes:
-        counts[box.label or ""] = counts.get(box.label or "", 0) + 1
+    listing = model.listing()
+    counts = listing.label_counts_json
     after = _after_id(request.query["after_token"]) if "after_token" in request.query else None
     size = min(limit, PAGE_LIMIT)
     if filters:
-        rows = [_row(model, box) for box in boxes]
+        rows = [_row(model, box) for box in listing.boxes]
         rows = [row for row in rows if matches(row, filters, {})]
         total = len(rows)
         rows = [row for row in rows if after is None or int(str(row["id"])) > after]
-    else:  # render only the page (and one more, to know there is more): 1,000 boxes stay fast
-        total = len(boxes)
-        later = [box for box in boxes if after is None or box.id > after][: size + 1]
-        rows = [_row(model, box) for box in later]
+    else:  # render only the page (and one more, to know there is more): a page of 5,000 boxes
+        total = len(listing.boxes)  # costs a bisect and 26 rows
+        rows = [_row(model, box) for box in listing.after(after, size + 1)]
     shown, more = rows[:size], len(rows) > size
     token = next_token(int(str(shown[-1]["id"]))) if more else None
     if "*" not in columns:  # "Unknown column names are returned as null" (show_instances_v1)

@@ -177,19 +177,28 @@ def page(
     rows: Sequence[Mapping[str, object]],
     *,
     total: int,
-    label_counts: Mapping[str, int],
+    label_counts: Mapping[str, int] | str,
     next_token: str | None,
 ) -> Reply:
-    """list_instances_page1's envelope (v1 list: 25 a page, ``next_token`` null at the end)."""
+    """list_instances_page1's envelope (v1 list: 25 a page, ``next_token`` null at the end).
+    ``label_counts`` may come already encoded (JSON text): every page of a listing carries the
+    whole account's counts, so a listing of 5,000 differently labelled boxes encodes them once,
+    not once a page. The body is the one ``json.dumps`` of the envelope would give."""
     doc = recorded("list_instances_page1")
     doc.update(
         instances_found=len(rows),
         total_instances=total,
-        label_counts=dict(label_counts),
+        label_counts=None,
         next_token=next_token,
         instances=[dict(row) for row in rows],
     )
-    return _reply("list_instances_page1", doc)
+    counts = label_counts if isinstance(label_counts, str) else json.dumps(dict(label_counts))
+    fields = [
+        f"{json.dumps(key)}: {counts if key == 'label_counts' else json.dumps(value)}"
+        for key, value in doc.items()
+    ]
+    rec = recording("list_instances_page1")
+    return Reply(rec.status, rec.headers, "{" + ", ".join(fields) + "}")
 
 
 def labelled(instance_id: int, label: str) -> Reply:

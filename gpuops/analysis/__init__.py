@@ -1,1 +1,1 @@
-"""Learning from the event log: stats, shrunk pass rates, off-policy evaluation (issue 6)."""
+"""Learning from the event log: stats, shrunk pass rates, off-policy evaluation."""

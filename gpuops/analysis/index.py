@@ -28,7 +28,7 @@ from gpuops.store.base import Store, Versioned
 
 PREFIX = "index/pass-rates/"
 HEAD_BYTES = 256  # enough of the log's start to tell a replaced log from a grown one
-FORMAT = 1
+FORMAT = 2  # 2: the count of lines that did not decode is kept with the tallies
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ def encode(checkpoint: Checkpoint) -> bytes:
         "trials": c.trials,
         "gpu": c.gpu,
         "race_gpu": c.race_gpu,
+        "skipped": c.skipped,
     }
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
@@ -68,6 +69,7 @@ def decode(data: bytes) -> Checkpoint | None:
             trials={int(k): int(v) for k, v in body["trials"].items()},
             gpu={int(k): str(v) for k, v in body["gpu"].items()},
             race_gpu={str(k): str(v) for k, v in body["race_gpu"].items()},
+            skipped=int(body["skipped"]),
         )
         return Checkpoint(body["offset"], str(body["head"]), counts)
     except (ValueError, TypeError, KeyError, AttributeError):

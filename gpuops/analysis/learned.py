@@ -9,7 +9,7 @@ select.py's ``pass_rate`` wants.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -34,18 +34,37 @@ def pass_rates_from_log(path: Path) -> PassRates:
     return PassRates.from_counts(counts)
 
 
-def ranker(
-    path: Path, store: Store | None = None
-) -> Callable[[Sequence[OfferOfMachine]], dict[int, float]]:
-    """``rates(offers)``: each offer's machine's shrunk pass rate, from the index in ``store``
+class Ranker:
+    """``ranker(offers)``: each offer's machine's shrunk pass rate, from the index in ``store``
     brought up to date when asked (so a long-lived process sees what was learned since it
-    started); without a store, an in-memory index that lives as long as the ranker."""
-    from gpuops.analysis.index import machine_counts
+    started); without a store, an in-memory index that lives as long as the ranker.
+    ``skipped`` is how many lines of the log the last answer could not read (they are left out
+    of the rates, never fatal); ``offers`` and ``rent`` say so."""
 
-    held: Store = store if store is not None else MemoryStore()
+    def __init__(self, path: Path, store: Store | None = None) -> None:
+        self.path = path
+        self.store: Store = store if store is not None else MemoryStore()
+        self.skipped = 0
 
-    def rates(offers: Sequence[OfferOfMachine]) -> dict[int, float]:
-        learned = PassRates.from_counts(machine_counts(path, held))
+    def __call__(self, offers: Sequence[OfferOfMachine]) -> dict[int, float]:
+        from gpuops.analysis.index import machine_counts
+
+        counts = machine_counts(self.path, self.store)
+        self.skipped = counts.skipped
+        learned = PassRates.from_counts(counts)
         return {o.machine_id: learned.rate(o.machine_id, o.gpu_name) for o in offers}
 
-    return rates
+
+def ranker(path: Path, store: Store | None = None) -> Ranker:
+    return Ranker(path, store)
+
+
+def skipped_line(skipped: int) -> str | None:
+    """What ``offers`` and ``rent`` print on stderr when the pass rates left lines out."""
+    if skipped <= 0:
+        return None
+    lines, verb = ("line", "was") if skipped == 1 else ("lines", "were")
+    return (
+        f"gpuops: {skipped} {lines} of the event log did not decode and {verb} left out of the "
+        "pass rates (`gpuops stats` counts them by kind)"
+    )

@@ -76,7 +76,7 @@ class MachineCounts:
     trials: dict[int, int] = field(default_factory=dict)
     gpu: dict[int, str] = field(default_factory=dict)
     race_gpu: dict[str, str] = field(default_factory=dict)
-    skipped: int = 0  # events of KINDS that did not decode (not part of the index checkpoint)
+    skipped: int = 0  # events of KINDS that did not decode
 
     def add(self, kind: str, payload: Mapping[str, object]) -> None:
         event = decode(kind, payload)

@@ -1,4 +1,4 @@
-"""The seed's table of figures, folded from the event log one event at a time (issue 6, M11).
+"""The seed's table of figures, folded from the event log one event at a time (M11).
 
 Pure: ``Stats.add(ts, kind, payload)`` for each event, then ``Stats.report()``. Every payload is
 read through ``event_types.decode``: one that does not decode (a wrong type, a missing field, a
@@ -18,8 +18,8 @@ Where each figure comes from:
 - cost: a box bills from its ``market.create`` to its ``ledger.transition`` to gone-confirmed,
   at the offer's ``dph_total`` from the selection. A box is a failure when its probe failed or
   it never came up; a healthy loser is racing overhead; the kept box is the rental.
-- the guardian: ``guard.confirmed_gone`` (delay_s after the deadline; issue 4's contract).
-- the lane: ``lane.start`` and ``lane.job_end`` (issue 5's contract).
+- the guardian: ``guard.confirmed_gone`` (delay_s after the deadline; the guardian's contract).
+- the lane: ``lane.start`` and ``lane.job_end`` (the lane runner's contract).
 """
 
 from __future__ import annotations

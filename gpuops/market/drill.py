@@ -20,6 +20,7 @@ from gpuops import timing
 from gpuops.ledger import utc_iso
 from gpuops.market.rent import RentRequest
 from gpuops.market.rentals import RELEASED
+from gpuops.settings import Settings
 
 DRILLS = "drills/"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -31,7 +32,7 @@ def target_of(base_url: str) -> str:
 
 
 def drill(
-    state_url: str,
+    settings: Settings,
     operator: str,
     name: str,
     gpu: str | None,
@@ -39,10 +40,10 @@ def drill(
     *,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    from gpuops.market.session import local_dir, open_market
+    from gpuops.market.session import open_market
     from gpuops.market.spawn import spawn
 
-    market = open_market(state_url, operator, progress=say)
+    market = open_market(settings, operator, progress=say)
     target = target_of(getattr(market.vast, "base_url", ""))
     length_s = hours * 3600.0 if hours else timing.DRILL_RENTAL_S
     if gpu is None:
@@ -52,7 +53,7 @@ def drill(
     guardians: list[Any] = []
 
     def on_race(racing: Any) -> None:  # the guardian exists before the first create (M13)
-        guardians.append(spawn(name, state_url, operator, local_dir(state_url)))
+        guardians.append(spawn(name, settings, operator))
 
     request = RentRequest(name=name, gpu_name=gpu, hours=length_s / 3600.0, race_k=1)
     rental = market.rent(request, on_race=on_race)

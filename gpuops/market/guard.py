@@ -38,21 +38,18 @@ from gpuops.market.rent import Market, destroy_rental, owned_records
 from gpuops.market.rentals import FAILED, RELEASED, check_name, process_id
 from gpuops.market.results import Results, copy_results
 
-SCALE_ENV = "GPUOPS_GUARD_TIME_SCALE"  # process tests only: divides every lease duration
-
 
 def guardian_id(operator: str) -> str:
     return process_id(operator)
 
 
-def clockwork_from_env() -> g.Clockwork:
-    raw = os.environ.get(SCALE_ENV)
-    if not raw:
-        return g.NORMAL
+def clockwork_for(time_factor: float) -> g.Clockwork:
+    """The lease durations for a world ``time_factor`` times faster than real time: NORMAL, or
+    under GPUOPS_TIME_SCALE=k (settings.py; loopback fakes only) every one divided by k."""
     try:
-        return g.NORMAL.scaled(float(raw))
+        return g.NORMAL.scaled(time_factor)
     except ValueError as exc:
-        raise UsageError(f"{SCALE_ENV}={raw!r}: {exc}") from None
+        raise UsageError(f"GPUOPS_TIME_SCALE={time_factor!r}: {exc}") from None
 
 
 # --- the guardian --------------------------------------------------------------------------

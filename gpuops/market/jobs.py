@@ -70,12 +70,13 @@ class BoxShell:
 
     state_dir: Path
     identity_file: Path
+    client: ssh.SshClient  # the ssh program and its environment (Settings.ssh())
 
     def argv(self, instance: Instance, script: str) -> list[str]:
         endpoint = endpoint_of(instance)
         if endpoint is None:
             raise Unavailable(f"instance {instance.instance_id} has no ssh address yet")
-        return ssh.ssh_argv(
+        return self.client.argv(
             endpoint,
             script,
             identity_file=self.identity_file,
@@ -83,7 +84,7 @@ class BoxShell:
         )
 
     def run(self, instance: Instance, script: str) -> StepOutput:
-        return ssh.run_command(self.argv(instance, script), timing.SSH_COMMAND_TIMEOUT_S)
+        return self.client.run(self.argv(instance, script), timing.SSH_COMMAND_TIMEOUT_S)
 
     def stream_to(self, instance: Instance, script: str, target: Path, budget_s: float) -> str:
         """Run ``script`` with its stdout written to ``target`` (bytes); '' on success, else
@@ -94,7 +95,7 @@ class BoxShell:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.PIPE,
-                env=ssh.child_env(),
+                env=self.client.child_env(),
                 start_new_session=True,
             )
             try:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -89,6 +87,9 @@ class _RaceOver(Exception):
 
 def process_id(operator: str) -> str:
     """Who is acting, from which host and process: a racer's or a guardian's id."""
+    import secrets  # here, not at the top: a listing (`boxes`) names no process
+    import socket
+
     return f"{operator}/{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
 
 

@@ -7,7 +7,6 @@ budget, keeping the guardian's lease alive while it waits, and delivers it.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tarfile
 import tempfile
@@ -45,11 +44,12 @@ class LocalResults:
 class S3Results:
     bucket: str
     prefix: str
+    endpoint: str | None = None  # GPUOPS_S3_ENDPOINT (settings.py); else boto3's own
 
     def deliver(self, name: str, tarball: Path) -> str:
         import boto3
 
-        client = boto3.client("s3", endpoint_url=os.environ.get("GPUOPS_S3_ENDPOINT") or None)
+        client = boto3.client("s3", endpoint_url=self.endpoint)
         base = f"{self.prefix.strip('/')}/{name}".strip("/")
         with tarfile.open(tarball, "r:gz") as tar:
             for member in tar:
@@ -63,12 +63,12 @@ class S3Results:
         return f"s3://{self.bucket}/{base}/"
 
 
-def open_results(url: str) -> Results:
+def open_results(url: str, s3_endpoint: str | None = None) -> Results:
     if url.startswith("s3://"):
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
         if not bucket:
             raise UsageError(f"{RESULTS_ENV}={url!r} names no bucket")
-        return S3Results(bucket, prefix)
+        return S3Results(bucket, prefix, s3_endpoint)
     return LocalResults(Path(url.removeprefix("file://")).expanduser())
 
 

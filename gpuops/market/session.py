@@ -1,19 +1,18 @@
-"""Building the market from the environment: adapter, event log, ledger, SSH prober.
+"""Building the market from the command's ``Settings``: adapter, event log, ledger, SSH prober.
 
-The CLI calls ``open_market``; tests build ``Market`` directly with fakes. Keys come from the
-environment or the providers' own files and are never logged (H3).
+The CLI calls ``open_market``; tests build ``Market`` directly with fakes. Keys come from
+Settings (the environment, read once in settings.py) or the providers' own files and are never
+logged (H3).
 """
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuops.context import user_state_dir
 from gpuops.errors import UsageError
 from gpuops.events import EventLog
 from gpuops.ledger import Ledger
@@ -21,17 +20,12 @@ from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, Prober
 from gpuops.market.select import MIN_DISK_MB_PER_S
 from gpuops.model import Instance
+from gpuops.settings import Settings
 from gpuops.store import open_store
 
 if TYPE_CHECKING:
     from gpuops.market.jobs import BoxShell
-
-DEFAULT_PUBLIC_KEY = Path.home() / ".ssh" / "id_ed25519.pub"
-
-
-def public_key_path() -> Path:
-    """GPUOPS_SSH_KEY (a .pub file), else ~/.ssh/id_ed25519.pub."""
-    return Path(os.environ.get("GPUOPS_SSH_KEY") or DEFAULT_PUBLIC_KEY).expanduser()
+    from gpuops.providers.ssh import SshClient
 
 
 def read_public_key(path: Path) -> str:
@@ -44,15 +38,9 @@ def read_public_key(path: Path) -> str:
     return text
 
 
-def local_dir(state_url: str) -> Path:
-    """Where per-host files (known_hosts, the event log) go: the state dir, or for s3://
-    state the per-user directory."""
-    if state_url.startswith("s3://"):
-        return user_state_dir()
-    return Path(state_url.removeprefix("file://")).expanduser()
-
-
-def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prober:
+def ssh_prober(
+    state_dir: Path, identity_file: Path, vram_floor_mb: int, client: SshClient
+) -> Prober:
     from gpuops.market.jobs import endpoint_of
     from gpuops.providers import ssh
 
@@ -62,6 +50,7 @@ def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prob
             return Verdict.SSH_UNREACHABLE
         result = ssh.probe(
             endpoint,
+            client=client,
             identity_file=identity_file,
             known_hosts=ssh.known_hosts_path(state_dir, instance.instance_id),
             vram_floor_mb=vram_floor_mb,
@@ -73,7 +62,7 @@ def ssh_prober(state_dir: Path, identity_file: Path, vram_floor_mb: int) -> Prob
 
 
 def open_market(
-    state_url: str,
+    settings: Settings,
     operator: str,
     *,
     vram_floor_mb: int = 8192,
@@ -83,24 +72,31 @@ def open_market(
     sleep: Callable[[float], None] = time.sleep,
     retry_sleep: Callable[[float], None] = time.sleep,
 ) -> Market:
-    """``sleep``: the market's waits (race polls, destroy confirmation); ``retry_sleep``: the
-    adapter's backoff between retried calls (a 503, a 429) and its pacing."""
+    """``sleep``: the market's waits (race polls, destroy confirmation), shortened by
+    GPUOPS_TIME_SCALE when it is set (the loopback fakes run that much faster); ``retry_sleep``:
+    the adapter's backoff between retried calls (a 503, a 429) and its pacing."""
+    if sleep is time.sleep and settings.time_scale is not None:
+        sleep = settings.clock().sleep
     from gpuops.providers import vastai_lazy
-    from gpuops.providers.vast import VastAdapter
+    from gpuops.providers.vast import VastAdapter, find_api_key
 
     vastai_lazy.install()  # the SDK's API layer, without its package start-up (about a second)
 
-    store = open_store(state_url)
-    here = local_dir(state_url)
-    events = EventLog(Path(os.environ.get("GPUOPS_EVENTS") or here / "events.jsonl"), operator)
+    store = open_store(settings.state_url, settings.s3_endpoint)
+    here = settings.local_dir
+    events = EventLog(settings.events_path, operator)
     from gpuops.market.rent import Pace
 
     # one call budget: a sweep's threads and the adapter's 429 waits
     pace = Pace(sleep=retry_sleep)
-    vast = VastAdapter(events=events, sleep=pace.hold)
-    key_path = public_key_path()
-    public_key = read_public_key(key_path) if need_key else ""
-    prober = ssh_prober(here, key_path.with_suffix(""), vram_floor_mb)
+    vast = VastAdapter(
+        api_key=find_api_key(settings.environ),  # VAST_API_KEY, else vastai's key files
+        base_url=settings.vast_url,
+        events=events,
+        sleep=pace.hold,
+    )
+    public_key = read_public_key(settings.ssh_key) if need_key else ""
+    prober = ssh_prober(here, settings.identity_file(), vram_floor_mb, settings.ssh())
     ledger = Ledger(store, events, operator)
     market = Market(
         vast,
@@ -120,8 +116,8 @@ def open_market(
     return market
 
 
-def box_shell(state_url: str) -> BoxShell:
+def box_shell(settings: Settings) -> BoxShell:
     """Runs scripts on our boxes with our key (the private half of GPUOPS_SSH_KEY)."""
     from gpuops.market.jobs import BoxShell
 
-    return BoxShell(local_dir(state_url), public_key_path().with_suffix(""))
+    return BoxShell(settings.local_dir, settings.identity_file(), settings.ssh())

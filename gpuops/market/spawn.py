@@ -17,6 +17,7 @@ from pathlib import Path
 from gpuops import timing
 from gpuops.errors import GpuopsError
 from gpuops.market.rentals import check_name
+from gpuops.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -25,13 +26,15 @@ class Spawned:
     log: Path
 
 
-def spawn(name: str, state_url: str, operator: str, log_dir: Path) -> Spawned:
-    """Start a guardian fully detached from this process, and wait for it to report in."""
-    folder = log_dir / "guardians"
+def spawn(name: str, settings: Settings, operator: str) -> Spawned:
+    """Start a guardian fully detached from this process, and wait for it to report in. It
+    runs with the environment this command's Settings were read from (the same endpoints,
+    keys and time scale), and logs under the per-host directory."""
+    folder = settings.local_dir / "guardians"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     log = folder / f"{check_name(name)}.log"
     argv = [sys.executable, "-m", "gpuops", "guard", name, "--foreground"]
-    argv += ["--state", state_url, "--operator", operator]
+    argv += ["--state", settings.state_url, "--operator", operator]
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         proc = subprocess.Popen(
@@ -42,6 +45,7 @@ def spawn(name: str, state_url: str, operator: str, log_dir: Path) -> Spawned:
             start_new_session=True,  # its own session: no terminal, no shared process group
             close_fds=True,
             cwd="/",
+            env=settings.child_environ(),
         )
     finally:
         os.close(fd)

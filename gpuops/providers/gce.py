@@ -21,23 +21,25 @@ body is what the stockout classification needs.
 from __future__ import annotations
 
 import enum
+import json
+import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuops import timing
 from gpuops.errors import (
-    AuthFailed,
     CapacityExhausted,
     GpuopsError,
     ProviderError,
     ProviderUnavailable,
     QuotaExceeded,
     UnexpectedResponse,
-    VersionConflict,
 )
 from gpuops.events import EventLog
+from gpuops.providers import google_errors
+from gpuops.providers.transport import Observer, new_session
 
 PROVIDER = "gce"
 
@@ -54,6 +56,8 @@ CAPACITY_CODES = frozenset(
 CAPACITY_REASON = "resource_availability"
 CAPACITY_TEXT = "does not have enough resources available to fulfill the request"
 QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
+# An operation's name is a resource name: letters, digits, '-' and '_' (one path segment).
+_OPERATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 class GceStatus(enum.Enum):
@@ -101,25 +105,27 @@ def parse_instance(body: Mapping[str, Any]) -> LaneInstance:
     except ValueError:
         status = GceStatus.UNKNOWN
     scheduling = body.get("scheduling") or {}
+    if not isinstance(scheduling, dict):
+        raise UnexpectedResponse(PROVIDER, "instance scheduling is not an object", body=str(body))
     return LaneInstance(name, status, raw, fingerprint, items, dict(scheduling))
 
 
 def operation_error(op: Mapping[str, Any]) -> GpuopsError | None:
-    """The error a DONE operation carries, translated; None when it succeeded."""
-    errors = (op.get("error") or {}).get("errors") or []
+    """The error a DONE operation carries, translated; None when it succeeded. A field of the
+    wrong type counts as absent; an error that says nothing usable is still an error."""
+    error = op.get("error")
+    found = error.get("errors") if isinstance(error, dict) else None
+    errors = [e for e in found if isinstance(e, dict)] if isinstance(found, list) else []
     status = op.get("httpErrorStatusCode")
-    if not errors and not status:
+    code = status if isinstance(status, int) and not isinstance(status, bool) else None
+    if not errors and not code and not error:
         return None
     codes = [str(e.get("code", "")) for e in errors]
-    reasons = [
-        str((d.get("errorInfo") or {}).get("reason", ""))
-        for e in errors
-        for d in e.get("errorDetails") or []
-    ]
+    details = [d for e in errors for d in _rows(e.get("errorDetails"))]
+    reasons = [str(_row(d.get("errorInfo")).get("reason", "")) for d in details]
     message = "; ".join(f"{e.get('code')}: {e.get('message', '')}" for e in errors) or str(
         op.get("httpErrorMessage", "")
     )
-    code = int(status) if status else None
     body = str(op)
     if (
         any(c in CAPACITY_CODES for c in codes)
@@ -134,44 +140,38 @@ def operation_error(op: Mapping[str, Any]) -> GpuopsError | None:
     return ProviderError(PROVIDER, f"operation {op.get('name')} failed: {message}", code, body)
 
 
-def translate(exc: Exception, what: str) -> GpuopsError:
-    """A google.api_core or requests exception as a gpuops error (the one translation)."""
-    from google.api_core import exceptions as gx
-
-    if isinstance(exc, gx.GoogleAPICallError):
-        code = exc.code if isinstance(exc.code, int) else None
-        reasons = {str(getattr(e, "get", lambda k: None)("reason")) for e in exc.errors or []}
-        text = f"{what}: {exc.message}"
-        if isinstance(exc, gx.PreconditionFailed):
-            return VersionConflict(f"gce:{what}", "the metadata fingerprint read before")
-        if reasons & QUOTA_CODES or "Quota '" in str(exc.message):
-            return QuotaExceeded(PROVIDER, text, code, str(exc.message))
-        if CAPACITY_TEXT in str(exc.message) or reasons & CAPACITY_CODES:
-            return CapacityExhausted(PROVIDER, text, code, str(exc.message))
-        if isinstance(exc, gx.Unauthorized | gx.Forbidden):
-            return AuthFailed(PROVIDER, text, code, str(exc.message))
-        if isinstance(exc, gx.NotFound):
-            return ProviderError(PROVIDER, f"{what}: not found", code, str(exc.message))
-        if isinstance(exc, gx.ServerError | gx.TooManyRequests):
-            return ProviderUnavailable(PROVIDER, text, code, str(exc.message))
-        return ProviderError(PROVIDER, text, code, str(exc.message))
-    return ProviderUnavailable(PROVIDER, f"{what}: {type(exc).__name__}: {exc}")
+def _rows(value: object) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def _foreign() -> tuple[type[Exception], ...]:
-    import requests
-    from google.api_core import exceptions as gx
-
-    return (gx.GoogleAPICallError, requests.RequestException)
+def _row(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 COMPUTE = "https://compute.googleapis.com"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 
 
+def google_session(endpoint: str | None, observers: Sequence[Observer]) -> Any:
+    """The adapter's one session: plain for a loopback fake (no credentials), else
+    google-auth's ``AuthorizedSession`` (a ``requests.Session``) over Application Default
+    Credentials; each observer on its response hook. Shared with gcs.py."""
+    if endpoint:
+        return new_session(observers)
+    import google.auth
+    from google.auth.transport.requests import AuthorizedSession
+
+    try:
+        credentials, _ = google.auth.default(scopes=list(SCOPES))
+    except google_errors.foreign() as exc:
+        raise google_errors.from_exception(PROVIDER, "credentials", exc) from exc
+    return new_session(observers, AuthorizedSession(credentials))  # type: ignore[no-untyped-call]
+
+
 class GceAdapter:
     """One lane instance's calls. ``endpoint`` (an http:// loopback fake) implies anonymous
-    credentials; otherwise Application Default Credentials are used."""
+    credentials; otherwise Application Default Credentials are used. ``observers`` see every
+    response on the adapter's one session (transport.py; ``record gce`` keeps them)."""
 
     def __init__(
         self,
@@ -180,26 +180,19 @@ class GceAdapter:
         *,
         events: EventLog,
         endpoint: str | None = None,
+        observers: Sequence[Observer] = (),
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.project, self.zone, self.endpoint = project, zone, endpoint
         self.events = events
         self.clock, self.sleep = clock, sleep
+        self._observers = tuple(observers)
         self._session: Any = None
 
     def _http(self) -> Any:
         if self._session is None:
-            if self.endpoint:
-                import requests
-
-                self._session = requests.Session()  # a loopback fake: no credentials
-            else:
-                import google.auth
-                from google.auth.transport.requests import AuthorizedSession
-
-                credentials, _ = google.auth.default(scopes=list(SCOPES))
-                self._session = AuthorizedSession(credentials)  # type: ignore[no-untyped-call]
+            self._session = google_session(self.endpoint, self._observers)
         return self._session
 
     def _url(self, rest: str) -> str:
@@ -214,7 +207,7 @@ class GceAdapter:
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        """One call; the JSON answer, or the translated error (once, here)."""
+        """One call; the JSON object answered, or the translated error (google_errors.py)."""
         try:
             reply = self._http().request(
                 method,
@@ -223,19 +216,20 @@ class GceAdapter:
                 params=params,
                 timeout=(timing.HTTP_TIMEOUT_S, timing.HTTP_TIMEOUT_S),
             )
-            if reply.status_code >= 400:
-                from google.api_core import exceptions as gx
-
-                raise gx.from_http_response(reply)  # type: ignore[no-untyped-call]
-            answer = reply.json()
-        except _foreign() as exc:
-            error = translate(exc, what)
+        except google_errors.foreign() as exc:
+            error = google_errors.from_exception(PROVIDER, what, exc)
             self.events.append("gce.error", call=what, error=str(error))
             raise error from exc
-        except ValueError as exc:  # not JSON
-            raise UnexpectedResponse(PROVIDER, f"{what}: the answer is not JSON") from exc
+        if reply.status_code >= 400:
+            error = google_errors.from_status(PROVIDER, what, reply.status_code, reply.text)
+            self.events.append("gce.error", call=what, error=str(error))
+            raise error
+        try:
+            answer = json.loads(reply.text)
+        except (ValueError, RecursionError) as exc:
+            raise _unexpected(what, "the answer is not JSON", reply.text) from exc
         if not isinstance(answer, dict):
-            raise UnexpectedResponse(PROVIDER, f"{what}: the answer is not an object")
+            raise _unexpected(what, "the answer is not an object", reply.text)
         return answer
 
     def get(self, instance: str) -> LaneInstance:
@@ -255,7 +249,7 @@ class GceAdapter:
             f"setMetadata {instance}", "POST", f"instances/{instance}/setMetadata", resource
         )
         self.events.append("gce.set_metadata", instance=instance, keys=sorted(items))
-        self._wait(str(op.get("name")), f"setMetadata {instance}")
+        self._wait(_operation_name(op, f"setMetadata {instance}"), f"setMetadata {instance}")
 
     def set_run_ceiling(self, instance: str, current: Mapping[str, Any], max_run_s: float) -> None:
         """The provider-native ceiling: ``scheduling.maxRunDuration`` with
@@ -272,7 +266,7 @@ class GceAdapter:
             f"setScheduling {instance}", "POST", f"instances/{instance}/setScheduling", wanted
         )
         self.events.append("gce.set_scheduling", instance=instance, max_run_s=int(max_run_s))
-        self._wait(str(op.get("name")), f"setScheduling {instance}")
+        self._wait(_operation_name(op, f"setScheduling {instance}"), f"setScheduling {instance}")
 
     def start(self, instance: str) -> None:
         """Send start and wait for its operation; a stockout raises CapacityExhausted.
@@ -281,8 +275,9 @@ class GceAdapter:
         boot marker can tell the runner whether this start did anything (L2).
         """
         op = self._request(f"start {instance}", "POST", f"instances/{instance}/start")
-        self.events.append("gce.start", instance=instance, operation=op.get("name"))
-        self._wait(str(op.get("name")), f"start {instance}")
+        name = _operation_name(op, f"start {instance}")
+        self.events.append("gce.start", instance=instance, operation=name)
+        self._wait(name, f"start {instance}")
 
     def _wait(self, name: str, what: str) -> dict[str, Any]:
         deadline = self.clock() + timing.GCE_OPERATION_TIMEOUT_S
@@ -313,5 +308,19 @@ class GceAdapter:
         )
         try:
             return str(got.get("contents", "")), int(got.get("next", 0))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise UnexpectedResponse(PROVIDER, f"serialPort {instance}: bad next") from exc
+
+
+def _operation_name(op: Mapping[str, Any], what: str) -> str:
+    """The operation's name, to poll: a non-empty string that stays one path segment."""
+    name = op.get("name")
+    if not isinstance(name, str) or not _OPERATION_NAME.fullmatch(name):
+        raise UnexpectedResponse(PROVIDER, f"{what}: operation name {name!r}", body=str(op))
+    return name
+
+
+def _unexpected(what: str, problem: str, body: str) -> UnexpectedResponse:
+    return UnexpectedResponse(
+        PROVIDER, f"{what}: {problem} (body starts {body[:120]!r})", body=body
+    )

@@ -1,89 +1,157 @@
-"""The GCS adapter for the lane: list, read and write objects under the lane bucket.
+"""The GCS adapter for the lane: list, read, stat and write objects under the lane bucket.
 
-Over ``google-cloud-storage`` (imported lazily). ``STORAGE_EMULATOR_HOST`` (the library's own
-convention) points it at a loopback fake, with anonymous credentials. Errors are translated
-here, once; a missing object is ``None``, not an error.
+The Cloud Storage JSON API (v1), spoken through the adapter's own session (gce.py's
+``google_session``: plain for a loopback ``endpoint``, google-auth's ``AuthorizedSession``
+otherwise), exactly the requests google-cloud-storage sends for these four calls
+(``objects.list``, ``/download/...?alt=media``, ``objects.get``, a media upload). The client
+library is not used at run time: its ``Client`` offers no public transport seam (``_http`` is
+documented as private), it retries on its own for up to two minutes (a ``lane watch --timeout
+0`` with storage unreachable used to block 77 s and end in an untranslated ``RetryError``),
+and it reads ``STORAGE_EMULATOR_HOST`` itself. Here every call is sent once, bounded by
+timing.HTTP_TIMEOUT_S, and its failure is translated by google_errors.py. A missing object
+is ``None``, not an error. FakeGCS is still judged by the real client library in
+tests/test_fake_gce_contract.py.
 """
 
 from __future__ import annotations
 
-import os
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
-from gpuops.errors import AuthFailed, ProviderError, ProviderUnavailable
+from gpuops import timing
+from gpuops.errors import UnexpectedResponse
+from gpuops.providers import google_errors
+from gpuops.providers.gce import google_session
+from gpuops.providers.transport import Observer
 
 PROVIDER = "gcs"
+STORAGE = "https://storage.googleapis.com"
+# objects.list pages; a listing that needs more than this many pages is refused, not looped on
+MAX_PAGES = 1000
 
 
 class GcsAdapter:
-    def __init__(self, bucket: str, project: str | None = None) -> None:
-        self.bucket_name, self.project = bucket, project
-        self._bucket: Any = None
+    """The lane bucket's objects. ``endpoint``: a loopback fake (anonymous), else real GCS
+    over Application Default Credentials. ``observers`` see every response (transport.py)."""
 
-    def _get_bucket(self) -> Any:
-        if self._bucket is None:
-            from google.cloud import storage  # type: ignore[attr-defined,import-untyped,unused-ignore]
+    def __init__(
+        self,
+        bucket: str,
+        project: str | None = None,
+        *,
+        endpoint: str | None = None,
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        self.bucket_name, self.project, self.endpoint = bucket, project, endpoint
+        self._observers = tuple(observers)
+        self._session: Any = None
 
-            if os.environ.get("STORAGE_EMULATOR_HOST"):
-                from google.auth.credentials import AnonymousCredentials
+    def _base(self) -> str:
+        return (self.endpoint or STORAGE).rstrip("/")
 
-                client = storage.Client(
-                    project=self.project or "gpuops-lane",
-                    credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-                )
-            else:
-                client = storage.Client(project=self.project)
-            self._bucket = client.bucket(self.bucket_name)
-        return self._bucket
+    def _object_path(self, name: str) -> str:
+        return f"/b/{quote(self.bucket_name, safe='')}/o/{quote(name, safe='')}"
 
-    def _translate(self, exc: Exception, what: str) -> Exception:
-        from google.api_core import exceptions as gx
+    def _call(
+        self,
+        what: str,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+        missing_ok: bool = False,
+    ) -> Any:
+        """One request; the response (None for a 404 when ``missing_ok``), or the error."""
+        if self._session is None:
+            self._session = google_session(self.endpoint, self._observers)
+        headers = {"Content-Type": "application/octet-stream"} if data is not None else None
+        try:
+            reply = self._session.request(
+                method,
+                url,
+                params=params,
+                data=data,
+                headers=headers,
+                timeout=(timing.HTTP_TIMEOUT_S, timing.HTTP_TIMEOUT_S),
+            )
+        except google_errors.foreign() as exc:
+            raise google_errors.from_exception(PROVIDER, what, exc) from exc
+        if missing_ok and reply.status_code == 404:
+            return None
+        if reply.status_code >= 400:
+            raise google_errors.from_status(PROVIDER, what, reply.status_code, reply.text)
+        return reply
 
-        if isinstance(exc, gx.Unauthorized | gx.Forbidden):
-            return AuthFailed(PROVIDER, f"{what}: {exc}", exc.code)
-        if isinstance(exc, gx.ServerError | gx.TooManyRequests):
-            return ProviderUnavailable(PROVIDER, f"{what}: {exc}", exc.code)
-        if isinstance(exc, gx.GoogleAPICallError):
-            return ProviderError(PROVIDER, f"{what}: {exc}", exc.code)
-        return ProviderUnavailable(PROVIDER, f"{what}: {type(exc).__name__}: {exc}")
-
-    def _foreign(self) -> tuple[type[Exception], ...]:
-        import requests
-        from google.api_core import exceptions as gx
-
-        return (gx.GoogleAPICallError, requests.RequestException)
+    def _json(self, what: str, reply: Any) -> Mapping[str, Any]:
+        try:
+            doc = json.loads(reply.text)
+        except (ValueError, RecursionError) as exc:
+            raise _unexpected(what, "the answer is not JSON", reply.text) from exc
+        if not isinstance(doc, dict):
+            raise _unexpected(what, "the answer is not an object", reply.text)
+        return doc
 
     def list(self, prefix: str) -> list[str]:
-        """Object names under ``prefix``, sorted."""
-        try:
-            blobs = self._get_bucket().client.list_blobs(self.bucket_name, prefix=prefix)
-            return sorted(str(b.name) for b in blobs)
-        except self._foreign() as exc:
-            raise self._translate(exc, f"list gs://{self.bucket_name}/{prefix}") from exc
+        """Object names under ``prefix``, sorted (every page)."""
+        what = f"list gs://{self.bucket_name}/{prefix}"
+        url = f"{self._base()}/storage/v1/b/{quote(self.bucket_name, safe='')}/o"
+        names: list[str] = []
+        params = {"prefix": prefix}
+        for _ in range(MAX_PAGES):
+            doc = self._json(what, self._call(what, "GET", url, params=params))
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise _unexpected(what, "items is not a list", str(doc))
+            for item in items:
+                name = item.get("name") if isinstance(item, dict) else None
+                if not isinstance(name, str):
+                    raise _unexpected(what, "an item without a name", str(doc))
+                names.append(name)
+            token = doc.get("nextPageToken")
+            if not token:
+                return sorted(names)
+            if not isinstance(token, str):
+                raise _unexpected(what, "nextPageToken is not a string", str(doc))
+            params = {"prefix": prefix, "pageToken": token}
+        raise _unexpected(what, f"more than {MAX_PAGES} pages", "")
 
     def read(self, name: str) -> bytes | None:
         """The object's bytes, or None when it does not exist."""
-        from google.api_core import exceptions as gx
-
-        try:
-            return bytes(self._get_bucket().blob(name).download_as_bytes())
-        except gx.NotFound:
-            return None
-        except self._foreign() as exc:
-            raise self._translate(exc, f"read gs://{self.bucket_name}/{name}") from exc
+        what = f"read gs://{self.bucket_name}/{name}"
+        url = f"{self._base()}/download/storage/v1{self._object_path(name)}"
+        reply = self._call(what, "GET", url, params={"alt": "media"}, missing_ok=True)
+        return None if reply is None else bytes(reply.content)
 
     def updated(self, name: str) -> float | None:
         """When the object was last written (epoch seconds), or None when it does not exist."""
-        try:
-            blob = self._get_bucket().get_blob(name)
-        except self._foreign() as exc:
-            raise self._translate(exc, f"stat gs://{self.bucket_name}/{name}") from exc
-        if blob is None or blob.updated is None:
+        what = f"stat gs://{self.bucket_name}/{name}"
+        url = f"{self._base()}/storage/v1{self._object_path(name)}"
+        reply = self._call(what, "GET", url, missing_ok=True)
+        if reply is None:
             return None
-        return float(blob.updated.timestamp())
+        stamp = self._json(what, reply).get("updated")
+        if stamp is None:
+            return None
+        try:
+            when = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+            if when.tzinfo is None:  # RFC 3339 always has an offset; never the host's zone
+                when = when.replace(tzinfo=UTC)
+            return when.timestamp()
+        except (ValueError, OverflowError, OSError) as exc:
+            raise _unexpected(what, f"updated is {stamp!r}", reply.text) from exc
 
     def write(self, name: str, data: bytes) -> None:
-        try:
-            self._get_bucket().blob(name).upload_from_string(data)
-        except self._foreign() as exc:
-            raise self._translate(exc, f"write gs://{self.bucket_name}/{name}") from exc
+        """Write the object whole (a media upload: one request)."""
+        what = f"write gs://{self.bucket_name}/{name}"
+        url = f"{self._base()}/upload/storage/v1/b/{quote(self.bucket_name, safe='')}/o"
+        self._call(what, "POST", url, params={"uploadType": "media", "name": name}, data=data)
+
+
+def _unexpected(what: str, problem: str, body: str) -> UnexpectedResponse:
+    return UnexpectedResponse(
+        PROVIDER, f"{what}: {problem} (body starts {body[:120]!r})", body=body
+    )

@@ -66,11 +66,6 @@ class SshEndpoint:
             raise UsageError(f"ssh user {self.user!r} is not a user name")
 
 
-def ssh_program() -> str:
-    """The ssh client to run: ``$GPUOPS_SSH`` (the fake, in tests and demos) or ``ssh``."""
-    return os.environ.get(SSH_PROGRAM_ENV) or "ssh"
-
-
 def known_hosts_path(state_dir: Path, box_id: str) -> Path:
     """The box's own known_hosts file under the state dir, created empty (0600) if absent."""
     if not _BOX_ID.fullmatch(box_id):
@@ -95,11 +90,12 @@ def ssh_argv(
     *,
     identity_file: Path,
     known_hosts: Path,
-    program: str | None = None,
+    program: str,
 ) -> list[str]:
-    """The argv that runs ``command`` on the box: batch mode, pinned host key, bounded connect."""
+    """The argv that runs ``command`` on the box: batch mode, pinned host key, bounded connect.
+    ``program``: the ssh client (``SshClient.program``: GPUOPS_SSH, the fake in tests, or ssh)."""
     return [
-        program or ssh_program(),
+        program,
         "-o", "BatchMode=yes",
         "-o", f"ConnectTimeout={int(timing.SSH_CONNECT_TIMEOUT_S)}",
         "-o", "StrictHostKeyChecking=accept-new",
@@ -116,21 +112,47 @@ def ssh_argv(
     ]  # fmt: skip
 
 
-def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def child_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment for ssh: the caller's, less anything named like a key or token (H3)."""
-    source = os.environ if environ is None else environ
-    return {k: v for k, v in source.items() if k in _KEEP or not is_secret_env_name(k)}
+    return {k: v for k, v in environ.items() if k in _KEEP or not is_secret_env_name(k)}
 
 
-def run_command(argv: Sequence[str], timeout_s: float) -> StepOutput:
-    """Run one ssh command; a timeout kills its whole process group and is reported, not raised."""
+@dataclass(frozen=True)
+class SshClient:
+    """Which ssh client runs and the environment it runs in: ``Settings.ssh()``, built once from
+    the command's environment (this module reads none). ``run`` is a probe's ``Runner``."""
+
+    program: str
+    environ: Mapping[str, str]
+
+    def argv(
+        self, endpoint: SshEndpoint, command: str, *, identity_file: Path, known_hosts: Path
+    ) -> list[str]:
+        return ssh_argv(
+            endpoint,
+            command,
+            identity_file=identity_file,
+            known_hosts=known_hosts,
+            program=self.program,
+        )
+
+    def run(self, argv: Sequence[str], timeout_s: float) -> StepOutput:
+        return run_command(argv, timeout_s, self.environ)
+
+    def child_env(self) -> dict[str, str]:
+        return child_env(self.environ)
+
+
+def run_command(argv: Sequence[str], timeout_s: float, environ: Mapping[str, str]) -> StepOutput:
+    """Run one ssh command in (a scrubbed copy of) ``environ``; a timeout kills its whole
+    process group and is reported, not raised."""
     try:
         proc = subprocess.Popen(
             list(argv),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=child_env(),
+            env=child_env(environ),
             start_new_session=True,
         )
     except FileNotFoundError as exc:
@@ -153,11 +175,12 @@ def _text(raw: bytes) -> str:
 def probe(
     endpoint: SshEndpoint,
     *,
+    client: SshClient,
     identity_file: Path,
     known_hosts: Path,
     vram_floor_mb: int,
     disk_floor_mb_per_s: float,
-    runner: Runner = run_command,
+    runner: Runner | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> ProbeResult:
     """Probe one box on its real hardware: GPU, VRAM floor, CUDA, disk throughput (M1).
@@ -166,6 +189,7 @@ def probe(
     PROBE_TIMEOUT_S. The first failing step ends the probe (an ssh failure, a timeout or a
     host fault); a timeout is SSH_UNREACHABLE "timed out", never a host fault (M2).
     """
+    run = client.run if runner is None else runner
     deadline = clock() + timing.PROBE_TIMEOUT_S
     steps: dict[str, StepOutput] = {}
     for name, command in PROBE_STEPS:
@@ -173,8 +197,10 @@ def probe(
         if left_s <= 0:
             steps[name] = StepOutput(None, timed_out=True)  # the whole-probe budget is spent
         else:
-            argv = ssh_argv(endpoint, command, identity_file=identity_file, known_hosts=known_hosts)
-            steps[name] = runner(argv, min(timing.SSH_COMMAND_TIMEOUT_S, left_s))
+            argv = client.argv(
+                endpoint, command, identity_file=identity_file, known_hosts=known_hosts
+            )
+            steps[name] = run(argv, min(timing.SSH_COMMAND_TIMEOUT_S, left_s))
         failed = first_failure(
             Transcript(**steps),
             vram_floor_mb=vram_floor_mb,

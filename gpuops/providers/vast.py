@@ -2,17 +2,22 @@
 
 Why it is shaped this way:
 
-- **We own every retry.** Each ``VastClient`` is built with ``retry=1``, so the SDK's internal
-  loop (429/502/503/504 and connection errors, three attempts; ``vastai/api/client.py``) never
-  runs. Reads, and the idempotent destroy, are retried here with ``backoff_s`` and the
-  provider's ``Retry-After``. **A create is sent exactly once** (M12): a retried create can rent
+- **One transport, and we own every retry.** The SDK's public API functions are kept, but
+  they are handed ``vast_client.SessionClient``, which sends each request once through the
+  ``requests.Session`` this adapter owns (the SDK's ``VastClient`` builds a session of its own
+  per call inside a private method, with its own retry loop; it is not used). ``observers``
+  given at construction see every exchange on that session (``gpuops record vast``). Reads,
+  and the idempotent destroy, are retried here with ``backoff_s`` and the provider's
+  ``Retry-After``. **A create is sent exactly once** (M12): a retried create can rent
   a second paid box, so an unclear create is left for the caller to reconcile by its label.
 - **One parse, one translation.** Every 2xx body is decoded and parsed in the "parsing"
   section below into ``gpuops.model`` values; the SDK's own return values are not used (its
   post-processing raises bare KeyErrors on drifted rows). Every failure, HTTP or transport,
   becomes a ``gpuops.errors`` exception in ``translate_error`` and nowhere else.
 - **Lazy.** ``import vastai`` costs over a second; it happens inside the first call, never at
-  import, so ``gpuops --help`` does not pay it. ``requests`` is imported the same way.
+  import, so ``gpuops --help`` does not pay it. ``requests`` is imported the same way. The key
+  and the base URL are constructor arguments: the adapter reads no environment
+  (``find_api_key`` reads a given one, and vastai's key files, for the CLI's session).
 - **Observable, never leaky.** Each HTTP exchange is one ``vast.call`` event (op, method,
   path without query, status, duration, attempt). The API key lives only in the client's
   Authorization header: it is never logged, never put in an error, never in ``repr`` (H3).
@@ -26,11 +31,10 @@ import functools
 import importlib
 import json
 import math
-import os
 import re
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,16 +56,23 @@ from gpuops.errors import (
 )
 from gpuops.events import EventLog
 from gpuops.model import Instance, InstanceStatus, Offer, SshKey
+from gpuops.providers.transport import Observer, new_session
+from gpuops.providers.vast_client import SessionClient
 from gpuops.secrets import scrub
 
-__all__ = ["DEFAULT_URL", "READ_ATTEMPTS", "VastAdapter", "backoff_s", "translate_error"]
+__all__ = [
+    "DEFAULT_URL",
+    "READ_ATTEMPTS",
+    "VastAdapter",
+    "backoff_s",
+    "find_api_key",
+    "translate_error",
+]
 
 PROVIDER = "vast"
 DEFAULT_URL = "https://console.vast.ai"
 # A read is tried at most this many times in all (1 + 3 retries): worst case 1+2+4 s of backoff.
 READ_ATTEMPTS = 4
-# The SDK's own attempts per call: exactly one, so only this module ever decides to retry.
-_SDK_ATTEMPTS = 1
 # The v1 instance list serves at most 25 rows a page (show_instances_v1.yaml).
 LIST_PAGE_LIMIT = 25
 # create_instance.yaml x-input-validation: label max_length 256.
@@ -102,20 +113,22 @@ class VastAdapter:
         sleep: Sleep = time.sleep,
         monotonic: Clock = time.monotonic,
         read_attempts: int = READ_ATTEMPTS,
-        environ: Mapping[str, str] | None = None,
+        observers: Sequence[Observer] = (),
     ) -> None:
-        """``api_key``: else VAST_API_KEY, else vastai's key files. ``base_url``: else VAST_URL,
-        else console.vast.ai (a loopback fake is just another base URL). ``sleep`` is the
-        backoff's only way to wait, so tests pass a recorder and never sleep."""
-        env = os.environ if environ is None else environ
-        self.base_url = _checked_url(base_url or env.get("VAST_URL") or DEFAULT_URL)
-        self._api_key = _resolve_api_key(api_key, env)
+        """``api_key``: required (``find_api_key`` reads it from an environment and vastai's
+        key files). ``base_url``: else console.vast.ai (a loopback fake is just another base
+        URL). ``sleep`` is the backoff's only way to wait, so tests pass a recorder and never
+        sleep. ``observers`` see every response on the adapter's one session (transport.py)."""
+        self.base_url = _checked_url(base_url or DEFAULT_URL)
+        self._api_key = _resolve_api_key(api_key, {})
         if read_attempts < 1:
             raise UsageError(f"read_attempts must be at least 1, not {read_attempts}")
         self._events = events
         self._sleep = sleep
         self._monotonic = monotonic
         self._read_attempts = read_attempts
+        self._observers = tuple(observers)
+        self._session: Any = None
 
     def __repr__(self) -> str:
         return f"VastAdapter(base_url={self.base_url!r})"  # never the key (H3)
@@ -323,7 +336,7 @@ class VastAdapter:
             pass  # the SDK could not read the body; the parser below names what is wrong
         except requests.RequestException as exc:  # a bad URL, too many redirects: not transient
             raise ProviderError(PROVIDER, f"{op}: {type(exc).__name__}: {exc}") from exc
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError):
             if client.last_response is None:
                 raise  # not about a body: a bug here or in the SDK, shown as it is
             # else the SDK tripped over a drifted body; the parser below names what is wrong
@@ -333,7 +346,7 @@ class VastAdapter:
         return _Reply(response.status_code, response.text)
 
     def _client(self, op: str, attempt: int) -> Any:
-        """A fresh client per attempt (cheap; no shared state between threads)."""
+        """A client per attempt over the adapter's one session (the attempt is in its events)."""
 
         def observe(
             method: str, url: str, status: int | None, duration: float, exc: BaseException | None
@@ -349,19 +362,22 @@ class VastAdapter:
                 error=None if exc is None else type(exc).__name__,
             )
 
-        return _client_class()(
-            observe,
-            self._monotonic,
+        if self._session is None:
+            self._session = new_session(self._observers)
+        return SessionClient(
+            self._session,
             api_key=self._api_key,
             server_url=self.base_url,
-            retry=_SDK_ATTEMPTS,
-            timeout=timing.HTTP_TIMEOUT_S,
+            user_agent=_user_agent(),
+            timeout_s=timing.HTTP_TIMEOUT_S,
+            observe=observe,
+            monotonic=self._monotonic,
         )
 
     def _parsed(self, op: str, reply: _Reply, parse: Callable[[object], T]) -> T:
         try:
             doc = json.loads(reply.body)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise _unexpected(op, "the body is not JSON", reply) from None
         try:
             return parse(doc)
@@ -404,28 +420,9 @@ def _vastai(module: str) -> Any:
 
 
 @functools.cache
-def _client_class() -> type[Any]:
-    """VastClient, reporting each HTTP exchange; built on first use so vastai loads lazily."""
-
-    class ObservedClient(_vastai("client").VastClient):  # type: ignore[misc]
-        def __init__(self, observe: Any, monotonic: Clock, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self.observe = observe
-            self.monotonic = monotonic
-            self.last_response: Any = None
-
-        def _request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            began = self.monotonic()
-            try:
-                response = super()._request(method, url, *args, **kwargs)
-            except Exception as exc:
-                self.observe(method, url, None, self.monotonic() - began, exc)
-                raise
-            self.last_response = response
-            self.observe(method, url, response.status_code, self.monotonic() - began, None)
-            return response
-
-    return ObservedClient
+def _user_agent() -> str:
+    """The SDK's own User-Agent (``vastai-sdk/<version>``), as its VastClient sends it."""
+    return f"vastai-sdk/{importlib.import_module('vastai.utils').VERSION}"
 
 
 # --- translating failures: the one place ---------------------------------------------------------
@@ -481,7 +478,7 @@ def _unexpected(op: str, problem: str, reply: _Reply) -> UnexpectedResponse:
 def _json_object(body: str) -> Mapping[str, object] | None:
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 
@@ -728,6 +725,12 @@ def _checked_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise UsageError(f"the Vast base URL {url!r} must be http(s)://host[:port]")
     return url.rstrip("/")
+
+
+def find_api_key(env: Mapping[str, str]) -> str:
+    """VAST_API_KEY in ``env``, else vastai's own key files under its HOME/XDG_CONFIG_HOME
+    (the caller passes the environment: no adapter reads os.environ)."""
+    return _resolve_api_key(None, env)
 
 
 def _resolve_api_key(api_key: str | None, env: Mapping[str, str]) -> str:

@@ -13,11 +13,9 @@ match its checksum is reported as CorruptState and is never overwritten: a human
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
-import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,11 +37,15 @@ _VERSION = re.compile(r"[1-9][0-9]*\.[0-9a-f]{8}")
 
 
 def _encode(data: bytes, version: str) -> bytes:
+    import hashlib  # at first use, not at import: an empty listing never loads OpenSSL
+
     header = {"format": _FORMAT, "version": version, "sha256": hashlib.sha256(data).hexdigest()}
     return json.dumps(header, sort_keys=True).encode() + b"\n" + data
 
 
 def _decode(raw: bytes, where: str) -> tuple[bytes, str]:
+    import hashlib
+
     head, sep, data = raw.partition(b"\n")
     if not sep:
         raise CorruptState(where, "no header line (a truncated or foreign file)")
@@ -83,6 +85,8 @@ def _why(exc: OSError) -> str:
 def _next_version(previous: str | None) -> str:
     """``<revision>.<nonce>``: readable order, and a fresh nonce so a deleted-then-recreated
     key never repeats a version an old reader still holds (no ABA)."""
+    import secrets  # writers only: a listing never draws a nonce
+
     revision = int(previous.partition(".")[0]) + 1 if previous else 1
     return f"{revision}.{secrets.token_hex(4)}"
 
@@ -196,6 +200,8 @@ class LocalStore:
         return _decode(raw, str(path))
 
     def _write(self, path: Path, data: bytes, previous: str | None) -> str:
+        import secrets
+
         version = _next_version(previous)
         _private_dirs(path.parent, self.root)
         tmp = self.root / ".tmp" / f"{path.name}.{secrets.token_hex(6)}"

@@ -1,24 +1,27 @@
 """Opening the state store named by a URL: a local directory or ``s3://bucket/prefix``.
 
 Its own module, above base.py and the backends it chooses between: base.py is what every
-backend imports, so it must import none of them. Both backends are imported at the top: each
-is cheap to import (s3.py imports boto3 only when a store is built).
+backend imports, so it must import none of them. Each backend is imported when its URL is
+opened (s3.py imports boto3 only when a store is built), so a local command loads no S3 code.
 """
 
 from __future__ import annotations
 
 from gpuops.errors import UsageError
 from gpuops.store.base import Store
-from gpuops.store.local import LocalStore
-from gpuops.store.s3 import S3Store
 
 
-def open_store(url: str) -> Store:
-    """Open ``s3://bucket/prefix`` or a local directory path (``file://`` optional)."""
+def open_store(url: str, s3_endpoint: str | None = None) -> Store:
+    """Open ``s3://bucket/prefix`` or a local directory path (``file://`` optional).
+    ``s3_endpoint``: Settings.s3_endpoint (GPUOPS_S3_ENDPOINT), for s3:// only."""
     if url.startswith("s3://"):
-        return S3Store.from_url(url)
+        from gpuops.store.s3 import S3Store
+
+        return S3Store.from_url(url, s3_endpoint)
     if "://" in url and not url.startswith("file://"):
         raise UsageError(
             f"unsupported state URL {url!r}: use a directory path or s3://bucket/prefix"
         )
+    from gpuops.store.local import LocalStore
+
     return LocalStore(url.removeprefix("file://"))

@@ -8,7 +8,6 @@ identical bytes mean an identical state and that is safe.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from gpuops import timing
@@ -27,18 +26,22 @@ def _code(exc: Any) -> str:
 class S3Store:
     """Versioned values under ``s3://bucket/prefix``."""
 
-    def __init__(self, bucket: str, prefix: str = "", client: Any = None) -> None:
+    def __init__(
+        self, bucket: str, prefix: str = "", client: Any = None, endpoint: str | None = None
+    ) -> None:
         if not bucket:
             raise UsageError("an s3:// state URL needs a bucket: s3://bucket/prefix")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self._client = client
+        self._endpoint = endpoint
 
     @classmethod
-    def from_url(cls, url: str) -> S3Store:
+    def from_url(cls, url: str, endpoint: str | None = None) -> S3Store:
+        """``endpoint``: GPUOPS_S3_ENDPOINT (settings.py), else boto3's own AWS_ENDPOINT_URL."""
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
-        return cls(bucket, prefix)
+        return cls(bucket, prefix, endpoint=endpoint)
 
     # --- interface ---------------------------------------------------------------------------
     def get(self, key: str) -> Versioned | None:
@@ -108,8 +111,7 @@ class S3Store:
             )
             # GPUOPS_S3_ENDPOINT (as the guardian's results use it), else boto3's own
             # AWS_ENDPOINT_URL: `gpuops fakes serve` exports both for its S3 stand-in.
-            endpoint = os.environ.get("GPUOPS_S3_ENDPOINT") or None
-            self._client = boto3.client("s3", config=config, endpoint_url=endpoint)
+            self._client = boto3.client("s3", config=config, endpoint_url=self._endpoint)
         return self._client
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -22,7 +23,19 @@ from cli_fuzz import ARGV, clean, run_case  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 
-def main(n: int) -> int:
+def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
+    """Run N cases (argv: [N]); the environment is the caller's again after. SystemExit(1)
+    after printing when any case was a traceback or an unexpected exit."""
+    n = int(argv[0]) if argv else 10_000
+    saved = dict(os.environ)
+    try:
+        return _fuzz(n)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _fuzz(n: int) -> list[tuple[str, str, str]]:
     for name in list(os.environ):
         if name.startswith(("GPUOPS_", "VAST_")):
             del os.environ[name]
@@ -44,7 +57,10 @@ def main(n: int) -> int:
             bad.append((argv, code, stderr[-400:]))
 
     started = time.perf_counter()
-    case()
+    try:
+        case()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     took = time.perf_counter() - started
     total = sum(codes.values())
     print(f"cases {total} in {took:.1f} s ({total / took:.0f}/s); load {os.getloadavg()[0]:.2f}")
@@ -53,8 +69,13 @@ def main(n: int) -> int:
     print(f"tracebacks or unexpected exits: {len(bad)}")
     for argv, code, stderr in bad[:5]:
         print(f"  {argv!r} -> {code}: {stderr}")
-    return 0 if not bad and total >= n else 1
+    if bad or total < n:
+        raise SystemExit(1)
+    exits = ", ".join(f"{count} exit {code}" for code, count in sorted(codes.items()))
+    return [(f"CLI fuzz {total:,} argv cases", f"{total / took:.0f}/s",
+             f"0 tracebacks ({exits}); load {os.getloadavg()[0]:.2f}")]  # fmt: skip
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 10_000))
+    main(sys.argv[1:])
+    sys.exit(0)

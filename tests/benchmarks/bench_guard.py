@@ -6,7 +6,7 @@ Starts `gpuops fakes serve` with one healthy offer per box, rents BOXES boxes wi
 rent` (each starts its guardian), runs a job on each that writes results, and waits for every
 guardian to confirm its box gone. Prints, per box, the deadline, the confirmed-gone time and
 the delay (negative: before the deadline, as the copy-then-destroy schedule intends), read from
-the event log. ``--scale`` is GPUOPS_GUARD_TIME_SCALE (1: the real lease durations). Every
+the event log. ``--scale`` is GPUOPS_TIME_SCALE (1: the real lease durations). Every
 guardian it started (their pids from the guard.start events) and the fakes are ended before it
 returns, whatever happened.
 """
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         fakes = Fakes(Path(tmp), offers=offers(args.boxes))
-        fakes.env["GPUOPS_GUARD_TIME_SCALE"] = str(args.scale)
+        fakes.env["GPUOPS_TIME_SCALE"] = str(args.scale)
         try:
             names = [f"bench-{i}" for i in range(args.boxes)]
             for name in names:

@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.benchmarks.common import load  # noqa: E402
+
 IMPORTS = (
     "import gpuops.cli, gpuops.cli_lane, gpuops.lane.session, gpuops.providers.gce, "
     "gpuops.providers.gcs, requests, google.api_core.exceptions; "
@@ -36,14 +38,13 @@ IMPORTS = (
 )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
-    runs = parser.parse_args().runs
-    from tests.test_fakes_serve import Served
-
+    runs = parser.parse_args(argv).runs
     from gpuops.lane import board as b
     from gpuops.store import open_store
+    from tests.test_fakes_serve import Served
 
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
@@ -71,18 +72,21 @@ def main() -> int:
                     times[label].append(time.perf_counter() - start)
                     if done.returncode not in ok:
                         print(f"{label}: exit {done.returncode}: {done.stderr.decode()[-400:]}")
-                        return 1
+                        raise SystemExit(1)
             print(f"load average after:  {os.getloadavg()}")
         finally:
             served.close()
     print(f"{'case':<28} {'median':>9} {'min':>9} {'max':>9}   ({runs} interleaved rounds)")
+    rows = []
     for label, values in times.items():
         print(
-            f"{label:<28} {statistics.median(values):8.3f}s {min(values):8.3f}s "
-            f"{max(values):8.3f}s"
+            f"{label:<28} {statistics.median(values):8.3f}s {min(values):8.3f}s {max(values):8.3f}s"
         )
-    return 0
+        rows.append((f"lane: {label}", f"{statistics.median(values):.3f} s median",
+                     f"{runs} interleaved rounds; {load()}"))  # fmt: skip
+    return rows
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
+    sys.exit(0)

@@ -30,7 +30,8 @@ def _chunk(args: tuple[int, int]) -> Tally:
     return run(count, seed)[0]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
+    """Run the soak; its figures as rows, or SystemExit(1) after printing when any is bad."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lifecycles", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
@@ -65,8 +66,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<22} {value}")
     for failure in total.failures[:10]:
         print(f"  FAILED {failure}")
-    return 1 if total.bad() else 0
+    if total.bad():
+        raise SystemExit(1)
+    rate = total.lifecycles / wall
+    return [(f"soak {total.lifecycles:,} lifecycles", f"{rate:.1f}/s",
+             f"0 leaked, 0 wrong destroys, 0 premature, 0 exit-0 billing; {args.jobs} processes; "
+             f"load {os.getloadavg()[0]:.2f}")]  # fmt: skip
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
+    sys.exit(0)

@@ -5,9 +5,16 @@
 Runs the installed `gpuops` entry point as a user would, interleaved with `python -c pass`
 (round-robin, so load drift hits every case alike), and prints each case's median, its ratio to
 the floor and the machine's load. `boxes` runs against an empty state, one with ``--history``
-released rentals past the retention window, and the same after `gpuops compact`. With
+released rentals past the retention window, and the same after `gpuops compact`. The first
+`boxes` over the uncompacted history starts `gpuops compact` in the background (archive.due):
+that run is timed on its own, once, and so is the compaction it started (waited for on its
+lock); the interleaved runs that follow measure what every later listing costs. With
 ``--importtime``, the slowest imports of each command (`python -X importtime`) follow. A
 figure, not a test: timed assertions flake on shared machines.
+
+The package's bytecode is compiled first, as an install leaves it (pip compiles on install):
+with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every run would recompile gpuops'
+sources and the figure would measure the compiler, not the start-up a user sees.
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from tests.benchmarks.common import gpuops_argv, interleaved, load, median
+from tests.benchmarks.common import ROOT, gpuops_argv, interleaved, load, median
 
 TARGETS = {"--help": 3.0, "rules": 5.0, "boxes": 5.0}
 
@@ -40,6 +48,31 @@ def seed_history(state: Path, rentals: int) -> Path:
         env={**os.environ, "GPUOPS_OPERATOR": "bench@host"},
     )
     return compacted
+
+
+def compile_package() -> None:
+    """gpuops' bytecode, as `pip install` leaves it (see the module's docstring)."""
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "gpuops")],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def first_run_s(argv: list[str], env: dict[str, str], state: Path) -> tuple[float, float]:
+    """Wall seconds of the first `boxes` over old history, and until the compaction it
+    started in the background has ended (its lock, in the state directory, is free)."""
+    import fcntl
+
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, check=True, env={**os.environ, **env})
+    listed = time.perf_counter() - start
+    lock = os.open(state / "compact.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    finally:
+        os.close(lock)
+    return listed, time.perf_counter() - start
 
 
 def importtime(argv: list[str], env: dict[str, str]) -> list[tuple[int, str]]:
@@ -64,6 +97,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser.add_argument("--importtime", action="store_true")
     args = parser.parse_args(argv)
     gpuops = gpuops_argv()
+    compile_package()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         empty, full = Path(tmp) / "empty", Path(tmp) / "full"
@@ -76,8 +110,10 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             "gpuops rules": [*gpuops, "rules", "--state", str(empty)],
             "gpuops boxes (no history)": [*gpuops, "boxes", "--state", str(empty)],
         }
+        first = None
         if args.history:
-            label = f"gpuops boxes ({args.history} released)"
+            first = first_run_s([*gpuops, "boxes", "--state", str(full)], env, full)
+            label = f"gpuops boxes ({args.history} released, after the first)"
             cases[label] = [*gpuops, "boxes", "--state", str(full)]
             label = f"gpuops boxes ({args.history} released, compacted)"
             cases[label] = [*gpuops, "boxes", "--state", str(compacted)]
@@ -88,9 +124,14 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             ratio = median(values) / floor
             target = next((t for k, t in TARGETS.items() if k in label), None)
             goal = f"(target <= {target:g}x)" if target else ""
-            print(f"  {label:<32} {median(values) * 1000:7.1f} ms  {ratio:5.1f}x floor {goal}")
+            print(f"  {label:<48} {median(values) * 1000:7.1f} ms  {ratio:5.1f}x floor {goal}")
             figure = f"{median(values) * 1000:.0f} ms, {ratio:.1f}x"
             rows.append((f"startup: {label}", figure, goal))
+        if first is not None:
+            label = f"gpuops boxes ({args.history} released), first run"
+            note = f"once; the compaction it starts ends {first[1]:.1f} s after"
+            print(f"  {label:<48} {first[0] * 1000:7.1f} ms  ({note})")
+            rows.append((f"startup: {label}", f"{first[0] * 1000:.0f} ms", note))
         if args.importtime:
             for label, argv_ in cases.items():
                 if label.startswith("gpuops"):

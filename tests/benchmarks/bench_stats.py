@@ -1,4 +1,4 @@
-"""Stats benchmark: `gpuops stats --json` over a 1,000,000-event log (DESIGN §4, issue 6).
+"""Stats benchmark: `gpuops stats --json` over a 1,000,000-event log (the design's quality bars).
 
     python -m tests.benchmarks.bench_stats [--events N] [--keep FILE]
 

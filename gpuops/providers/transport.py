@@ -1,0 +1,77 @@
+"""The one HTTP transport seam every adapter shares: a ``requests.Session`` the adapter owns.
+
+Each adapter (vast.py, gce.py, gcs.py) sends every request through one session of its own,
+built here, that points at the real endpoint or a fake (a base URL is all that differs). What
+a caller wants to see of the exchanges (``gpuops record``) it passes to the adapter's
+constructor as ``observers``: each is registered on the session's public
+``hooks["response"]`` (requests' documented event hooks), so it sees every response as it came
+off the wire, with its request, and nothing is swapped or patched after construction.
+
+``ExchangeLog`` is the observer ``record vast`` and ``record gce`` use: it keeps each exchange
+(method, URL, status, content type, body text) in order. No test library and no private SDK
+module is imported at run time. ``requests`` is imported inside the functions: the CLI's
+start-up does not pay for it until a provider is called.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# An observer sees each response (with its ``.request``) as the session received it.
+Observer = Callable[[Any], None]
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One HTTP exchange as it went over the wire (the body as text, never parsed)."""
+
+    method: str
+    url: str
+    status: int
+    content_type: str | None
+    body: str
+
+
+def new_session(observers: Sequence[Observer] = (), base: Any = None) -> Any:
+    """A ``requests.Session`` (or ``base``, e.g. google-auth's ``AuthorizedSession``, a
+    subclass) with each observer on its response hook."""
+    import requests
+
+    session = requests.Session() if base is None else base
+    for observer in observers:
+        session.hooks["response"].append(_hook(observer))
+    return session
+
+
+def _hook(observer: Observer) -> Callable[..., None]:
+    def hook(response: Any, *args: Any, **kwargs: Any) -> None:
+        observer(response)  # returns None: requests keeps the response as it is
+
+    return hook
+
+
+class ExchangeLog:
+    """An observer that keeps every exchange, in the order the responses arrived."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.exchanges: list[Exchange] = []
+
+    def __call__(self, response: Any) -> None:
+        content_type = response.headers.get("Content-Type")
+        exchange = Exchange(
+            method=str(response.request.method),
+            url=str(response.request.url),
+            status=int(response.status_code),
+            content_type=content_type if isinstance(content_type, str) else None,
+            body=response.text,
+        )
+        with self._lock:
+            self.exchanges.append(exchange)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self.exchanges)

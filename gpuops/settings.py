@@ -1,0 +1,369 @@
+"""Everything gpuops takes from the environment, read once, checked once, handed down.
+
+The CLI entry builds one ``Settings`` (``Settings.from_environ(environ, cli_options)``) and
+passes it, or the values in it, to the constructors that need them. No other module of gpuops
+reads ``os.environ`` for a setting (tests/test_settings.py scans them; secrets.py reads it only
+to know which values to redact, H3); a child process gets an environment built from
+``Settings.environ`` (a copy taken with the rest). The variables, all optional:
+
+    GPUOPS_STATE            the state store (--state wins): a directory or s3://bucket/prefix
+    GPUOPS_OPERATOR         who is acting (--operator wins); default user@host
+    GPUOPS_EVENTS           the event log; default beside a local store, else per user
+    XDG_STATE_HOME          the per-user directory's parent (default ~/.local/state)
+    GPUOPS_RESULTS          where a guardian's results go (default <per-host dir>/results)
+    GPUOPS_SSH_KEY          our SSH public key (a .pub file; the private half beside it)
+    GPUOPS_SSH              the ssh program (the fake one in tests and demos)
+    VAST_URL, VAST_API_KEY  the Vast endpoint and key (else console.vast.ai, vastai's key file)
+    GPUOPS_GCE_ENDPOINT     an http:// loopback FakeGCE (anonymous credentials); else real GCE
+    STORAGE_EMULATOR_HOST   google-cloud-storage's own variable for a fake bucket
+    GPUOPS_S3_ENDPOINT      an S3 endpoint for the store and the results (the stand-in)
+    GPUOPS_LANE_PROJECT, _ZONE, _INSTANCE, _BUCKET   the lane (required by `gpuops lane`)
+    GPUOPS_TIME_SCALE       loopback fakes only: their seconds per real second (k > 0)
+    GPUOPS_TIME_ORIGIN      the epoch at which the scaled clock and the real one agree
+    NO_COLOR, TERM          colour only when NO_COLOR is unset and TERM is not dumb
+    COLUMNS                 help width (ignored unless a positive integer, as shutil does)
+
+A value that cannot be used is a ``UsageError`` naming the variable and what is wrong with it.
+Light on purpose: ``gpuops --help`` imports it before parsing (for COLUMNS), so at import it
+loads nothing that bare argparse has not (no dataclasses, typing or pathlib: those, and
+gpuops/clock.py, are imported when a Settings is built or a clock asked for).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from gpuops.errors import UsageError
+
+TYPE_CHECKING = False  # not typing's: importing typing is a cost `gpuops --help` would pay
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from gpuops.clock import Clock, ScaledClock
+    from gpuops.providers.ssh import SshClient
+
+# checked with str methods, not a regex: `re` and socket stay out of `gpuops rules`' start-up
+_OPERATOR_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_OPERATOR_REST = _OPERATOR_FIRST | frozenset(".@+-")
+LANE_VARIABLES = (
+    "GPUOPS_LANE_PROJECT",
+    "GPUOPS_LANE_ZONE",
+    "GPUOPS_LANE_INSTANCE",
+    "GPUOPS_LANE_BUCKET",
+)
+
+
+def check_operator(operator: str) -> str:
+    """An operator id: 1-128 letters, digits and _.@+- (not starting with .@+-)."""
+    if not (
+        0 < len(operator) <= 128
+        and operator[0] in _OPERATOR_FIRST
+        and all(c in _OPERATOR_REST for c in operator)
+    ):
+        raise UsageError(
+            f"operator id {operator!r} must be 1-128 characters of letters, digits and _.@+-"
+        )
+    return operator
+
+
+def environ_snapshot() -> dict[str, str]:
+    """A copy of this process's environment: the one read of ``os.environ`` a command makes."""
+    return dict(os.environ)
+
+
+@contextmanager
+def exported(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in this process's environment while the block runs, then restore it: for
+    a library that reads its own variable from the process (google-cloud-storage's
+    STORAGE_EMULATOR_HOST) during the demo's in-process acts. Nothing of gpuops reads them."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def columns_of(environ: Mapping[str, str]) -> int | None:
+    """COLUMNS when it is a positive integer, else None (the terminal's width then)."""
+    try:
+        columns = int(environ["COLUMNS"])
+    except (KeyError, ValueError):
+        return None
+    return columns if columns > 0 else None
+
+
+class _Value:
+    """A frozen value of named fields, without dataclasses (whose import, with inspect's, would
+    double `gpuops --help`'s start-up): equal by fields, a repr without the ``_secret`` ones."""
+
+    __slots__: tuple[str, ...] = ()
+    _secret: tuple[str, ...] = ()
+
+    def __init__(self, **values: object) -> None:
+        for name in self.__slots__:
+            object.__setattr__(self, name, values.pop(name))
+        if values:
+            raise TypeError(f"{type(self).__name__} has no field {sorted(values)[0]!r}")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: {name} cannot be set")
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__ if name not in self._secret)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        shown = (f"{n}={getattr(self, n)!r}" for n in self.__slots__ if n not in self._secret)
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+
+class TimeScale(_Value):
+    """Loopback only: the fakes' seconds per real second, from the epoch ``origin``."""
+
+    __slots__ = ("factor", "origin")
+    factor: float
+    origin: float
+
+    def __init__(self, factor: float, origin: float) -> None:
+        super().__init__(factor=factor, origin=origin)
+
+    def clock(self) -> ScaledClock:
+        from gpuops.clock import ScaledClock
+
+        return ScaledClock(self.factor, origin=self.origin)
+
+
+class LaneSettings(_Value):
+    __slots__ = ("project", "zone", "instance", "bucket")
+    project: str
+    zone: str
+    instance: str
+    bucket: str
+
+    def __init__(self, project: str, zone: str, instance: str, bucket: str) -> None:
+        super().__init__(project=project, zone=zone, instance=instance, bucket=bucket)
+
+
+class Settings(_Value):
+    """Every setting of one command. Built by ``from_environ``; ``environ`` (the snapshot, for
+    child processes) and the API key are left out of its repr (H3) and of ==."""
+
+    __slots__ = (
+        "state_url",
+        "events_path",
+        "user_dir",  # the per-user directory: $XDG_STATE_HOME/gpuops or ~/.local/state/gpuops
+        "local_dir",  # per-host files (known_hosts): the state dir, or user_dir for remote state
+        "results_url",
+        "ssh_key",  # the public half; the private half is the same path without .pub
+        "ssh_program",
+        "operator",  # --operator or GPUOPS_OPERATOR; None: user@host when asked
+        "vast_url",
+        "vast_api_key",
+        "gce_endpoint",
+        "storage_emulator_host",
+        "s3_endpoint",
+        "lane_values",  # the lane variables that are set, as (name, value) pairs
+        "time_scale",
+        "colour",  # NO_COLOR unset and TERM not dumb (a terminal is still needed)
+        "columns",
+        "environ",
+    )
+    _secret = ("vast_api_key", "environ")
+    state_url: str
+    events_path: Path
+    user_dir: Path
+    local_dir: Path
+    results_url: str
+    ssh_key: Path
+    ssh_program: str
+    operator: str | None
+    vast_url: str | None
+    vast_api_key: str | None
+    gce_endpoint: str | None
+    storage_emulator_host: str | None
+    s3_endpoint: str | None
+    lane_values: tuple[tuple[str, str], ...]
+    time_scale: TimeScale | None
+    colour: bool
+    columns: int | None
+    environ: Mapping[str, str]
+
+    @classmethod
+    def from_environ(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        cli_options: Mapping[str, object] | None = None,
+        *,
+        home: Path | None = None,
+        clock: Clock | None = None,
+    ) -> Settings:
+        """Every value, from ``environ`` (default: a snapshot of this process's) and the
+        CLI's global options (``state``, ``operator``; absent or None: not given). ``home``
+        and ``clock`` (the origin of a time scale given without one) are for tests."""
+        from pathlib import Path
+
+        env = environ_snapshot() if environ is None else dict(environ)
+        options = cli_options or {}
+
+        def value(name: str) -> str | None:
+            return env.get(name) or None  # set but empty counts as unset, as it always has
+
+        home_dir = Path.home() if home is None else home
+        user_dir = Path(value("XDG_STATE_HOME") or str(home_dir / ".local" / "state")) / "gpuops"
+        state_url = _option(options, "state") or value("GPUOPS_STATE") or str(user_dir)
+        local_dir = _local_dir(state_url, user_dir)
+        operator = _option(options, "operator")
+        if operator is not None:
+            check_operator(operator)
+        elif value("GPUOPS_OPERATOR") is not None:
+            try:
+                operator = check_operator(env["GPUOPS_OPERATOR"])
+            except UsageError as exc:
+                raise UsageError(f"GPUOPS_OPERATOR: {exc}") from None
+        events = value("GPUOPS_EVENTS")
+        results = value("GPUOPS_RESULTS") or str(local_dir / "results")
+        if results.startswith("s3://") and not results.removeprefix("s3://").partition("/")[0]:
+            raise UsageError(f"GPUOPS_RESULTS={results!r} names no bucket (s3://bucket/prefix)")
+        ssh_key = value("GPUOPS_SSH_KEY")
+        if ssh_key is not None and not ssh_key.endswith(".pub"):
+            raise UsageError(
+                f"GPUOPS_SSH_KEY={ssh_key!r} must name the public half of the key (a .pub file)"
+            )
+        term = env.get("TERM")
+        return cls(
+            state_url=state_url,
+            events_path=Path(events) if events else local_dir / "events.jsonl",
+            user_dir=user_dir,
+            local_dir=local_dir,
+            results_url=results,
+            ssh_key=Path(ssh_key or str(home_dir / ".ssh" / "id_ed25519.pub")).expanduser(),
+            ssh_program=value("GPUOPS_SSH") or "ssh",
+            operator=operator,
+            vast_url=_endpoint(env, "VAST_URL"),
+            vast_api_key=value("VAST_API_KEY"),
+            gce_endpoint=_endpoint(env, "GPUOPS_GCE_ENDPOINT"),
+            storage_emulator_host=value("STORAGE_EMULATOR_HOST"),
+            s3_endpoint=_endpoint(env, "GPUOPS_S3_ENDPOINT"),
+            lane_values=tuple((n, env[n]) for n in LANE_VARIABLES if value(n) is not None),
+            time_scale=_time_scale(env, clock),
+            colour="NO_COLOR" not in env and term != "dumb",
+            columns=columns_of(env),
+            environ=env,
+        )
+
+    # --- what the values mean ------------------------------------------------------------------
+    def acting_operator(self) -> str:
+        """--operator or GPUOPS_OPERATOR, else user@host."""
+        if self.operator is not None:
+            return self.operator
+        import getpass
+        import socket
+
+        return check_operator(f"{getpass.getuser()}@{socket.gethostname()}")
+
+    def lane(self) -> LaneSettings:
+        """The lane's four values, or a usage error naming every one that is missing."""
+        given = dict(self.lane_values)
+        missing = [name for name in LANE_VARIABLES if name not in given]
+        if missing:
+            raise UsageError(f"the lane needs {', '.join(missing)} in the environment")
+        return LaneSettings(*(given[name] for name in LANE_VARIABLES))
+
+    def lane_bucket(self) -> str | None:
+        return dict(self.lane_values).get("GPUOPS_LANE_BUCKET")
+
+    def clock(self) -> Clock:
+        """The real clock, or under GPUOPS_TIME_SCALE the scaled one the fakes run on."""
+        from gpuops.clock import SYSTEM
+
+        return SYSTEM if self.time_scale is None else self.time_scale.clock()
+
+    def time_factor(self) -> float:
+        """How many times faster than real time the world runs: 1, or GPUOPS_TIME_SCALE."""
+        return 1.0 if self.time_scale is None else self.time_scale.factor
+
+    def identity_file(self) -> Path:
+        """The private half of GPUOPS_SSH_KEY."""
+        return self.ssh_key.with_suffix("")
+
+    def ssh(self) -> SshClient:
+        """The ssh client (GPUOPS_SSH, else ssh) and the environment it runs in."""
+        from gpuops.providers.ssh import SshClient
+
+        return SshClient(self.ssh_program, self.child_environ())
+
+    def child_environ(self, **extra: str) -> dict[str, str]:
+        """An environment for a child process: the one this command started with, plus ``extra``."""
+        return {**self.environ, **extra}
+
+
+def _option(options: Mapping[str, object], name: str) -> str | None:
+    given = options.get(name)
+    return str(given) if given else None
+
+
+def _local_dir(state_url: str, user_dir: Path) -> Path:
+    """A local store's own directory; the per-user directory for a remote (s3://) store."""
+    if "://" in state_url and not state_url.startswith("file://"):
+        return user_dir
+    return type(user_dir)(state_url.removeprefix("file://")).expanduser()
+
+
+def _endpoint(env: Mapping[str, str], name: str) -> str | None:
+    """An http(s)://host[:port][/path] URL, or None when unset."""
+    url = env.get(name) or None
+    if url is None:
+        return None
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("http", "https") or not rest.split("/")[0]:
+        raise UsageError(f"{name}={url!r} must be an http:// or https:// URL with a host")
+    return url
+
+
+def _number(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name) or None
+    if raw is None:
+        return None
+    try:
+        number = float(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(number):
+        raise UsageError(f"{name}={raw!r} must be a finite number")
+    return number
+
+
+def _time_scale(env: Mapping[str, str], clock: Clock | None) -> TimeScale | None:
+    factor = _number(env, "GPUOPS_TIME_SCALE")
+    origin = _number(env, "GPUOPS_TIME_ORIGIN")
+    for old in ("GPUOPS_LANE_TIME_SCALE", "GPUOPS_GUARD_TIME_SCALE", "GPUOPS_LANE_TIME_ORIGIN"):
+        if env.get(old):
+            new = old.replace("_LANE", "").replace("_GUARD", "")
+            raise UsageError(f"{old} is no longer read: set {new} (one scale for everything)")
+    if factor is None:
+        if origin is not None:
+            raise UsageError("GPUOPS_TIME_ORIGIN is set without GPUOPS_TIME_SCALE")
+        return None
+    if not factor > 0:
+        raise UsageError(f"GPUOPS_TIME_SCALE={env['GPUOPS_TIME_SCALE']!r} must be positive")
+    if origin is None:
+        from gpuops.clock import SYSTEM
+
+        origin = (clock or SYSTEM).wall()
+    return TimeScale(factor, origin)
