@@ -291,7 +291,26 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         when = f"{left:.0f} s before its deadline" if left > 0 else "past its deadline"
         story.say(f"  ... {waited_s:.0f} s: the guardian still holds the box, {when}")
 
-    exits = _wait_for(lambda: fakes.events_of("guard.exit", NAME), tell=waiting)
+    stuck_after: list[int] = []  # its "not confirmed gone" reports, counted at the deadline
+
+    def settled() -> bool:
+        """The guardian said it exits, or, past the deadline, a destroy it retried after the
+        deadline failed again: its own report, not a timeout, ends the wait then."""
+        if fakes.events_of("guard.exit", NAME):
+            return True
+        if time.time() < deadline:
+            return False
+        if not stuck_after:
+            stuck_after.append(len(fakes.events_of("guard.destroy.pending", NAME)))
+        return _stuck()
+
+    def _stuck() -> bool:
+        """A "not confirmed gone" report came after the count taken at the deadline."""
+        pending = len(fakes.events_of("guard.destroy.pending", NAME))
+        return bool(stuck_after) and pending > stuck_after[0]
+
+    _wait_for(settled, tell=waiting)
+    exits = fakes.events_of("guard.exit", NAME)
     if exits:  # it said it exits: let the process end (the reaper names one that does not)
         _wait_for(lambda: not _guardians_alive(fakes, NAME))
     gone = fakes.events_of("guard.confirmed_gone", NAME)
@@ -314,7 +333,8 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         f"results on disk: '{text or 'missing'}'; the fake no longer bills the box "
         f"(destroyed {late}); guardian exit code {exits[0]['code'] if exits else 'none yet'}"
         if not billing
-        else "the fake STILL BILLS the box after its deadline",
+        else "the fake STILL BILLS the box after its deadline"
+        + (", and the guardian's destroy, retried after it, failed again" if _stuck() else ""),
         not billing and bool(text) and bool(exits) and exits[0]["code"] == 0,
     )
 

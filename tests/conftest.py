@@ -9,6 +9,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+# Bytecode caching on for the suite and every process it starts, whatever the shell says: with
+# PYTHONDONTWRITEBYTECODE set, each xdist worker re-rewrites and recompiles every test module
+# (about 3 s of CPU apiece) and each `python -m gpuops` a test starts recompiles what it imports.
+# The workers and the tests' children inherit this environment (xdist starts the workers after
+# this file is read); the fake VM's boots set their own (fakes/gce/boot.py).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 settings.register_profile("default", deadline=None)
 # mutmut re-runs the covering tests once per mutant: fewer examples keep the gate in budget,
 # and the state machines still reach every transition within them.
@@ -22,9 +30,58 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+# Tests that wait on real deadlines, and about how long each takes on a quiet 2-core machine
+# (seconds). Only the order of the run reads these: a stale figure makes it slower, never wrong.
+LONG_S = {
+    "test_guard_process.py::test_guardians_killed_after_the_copy": 50,
+    "test_demo.py::test_the_whole_demo_passes": 35,
+    "test_demo.py::test_a_fake_that_never_destroys": 30,
+    "test_guard_process.py::test_a_rented_box_is_destroyed": 30,
+    "test_guard_process.py::test_twenty_september": 25,
+    "test_guard_process.py::test_a_fire_drill": 15,
+    "test_lane_machine.py::": 15,
+}
+LONG_DEFAULT_S = 5  # any other process or soak test
+
+
+def _long_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The collection reordered for `--dist worksteal` over ``workers``: it hands each worker
+    one contiguous share, so the long tests (process and soak tests, weighed by LONG_S) are
+    dealt out longest first, each to the share holding the least so far, at the front of it;
+    the short ones fill the shares in their collection order. Every worker computes the same
+    order, and the shares come out exactly the sizes the scheduler cuts."""
+    def weight(item: pytest.Item) -> float:
+        for fragment, seconds in LONG_S.items():
+            if fragment in item.nodeid:
+                return seconds
+        marked = item.get_closest_marker("process") or item.get_closest_marker("soak")
+        return LONG_DEFAULT_S if marked else 0
+
+    sizes, left = [], len(items)
+    for remaining in range(workers, 0, -1):  # xdist: len(pending) // nodes_remaining
+        sizes.append(left // remaining)
+        left -= sizes[-1]
+    longs = sorted((i for i in items if weight(i) > 0), key=weight, reverse=True)
+    shares: list[list[pytest.Item]] = [[] for _ in sizes]
+    loads = [0.0] * len(sizes)
+    for item in longs:
+        open_ = [n for n in range(len(sizes)) if len(shares[n]) < sizes[n]]
+        n = min(open_, key=lambda n: loads[n])
+        shares[n].append(item)
+        loads[n] += weight(item)
+    short = iter(i for i in items if weight(i) == 0)
+    for n, share in enumerate(shares):
+        share.extend(next(short) for _ in range(sizes[n] - len(share)))
+    return [item for share in shares for item in share]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under mutmut, a mutant of a module with its own tests runs only those
-    (mutation/gate.py OWN_TESTS)."""
+    """Under xdist, the long tests first in each worker's share (``_long_first``). Under
+    mutmut, a mutant of a module with its own tests runs only those (mutation/gate.py
+    OWN_TESTS)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:  # a worker (xdist tells it only the count, not the --dist mode)
+        items[:] = _long_first(items, workers)
     mutant = os.environ.get("MUTANT_UNDER_TEST", "")
     if "__mutmut_" not in mutant:
         return

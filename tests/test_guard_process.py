@@ -190,10 +190,8 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
             ["bash", "-c", watcher_script], env=fakes.env, cwd=ROOT, start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        fakes.wait_for(
-            "a live rental",
-            lambda: [r for r in fakes.json("boxes")["rentals"] if r["state"] == "live"],
-        )
+        # rent logs this once the rental is live: the log, not a `boxes` process per poll
+        fakes.wait_for("a live rental", lambda: fakes.events("market.rent.done"))
         fakes.wait_for("its guardian", lambda: fakes.events("guard.lease.taken"))
         os.killpg(watcher.pid, signal.SIGKILL)
         watcher.wait(timeout=WAIT_S)
