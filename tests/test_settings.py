@@ -172,6 +172,19 @@ def test_columns_is_used_only_when_it_is_a_positive_integer(raw, columns):
     assert build({"COLUMNS": raw}).columns == columns
 
 
+def test_ssh_runs_the_configured_program_in_the_environment_the_command_started_with():
+    """settings.ssh(): GPUOPS_SSH (else ssh), and the snapshot as the child's environment, so
+    no ssh call reads the process's environment (the one reader is settings.py)."""
+    fake = build({"GPUOPS_SSH": "/fakes/ssh", "A": "1"}).ssh()
+    plain = build({"A": "1"}).ssh()
+
+    assert (fake.program, dict(fake.environ)) == (
+        "/fakes/ssh",
+        {"GPUOPS_SSH": "/fakes/ssh", "A": "1"},
+    )
+    assert (plain.program, dict(plain.environ)) == ("ssh", {"A": "1"})
+
+
 def test_a_child_gets_the_environment_the_command_started_with_plus_extras():
     """child_environ: the snapshot, with extras on top; the snapshot itself is unchanged."""
     got = build({"A": "1", "B": "2"})
