@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from gpuops import timing
+from gpuops import procs, timing
 from gpuops.demo_story import Story
 from gpuops.errors import Interrupted, UsageError
 from gpuops.progress import paint
@@ -160,11 +160,7 @@ class Keeper:
         """In the story's process: its Keeper handle. In the keeper: None, once the story has
         ended (its exit code in ``Keeper.exit_code``)."""
         try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER (not inherited)
-                return cls(False)
+            procs.become_subreaper()
         except (OSError, AttributeError):
             return cls(False)
         ask_r, ask_w = os.pipe()
@@ -242,30 +238,7 @@ class Reaper:
 
     def descendants(self) -> dict[int, str]:
         """pid -> a short description of every live process below this one."""
-        parents: dict[int, int] = {}
-        names: dict[int, str] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                raw = Path(f"/proc/{entry}/stat").read_text()
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            rest = raw[raw.rindex(")") + 2 :].split()
-            if rest[0] in ("Z", "X"):
-                continue
-            parents[int(entry)] = int(rest[1])
-            names[int(entry)] = _describe([c.decode(errors="replace") for c in cmd if c])
-        found: dict[int, str] = {}
-        for pid in parents:
-            up, seen = parents.get(pid), 0
-            while up is not None and up > 1 and seen < 64:
-                if up == self.pid:
-                    found[pid] = names[pid]
-                    break
-                up, seen = parents.get(up), seen + 1
-        return found
+        return {pid: _describe(argv) for pid, argv in procs.descendants(self.pid).items()}
 
     def end(self) -> list[str]:
         """End every descendant still running, and what the keeper holds; what was found."""
@@ -281,20 +254,10 @@ class Reaper:
                     os.kill(pid, sig)
             ends = time.monotonic() + timing.DEMO_POLL_S * 40
             while time.monotonic() < ends and set(left) & set(self.descendants()):
-                self._reap()
+                procs.reap()
                 time.sleep(timing.DEMO_POLL_S)
-        self._reap()
+        procs.reap()
         return sorted(set(left.values()))
-
-    @staticmethod
-    def _reap() -> None:
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
 
 
 def _describe(argv: list[str]) -> str:

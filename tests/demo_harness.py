@@ -13,7 +13,6 @@ terminal's Ctrl-C sends it) as soon as a line of its output contains TEXT: an ev
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -22,8 +21,9 @@ import sys
 import threading
 from pathlib import Path
 
+from gpuops import procs
+
 ROOT = Path(__file__).resolve().parent.parent
-PR_SET_CHILD_SUBREAPER = 36
 
 # A rule broken on purpose, inside the demo's process, before it runs.
 BREAKS = {
@@ -49,9 +49,7 @@ def main(argv: list[str]) -> int:
         else:
             interrupt_on = rest[1]
         rest = rest[2:]
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+    procs.become_subreaper()
     code = (
         "import sys\n"
         + (BREAKS[broken] + "\n" if broken else "")
@@ -97,28 +95,7 @@ def main(argv: list[str]) -> int:
 
 def _descendants() -> dict[int, str]:
     """pid -> command line of every live (not zombie) process under this one."""
-    me, parents, names = os.getpid(), {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{entry}/stat").read_text()
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        rest = raw[raw.rindex(")") + 2 :].split()
-        if rest[0] not in ("Z", "X"):
-            parents[int(entry)] = int(rest[1])
-            names[int(entry)] = cmd.decode(errors="replace").strip()
-    found = {}
-    for pid in parents:
-        up = parents.get(pid)
-        while up is not None and up > 1:
-            if up == me:
-                found[pid] = names[pid]
-                break
-            up = parents.get(up)
-    return found
+    return {pid: " ".join(argv) for pid, argv in procs.descendants().items()}
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from gpuops.procs import become_subreaper
 from tests.benchmarks import (
     bench_cli_fuzz,
     bench_guard,
@@ -28,7 +29,7 @@ from tests.benchmarks import (
     bench_sweep,
     bench_wire_fuzz,
 )
-from tests.benchmarks.common import become_subreaper, end_leftovers, load
+from tests.benchmarks.common import end_leftovers, load
 
 Bench = Callable[[list[str]], list[tuple[str, str, str]]]
 

@@ -12,6 +12,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gpuops import procs
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -65,43 +67,9 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def become_subreaper() -> None:
-    """Make every process this one starts, however detached, stay our descendant (Linux)."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
-
-
 def descendants() -> dict[int, str]:
     """pid -> command line of every live (not zombie) process under this one."""
-    parents: dict[int, int] = {}
-    names: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
-        if state not in ("Z", "X"):
-            parents[int(entry)] = int(ppid)
-            names[int(entry)] = cmd.decode(errors="replace").strip()
-    me, found = os.getpid(), {}
-    for pid in parents:
-        up = parents.get(pid)
-        while up is not None and up > 1:
-            if up == me:
-                found[pid] = names[pid]
-                break
-            up = parents.get(up)
-    return found
+    return {pid: " ".join(argv) for pid, argv in procs.descendants().items()}
 
 
 def end_leftovers() -> list[str]:
@@ -110,21 +78,10 @@ def end_leftovers() -> list[str]:
     import contextlib
     import signal
 
-    reap()
+    procs.reap()
     left = descendants()
     for pid in left:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    reap()
+    procs.reap()
     return [f"{pid} {cmd[:80]}" for pid, cmd in sorted(left.items())]
-
-
-def reap() -> None:
-    """Collect the exit status of every finished child (orphans re-parented to us included)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
