@@ -15,6 +15,7 @@ from gpuops.errors import (
     ProviderError,
     ProviderUnavailable,
     QuotaExceeded,
+    UnexpectedResponse,
     VersionConflict,
 )
 from gpuops.providers import google_errors as g
@@ -202,3 +203,39 @@ def test_each_translated_failure_names_its_provider(exc, words):
 
     assert found.provider == "gcs"
     assert str(found) == f"{words}list gs://b/: {type(exc).__name__}: {exc}"
+
+
+# --- an answer that cannot be read ---------------------------------------------------------------
+def test_an_unreadable_answer_names_the_call_the_problem_and_the_body_s_start():
+    """unexpected(): typed, the provider's, the whole body kept; the message shows 120 chars."""
+    body = "x" * 200
+    err = g.unexpected("gcs", "list gs://b/", "items is not a list", body)
+
+    assert isinstance(err, UnexpectedResponse) and err.provider == "gcs" and err.body == body
+    assert str(err).endswith(f"list gs://b/: items is not a list (body starts {'x' * 120!r})")
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("<html>502</html>", "the answer is not JSON"),
+        ("[" * 100_000, "the answer is not JSON"),  # too deep to parse: RecursionError
+        ("[1, 2]", "the answer is not an object"),
+        ('"done"', "the answer is not an object"),
+    ],
+)
+def test_json_object_refuses_what_is_not_one_json_object(body, problem):
+    """GCE and GCS read every answer through json_object: anything else is UnexpectedResponse."""
+    with pytest.raises(UnexpectedResponse) as caught:
+        g.json_object("gce", "get lane", body)
+
+    expected = g.unexpected("gce", "get lane", problem, body)
+    assert caught.value.provider == "gce" and caught.value.body == expected.body
+    assert str(caught.value) == str(expected) and f"get lane: {problem} (body" in str(expected)
+
+
+def test_json_object_gives_the_object():
+    assert g.json_object("gce", "get lane", '{"status": "DONE", "n": [1]}') == {
+        "status": "DONE",
+        "n": [1],
+    }

@@ -21,7 +21,6 @@ body is what the stockout classification needs.
 from __future__ import annotations
 
 import enum
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -223,13 +222,7 @@ class GceAdapter:
             error = google_errors.from_status(PROVIDER, what, reply.status_code, reply.text)
             self.events.append("gce.error", call=what, error=str(error))
             raise error
-        try:
-            answer = json.loads(reply.text)
-        except (ValueError, RecursionError) as exc:
-            raise _unexpected(what, "the answer is not JSON", reply.text) from exc
-        if not isinstance(answer, dict):
-            raise _unexpected(what, "the answer is not an object", reply.text)
-        return answer
+        return google_errors.json_object(PROVIDER, what, reply.text)
 
     def get(self, instance: str) -> LaneInstance:
         body = self._request(f"get {instance}", "GET", f"instances/{instance}")
@@ -317,9 +310,3 @@ def _operation_name(op: Mapping[str, Any], what: str) -> str:
     if not isinstance(name, str) or not _OPERATION_NAME.fullmatch(name):
         raise UnexpectedResponse(PROVIDER, f"{what}: operation name {name!r}", body=str(op))
     return name
-
-
-def _unexpected(what: str, problem: str, body: str) -> UnexpectedResponse:
-    return UnexpectedResponse(
-        PROVIDER, f"{what}: {problem} (body starts {body[:120]!r})", body=body
-    )

@@ -15,14 +15,12 @@ tests/test_fake_gce_contract.py.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 from gpuops import timing
-from gpuops.errors import UnexpectedResponse
 from gpuops.providers import google_errors
 from gpuops.providers.gce import google_session
 from gpuops.providers.transport import Observer
@@ -87,13 +85,7 @@ class GcsAdapter:
         return reply
 
     def _json(self, what: str, reply: Any) -> Mapping[str, Any]:
-        try:
-            doc = json.loads(reply.text)
-        except (ValueError, RecursionError) as exc:
-            raise _unexpected(what, "the answer is not JSON", reply.text) from exc
-        if not isinstance(doc, dict):
-            raise _unexpected(what, "the answer is not an object", reply.text)
-        return doc
+        return google_errors.json_object(PROVIDER, what, reply.text)
 
     def list(self, prefix: str) -> list[str]:
         """Object names under ``prefix``, sorted (every page)."""
@@ -105,19 +97,23 @@ class GcsAdapter:
             doc = self._json(what, self._call(what, "GET", url, params=params))
             items = doc.get("items") or []
             if not isinstance(items, list):
-                raise _unexpected(what, "items is not a list", str(doc))
+                raise google_errors.unexpected(PROVIDER, what, "items is not a list", str(doc))
             for item in items:
                 name = item.get("name") if isinstance(item, dict) else None
                 if not isinstance(name, str):
-                    raise _unexpected(what, "an item without a name", str(doc))
+                    raise google_errors.unexpected(
+                        PROVIDER, what, "an item without a name", str(doc)
+                    )
                 names.append(name)
             token = doc.get("nextPageToken")
             if not token:
                 return sorted(names)
             if not isinstance(token, str):
-                raise _unexpected(what, "nextPageToken is not a string", str(doc))
+                raise google_errors.unexpected(
+                    PROVIDER, what, "nextPageToken is not a string", str(doc)
+                )
             params = {"prefix": prefix, "pageToken": token}
-        raise _unexpected(what, f"more than {MAX_PAGES} pages", "")
+        raise google_errors.unexpected(PROVIDER, what, f"more than {MAX_PAGES} pages", "")
 
     def read(self, name: str) -> bytes | None:
         """The object's bytes, or None when it does not exist."""
@@ -142,16 +138,12 @@ class GcsAdapter:
                 when = when.replace(tzinfo=UTC)
             return when.timestamp()
         except (ValueError, OverflowError, OSError) as exc:
-            raise _unexpected(what, f"updated is {stamp!r}", reply.text) from exc
+            raise google_errors.unexpected(
+                PROVIDER, what, f"updated is {stamp!r}", reply.text
+            ) from exc
 
     def write(self, name: str, data: bytes) -> None:
         """Write the object whole (a media upload: one request)."""
         what = f"write gs://{self.bucket_name}/{name}"
         url = f"{self._base()}/upload/storage/v1/b/{quote(self.bucket_name, safe='')}/o"
         self._call(what, "POST", url, params={"uploadType": "media", "name": name}, data=data)
-
-
-def _unexpected(what: str, problem: str, body: str) -> UnexpectedResponse:
-    return UnexpectedResponse(
-        PROVIDER, f"{what}: {problem} (body starts {body[:120]!r})", body=body
-    )

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 from gpuops.errors import (
     AuthFailed,
@@ -38,6 +39,7 @@ from gpuops.errors import (
     ProviderError,
     ProviderUnavailable,
     QuotaExceeded,
+    UnexpectedResponse,
     VersionConflict,
 )
 
@@ -138,3 +140,22 @@ def from_exception(provider: str, what: str, exc: Exception) -> GpuopsError:
     if isinstance(exc, transient):
         return ProviderUnavailable(provider, text)
     return ProviderError(provider, text)
+
+
+def unexpected(provider: str, what: str, problem: str, body: str) -> UnexpectedResponse:
+    """An answer gpuops cannot read: the call, what was wrong, and the body's start."""
+    return UnexpectedResponse(
+        provider, f"{what}: {problem} (body starts {body[:120]!r})", body=body
+    )
+
+
+def json_object(provider: str, what: str, body: str) -> dict[str, Any]:
+    """The answer's JSON object; anything else (not JSON, too deep, not an object) is an
+    UnexpectedResponse naming the call."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise unexpected(provider, what, "the answer is not JSON", body) from exc
+    if not isinstance(doc, dict):
+        raise unexpected(provider, what, "the answer is not an object", body)
+    return doc
