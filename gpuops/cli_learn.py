@@ -109,19 +109,19 @@ def _policy_eval(args: argparse.Namespace, settings: Settings, as_json: bool) ->
 
 
 def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
-    from gpuops.analysis.scan import ScanCounts, scan
+    from gpuops.analysis.scan import ScanCounts, scan_events
     from gpuops.analysis.stats import KINDS, NEEDLES, Stats
 
     counts = ScanCounts()
     stats = Stats()
-    for ts, kind, payload in scan(
+    for ts, kind, event in scan_events(
         log_path(args, settings),
         kinds=KINDS,
         since=since_stamp(args.since),
         counts=counts,
         needles=NEEDLES,
     ):
-        stats.add(ts, kind, payload)
+        stats.add_event(ts, kind, event)
     report = stats.report()
     first_bad = [f"line {b.lineno}: {b.reason}" for b in counts.bad_lines]
     scanned = {

@@ -3,14 +3,16 @@
 Owns: what each of these kinds' payloads holds, and the judgment "this line is (not) such an
 event". Writers build the type and log ``to_payload()`` (the JSON on disk is what the keyword
 arguments wrote before, key for key, so old logs read the same); readers ask ``decode(kind,
-payload)`` and get the type or None. None means "count it and skip it": a wrong type, a missing
-field, a verdict outside ``probe.Verdict``, a propensity outside (0, 1] or a pick that is not
-one of its race's candidates. A reader never trusts a payload it did not decode.
+payload)`` or, straight from a line's bytes, ``decode_line(kind, raw)`` and get the type or None.
+None means "count it and skip it": a wrong type, a missing field, a verdict outside
+``probe.Verdict``, a number that is not finite, a propensity outside (0, 1] or a pick that is
+not one of its race's candidates. A reader never trusts a payload it did not decode.
 
-Every field is checked by its annotation's text (``_CHECKS``), so a new field is one line and
-the check cannot drift from the type. Each type's decoder is written from those annotations
-the first time the type is decoded (``_decoder``), never at import, so a command that reads
-no event pays nothing and `stats` pays per event only a check call per field. A bool is never a number here (JSON ``true`` is not 1).
+Every field is checked by its annotation, by msgspec (a C decoder that validates while it
+builds the dataclass: about 20 times the speed of checking the decoded JSON field by field in
+Python, the figure that gets ``stats`` through 1,000,000 events in time). ``Number`` is a
+finite float, ``Probability`` one in (0, 1]; an ``int`` is never a bool or a float (JSON
+``true`` is not 1, ``1.0`` is no id); a ``float`` field takes a whole number as that float.
 A field without a default is required: what some reader needs. A field with one is context no
 reader depends on (hand-written and older logs may leave it out); when present it must still
 have its type. Writers always give every field. Extra payload keys are ignored: a writer may
@@ -21,10 +23,12 @@ always wrote them, so ``to_payload()`` is the old line byte for byte.
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import Annotated, ClassVar, Generic, TypeVar
+
+import msgspec
 
 from gpuops.market.probe import Verdict
 
@@ -44,116 +48,16 @@ __all__ = [
     "Selection",
     "Transition",
     "decode",
+    "decode_line",
 ]
 
-
-_T = TypeVar("_T")
-
-
-class _Bad(Exception):
-    """A payload that is not its kind's event (never leaves this module)."""
-
-
-def _text(value: object) -> str:
-    if not isinstance(value, str):
-        raise _Bad
-    return value
-
-
-def _number(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _Bad
-    return value
-
-
-def _whole(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _Bad
-    return value
-
-
-def _probability(value: object) -> float:
-    if not 0 < _number(value) <= 1:
-        raise _Bad
-    return value  # type: ignore[return-value]
-
-
-def _flag(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise _Bad
-    return value
-
-
-def _verdict(value: object) -> Verdict:
-    if not isinstance(value, str) or value not in _VERDICTS:
-        raise _Bad
-    return Verdict(value)
-
-
-_VERDICTS = frozenset(v.value for v in Verdict)
-
-
-def _decode_as(cls: type[_T], payload: object) -> _T:
-    return _decoder(cls)(payload)
-
-
-# Each type's decoder, written from its annotations the first time one is decoded (not at
-# import: a command that builds no event pays nothing) as straight-line code, the way
-# dataclasses writes __init__: per field one membership test and one check call, and the
-# frozen instance's attributes set at once (what its __init__ would set, at a third the cost).
-_DECODERS: dict[type, Callable[[object], object]] = {}
-
-
-def _decoder(cls: type[_T]) -> Callable[[object], _T]:
-    """``cls``'s payload decoder: every field checked by its annotation, required ones present."""
-    found = _DECODERS.get(cls)
-    if found is not None:
-        return found  # type: ignore[return-value]
-    every = dataclasses.fields(cls)  # type: ignore[arg-type]
-    scope: dict[str, object] = {
-        "Mapping": Mapping,
-        "_Bad": _Bad,
-        "cls": cls,
-        "new": object.__new__,
-        "setattr": object.__setattr__,
-    }
-    body = ["def decode_as(p):", "    if type(p) is not dict and not isinstance(p, Mapping):"]
-    body += ["        raise _Bad", "    v = {}"]
-    for n, f in enumerate(every):
-        annotation = str(f.type)
-        nullable = annotation.endswith(" | None")
-        scope[f"check{n}"], scope[f"default{n}"] = (
-            _check(annotation.removesuffix(" | None")),
-            f.default,
-        )
-        body += [f"    if {f.name!r} in p:", f"        x = p[{f.name!r}]"]
-        value = f"None if x is None else check{n}(x)" if nullable else f"check{n}(x)"
-        body += [f"        v[{f.name!r}] = {value}", "    else:"]
-        missing = f"v[{f.name!r}] = default{n}"
-        body.append(f"        {'raise _Bad' if f.default is dataclasses.MISSING else missing}")
-    body += ["    event = new(cls)", "    setattr(event, '__dict__', v)", "    return event"]
-    exec("\n".join(body), scope)  # noqa: S102 (text built here from our own field names)
-    _DECODERS[cls] = decode_as = scope["decode_as"]  # type: ignore[assignment]
-    return decode_as  # type: ignore[return-value]
-
-
-def _check(annotation: str) -> Callable[[object], object]:
-    """The check for a field's annotation text (less any ``| None``, which the decoder
-    handles): ``tuple[X, ...]``, a nested event part, or a scalar in ``_CHECKS``."""
-    if annotation.startswith("tuple["):
-        return _items(_check(annotation.removeprefix("tuple[").removesuffix(", ...]")))
-    if annotation in _PARTS:
-        return _decoder(_PARTS[annotation])
-    return _CHECKS[annotation]
-
-
-def _items(check: Callable[[object], object]) -> Callable[[object], object]:
-    def items(value: object) -> object:
-        if not isinstance(value, list | tuple):
-            raise _Bad
-        return tuple(map(check, value))
-
-    return items
+# A number is a whole number (kept whole, so a line written back is the line read) or a finite
+# float: NaN fails both bounds, an infinity one of them.
+_FINITE = msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)
+Number = int | Annotated[float, _FINITE]
+# In (0, 1]: a pick made with probability 0 was never made (it would divide a weight by 0).
+_IN_0_1 = msgspec.Meta(gt=0, le=1)
+Probability = Annotated[int, _IN_0_1] | Annotated[float, _IN_0_1]
 
 
 def _plain(value: object) -> object:
@@ -180,10 +84,10 @@ class Offered(_Payload):
 
     id: int
     machine_id: int
-    dph_total: float
-    reliability: float | None = None
-    disk_bw: float | None = None
-    gpu_ram: float | None = None
+    dph_total: Number
+    reliability: Number | None = None
+    disk_bw: Number | None = None
+    gpu_ram: Number | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,9 +102,6 @@ class Picked(_Payload):
     rank: int | None = None
     propensity: Probability | None = None  # None: not logged, so no off-policy weight
     explored: bool = False
-
-
-Probability = float  # in (0, 1]: a pick made with probability 0 was never made
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,7 +172,7 @@ class Quarantine(_Payload):
     KIND: ClassVar[str] = "market.quarantine"
     machine_id: int
     cause: str
-    until: float
+    until: Number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,7 +201,7 @@ class ConfirmedGone(_Payload):
     instance_id: str | None = None
     guardian: str = ""
     deadline: str = ""
-    delay_s: float
+    delay_s: Number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -319,21 +220,11 @@ class LaneJobEnd(_Payload):
     job: str
     attempts: int
     stockouts: int
-    waiting_s: float
-    running_s: float
-    cost_usd: float
+    waiting_s: Number
+    running_s: Number
+    cost_usd: Number
     outcome: str
 
-
-_CHECKS: dict[str, Callable[[object], object]] = {
-    "str": _text,
-    "int": _whole,
-    "float": _number,
-    "bool": _flag,
-    "Probability": _probability,
-    "Verdict": _verdict,
-}
-_PARTS: Mapping[str, type] = {"Offered": Offered, "Removed": Removed, "Picked": Picked}
 
 _TYPES = (
     Selection,
@@ -371,9 +262,53 @@ def decode(kind: str, payload: object) -> Event | None:
     if cls is None:
         return None
     try:
-        event = _decode_as(cls, payload)
-    except _Bad:
+        event = msgspec.convert(payload, cls)
+    except msgspec.ValidationError:
         return None
-    if isinstance(event, Selection) and any(event.offered(p.id) is None for p in event.picks):
+    return event if _consistent(event) else None
+
+
+_E = TypeVar("_E")
+
+
+class _Line(msgspec.Struct, Generic[_E]):
+    """A whole event line as EventLog writes it, its payload one kind's event."""
+
+    ts: str
+    operator: str
+    kind: str
+    payload: _E
+
+
+_LINE_DECODERS: dict[str, msgspec.json.Decoder[_Line[Event]]] = {}
+
+
+def decode_line(kind: str, raw: bytes) -> tuple[str, Event] | None:
+    """``(ts, event)`` of a whole log line holding an event of ``kind``, parsed and checked in
+    one step; None when it is anything else (not JSON, not UTF-8, not an event line, another
+    kind, a payload that does not decode): the caller's slower reading then says which. The
+    fast path of ``stats``; what it returns is what reading the line and ``decode`` give."""
+    decoder = _LINE_DECODERS.get(kind)
+    if decoder is None:
+        cls = BY_KIND.get(kind)
+        if cls is None:
+            return None
+        decoder = _LINE_DECODERS[kind] = msgspec.json.Decoder(_Line[cls])  # type: ignore[valid-type]
+    try:
+        line = decoder.decode(raw)
+    except msgspec.DecodeError:  # ValidationError included
         return None
-    return event
+    event = line.payload
+    if line.kind != kind or (type(event) is Selection and not _picks_are_candidates(event)):
+        return None
+    return line.ts, event
+
+
+def _consistent(event: Event) -> bool:
+    """What no annotation says: every pick of a race is one of its candidates."""
+    return not isinstance(event, Selection) or _picks_are_candidates(event)
+
+
+def _picks_are_candidates(selection: Selection) -> bool:
+    ids = {c.id for c in selection.candidates}
+    return all(p.id in ids for p in selection.picks)

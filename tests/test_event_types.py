@@ -89,10 +89,10 @@ BAD_PROBE = {**VALID["market.probe"], "verdict": ["pass"]}
 
 @pytest.fixture(autouse=True)
 def fresh_decoders():
-    """Each test writes the decoders it uses: they are kept per process after their first use,
-    so a decoder written before a test (by another test, or before a mutant was switched on)
-    would hide how this one is written."""
-    ev._DECODERS.clear()
+    """Each test builds the line decoders it uses: they are kept per process after their first
+    use, so one built before a test (by another test, or before a mutant was switched on) would
+    hide how this one is built."""
+    ev._LINE_DECODERS.clear()
 
 
 def line(kind: str, payload: object) -> str:
@@ -128,45 +128,66 @@ def built(kind: str, payload: dict[str, object]) -> object:
 
 @pytest.mark.parametrize("kind", sorted(VALID))
 def test_a_decoded_event_is_the_one_its_constructor_builds_down_to_its_attributes(kind):
-    """decode sets a frozen event's attributes at once: every field, defaults included, exactly
-    what the dataclass's __init__ sets, from a dict or any other mapping."""
+    """decode builds exactly the frozen event the dataclass's __init__ builds: every field,
+    defaults included, from a dict or any other mapping; so does decode_line from the line."""
     from types import MappingProxyType
 
     for payload in (VALID[kind], {k: v for k, v in VALID[kind].items() if k in REQUIRED[kind]}):
         expected = built(kind, payload)
         for mapping in (payload, MappingProxyType(payload)):
             decoded = ev.decode(kind, mapping)
-            assert decoded == expected and vars(decoded) == vars(expected)
-            assert list(vars(decoded)) == [f.name for f in dataclasses.fields(type(decoded))]
+            assert decoded == expected and dataclasses.astuple(decoded) == dataclasses.astuple(expected)
+        assert ev.decode_line(kind, line(kind, payload).encode()) == (TS, expected)
 
 
-def test_each_type_s_decoder_is_written_once_at_its_first_use():
-    """No decoder is written before a type is decoded; then the same one serves every event."""
-    assert ev.Probe not in ev._DECODERS
+def test_each_kind_s_line_decoder_is_built_once_at_its_first_use():
+    """No line decoder is built before a kind is read; then the same one serves every line."""
+    raw = line("market.probe", VALID["market.probe"]).encode()
+    assert "market.probe" not in ev._LINE_DECODERS
 
-    first = ev.decode("market.probe", VALID["market.probe"])
-    written = ev._DECODERS[ev.Probe]
-    again = ev.decode("market.probe", VALID["market.probe"])
+    first = ev.decode_line("market.probe", raw)
+    built_first = ev._LINE_DECODERS["market.probe"]
+    again = ev.decode_line("market.probe", raw)
 
-    assert first == again and ev._decoder(ev.Probe) is written and len(ev._DECODERS) == 1
+    assert first == again and ev._LINE_DECODERS["market.probe"] is built_first
+    assert list(ev._LINE_DECODERS) == ["market.probe"]
 
 
-def test_a_whole_number_or_a_number_may_be_of_a_subclass_but_never_a_bool():
-    """The checks' fast paths (exact int, finite float) agree with their general rule."""
-    import enum
+def test_a_line_decodes_as_its_own_kind_only_and_anything_else_is_left_to_the_slow_reading():
+    """decode_line answers only for a whole event line of the kind asked; for every other line
+    it says None, and the scanner's line-by-line reading (events.py) judges it."""
+    raw = line("market.probe", VALID["market.probe"]).encode()
+    assert ev.decode_line("market.create", raw) is None  # another kind's line
+    assert ev.decode_line("market.candidate", raw) is None  # no typed kind
+    assert "market.candidate" not in ev._LINE_DECODERS
+    probe, selection = VALID["market.probe"], VALID["market.selection"]
+    event = {"ts": TS, "operator": "x", "kind": "market.probe", "payload": probe}
+    bad = [
+        raw[:-5],  # torn
+        raw.replace(b"\"r\"", b"\"\xff\""),  # not UTF-8
+        line("market.probe", {**probe, "verdict": "PASS"}).encode(),  # a payload that is none
+        json.dumps({**event, "operator": 1}).encode(),  # not an event line
+        json.dumps({k: v for k, v in event.items() if k != "ts"}).encode(),
+        json.dumps(probe).encode(),  # a payload alone
+        json.dumps({**event, "kind": "market.create"}).encode(),  # its kind is another
+        line("market.selection", {**selection, "picks": [{**PICKED, "id": 2}]}).encode(),
+    ]
+    for raw_line in bad:
+        kind = "market.selection" if b"market.selection" in raw_line else "market.probe"
+        assert ev.decode_line(kind, raw_line) is None, raw_line
+    assert ev.decode_line("market.probe", json.dumps(event).encode()) is not None
 
-    class Count(enum.IntEnum):
-        ONE = 1
 
-    class Price(float):
-        pass
-
+def test_a_whole_number_stays_whole_and_is_never_a_bool():
+    """A whole number in a number field stays whole, however large (a line written back is the
+    line read); true is never 1."""
     create = VALID["market.create"]
-    assert ev.decode("market.create", {**create, "offer_id": Count.ONE}).offer_id is Count.ONE
     assert ev.decode("market.create", {**create, "offer_id": True}) is None
     gone = VALID["guard.confirmed_gone"]
-    assert ev.decode("guard.confirmed_gone", {**gone, "delay_s": Price(2.5)}).delay_s == 2.5
-    assert ev.decode("guard.confirmed_gone", {**gone, "delay_s": Price("inf")}) is None
+    whole = ev.decode("guard.confirmed_gone", {**gone, "delay_s": 3})
+    assert type(whole.delay_s) is int and whole.to_payload()["delay_s"] == 3
+    assert ev.decode("guard.confirmed_gone", {**gone, "delay_s": 10**30}).delay_s == 10**30
+    assert ev.decode("guard.confirmed_gone", {**gone, "delay_s": True}) is None
 
 
 REQUIRED = {

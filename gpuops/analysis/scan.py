@@ -4,10 +4,13 @@
 line is written by ``EventLog.append`` in one layout (``{"ts":"...","operator":...,"kind":"...``
 and ``}`` last), so a block of lines can be checked for that layout with two byte counts, its
 lines counted with a third, and only the lines of wanted kinds found (one regular-expression
-pass over the block for every wanted kind's key) and decoded (orjson: about four times the
-standard library's speed on these lines, measured by tests/benchmarks/bench_stats.py). A block with any line in another layout, or a
-scan with ``since``, goes line by line; a line in another layout takes the full parser in
-events.py, which also judges torn and non-UTF-8 lines (they are counted, never fatal).
+pass over the block for every wanted kind's key) and decoded: by ``scan`` to a payload (msgspec's
+untyped JSON decoder), by ``scan_events`` straight to its kind's typed event
+(``event_types.decode_line``: parsing and checking in one C pass, what gets `stats` through
+1,000,000 events in time; tests/benchmarks/bench_stats.py). A block with any line in another
+layout, or a scan with ``since``, goes line by line; a line in another layout takes the full
+parser in events.py, which also judges torn and non-UTF-8 lines (they are counted, never
+fatal).
 
 Memory is one block plus what the caller keeps. ``start`` and ``ScanCounts.offset`` let a
 caller fold a log incrementally: the offset is just past the last complete line read.
@@ -21,8 +24,9 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
+import msgspec
 
+from gpuops import event_types as ev
 from gpuops.errors import UsageError
 from gpuops.events import BadLine, _parse_line
 
@@ -33,8 +37,9 @@ _JOINT = b'}\n{"ts":"'  # one line's end and the next one's start, in EventLog's
 BLOCK_BYTES = 1 << 22  # 4 MiB read at a time: the memory bound, and few Python steps a line
 BAD_LINES_KEPT = 20  # bounded memory: the first few unreadable lines, and a count
 # a line counted but not yielded (its needle missed, or it came before ``since``)
-_SKIP: tuple[str, str, dict[str, object]] = ("", "", {})
-_Found = tuple[str, str, dict[str, object]] | None
+_SKIP: tuple[str, str, object] = ("", "", {})
+_Found = tuple[str, str, object] | None
+_JSON = msgspec.json.Decoder()  # any JSON value: the payload of a line of an untyped scan
 
 
 @dataclass
@@ -66,8 +71,33 @@ def scan(
     holds that byte string (a cheap pre-filter for frequent kinds of which few lines matter;
     the fold still checks the decoded value). With ``tail=False`` an unterminated last line
     (one being written now) is left for a later scan instead of being judged torn."""
-    counts = counts if counts is not None else ScanCounts()
-    reader = _Reader(kinds, since, counts, needles or {})
+    reader = _Reader(kinds, since, counts, needles, typed=False)
+    return _read(path, reader, start, tail)  # type: ignore[return-value]  # payloads: typed=False
+
+
+def scan_events(
+    path: str | os.PathLike[str],
+    *,
+    kinds: Collection[str],
+    since: str = "",
+    counts: ScanCounts | None = None,
+    needles: Mapping[str, bytes] | None = None,
+    start: int = 0,
+    tail: bool = True,
+) -> Iterator[tuple[str, str, ev.Event | None]]:
+    """``scan``, each payload read as its kind's typed event (``event_types``): ``(ts, kind,
+    event)``, the event None when the payload does not decode (count it, skip it). Exactly
+    ``decode(kind, payload)`` of what ``scan`` yields, and several times faster: a line in
+    EventLog's layout is parsed and checked in one step (``decode_line``); any other line is
+    read as ``scan`` reads it, then decoded."""
+    reader = _Reader(kinds, since, counts, needles, typed=True)
+    return _read(path, reader, start, tail)  # type: ignore[return-value]  # events: typed=True
+
+
+def _read(
+    path: str | os.PathLike[str], reader: _Reader, start: int, tail: bool
+) -> Iterator[tuple[str, str, object]]:
+    counts = reader.counts
     try:
         handle = Path(path).open("rb")  # noqa: SIM115 (closed by the with below)
     except FileNotFoundError:
@@ -94,21 +124,32 @@ class _Reader:
     """The per-block and per-line readers, sharing the wanted kinds and the counts."""
 
     def __init__(
-        self, kinds: Collection[str], since: str, counts: ScanCounts, needles: Mapping[str, bytes]
+        self,
+        kinds: Collection[str],
+        since: str,
+        counts: ScanCounts | None,
+        needles: Mapping[str, bytes] | None,
+        *,
+        typed: bool,
     ) -> None:
+        self.typed = typed
         self.wanted = {kind.encode() for kind in kinds}
-        self.needle_of = {kind.encode(): needle for kind, needle in needles.items()}
-        # One pass over a block (in C) finds every wanted kind's key, closing quote included;
-        # a hit is then checked to be its line's own kind, the first "kind" key after the
-        # stamp, not text in a payload.
-        alternatives = b"|".join(map(re.escape, sorted(self.wanted)))
-        self.kind_key = re.compile(re.escape(_KIND_HEAD) + b"(" + alternatives + b')"')
+        self.needle_of = {kind.encode(): needle for kind, needle in (needles or {}).items()}
+        # One pass over a block (in C) finds every wanted kind's key, closing quote included,
+        # a kind with a needle only where the needle follows on its line (one group a kind:
+        # the hit's last group is its kind); a hit is then checked to be its line's own kind,
+        # the first "kind" key after the stamp, not text in a payload.
+        alternatives = [
+            b"(" + re.escape(kind) + b')"' + _rest_of_line_holds(self.needle_of.get(kind))
+            for kind in sorted(self.wanted)
+        ]
+        self.kind_key = re.compile(re.escape(_KIND_HEAD) + b"(?:" + b"|".join(alternatives) + b")")
         self.text = {kind: kind.decode() for kind in self.wanted}
         self.since, self.since_b = since, since.encode()
-        self.counts = counts
+        self.counts = counts if counts is not None else ScanCounts()
         self.lineno = 0
 
-    def block(self, body: bytes) -> Iterator[tuple[str, str, dict[str, object]]]:
+    def block(self, body: bytes) -> Iterator[tuple[str, str, object]]:
         """Every line of ``body`` (complete lines) in EventLog's layout: find, don't walk."""
         lines = body.count(b"\n")
         in_layout = (
@@ -120,13 +161,14 @@ class _Reader:
         if not in_layout:
             yield from self.lines(body)
             return
+        rfind, find, wanted_line = body.rfind, body.find, self._wanted_line  # per hit: local
         for hit in self.kind_key.finditer(body) if self.wanted else ():
             at = hit.start()
-            begin = body.rfind(b"\n", 0, at) + 1
-            if body.find(_KIND_HEAD, begin + _TS_END) != at:
+            begin = rfind(b"\n", 0, at) + 1
+            if find(_KIND_HEAD, begin + _TS_END) != at:
                 continue  # a payload mentioning a kind: not its line's own
-            raw = body[begin : body.find(b"\n", at) + 1]
-            found = self._wanted_line(raw, hit.group(1))
+            raw = body[begin : find(b"\n", at) + 1]
+            found = wanted_line(raw, hit.group(hit.lastindex or 0))
             if found is _SKIP:
                 continue
             if found is None:  # rare: judged by the full parser, numbered only now
@@ -138,7 +180,7 @@ class _Reader:
         self.counts.events += lines
         self.lineno += lines
 
-    def lines(self, body: bytes) -> Iterator[tuple[str, str, dict[str, object]]]:
+    def lines(self, body: bytes) -> Iterator[tuple[str, str, object]]:
         """Line by line: any layout, any ``since``; bad lines are judged by events.py."""
         counts = self.counts
         for raw in _split(body):
@@ -182,9 +224,8 @@ class _Reader:
         if str(event["kind"]).encode() not in self.wanted:
             return _SKIP
         counts.decoded += 1
-        payload = event["payload"]
-        assert isinstance(payload, dict)  # _parse_line checked it
-        return str(event["ts"]), str(event["kind"]), payload
+        kind = str(event["kind"])
+        return str(event["ts"]), kind, self._value(kind, event["payload"])
 
     def _wanted_line(self, raw: bytes, kind: bytes) -> _Found:
         """A line of a wanted kind in EventLog's layout, decoded; _SKIP when its needle is
@@ -192,11 +233,27 @@ class _Reader:
         needle = self.needle_of.get(kind)
         if needle is not None and needle not in raw:
             return _SKIP
+        text = self.text[kind]
+        if self.typed:
+            found = ev.decode_line(text, raw)
+            if found is not None:  # the common case: no second reading
+                self.counts.decoded += 1
+                return raw[len(_TS_HEAD) : _TS_END].decode(), text, found[1]
         payload = _fast_payload(raw)
         if payload is None:
             return None
         self.counts.decoded += 1
-        return raw[len(_TS_HEAD) : _TS_END].decode(), self.text[kind], payload
+        return raw[len(_TS_HEAD) : _TS_END].decode(), text, self._value(text, payload)
+
+    def _value(self, kind: str, payload: object) -> object:
+        """What a scan yields for a payload: the payload, or its typed event (None: it does not
+        decode as its kind)."""
+        return ev.decode(kind, payload) if self.typed else payload
+
+
+def _rest_of_line_holds(needle: bytes | None) -> bytes:
+    """A lookahead: the rest of the line holds ``needle`` (none: no condition)."""
+    return b"" if needle is None else b"(?=[^\n]*" + re.escape(needle) + b")"
 
 
 def _split(body: bytes) -> Iterator[bytes]:
@@ -212,8 +269,8 @@ def _split(body: bytes) -> Iterator[bytes]:
 def _fast_payload(raw: bytes) -> dict[str, object] | None:
     """The payload of a line in EventLog's layout, or None to let the full parser judge it."""
     try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:  # not JSON, or not UTF-8: _parse_line says which
+        obj = _JSON.decode(raw)
+    except msgspec.DecodeError:  # not JSON, or not UTF-8: _parse_line says which
         return None
     payload = obj.get("payload") if isinstance(obj, dict) else None
     return payload if isinstance(payload, dict) else None

@@ -1,7 +1,8 @@
 """The seed's table of figures, folded from the event log one event at a time (M11).
 
-Pure: ``Stats.add(ts, kind, payload)`` for each event, then ``Stats.report()``. Every payload is
-read through ``event_types.decode``: one that does not decode (a wrong type, a missing field, a
+Pure: ``Stats.add(ts, kind, payload)`` for each event (or ``add_event`` with the typed event a
+scan decoded), then ``Stats.report()``. Every payload is read through ``event_types``: one that
+does not decode (a wrong type, a missing field, a
 verdict outside ``probe.Verdict``) is counted under ``malformed_events`` and skipped, never
 fatal; ``skipped_events`` is their total. Memory is
 bounded by what is open at once (races in progress, boxes not yet confirmed gone) and by the
@@ -103,7 +104,7 @@ class Stats:
     passed: set[int] = field(default_factory=set)
     filter_probes: Counter[str] = field(default_factory=Counter)
     filter_faults: Counter[str] = field(default_factory=Counter)
-    races: dict[str, tuple[ev.Offered, ...]] = field(default_factory=dict)
+    races: dict[str, dict[int, ev.Offered]] = field(default_factory=dict)  # candidates by id
     boxes: dict[str, Box] = field(default_factory=dict)
     cost_usd: Counter[str] = field(default_factory=Counter)
     box_count: Counter[str] = field(default_factory=Counter)
@@ -120,12 +121,15 @@ class Stats:
     malformed: Counter[str] = field(default_factory=Counter)
 
     def add(self, ts: str, kind: str, payload: dict[str, object]) -> None:
-        """Fold one event in; a payload that does not decode as its kind is counted, not fatal
-        (so is a stamp that is not ISO-8601, found when a box's hours are computed)."""
+        """Fold one event in from its payload (``add_event`` of its decoding)."""
+        self.add_event(ts, kind, ev.decode(kind, payload))
+
+    def add_event(self, ts: str, kind: str, event: ev.Event | None) -> None:
+        """Fold one typed event in; None, a payload that did not decode as its kind, is counted,
+        not fatal (so is a stamp that is not ISO-8601, found when a box's hours are computed)."""
         if self.first_ts is None:
             self.first_ts = ts
         self.last_ts = ts
-        event = ev.decode(kind, payload)
         if event is None:
             self.malformed[kind] += 1
             return
@@ -136,16 +140,18 @@ class Stats:
 
     # --- the market ----------------------------------------------------------------------
     def _selection(self, ts: str, e: ev.Selection) -> None:
-        self.races[e.name] = e.candidates  # a new race replaces the last
+        # a new race replaces the last; the first candidate of an id is the one (as listed)
+        self.races[e.name] = {c.id: c for c in reversed(e.candidates)}
         self.selections += 1
         self.picks += len(e.picks)
         self.explored_picks += sum(1 for pick in e.picks if pick.explored)
 
     def _facts(self, name: str, offer_id: int) -> OfferFacts | None:
-        for c in self.races.get(name, ()):
-            if c.id == offer_id:
-                return OfferFacts(c.dph_total, in_default_filter(c.reliability, c.disk_bw))
-        return None
+        race = self.races.get(name)
+        c = race.get(offer_id) if race is not None else None
+        if c is None:
+            return None
+        return OfferFacts(c.dph_total, in_default_filter(c.reliability, c.disk_bw))
 
     def _create(self, ts: str, e: ev.Create) -> None:
         self.creates[e.outcome] += 1
