@@ -53,15 +53,15 @@ _METRIC_NAMES = {"passed": "pass rate", "seconds": "seconds to verdict", "cost_u
 
 def _policy_eval(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
     from gpuops.analysis import ope, shrink
-    from gpuops.analysis.scan import scan
+    from gpuops.analysis.scan import scan_events
 
     decisions, counts = ope.Decisions(), shrink.MachineCounts()
-    for ts, kind, payload in scan(
+    for ts, kind, event in scan_events(
         log_path(args, settings), kinds=ope.KINDS | shrink.KINDS, since=since_stamp(args.since)
     ):
         if kind in ope.KINDS:
-            decisions.add(ts, kind, payload)
-        counts.add(kind, payload)
+            decisions.add_event(ts, kind, event)
+        counts.add_event(kind, event)
     try:
         policy = ope.named(args.policy, shrink.PassRates.from_counts(counts))
         result = ope.evaluate(decisions.rows, policy)

@@ -136,7 +136,9 @@ def test_a_decoded_event_is_the_one_its_constructor_builds_down_to_its_attribute
         expected = built(kind, payload)
         for mapping in (payload, MappingProxyType(payload)):
             decoded = ev.decode(kind, mapping)
-            assert decoded == expected and dataclasses.astuple(decoded) == dataclasses.astuple(expected)
+            assert decoded == expected and dataclasses.astuple(decoded) == dataclasses.astuple(
+                expected
+            )
         assert ev.decode_line(kind, line(kind, payload).encode()) == (TS, expected)
 
 
@@ -164,7 +166,7 @@ def test_a_line_decodes_as_its_own_kind_only_and_anything_else_is_left_to_the_sl
     event = {"ts": TS, "operator": "x", "kind": "market.probe", "payload": probe}
     bad = [
         raw[:-5],  # torn
-        raw.replace(b"\"r\"", b"\"\xff\""),  # not UTF-8
+        raw.replace(b'"r"', b'"\xff"'),  # not UTF-8
         line("market.probe", {**probe, "verdict": "PASS"}).encode(),  # a payload that is none
         json.dumps({**event, "operator": 1}).encode(),  # not an event line
         json.dumps({k: v for k, v in event.items() if k != "ts"}).encode(),

@@ -12,7 +12,7 @@ from gpuops.analysis import index
 from gpuops.analysis.index import index_key, machine_counts
 from gpuops.analysis.learned import pass_rates_from_log
 from gpuops.analysis.shrink import MachineCounts
-from gpuops.analysis.scan import scan
+from gpuops.analysis.scan import scan_events
 from gpuops.analysis.stats import KINDS, Stats
 from gpuops.market.quarantine import HOST_FAULTS
 from gpuops.store.memory import MemoryStore
@@ -36,9 +36,9 @@ def starts_seen(monkeypatch) -> list[int]:
 
     def recording(path, **kw):
         seen.append(kw["start"])
-        return scan(path, **kw)
+        return scan_events(path, **kw)
 
-    monkeypatch.setattr(index, "scan", recording)
+    monkeypatch.setattr(index, "scan_events", recording)
     return seen
 
 
@@ -51,8 +51,8 @@ def test_the_index_folded_as_the_log_grows_agrees_with_stats_and_a_full_read(
         log.write_bytes(simulated_log[:cut])
         counts = machine_counts(log, store)
     stats = Stats()
-    for ts, kind, payload in scan(log, kinds=KINDS):
-        stats.add(ts, kind, payload)
+    for ts, kind, event in scan_events(log, kinds=KINDS):
+        stats.add_event(ts, kind, event)
     verdicts = stats.report()["market"]["verdicts"]  # type: ignore[index]
 
     full = pass_rates_from_log(log)

@@ -1,4 +1,5 @@
-"""The event-log scanner: the block fast path reads exactly what line-by-line reading reads."""
+"""The event-log scanner: the block fast path reads exactly what line-by-line reading reads, and
+both read exactly what events.py's reader and event_types.decode make of the log."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuops import event_types as ev
 from gpuops.analysis import scan as scan_module
-from gpuops.analysis.scan import ScanCounts, scan
+from gpuops.analysis.scan import ScanCounts, scan_events
 from gpuops.analysis.stats import KINDS, NEEDLES
+from gpuops.events import read_events
 
 KIND_CHOICES = [
     "market.selection",
@@ -32,7 +35,9 @@ def line(i: int, kind: str, payload: dict[str, object]) -> bytes:
 def read(path: Path, *, since: str = "", start: int = 0, tail: bool = True):
     counts = ScanCounts()
     rows = list(
-        scan(path, kinds=KINDS, needles=NEEDLES, counts=counts, since=since, start=start, tail=tail)
+        scan_events(
+            path, kinds=KINDS, needles=NEEDLES, counts=counts, since=since, start=start, tail=tail
+        )
     )
     bad = [(b.lineno, b.reason) for b in counts.bad_lines]
     return rows, (counts.events, counts.decoded, counts.bad_total, bad), counts.offset
@@ -86,19 +91,20 @@ def test_a_payload_that_mentions_a_wanted_kind_is_not_read_as_that_kind(tmp_path
 def test_an_unfinished_last_line_is_left_for_the_next_scan_and_the_offset_resumes(tmp_path):
     """With tail=False the offset stops before a half-written line; a later scan picks it up."""
     path = tmp_path / "e.jsonl"
-    whole = line(1, "market.probe", {"name": "a"}) + line(2, "market.probe", {"name": "b"})
+    whole = line(1, "market.rent.stopped", {"name": "a"})
+    whole += line(2, "market.rent.stopped", {"name": "b"})
     path.write_bytes(whole[:-5])
 
     first, _, offset = read(path, tail=False)
     path.write_bytes(whole)
     second, _, end = read(path, start=offset, tail=False)
 
-    assert [p["name"] for _, _, p in first] == ["a"]
-    assert offset == len(line(1, "market.probe", {"name": "a"}))
-    assert [p["name"] for _, _, p in second] == ["b"] and end == len(whole)
+    assert [e.name for _, _, e in first] == ["a"]
+    assert offset == len(line(1, "market.rent.stopped", {"name": "a"}))
+    assert [e.name for _, _, e in second] == ["b"] and end == len(whole)
 
 
-# --- typed: scan_events is scan, each payload decoded ---------------------------------------------
+# --- what the scan yields: each event of a wanted kind, decoded ---------------------------------
 def _typed_payloads():
     from tests.test_event_types import VALID
 
@@ -115,47 +121,62 @@ def _typed_payloads():
     return st.one_of(valid, spoiled, dropped)
 
 
+def expected_of(path: Path, since: str) -> tuple[list[tuple[str, str, object]], tuple[int, ...]]:
+    """What the scan must make of a log, from events.py's line-by-line reader and decode:
+    the wanted kinds at or after ``since``, transitions only to gone-confirmed (the needle)."""
+    assert NEEDLES == {"ledger.transition": b'"after":"gone-confirmed"'}
+    stream = read_events(path)
+    rows, before = [], 0
+    for event in stream:
+        ts, kind, payload = event["ts"], event["kind"], event["payload"]
+        if ts < since:
+            before += 1
+        elif kind in KINDS and (
+            kind != "ledger.transition" or payload.get("after") == "gone-confirmed"
+        ):
+            rows.append((ts, kind, ev.decode(kind, payload)))
+    return rows, (stream.events, len(rows), before, len(stream.bad_lines))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
-    rows=st.lists(st.one_of(_typed_payloads(), st.tuples(st.sampled_from(KIND_CHOICES), payloads),
-                             strays), max_size=30),  # fmt: skip
+    rows=st.lists(
+        st.one_of(_typed_payloads(), st.tuples(st.sampled_from(KIND_CHOICES), payloads), strays),
+        max_size=30,
+    ),
     block_bytes=st.integers(min_value=1, max_value=900),
-    since=st.sampled_from(["", "0"]),
+    since=st.sampled_from(["", "0", "2026-07-18T00:00:10"]),
 )
-def test_the_typed_scan_yields_exactly_each_payload_decoded_and_counts_the_same(
+def test_the_scan_yields_each_wanted_event_decoded_as_the_line_reader_and_decode_do(
     tmp_path_factory, rows, block_bytes, since
 ):
-    """scan_events parses and checks a line in one step; whatever the line (valid, a field of
-    the wrong type or missing, NaN, torn, not an event), it yields what scan yields, decoded,
-    and counts the same, in blocks of any size and line by line."""
-    from gpuops import event_types as ev
-    from gpuops.analysis.scan import scan_events
-
+    """A line is parsed and checked in one step; whatever it is (valid, a field of the wrong
+    type or missing, NaN, torn, not an event, another kind, a transition elsewhere), the scan
+    yields and counts what reading the log line by line and decoding each payload give, in
+    blocks of any size and line by line."""
     path = tmp_path_factory.mktemp("typed") / "e.jsonl"
     path.write_bytes(
         b"".join(r if isinstance(r, bytes) else line(i, *r) for i, r in enumerate(rows))
     )
+    expected, (events, decoded, before, bad) = expected_of(path, since)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(scan_module, "BLOCK_BYTES", block_bytes)
-        plain, typed = ScanCounts(), ScanCounts()
-        expected = [
-            (ts, kind, ev.decode(kind, payload))
-            for ts, kind, payload in scan(
-                path, kinds=KINDS, needles=NEEDLES, counts=plain, since=since
-            )
-        ]
-        got = list(scan_events(path, kinds=KINDS, needles=NEEDLES, counts=typed, since=since))
+        counts = ScanCounts()
+        got = list(scan_events(path, kinds=KINDS, needles=NEEDLES, counts=counts, since=since))
 
     assert got == expected
     assert [type(event) for *_, event in got] == [type(event) for *_, event in expected]
-    assert typed == plain
+    assert (counts.events, counts.decoded, counts.before_since, counts.bad_total) == (
+        events,
+        decoded,
+        before,
+        bad,
+    )
 
 
-def test_a_typed_scan_yields_each_valid_event_and_none_for_a_payload_that_is_no_event(tmp_path):
+def test_a_payload_that_is_no_event_yields_none_and_the_valid_one_beside_it_its_event(tmp_path):
     """The line the pass rates once crashed on (a verdict that is a list) yields None, counted
     as decoded (the fold counts it as malformed); the valid line beside it is its event."""
-    from gpuops import event_types as ev
-    from gpuops.analysis.scan import scan_events
     from tests.test_event_types import BAD_PROBE, VALID
 
     path = tmp_path / "e.jsonl"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fakes.simulate import simulate_market
-from gpuops.analysis.scan import ScanCounts, scan
+from gpuops.analysis.scan import ScanCounts, scan_events
 from gpuops.analysis.stats import KINDS, Stats
 from gpuops.events import EventLog
 
@@ -226,8 +226,8 @@ def guard_and_lane_events() -> list[tuple[float, str, dict[str, object]]]:
 
 def stats_of(path: Path, since: str = "") -> tuple[dict, ScanCounts]:
     counts, stats = ScanCounts(), Stats()
-    for ts, kind, payload in scan(path, kinds=KINDS, since=since, counts=counts):
-        stats.add(ts, kind, payload)
+    for ts, kind, event in scan_events(path, kinds=KINDS, since=since, counts=counts):
+        stats.add_event(ts, kind, event)
     return stats.report(), counts
 
 

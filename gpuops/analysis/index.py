@@ -21,7 +21,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuops.analysis.scan import ScanCounts, scan
+from gpuops.analysis.scan import ScanCounts, scan_events
 from gpuops.analysis.shrink import KINDS, MachineCounts
 from gpuops.errors import AlreadyExists, VersionConflict
 from gpuops.store.base import Store, Versioned
@@ -96,10 +96,10 @@ def machine_counts(log: Path, store: Store) -> MachineCounts:
     ):
         checkpoint = Checkpoint(0, _head(log, 0), MachineCounts())  # replaced, shrunk, unreadable
     counts, scanned = checkpoint.counts, ScanCounts()
-    for _, kind, payload in scan(
+    for _, kind, event in scan_events(
         log, kinds=KINDS, start=checkpoint.offset, counts=scanned, tail=False
     ):
-        counts.add(kind, payload)
+        counts.add_event(kind, event)
     if scanned.offset != checkpoint.offset or found is None:
         head = checkpoint.head if checkpoint.offset >= HEAD_BYTES else _head(log, scanned.offset)
         _save(store, key, Checkpoint(scanned.offset, head, counts), found)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from gpuops.analysis.scan import scan
+from gpuops.analysis.scan import scan_events
 from gpuops.analysis.shrink import KINDS, MachineCounts, PassRates
 from gpuops.store.base import Store
 from gpuops.store.memory import MemoryStore
@@ -29,8 +29,8 @@ class OfferOfMachine(Protocol):
 def pass_rates_from_log(path: Path) -> PassRates:
     counts = MachineCounts()
     if path.exists():
-        for _, kind, payload in scan(path, kinds=KINDS):
-            counts.add(kind, payload)
+        for _, kind, event in scan_events(path, kinds=KINDS):
+            counts.add_event(kind, event)
     return PassRates.from_counts(counts)
 
 

@@ -4,13 +4,13 @@
 line is written by ``EventLog.append`` in one layout (``{"ts":"...","operator":...,"kind":"...``
 and ``}`` last), so a block of lines can be checked for that layout with two byte counts, its
 lines counted with a third, and only the lines of wanted kinds found (one regular-expression
-pass over the block for every wanted kind's key) and decoded: by ``scan`` to a payload (msgspec's
-untyped JSON decoder), by ``scan_events`` straight to its kind's typed event
+pass over the block for every wanted kind's key) and read straight into its kind's typed event
 (``event_types.decode_line``: parsing and checking in one C pass, what gets `stats` through
-1,000,000 events in time; tests/benchmarks/bench_stats.py). A block with any line in another
-layout, or a scan with ``since``, goes line by line; a line in another layout takes the full
-parser in events.py, which also judges torn and non-UTF-8 lines (they are counted, never
-fatal).
+1,000,000 events in time; tests/benchmarks/bench_stats.py). A line that pass does not accept
+is read again (msgspec's plain JSON decoder), to tell a payload that is no event (yielded as
+None) from a line that is not an event at all. A block with any line in another layout, or a
+scan with ``since``, goes line by line; a line in another layout takes the full parser in
+events.py, which also judges torn and non-UTF-8 lines (they are counted, never fatal).
 
 Memory is one block plus what the caller keeps. ``start`` and ``ScanCounts.offset`` let a
 caller fold a log incrementally: the offset is just past the last complete line read.
@@ -37,9 +37,10 @@ _JOINT = b'}\n{"ts":"'  # one line's end and the next one's start, in EventLog's
 BLOCK_BYTES = 1 << 22  # 4 MiB read at a time: the memory bound, and few Python steps a line
 BAD_LINES_KEPT = 20  # bounded memory: the first few unreadable lines, and a count
 # a line counted but not yielded (its needle missed, or it came before ``since``)
-_SKIP: tuple[str, str, object] = ("", "", {})
-_Found = tuple[str, str, object] | None
-_JSON = msgspec.json.Decoder()  # any JSON value: the payload of a line of an untyped scan
+_Event = tuple[str, str, ev.Event | None]  # (ts, kind, event)
+_SKIP: _Event = ("", "", None)
+_Found = _Event | None
+_JSON = msgspec.json.Decoder()  # any JSON value: a line read again
 
 
 @dataclass
@@ -55,26 +56,6 @@ class ScanCounts:
     offset: int = 0
 
 
-def scan(
-    path: str | os.PathLike[str],
-    *,
-    kinds: Collection[str],
-    since: str = "",
-    counts: ScanCounts | None = None,
-    needles: Mapping[str, bytes] | None = None,
-    start: int = 0,
-    tail: bool = True,
-) -> Iterator[tuple[str, str, dict[str, object]]]:
-    """Yield ``(ts, kind, payload)`` for each event of a wanted kind at or after ``since``
-    (an ISO-8601 UTC prefix, compared as text: the log's stamps are fixed-width), reading from
-    byte ``start`` (a line boundary). A kind in ``needles`` is decoded only when its raw line
-    holds that byte string (a cheap pre-filter for frequent kinds of which few lines matter;
-    the fold still checks the decoded value). With ``tail=False`` an unterminated last line
-    (one being written now) is left for a later scan instead of being judged torn."""
-    reader = _Reader(kinds, since, counts, needles, typed=False)
-    return _read(path, reader, start, tail)  # type: ignore[return-value]  # payloads: typed=False
-
-
 def scan_events(
     path: str | os.PathLike[str],
     *,
@@ -85,18 +66,21 @@ def scan_events(
     start: int = 0,
     tail: bool = True,
 ) -> Iterator[tuple[str, str, ev.Event | None]]:
-    """``scan``, each payload read as its kind's typed event (``event_types``): ``(ts, kind,
-    event)``, the event None when the payload does not decode (count it, skip it). Exactly
-    ``decode(kind, payload)`` of what ``scan`` yields, and several times faster: a line in
-    EventLog's layout is parsed and checked in one step (``decode_line``); any other line is
-    read as ``scan`` reads it, then decoded."""
-    reader = _Reader(kinds, since, counts, needles, typed=True)
-    return _read(path, reader, start, tail)  # type: ignore[return-value]  # events: typed=True
+    """Yield ``(ts, kind, event)`` for each event of a wanted kind at or after ``since`` (an
+    ISO-8601 UTC prefix, compared as text: the log's stamps are fixed-width), reading from byte
+    ``start`` (a line boundary); ``event`` is the payload read as its kind's typed event
+    (``event_types``), None when it does not decode (count it, skip it). A kind in ``needles``
+    is decoded only when its raw line holds that byte string (a cheap pre-filter for frequent
+    kinds of which few lines matter; the fold still checks the decoded value). With
+    ``tail=False`` an unterminated last line (one being written now) is left for a later scan
+    instead of being judged torn."""
+    reader = _Reader(kinds, since, counts, needles)
+    return _read(path, reader, start, tail)
 
 
 def _read(
     path: str | os.PathLike[str], reader: _Reader, start: int, tail: bool
-) -> Iterator[tuple[str, str, object]]:
+) -> Iterator[_Event]:
     counts = reader.counts
     try:
         handle = Path(path).open("rb")  # noqa: SIM115 (closed by the with below)
@@ -129,10 +113,7 @@ class _Reader:
         since: str,
         counts: ScanCounts | None,
         needles: Mapping[str, bytes] | None,
-        *,
-        typed: bool,
     ) -> None:
-        self.typed = typed
         self.wanted = {kind.encode() for kind in kinds}
         self.needle_of = {kind.encode(): needle for kind, needle in (needles or {}).items()}
         # One pass over a block (in C) finds every wanted kind's key, closing quote included,
@@ -149,7 +130,7 @@ class _Reader:
         self.counts = counts if counts is not None else ScanCounts()
         self.lineno = 0
 
-    def block(self, body: bytes) -> Iterator[tuple[str, str, object]]:
+    def block(self, body: bytes) -> Iterator[_Event]:
         """Every line of ``body`` (complete lines) in EventLog's layout: find, don't walk."""
         lines = body.count(b"\n")
         in_layout = (
@@ -180,7 +161,7 @@ class _Reader:
         self.counts.events += lines
         self.lineno += lines
 
-    def lines(self, body: bytes) -> Iterator[tuple[str, str, object]]:
+    def lines(self, body: bytes) -> Iterator[_Event]:
         """Line by line: any layout, any ``since``; bad lines are judged by events.py."""
         counts = self.counts
         for raw in _split(body):
@@ -225,7 +206,7 @@ class _Reader:
             return _SKIP
         counts.decoded += 1
         kind = str(event["kind"])
-        return str(event["ts"]), kind, self._value(kind, event["payload"])
+        return str(event["ts"]), kind, ev.decode(kind, event["payload"])
 
     def _wanted_line(self, raw: bytes, kind: bytes) -> _Found:
         """A line of a wanted kind in EventLog's layout, decoded; _SKIP when its needle is
@@ -234,21 +215,15 @@ class _Reader:
         if needle is not None and needle not in raw:
             return _SKIP
         text = self.text[kind]
-        if self.typed:
-            found = ev.decode_line(text, raw)
-            if found is not None:  # the common case: no second reading
-                self.counts.decoded += 1
-                return raw[len(_TS_HEAD) : _TS_END].decode(), text, found[1]
-        payload = _fast_payload(raw)
-        if payload is None:
-            return None
+        found = ev.decode_line(text, raw)
+        event = found[1] if found is not None else None
+        if found is None:  # rare: read again, to tell a payload that is no event from a bad line
+            payload = _fast_payload(raw)
+            if payload is None:
+                return None
+            event = ev.decode(text, payload)
         self.counts.decoded += 1
-        return raw[len(_TS_HEAD) : _TS_END].decode(), text, self._value(text, payload)
-
-    def _value(self, kind: str, payload: object) -> object:
-        """What a scan yields for a payload: the payload, or its typed event (None: it does not
-        decode as its kind)."""
-        return ev.decode(kind, payload) if self.typed else payload
+        return raw[len(_TS_HEAD) : _TS_END].decode(), text, event
 
 
 def _rest_of_line_holds(needle: bytes | None) -> bytes:

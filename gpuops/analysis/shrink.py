@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpuops.event_types import Probe, RentDone, RentStopped, Selection, decode
+from gpuops.event_types import Event, Probe, RentDone, RentStopped, Selection, decode
 from gpuops.market.probe import Verdict
 
 KINDS = frozenset({"market.selection", "market.probe", "market.rent.done", "market.rent.stopped"})
@@ -79,7 +79,11 @@ class MachineCounts:
     skipped: int = 0  # events of KINDS that did not decode
 
     def add(self, kind: str, payload: Mapping[str, object]) -> None:
-        event = decode(kind, payload)
+        """Fold one event in from its payload (``add_event`` of its decoding)."""
+        self.add_event(kind, decode(kind, payload))
+
+    def add_event(self, kind: str, event: Event | None) -> None:
+        """Fold one typed event in; None (a payload that did not decode) is counted."""
         if event is None:
             self.skipped += 1
         elif isinstance(event, Selection):
