@@ -60,8 +60,8 @@ def _policy_eval(args: argparse.Namespace, settings: Settings, as_json: bool) ->
         log_path(args, settings), kinds=ope.KINDS | shrink.KINDS, since=since_stamp(args.since)
     ):
         if kind in ope.KINDS:
-            decisions.add_event(ts, kind, event)
-        counts.add_event(kind, event)
+            decisions.add_event(ts, event)
+        counts.add_event(event)
     try:
         policy = ope.named(args.policy, shrink.PassRates.from_counts(counts))
         result = ope.evaluate(decisions.rows, policy)

@@ -96,10 +96,10 @@ def machine_counts(log: Path, store: Store) -> MachineCounts:
     ):
         checkpoint = Checkpoint(0, _head(log, 0), MachineCounts())  # replaced, shrunk, unreadable
     counts, scanned = checkpoint.counts, ScanCounts()
-    for _, kind, event in scan_events(
+    for *_, event in scan_events(
         log, kinds=KINDS, start=checkpoint.offset, counts=scanned, tail=False
     ):
-        counts.add_event(kind, event)
+        counts.add_event(event)
     if scanned.offset != checkpoint.offset or found is None:
         head = checkpoint.head if checkpoint.offset >= HEAD_BYTES else _head(log, scanned.offset)
         _save(store, key, Checkpoint(scanned.offset, head, counts), found)

@@ -29,8 +29,8 @@ class OfferOfMachine(Protocol):
 def pass_rates_from_log(path: Path) -> PassRates:
     counts = MachineCounts()
     if path.exists():
-        for _, kind, event in scan_events(path, kinds=KINDS):
-            counts.add_event(kind, event)
+        for *_, event in scan_events(path, kinds=KINDS):
+            counts.add_event(event)
     return PassRates.from_counts(counts)
 
 

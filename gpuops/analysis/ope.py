@@ -77,9 +77,9 @@ class Decisions:
 
     def add(self, ts: str, kind: str, p: Mapping[str, object]) -> None:
         """Fold one event in from its payload (``add_event`` of its decoding)."""
-        self.add_event(ts, kind, ev.decode(kind, p))
+        self.add_event(ts, ev.decode(kind, p))
 
-    def add_event(self, ts: str, kind: str, event: ev.Event | None) -> None:
+    def add_event(self, ts: str, event: ev.Event | None) -> None:
         """Fold one typed event in; None (a payload that did not decode) is counted."""
         if event is None:
             self.skipped += 1

@@ -80,9 +80,9 @@ class MachineCounts:
 
     def add(self, kind: str, payload: Mapping[str, object]) -> None:
         """Fold one event in from its payload (``add_event`` of its decoding)."""
-        self.add_event(kind, decode(kind, payload))
+        self.add_event(decode(kind, payload))
 
-    def add_event(self, kind: str, event: Event | None) -> None:
+    def add_event(self, event: Event | None) -> None:
         """Fold one typed event in; None (a payload that did not decode) is counted."""
         if event is None:
             self.skipped += 1
