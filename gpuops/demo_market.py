@@ -203,14 +203,18 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
     from gpuops.market.rent import RentRequest, sweep
     from gpuops.market.session import open_market
 
-    # gpuops' own waits (create pacing, the race's polls) shrink with the fake's clock, on the
-    # one scaled clock (gpuops/clock.py); every deadline stays on the real clock
+    # gpuops' own waits (the race's polls, and the adapter's backoff before it retries a 503
+    # the fake answers) shrink with the fake's clock, on the one scaled clock
+    # (gpuops/clock.py); every deadline stays on the real clock, and so does create pacing
+    # (M12: a create is due CREATE_PACING_S of real time after the last)
+    scaled = ScaledClock(TIME_SCALE)
     market = open_market(
         fakes.settings,
         operator,
         vram_floor_mb=8192,
         rng=random.Random(SEED),
-        sleep=ScaledClock(TIME_SCALE).sleep,
+        sleep=scaled.sleep,
+        retry_sleep=scaled.sleep,
     )
     guarded: dict[str, Any] = {}
 

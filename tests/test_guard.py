@@ -199,6 +199,21 @@ def test_a_failing_destroy_is_retried_until_the_box_is_confirmed_gone(world):
     assert world.events.kinds("guard.destroy.pending")
 
 
+@pytest.mark.parametrize("k", [1.0, 30.0])
+def test_a_wait_the_market_makes_inside_a_guardian_shrinks_by_the_time_scale_as_its_leases_do(
+    world, k
+):
+    """Under GPUOPS_TIME_SCALE=k a destroy's confirmation poll inside the guardian waits 1/k of
+    DESTROY_CONFIRM_POLL_S, as the lease durations and the CLI's own market do (k = 1: the
+    whole poll)."""
+    guardian = world.guardian(world.rent(), "alice/pi/1/aa", clockwork=g.NORMAL.scaled(k))
+    before = world.fake.now()
+
+    guardian.market.clock.sleep(timing.DESTROY_CONFIRM_POLL_S)
+
+    assert world.fake.now() - before == pytest.approx(timing.DESTROY_CONFIRM_POLL_S / k)
+
+
 def test_a_second_guardian_stands_by_and_takes_over_only_when_the_first_goes_stale(world):
     """M7: one responsible guardian; a standby takes over a stale lease and finishes the job."""
     world.rent(hours=1.0)

@@ -68,7 +68,8 @@ class Guardian:
     ) -> None:
         """``clock``: the guardian's time and its waits; leases are judged stale on its
         monotonic time alone (never another host's). The guardian runs ``market`` anew on this
-        clock, waiting with ``Guardian.sleep``: every wait inside a destroy keeps the heartbeat going."""
+        clock, waiting with ``Guardian.market_sleep``: every wait inside a destroy keeps the
+        heartbeat going, and is as much shorter as ``clockwork`` is (GPUOPS_TIME_SCALE)."""
         self.name = check_name(name)
         self.operator = market.ledger.operator
         self.me = me or guardian_id(self.operator)
@@ -83,7 +84,7 @@ class Guardian:
         self.mind = g.Mind(self.me)
         self.instance_id: str | None = None
         self.deadline_at = 0.0
-        self.market = market.on(clock=WithSleep(clock, self.sleep))
+        self.market = market.on(clock=WithSleep(clock, self.market_sleep))
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> int:
@@ -179,6 +180,12 @@ class Guardian:
             self.clock.sleep(nap)
             if self.clock.wall() >= ends:
                 return
+
+    def market_sleep(self, seconds: float) -> None:
+        """A wait the market asks for (a destroy's confirmation polls, in timing.py's real
+        seconds), divided by the factor the clockwork was (1 for NORMAL), as the CLI's own
+        market divides it under GPUOPS_TIME_SCALE; the heartbeat goes on meanwhile."""
+        self.sleep(seconds * self.clockwork.heartbeat_s / g.NORMAL.heartbeat_s)
 
     def _heartbeat(self) -> float:
         """Renew our lease if its heartbeat is due; seconds until the next one is (a whole
