@@ -194,6 +194,11 @@ def _bucket(monkeypatch):  # type: ignore[no-untyped-def]
     from google.cloud import storage  # type: ignore[attr-defined]
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", BASE)
+    # The library's own switch for its bucket-metadata cache (tracing attributes only): on,
+    # the first call starts a daemon thread that fetches the bucket in the background, outlives
+    # the test, retries against a fake that is gone for minutes, and draws its backoff jitter
+    # from the global `random` module, under whatever Hypothesis test the worker runs next.
+    monkeypatch.setenv("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
     client = storage.Client(project=WHERE["project"], credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
     return client, client.bucket(LaneScenario().bucket)
 
