@@ -298,17 +298,14 @@ def decode_line(kind: str, raw: bytes) -> tuple[str, Event] | None:
         line = decoder.decode(raw)
     except msgspec.DecodeError:  # ValidationError included
         return None
-    event = line.payload
-    if line.kind != kind or (type(event) is Selection and not _picks_are_candidates(event)):
+    if line.kind != kind or not _consistent(line.payload):
         return None
-    return line.ts, event
+    return line.ts, line.payload
 
 
 def _consistent(event: Event) -> bool:
     """What no annotation says: every pick of a race is one of its candidates."""
-    return not isinstance(event, Selection) or _picks_are_candidates(event)
-
-
-def _picks_are_candidates(selection: Selection) -> bool:
-    ids = {c.id for c in selection.candidates}
-    return all(p.id in ids for p in selection.picks)
+    if not isinstance(event, Selection):
+        return True
+    ids = {c.id for c in event.candidates}
+    return all(p.id in ids for p in event.picks)
