@@ -42,19 +42,8 @@ from gpuops.providers.transport import Observer, new_session
 
 PROVIDER = "gce"
 
-# Capacity codes, and the errorInfo reason GCE attaches to them (provider-formats.md B.3, B.5).
-CAPACITY_CODES = frozenset(
-    {
-        "ZONE_RESOURCE_POOL_EXHAUSTED",
-        "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
-        "REGION_RESOURCE_POOL_EXHAUSTED",
-        "RESOURCE_POOL_EXHAUSTED",
-        "insufficientCapacity",
-    }
-)
-CAPACITY_REASON = "resource_availability"
+# A failed operation's capacity and quota codes are google_errors' (one list for GCE and GCS).
 CAPACITY_TEXT = "does not have enough resources available to fulfill the request"
-QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
 # An operation's name is a resource name: letters, digits, '-' and '_' (one path segment).
 _OPERATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
@@ -127,12 +116,12 @@ def operation_error(op: Mapping[str, Any]) -> GpuopsError | None:
     )
     body = str(op)
     if (
-        any(c in CAPACITY_CODES for c in codes)
-        or CAPACITY_REASON in reasons
+        any(c in google_errors.CAPACITY_CODES for c in codes)
+        or google_errors.CAPACITY_REASON in reasons
         or any(CAPACITY_TEXT in str(e.get("message", "")) for e in errors)
     ):
         return CapacityExhausted(PROVIDER, message, code, body)
-    if any(c in QUOTA_CODES for c in codes):
+    if any(c in google_errors.QUOTA_REASONS for c in codes):
         return QuotaExceeded(PROVIDER, message, code, body)
     if code is not None and code >= 500:
         return ProviderUnavailable(PROVIDER, message, code, body)

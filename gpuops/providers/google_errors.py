@@ -43,17 +43,19 @@ from gpuops.errors import (
     VersionConflict,
 )
 
-# Capacity codes and the errorInfo reason GCE attaches to them (provider-formats.md B.3, B.5).
-CAPACITY_REASONS = frozenset(
+# Capacity codes, and the errorInfo reason GCE attaches to them (provider-formats.md B.3, B.5);
+# gce.py reads a failed operation's codes and errorInfo reasons apart, an HTTP body's together.
+CAPACITY_CODES = frozenset(
     {
         "ZONE_RESOURCE_POOL_EXHAUSTED",
         "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
         "REGION_RESOURCE_POOL_EXHAUSTED",
         "RESOURCE_POOL_EXHAUSTED",
         "insufficientCapacity",
-        "resource_availability",
     }
 )
+CAPACITY_REASON = "resource_availability"
+CAPACITY_REASONS = CAPACITY_CODES | {CAPACITY_REASON}
 QUOTA_REASONS = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
 
 
