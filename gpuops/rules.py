@@ -126,6 +126,12 @@ RULES: tuple[Rule, ...] = (
         "stopped by GCE's maxRunDuration, modelled from the API reference, not yet observed",
     ),
     Rule(
+        "L13",
+        "The claim is fenced on the VM itself: an epoch in an instance label under its "
+        "fingerprint; install and start act only under the current epoch; L12's evidence "
+        "lives in the shared state.",
+    ),
+    Rule(
         "M1",
         "Rent a healthy box: race offers, probe real hardware, destroy the losers.",
         IMPLEMENTED,
@@ -231,6 +237,27 @@ RULES: tuple[Rule, ...] = (
         "(tests/test_owner_process.py) judged by FakeVast's record; never on a real account",
     ),
     Rule(
+        "M14",
+        "Two ceilings on two hosts: every box destroys itself at deadline + grace with its "
+        "per-instance key, never the account key.",
+    ),
+    Rule(
+        "M15",
+        "A budget is a ceiling: rent refuses a rental whose worst case would cross the team's "
+        "or the operator's remaining budget; spend from the provider's own transitions.",
+    ),
+    Rule(
+        "M16",
+        "One incarnation, one identity: records, leases, guardian, events and results are "
+        "keyed by a unique rental id; results never overwrite another incarnation's.",
+    ),
+    Rule(
+        "M17",
+        "The guardian is the last to die: any fault in its own work ends in a confirmed "
+        "destroy, then a loud non-zero exit; one corrupt record blocks only itself; no "
+        "decision compares two hosts' clocks.",
+    ),
+    Rule(
         "H1",
         "Capture real output before writing a parser; parsers are tested on recordings.",
         IMPLEMENTED,
@@ -280,6 +307,16 @@ RULES: tuple[Rule, ...] = (
         scope="the market's rent, guardian, destroy and sweep: a crash or interrupt at any "
         "provider call or store write, judged by FakeVast; their decisions (race, guardian, "
         "teardown's outcome -> exit code, rentals) gated; the lane runner is not yet covered",
+    ),
+    Rule(
+        "H6",
+        "Fakes answer to the providers' published contracts: bodies and requests are "
+        "validated against the providers' machine-readable references.",
+    ),
+    Rule(
+        "O1",
+        "A person hears every alarm: each sent once per cause to the team's endpoints, "
+        "retried, and never in the way of a destroy.",
     ),
 )
 

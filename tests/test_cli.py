@@ -41,7 +41,7 @@ def test_rules_json_lists_every_rule_once(tmp_path):
 
     ids = [rule["id"] for rule in json.loads(done.stdout)]
     assert done.returncode == 0
-    assert len(ids) == len(set(ids)) == 30
+    assert len(ids) == len(set(ids)) == 37
 
 
 def test_json_is_accepted_before_or_after_the_command():

@@ -277,8 +277,17 @@ def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_th
             e for e in fakes.events("guard.destroy") if e["guardian"].split("/")[2] == str(second)
         ],
     )
-    boxes = [e for e in fakes.events("ledger.transition") if e["name"].startswith("crash-box")]
-    assert boxes[-1]["after"] == "destroying"  # on the retry list, not yet confirmed gone
+    # The guardian logs its destroy call before destroy_rental writes the transition: wait on
+    # the state the product writes, not on the event (a loaded machine runs the two apart).
+    fakes.wait_for(  # on the retry list, not yet confirmed gone
+        "the box's record on the retry list",
+        lambda: [
+            e["after"]
+            for e in fakes.events("ledger.transition")
+            if e["name"].startswith("crash-box")
+        ][-1:]
+        == ["destroying"],
+    )
     _kill(second)
     assert fakes.events("guard.confirmed_gone") == []  # killed before the confirmation
 

@@ -13,12 +13,15 @@ from gpuops.rules import IMPLEMENTED, RULES, VERIFIED, WRITTEN, by_id
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT.parent / "shared" / "DESIGN.md"
 EXPECTED_IDS = (
-    [f"L{i}" for i in range(1, 13)] + [f"M{i}" for i in range(1, 14)] + ["H1", "H2", "H3", "H4", "H5"]
+    [f"L{i}" for i in range(1, 14)]
+    + [f"M{i}" for i in range(1, 18)]
+    + [f"H{i}" for i in range(1, 7)]
+    + ["O1"]
 )
 
 
 def test_every_rule_of_the_design_is_listed_once_in_order():
-    """The rule list is exactly DESIGN §1's: L1-L12, M1-M13, H1-H5."""
+    """The rule list is exactly DESIGN §1's: L1-L13, M1-M17, H1-H6, O1."""
     assert [rule.id for rule in RULES] == EXPECTED_IDS
 
 
@@ -26,7 +29,7 @@ def test_the_rule_ids_match_the_design_document_when_it_is_present():
     """When shared/DESIGN.md sits beside the checkout, its bold rule ids are ours."""
     if not DESIGN.exists():
         pytest.skip("shared/DESIGN.md is not beside this checkout")
-    ids = re.findall(r"^- \*\*([LMH]\d+)\*\*", DESIGN.read_text(), flags=re.M)
+    ids = re.findall(r"^- \*\*([LMHO]\d+)\*\*", DESIGN.read_text(), flags=re.M)
     assert ids == EXPECTED_IDS
 
 
