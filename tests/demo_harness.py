@@ -51,7 +51,10 @@ def main(argv: list[str]) -> int:
         rest = rest[2:]
     procs.become_subreaper()
     code = (
-        "import sys\n"
+        # Ctrl-C reaches the demo as it reaches a terminal's: a suite started in the background
+        # of a non-interactive shell passes SIGINT down ignored, and Python keeps it so
+        "import signal, sys\n"
+        + "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         + (BREAKS[broken] + "\n" if broken else "")
         + "from gpuops.demo import run_demo\n"
         + "from gpuops.settings import Settings\n"
