@@ -74,13 +74,21 @@ def _name_corrupt(market: Any, code: int) -> int:
     """A corrupt record (rental, box record, lease) blocks only itself: the others were
     served; it is named, with a way to repair it, and a command that otherwise succeeded
     exits 1 so nobody misses it."""
+    from gpuops.market.rentals import rental_of
+
     unreadable = {**market.rentals.corrupt, **market.ledger.corrupt}
     for key, exc in sorted(unreadable.items()):
         kind, _, name = key.rpartition("/")
+        first = (
+            f"`gpuops destroy {rental_of(name)}` ends every box its instance claim names, "
+            "confirmed gone, without reading or replacing it; then "
+            if kind == "ledger/boxes"
+            else ""
+        )
         print(
             f"gpuops: skipped the unreadable {_KINDS.get(kind, kind)} {name!r}: {exc}. "
-            "Repair: restore it from a backup, or move the file aside once `gpuops sweep` "
-            "shows no instance of it left (sweep names every instance no record owns)",
+            f"Repair: {first}restore it from a backup or move the file aside (gpuops never "
+            "replaces or removes it)",
             file=sys.stderr,
         )
     return code if code or not unreadable else 1
@@ -321,6 +329,9 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
     from gpuops.archive import archived_rentals  # --all reads the archive too (audit view)
 
     live_rentals = market.rentals.all()
+    # listed before the rentals' leases are read: a lease _guard_of cannot read is named with
+    # the listing's unreadable records, which each listing reports afresh
+    records = market.ledger.records(skip_corrupt=True)  # a bad one is named after the list
     for rental in [*live_rentals, *archived_rentals(market.ledger.store, args.all)]:
         if not args.all and rental.owner != market.ledger.operator:
             continue
@@ -329,7 +340,6 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
             until = rental.ended_at if rental.ended_at is not None else now
             spend = round(rental.dph_total * max(0.0, until - rental.started_at) / 3600.0, 4)
         rows.append({**dataclasses.asdict(rental), "spend_usd": spend, **_guard_of(market, rental)})
-    records = market.ledger.records(skip_corrupt=True)  # a bad one is named after the list
     pending = [_record_row(r) for r in records if r.state.value == "destroying"]
     kept = {row["box"] for row in rows}
     # M13: every box that may bill, racing candidates included, not just the kept ones

@@ -35,7 +35,7 @@ from gpuops.errors import StillRunning
 from gpuops.ledger import BoxState, Ledger
 from gpuops.market import guardian as g
 from gpuops.market import jobs
-from gpuops.market.guard import Guardian
+from gpuops.market.guard import FAULTED, Guardian
 from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
 from gpuops.market.rentals import LIVE, RELEASED
 from gpuops.market.results import LocalResults
@@ -292,7 +292,8 @@ def _read_fifo(path: Path) -> str:
 )
 def test_a_results_copy_cut_by_a_destroy_is_a_failed_copy_never_copied(world, monkeypatch):
     """M5: the ssh streaming the results ends as OpenSSH does when the remote goes away; the
-    guardian logs ok=False with that line, delivers nothing, and still ends the rental."""
+    guardian logs ok=False with that line, delivers nothing, still ends the rental, and exits
+    1 for the results it could not deliver (M17)."""
     market, rental = world.rent()
     box_id = int(rental.instance_id)
     instance = market.vast.show(rental.instance_id)
@@ -329,7 +330,7 @@ def test_a_results_copy_cut_by_a_destroy_is_a_failed_copy_never_copied(world, mo
     assert copied["ok"] is False
     assert copied["detail"] == f"exit 255: Connection to {instance.ssh_host} closed by remote host."
     assert not (world.tmp / "results" / "job").exists()
-    assert codes == [g.GONE] and world.alive() == []
+    assert codes == [FAULTED] and world.alive() == []
 
 
 @pytest.mark.parametrize(
@@ -343,7 +344,8 @@ def test_a_results_copy_cut_by_a_destroy_is_a_failed_copy_never_copied(world, mo
 )
 def test_a_host_key_changed_before_the_copy_fails_the_copy_and_keeps_the_pinned_key(world):
     """DESIGN §4, M5: nothing is copied from a box whose key changed, and the key is not
-    re-pinned; the ceiling still holds."""
+    re-pinned; the ceiling still holds, and the exit is 1 for the results not delivered
+    (M17)."""
     market, rental = world.rent()
     instance = market.vast.show(rental.instance_id)
     shell = jobs.BoxShell(
@@ -365,4 +367,4 @@ def test_a_host_key_changed_before_the_copy_fails_the_copy_and_keeps_the_pinned_
     assert copied["detail"] == "exit 255: Host key verification failed."
     assert not (world.tmp / "results" / "job").exists()
     assert known.read_text() == pinned
-    assert code == g.GONE and world.alive() == []
+    assert code == FAULTED and world.alive() == []

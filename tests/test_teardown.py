@@ -359,7 +359,8 @@ def test_finishing_a_cut_off_release_is_refused_to_another_operator(ledger, cloc
 
 
 def test_exit_codes_come_from_the_endings_alone_m13():
-    """M13: 0 only when all ended; a pending destroy is 4; an unresolved intent alone is 5."""
+    """M13: 0 only when all ended; a pending destroy is 4; an unresolved intent alone is 5; an
+    unreadable record whose boxes are gone alone is 1 (M17: loud, for a person)."""
 
     def out(*endings: Ending) -> list[Outcome]:
         return [Outcome(f"b{i}", e, "confirmed gone") for i, e in enumerate(endings)]
@@ -369,4 +370,7 @@ def test_exit_codes_come_from_the_endings_alone_m13():
     assert exit_code(out(Ending.GONE, Ending.PENDING)) == 4
     assert exit_code(out(Ending.UNRESOLVED, Ending.GONE)) == 5
     assert exit_code(out(Ending.UNRESOLVED, Ending.PENDING)) == 4
-    assert [o.released for o in out(*Ending)] == [True, True, False, False]
+    assert exit_code(out(Ending.UNREADABLE, Ending.GONE)) == 1
+    assert exit_code(out(Ending.UNREADABLE, Ending.UNRESOLVED)) == 5
+    assert exit_code(out(Ending.UNREADABLE, Ending.PENDING)) == 4
+    assert [o.released for o in out(*Ending)] == [True, True, False, False, False]

@@ -13,30 +13,39 @@ starting a detached guardian ``market/spawn.py``'s and the systemd unit ``market
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 from collections.abc import Callable
 from dataclasses import replace
 from types import FrameType
+from typing import NoReturn
 
 from gpuops import event_types as ev
 from gpuops.clock import SYSTEM, Clock, WithSleep
 from gpuops.errors import (
     GpuopsError,
     NotOwned,
+    StateError,
+    StoreUnavailable,
     Unavailable,
     UnexpectedResponse,
     UsageError,
     VersionConflict,
 )
-from gpuops.ledger import BoxState, utc_iso
+from gpuops.ledger import BoxState, EventSink, utc_iso
 from gpuops.market import guardian as g
 from gpuops.market.jobs import BoxShell, Jobs
 from gpuops.market.leases import Leases
-from gpuops.market.rent import Market, destroy_rental, owned_records
+from gpuops.market.rent import Market, confirmed_gone, destroy_rental, owned_records
 from gpuops.market.rentals import FAILED, RELEASED, check_name, process_id
 from gpuops.market.results import Results, copy_results
+from gpuops.market.teardown import Ending
+
+# exit code: every box confirmed gone, but the guardian's own work failed on the way (M17):
+# results not delivered, the store not writable, a record unreadable; loud, never 0
+FAULTED = 1
 
 
 def guardian_id(operator: str) -> str:
@@ -80,11 +89,13 @@ class Guardian:
         self.say = say
         self.leases = Leases(market.ledger.store)
         self.jobs = Jobs(market.ledger.store)
-        self.events = market.events
         self.mind = g.Mind(self.me)
         self.instance_id: str | None = None
         self.deadline_at = 0.0
-        self.market = market.on(clock=WithSleep(clock, self.market_sleep))
+        self.faults: list[str] = []  # what failed in our own work: the exit says it (M17)
+        self.finished: int | None = None  # an exit decided outside the pure core (M17)
+        self.events = _NeverInTheWay(market.events, say)
+        self.market = market.on(clock=WithSleep(clock, self.market_sleep), events=self.events)
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> int:
@@ -96,6 +107,11 @@ class Guardian:
                 # the store or the provider, or a write that kept losing its race: loud, retried
                 self._log("guard.error", error=f"{type(exc).__name__}: {exc}")
                 self.say(f"gpuops guard: {self.name}: {exc}; retrying")
+                if isinstance(exc, StoreUnavailable) and self._past_deadline():
+                    # the store is down at the deadline: the box still ends (M17)
+                    self._end_unrecorded(exc)
+                if self.finished is not None:
+                    return self._leave(self.finished)
                 self.clock.sleep(self.clockwork.poll_s)
                 continue
             except BaseException as exc:  # anything else ends it: loudly, never silently (M7)
@@ -151,6 +167,8 @@ class Guardian:
         if isinstance(action, g.Leave):
             if action.code == g.GONE:
                 self.leases.drop(self.name, self.me)
+                if self.faults:  # gone, but something of ours failed: loud (M17)
+                    return self._leave(FAULTED, action.reason)
             self._log("guard.exit", code=action.code, reason=action.reason)
             self.say(f"gpuops guard: {self.name}: {action.reason} (exit {action.code})")
             return action.code
@@ -167,7 +185,17 @@ class Guardian:
             self.mind = replace(self.mind, copied=True)
         else:
             self._destroy()
-        return None
+        return None if self.finished is None else self._leave(self.finished)
+
+    def _leave(self, code: int, reason: str = "") -> int:
+        """Exit ``code``, naming every fault of our own work (M17)."""
+        why = "; ".join([reason, *self.faults] if reason else self.faults)
+        self._log("guard.exit", code=code, reason=why)
+        self.say(f"gpuops guard: {self.name}: {why} (exit {code})")
+        return code
+
+    def _past_deadline(self) -> bool:
+        return bool(self.deadline_at) and self.clock.wall() >= self.deadline_at
 
     def sleep(self, seconds: float) -> None:
         """Sleep, renewing our lease whenever its heartbeat falls due."""
@@ -223,6 +251,17 @@ class Guardian:
 
     # --- copy, destroy -----------------------------------------------------------------
     def _copy(self, budget_s: float) -> None:
+        """Copy results off; any failure of the copy is recorded and shown, and never keeps
+        the destroy from following (M17)."""
+        try:
+            self._copy_results(budget_s)
+        except Exception as exc:  # the copy is ours: its fault ends in the destroy, never here
+            detail = f"the results copy failed: {type(exc).__name__}: {exc}"
+            self.faults.append(f"results not delivered ({detail})")
+            self._log("guard.copy", ok=False, detail=detail)
+            self.say(f"gpuops guard: {self.name}: {detail}; destroying at the deadline anyway")
+
+    def _copy_results(self, budget_s: float) -> None:
         job = self.jobs.get(self.name)
         if job is None or job.instance_id != self.instance_id:
             self._log("guard.copy", ok=False, detail="no job declared results: nothing to copy")
@@ -245,6 +284,8 @@ class Guardian:
         error, destination, size = copied.error, copied.destination, copied.size
         if not error:
             self.leases.renew(self.name, self.me, self.clock.wall(), copied=True)
+        elif not copied.none_made:  # the job made results and they were not delivered
+            self.faults.append(f"results not delivered ({error})")
         self._log(
             "guard.copy",
             ok=not error,
@@ -255,7 +296,17 @@ class Guardian:
 
     def _destroy(self) -> None:
         self._log("guard.destroy", deadline=utc_iso(self.deadline_at))
-        outcomes = destroy_rental(self.market, self.name)
+        try:
+            outcomes = destroy_rental(self.market, self.name)
+        except StoreUnavailable as exc:  # a full disk, a store that refuses writes (M17)
+            self._end_unrecorded(exc)
+            return
+        unreadable = [o for o in outcomes if o.ending is Ending.UNREADABLE]
+        if unreadable and all(o.released or o.ending is Ending.UNREADABLE for o in outcomes):
+            for outcome in unreadable:  # its boxes confirmed gone; the record is a person's
+                self.faults.append(f"{outcome.name}: {outcome.detail}")
+            self.finished = FAULTED
+            return
         rental = self.market.rentals.get(self.name)
         if rental is not None and rental.state == RELEASED and all(o.released for o in outcomes):
             now = self.clock.wall()
@@ -277,21 +328,79 @@ class Guardian:
         self.say(f"gpuops guard: {self.name}: not all confirmed gone yet: {details}")
         self.sleep(self.clockwork.confirm_poll_s)
 
+    def _end_unrecorded(self, exc: Exception) -> None:
+        """The store cannot be written (or read) at the deadline: destroy the boxes we know of
+        and confirm each gone by asking the provider for it (M4), without the records; then
+        exit loudly, the records left for `gpuops sweep` to release once the store works."""
+        ids = {self.instance_id} if self.instance_id else set()
+        # the store may not be read either: then the rental's own box is what we know
+        with contextlib.suppress(StateError, Unavailable):
+            ids |= {r.instance_id for r in owned_records(self.market, self.name) if r.instance_id}
+        still = []
+        for instance_id in sorted(ids):
+            try:
+                if self.market.vast.show(instance_id) is not None:
+                    self.market.vast.destroy(instance_id)
+            except (Unavailable, UnexpectedResponse) as error:
+                still.append(f"instance {instance_id}: {error}")
+                continue
+            if not confirmed_gone(self.market, instance_id):
+                still.append(f"instance {instance_id}: not confirmed gone yet")
+        if still:
+            self.say(f"gpuops guard: {self.name}: still ending: {'; '.join(still)}")
+            return
+        gone = ", ".join(sorted(ids)) or "none known"
+        self.faults.append(
+            f"the store could not be written ({type(exc).__name__}: {exc}); instance(s) {gone} "
+            "confirmed gone by the provider, their records not yet released: run `gpuops "
+            "sweep` once the store works"
+        )
+        self.finished = FAULTED
+
     def _log(self, kind: str, **payload: object) -> None:
         self.events.append(
             kind, name=self.name, instance_id=self.instance_id, guardian=self.me, **payload
         )
 
 
+class _NeverInTheWay:
+    """The guardian's event sink: an event it cannot write (a full disk, a log it cannot
+    open) is said on stderr instead, and never stops a destroy (M17)."""
+
+    def __init__(self, events: EventSink, say: Callable[[str], None]) -> None:
+        self._events = events
+        self._say = say
+
+    def append(self, kind: str, /, **payload: object) -> object:
+        try:
+            return self._events.append(kind, **payload)
+        except (StateError, OSError) as exc:
+            self._say(f"gpuops guard: could not log {kind}: {type(exc).__name__}: {exc}")
+            return None
+
+
+def stopped(guardian: Guardian, signum: int) -> NoReturn:
+    """A guardian stopped by a signal: its lease given up first, so a successor (`gpuops
+    guard NAME`, a standby) takes over at once instead of a TTL later; then a loud exit."""
+    name = signal.Signals(signum).name
+    try:
+        guardian.leases.drop(guardian.name, guardian.me)
+    except Exception as exc:  # the store is what failed: the lease goes stale by itself
+        guardian.say(f"gpuops guard: {guardian.name}: could not drop the lease: {exc}")
+    guardian._log("guard.exit", code=128 + signum, reason=f"stopped by {name}")
+    guardian.say(
+        f"gpuops guard: {guardian.name}: stopped by {name}; the box has NO ceiling until "
+        f"another guardian takes over: run `gpuops guard {guardian.name}`"
+    )
+    raise SystemExit(128 + signum)
+
+
 def install_signal_handlers(guardian: Guardian) -> None:
-    """SIGTERM and SIGINT end the guardian loudly (event log and stderr), never silently;
-    SIGHUP, which a closing terminal sends, is ignored."""
+    """SIGTERM and SIGINT end the guardian loudly (event log and stderr), never silently,
+    its lease given up (``stopped``); SIGHUP, which a closing terminal sends, is ignored."""
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        guardian._log("guard.exit", code=128 + signum, reason=f"stopped by {name}")
-        guardian.say(f"gpuops guard: {guardian.name}: stopped by {name}; the box has NO ceiling")
-        raise SystemExit(128 + signum)
+        stopped(guardian, signum)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

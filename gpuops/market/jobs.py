@@ -86,9 +86,12 @@ class BoxShell:
     def run(self, instance: Instance, script: str) -> StepOutput:
         return self.client.run(self.argv(instance, script), timing.SSH_COMMAND_TIMEOUT_S)
 
-    def stream_to(self, instance: Instance, script: str, target: Path, budget_s: float) -> str:
-        """Run ``script`` with its stdout written to ``target`` (bytes); '' on success, else
-        what went wrong. A budget overrun kills the ssh and says so."""
+    def stream_to(
+        self, instance: Instance, script: str, target: Path, budget_s: float
+    ) -> tuple[str, int | None]:
+        """Run ``script`` with its stdout written to ``target`` (bytes): ('', 0) on success,
+        else what went wrong and the exit status (None when the budget ran out: the ssh is
+        killed and that is said)."""
         with target.open("wb") as out:
             proc = subprocess.Popen(
                 self.argv(instance, script),
@@ -103,11 +106,11 @@ class BoxShell:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
-                return f"the copy overran its {budget_s:.0f} s budget and was stopped"
+                return f"the copy overran its {budget_s:.0f} s budget and was stopped", None
         if proc.returncode != 0:
             text = err.decode("utf-8", errors="replace").strip().splitlines()
-            return f"exit {proc.returncode}: {text[-1] if text else 'no message'}"
-        return ""
+            return f"exit {proc.returncode}: {text[-1] if text else 'no message'}", proc.returncode
+        return "", 0
 
 
 class Jobs:

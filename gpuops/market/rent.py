@@ -35,7 +35,7 @@ from gpuops.errors import (
     UnexpectedResponse,
     UsageError,
 )
-from gpuops.ledger import CREATE_REFUSED, BoxState, EventSink, Ledger, Record, utc_iso
+from gpuops.ledger import CREATE_REFUSED, PREFIX, BoxState, EventSink, Ledger, Record, utc_iso
 from gpuops.market import race as r
 from gpuops.market.guardian import schedule
 from gpuops.market.probe import Verdict
@@ -131,16 +131,25 @@ class Market:
         self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock.wall)
 
     def on(
-        self, *, clock: Clock | None = None, vast: Vast | None = None, probe: Prober | None = None
+        self,
+        *,
+        clock: Clock | None = None,
+        vast: Vast | None = None,
+        probe: Prober | None = None,
+        events: EventSink | None = None,
     ) -> Market:
-        """A new market like this one but for its clock, its provider or its prober, over the
-        same ledger, store, event log, rng, ranker and pace (this one is left as it is): the
-        guardian's, whose waits keep its heartbeat, and a sweep's threads', whose calls are
-        paced. It has a racer id of its own; neither of them races."""
+        """A new market like this one but for its clock, its provider, its prober or its event
+        sink, over the same ledger, store, rng, ranker and pace (this one is left as it is):
+        the guardian's, whose waits keep its heartbeat and whose event writes never stop its
+        destroy, and a sweep's threads', whose calls are paced. It has a racer id of its own;
+        neither of them races."""
+        ledger = self.ledger
+        if events is not None:
+            ledger = Ledger(ledger.store, events, ledger.operator, clock=ledger.clock)
         return Market(
             self.vast if vast is None else vast,
-            self.ledger,
-            self.events,
+            ledger,
+            self.events if events is None else events,
             probe=self.probe if probe is None else probe,
             public_key=self.public_key,
             clock=self.clock if clock is None else clock,
@@ -631,22 +640,87 @@ def end_record(market: Market, record: Record) -> Outcome:
     return Outcome(record.name, Ending.UNRESOLVED, f"left as it is ({record.state.value})")
 
 
+def _prefix(name: str, race: int | None) -> str:
+    """What the record names of rental ``name`` (of one race, when given) begin with."""
+    return f"{name}+" if race is None else box_name(name, race, 0).rpartition("-")[0] + "-"
+
+
 def owned_records(market: Market, name: str, race: int | None = None) -> list[Record]:
     """Every active record of ours under rental ``name`` (of one race, when given): what its
-    owner must end (M13)."""
-    prefix = f"{name}+" if race is None else box_name(name, race, 0).rpartition("-")[0] + "-"
+    owner must end (M13). A record that cannot be read is left out here, so another
+    rental's blocks nothing of this one (M17); ``unreadable_records`` names this rental's."""
+    prefix = _prefix(name, race)
     return [
         record
-        for record in market.ledger.records()
+        for record in market.ledger.records(skip_corrupt=True)
         if record.name.startswith(prefix)
         and record.owner == market.ledger.operator
         and record.active
     ]
 
 
+def unreadable_records(market: Market, name: str, race: int | None = None) -> list[str]:
+    """The record names under rental ``name`` that the ledger's last listing could not read."""
+    prefix = PREFIX + _prefix(name, race)
+    return sorted(k.removeprefix(PREFIX) for k in market.ledger.corrupt if k.startswith(prefix))
+
+
 def end_records(market: Market, name: str, race: int | None = None) -> list[Outcome]:
-    """End every active record of ours under rental ``name`` (of one race, when given)."""
-    return [end_record(market, record) for record in owned_records(market, name, race)]
+    """End every active record of ours under rental ``name`` (of one race, when given), and
+    every box an unreadable record of it claims (``end_unreadable``)."""
+    ended = [end_record(market, record) for record in owned_records(market, name, race)]
+    return ended + [end_unreadable(market, box) for box in unreadable_records(market, name, race)]
+
+
+def end_unreadable(market: Market, box: str) -> Outcome:
+    """A ledger record that cannot be read may stand for a box that bills: end every instance
+    its instance claim names (``ledger/instances/<id>``, written when it went live) and whose
+    label still carries the claim's intent (M3), destroyed and confirmed gone by ``show``
+    (M4), without reading or replacing the record. PENDING while one still shows; else
+    UNREADABLE: the record is left for a person to move aside. The caller has checked that
+    the rental is ours."""
+    claimed = [(iid, c) for iid, c, _ in market.ledger.claims.entries() if c.name == box]
+    still: list[str] = []
+    ended: list[str] = []
+    for instance_id, claim in claimed:
+        shown = market.vast.show(instance_id)
+        if shown is None:
+            continue
+        if intent_of(shown.label) != claim.intent_id:  # the id went to another box: not ours
+            continue
+        try:
+            market.vast.destroy(instance_id)
+        except (Unavailable, UnexpectedResponse) as exc:
+            still.append(f"instance {instance_id}: destroy failed: {exc}")
+            continue
+        if confirmed_gone(market, instance_id):
+            ended.append(instance_id)
+        else:
+            still.append(f"instance {instance_id}: not confirmed gone yet")
+    where = f"its record {PREFIX}{box} cannot be read ({market.ledger.corrupt.get(PREFIX + box)})"
+    if still:
+        return Outcome(box, Ending.PENDING, f"{where}; " + "; ".join(still))
+    gone = f"instance(s) {', '.join(ended)} confirmed gone" if ended else "no claimed box shows"
+    return Outcome(
+        box,
+        Ending.UNREADABLE,
+        f"{where}; {gone}; the record is left as it is: move it aside or restore it",
+    )
+
+
+def confirmed_gone(market: Market, instance_id: str) -> bool:
+    """Ask for this very instance until it is gone (M4), within the destroy's confirmation
+    budget; False when it still shows then."""
+    ends = market.clock.monotonic() + timing.DESTROY_CONFIRM_TIMEOUT_S
+    while True:
+        try:
+            if market.vast.show(instance_id) is None:
+                return True
+        except GpuopsError:
+            pass
+        if market.clock.monotonic() >= ends:
+            return False
+        market.clock.sleep(timing.DESTROY_CONFIRM_POLL_S)
 
 
 def settle_rental(market: Market, name: str, listed: list[Record] | None = None) -> Rental | None:
@@ -661,9 +735,11 @@ def settle_rental(market: Market, name: str, listed: list[Record] | None = None)
         return rental
     prefix = f"{name}+"
     if listed is None:
-        current = [r for r in market.ledger.records() if r.name.startswith(prefix)]
+        current = [r for r in market.ledger.records(skip_corrupt=True) if r.name.startswith(prefix)]
     else:
         current = [r for r in map(market.ledger.get, (r.name for r in listed)) if r is not None]
+    if unreadable_records(market, name):  # it may stand for a box: never released past it
+        return rental
     active = sum(1 for r in current if r.active)
     to = settled(rental, active, market.clock.wall())
     if to is None:
@@ -773,7 +849,9 @@ def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> Swee
     me = market.ledger.operator
     now = market.clock.wall()
     rentals = {r.name: r for r in market.rentals.all() if r.owner == me}
-    records = market.ledger.records()  # the one listing of the sweep
+    # the one listing of the sweep; a record it cannot read blocks only itself (M17)
+    records = market.ledger.records(skip_corrupt=True)
+    unreadable = sorted(k.removeprefix(PREFIX) for k in market.ledger.corrupt)
     due: list[tuple[Record, bool]] = []  # (record, a pending destroy retried)
     for record in records:
         if record.owner != me or not record.active:
@@ -787,6 +865,10 @@ def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> Swee
     report = SweepReport([], [], [])
     for (_, retried), outcome in zip(due, outcomes, strict=True):
         (report.retried if retried else report.expired).append(outcome)
+    for box in unreadable:  # ours when its rental is: ended once that rental is due
+        rental = rentals.get(rental_of(box))
+        if rental is not None and now >= due_at(rental, None):
+            report.expired.append(end_unreadable(market, box))
     touched = {rental_of(record.name) for record, _ in due}
     active: dict[str, list[Record]] = {}  # the listing's active records, by rental: one pass
     for record in records:
@@ -801,9 +883,23 @@ def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> Swee
     # an instance of a record this sweep released may still be listed (the list lags): the
     # listing's intents, taken before any release, keep it from being reported as unowned
     known = {r.intent_id for r in records if r.active}
+    # an unreadable record's box is named with its record, found by its instance claim
+    behind = set(unreadable)
+    claimed = (
+        {c.intent_id: c.name for _, c, _ in market.ledger.claims.entries() if c.name in behind}
+        if behind
+        else {}
+    )
     vast = market.vast if pace is None else Paced(market.vast, pace)
     for instance in vast.list_instances():
-        if intent_of(instance.label) not in known:
+        intent = intent_of(instance.label)
+        if intent in claimed:
+            report.unowned.append(
+                f"instance {instance.instance_id} label {instance.label!r}: its record "
+                f"{PREFIX}{claimed[intent]} cannot be read (gpuops destroy "
+                f"{rental_of(claimed[intent])} ends it)"
+            )
+        elif intent not in known:
             report.unowned.append(
                 f"instance {instance.instance_id} label {instance.label!r}: no ledger owns it"
             )

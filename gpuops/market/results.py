@@ -16,12 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from gpuops.errors import GpuopsError, UsageError
+from gpuops.errors import GpuopsError, StoreUnavailable, UsageError
 from gpuops.market import watchdog as w
 from gpuops.market.jobs import BoxShell
 from gpuops.model import Instance
 
 RESULTS_ENV = "GPUOPS_RESULTS"  # where results go: a directory or s3://bucket/prefix
+# S3 error codes that mean the destination itself is wrong, not that it is down (the S3 API
+# reference's error code list)
+_CONFIG_CODES = frozenset(
+    {"NoSuchBucket", "AccessDenied", "InvalidBucketName", "AllAccessDisabled"}
+)
 
 
 class Results(Protocol):
@@ -48,19 +53,31 @@ class S3Results:
 
     def deliver(self, name: str, tarball: Path) -> str:
         import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
 
         client = boto3.client("s3", endpoint_url=self.endpoint)
         base = f"{self.prefix.strip('/')}/{name}".strip("/")
-        with tarfile.open(tarball, "r:gz") as tar:
-            for member in tar:
-                if not member.isfile():
-                    continue
-                handle = tar.extractfile(member)
-                if handle is None:
-                    continue
-                key = f"{base}/{member.name.removeprefix('./')}"
-                client.put_object(Bucket=self.bucket, Key=key, Body=handle.read())
-        return f"s3://{self.bucket}/{base}/"
+        where = f"s3://{self.bucket}/{base}/"
+        try:
+            with tarfile.open(tarball, "r:gz") as tar:
+                for member in tar:
+                    if not member.isfile():
+                        continue
+                    handle = tar.extractfile(member)
+                    if handle is None:
+                        continue
+                    key = f"{base}/{member.name.removeprefix('./')}"
+                    client.put_object(Bucket=self.bucket, Key=key, Body=handle.read())
+        except ClientError as exc:  # translated once, here (the bucket, its permissions)
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in _CONFIG_CODES:
+                raise UsageError(
+                    f"{RESULTS_ENV}: {where} refused the results ({code}); check the bucket"
+                ) from None
+            raise StoreUnavailable(f"{where}: {code or 'error'}: {exc}") from None
+        except BotoCoreError as exc:  # no connection, no credentials
+            raise StoreUnavailable(f"{where}: {type(exc).__name__}: {exc}") from None
+        return where
 
 
 def open_results(url: str, s3_endpoint: str | None = None) -> Results:
@@ -80,6 +97,7 @@ class Copied:
     error: str
     destination: str | None
     size: int
+    none_made: bool = False  # the job has no results directory: nothing was there to copy
 
 
 def copy_results(
@@ -101,11 +119,13 @@ def copy_results(
     folder = Path(tempfile.mkdtemp(prefix="gpuops-results-"))
     tarball = folder / "results.tar.gz"
     outcome: dict[str, str] = {}
+    status: list[int | None] = []
 
     def pull() -> None:
         script = w.results_script(name, results_dir)
         try:
-            outcome["error"] = shell.stream_to(instance, script, tarball, budget_s)
+            outcome["error"], code = shell.stream_to(instance, script, tarball, budget_s)
+            status.append(code)
         except OSError as exc:  # ssh could not even start: a failed copy, said so
             outcome["error"] = f"the copy could not start: {type(exc).__name__}: {exc}"
 
@@ -125,4 +145,4 @@ def copy_results(
             error = f"delivering the results failed: {type(exc).__name__}: {exc}"
     size = tarball.stat().st_size if tarball.exists() else 0
     shutil.rmtree(folder, ignore_errors=True)
-    return Copied(error, destination, size)
+    return Copied(error, destination, size, none_made=status == [w.NO_RESULTS])

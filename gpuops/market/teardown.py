@@ -47,6 +47,9 @@ class Ending(Enum):
     NEVER_CREATED = "never-created"  # its create was refused outright: no box ever existed
     PENDING = "pending"  # the destroy failed or is not confirmed yet: on the retry list (M4)
     UNRESOLVED = "unresolved"  # an intent no look-up by label has found: a box may exist
+    # a record that cannot be read: every box its instance claim names is confirmed gone, and
+    # the record is left, never replaced, for a person to move aside (it blocks only itself)
+    UNREADABLE = "unreadable"
 
 
 ENDED = frozenset({Ending.GONE, Ending.NEVER_CREATED})
@@ -66,12 +69,15 @@ class Outcome:
 def exit_code(outcomes: Iterable[Outcome]) -> int:
     """The one mapping from destroy outcomes to an exit code (M13): 0 only when every box is
     gone or was never created; 4 while a destroy is pending on the retry list; 5 while an
-    intent is unresolved (a box may or may not exist: unknown)."""
+    intent is unresolved (a box may or may not exist: unknown); 1 when only an unreadable
+    record is left (its boxes gone, the record for a person to repair)."""
     endings = {outcome.ending for outcome in outcomes}
     if Ending.PENDING in endings:
         return 4
     if Ending.UNRESOLVED in endings:
         return 5
+    if Ending.UNREADABLE in endings:
+        return 1
     return 0
 
 

@@ -138,7 +138,7 @@ class LocalStore:
         with self._locked():
             if self._read(path) is not None:
                 raise AlreadyExists(key)
-            return self._write(path, data, None)
+            return self._written(key, path, data, None)
 
     def put(self, key: str, data: bytes, version: str) -> str:
         path = self._path(key)
@@ -146,7 +146,7 @@ class LocalStore:
             found = self._read(path)
             if found is None or found[1] != version:
                 raise VersionConflict(key, version)
-            return self._write(path, data, version)
+            return self._written(key, path, data, version)
 
     def delete(self, key: str, version: str) -> None:
         path = self._path(key)
@@ -199,6 +199,14 @@ class LocalStore:
             return None
         return _decode(raw, str(path))
 
+    def _written(self, key: str, path: Path, data: bytes, previous: str | None) -> str:
+        """``_write``, its OSError (a full disk, a read-only or failing one) translated once,
+        here: the old value stays, and the caller is told the store is unavailable."""
+        try:
+            return self._write(path, data, previous)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot write {key} under {self.root}: {_why(exc)}") from None
+
     def _write(self, path: Path, data: bytes, previous: str | None) -> str:
         import secrets
 
@@ -206,10 +214,14 @@ class LocalStore:
         _private_dirs(path.parent, self.root)
         tmp = self.root / ".tmp" / f"{path.name}.{secrets.token_hex(6)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_encode(data, version))
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(_encode(data, version))
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a half-written temporary file is never left behind
+            raise
         os.replace(tmp, path)  # atomic: readers see the old value or the new, never a mix
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:

@@ -217,7 +217,9 @@ class Records(Generic[T]):
 
     def entries(self) -> list[tuple[str, T, str]]:
         """(name, record, version) of every readable record, by name; an unreadable one is
-        left out and kept in ``corrupt``."""
+        left out and kept in ``corrupt`` (which says what this listing could not read: one
+        repaired since is no longer named)."""
+        unreadable: dict[str, CorruptState] = {}
         out = []
         for key in self.store.list(self.prefix):
             try:
@@ -226,7 +228,8 @@ class Records(Generic[T]):
                     value = self.codec.decode(key, found.data)
                     out.append((key.removeprefix(self.prefix), value, found.version))
             except CorruptState as exc:
-                self.corrupt[key] = exc
+                unreadable[key] = exc
+        self.corrupt = unreadable
         return out
 
     def all(self) -> list[T]:
