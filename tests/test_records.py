@@ -205,6 +205,21 @@ def test_a_corrupt_record_blocks_only_itself_in_the_listing():
     assert records.all() == [Counter(1), Counter(1)]
 
 
+def test_a_record_repaired_since_the_last_listing_is_no_longer_named_corrupt():
+    """M17: `corrupt` names what the latest listing could not read; a repaired record (or one
+    moved aside) stops blocking anything at the next listing."""
+    store = MemoryStore()
+    records = counters(store)
+    store.create("c/b", b"{")
+    records.entries()
+    assert list(records.corrupt) == ["c/b"]
+
+    store.put("c/b", COUNTERS.encode(Counter(1)), store.get("c/b").version)
+
+    assert records.all() == [Counter(1)]
+    assert records.corrupt == {}
+
+
 def test_the_read_gives_the_record_and_its_version_or_nothing():
     """read: (record, version) for a stored one, (None, None) for an absent one."""
     store = MemoryStore()

@@ -624,3 +624,28 @@ def test_a_directory_is_private_from_its_mkdir_not_only_after_the_chmod(
         os.umask(old_umask)
 
     assert seen == {"outer": 0o700, "state": 0o700}
+
+
+def test_a_write_to_a_full_disk_is_store_unavailable_and_leaves_the_old_value_m17(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """M17: a write the disk refuses (ENOSPC) is StoreUnavailable naming the key, translated
+    here once; the value before it stays readable, and no temporary file is left behind."""
+    import errno
+
+    version = store.create("k", b"old")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(StoreUnavailable, match="cannot write k under .*No space left on device"):
+        store.put("k", b"new", version)
+    with pytest.raises(StoreUnavailable, match="cannot write k2 under"):
+        store.create("k2", b"new")
+    monkeypatch.undo()
+
+    found = store.get("k")
+    assert found is not None and found.data == b"old" and found.version == version
+    assert store.get("k2") is None
+    assert list((store.root / ".tmp").iterdir()) == []
