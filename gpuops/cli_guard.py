@@ -52,7 +52,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         raise NotOwned(args.name, rental.owner, operator)
     deadline = _deadline(args, market.clock.wall())
     if deadline is not None:
-        market.rentals.update(args.name, deadline_at=deadline)
+        market.rentals.update(args.name, deadline_at=deadline, deadline_host=market.host)
     if args.foreground:
         from gpuops.market import guard
         from gpuops.market.results import open_results

@@ -157,8 +157,14 @@ GCE_OPERATION_TIMEOUT_S = 300.0
 # long (race.RECONCILE_ATTEMPTS in all): the provider's list can miss a box made seconds ago.
 RECONCILE_BACKOFF_S = 5.0
 # Whoever owns a rental's boxes (its guardian, or sweep) ends every one of them within this of
-# the rental's deadline, wherever any process died: the bound M13 promises.
-OWNER_GRACE_S = 600.0
+# the rental's deadline, wherever any process died: the bound M13 promises. It holds the
+# skew allowance below, so a sweep on a host whose clock runs behind the renter's still ends
+# the box within this plus the real skew (M17).
+OWNER_GRACE_S = 900.0
+# The most two hosts' wall clocks may disagree that gpuops allows for (M17): a deadline written
+# on another host's clock is enforced here only this much after it, so no host ends another's
+# box early; a box whose guardian died bills at most OWNER_GRACE_S + the real skew past it.
+CLOCK_SKEW_S = 900.0
 # A rent that is racing for a name says so this often, so that a second `rent NAME` waits for
 # its box instead of racing too (M8)...
 RACER_HEARTBEAT_S = 5.0

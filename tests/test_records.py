@@ -218,6 +218,7 @@ def test_a_record_repaired_since_the_last_listing_is_no_longer_named_corrupt():
 
     assert records.all() == [Counter(1)]
     assert records.corrupt == {}
+    assert counters(store).corrupt == {}  # asked before any listing: nothing is named
 
 
 def test_the_read_gives_the_record_and_its_version_or_nothing():

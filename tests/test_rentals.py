@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 import pytest
 
+from gpuops import timing
 from gpuops.errors import CorruptState, IllegalTransition, NameTaken, UsageError, VersionConflict
 from gpuops.ledger import CAS_ATTEMPTS
 from gpuops.market.rentals import (
@@ -24,9 +25,12 @@ from gpuops.market.rentals import (
     box_name,
     check_name,
     due_at,
+    enforce_at,
+    host_of,
     process_id,
     rental_of,
     settled,
+    this_host,
 )
 from gpuops.store.memory import MemoryStore
 from tests.store_fakes import Interleaved
@@ -278,7 +282,9 @@ def test_a_race_another_rent_of_ours_is_running_is_refused_with_its_heartbeat_m8
     assert (
         stored(store, "job")
         == first
-        == Rental("job", "alice", RACING, race=1, deadline_at=50.0, racer="alice/a/1/x")
+        == Rental(
+            "job", "alice", RACING, race=1, deadline_at=50.0, racer="alice/a/1/x", deadline_host="a"
+        )
     )
     assert alice.begin_race("job", 70.0, racer="alice/a/1/x").race == 2  # its own: a restart
 
@@ -465,3 +471,53 @@ def test_a_rental_is_read_and_written_only_under_a_valid_rental_name(alice, read
     """The rental's own name rule guards every key, before the store's rule."""
     with pytest.raises(UsageError, match="rental name"):
         read(alice)
+
+
+def test_a_race_records_whose_clock_its_deadline_was_read_from_m17(alice):
+    """M17: begin_race writes the racer's host beside the deadline, on a first race and on a
+    restart alike; a racer id of another shape names no host."""
+    assert alice.begin_race("job", 50.0, racer="alice/hostA/1/x").deadline_host == "hostA"
+    assert alice.begin_race("job", 60.0, racer="alice/hostA/1/x").deadline_host == "hostA"
+    alice.update("job", state="failed")
+    assert alice.begin_race("job", 70.0, racer="alice/hostB/2/y").deadline_host == "hostB"
+    assert alice.begin_race("solo", 70.0).deadline_host is None
+
+
+@pytest.mark.parametrize(
+    ("process", "host"),
+    [
+        ("alice/hostA/12/ab", "hostA"),
+        ("a/b/c/d", "b"),
+        ("alice//12/ab", None),
+        ("alice/hostA/12", None),
+        ("alice/hostA/12/ab/extra", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_the_host_of_a_process_id_is_its_second_part_m17(process, host):
+    """M17: operator/host/pid/nonce names its host; any other shape names none."""
+    assert host_of(process) == host
+
+
+def test_a_deadline_another_hosts_clock_wrote_is_enforced_a_skew_allowance_later_m17():
+    """M17: on the host whose clock wrote the deadline, a record is due at the deadline; on
+    any other host (or when the writer is unknown) CLOCK_SKEW_S later, record deadlines too."""
+    mine = Rental("r", "alice", LIVE, race=1, deadline_at=1000.0, deadline_host="hostA")
+    unknown = Rental("r", "alice", LIVE, race=1, deadline_at=1000.0)
+    no_deadline = Rental("r", "alice", LIVE, race=1, deadline_host="hostA")
+    skew = timing.CLOCK_SKEW_S
+
+    assert enforce_at(mine, None, "hostA") == 1000.0
+    assert enforce_at(mine, None, "hostB") == 1000.0 + skew
+    assert enforce_at(unknown, None, "hostA") == 1000.0 + skew
+    record = "1970-01-01T00:20:00+00:00"  # 1200 s: a box record's own deadline
+    assert enforce_at(None, record, "hostA") == 1200.0 + skew
+    assert enforce_at(no_deadline, record, "hostA") == 1200.0 + skew
+    assert enforce_at(None, None, "hostA") == float("-inf")
+
+
+def test_a_process_id_names_the_host_it_was_given_or_this_one_m17():
+    """M17: a market's racer id carries the host whose clock it reads."""
+    assert host_of(process_id("alice", "hostB")) == "hostB"
+    assert host_of(process_id("alice")) == this_host()

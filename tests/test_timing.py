@@ -15,7 +15,8 @@ PINNED = {
     # a week of released history stays live (boxes shows this week's spend); older is archived
     "ARCHIVE_AFTER_S": 604800.0,
     "RECONCILE_BACKOFF_S": 5.0,
-    "OWNER_GRACE_S": 600.0,
+    "OWNER_GRACE_S": 900.0,
+    "CLOCK_SKEW_S": 900.0,
     "RACER_HEARTBEAT_S": 5.0,
     "RACER_TTL_S": 90.0,
     "LANE_POLL_S": 5.0,
@@ -331,6 +332,14 @@ def test_the_owners_grace_covers_a_whole_destroy_and_the_look_ups_of_an_unclear_
     look_ups = sum(timing.RECONCILE_BACKOFF_S * 2**n for n in range(RECONCILE_ATTEMPTS))
     assert timing.OWNER_GRACE_S >= timing.DESTROY_CONFIRM_TIMEOUT_S + look_ups
     assert timing.OWNER_GRACE_S > timing.LEASE_TTL_S + timing.DESTROY_CONFIRM_TIMEOUT_S
+
+
+def test_the_grace_holds_the_clock_skew_allowance_m17():
+    """M17: a deadline another host wrote is enforced CLOCK_SKEW_S late; a sweep on a host
+    whose clock runs behind the renter's by the real skew then ends the box within
+    OWNER_GRACE_S + that skew, as M13 promises, only while the allowance fits in the grace."""
+    assert timing.CLOCK_SKEW_S <= timing.OWNER_GRACE_S
+    assert timing.CLOCK_SKEW_S >= 15 * 60.0  # the skew the team's hosts are held to
     assert timing.RECONCILE_BACKOFF_S >= timing.RACE_POLL_S
 
 

@@ -23,6 +23,7 @@ from types import FrameType
 from typing import NoReturn
 
 from gpuops import event_types as ev
+from gpuops import timing
 from gpuops.clock import SYSTEM, Clock, WithSleep
 from gpuops.errors import (
     GpuopsError,
@@ -239,7 +240,13 @@ class Guardian:
         left = owned_records(self.market, self.name)
         unresolved = bool(left) and all(r.state is BoxState.INTENT for r in left)
         gone = ended and not left and (self.instance_id is None or self._shown_gone())
-        return g.Box(gone, started_at, self.deadline_at, ended=ended, unresolved=unresolved)
+        # a deadline another host's clock wrote is enforced CLOCK_SKEW_S later here, the whole
+        # schedule (copy, then destroy) moved with it: never earlier than the renter's (M17)
+        mine = rental is not None and rental.deadline_host == self.market.host
+        late = 0.0 if mine else timing.CLOCK_SKEW_S
+        return g.Box(
+            gone, started_at + late, self.deadline_at + late, ended=ended, unresolved=unresolved
+        )
 
     def _shown_gone(self) -> bool:
         """Gone only when the provider, asked for this very instance, says so (M4, M7)."""

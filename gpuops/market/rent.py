@@ -50,10 +50,11 @@ from gpuops.market.rentals import (
     Rentals,
     box_name,
     check_name,
-    due_at,
+    enforce_at,
     process_id,
     rental_of,
     settled,
+    this_host,
 )
 from gpuops.market.select import Filter, Selection, resolve_gpu_name, select
 from gpuops.market.teardown import (
@@ -111,6 +112,7 @@ class Market:
         progress: Callable[[str], None] = lambda line: None,
         pass_rates: PassRates | None = None,
         pace: Pace | None = None,
+        host: str | None = None,
     ) -> None:
         """``clock``: the market's time and its waits (race polls, destroy confirmation);
         ``pass_rates``: machine id -> shrunk pass rate for these offers (analysis/shrink.py),
@@ -126,7 +128,8 @@ class Market:
         self.progress = progress
         self.pass_rates = pass_rates
         self.pace = pace
-        self.racer = process_id(ledger.operator)  # this process, when it races (M8)
+        self.host = host or this_host()  # whose wall clock this market reads (M17)
+        self.racer = process_id(ledger.operator, self.host)  # this process, when it races (M8)
         self.rentals = Rentals(ledger.store, ledger.operator)
         self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock.wall)
 
@@ -157,6 +160,7 @@ class Market:
             progress=self.progress,
             pass_rates=self.pass_rates,
             pace=self.pace,
+            host=self.host,
         )
 
     # --- rent ----------------------------------------------------------------------------
@@ -859,7 +863,7 @@ def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> Swee
         rental = rentals.get(rental_of(record.name))
         if record.state in _PENDING and record.instance_id:
             due.append((record, True))
-        elif now >= due_at(rental, record.deadline_at):
+        elif now >= enforce_at(rental, record.deadline_at, market.host):
             due.append((record, False))
     outcomes = _end_all(market, [record for record, _ in due], workers, pace)
     report = SweepReport([], [], [])
@@ -867,7 +871,7 @@ def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> Swee
         (report.retried if retried else report.expired).append(outcome)
     for box in unreadable:  # ours when its rental is: ended once that rental is due
         rental = rentals.get(rental_of(box))
-        if rental is not None and now >= due_at(rental, None):
+        if rental is not None and now >= enforce_at(rental, None, market.host):
             report.expired.append(end_unreadable(market, box))
     touched = {rental_of(record.name) for record, _ in due}
     active: dict[str, list[Record]] = {}  # the listing's active records, by rental: one pass

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from gpuops import timing
 from gpuops.errors import (
     CorruptState,
     IllegalTransition,
@@ -60,6 +61,7 @@ class Rental:
     revision: int = 1
     racer: str | None = None  # the rent process racing for it (M8: one race at a time)
     beat: int = 0  # the racer's heartbeats: a waiting rent sees them move, or takes over
+    deadline_host: str | None = None  # whose wall clock deadline_at was read from (M17)
 
 
 CODEC = JsonCodec(Rental, "rental record")
@@ -85,12 +87,32 @@ class _RaceOver(Exception):
     """The rental is no longer this racer's race: its heartbeat stops."""
 
 
-def process_id(operator: str) -> str:
+def process_id(operator: str, host: str | None = None) -> str:
     """Who is acting, from which host and process: a racer's or a guardian's id."""
     import secrets  # here, not at the top: a listing (`boxes`) names no process
+
+    return f"{operator}/{host or this_host()}/{os.getpid()}/{secrets.token_hex(3)}"
+
+
+def this_host() -> str:
     import socket
 
-    return f"{operator}/{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
+    return socket.gethostname()
+
+
+def host_of(process: str | None) -> str | None:
+    """The host of a ``process_id`` (operator/host/pid/nonce), or None for another shape."""
+    parts = (process or "").split("/")
+    return parts[1] if len(parts) == 4 and parts[1] else None
+
+
+def enforce_at(rental: Rental | None, record_deadline: str | None, here: str) -> float:
+    """When host ``here`` may end a box record (M13, M17): ``due_at``, on this host's clock
+    when this host wrote that deadline, else CLOCK_SKEW_S later, so that no host's clock ahead
+    of the writer's ends the box early. No decision compares two hosts' clocks closer."""
+    at = due_at(rental, record_deadline)
+    mine = rental is not None and rental.deadline_at is not None and rental.deadline_host == here
+    return at if mine else at + timing.CLOCK_SKEW_S
 
 
 def check_name(name: str) -> str:
@@ -149,7 +171,13 @@ class Rentals:
         def start(current: Rental | None) -> Rental:
             if current is None:
                 return Rental(
-                    name, self.operator, RACING, race=1, deadline_at=deadline_at, racer=racer
+                    name,
+                    self.operator,
+                    RACING,
+                    race=1,
+                    deadline_at=deadline_at,
+                    racer=racer,
+                    deadline_host=host_of(racer),
                 )
             if current.state in (RACING, LIVE) and current.owner != self.operator:
                 raise NameTaken(name, current.owner)
@@ -166,6 +194,7 @@ class Rentals:
                 deadline_at=deadline_at,
                 revision=current.revision + 1,
                 racer=racer,
+                deadline_host=host_of(racer),
             )
 
         return self._change(name, start)

@@ -220,7 +220,7 @@ class LocalStore:
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError:
-            tmp.unlink(missing_ok=True)  # a half-written temporary file is never left behind
+            tmp.unlink()  # a half-written temporary file is never left behind (it exists: O_EXCL)
             raise
         os.replace(tmp, path)  # atomic: readers see the old value or the new, never a mix
         dir_fd = os.open(path.parent, os.O_RDONLY)

@@ -1,0 +1,109 @@
+"""No decision compares two hosts' clocks (M17): a deadline written on one host's clock is
+never enforced early by another host whose clock runs ahead, and a box still ends within the
+deadline + grace + skew bound when the host whose clock runs behind is the only one left.
+
+Two hosts share one store, each with its own market client (its own ``host`` name and wall
+clock, ``Skewed`` minutes off the provider's); FakeVast's own record is the verdict.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from test_guard import BASE, KEY, Skewed, World, scenario, world  # noqa: F401  (the fixture)
+
+from gpuops import timing
+from gpuops.clock import WithSleep
+from gpuops.ledger import Ledger
+from gpuops.market import guardian as g
+from gpuops.market.guard import Guardian
+from gpuops.market.probe import Verdict
+from gpuops.market.rent import Market, RentRequest, sweep
+from gpuops.market.results import LocalResults
+from gpuops.providers.vast import VastAdapter
+
+SKEW_S = 600.0  # host B's clock runs ten minutes ahead of host A's
+
+
+def market_on(world: World, host: str, skew_s: float) -> Market:
+    """alice's client on ``host``, whose wall clock is ``skew_s`` off the provider's."""
+    clock = Skewed(world.fake, skew_s)
+    vast = VastAdapter(api_key="k-test", base_url=BASE, clock=world.fake.ticking())
+    return Market(
+        vast,
+        Ledger(world.store, world.events, "alice", clock=clock.wall),
+        world.events,
+        probe=lambda instance, box: Verdict.PASS,
+        public_key=KEY,
+        clock=WithSleep(clock, world.fake.advance),
+        rng=random.Random(9),
+        host=host,
+    )
+
+
+def rent_on(world: World, host: str, skew_s: float) -> tuple[float, int]:
+    """Rent K for six minutes on ``host``: its deadline on the provider's clock, its box."""
+    rental = market_on(world, host, skew_s).rent(
+        RentRequest(name="K", gpu_name="RTX 4090", hours=0.1, race_k=1)
+    )
+    assert rental.deadline_at is not None and rental.instance_id is not None
+    return rental.deadline_at - skew_s, int(rental.instance_id)
+
+
+@pytest.mark.parametrize(("renter", "sweeper"), [(0.0, SKEW_S), (-SKEW_S, 0.0)])
+def test_a_host_whose_clock_runs_ahead_never_sweeps_another_hosts_box_early_m17(
+    world, renter, sweeper
+):
+    """M17: host A rents K with a deadline six minutes away; host B, its clock ten minutes
+    ahead, sweeps three minutes before that deadline and destroys nothing; its sweep ends the
+    box only once the skew allowance has passed, within deadline + grace + skew."""
+    deadline, box = rent_on(world, "hostA", renter)
+    world.fake.advance(deadline - 180.0 - world.fake.now())  # three minutes before, truly
+
+    report = sweep(market_on(world, "hostB", sweeper))
+
+    assert report.expired == [] and world.alive() == [box]  # B's clock says 7 min past
+    world.fake.advance(timing.CLOCK_SKEW_S - SKEW_S + 181.0)  # B's clock: allowance passed
+    report = sweep(market_on(world, "hostB", sweeper))
+    assert world.alive() == []
+    assert world.fake.now() <= deadline + timing.OWNER_GRACE_S + timing.CLOCK_SKEW_S
+
+
+def test_a_host_whose_clock_runs_behind_still_ends_the_box_within_grace_and_skew_m17(world):
+    """M17: host B rents with its clock ten minutes ahead, and host A (behind) is the only one
+    left to sweep: the box ends no later than deadline + grace + the real skew, truly."""
+    deadline, box = rent_on(world, "hostB", SKEW_S)
+    limit = deadline + timing.OWNER_GRACE_S + SKEW_S
+    while world.alive() and world.fake.now() <= limit:
+        sweep(market_on(world, "hostA", 0.0))
+        world.fake.advance(timing.LEASE_POLL_S)
+    assert world.alive() == []
+    assert deadline < world.fake.instances[box].destroyed_at <= limit
+
+
+def test_a_guardian_on_another_host_ends_the_box_no_earlier_than_the_renters_own_would_m17(world):
+    """M17: the only guardian of K runs on host B, its clock ten minutes ahead of the renter's
+    host A: it copies and destroys no earlier than A's own guardian would have (its schedule
+    moved by the skew allowance), and ends the box within grace + skew of the deadline."""
+    deadline, box = rent_on(world, "hostA", 0.0)
+    rental = market_on(world, "hostA", 0.0).rentals.get("K")
+    assert rental is not None and rental.started_at is not None
+    copy_at, _ = g.schedule(rental.started_at, deadline)  # when A's own guardian would copy
+    there = Guardian(
+        market_on(world, "hostB", SKEW_S),
+        "K",
+        shell=world.shell(),
+        results=LocalResults(world.tmp / "results"),
+        me="alice/hostB/2/bb",
+        clock=Skewed(world.fake, SKEW_S),
+        say=lambda line: None,
+    )
+    while world.alive():
+        assert there.step() is None
+        if world.alive():
+            assert world.fake.now() < deadline + timing.OWNER_GRACE_S + timing.CLOCK_SKEW_S
+    (destroyed,) = [b for b in world.fake.instances.values() if b.id == box]
+    assert copy_at + timing.CLOCK_SKEW_S - SKEW_S <= destroyed.destroyed_at
+    assert destroyed.destroyed_at <= deadline + timing.CLOCK_SKEW_S
+    assert there.run() == g.GONE
