@@ -66,20 +66,21 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         )
         guard.install_signal_handlers(guardian)
         return guardian.run()
-    from gpuops.market import guardian as g
     from gpuops.market.leases import Leases
+    from gpuops.market.spawn import already_guarded, spawn
 
     lease, _ = Leases(market.ledger.store).read(args.name)
-    if lease is not None and not g.looks_stale(lease, market.clock.wall()) and not args.standby:
+    why = already_guarded(args.name, lease, market.clock.wall(), market.host, settings)
+    if why is not None and not args.standby:
         # M5/M7: one live guardian is enough; a crash-looping caller never multiplies them
         moved = "; deadline moved" if deadline is not None else ""
+        holder = lease.holder if lease else None
         _out(
             as_json,
-            {"name": args.name, "pid": None, "guardian": lease.holder, "deadline_at": deadline},
-            [f"{args.name}: already guarded by {lease.holder}{moved}"],
+            {"name": args.name, "pid": None, "guardian": holder, "deadline_at": deadline},
+            [f"{args.name}: {why}{moved}"],
         )
         return 0
-    from gpuops.market.spawn import spawn
 
     spawned = spawn(args.name, settings, operator)
     _out(

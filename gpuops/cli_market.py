@@ -306,13 +306,13 @@ def interrupts_raised() -> Iterator[None]:
 
 def _guarded(market: Any, name: str, settings: Settings) -> dict[str, Any]:
     """M5: a rented box gets a detached guardian, unless a live one already guards it."""
-    from gpuops.market import guardian as g
     from gpuops.market.leases import Leases
-    from gpuops.market.spawn import spawn
+    from gpuops.market.spawn import already_guarded, spawn
 
     lease, _ = Leases(market.ledger.store).read(name)
-    if lease is not None and not g.looks_stale(lease, market.clock.wall()):
-        return {"holder": lease.holder, "detail": f"already guarded by {lease.holder}"}
+    why = already_guarded(name, lease, market.clock.wall(), market.host, settings)
+    if why is not None:
+        return {"holder": lease.holder if lease else None, "detail": why}
     spawned = spawn(name, settings, market.ledger.operator)
     return {
         "pid": spawned.pid,
@@ -475,8 +475,16 @@ def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
         return {"guardian": None, "guard": "UNREADABLE lease (named below)"}
     if lease is None:
         return {"guardian": None, "guard": "NONE (no ceiling: gpuops guard NAME)"}
-    fresh = not g.looks_stale(lease, market.clock.wall())
-    state = "fresh" if fresh else "STALE (its guardian is not running)"
+    from gpuops.market.rentals import this_host
+    from gpuops.market.spawn import alive
+
+    # judged as the guardian would, on facts this host has: never another host's clock (M17)
+    verdict = g.judge_lease(lease, market.clock.wall(), this_host(), alive)
+    state = {
+        g.Guarded.LIVE: "fresh",
+        g.Guarded.DEAD: "STALE (its guardian is not running)",
+        g.Guarded.ELSEWHERE: "held from another host (not judged by this host's clock)",
+    }[verdict]
     return {"guardian": lease.holder, "guard": f"{state}: {lease.holder}"}
 
 

@@ -351,3 +351,76 @@ def test_an_unresolved_intent_outliving_the_grace_is_a_loud_exit_5_never_0_m13()
     assert g.decide(Mind(ME), mine(limit), stuck, limit - 0.001)[1] == Destroy()
     boxes_left = Box(False, T0, T0 + HOUR, ended=True)
     assert g.decide(Mind(ME), mine(limit + HOUR), boxes_left, limit + HOUR)[1] == Destroy()
+
+
+# --- whether a rental is guarded, as a one-shot command judges it (M17) ------------------------
+HERE = "hostA"
+
+
+def held(host: str, pid: int, at: float) -> Lease:
+    return Lease(f"alice/{host}/{pid}/ab", at, 3)
+
+
+def test_no_lease_means_no_guardian():
+    """M5: nothing holds the lease: a guardian must start."""
+    assert g.judge_lease(None, T0, HERE, lambda pid: True) is g.Guarded.DEAD
+
+
+def test_a_holder_on_this_host_is_judged_by_its_process_and_our_one_clock_m17():
+    """M17: on this host the holder's pid is asked, and its heartbeat read on the clock that
+    wrote it: alive and fresh is LIVE; a dead process or a TTL-old beat is DEAD at once."""
+    asked: list[int] = []
+
+    def alive(pid: int) -> bool:
+        asked.append(pid)
+        return pid == 41
+
+    fresh = T0 + timing.LEASE_TTL_S - 0.001
+    assert g.judge_lease(held(HERE, 41, T0), fresh, HERE, alive) is g.Guarded.LIVE
+    assert g.judge_lease(held(HERE, 42, T0), T0, HERE, alive) is g.Guarded.DEAD
+    assert g.judge_lease(held(HERE, 41, T0), T0 + timing.LEASE_TTL_S, HERE, alive) is (
+        g.Guarded.DEAD
+    )
+    assert asked == [41, 42, 41]
+    scaled = NORMAL.scaled(10)
+    assert g.judge_lease(held(HERE, 41, T0), T0 + 6, HERE, alive, scaled) is g.Guarded.DEAD
+    assert g.judge_lease(held(HERE, 41, T0), T0 + 5.9, HERE, alive, scaled) is g.Guarded.LIVE
+
+
+@pytest.mark.parametrize("skew_s", [-600.0, 600.0, 0.0])
+def test_a_holder_on_another_host_is_never_called_stale_by_this_hosts_clock_m17(skew_s):
+    """M17: another host's lease, its clock ten minutes ahead or behind ours: ELSEWHERE (only
+    a watching guardian can tell), never DEAD, and its pid is never asked of this host; it
+    is certainly stopped only a TTL plus the whole skew allowance after its last beat."""
+
+    def alive(pid: int) -> bool:
+        raise AssertionError("another host's pid was asked of this one")
+
+    lease = held("hostB", 41, T0 + skew_s)
+    assert g.judge_lease(lease, T0, HERE, alive) is g.Guarded.ELSEWHERE
+    limit = T0 + skew_s + timing.LEASE_TTL_S + timing.CLOCK_SKEW_S
+    assert g.judge_lease(lease, limit - 0.001, HERE, alive) is g.Guarded.ELSEWHERE
+    assert g.judge_lease(lease, limit, HERE, alive) is g.Guarded.DEAD
+    scaled = NORMAL.scaled(10)
+    assert g.judge_lease(lease, limit - 54, HERE, alive, scaled) is g.Guarded.DEAD
+    assert g.judge_lease(lease, limit - 54.1, HERE, alive, scaled) is g.Guarded.ELSEWHERE
+
+
+@pytest.mark.parametrize(
+    ("holder", "where"),
+    [
+        ("alice/hostA/41/ab", ("hostA", 41)),
+        ("a/b/7/c", ("b", 7)),
+        ("alice//41/ab", None),
+        ("alice/hostA/x1/ab", None),
+        ("alice/hostA/41", None),
+        ("alice/hostA/41/ab/cd", None),
+        ("g", None),
+    ],
+)
+def test_a_guardian_id_names_its_host_and_pid_or_nothing(holder, where):
+    """M17: operator/host/pid/nonce; any other shape names no host (so never this one)."""
+    assert g.holder_host(holder) == where
+    if where is None:
+        lease = Lease(holder, T0, 0)
+        assert g.judge_lease(lease, T0, "hostA", lambda pid: True) is g.Guarded.ELSEWHERE

@@ -8,6 +8,8 @@ clock, ``Skewed`` minutes off the provider's); FakeVast's own record is the verd
 
 from __future__ import annotations
 
+import json
+import os
 import random
 
 import pytest
@@ -107,3 +109,96 @@ def test_a_guardian_on_another_host_ends_the_box_no_earlier_than_the_renters_own
     assert copy_at + timing.CLOCK_SKEW_S - SKEW_S <= destroyed.destroyed_at
     assert destroyed.destroyed_at <= deadline + timing.CLOCK_SKEW_S
     assert there.run() == g.GONE
+
+
+# --- is it guarded? decided on this host's facts, as the guardian decides (M17) --------------
+def settings_at(tmp_path):
+    from gpuops.settings import Settings
+
+    (tmp_path / "state").mkdir(mode=0o700, exist_ok=True)
+    return Settings.from_environ({"GPUOPS_STATE": str(tmp_path / "state")})
+
+
+def test_a_guardian_this_host_started_is_found_by_its_own_process_m17(tmp_path):
+    """M5/M17: `rent` and `guard` find a guardian of NAME this host started by asking the
+    process named in its pid file, whose command line must be that guardian's; a dead one or
+    another program is not a guardian."""
+    import subprocess
+    import sys
+
+    from gpuops.market.spawn import _write_pid, running_here
+
+    settings = settings_at(tmp_path)
+    folder = settings.local_dir / "guardians"
+    folder.mkdir(mode=0o700)
+    assert running_here("job", settings) is None  # no pid file
+    sleeper = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    with subprocess.Popen([*sleeper, "guard", "job"], stdin=subprocess.PIPE) as guard, \
+            subprocess.Popen([*sleeper, "guard", "jobs"], stdin=subprocess.PIPE) as other:  # fmt: skip
+        _write_pid(folder / "job.pid", guard.pid)
+        assert running_here("job", settings) == guard.pid
+        _write_pid(folder / "job.pid", other.pid)  # a guardian of another rental
+        assert running_here("job", settings) is None
+        guard.stdin.close()  # type: ignore[union-attr]
+        other.stdin.close()  # type: ignore[union-attr]
+    _write_pid(folder / "job.pid", guard.pid)  # it has exited
+    assert running_here("job", settings) is None
+    (folder / "job.pid").write_text("not a pid\n")
+    assert running_here("job", settings) is None
+
+
+def test_a_dead_guardians_fresh_lease_on_this_host_starts_a_successor_at_once_m17(tmp_path):
+    """M7/M17: a guardian on this host killed a second ago left a fresh lease: its process is
+    gone, so `guard NAME` starts a successor now, not a TTL later; a live holder here, or
+    another host's holder with a guardian of ours already standing by here, is enough."""
+    import os
+
+    from gpuops.market.guardian import Lease
+    from gpuops.market.spawn import _write_pid, already_guarded
+
+    settings = settings_at(tmp_path)
+    now = 1_800_000_000.0
+    dead = Lease("alice/hostA/999999999/ab", now - 1.0, 4)  # no such pid
+    assert already_guarded("job", dead, now, "hostA", settings) is None
+    live = Lease(f"alice/hostA/{os.getpid()}/ab", now - 1.0, 4)
+    assert already_guarded("job", live, now, "hostA", settings) == f"already guarded by {live.holder}"
+    there = Lease("alice/hostB/41/ab", now + 600.0, 4)  # its clock ten minutes ahead
+    assert already_guarded("job", there, now, "hostA", settings) is None  # a standby starts
+    folder = settings.local_dir / "guardians"
+    folder.mkdir(mode=0o700)
+    _write_pid(folder / "job.pid", os.getpid())  # not a guardian's command line
+    assert already_guarded("job", there, now, "hostA", settings) is None
+
+
+def test_boxes_never_calls_another_hosts_running_guardian_stale_m17(tmp_path, capsys, monkeypatch):
+    """M17: `boxes` on host B, its clock ten minutes off host A's, shows A's guardian as held
+    from another host, never STALE; a lease of this host whose process is gone is STALE."""
+    import socket
+    import time
+
+    from gpuops import cli
+    from gpuops.market import leases, rentals
+    from gpuops.store.local import LocalStore
+
+    for name in list(os.environ):
+        if name.startswith(("GPUOPS_", "VAST_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    store = LocalStore(str(tmp_path / "state"))
+    here = socket.gethostname()
+    for name, holder, beat in [
+        ("ahead", "alice/otherhost/41/ab", time.time() + 600),
+        ("behind", "alice/otherhost/42/ab", time.time() - 600),
+        ("dead", f"alice/{here}/999999999/ab", time.time()),
+    ]:
+        rental = rentals.Rental(name, "alice", rentals.LIVE, 1, instance_id="1", started_at=1.0)
+        store.create(f"market/rentals/{name}", rentals.CODEC.encode(rental))
+        store.create(f"market/leases/{name}", leases.CODEC.encode(g.Lease(holder, beat, 3)))
+
+    code = cli.main(["--state", str(tmp_path / "state"), "--operator", "alice", "--json", "boxes"])
+
+    rows = {row["name"]: row["guard"] for row in json.loads(capsys.readouterr().out)["rentals"]}
+    assert code == 0
+    assert rows["ahead"].startswith("held from another host") and "STALE" not in rows["ahead"]
+    assert rows["behind"].startswith("held from another host")
+    assert rows["dead"].startswith("STALE")

@@ -20,6 +20,7 @@ until the deadline at most, and the destroy follows whether or not it finished.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -155,9 +156,48 @@ def schedule(started_at: float, deadline_at: float) -> tuple[float, float]:
 
 
 def looks_stale(lease: Lease, now: float, clock: Clockwork = NORMAL) -> bool:
-    """For display only (`boxes`, and whether `rent` starts a guardian): the holder's last
-    heartbeat, by its clock, a whole TTL before ``now`` by ours. Never used to take a lease."""
+    """The holder's last heartbeat a whole TTL before ``now``: meaningful only when both were
+    read from one clock (a holder on this host; ``judge_lease``). Never used to take a lease."""
     return now - lease.heartbeat_at >= clock.lease_ttl_s
+
+
+class Guarded(Enum):
+    """Whether a rental is guarded, as a one-shot command (`boxes`, `rent`, `guard`) can know
+    without watching the lease over time as a guardian does (M7, M17)."""
+
+    LIVE = "live"  # a guardian process on this host holds the lease and beats, by our clock
+    DEAD = "dead"  # no lease, or its holder certainly stopped: start a guardian
+    ELSEWHERE = "elsewhere"  # held from another host: fresh or not, only a watcher can tell
+
+
+def holder_host(holder: str) -> tuple[str, int] | None:
+    """(host, pid) of a guardian id (operator/host/pid/nonce), or None for another shape."""
+    parts = holder.split("/")
+    if len(parts) != 4 or not parts[1] or not parts[2].isdecimal():
+        return None
+    return parts[1], int(parts[2])
+
+
+def judge_lease(
+    lease: Lease | None,
+    now: float,
+    here: str,
+    alive: Callable[[int], bool],
+    clock: Clockwork = NORMAL,
+) -> Guarded:
+    """Judge a lease on facts this host has (M17: no two hosts' clocks compared): a holder on
+    this host by its process being alive and its heartbeat on our one clock; a holder on
+    another host only as certainly stopped, when its last heartbeat is a TTL plus the whole
+    skew allowance old (``alive`` is asked of this host's pids only)."""
+    if lease is None:
+        return Guarded.DEAD
+    where = holder_host(lease.holder)
+    if where is not None and where[0] == here:
+        fresh = alive(where[1]) and not looks_stale(lease, now, clock)
+        return Guarded.LIVE if fresh else Guarded.DEAD
+    if now - lease.heartbeat_at >= clock.lease_ttl_s + timing.CLOCK_SKEW_S:
+        return Guarded.DEAD
+    return Guarded.ELSEWHERE
 
 
 def observe(mind: Mind, lease: Lease | None, mono: float) -> Mind:

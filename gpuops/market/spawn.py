@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpuops import timing
 from gpuops.errors import GpuopsError
+from gpuops.market import guardian as g
 from gpuops.market.rentals import check_name
 from gpuops.settings import Settings
 
@@ -55,6 +56,7 @@ def spawn(name: str, settings: Settings, operator: str) -> Spawned:
         code = proc.poll()
         text = log.read_text(errors="replace")
         if ready in text:
+            _write_pid(folder / f"{check_name(name)}.pid", proc.pid)
             return Spawned(proc.pid, log)
         if code is not None:
             tail = "\n".join(text.splitlines()[-5:])
@@ -65,3 +67,52 @@ def spawn(name: str, settings: Settings, operator: str) -> Spawned:
 
 class GuardFailed(GpuopsError):
     """A guardian could not be started: the box has no ceiling, which is loud (M5)."""
+
+
+def _write_pid(path: Path, pid: int) -> None:
+    """Which guardian of a rental this host started last, written whole or not at all."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{pid}\n")
+    os.replace(tmp, path)
+
+
+def running_here(name: str, settings: Settings) -> int | None:
+    """The pid of a guardian of ``name`` this host started and that still runs (asked of
+    the process itself: its command line must be that guardian's), else None."""
+    path = settings.local_dir / "guardians" / f"{check_name(name)}.pid"
+    try:
+        pid = int(path.read_text())
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if f"\0guard\0{name}\0".encode() in command else None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists (a zombie counts until it is reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's: it exists
+    return True
+
+
+def already_guarded(
+    name: str, lease: g.Lease | None, now: float, here: str, settings: Settings
+) -> str | None:
+    """Why no guardian need start for ``name``, or None: start one (M5, M7, M17). A lease
+    held on this host is judged by its holder's process and our one clock; one held from
+    another host cannot be judged without watching it, so a guardian starts here too, as a
+    standby that takes over a TTL after the holder stops (once per host: a guardian this
+    host started that still runs is enough)."""
+    verdict = g.judge_lease(lease, now, here, alive)
+    if verdict is g.Guarded.LIVE and lease is not None:
+        return f"already guarded by {lease.holder}"
+    pid = running_here(name, settings)
+    if pid is not None:
+        return f"already guarded here by guardian pid {pid}"
+    return None
