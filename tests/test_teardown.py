@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from store_fakes import Events
+from store_fakes import Events, Interleaved
 
 from gpuops import timing
 from gpuops.errors import (
     AuthFailed,
+    IllegalTransition,
     NotOwned,
     ProviderError,
     ProviderUnavailable,
@@ -374,3 +375,64 @@ def test_exit_codes_come_from_the_endings_alone_m13():
     assert exit_code(out(Ending.UNREADABLE, Ending.UNRESOLVED)) == 5
     assert exit_code(out(Ending.UNREADABLE, Ending.PENDING)) == 4
     assert [o.released for o in out(*Ending)] == [True, True, False, False, False]
+
+
+def test_two_destroys_of_one_box_at_once_both_end_gone_m4(clock):
+    """M4: two `destroy` of one box by its owner, from two processes: the second's destroy
+    call lands while the first confirms and releases; the second, finding the record released
+    when it confirms, ends GONE too (never a refusal of a box that is gone)."""
+    store = MemoryStore()
+    first = Ledger(store, Events(), "alice", clock=lambda: 1_800_000_000.0)
+    second = Ledger(store, Events(), "alice", clock=lambda: 1_800_000_000.0)
+    live(first)
+    vast = Provider("77")
+    ended: list[Outcome] = []
+
+    class Meanwhile(Provider):
+        def destroy(self, instance_id: str) -> None:
+            vast.destroy(instance_id)
+            if not ended:  # the first process runs its whole destroy now
+                ended.append(destroy_box(vast, first, BOX, clock=clock, sleep=clock.sleep))
+
+        def show(self, instance_id: str) -> Instance | None:
+            return vast.show(instance_id)
+
+    outcome = destroy_box(Meanwhile(), second, BOX, clock=clock, sleep=clock.sleep)
+
+    assert [o.ending for o in ended] == [Ending.GONE]
+    assert outcome.ending is Ending.GONE and "released meanwhile" in outcome.detail
+    assert second.get(BOX).state is BoxState.RELEASED
+
+
+def test_a_destroy_that_finds_its_box_released_before_it_began_ends_gone_m4(clock):
+    """M4: the other destroy finished between this one's read of the record and its move to
+    destroying: GONE, with no destroy call of its own."""
+    store = Interleaved()
+    first = Ledger(store, Events(), "alice", clock=lambda: 1_800_000_000.0)
+    second = Ledger(store, Events(), "alice", clock=lambda: 1_800_000_000.0)
+    live(first)
+    vast = Provider("77")
+    store.before["put"].append(lambda: destroy_box(vast, first, BOX, clock=clock, sleep=clock.sleep))
+
+    outcome = destroy_box(vast, second, BOX, clock=clock, sleep=clock.sleep)
+
+    assert outcome == Outcome(BOX, Ending.GONE, "already confirmed gone and released by another")
+    assert vast.calls.count(("destroy", "77")) == 1  # the first's only
+
+
+def test_a_destroy_whose_record_became_something_else_is_still_refused_m4(clock):
+    """M4: only a released record excuses a refused move: a record another operator took
+    over meanwhile is still an IllegalTransition, never called gone."""
+    store = Interleaved()
+    mine = Ledger(store, Events(), "alice", clock=lambda: 1_800_000_000.0)
+    live(mine)
+    mine.begin_destroy(BOX)
+    mine.confirm_gone(BOX, GONE_BY_SHOW)
+    vast = Provider()
+    record = mine.get(BOX)
+    mine.release(BOX)
+    mine.record_intent(BOX, "vast")  # the released name starts a new intent
+
+    with pytest.raises(IllegalTransition):
+        confirm_and_release(vast, mine, record, clock=clock, sleep=clock.sleep)
+    assert mine.get(BOX).state is BoxState.INTENT

@@ -178,6 +178,7 @@ class Market:
                 existing is not None
                 and existing.state == LIVE
                 and existing.owner == self.ledger.operator
+                and self._still_live(existing)
             ):
                 self._destroy_losers(existing)
                 self.progress(f"{req.name}: already live as instance {existing.instance_id}")
@@ -217,6 +218,16 @@ class Market:
             except BaseException as exc:  # whatever ended it: its boxes go, the name is free
                 self._abandon(rental, exc)
                 raise
+
+    def _still_live(self, rental: Rental) -> bool:
+        """A live rental is returned only while its kept box is: a rental whose records were
+        all released (its `destroy` died between the two writes) is released now, and one
+        whose box the provider no longer shows has its records ended first (M4, M8, M13);
+        False: race afresh."""
+        if rental.instance_id is not None and self.vast.show(rental.instance_id) is None:
+            end_records(self, rental.name)  # the provider says gone: confirmed, then released
+        settled = settle_rental(self, rental.name)
+        return settled is not None and settled.state == LIVE
 
     @contextlib.contextmanager
     def _racing(self, rental: Rental) -> Iterator[None]:
@@ -878,10 +889,12 @@ def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> Swee
     for record in records:
         if record.active:
             active.setdefault(rental_of(record.name), []).append(record)
-    settle = [
-        name
+    settle = [  # and every live rental with no active record left, whoever died between the
+        name  # two writes of its `destroy` (M13: a gone box is never shown live)
         for name, rental in rentals.items()
-        if name in touched or (rental.deadline_at is not None and now >= rental.deadline_at)
+        if name in touched
+        or (rental.deadline_at is not None and now >= rental.deadline_at)
+        or (rental.state == LIVE and name not in active)
     ]
     _each(lambda name: settle_rental(market, name, active.get(name, [])), settle, workers)
     # an instance of a record this sweep released may still be listed (the list lags): the

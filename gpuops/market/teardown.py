@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Protocol
 
 from gpuops import timing
-from gpuops.errors import GpuopsError, NotOwned, ProviderError, Unavailable
+from gpuops.errors import GpuopsError, IllegalTransition, NotOwned, ProviderError, Unavailable
 from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger, Record
 from gpuops.model import Instance
 
@@ -112,7 +112,12 @@ def destroy_box(
         return Outcome(
             name, Ending.UNRESOLVED, "no instance recorded: reconcile its intent by label first"
         )
-    record = ledger.begin_destroy(name)  # owner check (M3); on the retry list from now on (M4)
+    try:
+        record = ledger.begin_destroy(name)  # owner check (M3); on the retry list from now (M4)
+    except IllegalTransition:
+        if _released_meanwhile(ledger, name):  # another destroy of ours finished it first
+            return Outcome(name, Ending.GONE, "already confirmed gone and released by another")
+        raise
     assert record.instance_id is not None  # current had one, and a record never loses it
     try:
         vast.destroy(record.instance_id)
@@ -141,9 +146,14 @@ def confirm_and_release(
             last = f"{type(exc).__name__}: {exc}"
         else:
             if shown is None:
-                ledger.confirm_gone(record.name, GONE_BY_SHOW)
-                ledger.release(record.name)
                 detail = f"instance {record.instance_id} confirmed gone"
+                try:
+                    ledger.confirm_gone(record.name, GONE_BY_SHOW)
+                    ledger.release(record.name)
+                except IllegalTransition:
+                    if not _released_meanwhile(ledger, record.name):
+                        raise
+                    detail += " (released meanwhile by another destroy)"
                 return Outcome(record.name, Ending.GONE, detail)
             last = "the provider still shows it"
         if clock() >= deadline:
@@ -152,6 +162,13 @@ def confirm_and_release(
                 record.name, Ending.PENDING, f"not confirmed gone, kept on the retry list: {last}"
             )
         sleep(timing.DESTROY_CONFIRM_POLL_S)
+
+
+def _released_meanwhile(ledger: Ledger, name: str) -> bool:
+    """Two destroys of one box at once (M4): the other confirmed it gone and released the
+    record between our read and our write; the box is gone, which is all either wanted."""
+    current = ledger.get(name)
+    return current is not None and current.state is BoxState.RELEASED
 
 
 def is_pending(record: Record) -> bool:
