@@ -102,7 +102,7 @@ def this_host() -> str:
 
 def host_of(process: str | None) -> str | None:
     """The host of a ``process_id`` (operator/host/pid/nonce), or None for another shape."""
-    parts = (process or "").split("/")
+    parts = str(process).split("/")  # None names no host either
     return parts[1] if len(parts) == 4 and parts[1] else None
 
 
