@@ -144,6 +144,9 @@ ARCHIVE_AFTER_S = 604800.0
 STORE_LOCK_TIMEOUT_S = 10.0
 # Between two attempts to take the store lock.
 STORE_LOCK_POLL_S = 0.01
+# S3 answers 409 ConditionalRequestConflict to a conditional write racing another for the
+# same key: "try again", not "someone else won"; each next try waits this, twice as long.
+S3_CONFLICT_BACKOFF_S = 0.05
 
 # --- the lane's provider calls (L2, L7) --------------------------------------------------------
 # Between two reads of a GCE zone operation, and of the bucket while waiting for a boot marker

@@ -16,7 +16,7 @@ from gpuops import timing
 from gpuops.errors import AlreadyExists, StoreUnavailable, UsageError, VersionConflict
 from gpuops.store.base import check_key
 from gpuops.store.opener import open_store
-from gpuops.store.s3 import S3Store
+from gpuops.store.s3 import _CONFLICT_ATTEMPTS, S3Store
 
 BUCKET = "gpuops-s3-tests"
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -161,9 +161,12 @@ MISSING_CODES = [("NoSuchKey", 404), ("404", 404), ("NotFound", 404)]
 
 @pytest.mark.parametrize(("code", "status"), CONFLICT_CODES)
 def test_a_conflict_answer_to_put_or_delete_is_a_version_conflict(stubbed, code, status) -> None:
-    """412 and 409 answers, by name or by number, mean someone else wrote first."""
+    """412 and 409 answers, by name or by number, mean someone else wrote first (a 409 to a
+    put only once it kept coming back: it is retried first)."""
     store, stubber = stubbed
-    stubber.add_client_error("put_object", service_error_code=code, http_status_code=status)
+    tries = _CONFLICT_ATTEMPTS if status == 409 else 1
+    for _ in range(tries):
+        stubber.add_client_error("put_object", service_error_code=code, http_status_code=status)
     stubber.add_client_error("delete_object", service_error_code=code, http_status_code=status)
     with pytest.raises(VersionConflict) as caught:
         store.put("board", b"x", STALE_ETAG)
@@ -175,9 +178,11 @@ def test_a_conflict_answer_to_put_or_delete_is_a_version_conflict(stubbed, code,
 
 @pytest.mark.parametrize(("code", "status"), CONFLICT_CODES)
 def test_a_conflict_answer_to_create_is_already_exists(stubbed, code, status) -> None:
-    """create-if-absent turns 412 and 409 answers into AlreadyExists."""
+    """create-if-absent turns 412 and 409 answers into AlreadyExists (a 409 once it kept
+    coming back: it is retried first)."""
     store, stubber = stubbed
-    stubber.add_client_error("put_object", service_error_code=code, http_status_code=status)
+    for _ in range(_CONFLICT_ATTEMPTS if status == 409 else 1):
+        stubber.add_client_error("put_object", service_error_code=code, http_status_code=status)
     with pytest.raises(AlreadyExists) as caught:
         store.create("board", b"x")
     assert caught.value.key == "board"
@@ -361,3 +366,165 @@ def test_without_the_gpuops_s3_endpoint_the_store_uses_boto3s_default(monkeypatc
     client = S3Store(BUCKET, "team/state")._s3()
 
     assert client.meta.endpoint_url == "https://s3.amazonaws.com"
+
+
+@pytest.mark.parametrize("code", ["ConditionalRequestConflict", "409"])
+def test_a_409_to_a_conditional_write_is_retried_with_backoff_then_written(
+    stubbed, code, monkeypatch
+) -> None:
+    """S3's 409 ConditionalRequestConflict means "try again", not "someone else won": the
+    write is sent again, waiting S3_CONFLICT_BACKOFF_S and twice that, and lands."""
+    import time
+
+    store, stubber = stubbed
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    for _ in range(2):
+        stubber.add_client_error("put_object", service_error_code=code, http_status_code=409)
+    stubber.add_response("put_object", {"ETag": '"e2"'})
+    stubber.add_client_error("put_object", service_error_code=code, http_status_code=409)
+    stubber.add_response("put_object", {"ETag": '"e3"'})
+
+    assert store.put("board", b"x", STALE_ETAG) == '"e2"'
+    assert store.create("other", b"y") == '"e3"'
+    backoff = timing.S3_CONFLICT_BACKOFF_S
+    assert slept == [backoff, 2 * backoff, backoff]
+
+
+# --- a conditional write whose answer was lost (M17) ---------------------------------------------
+class Cut:
+    """The s3 client with its answers cut: each queued entry makes the next put or delete
+    either land and then lose its answer ("after"), or lose the request itself ("before");
+    ``meanwhile`` runs another writer's change first."""
+
+    def __init__(self, real: object) -> None:
+        self.real = real
+        self.cuts: list[str] = []
+        self.meanwhile: list[object] = []
+        self.sent = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+    def _cut(self, call: str, **params: object) -> object:
+        from botocore.exceptions import ConnectionClosedError
+
+        self.sent += 1
+        while self.meanwhile:
+            self.meanwhile.pop(0)()  # type: ignore[operator]
+        how = self.cuts.pop(0) if self.cuts else None
+        if how == "before":
+            raise ConnectionClosedError(endpoint_url="http://s3")
+        answer = getattr(self.real, call)(**params)
+        if how == "after":
+            raise ConnectionClosedError(endpoint_url="http://s3")
+        return answer
+
+    def put_object(self, **params: object) -> object:
+        return self._cut("put_object", **params)
+
+    def delete_object(self, **params: object) -> object:
+        return self._cut("delete_object", **params)
+
+
+@pytest.fixture
+def cut(s3) -> tuple[S3Store, Cut]:
+    client = Cut(s3)
+    return S3Store(BUCKET, "team/state", client=client), client
+
+
+def test_a_create_or_put_that_landed_and_lost_its_answer_is_ours_never_a_lost_race_m17(cut):
+    """M17: the write landed and its answer was lost: read back, our own bytes are there, so
+    it succeeded, with the version S3 holds; no second write is sent."""
+    store, client = cut
+    client.cuts = ["after"]
+    version = store.create("board", b"one")
+    assert store.get("board").version == version and client.sent == 1
+    client.cuts = ["after"]
+    again = store.put("board", b"two", version)
+    found = store.get("board")
+    assert (found.data, found.version, client.sent) == (b"two", again, 2)
+    client.cuts = ["after"]
+    store.delete("board", again)
+    assert store.get("board") is None and client.sent == 3
+
+
+def test_a_write_whose_request_was_lost_is_sent_once_more_still_conditional_m17(cut):
+    """M17: the write never landed (the old value, or no object, is read back): it is sent
+    once more, conditionally; a second lost answer is StoreUnavailable, loudly."""
+    store, client = cut
+    client.cuts = ["before"]
+    version = store.create("board", b"one")
+    assert store.get("board").data == b"one" and client.sent == 2
+    client.cuts = ["before"]
+    version = store.put("board", b"two", version)
+    assert store.get("board").data == b"two" and client.sent == 4
+    client.cuts = ["before"]
+    store.delete("board", version)
+    assert store.get("board") is None and client.sent == 6
+    client.cuts = ["before", "before"]
+    with pytest.raises(StoreUnavailable, match="ConnectionClosedError"):
+        store.create("board", b"three")
+    assert store.get("board") is None
+
+
+def test_a_lost_answer_where_another_writer_won_is_a_real_conflict_m17(cut, s3):
+    """M17: read back after a lost answer, another writer's value stands: the create is
+    AlreadyExists, the put and the delete VersionConflict, and nothing is sent again."""
+    store, client = cut
+    other = S3Store(BUCKET, "team/state", client=s3)
+    client.meanwhile = [lambda: other.create("board", b"theirs")]
+    client.cuts = ["before"]
+    with pytest.raises(AlreadyExists):
+        store.create("board", b"mine")
+    version = store.get("board").version
+    client.meanwhile = [lambda: other.put("board", b"theirs too", version)]
+    client.cuts = ["before"]
+    with pytest.raises(VersionConflict):
+        store.put("board", b"mine", version)
+    client.meanwhile = [lambda: other.put("board", b"theirs again", store.get("board").version)]
+    client.cuts = ["before"]
+    with pytest.raises(VersionConflict):
+        store.delete("board", store.get("board").version)
+    assert store.get("board").data == b"theirs again" and client.sent == 3
+
+
+def test_a_ledger_write_whose_answer_a_real_network_cut_lost_still_goes_live_once_m17():
+    """M17 over the wire: a loopback proxy in front of moto's S3 server lets a conditional
+    PUT land and then closes the connection without its answer. `mark_live` (not idempotent)
+    goes live once, the intent's create and the release as well; the record is never stuck,
+    never doubled, never a conflict with itself."""
+    from s3_proxy import LossyProxy
+    from store_fakes import Events
+
+    from fakes.s3 import CREDENTIALS, REGION, serve_s3
+    from gpuops.ledger import BoxState, Ledger
+
+    fake = serve_s3()
+    proxy = LossyProxy(fake.url)
+    try:
+        config = Config(connect_timeout=2, read_timeout=5, retries={"total_max_attempts": 1})
+        client = boto3.client(
+            "s3",
+            endpoint_url=proxy.url,
+            region_name=REGION,
+            config=config,
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+        ledger = Ledger(S3Store(fake.bucket, "team", client=client), Events(), "alice")
+        proxy.drop(1, "PUT")
+        ledger.record_intent("job+1-0", "vast")
+        proxy.drop(2, "PUT")  # the record's write and the instance claim's
+        ledger.mark_live("job+1-0", "77")
+        assert ledger.get("job+1-0").state is BoxState.LIVE
+        ledger.begin_destroy("job+1-0")
+        ledger.confirm_gone("job+1-0", "provider-show-says-gone")
+        proxy.drop(1, "PUT")
+        assert ledger.release("job+1-0").state is BoxState.RELEASED
+        assert [method for method, _ in proxy.dropped] == ["PUT"] * 4
+        moves = [p["after"] for _, p in ledger.events.events]
+        assert moves == ["intent", "live", "destroying", "gone-confirmed", "released"]
+    finally:
+        proxy.close()
+        fake.close()

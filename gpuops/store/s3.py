@@ -4,11 +4,19 @@ by operators on several hosts, with no server of our own. boto3 is imported lazi
 The version is the object's ETag. Two writes of identical bytes share an ETag, so a
 compare-and-swap here compares values; every record gpuops writes carries a revision, so
 identical bytes mean an identical state and that is safe.
+
+A conditional write whose answer is lost (the connection closed or timed out after the request
+went out) may or may not have landed. It is never called a lost race: the key is read back,
+and our own bytes there mean it landed (its ETag is returned); the old value, or no object for
+a create, means it did not, and it is sent once more (still conditional, so it can overwrite
+nothing); anything else is another writer's, a real conflict. A 409 ConditionalRequestConflict
+(two conditional writes to one key at once) means "try again" and is retried, backing off.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from gpuops import timing
 from gpuops.errors import AlreadyExists, StoreUnavailable, UsageError, VersionConflict
@@ -16,7 +24,14 @@ from gpuops.store.base import Versioned, check_key, is_key
 
 # S3 answers a failed precondition with 412; a concurrent conditional write may get 409.
 _CONFLICT_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
+_RETRY_CODES = {"ConditionalRequestConflict", "409"}  # "try again": retried before conflict
+_CONFLICT_ATTEMPTS = 4  # tries of one conditional write that keeps meeting a 409
+T = TypeVar("T")
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+
+
+class _Lost(Exception):
+    """A request went out and its answer never came back: it may or may not have landed."""
 
 
 def _code(exc: Any) -> str:
@@ -55,30 +70,45 @@ class S3Store:
         return Versioned(key, data, answer["ETag"])
 
     def create(self, key: str, data: bytes) -> str:
+        def send() -> str:
+            return self._conditional(key, data, IfNoneMatch="*")
+
         try:
-            answer = self._s3().put_object(
-                Bucket=self.bucket, Key=self._name(key), Body=data, IfNoneMatch="*"
-            )
-        except _boto_errors() as exc:
-            if _is_conflict(exc):
-                raise AlreadyExists(key) from exc
-            raise _translate(exc, key, None) from exc
-        return str(answer["ETag"])
+            return self._sent(send, key, None)
+        except _Lost as lost:  # did our create land? read it back
+            found = self.get(key)
+            if found is None:
+                return self._sent(send, key, None, first=False)  # no: once more
+            if found.data == data:
+                return found.version  # ours: it landed
+            raise AlreadyExists(key) from lost  # another writer's: a real race
 
     def put(self, key: str, data: bytes, version: str) -> str:
+        def send() -> str:
+            return self._conditional(key, data, IfMatch=version)
+
         try:
-            answer = self._s3().put_object(
-                Bucket=self.bucket, Key=self._name(key), Body=data, IfMatch=version
-            )
-        except _boto_errors() as exc:
-            raise _translate(exc, key, version) from exc
-        return str(answer["ETag"])
+            return self._sent(send, key, version)
+        except _Lost as lost:  # did our write land? read it back
+            found = self.get(key)
+            if found is not None and found.data == data:
+                return found.version  # ours: it landed
+            if found is None or found.version != version:
+                raise VersionConflict(key, version) from lost  # another writer's
+            return self._sent(send, key, version, first=False)  # not: once more
 
     def delete(self, key: str, version: str) -> None:
-        try:
+        def send() -> None:
             self._s3().delete_object(Bucket=self.bucket, Key=self._name(key), IfMatch=version)
-        except _boto_errors() as exc:
-            raise _translate(exc, key, version) from exc
+
+        try:
+            self._sent(send, key, version)
+        except _Lost as lost:  # did our delete land? read it back
+            found = self.get(key)
+            if found is not None and found.version != version:
+                raise VersionConflict(key, version) from lost
+            if found is not None:
+                self._sent(send, key, version, first=False)  # not: once more
 
     def list(self, prefix: str = "") -> list[str]:
         base = f"{self.prefix}/" if self.prefix else ""
@@ -93,6 +123,40 @@ class S3Store:
         return sorted(keys)
 
     # --- internals ---------------------------------------------------------------------------
+    def _sent(
+        self, send: Callable[[], T], key: str, version: str | None, *, first: bool = True
+    ) -> T:
+        """``send()``, its failure translated once: a conflict is AlreadyExists (a create) or
+        VersionConflict; a first answer that never came back is _Lost, for a read-back."""
+        try:
+            return send()
+        except _boto_errors() as exc:
+            if version is None and _is_conflict(exc):
+                raise AlreadyExists(key) from exc
+            if first and not _is_client_error(exc):
+                raise _Lost() from exc
+            raise _translate(exc, key, version) from exc
+
+    def _conditional(self, key: str, data: bytes, **condition: str) -> str:
+        """One conditional put, retried while S3 answers 409 ConditionalRequestConflict."""
+        import time
+
+        wait_s = timing.S3_CONFLICT_BACKOFF_S
+        tries = 1
+        while True:
+            try:
+                answer = self._s3().put_object(
+                    Bucket=self.bucket, Key=self._name(key), Body=data, **condition
+                )
+                return str(answer["ETag"])
+            except _boto_errors() as exc:
+                retry = _is_client_error(exc) and _code(exc) in _RETRY_CODES
+                if not retry or tries >= _CONFLICT_ATTEMPTS:
+                    raise
+            time.sleep(wait_s)
+            wait_s *= 2
+            tries += 1
+
     def _name(self, key: str) -> str:
         check_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
