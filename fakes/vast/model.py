@@ -24,7 +24,7 @@ import heapq
 import itertools
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -46,7 +46,7 @@ from fakes.ssh import sandbox
 from fakes.vast.boxtable import box_entries, sandbox_seed, write_entry, write_table
 from fakes.vast.clock import RECORDED_EPOCH, Clock, FakeClock
 from fakes.vast.faults import Dropped, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
-from fakes.vast.wire import iso, recorded  # wire needs the model's types only to check them
+from fakes.vast.wire import Reply, Request, iso, recorded  # wire: the model's types only
 from gpuops.clock import WithSleep
 
 if TYPE_CHECKING:
@@ -229,6 +229,9 @@ class FakeVast:
         self.instances: dict[int, InstanceState] = {}
         self.keys: list[KeyState] = []
         self.calls: list[Call] = []
+        # Called with (route name, request, reply) after each answered request: a test's
+        # observer (the contract judge, tests/test_vast_conformance.py), never a behaviour.
+        self.taps: list[Callable[[str, Request, Reply], None]] = []
         self._ids = itertools.count(self.scenario.first_instance_id)
         self._key_ids = itertools.count(FIRST_KEY_ID)
         self._counters = _Counters()

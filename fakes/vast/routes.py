@@ -18,7 +18,7 @@ from typing import Any
 
 from fakes import seam
 from fakes.scenario import ROUTE_NAMES
-from fakes.vast import wire
+from fakes.vast import contract, wire
 from fakes.vast.faults import Dropped, Fault, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
 from fakes.vast.model import Call, FakeVast, InstanceState
 from fakes.vast.query import InvalidQuery, matches, ordered
@@ -45,6 +45,8 @@ COMPUTED_LIST_FIELDS = frozenset({"dph_total", "num_gpus"})
 NONPOSITIVE_LIMIT = 5
 LABEL_MAX_CHARS = 1024  # label_instance.yaml x-input-validation
 DEFAULT_ORDER = [["score", "desc"]]
+# Vast's published contract (recordings/contracts/): what a create or key register may carry.
+CONTRACT = contract.load()
 
 
 class UnknownRoute(seam.UnknownRoute):
@@ -106,8 +108,22 @@ def _search(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
     return wire.offers(rows)
 
 
+def _refusals(name: str, request: Request, body: Mapping[str, Any]) -> list[str]:
+    """What Vast's published contract refuses in this request body (contract.py), each
+    without the operation's prefix: "label: 300 characters, the limit is 256"."""
+    found = CONTRACT.request_breaches(name, method=request.method, path=request.path, body=body)
+    return [text.removeprefix(f"{name} request").lstrip(".: ") for text in found]
+
+
 def _create(model: FakeVast, request: Request, params: Mapping[str, str]) -> Reply:
-    box = model.create(int(params["id"]), _json_body(request))
+    """A create the contract refuses (limits, required image, unknown fields, runtype) is
+    create_instance.yaml's 400 invalid_args, before the offer is looked at; else the model
+    rents the offer."""
+    body = _json_body(request)
+    refused = _refusals("create", request, body)
+    if refused:
+        return wire.invalid_args(int(params["id"]), "; ".join(refused))
+    box = model.create(int(params["id"]), body)
     return wire.created(box.id)
 
 
@@ -221,9 +237,15 @@ def _ssh_keys(model: FakeVast, _: Request, __: Mapping[str, str]) -> Reply:
 
 
 def _register_ssh_key(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
-    key = _json_body(request).get("ssh_key")
+    """No key: the documented 400 no_ssh_key; a body the contract refuses (not an SSH public
+    key, x-input-validation; a field it lacks): the same 400, naming what was refused."""
+    body = _json_body(request)
+    key = body.get("ssh_key")
     if not isinstance(key, str) or not key.strip():
         return wire.no_ssh_key()
+    refused = _refusals("register_ssh_key", request, body)
+    if refused:
+        return wire.no_ssh_key("; ".join(refused))
     return wire.ssh_key_registered(model.register_ssh_key(key))
 
 
@@ -265,6 +287,8 @@ def dispatch(model: FakeVast, request: Request) -> Reply:
         model.tick()
         reply = _answer(model, route, params, request)
         model.record(Call(route.name, request.method, request.path, reply.status, now))
+        for tap in model.taps:
+            tap(route.name, request, reply)
         return reply
 
 
