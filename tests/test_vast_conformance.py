@@ -298,3 +298,16 @@ def test_the_contract_holds_the_nine_operations_and_their_fields_h6():
 
     assert set(judge.operations) == OPERATIONS
     assert contract.field_count(judge) >= 500
+
+
+def test_the_limits_gpuops_refuses_at_the_edge_are_the_contracts_own_h6():
+    """H6: `rent`'s edge checks (gpuops/cli.py) use create_instance.yaml's disk minimum and
+    image length, and the adapter's label limit is its label limit."""
+    from gpuops import cli
+    from gpuops.providers import vast
+
+    rules = contract.load().operations["create"]["input_validation"]
+
+    assert cli.VAST_MIN_DISK_GB == rules["disk"]["min"]
+    assert cli.VAST_IMAGE_MAX_CHARS == rules["image"]["max_length"]
+    assert vast.LABEL_MAX_CHARS == rules["label"]["max_length"]
