@@ -94,11 +94,6 @@ def test_rent_arguments_vast_would_refuse_on_create_are_one_line_and_exit_2_h6(
     assert not (bare / "state").exists()
 
 
-def test_rent_arguments_at_vasts_limits_pass_the_edge_h6():
-    """H6: exactly 8 GB and a 1024-character image are within Vast's limits."""
-    cli.check_args(argparse.Namespace(disk_gb=8.0, image="i" * 1024, hours=1.0, race=3))
-
-
 @pytest.mark.parametrize("vram", ["nan", "inf", "-1", "5000"])
 def test_offers_vram_floor_outside_its_range_is_one_line_and_exit_2(bare, capsys, vram):
     """A VRAM floor must be a finite number of GB from 0 to 4096."""

@@ -302,7 +302,9 @@ def test_the_contract_holds_the_nine_operations_and_their_fields_h6():
 
 def test_the_limits_gpuops_refuses_at_the_edge_are_the_contracts_own_h6():
     """H6: `rent`'s edge checks (gpuops/cli.py) use create_instance.yaml's disk minimum and
-    image length, and the adapter's label limit is its label limit."""
+    image length (exactly at them passes), and the adapter's label limit is its label limit."""
+    import argparse
+
     from gpuops import cli
     from gpuops.providers import vast
 
@@ -311,3 +313,4 @@ def test_the_limits_gpuops_refuses_at_the_edge_are_the_contracts_own_h6():
     assert cli.VAST_MIN_DISK_GB == rules["disk"]["min"]
     assert cli.VAST_IMAGE_MAX_CHARS == rules["image"]["max_length"]
     assert vast.LABEL_MAX_CHARS == rules["label"]["max_length"]
+    cli.check_args(argparse.Namespace(disk_gb=8.0, image="i" * 1024, hours=1.0, race=3))
