@@ -142,6 +142,11 @@ class InstanceState:
     ssh_port: int
     direct_port: int
     destroyed_at: float | None = None
+    # The account's live keys when it was created: what its sshd lets in. Vast applies the
+    # account's keys at container creation ("Keys are applied at container creation time",
+    # vast-ai/docs examples/migrations/runpod-to-vast.mdx); keys registered later do not reach
+    # it (attaching one to a box is not modelled).
+    authorized_keys: tuple[str, ...] = ()
 
 
 @dataclass
@@ -256,11 +261,11 @@ class FakeVast:
             self.add_destroy_failure(failure)
         for lost in self.scenario.lost_creates:
             self.add_lost_create(lost)
-        self._rent_at_start()
         recorded_key = _recorded_public_key()
         for key, deleted_at in self.scenario.ssh_keys:
             text = (generated_key or recorded_key) if key == GENERATED_KEY else key
             self.keys.append(KeyState(next(self._key_ids), text, self._iso(), deleted_at))
+        self._rent_at_start()  # after the keys: the boxes rented before carry them
         self.tick()
 
     def __repr__(self) -> str:
@@ -483,6 +488,7 @@ class FakeVast:
             ssh_host=f"ssh{serial % SSH_PROXY_HOSTS + 1}.vast.ai",
             ssh_port=FIRST_SSH_PORT + 2 * serial,
             direct_port=FIRST_DIRECT_PORT + 10 * serial,
+            authorized_keys=tuple(k.key for k in self.keys if k.deleted_at is None),
         )
 
     def label(self, instance_id: int, label: str) -> InstanceState | None:
