@@ -904,6 +904,51 @@ def test_a_key_registered_after_the_create_or_deleted_before_it_does_not_open_th
     assert verdicts == [Verdict.SSH_AUTH, Verdict.SSH_AUTH]
 
 
+# --- search as Vast answers it (H4, H6) ---------------------------------------------------------
+def _search(fake: FakeVast, query: dict[str, object]) -> list[int]:
+    with fake.activate(BASE):
+        answer = requests.post(f"{BASE}/api/v0/bundles/", json=query, timeout=5,
+                               headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    return sorted(o["id"] for o in answer.json()["offers"])
+
+
+def test_a_search_that_leaves_out_rented_verified_and_rentable_gets_vasts_own_defaults_h4(
+    make, vast
+):
+    """H4/H6: search_offers.yaml's defaults (verified, rentable true; rented false) apply when
+    a query leaves them out: our own rented offer and an unverified one are not listed, unless
+    asked for."""
+    fake = make(scenario(offer(1), offer(2), offer(3, verification="unverified")))
+    with fake.activate(BASE):
+        rent(vast, 1)
+
+    assert _search(fake, {}) == [2]
+    assert _search(fake, {"rented": {"eq": True}}) == [1]
+    assert _search(fake, {"verified": {"eq": False}}) == [3]
+
+
+def test_a_numeric_driver_version_filter_compares_driver_numbers_as_the_cli_sends_them_h6(make):
+    """H6: vastai sends driver_version>=550.0.0 as 550000000; it matches drivers by number,
+    and driver_vers follows the offer's driver_version."""
+    fake = make(scenario(offer(1, driver_version="535.129.03"), offer(2), offer(3,
+                driver_version="560.35.03")))  # fmt: skip
+
+    assert _search(fake, {"driver_version": {"gte": 550000000}}) == [2, 3]
+    assert _search(fake, {"driver_version": {"lt": 550000000}}) == [1]
+    assert _search(fake, {"driver_version": {"eq": "560.35.03"}}) == [3]
+    assert fake.offers[3].row()["driver_vers"] == 560035003
+
+
+def test_ubuntu_version_filters_as_the_documented_alias_of_os_version_h6(make):
+    """H6: search_offers.yaml documents ubuntu_version as an alias of os_version: it filters,
+    where it was an unknown key (400)."""
+    fake = make(scenario(offer(1), offer(2, os_version="20.04")))
+
+    assert _search(fake, {"ubuntu_version": {"eq": "20.04"}}) == [2]
+    assert _search(fake, {"ubuntu_version": {"gte": "22.04"}}) == [1]
+
+
 # --- creates and keys Vast's contract refuses (H4, H6) --------------------------------------------
 @pytest.mark.parametrize(
     ("change", "said"),

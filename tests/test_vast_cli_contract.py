@@ -83,6 +83,9 @@ STORY: list[tuple[str, list[str]]] = [
     ),
     ("search_country", ["search", "offers", "--raw", "geolocation=PL"]),
     ("search_bad_key", ["search", "offers", "--raw", "no_such_field>1"]),
+    ("search_driver", ["search", "offers", "--raw", "driver_version>=550.0.0"]),
+    ("search_no_driver", ["search", "offers", "--raw", "driver_version>=551.0.0"]),
+    ("search_ubuntu", ["search", "offers", "--raw", "ubuntu_version=22.04"]),
     ("create", ["create", "instance", str(OFFER), "--image", "pytorch/pytorch", "--disk", "20",
                 "--label", "contract", "--raw"]),
     ("show", ["show", "instance", str(FIRST_ID), "--raw"]),
@@ -222,3 +225,17 @@ def test_every_request_the_cli_sent_and_every_answer_it_got_keep_vasts_published
 
     assert BREACHES == []
     assert REFUSED == ["search request.no_such_field: a field the contract lacks"]
+
+
+def test_the_cli_finds_offers_by_driver_version_and_ubuntu_version_as_vast_does_h6(story):
+    """H6: `driver_version>=550.0.0` (sent as the number 550000000) finds the 550.54.15 offers
+    and `>=551.0.0` none; `ubuntu_version=22.04`, the documented alias, finds them too."""
+    said = story[0]
+
+    found = said["search_driver"].json()
+    none = said["search_no_driver"].json()
+    ubuntu = said["search_ubuntu"].json()
+
+    assert found and all(o["driver_version"] == "550.54.15" for o in found)
+    assert none == []
+    assert ubuntu and all(o["os_version"] == "22.04" for o in ubuntu)

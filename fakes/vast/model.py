@@ -90,11 +90,22 @@ class OfferState:
             reliability2=fields["reliability"],
         )
         row.update(fields)
+        if "driver_version" in fields and "driver_vers" not in fields:  # one driver, two forms
+            row["driver_vers"] = driver_vers(fields["driver_version"])
         row.update(ask_contract_id=self.id, rented=self.held_by is not None or self.taken)
         _priced(row, explicit=fields)
         if now is not None and "duration" not in fields:
             row["duration"] = max(0.0, float(row["end_date"]) - now)  # type: ignore[arg-type]
         return row
+
+
+def driver_vers(version: object) -> int | None:
+    """driver_vers for a driver_version: "550.54.15" -> 550054015, each part zero-padded to
+    three digits (the recordings' pairs; search_offers.yaml: 999999999 for "999.99.99")."""
+    parts = version.split(".") if isinstance(version, str) else []
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    return int("".join(p.zfill(3) for p in parts))
 
 
 def _priced(row: dict[str, object], explicit: Mapping[str, object]) -> None:

@@ -55,6 +55,8 @@ def node(schema: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
     for theirs, ours in (("maxLength", "max_length"), ("minimum", "min"), ("maximum", "max")):
         if theirs in schema:
             out[ours] = schema[theirs]
+    if "default" in schema:  # the server's own default, where the request leaves it out
+        out["default"] = schema["default"]
     if kind == "object" and "properties" in schema:
         out["fields"] = {k: node(v, doc) for k, v in schema["properties"].items()}
         if schema.get("required"):
@@ -119,7 +121,12 @@ def operation(text: str, method: str, path: str) -> dict[str, Any]:
         for name, field in out["request"]["fields"].items():
             if field["type"] == "object":
                 typed = {k: v for k, v in field.get("fields", {}).items() if v["type"] != "array"}
-                out["request"]["fields"][name] = {"type": "filter", **({"fields": typed} if typed else {})}
+                entry: dict[str, Any] = {"type": "filter"}
+                if typed:
+                    entry["fields"] = typed
+                if "default" in field:
+                    entry["default"] = field["default"]
+                out["request"]["fields"][name] = entry
     if "x-input-validation" in doc:
         fields = out.get("request", {}).get("fields", {})
         out["input_validation"] = limits(doc["x-input-validation"], fields)
