@@ -208,8 +208,10 @@ def _show_reply(judged: Judged) -> dict[str, object]:
         (lambda row: row.update(ssh_port="30000"), "instances.ssh_port: a string '30000'"),
         (lambda row: row.update(id=None), "instances.id: null, the contract says ['integer']"),
         (lambda row: row.update(image_args="bash"), "instances.image_args: a string 'bash'"),
+        (lambda row: row.pop("start_date"), "instances.start_date: required, missing"),
     ],
-    ids=["unknown field", "wrong type", "null where not nullable", "string for a list"],
+    ids=["unknown field", "wrong type", "null where not nullable", "string for a list",
+         "required field missing"],
 )
 def test_the_judge_names_each_way_a_rendered_body_breaks_the_contract_h6(judged, edit, breach):
     """H6: one changed field of a real show answer is named, with its path and the rule."""
