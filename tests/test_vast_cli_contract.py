@@ -111,6 +111,8 @@ def story() -> Iterator[tuple[dict[str, Said], FakeVast, float, float]]:
     scenario = load_scenario(DEFAULT_SCENARIO)
     fake = FakeVast(scenario, clock=ScaledClock(scenario.time_scale))
     judge = contract.load()
+    BREACHES.clear()  # a module fixture may be built again on the same worker (xdist)
+    REFUSED.clear()
 
     def judged(route: str, request: Request, reply: Reply) -> None:
         found = judge.judge(route, request, reply)
