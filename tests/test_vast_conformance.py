@@ -122,6 +122,7 @@ def tour(world: Judged) -> None:
         fake.create(9000 + n, {"label": f"gpuops:n{n}"})
     vast.list_instances()
     vast.list_instances(label="gpuops:tour")
+    world.raw("GET", '/api/v1/instances/?select_cols=["id","nope"]')  # unknown: null
     vast.list_ssh_keys()
     vast.register_ssh_key(KEY)
     world.raw("PUT", f"/api/v0/instances/{box}/", {"label": "relabelled"})

@@ -247,7 +247,7 @@ class Contract:
         for key, item in value.items():
             if key in fields:
                 out += self._check(fields[key], item, f"{where}.{key}")
-            elif not spec.get("open"):
+            elif not spec.get("open") and not (item is None and spec.get("unknown_as_null")):
                 out.append(f"{where}.{key}: a field the contract lacks")
         for key in spec.get("required", []):
             if key not in value:

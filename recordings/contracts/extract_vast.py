@@ -74,7 +74,13 @@ def from_example(value: Any) -> dict[str, Any]:
         return {"type": "any", "nullable": True, "from": "example"}
     if isinstance(value, dict):
         fields = {k: from_example(v) for k, v in value.items()}
-        return {"type": "object", "nullable": True, "fields": fields, "open": False, "from": "example"}
+        return {
+            "type": "object",
+            "nullable": True,
+            "fields": fields,
+            "open": False,
+            "from": "example",
+        }
     if isinstance(value, list):
         items = from_example(value[0]) if value else {"type": "any"}
         return {"type": "array", "nullable": True, "items": items, "from": "example"}
@@ -121,12 +127,12 @@ def operation(text: str, method: str, path: str) -> dict[str, Any]:
         for name, field in out["request"]["fields"].items():
             if field["type"] == "object":
                 typed = {k: v for k, v in field.get("fields", {}).items() if v["type"] != "array"}
-                entry: dict[str, Any] = {"type": "filter"}
+                spec: dict[str, Any] = {"type": "filter"}
                 if typed:
-                    entry["fields"] = typed
+                    spec["fields"] = typed
                 if "default" in field:
-                    entry["default"] = field["default"]
-                out["request"]["fields"][name] = entry
+                    spec["default"] = field["default"]
+                out["request"]["fields"][name] = spec
     if "x-input-validation" in doc:
         fields = out.get("request", {}).get("fields", {})
         out["input_validation"] = limits(doc["x-input-validation"], fields)
@@ -153,7 +159,9 @@ def main(git_dir: str, commit: str) -> None:
     for name, (file, method, path) in OPERATIONS.items():
         text = subprocess.run(
             ["git", "-C", git_dir, "show", f"{commit}:openapi/yaml/{file}.yaml"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         entry = operation(text, method, path)
         entry["source"] = f"openapi/yaml/{file}.yaml"
@@ -165,12 +173,15 @@ def main(git_dir: str, commit: str) -> None:
             "date": "2026-12-01",
             "notes": (
                 "Facts only, extracted by recordings/contracts/extract_vast.py: paths, "
-                "parameters, request fields, types, enums, required fields, x-input-validation "
-                "limits and response fields per status. No description is copied. Types marked "
-                "'from: example' are read off the documented example values. The same files are "
-                "identical at vast-ai/docs @ c624622622496828c1ae58edec481bba1f5d675d "
-                "(api-reference/openapi/yaml/) but for search_offers.yaml's 404 schema, which "
-                "is not used here."
+                "parameters, request fields, types, enums, defaults, required fields, "
+                "x-input-validation limits and response fields per status. No description is "
+                "copied; three facts are read from description text: search's operator table, "
+                "the fields a 'Combined length of' limit counts, and that a registered key must "
+                "be a valid SSH public key. Types marked 'from: example' are read off the "
+                "documented example values. The same files at vast-ai/docs @ "
+                "c624622622496828c1ae58edec481bba1f5d675d (api-reference/openapi/yaml/) differ "
+                "only in search_offers.yaml's 404 schema (not used here) and a repeated "
+                "description key."
             ),
         },
         "operations": operations,
