@@ -166,7 +166,8 @@ def _start_s3() -> tuple[Any, str]:
 
 def throwaway_key(state_dir: Path) -> Path:
     """The public half of a fresh ed25519 pair in ``state_dir`` (ssh-keygen), or, without
-    ssh-keygen, the recorded public key of recordings/vast/ssh_keys_list.yaml alone."""
+    ssh-keygen, the recorded public key of recordings/vast/ssh_keys_list.yaml beside a
+    placeholder private half (the fake ssh reads only the public one)."""
     private = state_dir / KEY_NAME
     public = state_dir / f"{KEY_NAME}.pub"
     for path in (private, public):
@@ -185,9 +186,10 @@ def throwaway_key(state_dir: Path) -> Path:
             done = None
         if done is not None and done.returncode == 0 and public.is_file():
             return public
+    from fakes.ssh.boxes import write_identity
     from fakes.vast.wire import recorded
 
-    public.write_text(str(recorded("ssh_keys_list")[0]["key"]) + "\n", encoding="utf-8")
+    public = write_identity(private, str(recorded("ssh_keys_list")[0]["key"]))
     public.chmod(0o600)
     return public
 

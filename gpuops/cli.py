@@ -229,6 +229,29 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
 MAX_RACE = 8
 # `--vram-gb` / `--disk-gb`: the largest floor that could describe one rented box, in GB.
 MAX_FLOOR_GB = 4096.0
+# What Vast refuses on create (create_instance.yaml's x-input-validation and required image, in
+# recordings/contracts/vast-openapi.yaml; tests/test_vast_conformance.py pins these to it): a
+# disk under 8 GB, an image of more than 1024 characters, and none at all.
+VAST_MIN_DISK_GB = 8.0
+VAST_IMAGE_MAX_CHARS = 1024
+
+
+def _check_create_args(args: argparse.Namespace) -> None:
+    """`rent`'s create arguments, refused here as Vast would refuse them (H6): at the edge,
+    before a rental, a guardian or a race exists, rather than as a 400 mid-race."""
+    disk = getattr(args, "disk_gb", None)
+    if disk is not None and disk < VAST_MIN_DISK_GB:
+        raise UsageError(
+            f"--disk-gb must be at least {VAST_MIN_DISK_GB:g} (Vast's minimum), not {disk:g}"
+        )
+    image = getattr(args, "image", None)
+    if image is not None and not image.strip():
+        raise UsageError("--image must name a Docker image, not be empty")
+    if image is not None and len(image) > VAST_IMAGE_MAX_CHARS:
+        raise UsageError(
+            f"--image must be at most {VAST_IMAGE_MAX_CHARS} characters (Vast's limit), "
+            f"not {len(image)}"
+        )
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -255,6 +278,7 @@ def check_args(args: argparse.Namespace) -> None:
         if floor is not None and not 0 <= floor <= MAX_FLOOR_GB:
             flag = "--" + option.replace("_", "-")
             raise UsageError(f"{flag} must be between 0 and {MAX_FLOOR_GB:g}, not {floor:g}")
+    _check_create_args(args)
     timeout = getattr(args, "timeout", None)
     if timeout is not None and timeout < 0:
         raise UsageError(f"--timeout must not be negative, not {timeout:g}")

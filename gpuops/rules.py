@@ -294,7 +294,9 @@ RULES: tuple[Rule, ...] = (
         "tests/test_vast_cli_contract.py::test_the_cli_creates_shows_labels_lists_and_destroys_a_box_h4",
         scope="Vast only: FakeVast judged by the vastai 1.9.1 CLI over loopback (search with "
         "documented keys, create, show, label, list, destroy, user), documented 400s for "
-        "unknown search keys and computed list filters, unmodelled routes loud; S3 through "
+        "unknown search keys and computed list filters, creates and key registers its "
+        "published contract refuses, and ssh into a box only with a key the account held at "
+        "its create (tests/test_fake_vast.py), unmodelled routes loud; S3 through "
         "moto (boto3 conditional writes); FakeGCE and the fake GCS are not yet judged by "
         "their real clients",
     ),
@@ -312,6 +314,14 @@ RULES: tuple[Rule, ...] = (
         "H6",
         "Fakes answer to the providers' published contracts: bodies and requests are "
         "validated against the providers' machine-readable references.",
+        IMPLEMENTED,
+        "tests/test_vast_conformance.py::test_every_exchange_of_a_tour_of_fakevast_keeps_vasts_published_contract_h6",
+        scope="Vast only: every request and body of a tour of all nine FakeVast routes and "
+        "their answers, and of the vastai CLI's story, judged against facts extracted from "
+        "vast-cli's OpenAPI yamls with the official client's sourced patches "
+        "(recordings/contracts/); rent's disk and image refused at the edge; Google's "
+        "discovery documents (FakeGCE, the fake GCS) and the S3 conditional-write rules are "
+        "not yet checked",
     ),
     Rule(
         "O1",

@@ -70,6 +70,30 @@ def test_race_outside_one_to_eight_is_one_line_and_exit_2(bare, capsys, race):
     assert code == 2 and err == f"gpuops: --race must be between 1 and 8 offers, not {race}"
 
 
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ("--disk-gb=4", "gpuops: --disk-gb must be at least 8 (Vast's minimum), not 4"),
+        ("--disk-gb=7.99", "gpuops: --disk-gb must be at least 8 (Vast's minimum), not 7.99"),
+        ("--image=", "gpuops: --image must name a Docker image, not be empty"),
+        ("--image=" + "i" * 1025,
+         "gpuops: --image must be at most 1024 characters (Vast's limit), not 1025"),
+    ],
+    ids=["disk 4", "disk under 8", "no image", "image too long"],
+)  # fmt: skip
+def test_rent_arguments_vast_would_refuse_on_create_are_one_line_and_exit_2_h6(
+    bare, capsys, option, said
+):
+    """H6: a disk under Vast's 8 GB minimum, no image or one over 1024 characters is refused
+    before anything is opened, not answered 400 mid-race (create_instance.yaml)."""
+    argv = ["rent", "box", "--gpu", "RTX 4090", "--hours", "1", option]
+
+    code, err = one_line_exit(capsys, argv)
+
+    assert code == 2 and err == said
+    assert not (bare / "state").exists()
+
+
 @pytest.mark.parametrize("vram", ["nan", "inf", "-1", "5000"])
 def test_offers_vram_floor_outside_its_range_is_one_line_and_exit_2(bare, capsys, vram):
     """A VRAM floor must be a finite number of GB from 0 to 4096."""

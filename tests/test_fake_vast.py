@@ -25,7 +25,7 @@ from fakes.scenario import (
     parse_scenario,
     recorded_offer,
 )
-from fakes.ssh.boxes import entry_path, load_box, load_table
+from fakes.ssh.boxes import entry_path, load_box, load_table, write_identity
 from fakes.ssh.replay import FakeSshError
 from fakes.vast import (
     FakeClock,
@@ -789,7 +789,7 @@ def test_a_probe_through_the_fake_ssh_sees_the_offers_fate(
         fake.advance(BOOT_S)
         box = vast.show(box_id)
     identity = tmp_path / "id_ed25519"
-    identity.write_text("unused by the fake\n")
+    write_identity(identity, fake.keys[0].key)  # the account's key, which the box holds
 
     result = probe(
         SshEndpoint(box.ssh_host, box.ssh_port),
@@ -814,7 +814,7 @@ def test_ssh_auth_transient_refuses_n_times_then_lets_the_probe_in(
         fake.advance(BOOT_S)
         box = vast.show(box_id)
     identity = tmp_path / "id_ed25519"
-    identity.write_text("unused by the fake\n")
+    write_identity(identity, fake.keys[0].key)  # the account's key, which the box holds
     endpoint = SshEndpoint(box.public_ipaddr, box.direct_ssh_port)
     floors = {"vram_floor_mb": 8192, "disk_floor_mb_per_s": 500.0}
     known = known_hosts_path(tmp_path / "gpuops", box_id)
@@ -824,6 +824,186 @@ def test_ssh_auth_transient_refuses_n_times_then_lets_the_probe_in(
                       **floors).cause for _ in range(2)]  # fmt: skip
 
     assert verdicts == [Verdict.SSH_AUTH, Verdict.PASS]
+
+
+# --- key authorization on the boxes (M9, H4) ------------------------------------------------------
+OTHER_KEY = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBgSW+HOidJG9/iTqjNqG8vhBeCqekf7IOQtVeMd2PiB old-laptop"
+)
+
+
+def _probe_with(
+    fake: FakeVast, vast: VastAdapter, tmp_path: Path, public_key: str, offer_id: int = 1
+) -> Verdict:
+    """Rent ``offer_id``, boot it, and probe it offering ``public_key`` (its .pub half)."""
+    with fake.activate(BASE):
+        box_id = rent(vast, offer_id)
+        fake.advance(BOOT_S)
+        box = vast.show(box_id)
+    identity = tmp_path / "keys" / "id_ed25519"
+    write_identity(identity, public_key)
+    return probe(
+        SshEndpoint(box.ssh_host, box.ssh_port),
+        client=Settings.from_environ().ssh(),
+        identity_file=identity,
+        known_hosts=known_hosts_path(tmp_path / "gpuops", box_id),
+        vram_floor_mb=Filter().vram_floor_mb,
+        disk_floor_mb_per_s=Filter().min_disk_mb_per_s,
+    ).cause
+
+
+def test_a_box_rented_on_an_account_with_no_registered_key_refuses_ssh_h4(
+    make, vast, tmp_path, monkeypatch, fake_ssh_env
+):
+    """M9/H4: Vast applies the account's keys at creation; with none registered, a healthy
+    box refuses every key (Permission denied (publickey)), so skipping M9 cannot pass."""
+    fake = make(scenario(ssh_keys=[]))
+    monkeypatch.setenv("GPUOPS_FAKE_SSH_BOXES", str(fake.box_table))
+
+    assert _probe_with(fake, vast, tmp_path, OTHER_KEY) is Verdict.SSH_AUTH
+
+
+def test_a_key_the_account_does_not_hold_is_refused_and_the_registered_one_gets_in_h4(
+    make, vast, tmp_path, monkeypatch, fake_ssh_env
+):
+    """M9/H4: a healthy box lets in the account's registered key (whatever its comment) and
+    refuses any other."""
+    registered = recorded("ssh_keys_list")[0]["key"]
+    fake = make(scenario(offer(1), offer(2), ssh_keys=[registered]))
+    monkeypatch.setenv("GPUOPS_FAKE_SSH_BOXES", str(fake.box_table))
+
+    refused = _probe_with(fake, vast, tmp_path / "a", OTHER_KEY, 1)
+    let_in = _probe_with(fake, vast, tmp_path / "b", registered.rsplit(" ", 1)[0] + " renamed", 2)
+
+    assert (refused, let_in) == (Verdict.SSH_AUTH, Verdict.PASS)
+
+
+def test_a_key_registered_after_the_create_or_deleted_before_it_does_not_open_the_box_h4(
+    make, vast, tmp_path, monkeypatch, fake_ssh_env
+):
+    """M9/H4: keys reach a box at its creation only: one registered later, or one the account
+    deleted before, is refused."""
+    fake = make(scenario(ssh_keys=[{"key": OTHER_KEY, "deleted_at": "2026-09-21T08:30:00Z"}]))
+    monkeypatch.setenv("GPUOPS_FAKE_SSH_BOXES", str(fake.box_table))
+    with fake.activate(BASE):
+        box_id = rent(vast)
+        vast.register_ssh_key(recorded("ssh_keys_list")[0]["key"])
+        fake.advance(BOOT_S)
+        box = vast.show(box_id)
+    client = Settings.from_environ().ssh()
+    verdicts = []
+    for public_key in (OTHER_KEY, recorded("ssh_keys_list")[0]["key"]):
+        identity = tmp_path / "keys" / "id_ed25519"
+        write_identity(identity, public_key)
+        verdicts.append(probe(
+            SshEndpoint(box.ssh_host, box.ssh_port), client=client, identity_file=identity,
+            known_hosts=known_hosts_path(tmp_path / "gpuops", box_id),
+            vram_floor_mb=8192, disk_floor_mb_per_s=500.0,
+        ).cause)  # fmt: skip
+
+    assert verdicts == [Verdict.SSH_AUTH, Verdict.SSH_AUTH]
+
+
+# --- search as Vast answers it (H4, H6) ---------------------------------------------------------
+def _search(fake: FakeVast, query: dict[str, object]) -> list[int]:
+    with fake.activate(BASE):
+        answer = requests.post(f"{BASE}/api/v0/bundles/", json=query, timeout=5,
+                               headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    return sorted(o["id"] for o in answer.json()["offers"])
+
+
+def test_a_search_that_leaves_out_rented_verified_and_rentable_gets_vasts_own_defaults_h4(
+    make, vast
+):
+    """H4/H6: search_offers.yaml's defaults (verified, rentable true; rented false) apply when
+    a query leaves them out: our own rented offer and an unverified one are not listed, unless
+    asked for."""
+    fake = make(scenario(offer(1), offer(2), offer(3, verification="unverified")))
+    with fake.activate(BASE):
+        rent(vast, 1)
+
+    assert _search(fake, {}) == [2]
+    assert _search(fake, {"rented": {"eq": True}}) == [1]
+    assert _search(fake, {"verified": {"eq": False}}) == [3]
+
+
+def test_a_numeric_driver_version_filter_compares_driver_numbers_as_the_cli_sends_them_h6(make):
+    """H6: vastai sends driver_version>=550.0.0 as 550000000; it matches drivers by number,
+    and driver_vers follows the offer's driver_version."""
+    fake = make(scenario(offer(1, driver_version="535.129.03"), offer(2), offer(3,
+                driver_version="560.35.03")))  # fmt: skip
+
+    assert _search(fake, {"driver_version": {"gte": 550000000}}) == [2, 3]
+    assert _search(fake, {"driver_version": {"lt": 550000000}}) == [1]
+    assert _search(fake, {"driver_version": {"eq": "560.35.03"}}) == [3]
+    assert fake.offers[3].row()["driver_vers"] == 560035003
+
+
+def test_ubuntu_version_filters_as_the_documented_alias_of_os_version_h6(make):
+    """H6: search_offers.yaml documents ubuntu_version as an alias of os_version: it filters,
+    where it was an unknown key (400)."""
+    fake = make(scenario(offer(1), offer(2, os_version="20.04")))
+
+    assert _search(fake, {"ubuntu_version": {"eq": "20.04"}}) == [2]
+    assert _search(fake, {"ubuntu_version": {"gte": "22.04"}}) == [1]
+
+
+# --- creates and keys Vast's contract refuses (H4, H6) --------------------------------------------
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"disk": 4}, "disk: 4 is below the minimum 8.0"),
+        ({"label": "l" * 257}, "label: 257 characters, the limit is 256"),
+        ({"image": None}, "image: required, missing"),
+        ({"image": "i" * 1025}, "image: 1025 characters, the limit is 1024"),
+        ({"onstart": "o" * 4000, "args": ["a" * 97]},
+         "args+args_str+onstart: 4097 characters, the limit is 4096"),
+        ({"gpu_count": 2}, "gpu_count: a field the contract lacks"),
+        ({"runtype": "telnet"}, "runtype: 'telnet' is not one of"),
+    ],
+    ids=["disk under 8", "label over 256", "no image", "image over 1024", "args and onstart",
+         "unknown field", "runtype"],
+)  # fmt: skip
+def test_a_create_vast_refuses_is_its_documented_400_and_rents_nothing_h4(make, change, said):
+    """H4/H6: create_instance.yaml's limits, required image, closed fields and runtype enum:
+    400 invalid_args with the asked offer's id, no box, the offer still for rent."""
+    fake = make(scenario())
+    body = {"image": "pytorch/pytorch", "disk": 20.0, "label": LABEL, "runtype": "ssh", **change}
+    body = {k: v for k, v in body.items() if v is not None}
+    with fake.activate(BASE):
+        answer = requests.put(f"{BASE}/api/v0/asks/1/", json=body, timeout=5,
+                              headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+        listed = requests.post(f"{BASE}/api/v0/bundles/", json={}, timeout=5,
+                               headers={"Authorization": f"Bearer {KEY}"}).json()  # fmt: skip
+
+    doc = answer.json()
+    assert answer.status_code == 400 and doc["success"] is False and doc["ask_id"] == 1
+    assert doc["error"] == "invalid_args" and doc["msg"].startswith(f"Invalid args: {said}")
+    assert fake.instances == {} and [o["rented"] for o in listed["offers"]] == [False]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["not a key", "ssh-ed25519 not-base64!", "ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAIBgSW+HOidJG9",
+     "-----BEGIN OPENSSH PRIVATE KEY-----"],
+    ids=["prose", "bad base64", "type mismatch", "private key"],
+)  # fmt: skip
+def test_registering_a_body_that_is_not_an_ssh_public_key_is_refused_and_registers_nothing_h4(
+    make, text
+):
+    """H4: create_ssh_key.yaml requires a valid SSH public key: the documented 400 no_ssh_key,
+    and the account's keys are unchanged."""
+    fake = make(scenario())
+    before = [k.key for k in fake.keys]
+    with fake.activate(BASE):
+        answer = requests.post(f"{BASE}/api/v0/ssh/", json={"ssh_key": text}, timeout=5,
+                               headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+
+    assert answer.status_code == 400
+    assert answer.json() == {"success": False, "error": "no_ssh_key",
+                             "msg": "Invalid ssh key: ssh_key: not an SSH public key"}  # fmt: skip
+    assert [k.key for k in fake.keys] == before
 
 
 # --- clocks ---------------------------------------------------------------------------------------

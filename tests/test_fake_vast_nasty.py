@@ -15,8 +15,9 @@ import pytest
 
 from fakes.scenario import HostKeyChange, ScenarioError, parse_scenario
 from fakes.ssh import hostkeys, replay, sandbox
-from fakes.ssh.boxes import load_table
+from fakes.ssh.boxes import load_table, write_identity
 from fakes.vast import FakeClock, FakeVast
+from fakes.vast.wire import recorded
 from gpuops import timing
 from gpuops.market.probe import Verdict
 from gpuops.market.select import Filter
@@ -76,7 +77,7 @@ def fake_ssh(monkeypatch, tmp_path):
     monkeypatch.setenv("GPUOPS_FAKE_SSH_PYTHON", sys.executable)
     monkeypatch.setenv("GPUOPS_FAKE_SSH_BOXES", str(tmp_path / "state" / "boxes.yaml"))
     identity = tmp_path / "id_ed25519"
-    identity.write_text("unused by the fake\n")
+    write_identity(identity, recorded("ssh_keys_list")[0]["key"])  # the default account key
     yield identity
     sandbox.stop_all(tmp_path / "state" / "boxes.yaml")
 

@@ -179,7 +179,7 @@ def test_a_box_rented_over_http_is_probed_through_the_exported_fake_ssh(
     result = probe(
         SshEndpoint(box.ssh_host, box.ssh_port),
         client=Settings.from_environ({**os.environ, **served.env}).ssh(),
-        identity_file=Path(served.env["GPUOPS_SSH_KEY"]),
+        identity_file=Path(served.env["GPUOPS_SSH_KEY"]).with_suffix(""),  # the private half
         known_hosts=known_hosts_path(tmp_path / "gpuops", box_id),
         vram_floor_mb=8192,
         disk_floor_mb_per_s=500.0,

@@ -20,6 +20,7 @@ from store_fakes import Events
 
 from fakes.scenario import parse_scenario
 from fakes.ssh import sandbox
+from fakes.ssh.boxes import write_identity
 from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
 from gpuops.errors import NotOwned, StoreUnavailable
@@ -130,6 +131,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch) -> Iterat
     monkeypatch.setenv("GPUOPS_SSH", str(FAKE_SSH))
     monkeypatch.setenv("GPUOPS_FAKE_SSH_PYTHON", sys.executable)
     monkeypatch.setenv("GPUOPS_FAKE_SSH_BOXES", str(fake_dir / "boxes.yaml"))
+    write_identity(tmp_path / "id_ed25519", KEY)  # the key the account (and each box) holds
     with fake.activate(BASE):
         yield World(fake, MemoryStore(), Events(), tmp_path)
     sandbox.stop_all(fake_dir / "boxes.yaml")

@@ -28,7 +28,7 @@ from store_fakes import Events
 
 from fakes.scenario import parse_scenario
 from fakes.ssh import sandbox
-from fakes.ssh.boxes import TableState
+from fakes.ssh.boxes import TableState, write_identity
 from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
 from gpuops.errors import StillRunning
@@ -85,8 +85,7 @@ class World:
         vast = VastAdapter(
             api_key="k-test", base_url=BASE, clock=self.fake.ticking()
         )
-        identity = self.tmp / "id_ed25519"
-        identity.write_text("unused by the fake\n")
+        identity = self.tmp / "id_ed25519"  # written by the world fixture, with KEY
         return Market(
             vast,
             Ledger(self.store, self.events, operator, clock=self.fake.now),
@@ -123,6 +122,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch) -> Iterat
     monkeypatch.setenv("GPUOPS_SSH", str(FAKE_SSH))
     monkeypatch.setenv("GPUOPS_FAKE_SSH_PYTHON", sys.executable)
     monkeypatch.setenv("GPUOPS_FAKE_SSH_BOXES", str(fake_dir / "boxes.yaml"))
+    write_identity(tmp_path / "id_ed25519", KEY)  # the key the account (and each box) holds
     with fake.activate(BASE):
         yield World(fake, MemoryStore(), Events(), tmp_path)
     sandbox.stop_all(fake_dir / "boxes.yaml")

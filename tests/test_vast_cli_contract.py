@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import pytest
 
 from fakes.scenario import DEFAULT_SCENARIO, load_scenario
-from fakes.vast import FakeVast, ScaledClock, serve_http
+from fakes.seam import Reply, Request
+from fakes.vast import FakeVast, ScaledClock, contract, serve_http
 
 # Runs each command's argv (a JSON list of lists on stdin) in a forked child of one process
 # that imported the vastai CLI once; prints one JSON line per command: rc, stdout, stderr.
@@ -82,6 +83,9 @@ STORY: list[tuple[str, list[str]]] = [
     ),
     ("search_country", ["search", "offers", "--raw", "geolocation=PL"]),
     ("search_bad_key", ["search", "offers", "--raw", "no_such_field>1"]),
+    ("search_driver", ["search", "offers", "--raw", "driver_version>=550.0.0"]),
+    ("search_no_driver", ["search", "offers", "--raw", "driver_version>=551.0.0"]),
+    ("search_ubuntu", ["search", "offers", "--raw", "ubuntu_version=22.04"]),
     ("create", ["create", "instance", str(OFFER), "--image", "pytorch/pytorch", "--disk", "20",
                 "--label", "contract", "--raw"]),
     ("show", ["show", "instance", str(FIRST_ID), "--raw"]),
@@ -94,12 +98,30 @@ STORY: list[tuple[str, list[str]]] = [
 ]  # fmt: skip
 
 
+# What the contract judge found in the story's exchanges (fakes/vast/contract.py): breaches, and
+# the request breaches of the exchanges the fake refused (the unknown search key).
+BREACHES: list[str] = []
+REFUSED: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def story() -> Iterator[tuple[dict[str, Said], FakeVast, float, float]]:
     """The CLI story run once against one served fake: (what each step printed, the fake,
     wall time before, wall time after)."""
     scenario = load_scenario(DEFAULT_SCENARIO)
     fake = FakeVast(scenario, clock=ScaledClock(scenario.time_scale))
+    judge = contract.load()
+    BREACHES.clear()  # a module fixture may be built again on the same worker (xdist)
+    REFUSED.clear()
+
+    def judged(route: str, request: Request, reply: Reply) -> None:
+        found = judge.judge(route, request, reply)
+        refused = reply.status >= 400 and found and not any(
+            b.startswith(f"{route} {reply.status}") for b in found
+        )
+        (REFUSED if refused else BREACHES).extend(found)
+
+    fake.taps.append(judged)
     with serve_http(fake) as server:
         before = time.time()
         argvs = [["--url", server.url, "--api-key", fake.api_key, *argv] for _, argv in STORY]
@@ -194,3 +216,28 @@ def test_a_destroyed_box_shows_as_none_and_the_user_route_answers(story):
 
     assert "Failed with error" not in gone.out + gone.err and "Traceback" not in gone.err
     assert user["id"] == 318840 and "api_key" not in user
+
+
+def test_every_request_the_cli_sent_and_every_answer_it_got_keep_vasts_published_contract_h6(
+    story,
+):
+    """H6: the vastai CLI's own requests (search, create, show, label, list, destroy, user) and
+    the fake's answers are within Vast's contract; the one it refused is the unknown key."""
+    assert story[0]  # the story ran
+
+    assert BREACHES == []
+    assert REFUSED == ["search request.no_such_field: a field the contract lacks"]
+
+
+def test_the_cli_finds_offers_by_driver_version_and_ubuntu_version_as_vast_does_h6(story):
+    """H6: `driver_version>=550.0.0` (sent as the number 550000000) finds the 550.54.15 offers
+    and `>=551.0.0` none; `ubuntu_version=22.04`, the documented alias, finds them too."""
+    said = story[0]
+
+    found = said["search_driver"].json()
+    none = said["search_no_driver"].json()
+    ubuntu = said["search_ubuntu"].json()
+
+    assert found and all(o["driver_version"] == "550.54.15" for o in found)
+    assert none == []
+    assert ubuntu and all(o["os_version"] == "22.04" for o in ubuntu)

@@ -66,6 +66,9 @@ class Box:
     hang: bool = False
     sandbox: str = ""  # the seed of its sandbox directory (default: the host key seed)
     rekey: Rekey | None = None
+    # The public keys the box lets in ("type base64", no comment); None: any key (a table
+    # that does not say, as hand-written ones in tests).
+    authorized_keys: tuple[str, ...] | None = None
 
     @property
     def key(self) -> str:
@@ -100,7 +103,7 @@ def _box(key: str, spec: object) -> Box:
     spec = {"fate": spec} if isinstance(spec, str) else spec
     if not isinstance(spec, dict) or not isinstance(spec.get("fate"), str):
         raise FakeSshError(f"box {key!r}: give a fate, or a mapping with 'fate'")
-    unknown = set(spec) - {"fate", "gpu", "host_key", "sandbox", "rekey"}
+    unknown = set(spec) - {"fate", "gpu", "host_key", "sandbox", "rekey", "authorized_keys"}
     if unknown:
         raise FakeSshError(f"box {key!r}: unknown fields {sorted(unknown)}")
     gpu = spec.get("gpu")
@@ -117,9 +120,31 @@ def _box(key: str, spec: object) -> Box:
             raise FakeSshError(f"box {key!r}: rekey takes after_connections (int) and host_key")
         rekey = Rekey(after, str(rekey["host_key"]))
     sandbox = str(spec.get("sandbox", seed))
+    keys = spec.get("authorized_keys")
+    if keys is not None:
+        if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
+            raise FakeSshError(f"box {key!r}: authorized_keys is a list of public key lines")
+        keys = tuple(key_id(k) for k in keys)
     return Box(
-        host, int(port), spec["fate"], parsed, seed, recordings, transient, hang, sandbox, rekey
-    )
+        host, int(port), spec["fate"], parsed, seed, recordings, transient, hang, sandbox, rekey,
+        keys,
+    )  # fmt: skip
+
+
+def key_id(line: str) -> str:
+    """A public key line as sshd compares it: its type and base64, without the comment."""
+    return " ".join(line.split()[:2])
+
+
+def write_identity(private: Path, public_key: str) -> Path:
+    """A client identity for the fake ssh: ``private`` (a placeholder: the fake never reads a
+    private key) and ``private.pub`` holding ``public_key``; returns the ``.pub`` path."""
+    private.parent.mkdir(parents=True, exist_ok=True)
+    private.write_text("placeholder for the fake ssh, which reads only the .pub half\n")
+    private.chmod(0o600)
+    public = private.with_name(private.name + ".pub")
+    public.write_text(public_key.strip() + "\n", encoding="utf-8")
+    return public
 
 
 def entries_dir(table: Path) -> Path:
@@ -169,7 +194,8 @@ def _entry(table: Path, key: str) -> object | None:
 
 
 def load_table(path: Path) -> dict[str, Box]:
-    """The box table: ``{boxes: {"host:port": fate | {fate, gpu, host_key, sandbox, rekey}}}``
+    """The box table: ``{boxes: {"host:port": fate | {fate, gpu, host_key, sandbox, rekey,
+    authorized_keys}}}``
     (YAML or JSON), each box overridden by its entry file, if it has one (:func:`entry_path`)."""
     specs = {str(key): spec for key, spec in _base(path).items()}
     folder = entries_dir(path)

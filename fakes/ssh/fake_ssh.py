@@ -161,6 +161,9 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
         return refused
     if connect is not None and connect.expect == "ssh-host-key-changed":
         return _replay(connect, call, box, known)
+    if box.authorized_keys is not None and not set(_offered(call)) & set(box.authorized_keys):
+        # sshd holds none of the keys offered: what OpenSSH prints then (captured).
+        return _replay(replay.load(boxes.FATES["ssh-auth"]["connect"]), call, box, known)
     if connect is not None and connect.expect == "ssh-auth":
         attempt = state.attempt(box.key)  # ssh-auth-transient:N refuses attempts 1..N only
         if box.transient_failures == 0 or attempt <= box.transient_failures:
@@ -175,6 +178,27 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
         proc = sandbox.start(sandbox.sandbox_dir(Path(table_path), box.sandbox), call.command)
         return watch.wait(proc, call, known)
     return _replay(replay.load(box.recordings[step]), call, box, known)
+
+
+def _offered(call: Invocation) -> list[str]:
+    """The public keys this call offers: each ``-i`` identity's ``.pub`` half, where both the
+    identity and its ``.pub`` exist (gpuops passes IdentitiesOnly=yes, so nothing else is
+    offered). The fake never reads a private key; an identity without a ``.pub`` beside it is
+    a loud error, not a key it could derive."""
+    keys = []
+    for identity in call.identities:
+        private, public = Path(identity), Path(identity + ".pub")
+        if not private.exists():
+            continue  # OpenSSH: "Identity file ... not accessible"; nothing offered
+        try:
+            line = public.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            raise FakeSshError(
+                f"identity {identity} has no {public.name} beside it: the fake reads only the "
+                "public half"
+            ) from None
+        keys.append(boxes.key_id(line))
+    return keys
 
 
 class _Watch:

@@ -41,7 +41,12 @@ def box_entries(
     for box in sorted(boxes, key=lambda b: b.id):
         running = box.destroyed_at is None and status(box) == "running"
         seed = sandbox_seed(box)
-        spec: dict[str, object] = {"fate": "unreachable", "host_key": seed, "sandbox": seed}
+        spec: dict[str, object] = {
+            "fate": "unreachable",
+            "host_key": seed,
+            "sandbox": seed,
+            "authorized_keys": list(box.authorized_keys),
+        }
         if running:
             spec.update(host_key(box))
             spec["fate"] = box.fate.box_fate

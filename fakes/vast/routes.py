@@ -18,9 +18,9 @@ from typing import Any
 
 from fakes import seam
 from fakes.scenario import ROUTE_NAMES
-from fakes.vast import wire
+from fakes.vast import contract, wire
 from fakes.vast.faults import Dropped, Fault, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
-from fakes.vast.model import Call, FakeVast, InstanceState
+from fakes.vast.model import Call, FakeVast, InstanceState, driver_vers
 from fakes.vast.query import InvalidQuery, matches, ordered
 from fakes.vast.wire import Reply, Request
 
@@ -37,6 +37,8 @@ SEARCH_ALIASES: dict[str, Callable[[Mapping[str, object]], object]] = {
     # documents hosting_type only as "Hosting type code", example 1).
     "datacenter": lambda row: row.get("hosting_type") == 1,
     "geolocation": lambda row: country_code(row.get("geolocation")),
+    # "Host machine Ubuntu OS version (alias for os_version)" (search_offers.yaml).
+    "ubuntu_version": lambda row: row.get("os_version"),
 }
 # The v1 list: "Computed fields (e.g. dph_total, num_gpus) are not filterable and return 400"
 # (show_instances_v1.yaml). Only the two named are known; any other field filters.
@@ -45,6 +47,15 @@ COMPUTED_LIST_FIELDS = frozenset({"dph_total", "num_gpus"})
 NONPOSITIVE_LIMIT = 5
 LABEL_MAX_CHARS = 1024  # label_instance.yaml x-input-validation
 DEFAULT_ORDER = [["score", "desc"]]
+# Vast's published contract (recordings/contracts/): what a create or key register may carry.
+CONTRACT = contract.load()
+# The filters Vast applies when a search leaves them out: search_offers.yaml's `default`s
+# (verified, rentable: true; rented: false, so the caller's own rented offers are not listed).
+SEARCH_DEFAULTS: dict[str, object] = {
+    name: spec["default"]
+    for name, spec in CONTRACT.operations["search"]["request"]["fields"].items()
+    if spec.get("type") == "filter" and "default" in spec
+}
 
 
 class UnknownRoute(seam.UnknownRoute):
@@ -91,12 +102,28 @@ def country_code(geolocation: object) -> str | None:
     return code if len(code) == 2 and code.isalpha() else None
 
 
+def _numeric(condition: object) -> bool:
+    """Whether a filter's operands are numbers (the CLI's form of a driver version)."""
+    if not isinstance(condition, Mapping):
+        return False
+    operands = [w for v in condition.values() for w in (v if isinstance(v, list) else [v])]
+    return any(isinstance(w, int | float) and not isinstance(w, bool) for w in operands)
+
+
 def _search(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
+    """Offers passing the query's filters and, where it leaves them out, Vast's own defaults
+    (SEARCH_DEFAULTS); a numeric driver_version filter compares driver numbers."""
     query = _json_body(request)
     filters = {k: v for k, v in query.items() if k not in SEARCH_META}
+    for name, default in SEARCH_DEFAULTS.items():
+        filters.setdefault(name, default)
+    aliases = dict(SEARCH_ALIASES)
+    if _numeric(filters.get("driver_version")):
+        # the CLI's "550.54.15" -> 550054015 (vastai 1.9.1 vastai/api/query.py numeric_version)
+        aliases["driver_version"] = lambda row: driver_vers(row.get("driver_version"))
     now = model.now()
     rows = [offer.row(now) for offer in model.searchable()]
-    rows = [row for row in rows if matches(row, filters, SEARCH_ALIASES)]
+    rows = [row for row in rows if matches(row, filters, aliases)]
     rows = [dict(row) for row in ordered(rows, query.get("order", DEFAULT_ORDER))]
     limit = query.get("limit")
     if limit is not None:
@@ -106,8 +133,22 @@ def _search(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
     return wire.offers(rows)
 
 
+def _refusals(name: str, request: Request, body: Mapping[str, Any]) -> list[str]:
+    """What Vast's published contract refuses in this request body (contract.py), each
+    without the operation's prefix: "label: 300 characters, the limit is 256"."""
+    found = CONTRACT.request_breaches(name, method=request.method, path=request.path, body=body)
+    return [text.removeprefix(f"{name} request").lstrip(".: ") for text in found]
+
+
 def _create(model: FakeVast, request: Request, params: Mapping[str, str]) -> Reply:
-    box = model.create(int(params["id"]), _json_body(request))
+    """A create the contract refuses (limits, required image, unknown fields, runtype) is
+    create_instance.yaml's 400 invalid_args, before the offer is looked at; else the model
+    rents the offer."""
+    body = _json_body(request)
+    refused = _refusals("create", request, body)
+    if refused:
+        return wire.invalid_args(int(params["id"]), "; ".join(refused))
+    box = model.create(int(params["id"]), body)
     return wire.created(box.id)
 
 
@@ -221,9 +262,15 @@ def _ssh_keys(model: FakeVast, _: Request, __: Mapping[str, str]) -> Reply:
 
 
 def _register_ssh_key(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
-    key = _json_body(request).get("ssh_key")
+    """No key: the documented 400 no_ssh_key; a body the contract refuses (not an SSH public
+    key, x-input-validation; a field it lacks): the same 400, naming what was refused."""
+    body = _json_body(request)
+    key = body.get("ssh_key")
     if not isinstance(key, str) or not key.strip():
         return wire.no_ssh_key()
+    refused = _refusals("register_ssh_key", request, body)
+    if refused:
+        return wire.no_ssh_key("; ".join(refused))
     return wire.ssh_key_registered(model.register_ssh_key(key))
 
 
@@ -265,6 +312,8 @@ def dispatch(model: FakeVast, request: Request) -> Reply:
         model.tick()
         reply = _answer(model, route, params, request)
         model.record(Call(route.name, request.method, request.path, reply.status, now))
+        for tap in model.taps:
+            tap(route.name, request, reply)
         return reply
 
 

@@ -77,6 +77,14 @@ def created(instance_id: int) -> Reply:
     return _reply("create_success", doc)
 
 
+def invalid_args(offer_id: int, problem: str) -> Reply:
+    """create_400_invalid_args about ``offer_id``: a create the contract refuses, its msg
+    naming what was refused (which msg Vast gives for each is not published)."""
+    doc = recorded("create_400_invalid_args")
+    doc.update(msg=f"Invalid args: {problem}", ask_id=offer_id)
+    return _reply("create_400_invalid_args", doc)
+
+
 def no_such_ask(offer_id: int, status: int) -> Reply:
     """create_no_such_ask_{400,404,410}, about ``offer_id``."""
     name = f"create_no_such_ask_{status}"
@@ -259,10 +267,13 @@ def ssh_key_registered(key: KeyState) -> Reply:
     return _reply("ssh_key_register", doc)
 
 
-def no_ssh_key() -> Reply:
-    """The documented 400 for a register without a key (provider-formats.md A.8)."""
-    body = {"success": False, "error": "no_ssh_key", "msg": "No ssh key provided"}
-    return Reply(400, JSON, json.dumps(body))
+def no_ssh_key(problem: str | None = None) -> Reply:
+    """ssh_key_register_400: the documented 400 for a register without a key; ``problem``:
+    the same shape for a key the contract refuses, its msg naming what was refused."""
+    doc = recorded("ssh_key_register_400")
+    if problem is not None:
+        doc["msg"] = f"Invalid ssh key: {problem}"
+    return _reply("ssh_key_register_400", doc)
 
 
 # --- failures -------------------------------------------------------------------------------------
