@@ -141,7 +141,6 @@ class S3Store:
         """One conditional put, retried while S3 answers 409 ConditionalRequestConflict."""
         import time
 
-        wait_s = timing.S3_CONFLICT_BACKOFF_S
         tries = 1
         while True:
             try:
@@ -153,8 +152,7 @@ class S3Store:
                 retry = _is_client_error(exc) and _code(exc) in _RETRY_CODES
                 if not retry or tries >= _CONFLICT_ATTEMPTS:
                     raise
-            time.sleep(wait_s)
-            wait_s *= 2
+            time.sleep(timing.S3_CONFLICT_BACKOFF_S * 2 ** (tries - 1))  # twice as long each time
             tries += 1
 
     def _name(self, key: str) -> str:
