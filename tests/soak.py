@@ -13,13 +13,23 @@ clean-up runs). The verdicts ask the fake, never gpuops:
 - leaked: a box of ours still billing at the deadline plus OWNER_GRACE_S;
 - wrong destroys: a box gpuops does not own was destroyed;
 - premature releases: a record released while the fake still showed its box;
-- exit 0 while billing: a guardian or `destroy` said "all gone" while a box of the rental billed.
+- exit 0 while billing: a guardian or `destroy` said "all gone" while a box of the rental billed;
+- early: the kept box ended before its owner's own guardian would begin its copy (no `destroy`
+  by hand), whichever host's clock judged it.
+
+The world is a team (M17): a second operator, bob, rents on another host sharing the store,
+and his box must outlive everything alice's processes do (M3); alice's guardian may run on a
+host whose wall clock is up to 15 minutes off hers (ahead or behind), and so may cron's sweep;
+a record of bob's, or alice's own kept record, may be edited by hand into garbage; the
+store may refuse every write from some point on (a full disk). Each of these is counted as
+reached, so a run that never met one says so.
 
 Used by tests/test_soak.py (a CI slice) and tests/benchmarks/bench_soak.py (the full run).
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import tempfile
 import time
@@ -31,11 +41,11 @@ from typing import Any
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
-from gpuops.clock import WithSleep
-from gpuops.errors import GpuopsError, Interrupted
-from gpuops.ledger import Ledger
+from gpuops.errors import GpuopsError, Interrupted, StoreUnavailable
+from gpuops.ledger import PREFIX, Ledger
 from gpuops.market import jobs
 from gpuops.market.guard import Guardian
+from gpuops.market.guardian import schedule
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
 from gpuops.market.results import LocalResults
@@ -58,6 +68,7 @@ HOURS = 0.1
 DAY_S = 86400.0 + timing.OWNER_GRACE_S
 CRON_S = 300.0  # a rental with no guardian is swept by cron this often (a list can lag)
 STRANGER = 9999
+BOBS = 9998  # bob's own offer (another GPU): alice's races see the market they always did
 
 
 class Killed(BaseException):
@@ -98,13 +109,17 @@ class Tripwire:
 
 
 class WiredStore(MemoryStore):
-    """A MemoryStore whose writes count towards the tripwire."""
+    """A MemoryStore whose writes count towards the tripwire, and which a full disk makes
+    refuse every write (``full``), as the local store does on ENOSPC."""
 
     def __init__(self, wire: Tripwire) -> None:
         super().__init__()
         self.wire = wire
+        self.full = False
 
     def _wired(self, write: Callable[..., Any], *args: Any) -> Any:
+        if self.full:
+            raise StoreUnavailable("cannot write: No space left on device")
         self.wire.tick(done=False)
         result = write(*args)
         self.wire.tick(done=True)
@@ -153,11 +168,21 @@ class Tally:
     interrupted: int = 0
     guardians_killed: int = 0
     unguarded: int = 0  # --no-guard: sweep is the owner
+    early: int = 0  # a kept box ended before its owner's own guardian would have begun to
+    # the team's rare paths, each counted as reached (a run that never met one says so)
+    skewed_owners: int = 0  # alice's guardian or cron sweep on a host whose clock is off hers
+    others_corrupt: int = 0  # bob's box record edited into garbage
+    own_corrupt: int = 0  # alice's kept record edited into garbage
+    full_disks: int = 0  # the store refusing every write from some point on
     failures: list[str] = field(default_factory=list)  # the first few, with their seeds
 
     def bad(self) -> int:
         return (
-            self.leaked + self.wrong_destroys + self.premature_releases + self.exit_0_while_billing
+            self.leaked
+            + self.wrong_destroys
+            + self.premature_releases
+            + self.exit_0_while_billing
+            + self.early
         )
 
 
@@ -195,6 +220,7 @@ def _scenario(rng: random.Random) -> dict[str, Any]:
         for i in range(n)
     ]
     stranger = {**offers[0], "id": STRANGER, "machine_id": 999, "fate": "healthy"}
+    bobs = {**offers[0], "id": BOBS, "machine_id": 998, "gpu_name": "RTX 3090", "fate": "healthy"}
     faults: dict[str, Any] = {}
     if rng.random() < 0.3:
         faults["lost_creates"] = [
@@ -211,7 +237,7 @@ def _scenario(rng: random.Random) -> dict[str, Any]:
     vast: dict[str, Any] = {
         "api_key": "k-soak",
         "ssh_keys": [KEY],
-        "offers": [*offers, stranger],
+        "offers": [*offers, stranger, bobs],
         "destroy_lag_s": rng.choice([0.0, 0.0, 10.0, 30.0]),
         "boot": {"provisioning_s": rng.choice([5.0, 10.0, 60.0]), "loading_s": 10.0},
     }
@@ -221,6 +247,23 @@ def _scenario(rng: random.Random) -> dict[str, Any]:
     vast["list_lag_s"] = rng.choice([0.0, 0.0, 8.0, 30.0])
     vast["show_lag_s"] = rng.choice([0.0, 0.0, 5.0, 20.0])
     return {"vast": vast}
+
+
+class Host:
+    """A host's clock: its wall time ``skew_s`` off the provider's, its monotonic time and its
+    waits the fake's own (``sleep`` may be a guardian's, which watches for a hang)."""
+
+    def __init__(self, fake: FakeVast, skew_s: float, sleep: Callable[[float], None]) -> None:
+        self.fake, self.skew_s, self._sleep = fake, skew_s, sleep
+
+    def wall(self) -> float:
+        return self.fake.now() + self.skew_s
+
+    def monotonic(self) -> float:
+        return self.fake.now()
+
+    def sleep(self, seconds: float) -> None:
+        self._sleep(seconds)
 
 
 def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
@@ -234,22 +277,36 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
     with fake.activate(BASE):
         stranger = fake.create(STRANGER, {"label": "someone-else", "image": "x", "disk": 5}).id
 
-        def market() -> Market:
+        def market(
+            operator: str = "alice", host: str = "hostA", skew_s: float = 0.0
+        ) -> Market:
             def probe(instance: Instance, box: str) -> Verdict:
                 return FATES[fake.instances[int(instance.instance_id)].fate.kind]
 
+            clock = Host(fake, skew_s, fake.advance)
             adapter = VastAdapter(
                 api_key="k-soak", base_url=BASE, clock=fake.ticking()
             )
             return KilledMarket(
                 WiredVast(adapter, wire),  # type: ignore[arg-type]
-                Ledger(store, audit, "alice", clock=fake.now),
+                Ledger(store, audit, operator, clock=clock.wall),
                 audit,
                 probe=probe,
                 public_key=KEY,
-                clock=fake.ticking(),
+                clock=clock,
                 rng=random.Random(seed),
+                host=host,
             )
+
+        # bob, on host B, rents first: his box must outlive all that alice does (M3)
+        bobs = _bob_rents(market, fake, rng)
+        others = {stranger, *(() if bobs is None else (bobs[0],))}
+        # where alice's owner runs: her own host, or one whose clock is up to 15 min off
+        elsewhere = rng.random() < 0.3
+        skew_s = rng.uniform(-timing.CLOCK_SKEW_S, timing.CLOCK_SKEW_S) if elsewhere else 0.0
+        owner_host = "hostB" if elsewhere else "hostA"
+        if elsewhere:
+            tally.skewed_owners += 1
 
         guarded = rng.random() < 0.85
         if not guarded:
@@ -261,9 +318,12 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
         request = RentRequest("job", "RTX 4090", HOURS, race_k=rng.randint(1, 3))
         started = fake.now()
         deadline = started + HOURS * 3600.0
+        kept: tuple[int, float] | None = None  # the kept box and when its copy would begin
         try:
-            market().rent(request)
+            rental = market().rent(request)
             tally.kept += 1
+            if rental.instance_id is not None and rental.started_at is not None:
+                kept = (int(rental.instance_id), schedule(rental.started_at, deadline)[0])
         except Killed:
             tally.killed += 1
         except Interrupted:
@@ -272,49 +332,98 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
             pass  # refused, unavailable, unresolved: the owner still ends what exists
         wire.arm(None, False, Killed)
 
-        if rng.random() < 0.2:  # the user destroys it by hand at some point
+        if bobs is not None and rng.random() < 0.15:  # bob's record edited by hand
+            tally.others_corrupt += 1
+            _spoil(store, bobs[1])
+        if kept is not None and rng.random() < 0.25:  # alice's own kept record, too
+            tally.own_corrupt += 1
+            rental = market().rentals.get("job")
+            if rental is not None and rental.box is not None:
+                _spoil(store, rental.box)
+        if guarded and rng.random() < 0.1:  # the disk under the guardian's state fills up
+            tally.full_disks += 1
+            store.full = True
+
+        by_hand = rng.random() < 0.2
+        if by_hand:  # the user destroys it by hand at some point
             fake.advance(rng.uniform(0, HOURS * 1800.0))
             try:
                 outcomes = destroy_rental(market(), "job")
             except GpuopsError:
                 outcomes = None
-            if outcomes is not None and exit_code(outcomes) == 0 and _ours_billing(fake, stranger):
+            if outcomes is not None and exit_code(outcomes) == 0 and _ours_billing(fake, others):
                 tally.exit_0_while_billing += 1
                 audit.note("destroy exited 0 while a box billed")
 
         if guarded:
-            _guard(fake, market, wire, rng, tally, audit, stranger, tmp)
+            _guard(fake, market, wire, rng, tally, audit, others, tmp, owner_host, skew_s)
         else:  # cron's sweep, every CRON_S from the deadline: the owner with no guardian
             fake.advance(max(0.0, deadline - fake.now()) + rng.uniform(0, 60.0))
-            while fake.now() < deadline + timing.OWNER_GRACE_S:
-                sweep(market())
+            # the allowance for another host's clock is part of the grace (timing.py)
+            while fake.now() < deadline + timing.OWNER_GRACE_S + abs(skew_s):
+                with contextlib.suppress(StoreUnavailable):  # a full disk: sweep says so
+                    sweep(market("alice", owner_host, skew_s))
                 fake.advance(CRON_S)
 
-        limit = deadline + timing.OWNER_GRACE_S
+        # a host whose clock runs behind hers sees the deadline that much later (M17)
+        limit = deadline + timing.OWNER_GRACE_S + abs(skew_s)
         if fake.now() < limit:
             fake.advance(limit - fake.now())
         if fake.now() <= limit + 1.0:
-            for box in _ours_billing(fake, stranger):
+            for box in _ours_billing(fake, others):
                 tally.leaked += 1
-                audit.note(f"instance {box} billed at the deadline + grace")
-        if fake.instances[stranger].destroyed_at is not None:
-            tally.wrong_destroys += 1
-            audit.note("the stranger's box was destroyed")
+                audit.note(f"instance {box} billed at the deadline + grace + skew")
+        for other in sorted(others):
+            if fake.instances[other].destroyed_at is not None:
+                tally.wrong_destroys += 1
+                audit.note(f"another's box {other} was destroyed")
+        if kept is not None and not by_hand:
+            ended = fake.instances[kept[0]].destroyed_at
+            if ended is not None and ended < kept[1]:
+                tally.early += 1
+                audit.note(f"instance {kept[0]} ended {kept[1] - ended:.0f} s before its copy")
+
+
+def _bob_rents(
+    market: Callable[..., Market], fake: FakeVast, rng: random.Random
+) -> tuple[int, str] | None:
+    """bob rents a box of his own on host B (its clock his own); his (instance, box record),
+    or None when no healthy offer took his race."""
+    with contextlib.suppress(GpuopsError):
+        request = RentRequest("bobjob", "RTX 3090", 10 * HOURS, race_k=1)
+        rental = market("bob", "hostB", rng.uniform(-60.0, 60.0)).rent(request)
+        if rental.instance_id is not None and rental.box is not None:
+            return int(rental.instance_id), rental.box
+    return None
+
+
+def _spoil(store: MemoryStore, box: str) -> None:
+    """Edit ledger record ``box`` by hand into bytes no codec reads."""
+    key = PREFIX + box
+    found = MemoryStore.get(store, key)
+    if found is not None:
+        MemoryStore.put(store, key, found.data[: len(found.data) // 2], found.version)
 
 
 def _guard(
     fake: FakeVast,
-    market: Callable[[], Market],
+    market: Callable[..., Market],
     wire: Tripwire,
     rng: random.Random,
     tally: Tally,
     audit: Audit,
-    stranger: int,
+    others: set[int],
     tmp: Path,
+    host: str,
+    skew_s: float,
 ) -> None:
-    """The rental's guardian (started before the first create) runs to its exit; it may be
-    killed at a random call, and then a successor (systemd's restart) takes over."""
-    rental = market().rentals.get("job")
+    """The rental's guardian (started before the first create) runs to its exit, on ``host``
+    whose clock is ``skew_s`` off the renter's; it may be killed at a random call, and then a
+    successor (systemd's restart) takes over."""
+    try:
+        rental = market().rentals.get("job")
+    except GpuopsError:
+        rental = None  # its own record is unreadable: the guardian still reads its deadline
     limit = (rental.deadline_at if rental and rental.deadline_at else fake.now()) + DAY_S
 
     def sleep(seconds: float) -> None:
@@ -324,12 +433,12 @@ def _guard(
 
     for attempt in range(2):
         guardian = Guardian(
-            market(),
+            market("alice", host, skew_s),
             "job",
             shell=jobs.BoxShell(tmp / "local", tmp / "id_ed25519", Settings.from_environ().ssh()),
             results=LocalResults(tmp / "results"),
-            me=f"alice/soak/{attempt}/g",
-            clock=WithSleep(fake.clock, sleep),
+            me=f"alice/{host}/{attempt}/g",
+            clock=Host(fake, skew_s, sleep),
             say=lambda line: None,
         )
         if attempt == 0 and rng.random() < 0.15:
@@ -347,14 +456,16 @@ def _guard(
         except GpuopsError:
             return  # e.g. no rental at all: rent died before writing one; nothing to own
         wire.arm(None, False, Killed)
-        if code == 0 and _ours_billing(fake, stranger):
+        if code == 0 and _ours_billing(fake, others):
             tally.exit_0_while_billing += 1
             audit.note("a guardian exited 0 while a box billed")
         return
 
 
-def _ours_billing(fake: FakeVast, stranger: int) -> list[int]:
-    return [b.id for b in fake.boxes() if b.id != stranger and intent_of(b.label) is not None]
+def _ours_billing(fake: FakeVast, others: int | set[int]) -> list[int]:
+    """alice's boxes still billing: gpuops-labelled, and neither the stranger's nor bob's."""
+    skip = others if isinstance(others, set) else {others}
+    return [b.id for b in fake.boxes() if b.id not in skip and intent_of(b.label) is not None]
 
 
 def run(count: int, seed: int = 0) -> tuple[Tally, float]:

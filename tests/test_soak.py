@@ -20,7 +20,10 @@ def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_
     """M13/H5: crashes and interrupts at any provider call or store write, every scripted
     fault: no box bills past deadline + grace, no stranger's box is destroyed, no record is
     released while its box bills, no `destroy` or guardian says 0 while one does, and no
-    guardian loops on past its deadline."""
+    guardian loops on past its deadline; in a team: bob's box on another host outlives all of
+    alice's processes, and her owner, on a host whose clock is up to 15 minutes off, a full
+    disk or a record of bob's or her own edited by hand, still ends hers in time and never
+    early (M17)."""
     tally, _ = run(PER_SLICE, seed=1000 + part)
 
     assert tally.lifecycles == PER_SLICE
@@ -29,3 +32,7 @@ def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_
     assert (tally.premature_releases, tally.exit_0_while_billing, tally.stuck) == (0, 0, 0)
     assert tally.killed > 0 and tally.interrupted > 0 and tally.kept > 0
     assert tally.guardians_killed > 0 and tally.unguarded > 0
+    assert tally.early == 0  # M17: no host's clock ends a box before its owner would
+    # the team's rare paths, each reached (M17): a slice that never met one proves nothing
+    assert tally.skewed_owners > 0 and tally.others_corrupt > 0
+    assert tally.own_corrupt > 0 and tally.full_disks > 0
