@@ -31,7 +31,7 @@ from gpuops.market import jobs
 from gpuops.market.guard import Guardian
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
-from gpuops.market.rentals import FAILED, RACING, RELEASED
+from gpuops.market.rentals import FAILED, LIVE, RACING, RELEASED
 from gpuops.market.results import LocalResults
 from gpuops.market.teardown import Ending, exit_code
 from gpuops.model import Instance
@@ -454,3 +454,41 @@ def test_a_race_that_fails_before_its_first_create_frees_the_name_at_once_m8(wor
     started = world.fake.now()
     assert world.market().rent(request(k=1)).state == "live"
     assert world.fake.now() - started < timing.RACER_TTL_S
+
+
+def test_destroy_during_a_race_stops_it_before_its_next_create_m13(world):
+    """M13: `gpuops destroy job` from another process while the race probes its first box:
+    that box is destroyed and the rental released; the race then sends no further create
+    (it writes its next intent, sees the rental ended, and stops with exit 3), and nothing
+    bills, by the fake's own record."""
+    destroyed: list[list[Any]] = []
+
+    def probe(instance: Instance, box: str) -> Verdict:
+        if not destroyed:  # another process: `gpuops destroy job`
+            destroyed.append(destroy_rental(world.market(), "job"))
+        return Verdict.NO_GPU  # this box failed: the race would replace it
+
+    with pytest.raises(GpuopsError, match="ended while racing") as stopped:
+        world.market(probe).rent(request(k=1))
+
+    assert stopped.value.exit_code == 3
+    assert [o.ending for o in destroyed[0]] == [Ending.GONE]
+    assert len(world.creates()) == 1  # no create after the destroy
+    assert world.billing() == []
+    assert world.market().rentals.get("job").state == RELEASED
+
+
+def test_a_rerun_on_the_racers_own_host_whose_process_is_gone_takes_over_at_once_m8(world):
+    """M8: a rent killed mid-race on this host left the rental racing; a rerun here asks the
+    racer's process, finds it gone, and takes the race over at once instead of waiting
+    RACER_TTL_S for a heartbeat that will never move."""
+    market = world.market()
+    dead = f"alice/{market.host}/999999999/x"  # no such process
+    market.rentals.begin_race("job", world.fake.now() + HOURS * 3600.0, racer=dead)
+    started = world.fake.now()
+
+    rental = world.market().rent(request(k=1))
+
+    assert rental.state == LIVE and rental.racer != dead
+    assert world.fake.now() - started < timing.RACER_TTL_S
+    assert any("stopped racing for it; taking over" in line for line in world.said)

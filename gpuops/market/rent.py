@@ -84,6 +84,14 @@ Prober = Callable[[Instance, str], Verdict]  # (instance, ledger record name) ->
 PassRates = Callable[[list[Offer]], dict[int, float]]  # machine id -> shrunk pass rate
 
 
+class RaceEnded(Refused):
+    """The rental stopped being this race (its owner ended it: `gpuops destroy`) before a
+    create: none is sent, and the race's boxes are ended (M13)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("M13", reason)
+
+
 @dataclass(frozen=True)
 class RentRequest:
     name: str
@@ -195,6 +203,10 @@ class Market:
                 )
                 break
             except RaceInProgress as busy:
+                if self._racer_dead_here(busy.racer) and seen != (busy.racer, busy.beat):
+                    # its process is gone on this very host: a fact, no need to wait (M8)
+                    seen, seen_since = (busy.racer, busy.beat), now - timing.RACER_TTL_S
+                    continue
                 if (busy.racer, busy.beat) != seen:
                     if seen is None:
                         self.progress(
@@ -218,6 +230,14 @@ class Market:
             except BaseException as exc:  # whatever ended it: its boxes go, the name is free
                 self._abandon(rental, exc)
                 raise
+
+    def _racer_dead_here(self, racer: str) -> bool:
+        """The racer ran on this host and its process is gone (asked of the process itself)."""
+        from gpuops.market.guardian import holder_host
+        from gpuops.market.spawn import alive
+
+        where = holder_host(racer)
+        return where is not None and where[0] == self.host and not alive(where[1])
 
     def _still_live(self, rental: Rental) -> bool:
         """A live rental is returned only while its kept box is: a rental whose records were
@@ -363,6 +383,16 @@ class Market:
         cand = state.candidates[slot]
         box = box_name(rental.name, rental.race, slot)
         record, _ = self.ledger.record_intent(box, "vast", deadline_at=utc_iso(deadline))  # M3
+        # the intent first, then the check: a `destroy` that ended this rental either sees
+        # the intent (and keeps the rental) or is seen here, and no create is sent (M13)
+        current = self.rentals.get(rental.name)
+        if current is None or current.state != RACING or current.racer != self.racer:
+            self.ledger.confirm_gone(box, CREATE_REFUSED)  # no create was sent
+            self.ledger.release(box)
+            raise RaceEnded(
+                f"{rental.name}: the rental was ended while racing for it "
+                f"({'gone' if current is None else current.state}); no further create is sent"
+            )
         label = label_for(record.intent_id)
         now = self.clock.wall()
         state = replace(state, last_create_at=now)
