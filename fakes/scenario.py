@@ -121,11 +121,13 @@ class DestroyFailure:
 
 @dataclass(frozen=True)
 class LostCreate:
-    """The box is created, then the answer is lost: ``answer`` 502/503/504, or "close"."""
+    """The box is created, then the answer is lost: ``answer`` 502/503/504, or "close".
+    ``creates: false``: the same answer, but nothing was created (the failure came first)."""
 
     offer: int
     answer: int | str = 503
     count: int = 1
+    creates: bool = True
 
 
 @dataclass(frozen=True)
@@ -381,15 +383,19 @@ def _parse_rekey(r: _Reader) -> HostKeyChange:
 
 
 def _parse_lost(r: _Reader) -> LostCreate:
-    r.only("offer", "answer", "count")
+    r.only("offer", "answer", "count", "creates")
     r.require("offer")
     answer = r.raw("answer", 503)
     if answer not in (502, 503, 504, "close") or isinstance(answer, bool):
         r.fail("answer", f"{answer!r} is not 502, 503, 504 or close")
+    creates = r.raw("creates", True)
+    if not isinstance(creates, bool):
+        r.fail("creates", f"{creates!r} is not true or false")
     return LostCreate(
         offer=r.integer("offer", 0, minimum=1),
         answer=answer,
         count=r.integer("count", 1, minimum=1),
+        creates=creates,
     )
 
 

@@ -108,7 +108,12 @@ def utc_iso(epoch_s: float) -> str:
 # instance list, or a create whose answer was lost, is evidence of nothing.
 GONE_BY_SHOW = "provider-show-says-gone"
 CREATE_REFUSED = "create-refused"
-EVIDENCE_FOR = {BoxState.DESTROYING: GONE_BY_SHOW, BoxState.INTENT: CREATE_REFUSED}
+# an unclear create no look-up by label found across its whole resolution window (M13)
+NEVER_FOUND = "not-found-by-label-in-time"
+EVIDENCE_FOR = {
+    BoxState.DESTROYING: frozenset({GONE_BY_SHOW}),
+    BoxState.INTENT: frozenset({CREATE_REFUSED, NEVER_FOUND}),
+}
 
 
 def advance(
@@ -126,11 +131,12 @@ def advance(
         raise NotOwned(record.name, record.owner, operator)
     if to not in ALLOWED[record.state]:
         raise IllegalTransition(record.name, record.state.value, to.value)
-    if to is BoxState.GONE_CONFIRMED and evidence != EVIDENCE_FOR[record.state]:
+    if to is BoxState.GONE_CONFIRMED and evidence not in EVIDENCE_FOR[record.state]:
+        needs = " or ".join(repr(e) for e in sorted(EVIDENCE_FOR[record.state]))
         raise IllegalTransition(
             record.name,
             record.state.value,
-            f"{to.value} on evidence {evidence!r} (needs {EVIDENCE_FOR[record.state]!r})",
+            f"{to.value} on evidence {evidence!r} (needs {needs})",
         )
     changes: dict[str, Any] = {"state": to, "revision": record.revision + 1, "updated_at": now_iso}
     if to is BoxState.LIVE:

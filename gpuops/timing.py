@@ -168,6 +168,11 @@ OWNER_GRACE_S = 900.0
 # on another host's clock is enforced here only this much after it, so no host ends another's
 # box early; a box whose guardian died bills at most OWNER_GRACE_S + the real skew past it.
 CLOCK_SKEW_S = 900.0
+# An unclear create whose box no look-up by label has found this long after its intent was
+# written is recorded as never created, loudly (M13): long past any list lag, and judged on
+# another host's clock still at least OWNER_GRACE_S after it (it holds CLOCK_SKEW_S). A box
+# that turns up with its label later is still ended by sweep.
+UNCLEAR_CREATE_WINDOW_S = 1800.0
 # A rent that is racing for a name says so this often, so that a second `rent NAME` waits for
 # its box instead of racing too (M8)...
 RACER_HEARTBEAT_S = 5.0

@@ -24,6 +24,7 @@ from gpuops.ledger import (
     EVIDENCE_FOR,
     GONE_BY_SHOW,
     INSTANCES,
+    NEVER_FOUND,
     BoxState,
     Ledger,
     Record,
@@ -91,7 +92,7 @@ def test_every_transition_is_allowed_exactly_when_the_table_says(source, target)
     """M4: the transition table is the whole truth; nothing outside it ever happens."""
     extra: dict[str, str] = {"error": "boom"} if source is target is BoxState.DESTROYING else {}
     if target is BoxState.GONE_CONFIRMED and source in EVIDENCE_FOR:
-        extra["evidence"] = EVIDENCE_FOR[source]
+        extra["evidence"] = min(EVIDENCE_FOR[source])
     allowed = {
         BoxState.INTENT: {BoxState.LIVE, BoxState.DESTROYING, BoxState.GONE_CONFIRMED},
         BoxState.LIVE: {BoxState.DESTROYING},
@@ -625,6 +626,7 @@ def test_the_read_only_listing_skips_a_corrupt_record_and_keeps_it_named(alice):
         (BoxState.DESTROYING, None),
         (BoxState.DESTROYING, CREATE_REFUSED),
         (BoxState.DESTROYING, "the list was empty"),
+        (BoxState.DESTROYING, NEVER_FOUND),
         (BoxState.INTENT, None),
         (BoxState.INTENT, GONE_BY_SHOW),
         (BoxState.INTENT, "create answer lost"),
@@ -644,8 +646,8 @@ def test_gone_confirmed_needs_the_right_evidence(source, evidence):
 
     assert caught.value.rule == "M4"
     assert EVIDENCE_FOR == {
-        BoxState.DESTROYING: "provider-show-says-gone",
-        BoxState.INTENT: "create-refused",
+        BoxState.DESTROYING: {"provider-show-says-gone"},
+        BoxState.INTENT: {"create-refused", "not-found-by-label-in-time"},
     }
 
 
@@ -804,3 +806,28 @@ def test_a_live_record_cannot_be_moved_to_another_instance(alice):
     with pytest.raises(NotOwned):
         other(alice, "bob").mark_live("a", "42")
     assert alice.get("a").instance_id == "42"
+
+
+def test_the_refusal_names_every_evidence_that_would_do(alice):
+    """M4/M13: an intent gone-confirmed on an empty list is refused, naming both kinds of
+    evidence it takes: a refused create, or no box found by label in time."""
+    with pytest.raises(IllegalTransition) as caught:
+        advance(
+            record(BoxState.INTENT), BoxState.GONE_CONFIRMED, operator="alice", now_iso="n",
+            evidence="the list was empty",
+        )  # fmt: skip
+
+    assert str(caught.value).endswith(
+        "cannot become gone-confirmed on evidence 'the list was empty' (needs "
+        "'create-refused' or 'not-found-by-label-in-time')"
+    )
+
+
+@pytest.mark.parametrize("evidence", [CREATE_REFUSED, NEVER_FOUND])
+def test_an_intent_is_gone_confirmed_on_a_refused_create_or_on_none_found_in_time_m13(
+    alice, evidence
+):
+    """M13: either evidence confirms an intent gone, and its release follows."""
+    alice.record_intent("a", "vast")
+    assert alice.confirm_gone("a", evidence).state is BoxState.GONE_CONFIRMED
+    assert alice.release("a").state is BoxState.RELEASED

@@ -492,3 +492,57 @@ def test_a_rerun_on_the_racers_own_host_whose_process_is_gone_takes_over_at_once
     assert rental.state == LIVE and rental.racer != dead
     assert world.fake.now() - started < timing.RACER_TTL_S
     assert any("stopped racing for it; taking over" in line for line in world.said)
+
+
+@pytest.mark.parametrize(
+    "world",
+    [scenario(1, lost_creates=[{"offer": 3000, "answer": 503, "creates": False, "count": 9}])],
+    indirect=True,
+)
+def test_a_create_that_made_nothing_blocks_its_name_only_for_a_bounded_time_m13(world):
+    """M13: a create answered 503 that created nothing: rent exits 5, and so does `destroy`
+    while the window lasts; past UNCLEAR_CREATE_WINDOW_S of look-ups the intent is recorded
+    as never created (loudly, in the event log), `destroy` and `sweep` exit 0, and `rent`
+    races the name again; nothing ever billed, by the fake's own record."""
+    with pytest.raises(StillRunning):
+        world.market().rent(request(k=1))
+    assert world.billing() == [] and len(world.creates()) == 1
+
+    assert exit_code(destroy_rental(world.market(), "job")) == 5  # still looking
+    world.fake.advance(timing.UNCLEAR_CREATE_WINDOW_S)
+    outcomes = destroy_rental(world.market(), "job")
+
+    assert [o.ending for o in outcomes] == [Ending.GIVEN_UP] and exit_code(outcomes) == 0
+    assert [e["name"] for k, e in world.events.events if k == "ledger.never_found"] == ["job+1-0"]
+    assert exit_code(sweep(world.market()).unresolved) == 0
+    world.fake.clear_faults()
+    rental = world.market().rent(request(k=1))
+    assert rental.state == LIVE and world.billing() == [int(rental.instance_id)]
+    assert exit_code(destroy_rental(world.market(), "job")) == 0
+    assert world.billing() == []
+
+
+@pytest.mark.parametrize(
+    "world",
+    [scenario(1, lost_creates=[{"offer": 3000, "answer": 503, "creates": False}])],
+    indirect=True,
+)
+def test_a_box_that_turns_up_with_a_given_up_intents_label_is_still_ended_by_sweep_m13(world):
+    """M13: after an intent was recorded as never created, a box carrying its label appears
+    (the create landed after all): sweep ends it, confirmed gone, and reports no unowned box;
+    a guardian that gave up on it exits loudly, never 0."""
+    from gpuops.market.teardown import label_for
+
+    with pytest.raises(StillRunning):
+        world.market().rent(request(k=1))
+    world.fake.advance(timing.UNCLEAR_CREATE_WINDOW_S)
+    code = world.guardian(world.market()).run()
+    assert code == 1  # released, but never confirmed gone: loud
+    (given,) = [p for k, p in world.events.events if k == "guard.given_up"]
+    intent = world.market().ledger.get("job+1-0").intent_id
+    late = world.fake.create(3000, {"label": label_for(intent), "image": "x", "disk": 16}).id
+
+    report = sweep(world.market())
+
+    assert [o.ending for o in report.expired] == [Ending.GONE] and report.unowned == []
+    assert world.billing() == [] and world.fake.instances[late].destroyed_at is not None

@@ -374,7 +374,9 @@ def test_exit_codes_come_from_the_endings_alone_m13():
     assert exit_code(out(Ending.UNREADABLE, Ending.GONE)) == 1
     assert exit_code(out(Ending.UNREADABLE, Ending.UNRESOLVED)) == 5
     assert exit_code(out(Ending.UNREADABLE, Ending.PENDING)) == 4
-    assert [o.released for o in out(*Ending)] == [True, True, False, False, False]
+    assert exit_code(out(Ending.GIVEN_UP, Ending.GONE)) == 0  # the name is free again
+    assert exit_code(out(Ending.GIVEN_UP, Ending.UNRESOLVED)) == 5
+    assert [o.released for o in out(*Ending)] == [True, True, True, False, False, False]
 
 
 def test_two_destroys_of_one_box_at_once_both_end_gone_m4(clock):

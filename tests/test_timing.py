@@ -17,6 +17,7 @@ PINNED = {
     "RECONCILE_BACKOFF_S": 5.0,
     "OWNER_GRACE_S": 900.0,
     "CLOCK_SKEW_S": 900.0,
+    "UNCLEAR_CREATE_WINDOW_S": 1800.0,
     "S3_CONFLICT_BACKOFF_S": 0.05,
     "RACER_HEARTBEAT_S": 5.0,
     "RACER_TTL_S": 90.0,
@@ -333,6 +334,13 @@ def test_the_owners_grace_covers_a_whole_destroy_and_the_look_ups_of_an_unclear_
     look_ups = sum(timing.RECONCILE_BACKOFF_S * 2**n for n in range(RECONCILE_ATTEMPTS))
     assert timing.OWNER_GRACE_S >= timing.DESTROY_CONFIRM_TIMEOUT_S + look_ups
     assert timing.OWNER_GRACE_S > timing.LEASE_TTL_S + timing.DESTROY_CONFIRM_TIMEOUT_S
+
+
+def test_an_unclear_create_is_given_up_on_only_a_whole_grace_after_it_whatever_the_skew_m13():
+    """M13: the window judged on a clock up to CLOCK_SKEW_S ahead of the writer's still lasts
+    OWNER_GRACE_S, many times any look-up's backoff."""
+    assert timing.UNCLEAR_CREATE_WINDOW_S - timing.CLOCK_SKEW_S >= timing.OWNER_GRACE_S
+    assert timing.UNCLEAR_CREATE_WINDOW_S > 10 * timing.RECONCILE_BACKOFF_S
 
 
 def test_the_grace_holds_the_clock_skew_allowance_m17():

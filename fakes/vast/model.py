@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from fakes.scenario import (
     GENERATED_KEY,
@@ -445,15 +445,24 @@ class FakeVast:
             raise NoSuchAsk(offer_id, offer.taken_status)
         if offer.held_by is not None:
             raise NoSuchAsk(offer_id, 410)
+        for entry in self._lost:  # a failure before anything was created
+            if entry.spec.offer == offer_id and entry.left > 0 and not entry.spec.creates:
+                entry.left -= 1
+                self.tick()
+                self._lose(offer_id, entry.spec.answer)
         box = self._add_box(offer, payload, now)
         self.tick()
         for entry in self._lost:
-            if entry.spec.offer == offer_id and entry.left > 0:
+            if entry.spec.offer == offer_id and entry.left > 0 and entry.spec.creates:
                 entry.left -= 1
-                if entry.spec.answer == "close":
-                    raise Dropped(f"create of offer {offer_id} lost: connection closed")
-                raise Unavailable(int(entry.spec.answer))
+                self._lose(offer_id, entry.spec.answer)
         return box
+
+    @staticmethod
+    def _lose(offer_id: int, answer: int | str) -> NoReturn:
+        if answer == "close":
+            raise Dropped(f"create of offer {offer_id} lost: connection closed")
+        raise Unavailable(int(answer))
 
     def _rent_at_start(self) -> None:
         """The scenario's ``instances``: rented before the fake started, running now. Each is

@@ -308,11 +308,19 @@ class Guardian:
         except StoreUnavailable as exc:  # a full disk, a store that refuses writes (M17)
             self._end_unrecorded(exc)
             return
+        for outcome in outcomes:  # released, but never confirmed gone: loud (M7, M13)
+            if outcome.ending is Ending.GIVEN_UP:
+                self.faults.append(f"{outcome.name}: {outcome.detail}")
         unreadable = [o for o in outcomes if o.ending is Ending.UNREADABLE]
         if unreadable and all(o.released or o.ending is Ending.UNREADABLE for o in outcomes):
             for outcome in unreadable:  # its boxes confirmed gone; the record is a person's
                 self.faults.append(f"{outcome.name}: {outcome.detail}")
             self.finished = FAULTED
+            return
+        if any(o.ending is Ending.GIVEN_UP for o in outcomes) and all(
+            o.released for o in outcomes
+        ):  # released, never confirmed gone: the next round leaves, loudly (faults)
+            self._log("guard.given_up", detail="; ".join(self.faults))
             return
         rental = self.market.rentals.get(self.name)
         if rental is not None and rental.state == RELEASED and all(o.released for o in outcomes):

@@ -35,7 +35,16 @@ from gpuops.errors import (
     UnexpectedResponse,
     UsageError,
 )
-from gpuops.ledger import CREATE_REFUSED, PREFIX, BoxState, EventSink, Ledger, Record, utc_iso
+from gpuops.ledger import (
+    CREATE_REFUSED,
+    NEVER_FOUND,
+    PREFIX,
+    BoxState,
+    EventSink,
+    Ledger,
+    Record,
+    utc_iso,
+)
 from gpuops.market import race as r
 from gpuops.market.guardian import schedule
 from gpuops.market.probe import Verdict
@@ -63,6 +72,7 @@ from gpuops.market.teardown import (
     destroy_box,
     intent_of,
     label_for,
+    never_found,
 )
 from gpuops.model import Instance, Offer, SshKey
 
@@ -665,6 +675,23 @@ def end_record(market: Market, record: Record) -> Outcome:
     (M12) and its box, if found, destroyed; a box is destroyed and confirmed gone (M4)."""
     if record.state is BoxState.INTENT:
         found = market._reconcile(label_for(record.intent_id))
+        if found is None and never_found(record, market.clock.wall()):
+            # bounded (M13): a name is never blocked for good by a create that made nothing
+            market.ledger.confirm_gone(record.name, NEVER_FOUND)
+            market.ledger.release(record.name)
+            market.events.append(
+                "ledger.never_found",
+                name=record.name,
+                intent_id=record.intent_id,
+                written_at=record.updated_at,
+            )
+            return Outcome(
+                record.name,
+                Ending.GIVEN_UP,
+                f"no box with its label was found in {timing.UNCLEAR_CREATE_WINDOW_S:.0f} s of "
+                "looking: recorded as never created (a box that turns up with its label later "
+                "is still ended by `gpuops sweep`)",
+            )
         if found is None:
             return Outcome(
                 record.name,
@@ -751,6 +778,23 @@ def end_unreadable(market: Market, box: str) -> Outcome:
         Ending.UNREADABLE,
         f"{where}; {gone}; the record is left as it is: move it aside or restore it",
     )
+
+
+def end_late(market: Market, box: str, instance_id: str) -> Outcome:
+    """A box whose label carries the intent of our record ``box``, released as never created:
+    the create happened after all. Destroyed and confirmed gone by ``show`` (M4, M13)."""
+    try:
+        market.vast.destroy(instance_id)
+    except (Unavailable, UnexpectedResponse) as exc:
+        return Outcome(box, Ending.PENDING, f"instance {instance_id}, found late: {exc}")
+    if confirmed_gone(market, instance_id):
+        return Outcome(
+            box,
+            Ending.GONE,
+            f"instance {instance_id} carried the label of an intent recorded as never "
+            "created: destroyed and confirmed gone",
+        )
+    return Outcome(box, Ending.PENDING, f"instance {instance_id}, found late: not gone yet")
 
 
 def confirmed_gone(market: Market, instance_id: str) -> bool:
@@ -937,10 +981,18 @@ def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> Swee
         if behind
         else {}
     )
+    # an intent of ours recorded as never created (or refused) whose box turns up later: ours
+    late = {
+        r.intent_id: r.name
+        for r in records
+        if r.owner == me and r.state is BoxState.RELEASED and r.instance_id is None
+    }
     vast = market.vast if pace is None else Paced(market.vast, pace)
     for instance in vast.list_instances():
         intent = intent_of(instance.label)
-        if intent in claimed:
+        if intent is not None and intent in late:
+            report.expired.append(end_late(market, late[intent], instance.instance_id))
+        elif intent in claimed:
             report.unowned.append(
                 f"instance {instance.instance_id} label {instance.label!r}: its record "
                 f"{PREFIX}{claimed[intent]} cannot be read (gpuops destroy "

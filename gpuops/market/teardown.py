@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import Enum
 from typing import Protocol
 
@@ -45,6 +46,10 @@ class Ending(Enum):
 
     GONE = "gone"  # the provider, asked for that box, says gone; the record is released
     NEVER_CREATED = "never-created"  # its create was refused outright: no box ever existed
+    # an unclear create no look-up by label found in UNCLEAR_CREATE_WINDOW_S: released, the
+    # name free again, but never "confirmed gone" (a guardian says so loudly; sweep ends any
+    # box that turns up with its label later)
+    GIVEN_UP = "given-up"
     PENDING = "pending"  # the destroy failed or is not confirmed yet: on the retry list (M4)
     UNRESOLVED = "unresolved"  # an intent no look-up by label has found: a box may exist
     # a record that cannot be read: every box its instance claim names is confirmed gone, and
@@ -52,7 +57,7 @@ class Ending(Enum):
     UNREADABLE = "unreadable"
 
 
-ENDED = frozenset({Ending.GONE, Ending.NEVER_CREATED})
+ENDED = frozenset({Ending.GONE, Ending.NEVER_CREATED, Ending.GIVEN_UP})
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,16 @@ def confirm_and_release(
                 record.name, Ending.PENDING, f"not confirmed gone, kept on the retry list: {last}"
             )
         sleep(timing.DESTROY_CONFIRM_POLL_S)
+
+
+def never_found(record: Record, now: float) -> bool:
+    """An unclear create given up on (M13): an intent written UNCLEAR_CREATE_WINDOW_S before
+    ``now`` (its ``updated_at``, on its writer's clock: the window holds the skew allowance)
+    whose box no look-up by label has found. A record that is no intent never is."""
+    if record.state is not BoxState.INTENT:
+        return False
+    written = datetime.fromisoformat(record.updated_at).timestamp()
+    return now - written >= timing.UNCLEAR_CREATE_WINDOW_S
 
 
 def _released_meanwhile(ledger: Ledger, name: str) -> bool:
