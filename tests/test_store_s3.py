@@ -463,9 +463,17 @@ def test_a_write_whose_request_was_lost_is_sent_once_more_still_conditional_m17(
     store.delete("board", version)
     assert store.get("board") is None and client.sent == 6
     client.cuts = ["before", "before"]
-    with pytest.raises(StoreUnavailable, match="ConnectionClosedError"):
+    with pytest.raises(StoreUnavailable, match="unreachable for 'board'.*ConnectionClosedError"):
         store.create("board", b"three")
     assert store.get("board") is None
+    version = store.create("board", b"four")
+    client.cuts = ["before", "before"]  # a second lost answer is loud, never a silent retry
+    with pytest.raises(StoreUnavailable, match="unreachable for 'board'.*ConnectionClosedError"):
+        store.put("board", b"five", version)
+    client.cuts = ["before", "before"]
+    with pytest.raises(StoreUnavailable, match="unreachable for 'board'.*ConnectionClosedError"):
+        store.delete("board", version)
+    assert store.get("board").data == b"four"
 
 
 def test_a_lost_answer_where_another_writer_won_is_a_real_conflict_m17(cut, s3):
@@ -475,17 +483,21 @@ def test_a_lost_answer_where_another_writer_won_is_a_real_conflict_m17(cut, s3):
     other = S3Store(BUCKET, "team/state", client=s3)
     client.meanwhile = [lambda: other.create("board", b"theirs")]
     client.cuts = ["before"]
-    with pytest.raises(AlreadyExists):
+    with pytest.raises(AlreadyExists) as exists:
         store.create("board", b"mine")
+    assert exists.value.key == "board"
     version = store.get("board").version
     client.meanwhile = [lambda: other.put("board", b"theirs too", version)]
     client.cuts = ["before"]
-    with pytest.raises(VersionConflict):
+    with pytest.raises(VersionConflict) as put:
         store.put("board", b"mine", version)
-    client.meanwhile = [lambda: other.put("board", b"theirs again", store.get("board").version)]
+    assert (put.value.key, put.value.expected) == ("board", version)
+    version = store.get("board").version
+    client.meanwhile = [lambda: other.put("board", b"theirs again", version)]
     client.cuts = ["before"]
-    with pytest.raises(VersionConflict):
-        store.delete("board", store.get("board").version)
+    with pytest.raises(VersionConflict) as deleted:
+        store.delete("board", version)
+    assert (deleted.value.key, deleted.value.expected) == ("board", version)
     assert store.get("board").data == b"theirs again" and client.sent == 3
 
 
