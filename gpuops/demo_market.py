@@ -318,8 +318,9 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
     if exits:  # it said it exits: let the process end (the reaper names one that does not)
         _wait_for(lambda: not _guardians_alive(fakes, NAME))
     gone = fakes.events_of("guard.confirmed_gone", NAME)
-    copied = fakes.results / NAME / Path(RESULT).name
-    text = copied.read_text(encoding="utf-8").strip() if copied.is_file() else ""
+    # under this rental's own incarnation (M16): NAME/<rental id>/
+    found = sorted((fakes.results / NAME).glob(f"*/{Path(RESULT).name}"))
+    text = found[0].read_text(encoding="utf-8").strip() if found else ""
     billing = [b for b in fakes.billing() if kept and b.id == kept[0].id]
     delay = gone[0].get("delay_s") if gone else None
     late = (

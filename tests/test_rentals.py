@@ -27,7 +27,9 @@ from gpuops.market.rentals import (
     due_at,
     enforce_at,
     host_of,
+    new_rental_id,
     process_id,
+    results_key,
     rental_of,
     settled,
     this_host,
@@ -87,7 +89,8 @@ def test_a_first_race_creates_a_racing_rental_owned_by_the_caller(alice, store):
     """M8: a new name starts race 1, revision 1, owned by whoever rents it."""
     rental = alice.begin_race("job")
 
-    assert rental == Rental("job", "alice", RACING, race=1)
+    assert rental == Rental("job", "alice", RACING, race=1, rental_id=rental.rental_id)
+    assert re.fullmatch(r"[0-9a-f]{12}", rental.rental_id or "")  # M16: its incarnation
     assert stored(store, "job") == rental
     assert alice.get("job") == rental
 
@@ -103,24 +106,27 @@ def test_a_rental_is_stored_as_canonical_json(alice, store):
 
 def test_restarting_our_own_race_counts_it_and_keeps_nothing_of_the_last(alice, store):
     """M8: a crashed race of ours is raced again under the next race number."""
-    alice.begin_race("job")
+    first = alice.begin_race("job")
     alice.update("job", instance_id="77", offer_id=5)
 
     again = alice.begin_race("job")
 
-    assert again == Rental("job", "alice", RACING, race=2, revision=3)
+    # M16: a restart of our own race is the same incarnation, with the same id
+    assert again == Rental("job", "alice", RACING, race=2, revision=3, rental_id=first.rental_id)
     assert stored(store, "job") == again
 
 
 @pytest.mark.parametrize("state", [FAILED, RELEASED])
 def test_a_finished_rental_of_anyone_may_be_raced_again_by_anyone(alice, bob, store, state):
     """M3: a failed or released name is free; the new race is the new renter's."""
-    alice.begin_race("job")
+    first = alice.begin_race("job")
     alice.update("job", state=state, box="job+1-0", instance_id="77", ended_at=5.0)
 
     rental = bob.begin_race("job")
 
-    assert rental == Rental("job", "bob", RACING, race=2, revision=3)
+    # M16: a new incarnation, with an id of its own
+    assert rental == Rental("job", "bob", RACING, race=2, revision=3, rental_id=rental.rental_id)
+    assert rental.rental_id not in (None, first.rental_id)
     assert stored(store, "job") == rental
 
 
@@ -153,9 +159,13 @@ def test_an_update_changes_the_named_fields_and_counts_a_revision(alice, store):
     """Updates are compare-and-swap writes of the whole record, one revision each."""
     alice.begin_race("job")
 
+    first = alice.get("job")
     live = alice.update("job", state=LIVE, instance_id="77", dph_total=0.4)
 
-    assert live == Rental("job", "alice", LIVE, race=1, instance_id="77", dph_total=0.4, revision=2)
+    assert live == Rental(
+        "job", "alice", LIVE, race=1, instance_id="77", dph_total=0.4, revision=2,
+        rental_id=first.rental_id,
+    )  # fmt: skip
     assert stored(store, "job") == live
     assert alice.update("job", ended_at=9.0).revision == 3
 
@@ -283,8 +293,9 @@ def test_a_race_another_rent_of_ours_is_running_is_refused_with_its_heartbeat_m8
         stored(store, "job")
         == first
         == Rental(
-            "job", "alice", RACING, race=1, deadline_at=50.0, racer="alice/a/1/x", deadline_host="a"
-        )
+            "job", "alice", RACING, race=1, deadline_at=50.0, racer="alice/a/1/x",
+            deadline_host="a", rental_id=first.rental_id,
+        )  # fmt: skip
     )
     assert alice.begin_race("job", 70.0, racer="alice/a/1/x").race == 2  # its own: a restart
 
@@ -521,3 +532,13 @@ def test_a_process_id_names_the_host_it_was_given_or_this_one_m17():
     """M17: a market's racer id carries the host whose clock it reads."""
     assert host_of(process_id("alice", "hostB")) == "hostB"
     assert host_of(process_id("alice")) == this_host()
+
+
+def test_an_incarnations_results_are_delivered_under_its_own_id_m16():
+    """M16: NAME/<rental id>; a rental from before ids keeps NAME."""
+    assert results_key(Rental("job", "alice", LIVE, race=1, rental_id="0a1b2c3d4e5f")) == (
+        "job/0a1b2c3d4e5f"
+    )
+    assert results_key(Rental("job", "alice", LIVE, race=1)) == "job"
+    assert new_rental_id() != new_rental_id()
+    assert re.fullmatch(r"[0-9a-f]{12}", new_rental_id())

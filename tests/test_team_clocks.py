@@ -202,3 +202,90 @@ def test_boxes_never_calls_another_hosts_running_guardian_stale_m17(tmp_path, ca
     assert rows["ahead"].startswith("held from another host") and "STALE" not in rows["ahead"]
     assert rows["behind"].startswith("held from another host")
     assert rows["dead"].startswith("STALE")
+
+
+# --- one incarnation, one identity (M16) -------------------------------------------------------
+def failing_then_spare() -> dict[str, object]:
+    doc = scenario(destroy_failures=[{"offer": 18432117, "count": 30, "status": 503}])
+    first = doc["vast"]["offers"][0]
+    doc["vast"]["offers"].append({**first, "id": 18432118, "machine_id": 31219})
+    return doc
+
+
+@pytest.mark.parametrize("world", [failing_then_spare()], indirect=True)
+def test_a_name_whose_previous_rental_still_has_a_box_is_refused_to_another_operator_m16(world):
+    """M16: alice's rental X failed and its box's destroy is still being retried; bob's `rent
+    X` is refused (exit 3, M16, naming alice and the record), creates nothing, and once her
+    box is confirmed gone he rents X, his own incarnation with its own id."""
+    from gpuops.errors import Refused
+    from gpuops.market.probe import Verdict as V
+    from gpuops.market.rent import destroy_rental
+    from gpuops.market.rentals import FAILED, LIVE
+    from gpuops.market.teardown import exit_code
+
+    alice = market_on(world, "hostA", 0.0)
+    alice.probe = lambda instance, box: V.NO_GPU  # her only box fails: the race fails
+    with pytest.raises(Exception):
+        alice.rent(RentRequest(name="X", gpu_name="RTX 4090", hours=1.0, race_k=1, max_creates=1))
+    mine = alice.rentals.get("X")
+    assert mine is not None and mine.state == FAILED and world.alive()  # her box still bills
+    creates = len([c for c in world.fake.calls if c.route == "create"])
+
+    bob = Market(
+        VastAdapter(api_key="k-test", base_url=BASE, clock=world.fake.ticking()),
+        Ledger(world.store, world.events, "bob", clock=world.fake.now),
+        world.events,
+        probe=lambda instance, box: Verdict.PASS,
+        public_key=KEY,
+        clock=world.fake.ticking(),
+        rng=random.Random(2),
+    )
+    with pytest.raises(Refused, match="M16.*alice's, still has 1 box record") as refused:
+        bob.rent(RentRequest(name="X", gpu_name="RTX 4090", hours=1.0, race_k=1))
+    assert refused.value.exit_code == 3
+    assert len([c for c in world.fake.calls if c.route == "create"]) == creates
+
+    for _ in range(30):  # her guardian's retries, in short
+        if exit_code(destroy_rental(market_on(world, "hostA", 0.0), "X")) == 0:
+            break
+        world.fake.advance(timing.DESTROY_CONFIRM_POLL_S)
+    assert world.alive() == []
+    again = bob.rent(RentRequest(name="X", gpu_name="RTX 4090", hours=1.0, race_k=1))
+    assert again.state == LIVE and again.owner == "bob"
+    assert again.rental_id is not None and again.rental_id != mine.rental_id
+
+
+def test_two_incarnations_of_one_name_deliver_their_results_apart_m16(world, tmp_path):
+    """M16: results land under NAME/<rental id>/: a later rental of the same name (here
+    alice's own) never overwrites or mixes with the earlier one's."""
+    from gpuops.market.results import LocalResults
+    from gpuops.market.rentals import results_key
+
+    first = world.rent(hours=1.0)
+    world.run_job(first, "mkdir -p results && echo one > results/a.txt && echo keep > results/b.txt")
+    assert guardian_of(world, "job").run() == g.GONE
+    earlier = first.rentals.get("job")
+    second = world.rent(hours=1.0)
+    world.run_job(second, "mkdir -p results && echo two > results/a.txt")
+    assert guardian_of(world, "job").run() == g.GONE
+    later = second.rentals.get("job")
+
+    root = world.tmp / "results"
+    assert earlier.rental_id != later.rental_id
+    assert (root / results_key(earlier) / "a.txt").read_text() == "one\n"
+    assert (root / results_key(earlier) / "b.txt").read_text() == "keep\n"
+    assert (root / results_key(later) / "a.txt").read_text() == "two\n"
+    assert not (root / results_key(later) / "b.txt").exists()
+    assert LocalResults(root).root == root
+
+
+def guardian_of(world: World, name: str) -> Guardian:
+    return Guardian(
+        world.market(),
+        name,
+        shell=world.shell(),
+        results=LocalResults(world.tmp / "results"),
+        me="alice/hostA/1/aa",
+        clock=world.fake.ticking(),
+        say=lambda line: None,
+    )

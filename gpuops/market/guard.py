@@ -40,7 +40,7 @@ from gpuops.market import guardian as g
 from gpuops.market.jobs import BoxShell, Jobs
 from gpuops.market.leases import Leases
 from gpuops.market.rent import Market, confirmed_gone, destroy_rental, owned_records
-from gpuops.market.rentals import FAILED, RELEASED, check_name, process_id
+from gpuops.market.rentals import FAILED, RELEASED, check_name, process_id, results_key
 from gpuops.market.results import Results, copy_results
 from gpuops.market.teardown import Ending
 
@@ -93,6 +93,7 @@ class Guardian:
         self.mind = g.Mind(self.me)
         self.instance_id: str | None = None
         self.deadline_at = 0.0
+        self.results_key = self.name
         self.faults: list[str] = []  # what failed in our own work: the exit says it (M17)
         self.finished: int | None = None  # an exit decided outside the pure core (M17)
         self.events = _NeverInTheWay(market.events, say)
@@ -139,6 +140,7 @@ class Guardian:
             )
         self.instance_id = rental.instance_id
         self.deadline_at = rental.deadline_at
+        self.results_key = results_key(rental)  # this incarnation's, to the end (M16)
         self._log(
             "guard.start",
             deadline=utc_iso(rental.deadline_at),
@@ -284,7 +286,7 @@ class Guardian:
             self.name,
             job.results,
             budget_s,
-            deliver=lambda tarball: self.results.deliver(self.name, tarball),
+            deliver=lambda tarball: self.results.deliver(self.results_key, tarball),
             poll_s=self.clockwork.poll_s,
             keep_alive=self._heartbeat,
         )

@@ -203,6 +203,7 @@ class Market:
                 return existing  # M8: never a second rental for one name
             if not keyed:
                 self._check_key()
+                self._previous_incarnation_done(existing)
                 keyed = True
             now = self.clock.wall()
             deadline = now + req.hours * 3600.0
@@ -240,6 +241,30 @@ class Market:
             except BaseException as exc:  # whatever ended it: its boxes go, the name is free
                 self._abandon(rental, exc)
                 raise
+
+    def _previous_incarnation_done(self, previous: Rental | None) -> None:
+        """M16: a name is raced again only when its previous incarnation, someone else's, has
+        nothing left that may bill: no active box record (its guardian is still ending it) and
+        none unreadable. Our own earlier races are ended by this race itself."""
+        if previous is None or previous.owner == self.ledger.operator:
+            return
+        if previous.state not in (FAILED, RELEASED):
+            return  # racing or live: begin_race refuses it (M3)
+        prefix = f"{previous.name}+"
+        active = [
+            r.name
+            for r in self.ledger.records(skip_corrupt=True)
+            if r.name.startswith(prefix) and r.active
+        ]
+        active += unreadable_records(self, previous.name)
+        if active:
+            raise Refused(
+                "M16",
+                f"{previous.name!r}: its previous rental, {previous.owner}'s, still has "
+                f"{len(active)} box record(s) not yet confirmed gone ({', '.join(active)}); "
+                "its guardian or `gpuops sweep` is ending them. Rent it again once "
+                "`gpuops boxes --all` shows none, or choose another name",
+            )
 
     def _racer_dead_here(self, racer: str) -> bool:
         """The racer ran on this host and its process is gone (asked of the process itself)."""

@@ -62,6 +62,7 @@ class Rental:
     racer: str | None = None  # the rent process racing for it (M8: one race at a time)
     beat: int = 0  # the racer's heartbeats: a waiting rent sees them move, or takes over
     deadline_host: str | None = None  # whose wall clock deadline_at was read from (M17)
+    rental_id: str | None = None  # this incarnation of the name, minted at its first race (M16)
 
 
 CODEC = JsonCodec(Rental, "rental record")
@@ -92,6 +93,20 @@ def process_id(operator: str, host: str | None = None) -> str:
     import secrets  # here, not at the top: a listing (`boxes`) names no process
 
     return f"{operator}/{host or this_host()}/{os.getpid()}/{secrets.token_hex(3)}"
+
+
+def results_key(rental: Rental) -> str:
+    """Where an incarnation's results are delivered under the results destination (M16):
+    ``NAME/<rental id>``, so a later rental of the name never overwrites them; a rental from
+    before ids were minted keeps ``NAME``."""
+    return f"{rental.name}/{rental.rental_id}" if rental.rental_id else rental.name
+
+
+def new_rental_id() -> str:
+    """A fresh incarnation's id (M16): unique, short enough for a path segment."""
+    import secrets
+
+    return secrets.token_hex(6)
 
 
 def this_host() -> str:
@@ -178,6 +193,7 @@ class Rentals:
                     deadline_at=deadline_at,
                     racer=racer,
                     deadline_host=host_of(racer),
+                    rental_id=new_rental_id(),
                 )
             if current.state in (RACING, LIVE) and current.owner != self.operator:
                 raise NameTaken(name, current.owner)
@@ -195,6 +211,8 @@ class Rentals:
                 revision=current.revision + 1,
                 racer=racer,
                 deadline_host=host_of(racer),
+                # a restart of our own race is the same incarnation; anything else a new one
+                rental_id=current.rental_id if current.state == RACING else new_rental_id(),
             )
 
         return self._change(name, start)
