@@ -21,8 +21,9 @@ from fakes.vast import FakeClock, FakeVast
 from gpuops.errors import GpuopsError
 from gpuops.events import EventLog
 from gpuops.ledger import Ledger
+from gpuops.market.ending import destroy_rental
 from gpuops.market.probe import Verdict
-from gpuops.market.rent import Market, RentRequest, destroy_rental
+from gpuops.market.rent import Market, RentRequest
 from gpuops.model import Instance
 from gpuops.store.memory import MemoryStore
 

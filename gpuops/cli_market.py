@@ -104,7 +104,7 @@ def _market_command(
         return _offers(market, args, vram_mb, as_json)
     if args.command == "rent":
         return _rent(market, args, vram_mb, as_json, settings)
-    from gpuops.market.rent import SWEEP_WORKERS, sweep
+    from gpuops.market.sweep import SWEEP_WORKERS, sweep
     from gpuops.market.teardown import exit_code
 
     report = sweep(market, workers=SWEEP_WORKERS, pace=market.pace)
@@ -140,7 +140,7 @@ def destroy_command(
     """`gpuops destroy NAME`: every wait (a retried 503, the confirmation that the box is
     gone) says so on stderr at least every timing.PROGRESS_EVERY_S; stdout carries only the
     result, so --json stays clean."""
-    from gpuops.market.rent import destroy_rental
+    from gpuops.market.ending import destroy_rental
     from gpuops.market.session import open_market
     from gpuops.market.teardown import exit_code
     from gpuops.progress import paced

@@ -200,8 +200,9 @@ def market_act(
 
 def _story(story: Story, fakes: _Fakes, operator: str) -> None:
     from gpuops.cli_market import _guarded, interrupts_raised
-    from gpuops.market.rent import RentRequest, sweep
+    from gpuops.market.rent import RentRequest
     from gpuops.market.session import open_market
+    from gpuops.market.sweep import sweep
 
     # gpuops' own waits (the race's polls, and the adapter's backoff before it retries a 503
     # the fake answers) shrink with the fake's clock, on the one scaled clock

@@ -151,7 +151,8 @@ def record_vast(
     progress: Callable[[str], None] = lambda line: None,
 ) -> Captured:
     max_dph = max_price_per_hour(max_usd, yes_spend)  # before any network call
-    from gpuops.market.rent import RentRequest, destroy_rental
+    from gpuops.market.ending import destroy_rental
+    from gpuops.market.rent import RentRequest
 
     started = now()
     stamp = started.strftime("%Y%m%dT%H%M%S")

@@ -47,7 +47,9 @@ from gpuops.market import jobs
 from gpuops.market.guard import Guardian
 from gpuops.market.guardian import schedule
 from gpuops.market.probe import Verdict
-from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
+from gpuops.market.ending import destroy_rental
+from gpuops.market.rent import Market, RentRequest
+from gpuops.market.sweep import sweep
 from gpuops.market.results import LocalResults
 from gpuops.market.teardown import exit_code, intent_of
 from gpuops.model import Instance

@@ -22,7 +22,9 @@ from gpuops.market import guardian as g
 from gpuops.market.guard import FAULTED, Guardian, stopped
 from gpuops.market.leases import Leases
 from gpuops.market.probe import Verdict
-from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
+from gpuops.market.ending import destroy_rental
+from gpuops.market.rent import Market, RentRequest
+from gpuops.market.sweep import sweep
 from gpuops.market.rentals import LIVE, RELEASED
 from gpuops.market.results import LocalResults, S3Results
 from gpuops.market.teardown import Ending, exit_code

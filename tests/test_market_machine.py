@@ -20,7 +20,9 @@ from fakes.vast import FakeClock, FakeVast
 from gpuops.errors import GpuopsError
 from gpuops.ledger import BoxState, Ledger
 from gpuops.market.probe import Verdict
-from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
+from gpuops.market.ending import destroy_rental
+from gpuops.market.rent import Market, RentRequest
+from gpuops.market.sweep import sweep
 from gpuops.market.rentals import LIVE, rental_of
 from gpuops.market.teardown import intent_of
 from gpuops.model import Instance

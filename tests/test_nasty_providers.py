@@ -36,7 +36,9 @@ from gpuops.ledger import BoxState, Ledger
 from gpuops.market import guardian as g
 from gpuops.market import jobs
 from gpuops.market.guard import FAULTED, Guardian
-from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
+from gpuops.market.ending import destroy_rental
+from gpuops.market.rent import Market, RentRequest
+from gpuops.market.sweep import sweep
 from gpuops.market.rentals import LIVE, RELEASED
 from gpuops.market.results import LocalResults
 from gpuops.market.session import ssh_prober

@@ -9,7 +9,8 @@ from test_guard_faults import market_of, rent, two_offers
 import pytest
 
 from gpuops.ledger import BoxState
-from gpuops.market.rent import RentRequest, sweep
+from gpuops.market.rent import RentRequest
+from gpuops.market.sweep import sweep
 from gpuops.market.rentals import LIVE, RELEASED
 from gpuops.market.teardown import destroy_box
 

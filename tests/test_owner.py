@@ -30,7 +30,9 @@ from gpuops.market import guardian as g
 from gpuops.market import jobs
 from gpuops.market.guard import Guardian
 from gpuops.market.probe import Verdict
-from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
+from gpuops.market.ending import destroy_rental
+from gpuops.market.rent import Market, RentRequest
+from gpuops.market.sweep import sweep
 from gpuops.market.rentals import FAILED, LIVE, RACING, RELEASED
 from gpuops.market.results import LocalResults
 from gpuops.market.teardown import Ending, exit_code

@@ -29,7 +29,9 @@ from gpuops.ledger import Ledger
 from gpuops.market import jobs
 from gpuops.market.guard import Guardian
 from gpuops.market.probe import Verdict
-from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
+from gpuops.market.ending import destroy_rental
+from gpuops.market.rent import Market, RentRequest
+from gpuops.market.sweep import sweep
 from gpuops.market.rentals import rental_of
 from gpuops.market.results import LocalResults
 from gpuops.market.teardown import exit_code, intent_of

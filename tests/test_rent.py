@@ -22,7 +22,9 @@ from gpuops.clock import WithSleep
 from gpuops.errors import NameTaken, NotOwned, Refused, Unavailable
 from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger
 from gpuops.market.probe import Verdict
-from gpuops.market.rent import Market, RentRequest, destroy_rental, sweep
+from gpuops.market.ending import destroy_rental
+from gpuops.market.rent import Market, RentRequest
+from gpuops.market.sweep import sweep
 from gpuops.market.rentals import LIVE, RELEASED
 from gpuops.market.teardown import Ending, Outcome, exit_code
 from gpuops.model import Instance
@@ -368,7 +370,7 @@ def test_a_release_cut_off_by_a_crash_is_finished_by_destroy_or_sweep(world, fin
 def test_a_pace_spaces_calls_across_threads_and_a_retry_wait_holds_them_all():
     """M4 at scale: a sweep's calls start one per interval, and the adapter's 429 wait (the
     pace's hold) delays every later call, not only the retrying one."""
-    from gpuops.market.rent import Pace
+    from gpuops.market.pacing import Pace
 
     now = FakeClock(100.0)
     slept: list[float] = []

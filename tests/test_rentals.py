@@ -10,7 +10,7 @@ import pytest
 
 from gpuops import timing
 from gpuops.errors import CorruptState, IllegalTransition, NameTaken, UsageError, VersionConflict
-from gpuops.ledger import CAS_ATTEMPTS
+from gpuops.ledger import CAS_ATTEMPTS, BoxState, Record
 from gpuops.market.rentals import (
     FAILED,
     LIVE,
@@ -25,6 +25,7 @@ from gpuops.market.rentals import (
     box_name,
     check_name,
     due_at,
+    due_records,
     enforce_at,
     host_of,
     new_rental_id,
@@ -542,3 +543,57 @@ def test_an_incarnations_results_are_delivered_under_its_own_id_m16():
     assert results_key(Rental("job", "alice", LIVE, race=1)) == "job"
     assert new_rental_id() != new_rental_id()
     assert re.fullmatch(r"[0-9a-f]{12}", new_rental_id())
+
+
+def _rec(name: str, state: BoxState, owner: str = "alice", **kw: object) -> Record:
+    fields = {"intent_id": "i-" + name, "provider": "vast", "revision": 1, "updated_at": "t"}
+    return Record(name=name, owner=owner, state=state, **{**fields, **kw})  # type: ignore[arg-type]
+
+
+def test_a_sweep_ends_pending_destroys_and_records_past_the_deadline_in_listing_order_m13():
+    """M13: every active record of ours on the retry list is retried (True), whatever the
+    time; every other active one of ours is ended once its rental's deadline has passed as
+    this host may judge it; released ones, another operator's, and a pending record with no
+    instance are left."""
+    rentals = {
+        "a": Rental("a", "alice", LIVE, 1, deadline_at=100.0, deadline_host="hostA"),
+        "b": Rental("b", "alice", LIVE, 1, deadline_at=500.0, deadline_host="hostA"),
+    }
+    records = [
+        _rec("a+1-0", BoxState.LIVE, instance_id="1"),
+        _rec("b+1-0", BoxState.DESTROYING, instance_id="2"),
+        _rec("b+1-1", BoxState.GONE_CONFIRMED, instance_id="3"),
+        _rec("b+1-2", BoxState.LIVE, instance_id="4"),
+        _rec("a+1-1", BoxState.RELEASED, instance_id="5"),
+        _rec("a+1-2", BoxState.LIVE, owner="bob", instance_id="6"),
+        _rec("b+1-3", BoxState.DESTROYING),  # pending, but no instance to ask about
+        _rec("a+1-3", BoxState.INTENT),
+    ]
+
+    due = due_records(records, rentals, "alice", 100.0, "hostA")
+
+    assert [(r.name, retried) for r, retried in due] == [
+        ("a+1-0", False),
+        ("b+1-0", True),
+        ("b+1-1", True),
+        ("a+1-3", False),
+    ]
+    assert due_records(records, rentals, "alice", 99.999, "hostA") == [
+        (records[1], True),
+        (records[2], True),
+    ]
+
+
+def test_a_sweep_on_another_host_ends_only_past_the_skew_allowance_m17():
+    """M17: host B ends host A's rental's records CLOCK_SKEW_S after the deadline; a record
+    whose rental is unknown is judged on its own deadline, the allowance added."""
+    rentals = {"a": Rental("a", "alice", LIVE, 1, deadline_at=100.0, deadline_host="hostA")}
+    mine = _rec("a+1-0", BoxState.LIVE, instance_id="1")
+    orphan = _rec("z+1-0", BoxState.LIVE, instance_id="2", deadline_at="1970-01-01T00:01:40Z")
+    late = 100.0 + timing.CLOCK_SKEW_S
+
+    assert due_records([mine, orphan], rentals, "alice", late - 0.001, "hostB") == []
+    assert due_records([mine, orphan], rentals, "alice", late, "hostB") == [
+        (mine, False),
+        (orphan, False),
+    ]

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from scale_world import build
 
-from gpuops.market.rent import Pace, sweep
+from gpuops.market.pacing import Pace
+from gpuops.market.sweep import sweep
 from gpuops.market.teardown import Ending
 from gpuops.market.rentals import RELEASED
 

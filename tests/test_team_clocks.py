@@ -21,7 +21,8 @@ from gpuops.ledger import Ledger
 from gpuops.market import guardian as g
 from gpuops.market.guard import Guardian
 from gpuops.market.probe import Verdict
-from gpuops.market.rent import Market, RentRequest, sweep
+from gpuops.market.rent import Market, RentRequest
+from gpuops.market.sweep import sweep
 from gpuops.market.results import LocalResults
 from gpuops.providers.vast import VastAdapter
 
@@ -219,7 +220,7 @@ def test_a_name_whose_previous_rental_still_has_a_box_is_refused_to_another_oper
     box is confirmed gone he rents X, his own incarnation with its own id."""
     from gpuops.errors import Refused
     from gpuops.market.probe import Verdict as V
-    from gpuops.market.rent import destroy_rental
+    from gpuops.market.ending import destroy_rental
     from gpuops.market.rentals import FAILED, LIVE
     from gpuops.market.teardown import exit_code
 

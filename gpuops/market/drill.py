@@ -72,7 +72,7 @@ def drill(
     passed = confirmed_at is not None
     cleanup: list[str] = []
     if not passed:  # a failed drill leaves nothing billing: end its box here (M13)
-        from gpuops.market.rent import destroy_rental
+        from gpuops.market.ending import destroy_rental
 
         cleanup = [f"{o.name}: {o.detail}" for o in destroy_rental(market, name)]
         say(f"the drill FAILED; its box ended by hand: {'; '.join(cleanup) or 'nothing left'}")

@@ -37,9 +37,10 @@ from gpuops.errors import (
 )
 from gpuops.ledger import BoxState, EventSink, utc_iso
 from gpuops.market import guardian as g
+from gpuops.market.ending import confirmed_gone, destroy_rental, owned_records
 from gpuops.market.jobs import BoxShell, Jobs
 from gpuops.market.leases import Leases
-from gpuops.market.rent import Market, confirmed_gone, destroy_rental, owned_records
+from gpuops.market.rent import Market
 from gpuops.market.rentals import FAILED, RELEASED, check_name, process_id, results_key
 from gpuops.market.results import Results, copy_results
 from gpuops.market.teardown import Ending

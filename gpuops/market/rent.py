@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Protocol, cast
+from typing import cast
 
 from gpuops import event_types as ev
 from gpuops import timing
@@ -25,7 +25,6 @@ from gpuops.errors import (
     AuthFailed,
     GpuopsError,
     Interrupted,
-    NotOwned,
     OfferTaken,
     ProviderUnavailable,
     RateLimited,
@@ -37,16 +36,22 @@ from gpuops.errors import (
 )
 from gpuops.ledger import (
     CREATE_REFUSED,
-    NEVER_FOUND,
-    PREFIX,
     BoxState,
     EventSink,
     Ledger,
-    Record,
     utc_iso,
 )
 from gpuops.market import race as r
+from gpuops.market.context import Vast
+from gpuops.market.ending import (
+    end_record,
+    end_records,
+    owned_records,
+    settle_rental,
+    unreadable_records,
+)
 from gpuops.market.guardian import schedule
+from gpuops.market.pacing import Pace
 from gpuops.market.probe import Verdict
 from gpuops.market.quarantine import Quarantine
 from gpuops.market.rentals import (
@@ -59,10 +64,8 @@ from gpuops.market.rentals import (
     Rentals,
     box_name,
     check_name,
-    enforce_at,
     process_id,
     rental_of,
-    settled,
     this_host,
 )
 from gpuops.market.select import Filter, Selection, resolve_gpu_name, select
@@ -70,25 +73,9 @@ from gpuops.market.teardown import (
     Ending,
     Outcome,
     destroy_box,
-    intent_of,
     label_for,
-    never_found,
 )
-from gpuops.model import Instance, Offer, SshKey
-
-
-class Vast(Protocol):
-    def search_offers(
-        self, gpu_name: str | None = None, num_gpus: int | None = None
-    ) -> list[Offer]: ...
-    def create(
-        self, offer_id: int, *, label: str, image: str, disk_gb: float, onstart: str | None = None
-    ) -> str: ...
-    def show(self, instance_id: str) -> Instance | None: ...
-    def list_instances(self, *, label: str | None = None) -> list[Instance]: ...
-    def destroy(self, instance_id: str) -> None: ...
-    def list_ssh_keys(self) -> list[SshKey]: ...
-
+from gpuops.model import Instance, Offer
 
 Prober = Callable[[Instance, str], Verdict]  # (instance, ledger record name) -> verdict
 PassRates = Callable[[list[Offer]], dict[int, float]]  # machine id -> shrunk pass rate
@@ -436,7 +423,7 @@ class Market:
                 cand.offer_id, label=label, image=req.image, disk_gb=req.disk_gb
             )
         except (OfferTaken, RateLimited) as exc:
-            found = self._reconcile(label) if isinstance(exc, RateLimited) else None
+            found = self.reconcile(label) if isinstance(exc, RateLimited) else None
             if found is not None:  # a 429 that let the create through after all (M12)
                 self._log_create(rental, cand, "reconciled", found)
                 return self._booting(rental, state, slot, box, found.instance_id, now)
@@ -457,7 +444,7 @@ class Market:
             self.ledger.release(box)
             raise
         except (ProviderUnavailable, UnexpectedResponse):
-            found = self._reconcile(label)  # M12: the create may have happened
+            found = self.reconcile(label)  # M12: the create may have happened
             self._log_create(rental, cand, "unclear" if found is None else "reconciled", found)
             if found is None:
                 self._say(rental, state, slot, "unclear: looking for it by label")
@@ -478,7 +465,7 @@ class Market:
     def _look_again(self, rental: Rental, state: r.Race, slot: int) -> r.Race:
         """An unclear create, looked up by its label once more (M12)."""
         record = self.ledger.get(box_name(rental.name, rental.race, slot))
-        found = self._reconcile(label_for(record.intent_id)) if record is not None else None
+        found = self.reconcile(label_for(record.intent_id)) if record is not None else None
         if found is None:
             return r.looked(state, slot, self.clock.wall())
         cand = state.candidates[slot]
@@ -501,7 +488,7 @@ class Market:
         )
         self.events.append(create.KIND, **create.to_payload())
 
-    def _reconcile(self, label: str) -> Instance | None:
+    def reconcile(self, label: str) -> Instance | None:
         """Find the box an unclear create may have made, by its label (M12)."""
         try:
             found = self.vast.list_instances(label=label)
@@ -687,381 +674,3 @@ class Market:
             "market.candidate", name=rental.name, slot=slot, offer_id=cand.offer_id, what=what
         )
         self.progress(line)
-
-
-# A destroy began and was not finished: the retry list, plus a confirmation whose release a
-# crash cut off (M4). _ENDING adds the live boxes `destroy` ends.
-_PENDING = (BoxState.DESTROYING, BoxState.GONE_CONFIRMED)
-_ENDING = (BoxState.LIVE, *_PENDING)
-
-
-def end_record(market: Market, record: Record) -> Outcome:
-    """End one record of ours, whatever its state: an intent is looked up by its label first
-    (M12) and its box, if found, destroyed; a box is destroyed and confirmed gone (M4)."""
-    if record.state is BoxState.INTENT:
-        found = market._reconcile(label_for(record.intent_id))
-        if found is None and never_found(record, market.clock.wall()):
-            # bounded (M13): a name is never blocked for good by a create that made nothing
-            market.ledger.confirm_gone(record.name, NEVER_FOUND)
-            market.ledger.release(record.name)
-            market.events.append(
-                "ledger.never_found",
-                name=record.name,
-                intent_id=record.intent_id,
-                written_at=record.updated_at,
-            )
-            return Outcome(
-                record.name,
-                Ending.GIVEN_UP,
-                f"no box with its label was found in {timing.UNCLEAR_CREATE_WINDOW_S:.0f} s of "
-                "looking: recorded as never created (a box that turns up with its label later "
-                "is still ended by `gpuops sweep`)",
-            )
-        if found is None:
-            return Outcome(
-                record.name,
-                Ending.UNRESOLVED,
-                "an intent whose box no look-up by label has found yet; still looking",
-            )
-        record = market.ledger.mark_live(record.name, found.instance_id)
-    if record.state is BoxState.GONE_CONFIRMED or (
-        record.state in _ENDING and record.instance_id
-    ):  # gone-confirmed: a crash cut off the release; the evidence is already recorded
-        return destroy_box(
-            market.vast,
-            market.ledger,
-            record.name,
-            clock=market.clock.wall,
-            sleep=market.clock.sleep,
-        )
-    return Outcome(record.name, Ending.UNRESOLVED, f"left as it is ({record.state.value})")
-
-
-def _prefix(name: str, race: int | None) -> str:
-    """What the record names of rental ``name`` (of one race, when given) begin with."""
-    return f"{name}+" if race is None else box_name(name, race, 0).rpartition("-")[0] + "-"
-
-
-def owned_records(market: Market, name: str, race: int | None = None) -> list[Record]:
-    """Every active record of ours under rental ``name`` (of one race, when given): what its
-    owner must end (M13). A record that cannot be read is left out here, so another
-    rental's blocks nothing of this one (M17); ``unreadable_records`` names this rental's."""
-    prefix = _prefix(name, race)
-    return [
-        record
-        for record in market.ledger.records(skip_corrupt=True)
-        if record.name.startswith(prefix)
-        and record.owner == market.ledger.operator
-        and record.active
-    ]
-
-
-def unreadable_records(market: Market, name: str, race: int | None = None) -> list[str]:
-    """The record names under rental ``name`` that the ledger's last listing could not read."""
-    prefix = PREFIX + _prefix(name, race)
-    return sorted(k.removeprefix(PREFIX) for k in market.ledger.corrupt if k.startswith(prefix))
-
-
-def end_records(market: Market, name: str, race: int | None = None) -> list[Outcome]:
-    """End every active record of ours under rental ``name`` (of one race, when given), and
-    every box an unreadable record of it claims (``end_unreadable``)."""
-    ended = [end_record(market, record) for record in owned_records(market, name, race)]
-    return ended + [end_unreadable(market, box) for box in unreadable_records(market, name, race)]
-
-
-def end_unreadable(market: Market, box: str) -> Outcome:
-    """A ledger record that cannot be read may stand for a box that bills: end every instance
-    its instance claim names (``ledger/instances/<id>``, written when it went live) and whose
-    label still carries the claim's intent (M3), destroyed and confirmed gone by ``show``
-    (M4), without reading or replacing the record. PENDING while one still shows; else
-    UNREADABLE: the record is left for a person to move aside. The caller has checked that
-    the rental is ours."""
-    claimed = [(iid, c) for iid, c, _ in market.ledger.claims.entries() if c.name == box]
-    still: list[str] = []
-    ended: list[str] = []
-    for instance_id, claim in claimed:
-        shown = market.vast.show(instance_id)
-        if shown is None:
-            continue
-        if intent_of(shown.label) != claim.intent_id:  # the id went to another box: not ours
-            continue
-        try:
-            market.vast.destroy(instance_id)
-        except (Unavailable, UnexpectedResponse) as exc:
-            still.append(f"instance {instance_id}: destroy failed: {exc}")
-            continue
-        if confirmed_gone(market, instance_id):
-            ended.append(instance_id)
-        else:
-            still.append(f"instance {instance_id}: not confirmed gone yet")
-    where = f"its record {PREFIX}{box} cannot be read ({market.ledger.corrupt.get(PREFIX + box)})"
-    if still:
-        return Outcome(box, Ending.PENDING, f"{where}; " + "; ".join(still))
-    gone = f"instance(s) {', '.join(ended)} confirmed gone" if ended else "no claimed box shows"
-    return Outcome(
-        box,
-        Ending.UNREADABLE,
-        f"{where}; {gone}; the record is left as it is: move it aside or restore it",
-    )
-
-
-def end_late(market: Market, box: str, instance_id: str) -> Outcome:
-    """A box whose label carries the intent of our record ``box``, released as never created:
-    the create happened after all. Destroyed and confirmed gone by ``show`` (M4, M13)."""
-    try:
-        market.vast.destroy(instance_id)
-    except (Unavailable, UnexpectedResponse) as exc:
-        return Outcome(box, Ending.PENDING, f"instance {instance_id}, found late: {exc}")
-    if confirmed_gone(market, instance_id):
-        return Outcome(
-            box,
-            Ending.GONE,
-            f"instance {instance_id} carried the label of an intent recorded as never "
-            "created: destroyed and confirmed gone",
-        )
-    return Outcome(box, Ending.PENDING, f"instance {instance_id}, found late: not gone yet")
-
-
-def confirmed_gone(market: Market, instance_id: str) -> bool:
-    """Ask for this very instance until it is gone (M4), within the destroy's confirmation
-    budget; False when it still shows then."""
-    ends = market.clock.monotonic() + timing.DESTROY_CONFIRM_TIMEOUT_S
-    while True:
-        try:
-            if market.vast.show(instance_id) is None:
-                return True
-        except GpuopsError:
-            pass
-        if market.clock.monotonic() >= ends:
-            return False
-        market.clock.sleep(timing.DESTROY_CONFIRM_POLL_S)
-
-
-def settle_rental(market: Market, name: str, listed: list[Record] | None = None) -> Rental | None:
-    """A rental follows its records (M13): once none of ours is active, a live or racing
-    rental is released, so no spend accrues on a gone box and `rent` races afresh.
-
-    ``listed``: the rental's records as a listing the caller already holds (sweep lists the
-    ledger once, not once per rental); each is read again here, so only what the listing
-    names is taken from it, never a state."""
-    rental = market.rentals.get(name)
-    if rental is None or rental.owner != market.ledger.operator:
-        return rental
-    prefix = f"{name}+"
-    if listed is None:
-        current = [r for r in market.ledger.records(skip_corrupt=True) if r.name.startswith(prefix)]
-    else:
-        current = [r for r in map(market.ledger.get, (r.name for r in listed)) if r is not None]
-    if unreadable_records(market, name):  # it may stand for a box: never released past it
-        return rental
-    active = sum(1 for r in current if r.active)
-    to = settled(rental, active, market.clock.wall())
-    if to is None:
-        return rental
-    try:
-        return market.rentals.update(
-            name, expect=rental.state, state=to, ended_at=market.clock.wall()
-        )
-    except StillRunning:
-        return market.rentals.get(name)
-
-
-def destroy_rental(market: Market, name: str) -> list[Outcome]:
-    """``gpuops destroy NAME``: refuse unless ours (M3); end every record of the rental, boxes
-    destroyed with confirmation (M4), intents looked up by label (M12); the rental is
-    released only when all are gone."""
-    rental = market.rentals.get(name)
-    if rental is None:
-        raise Refused("M3", f"no rental named {name!r}: gpuops cannot prove it owns such a box")
-    if rental.owner != market.ledger.operator:
-        raise NotOwned(name, rental.owner, market.ledger.operator)
-    outcomes = end_records(market, name)
-    if all(o.released for o in outcomes) and rental.state != RELEASED:
-        with contextlib.suppress(StillRunning):
-            market.rentals.update(name, state=RELEASED, ended_at=market.clock.wall())
-    return outcomes
-
-
-@dataclass(frozen=True)
-class SweepReport:
-    retried: list[Outcome]  # pending destroys retried
-    expired: list[Outcome]  # records of ours past their rental's deadline, ended
-    unowned: list[str]  # instances on the account no ledger owns: reported, never touched
-
-    @property
-    def unresolved(self) -> list[Outcome]:
-        return [o for o in [*self.retried, *self.expired] if o.ending is Ending.UNRESOLVED]
-
-
-# Records a CLI sweep ends at once: each mostly sleeps through its confirmation poll (M4), three
-# calls a record over one poll. 128 kept the Pace idle while all slept (about 24 records a
-# second); 256 fills the Pace's 100 calls a second, so the bound is the call budget again.
-SWEEP_WORKERS = 256
-
-
-class Pace:
-    """A call budget shared by every thread of one command, and with the Vast adapter's 429
-    handling: provider calls start at most one per ``interval_s`` across all threads, and a
-    retry wait the adapter takes (pass ``hold`` as its ``sleep``) holds every thread for that
-    long, so a 429 slows the whole sweep instead of being hammered by its other threads."""
-
-    def __init__(
-        self,
-        interval_s: float = timing.VAST_CALL_INTERVAL_S,
-        *,
-        clock: Clock = SYSTEM,
-    ) -> None:
-        self.interval_s = interval_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._next_at = float("-inf")
-
-    def take(self) -> None:
-        """Wait for this call's slot in the budget."""
-        with self._lock:
-            now = self._clock.monotonic()
-            at = max(now, self._next_at)
-            self._next_at = at + self.interval_s
-        if at > now:
-            self._clock.sleep(at - now)
-
-    def hold(self, wait_s: float) -> None:
-        """The adapter's retry wait: no thread starts a call until it is over."""
-        with self._lock:
-            self._next_at = max(self._next_at, self._clock.monotonic() + wait_s)
-        self._clock.sleep(wait_s)
-
-
-class Paced:
-    """The market's Vast calls, each taking its slot in a shared Pace first."""
-
-    def __init__(self, vast: Vast, pace: Pace) -> None:
-        self._vast = vast
-        self._pace = pace
-
-    def show(self, instance_id: str) -> Instance | None:
-        self._pace.take()
-        return self._vast.show(instance_id)
-
-    def destroy(self, instance_id: str) -> None:
-        self._pace.take()
-        self._vast.destroy(instance_id)
-
-    def list_instances(self, *, label: str | None = None) -> list[Instance]:
-        self._pace.take()
-        return self._vast.list_instances(label=label)
-
-
-def sweep(market: Market, *, workers: int = 1, pace: Pace | None = None) -> SweepReport:
-    """Retry pending destroys; end every record of ours whose rental's deadline has passed,
-    whatever state the rental or the record is in (M13); settle the rentals; report
-    instances no ledger owns (loudly, never touching them).
-
-    The ledger is listed once per sweep. With ``workers`` > 1 (the CLI), that many records are
-    ended at once, each destroy confirmed by its own ``show`` loop (M4), every call within
-    ``pace``; each record is still ended by ``end_record``, exactly as one at a time."""
-    me = market.ledger.operator
-    now = market.clock.wall()
-    rentals = {r.name: r for r in market.rentals.all() if r.owner == me}
-    # the one listing of the sweep; a record it cannot read blocks only itself (M17)
-    records = market.ledger.records(skip_corrupt=True)
-    unreadable = sorted(k.removeprefix(PREFIX) for k in market.ledger.corrupt)
-    due: list[tuple[Record, bool]] = []  # (record, a pending destroy retried)
-    for record in records:
-        if record.owner != me or not record.active:
-            continue
-        rental = rentals.get(rental_of(record.name))
-        if record.state in _PENDING and record.instance_id:
-            due.append((record, True))
-        elif now >= enforce_at(rental, record.deadline_at, market.host):
-            due.append((record, False))
-    outcomes = _end_all(market, [record for record, _ in due], workers, pace)
-    report = SweepReport([], [], [])
-    for (_, retried), outcome in zip(due, outcomes, strict=True):
-        (report.retried if retried else report.expired).append(outcome)
-    for box in unreadable:  # ours when its rental is: ended once that rental is due
-        rental = rentals.get(rental_of(box))
-        if rental is not None and now >= enforce_at(rental, None, market.host):
-            report.expired.append(end_unreadable(market, box))
-    touched = {rental_of(record.name) for record, _ in due}
-    active: dict[str, list[Record]] = {}  # the listing's active records, by rental: one pass
-    for record in records:
-        if record.active:
-            active.setdefault(rental_of(record.name), []).append(record)
-    settle = [  # and every live rental with no active record left, whoever died between the
-        name  # two writes of its `destroy` (M13: a gone box is never shown live)
-        for name, rental in rentals.items()
-        if name in touched
-        or (rental.deadline_at is not None and now >= rental.deadline_at)
-        or (rental.state == LIVE and name not in active)
-    ]
-    _each(lambda name: settle_rental(market, name, active.get(name, [])), settle, workers)
-    # an instance of a record this sweep released may still be listed (the list lags): the
-    # listing's intents, taken before any release, keep it from being reported as unowned
-    known = {r.intent_id for r in records if r.active}
-    # an unreadable record's box is named with its record, found by its instance claim
-    behind = set(unreadable)
-    claimed = (
-        {c.intent_id: c.name for _, c, _ in market.ledger.claims.entries() if c.name in behind}
-        if behind
-        else {}
-    )
-    # an intent of ours recorded as never created (or refused) whose box turns up later: ours
-    late = {
-        r.intent_id: r.name
-        for r in records
-        if r.owner == me and r.state is BoxState.RELEASED and r.instance_id is None
-    }
-    vast = market.vast if pace is None else Paced(market.vast, pace)
-    for instance in vast.list_instances():
-        intent = intent_of(instance.label)
-        if intent is not None and intent in late:
-            report.expired.append(end_late(market, late[intent], instance.instance_id))
-        elif intent in claimed:
-            report.unowned.append(
-                f"instance {instance.instance_id} label {instance.label!r}: its record "
-                f"{PREFIX}{claimed[intent]} cannot be read (gpuops destroy "
-                f"{rental_of(claimed[intent])} ends it)"
-            )
-        elif intent not in known:
-            report.unowned.append(
-                f"instance {instance.instance_id} label {instance.label!r}: no ledger owns it"
-            )
-    market.events.append(
-        "market.sweep",
-        retried=len(report.retried),
-        expired=len(report.expired),
-        unresolved=len(report.unresolved),
-        unowned=len(report.unowned),
-    )
-    return report
-
-
-def _each(act: Callable[[str], object], names: list[str], workers: int) -> None:
-    """``act`` on each name, up to ``workers`` at once (settling rentals: store calls only,
-    each rental its own compare-and-swap); one at a time keeps a test's fake clock its own."""
-    if workers <= 1 or len(names) <= 1:
-        for name in names:
-            act(name)
-        return
-    with ThreadPoolExecutor(
-        max_workers=min(workers, len(names)), thread_name_prefix="settle"
-    ) as pool:
-        list(pool.map(act, names))
-
-
-def _end_all(
-    market: Market, records: list[Record], workers: int, pace: Pace | None
-) -> list[Outcome]:
-    """``end_record`` for each record, in order; up to ``workers`` at once, in a market whose
-    Vast calls are paced. One at a time keeps the caller's clock and sleep as they are (the
-    tests' fake clocks are not shared between threads)."""
-    if workers <= 1 or len(records) <= 1:
-        return [end_record(market, record) for record in records]
-    # the same ledger, store and clock; only its Vast calls paced (Paced has the calls that
-    # ending a record makes: show, destroy, list_instances)
-    paced = None if pace is None else Paced(market.vast, pace)
-    shared = market if paced is None else market.on(vast=paced)  # type: ignore[arg-type]
-    size = min(workers, len(records))
-    with ThreadPoolExecutor(max_workers=size, thread_name_prefix="sweep") as pool:
-        return list(pool.map(lambda record: end_record(shared, record), records))

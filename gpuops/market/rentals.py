@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -23,6 +23,7 @@ from gpuops.errors import (
     StillRunning,
     UsageError,
 )
+from gpuops.ledger import BoxState, Record
 from gpuops.store.base import Store
 from gpuops.store.records import JsonCodec, Records
 
@@ -276,3 +277,26 @@ def due_at(rental: Rental | None, record_deadline: str | None) -> float:
     if record_deadline:
         return datetime.fromisoformat(record_deadline).timestamp()
     return float("-inf")
+
+
+# A destroy began and was not finished: the retry list, plus a confirmation whose release a
+# crash cut off (M4).
+PENDING = (BoxState.DESTROYING, BoxState.GONE_CONFIRMED)
+
+
+def due_records(
+    records: Iterable[Record], rentals: Mapping[str, Rental], me: str, now: float, here: str
+) -> list[tuple[Record, bool]]:
+    """Which listed records a sweep on host ``here`` ends now, in listing order (M13, M17):
+    every active record of ``me``'s whose destroy is pending (True: a retry), and every other
+    active record of ``me``'s past its rental's deadline as this host may judge it
+    (``enforce_at``: another host's deadline a skew allowance later). ``rentals`` by name."""
+    due = []
+    for record in records:
+        if record.owner != me or not record.active:
+            continue
+        if record.state in PENDING and record.instance_id:
+            due.append((record, True))
+        elif now >= enforce_at(rentals.get(rental_of(record.name)), record.deadline_at, here):
+            due.append((record, False))
+    return due

@@ -87,7 +87,7 @@ def open_market(
     store = open_store(settings.state_url, settings.s3_endpoint)
     here = settings.local_dir
     events = EventLog(settings.events_path, operator)
-    from gpuops.market.rent import Pace
+    from gpuops.market.pacing import Pace
 
     # one call budget: a sweep's threads and the adapter's 429 waits
     pace = Pace(clock=WithSleep(SYSTEM, retry_sleep))
