@@ -540,3 +540,30 @@ def test_a_ledger_write_whose_answer_a_real_network_cut_lost_still_goes_live_onc
     finally:
         proxy.close()
         fake.close()
+
+
+def test_a_resend_after_a_lost_request_that_meets_another_writer_is_a_conflict_m17(cut, s3):
+    """M17: read back after a lost request, the old value stands, so the write is sent once
+    more; another writer lands between the read-back and the resend: the resend is refused
+    (412) and reported as VersionConflict on the version we held, for a put and a delete."""
+    store, client = cut
+    other = S3Store(BUCKET, "team/state", client=s3)
+    version = store.create("board", b"one")
+    real_get = store.get
+    meddle: list[bytes] = []
+
+    def get_then_meddle(key: str):
+        found = real_get(key)
+        if meddle:
+            other.put(key, meddle.pop(), found.version)
+        return found
+
+    store.get = get_then_meddle  # type: ignore[method-assign]
+    acts = [lambda v: store.put("board", b"mine", v), lambda v: store.delete("board", v)]
+    for act, theirs in zip(acts, [b"theirs", b"theirs again"], strict=True):
+        meddle.append(theirs)  # other bytes each time: S3's version is the bytes' digest
+        client.cuts = ["before"]
+        with pytest.raises(VersionConflict) as caught:
+            act(version)
+        assert (caught.value.key, caught.value.expected) == ("board", version)
+        version = real_get("board").version

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 
 import pytest
 from store_fakes import Events, Interleaved
@@ -28,6 +29,7 @@ from gpuops.market.teardown import (
     intent_of,
     is_pending,
     label_for,
+    never_found,
 )
 from gpuops.model import Instance, InstanceStatus
 from gpuops.store.memory import MemoryStore
@@ -440,3 +442,19 @@ def test_a_destroy_whose_record_became_something_else_is_still_refused_m4(clock)
     with pytest.raises(IllegalTransition):
         confirm_and_release(vast, mine, record, clock=clock, sleep=clock.sleep)
     assert mine.get(BOX).state is BoxState.INTENT
+
+
+
+def test_an_intent_is_given_up_on_only_a_whole_window_after_it_was_written_m13(ledger):
+    """M13: an intent written at T is never found at T + UNCLEAR_CREATE_WINDOW_S, not a
+    moment before; a record in any other state never is."""
+    ledger.record_intent(BOX, "vast")
+    record = ledger.get(BOX)
+    written = datetime.fromisoformat(record.updated_at).timestamp()
+    window = timing.UNCLEAR_CREATE_WINDOW_S
+
+    assert never_found(record, written + window)
+    assert not never_found(record, written + window - 0.001)
+    assert not never_found(record, written)
+    for state in (BoxState.LIVE, BoxState.DESTROYING, BoxState.RELEASED):
+        assert not never_found(replace(record, state=state), written + 10 * window)
