@@ -424,3 +424,39 @@ def test_a_guardian_id_names_its_host_and_pid_or_nothing(holder, where):
     if where is None:
         lease = Lease(holder, T0, 0)
         assert g.judge_lease(lease, T0, "hostA", lambda pid: True) is g.Guarded.ELSEWHERE
+
+
+# --- a racer that died mid-race (M13) --------------------------------------------------------
+def racing(racer: str = "alice/h/9/r", beat: int = 4) -> Box:
+    return Box(gone=False, started_at=T0, deadline_at=T0 + 10 * HOUR, racer=(racer, beat))
+
+
+def test_a_racer_whose_beat_stood_still_a_whole_ttl_has_its_race_ended_m13():
+    """M13: the responsible guardian ends the race once the racer's (id, beat) was seen
+    unchanged for RACER_TTL_S on its own clock; a beat meanwhile restarts the watch."""
+    mind = g.Mind(ME, role=g.Role.RESPONSIBLE, held=True)
+    lease = mine(T0)
+    mind, action = g.decide(mind, lease, racing(), T0, NORMAL, T0)
+    assert not isinstance(action, g.EndRace)
+    mind, action = g.decide(mind, lease, racing(), T0, NORMAL, T0 + timing.RACER_TTL_S - 0.001)
+    assert not isinstance(action, g.EndRace)
+    _, action = g.decide(mind, lease, racing(beat=5), T0, NORMAL, T0 + timing.RACER_TTL_S)
+    assert not isinstance(action, g.EndRace)  # it beat: watched afresh
+    mind, _ = g.decide(mind, lease, racing(beat=5), T0, NORMAL, T0 + 1)
+    _, action = g.decide(mind, lease, racing(beat=5), T0, NORMAL, T0 + 1 + timing.RACER_TTL_S)
+    assert action == g.EndRace("alice/h/9/r", 5)
+
+
+def test_a_race_is_never_ended_by_a_standby_nor_once_the_rental_stopped_racing_m13():
+    """M13/M7: only the lease holder acts; a rental no longer racing names no racer."""
+    standby = g.Mind(ME)
+    lease = theirs(T0)
+    standby, _ = g.decide(standby, lease, racing(), T0, NORMAL, T0)
+    _, action = g.decide(standby, lease, racing(), T0, NORMAL, T0 + timing.RACER_TTL_S)
+    assert not isinstance(action, g.EndRace)
+    held = g.Mind(ME, role=g.Role.RESPONSIBLE, held=True)
+    held, _ = g.decide(held, mine(T0), racing(), T0, NORMAL, T0)
+    _, action = g.decide(held, mine(T0), BOX, T0, NORMAL, T0 + 2 * timing.RACER_TTL_S)
+    assert not isinstance(action, g.EndRace)
+    assert g.observe_racer(held, None, T0).racer_seen is None
+    assert not g.racer_dead(g.Mind(ME), T0 + 10 * timing.RACER_TTL_S)

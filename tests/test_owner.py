@@ -167,7 +167,7 @@ def test_a_rent_killed_after_its_creates_is_ended_by_its_guardian_by_the_deadlin
     assert code == g.GONE
     assert world.billing() == []
     assert world.fake.now() <= deadline + timing.OWNER_GRACE_S
-    assert market.rentals.get("job").state == RELEASED
+    assert market.rentals.get("job").state == FAILED  # its racer died: the race failed
     assert all(not r.active for r in market.ledger.records())
 
 
@@ -548,3 +548,23 @@ def test_a_box_that_turns_up_with_a_given_up_intents_label_is_still_ended_by_swe
 
     assert [o.ending for o in report.expired] == [Ending.GONE] and report.unowned == []
     assert world.billing() == [] and world.fake.instances[late].destroyed_at is not None
+
+
+def test_a_racer_whose_heartbeat_stopped_has_its_boxes_ended_by_the_guardian_then_m13(world):
+    """M13: rent is killed mid-race with three candidates billing; its heartbeat stands still,
+    and its guardian ends them RACER_TTL_S (plus a poll or two) after it last beat, by the
+    fake's own record, not at the deadline hours later; then it exits 0."""
+    market = world.killed_mid_race(k=3)
+    assert len(world.billing()) == 3
+    rental = market.rentals.get("job")
+    died_at = world.fake.now()
+    guardian = world.guardian(market)
+
+    while world.billing():
+        assert guardian.step() is None
+        assert world.fake.now() - died_at <= timing.RACER_TTL_S + timing.DESTROY_CONFIRM_TIMEOUT_S
+
+    assert world.fake.now() < rental.deadline_at - timing.DEADLINE_MARGIN_S  # long before it
+    (ended,) = [p for k, p in world.events.events if k == "guard.race_ended"]
+    assert len(ended["ended"]) == 3 and market.rentals.get("job").state != RACING
+    assert guardian.run() == g.GONE

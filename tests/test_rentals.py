@@ -597,3 +597,17 @@ def test_a_sweep_on_another_host_ends_only_past_the_skew_allowance_m17():
         (mine, False),
         (orphan, False),
     ]
+
+
+def test_a_dead_racers_race_is_failed_only_while_it_is_still_that_racers_at_that_beat_m13(alice):
+    """M13: the guardian fails the race it saw standing still; a beat since, another racer's
+    takeover, or a rental no longer racing is left alone."""
+    alice.begin_race("job", 50.0, racer="alice/h/1/x")
+    assert alice.abandon_race("job", "alice/h/1/x", 1) is False  # it beat at 0, not 1
+    assert alice.abandon_race("job", "alice/h/2/y", 0) is False  # another racer
+    assert alice.get("job").state == RACING
+    assert alice.abandon_race("job", "alice/h/1/x", 0) is True
+    failed = alice.get("job")
+    assert (failed.state, failed.revision) == (FAILED, 2)
+    assert alice.abandon_race("job", "alice/h/1/x", 0) is False  # no longer racing
+    assert alice.abandon_race("nothing", "alice/h/1/x", 0) is False

@@ -37,11 +37,18 @@ from gpuops.errors import (
 )
 from gpuops.ledger import BoxState, EventSink, utc_iso
 from gpuops.market import guardian as g
-from gpuops.market.ending import confirmed_gone, destroy_rental, owned_records
+from gpuops.market.ending import confirmed_gone, destroy_rental, end_records, owned_records
 from gpuops.market.jobs import BoxShell, Jobs
 from gpuops.market.leases import Leases
 from gpuops.market.rent import Market
-from gpuops.market.rentals import FAILED, RELEASED, check_name, process_id, results_key
+from gpuops.market.rentals import (
+    FAILED,
+    RACING,
+    RELEASED,
+    check_name,
+    process_id,
+    results_key,
+)
 from gpuops.market.results import Results, copy_results
 from gpuops.market.teardown import Ending
 
@@ -184,6 +191,8 @@ class Guardian:
             self.leases.renew(self.name, self.me, now)
         elif isinstance(action, g.Wait):
             self.clock.sleep(action.seconds)
+        elif isinstance(action, g.EndRace):
+            self._end_race(action)
         elif isinstance(action, g.Copy):
             self._copy(action.budget_s)
             self.mind = replace(self.mind, copied=True)
@@ -247,8 +256,14 @@ class Guardian:
         # schedule (copy, then destroy) moved with it: never earlier than the renter's (M17)
         mine = rental is not None and rental.deadline_host == self.market.host
         late = 0.0 if mine else timing.CLOCK_SKEW_S
+        racing = rental is not None and rental.state == RACING and rental.racer is not None
         return g.Box(
-            gone, started_at + late, self.deadline_at + late, ended=ended, unresolved=unresolved
+            gone,
+            started_at + late,
+            self.deadline_at + late,
+            ended=ended,
+            unresolved=unresolved,
+            racer=(str(rental.racer), rental.beat) if racing and rental else None,
         )
 
     def _shown_gone(self) -> bool:
@@ -345,6 +360,22 @@ class Guardian:
         self._log("guard.destroy.pending", detail=details)
         self.say(f"gpuops guard: {self.name}: not all confirmed gone yet: {details}")
         self.sleep(self.clockwork.confirm_poll_s)
+
+    def _end_race(self, action: g.EndRace) -> None:
+        """The racer died mid-race (its heartbeat stood still): fail its race, if it is still
+        that racer's, and end the race's boxes now, each confirmed gone (M13)."""
+        rental = self.market.rentals.get(self.name)
+        if rental is None or not self.market.rentals.abandon_race(
+            self.name, action.racer, action.beat
+        ):
+            return  # it beat again, or a rerun took the race over: theirs to finish
+        outcomes = end_records(self.market, self.name, race=rental.race)
+        self._log(
+            "guard.race_ended",
+            racer=action.racer,
+            ended=[f"{o.name}: {o.ending.value}" for o in outcomes],
+        )
+        self.say(f"gpuops guard: {self.name}: its racer {action.racer} died; its boxes ended")
 
     def _end_unrecorded(self, exc: Exception) -> None:
         """The store cannot be written (or read) at the deadline: destroy the boxes we know of

@@ -85,6 +85,8 @@ class Box:
     deadline_at: float  # the wall-clock billing ceiling
     ended: bool = False  # the rental failed or was released: whatever is left is ended now
     unresolved: bool = False  # all that is left are intents no look-up by label has found
+    # a racing rental's (racer, beat): the racer's heartbeat, which stands still once it dies
+    racer: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,9 @@ class Mind:
     # Bookkeeping for is_stale, pinned by its own tests, so left out of equality.
     seen: tuple[str, int] | None = field(default=None, compare=False)
     seen_since: float = field(default=0.0, compare=False)
+    # The same for the racer's heartbeat while the rental races (M13), on the same clock.
+    racer_seen: tuple[str, int] | None = field(default=None, compare=False)
+    racer_since: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -134,12 +139,22 @@ class Destroy:
 
 
 @dataclass(frozen=True)
+class EndRace:
+    """The racer's heartbeat stood still for RACER_TTL_S: its process is dead. Fail the race
+    it ran (only if it is still that racer at that beat) and end its unkept boxes now, not at
+    the deadline (M13)."""
+
+    racer: str
+    beat: int
+
+
+@dataclass(frozen=True)
 class Leave:
     code: int
     reason: str
 
 
-Action = Take | Renew | Wait | Copy | Destroy | Leave
+Action = Take | Renew | Wait | Copy | Destroy | EndRace | Leave
 
 
 def schedule(started_at: float, deadline_at: float) -> tuple[float, float]:
@@ -214,6 +229,19 @@ def is_stale(mind: Mind, mono: float, clock: Clockwork = NORMAL) -> bool:
     return mind.seen is not None and mono - mind.seen_since >= clock.lease_ttl_s
 
 
+def observe_racer(mind: Mind, racer: tuple[str, int] | None, mono: float) -> Mind:
+    """Remember when the racer's (id, beat) last changed, on this guardian's own clock."""
+    if mind.racer_seen == racer:
+        return mind
+    return replace(mind, racer_seen=racer, racer_since=mono)
+
+
+def racer_dead(mind: Mind, mono: float) -> bool:
+    """The racer's heartbeat was seen standing still for RACER_TTL_S (real seconds, never
+    scaled: the racer beats on real time). Only our own clock is read (M13, M17)."""
+    return mind.racer_seen is not None and mono - mind.racer_since >= timing.RACER_TTL_S
+
+
 def decide(
     mind: Mind,
     lease: Lease | None,
@@ -226,7 +254,7 @@ def decide(
     (deadlines are wall-clock times); ``mono`` is this guardian's monotonic clock, the only
     one lease staleness is judged on (``now`` where the caller has one clock)."""
     mono = now if mono is None else mono
-    mind = observe(mind, lease, mono)
+    mind = observe_racer(observe(mind, lease, mono), box.racer, mono)
     if box.gone:
         return mind, Leave(GONE, "every box of the rental is confirmed gone")
     if box.unresolved and now >= box.deadline_at + timing.OWNER_GRACE_S:
@@ -237,6 +265,8 @@ def decide(
         mind = replace(mind, role=Role.RESPONSIBLE, held=True, watching=None)
         if now - lease.heartbeat_at >= clock.heartbeat_s:
             return mind, Renew()
+        if box.racer is not None and racer_dead(mind, mono):
+            return mind, EndRace(*box.racer)
         return mind, _duty(mind, lease, box, now, clock)
     if not mind.held:
         return replace(mind, role=Role.STANDBY), Wait(clock.poll_s)

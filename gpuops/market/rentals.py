@@ -218,6 +218,25 @@ class Rentals:
 
         return self._change(name, start)
 
+    def abandon_race(self, name: str, racer: str, beat: int) -> bool:
+        """Fail the race ``racer`` ran, only while the rental is still that racer's at that
+        beat (a rerun that took it over meanwhile is left alone); True when this failed it."""
+
+        def fail(current: Rental | None) -> Rental:
+            if current is None or (current.state, current.racer, current.beat) != (
+                RACING,
+                racer,
+                beat,
+            ):
+                raise _RaceOver
+            return replace(current, state=FAILED, revision=current.revision + 1)
+
+        try:
+            self._change(name, fail)
+        except _RaceOver:
+            return False
+        return True
+
     def beat(self, name: str, racer: str) -> bool:
         """The racer's heartbeat; False once the rental is no longer its race."""
 
