@@ -153,6 +153,7 @@ class FakeGCE:
         self.unattached: list[int] = []  # boots that found no server to run on
         self._changes = 0  # bumped whenever a boot may run (spawned, woken, signalled)
         self._settled = 0  # the value of _changes the last settle saw through
+        self._outage_from: float | None = None  # the first write under the outage prefix
         for name in self.scenario.staged:
             self.put(name, b"staged input\n")
         if self.scenario.running_job:
@@ -407,6 +408,17 @@ class FakeGCE:
         upload_id = f"fake-gcs-upload-{self._uploads}"
         self.uploads[upload_id] = Upload(name, content_type, dict(query))
         return upload_id
+
+    def write_refused(self, name: str) -> bool:
+        """Whether a write of ``name`` falls in the scenario's storage outage (503): from the
+        first write under ``gcs_write_outage_prefix``, for ``gcs_write_outage_s``."""
+        prefix = self.scenario.gcs_write_outage_prefix
+        if not prefix or not name.startswith(prefix):
+            return False
+        now = self._now()
+        if self._outage_from is None:
+            self._outage_from = now
+        return now < self._outage_from + self.scenario.gcs_write_outage_s
 
     def _next_generation(self) -> int:
         """A new object generation: microseconds on the fake clock (as GCS's look), strictly

@@ -357,6 +357,8 @@ def upload(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         return _fake_gcs_error(400, "fake_gcs_bad_upload", f"uploadType {kind!r}")
     if not name:
         return _fake_gcs_error(400, "fake_gcs_bad_upload", "no object name")
+    if fake.write_refused(name):
+        return _error("service_unavailable_503", "gcs")
     if (refused := _refused_by_precondition(fake, name, req)) is not None:
         return refused
     stored = fake.put(name, bytes(data), content_type)
@@ -408,6 +410,8 @@ def resumable_chunk(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
             headers += (("Range", f"bytes=0-{len(upload.data) - 1}"),)
         return Reply(308, headers, "")
     del fake.uploads[req.query["upload_id"]]
+    if fake.write_refused(upload.name):
+        return _error("service_unavailable_503", "gcs")
     if not fake.precondition(upload.name, upload.query):
         return _error("precondition_failed_412", "gcs")
     stored = fake.put(upload.name, bytes(upload.data), upload.content_type)
