@@ -356,3 +356,30 @@ def test_each_write_makes_a_new_generation_on_the_fake_clock():
 
     assert first < same_instant < later and later - first >= 1_000_000
     assert fake.live("a").metageneration == 1
+
+
+def test_a_scripted_storage_outage_refuses_writes_under_its_prefix_for_its_time_l9():
+    """H4/L9: lane.gcs_write_outage_* answers every write under the prefix with GCS's 503
+    (backendError) for that many fake seconds from the first such write; other names, and
+    the same name afterwards, are written."""
+    import json
+
+    fake, clock = _fake(gcs_write_outage_prefix="jobs/j/results/", gcs_write_outage_s=30.0)
+
+    def write(name: str) -> int:
+        query = {"uploadType": "media", "name": name}
+        reply = dispatch(fake, Request("POST", "/upload/storage/v1/b/gpuops-lane-jobs/o", query, {}, b"x"))
+        if reply.status != 200:
+            assert json.loads(reply.body)["error"]["errors"][0]["reason"] == "backendError"
+        return reply.status
+
+    first = write("jobs/j/results/a.png")
+    clock.advance(29.0)
+    during = write("jobs/j/results/b.png")
+    elsewhere = write("jobs/j/status")
+    clock.advance(1.0)
+    after = write("jobs/j/results/a.png")
+
+    assert (first, during, elsewhere, after) == (503, 503, 200, 200)
+    assert sorted(fake.objects) == ["jobs/j/results/a.png", "jobs/j/status"]
+    assert parse_lane({"gcs_write_outage_prefix": "jobs/"}).gcs_write_outage_prefix == "jobs/"

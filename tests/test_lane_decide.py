@@ -127,7 +127,7 @@ def test_the_status_file_is_parsed_strictly(text, parsed):
 def test_the_job_is_judged_by_this_attempts_status_file_l9(status, attempt, instance, verdict):
     """L9: success and failure come from the status file of this attempt; a TERMINATED
     instance without an end is unknown, never failed."""
-    assert d.job_verdict(status, attempt, instance) is verdict
+    assert d.job_verdict(status, attempt, instance, missing=()) is verdict
 
 
 @pytest.mark.fault(
@@ -356,3 +356,46 @@ def test_the_run_ceiling_is_the_flag_else_the_declared_length_else_the_default(
     got = d.run_ceiling_s(given, declared)
 
     assert got == seconds and type(got) is float
+
+
+_A = "0cc175b9c0f1b6a831c399e269772661"  # md5 of b"a"
+_B = "92eb5ffee6ae2fec3ad71c777531578f"  # md5 of b"b"
+
+
+@pytest.mark.parametrize(
+    "manifest, stored, missing",
+    [
+        (f"gpuops-manifest b1 2\n{_A} 1 a.png\n{_B} 1 sub/b b.txt\n", {"a.png": (1, _A), "sub/b b.txt": (1, _B)}, []),
+        (f"gpuops-manifest b1 1\n{_A} 1 a.png\n", {"a.png": (1, None)}, []),
+        ("gpuops-manifest b1 0\n", {}, []),
+        (None, {}, ["no results manifest in storage"]),
+        ("", {}, ["the results manifest has no header line"]),
+        ("gpuops-manifest b1\n", {}, ["the results manifest has no header line"]),
+        ("gpuops-manifest b1 x\n", {}, ["the results manifest has no header line"]),
+        ("manifest b1 0\n", {}, ["the results manifest has no header line"]),
+        ("gpuops-manifest b0 0\n", {}, ["the results manifest is attempt b0's, not this attempt's"]),
+        (f"gpuops-manifest b1 1\n{_A} 1 a.png\n", {}, ["results/a.png is not in storage"]),
+        (f"gpuops-manifest b1 1\n{_A} 1 a.png\n", {"a.png": (0, _A)}, ["results/a.png is 0 bytes in storage, not 1"]),
+        (f"gpuops-manifest b1 1\n{_A} 1 a.png\n", {"a.png": (1, _B)}, ["results/a.png in storage is not the file uploaded (md5)"]),
+        (f"gpuops-manifest b1 2\n{_A} 1 a.png\n", {"a.png": (1, _A)}, ["the manifest counts 2 results but lists 1"]),
+        (f"gpuops-manifest b1 1\n{_A} one a.png\n", {}, ["an unreadable manifest line " + repr(f"{_A} one a.png")]),
+        (f"gpuops-manifest b1 1\n{_A[:-1]} 1 a.png\n", {}, ["an unreadable manifest line " + repr(f"{_A[:-1]} 1 a.png")]),
+        (f"gpuops-manifest b1 1\n{_A} 1\n", {}, ["an unreadable manifest line " + repr(f"{_A} 1")]),
+    ],
+)
+def test_results_are_missing_unless_storage_holds_each_one_this_attempts_manifest_names_l9(
+    manifest, stored, missing
+):
+    """L9: the manifest of this attempt, checked against the bucket's sizes and md5s."""
+    have = {name: d.StoredResult(size, md5) for name, (size, md5) in stored.items()}
+    data = None if manifest is None else manifest.encode()
+
+    assert d.results_missing(data, "b1", have) == missing
+
+
+def test_a_status_that_says_succeeded_is_failed_while_a_result_is_missing_l9():
+    """L9: the status file alone never makes a success: storage must agree."""
+    status = d.Status("succeeded", "b1", "")
+
+    assert d.job_verdict(status, "b1", "TERMINATED", missing=["x"]) is d.Verdict.FAILED
+    assert d.job_verdict(status, "b1", "TERMINATED", missing=[]) is d.Verdict.SUCCEEDED

@@ -507,3 +507,13 @@ def test_reads_in_substitutions_and_fetches_inside_functions_take_the_calls_argu
 def test_a_positional_read_at_top_level_is_returned_as_written_l10():
     """L10: `$1` outside any function names no staged input: it can never match one."""
     assert s.unconditional_fetches("cat inputs/$1") == ["$1"]
+
+
+def test_a_script_without_the_checked_results_upload_is_refused_l9():
+    """L9: the old unchecked loop (`put` failures dropped, no manifest) is a finding."""
+    loop = 'for f in "$WORK"/results/*; do [ -e "$f" ] && put "$f" "results/$(basename "$f")"; done\n'
+    body = TEMPLATE.replace("upload_results\nstage succeeded", loop + "stage succeeded")
+
+    assert s.lint(body, "portraits") == [
+        s.Finding("L9", "missing the checked results upload and manifest (upload_results)")
+    ]

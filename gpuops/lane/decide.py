@@ -7,12 +7,14 @@ what to do, and does it. Nothing here performs I/O or reads a clock.
 from __future__ import annotations
 
 import enum
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuops import timing
 from gpuops.errors import Refused
 from gpuops.lane.board import CLAIMED, RUNNING, STARTING, Board
-from gpuops.lane.script import STAGES
+from gpuops.lane.script import MANIFEST_HEADER, STAGES
 
 # GCE statuses (provider-formats.md B.2) in the three groups the runner cares about.
 TERMINATED = "TERMINATED"
@@ -122,20 +124,74 @@ class Verdict(enum.Enum):
     UNKNOWN = "unknown"
 
 
-def job_verdict(status: Status | None, attempt: str | None, instance_status: str) -> Verdict:
-    """Judged by the status file of *this* attempt, never by a watcher's patience (L9).
+def job_verdict(
+    status: Status | None, attempt: str | None, instance_status: str, *, missing: Sequence[str]
+) -> Verdict:
+    """Judged by the status file of *this* attempt and the results in storage, never by a
+    watcher's patience (L9).
 
-    A status written by another attempt says nothing about ours. A TERMINATED instance whose
-    status never reached an end is unknown (loud), not failed: the evidence may be elsewhere.
+    ``missing`` is what storage lacks of this attempt's results (``results_missing``): a
+    status that says succeeded is a failure while anything is missing. A status written by
+    another attempt says nothing about ours. A TERMINATED instance whose status never reached
+    an end is unknown (loud), not failed: the evidence may be elsewhere.
     """
     if status is not None and status.attempt == attempt:
         if status.stage == "succeeded":
-            return Verdict.SUCCEEDED
+            return Verdict.FAILED if missing else Verdict.SUCCEEDED
         if status.stage == "failed":
             return Verdict.FAILED
     if instance_status in BOOTING:
         return Verdict.RUNNING
     return Verdict.UNKNOWN
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    """One object under the job's ``results/`` as storage lists it: its size, and its md5 in
+    hex (None for an object storage keeps no md5 of, such as a composite one)."""
+
+    size: int
+    md5_hex: str | None
+
+
+_MD5 = re.compile(r"[0-9a-f]{32}")
+_COUNT = re.compile(r"0|[1-9][0-9]{0,8}")
+
+
+def results_missing(
+    manifest: bytes | None, attempt: str | None, stored: Mapping[str, StoredResult]
+) -> list[str]:
+    """What storage lacks of the results this attempt's manifest says it uploaded (L9); empty
+    when every one is there with its size and md5. ``stored`` is keyed by the name under
+    ``results/``. No manifest, another attempt's, or one that does not read is a lack too."""
+    if manifest is None:
+        return ["no results manifest in storage"]
+    lines = manifest.decode("utf-8", "replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    head = lines[0].split(" ") if lines else []
+    if len(head) != 3 or head[0] != MANIFEST_HEADER or not _COUNT.fullmatch(head[2]):
+        return ["the results manifest has no header line"]
+    if head[1] != attempt:
+        return [f"the results manifest is attempt {head[1]}'s, not this attempt's"]
+    entries = lines[1:]
+    problems = []
+    if int(head[2]) != len(entries):
+        problems.append(f"the manifest counts {head[2]} results but lists {len(entries)}")
+    for line in entries:
+        parts = line.split(" ", 2)
+        if len(parts) != 3 or not _MD5.fullmatch(parts[0]) or not _COUNT.fullmatch(parts[1]):
+            problems.append(f"an unreadable manifest line {line[:80]!r}")
+            continue
+        md5, size, name = parts[0], int(parts[1]), parts[2]
+        have = stored.get(name)
+        if have is None:
+            problems.append(f"results/{name} is not in storage")
+        elif have.size != size:
+            problems.append(f"results/{name} is {have.size} bytes in storage, not {size}")
+        elif have.md5_hex is not None and have.md5_hex != md5:
+            problems.append(f"results/{name} in storage is not the file uploaded (md5)")
+    return problems
 
 
 def is_stale(board: Board, now: float) -> bool:

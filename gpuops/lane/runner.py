@@ -89,6 +89,7 @@ class Compute(Protocol):
 
 class Bucket(Protocol):
     def list(self, prefix: str) -> list[str]: ...
+    def objects(self, prefix: str) -> dict[str, tuple[int, str | None]]: ...
     def read(self, name: str) -> bytes | None: ...
     def updated(self, name: str) -> float | None: ...
 
@@ -452,10 +453,10 @@ class Lane:
             attempt = board.boot if board.job == job else None
             status = self._status(job)
             inst = self.gce.get(self.config.instance).status_raw
-            verdict = d.job_verdict(status, attempt, inst)
+            verdict, missing = self._judge(job, status, attempt, inst)
             if verdict in (d.Verdict.UNKNOWN, d.Verdict.RUNNING):
                 status = self._status(job)  # the job may have ended between the two reads
-                verdict = d.job_verdict(status, attempt, inst)
+                verdict, missing = self._judge(job, status, attempt, inst)
             shown = (status.stage, status.reason) if status else None
             now = self.clock.wall()
             if shown != last or now - said >= timing.WATCH_POLL_S:
@@ -468,7 +469,7 @@ class Lane:
             if verdict in (d.Verdict.SUCCEEDED, d.Verdict.FAILED):
                 self._await_power_off(job, verdict, status)
                 if verdict is d.Verdict.FAILED:
-                    raise JobFailed(f"job {job} failed: {status.reason if status else ''}".rstrip())
+                    raise JobFailed(self._failure(job, status, missing))
                 return verdict
             if verdict is d.Verdict.UNKNOWN and inst == d.TERMINATED:
                 stage = f"{shown[0]} {shown[1]}".strip() if shown else "no status file"
@@ -483,6 +484,30 @@ class Lane:
                     f"{shown[0] if shown else 'unknown'}: not a failure (L9); watch again later"
                 )
             self.clock.sleep(timing.LANE_POLL_S)
+
+    def _judge(
+        self, job: str, status: d.Status | None, attempt: str | None, inst: str
+    ) -> tuple[d.Verdict, list[str]]:
+        """The verdict and what storage lacks (L9): a status that says succeeded is checked
+        against this attempt's manifest and the objects under results/."""
+        missing: list[str] = []
+        if status is not None and status.stage == "succeeded" and status.attempt == attempt:
+            prefix = f"jobs/{job}/results/"
+            stored = {
+                name.removeprefix(prefix): d.StoredResult(size, md5)
+                for name, (size, md5) in self.gcs.objects(prefix).items()
+            }
+            manifest = self.gcs.read(f"jobs/{job}/{s.MANIFEST}")
+            missing = d.results_missing(manifest, attempt, stored)
+        return d.job_verdict(status, attempt, inst, missing=missing), missing
+
+    def _failure(self, job: str, status: d.Status | None, missing: list[str]) -> str:
+        if missing:
+            return (
+                f"job {job} failed: its status says succeeded but storage does not hold its "
+                f"results (L9): {'; '.join(missing)}"
+            )
+        return f"job {job} failed: {status.reason if status else ''}".rstrip()
 
     def _status(self, job: str) -> d.Status | None:
         raw = self.gcs.read(f"jobs/{job}/status")
@@ -524,7 +549,7 @@ class Lane:
         )
         self._clear_job_metadata()
         status = self._status(job)
-        outcome = d.job_verdict(status, before.boot, inst).value
+        outcome = self._judge(job, status, before.boot, inst)[0].value
         # A job that ended ran until its last status write, not until this release.
         end = self.gcs.updated(f"jobs/{job}/status") if outcome != "unknown" else None
         until = now if end is None else min(now, end)
@@ -598,7 +623,7 @@ class Lane:
             log = self.gcs.read(f"jobs/{board.job}/log.txt")
             lines = log.decode("utf-8", "replace").strip().splitlines() if log else []
             view["last_log_line"] = lines[-1] if lines else None
-            verdict = d.job_verdict(self._status(board.job), board.boot, inst)
+            verdict = self._judge(board.job, self._status(board.job), board.boot, inst)[0]
             view["job_outcome"] = verdict.value
             ended = self.gcs.updated(f"jobs/{board.job}/status")
             if d.billing_alarm(verdict, inst, ended, now):

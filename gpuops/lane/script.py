@@ -11,7 +11,10 @@ its rule, and ``unconditional_fetches`` gives what the script will fetch whateve
 Paths in the bucket, all under ``jobs/<job>/``: ``boot/<attempt>`` (the boot marker: this
 attempt's id, read from the ``gpuops-attempt`` metadata key the runner sets before each
 start, L2), ``status`` (one line: stage, attempt, reason), ``log.txt``, ``inputs/``,
-``results/``.
+``results/`` (any depth), and ``manifest``: written after every result is uploaded and
+checked, before ``succeeded``: a header line ``gpuops-manifest <attempt> <count>``, then one
+line ``<md5 hex> <bytes> <name under results/>`` per result. `lane watch` checks it against
+the bucket (L9): a status that says succeeded is success only when storage agrees.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ STAGES = ("booted", "preflight", "fetching", "running", "uploading", "succeeded"
 ATTEMPT_KEY = "gpuops-attempt"
 JOB_KEY = "gpuops-job"
 SCRIPT_KEY = "startup-script"
+MANIFEST = "manifest"  # jobs/<job>/manifest: the results as the script uploaded them (L9)
+MANIFEST_HEADER = "gpuops-manifest"
 
 # Commands that declare or assign a variable named by an argument (L4 counts JOB in them).
 _DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
@@ -118,6 +123,10 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
             found.append(
                 Finding("L5", "missing a gsutil-to-REST fallback with retries in the EXIT trap")
             )
+    if "upload_results" not in names:
+        found.append(
+            Finding("L9", "missing the checked results upload and manifest (upload_results)")
+        )
     if not any(c.name == "preflight_imports" and len(c.words) > 1 for c in steps):
         found.append(
             Finding("L6", "missing an import gate before work (preflight_imports NAME...)")
@@ -344,6 +353,19 @@ disk_gate() {{
   [ "${{free:-0}}" -ge "$1" ] || fail "preflight: ${{free:-0}} GB free on /work, need $1"
 }}
 run_job() {{ ( {command} ) >> "$LOG" 2>&1; }}
+upload_results() {{  # every file under results/, at any depth, each upload checked; then the
+  # manifest (this attempt, and each file's md5, size and name) last: storage decides (L9)
+  local f rel count=0 list="/tmp/gpuops-manifest-$$"
+  : > "$list.body"
+  while IFS= read -r -d '' f; do
+    rel=${{f#"$WORK/results/"}}
+    put "$f" "results/$rel" || fail "results/$rel did not reach storage: the results are incomplete"
+    echo "$(md5sum < "$f" | cut -d' ' -f1) $(wc -c < "$f" | tr -dc 0-9) $rel" >> "$list.body"
+    count=$((count + 1))
+  done < <(find "$WORK/results" -type f -print0 | sort -z)
+  {{ echo "gpuops-manifest $ATTEMPT $count"; cat "$list.body"; }} > "$list"
+  put "$list" manifest || fail "the results manifest did not reach storage"
+}}
 
 exec >> "$LOG" 2>&1
 trap on_exit EXIT
@@ -359,6 +381,6 @@ stage fetching
 stage running
 run_job || fail "the job exited non-zero"
 stage uploading
-for f in "$WORK"/results/*; do [ -e "$f" ] && put "$f" "results/$(basename "$f")"; done
+upload_results
 stage succeeded
 """
