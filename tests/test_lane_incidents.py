@@ -413,3 +413,57 @@ def test_a_start_refused_by_http_quota_or_503_keeps_the_claim_and_the_next_start
             "started",
         ]
         assert done.state == b.RUNNING and world.fake.boots == 1
+
+
+@pytest.mark.fault(
+    "a failure path that removes the EXIT trap (trap - EXIT, exec, kill -9 $$)",
+    handled="refused at install, naming the command: that path would never power off (L12)",
+)
+@pytest.mark.parametrize(
+    "new, rule",
+    [
+        ('fail() { stage failed "$1"; trap - EXIT; exit 1; }', "L12"),
+        ('fail() { stage failed "$1"; exec sleep infinity; }', "L12"),
+        ('fail() { stage failed "$1"; kill -9 $$; }', "L12"),
+    ],
+)
+def test_a_failure_path_that_skips_the_power_off_is_refused_at_install_l12(
+    tmp_path, monkeypatch, new, rule
+):
+    """L12: the issue's one-line change to `fail` (the VM stayed RUNNING after a failed
+    preflight) is refused before any metadata is written; the instance stays TERMINATED."""
+    with lane_world(tmp_path, monkeypatch) as world:
+        lane = world.lane("alice")
+        lane.claim("validation")
+        old = 'fail() { stage failed "$1"; exit 1; }'
+        body = script.render("validation", BUCKET, JOB_COMMAND).replace(old, new, 1)
+
+        with pytest.raises(Refused) as refused:
+            lane.install("validation", body)
+
+        assert refused.value.rule == rule and refused.value.exit_code == 3
+        assert script.SCRIPT_KEY not in world.fake.metadata
+        assert world.fake.status == "TERMINATED" and world.fake.boots == 0
+
+
+def test_a_top_level_fetch_or_fail_of_an_unstaged_input_is_refused_at_install_l10(
+    tmp_path, monkeypatch
+):
+    """L10: `gsutil cp "$PREFIX/inputs/ref-1.png" ... || fail` at top level is refused until
+    ref-1.png is staged, then installs."""
+    line = 'gsutil -q cp "$PREFIX/inputs/ref-1.png" "$WORK/inputs/" || fail "no ref-1.png"\n'
+    with lane_world(tmp_path, monkeypatch) as world:
+        lane = world.lane("alice")
+        lane.claim("validation")
+        body = script.render("validation", BUCKET, JOB_COMMAND).replace(
+            "stage running\n", line + "stage running\n", 1
+        )
+
+        with pytest.raises(Refused) as refused:
+            lane.install("validation", body)
+        assert script.SCRIPT_KEY not in world.fake.metadata
+        world.stage("validation", "ref-1.png")
+        lane.install("validation", body)
+
+        assert refused.value.rule == "L10" and "ref-1.png" in str(refused.value)
+        assert world.fake.metadata[script.SCRIPT_KEY] == body

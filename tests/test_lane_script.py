@@ -517,3 +517,82 @@ def test_a_script_without_the_checked_results_upload_is_refused_l9():
     assert s.lint(body, "portraits") == [
         s.Finding("L9", "missing the checked results upload and manifest (upload_results)")
     ]
+
+
+_FAIL = 'fail() { stage failed "$1"; exit 1; }'
+
+
+@pytest.mark.parametrize(
+    "old, new, words",
+    [
+        (_FAIL, 'fail() { stage failed "$1"; trap - EXIT; exit 1; }', "`trap - EXIT` in function fail removes the EXIT trap"),
+        (_FAIL, 'fail() { stage failed "$1"; trap "" EXIT; exit 1; }', "`trap '' EXIT` in function fail removes the EXIT trap"),
+        (_FAIL, 'fail() { stage failed "$1"; trap -- EXIT; exit 1; }', "`trap -- EXIT` in function fail removes the EXIT trap"),
+        (_FAIL, 'fail() { stage failed "$1"; trap "exit 1" 0; exit 1; }', "`trap exit 1 0` in function fail removes the EXIT trap"),
+        (_FAIL, 'fail() { stage failed "$1"; exec sleep infinity; }', "`exec sleep infinity` in function fail replaces the shell"),
+        (_FAIL, 'fail() { stage failed "$1"; kill -9 $$; }', "`kill -9 $$` in function fail kills or stops the shell"),
+        (_FAIL, 'fail() { stage failed "$1"; kill -s KILL $$; }', "`kill -s KILL $$` in function fail kills or stops"),
+        (_FAIL, 'fail() { stage failed "$1"; kill -SIGKILL -- -$$; }', "`kill -SIGKILL -- -$$` in function fail"),
+        (_FAIL, 'fail() { stage failed "$1"; ( kill -KILL 0 ); }', "`kill -KILL 0` in function fail kills or stops"),
+        (_FAIL, 'fail() { stage failed "$1"; kill -STOP $BASHPID; }', "`kill -STOP $BASHPID` in function fail"),
+        ("stage succeeded\n", "stage succeeded\ntrap - EXIT\n", "`trap - EXIT` in the script removes the EXIT trap"),
+        ("stage succeeded\n", "stage succeeded\nexec true\n", "`exec true` in the script replaces the shell"),
+        ("stage running\n", "stage running\n[ -s x ] || exec true\n", "`exec true` in the script replaces the shell"),
+        ("trap 'fail", "trap 'trap - EXIT; exit 1' USR1\ntrap 'fail", "`trap - EXIT` in the trap 'trap - EXIT; exit 1' removes"),
+    ],
+)
+def test_a_path_that_leaves_without_the_exit_trap_is_refused_l12(old, new, words):
+    """L12: a failure path that removes the EXIT trap, replaces the shell or kills it with a
+    signal it cannot trap never powers off; the linter names the command and where it is."""
+    body = TEMPLATE.replace(old, new, 1)
+    assert body != TEMPLATE
+
+    findings = s.lint(body, "portraits")
+
+    assert [f.rule for f in findings] == ["L12"]
+    assert words in findings[0].message and "without the power-off" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (_FAIL, 'fail() { stage failed "$1"; ( trap - EXIT; exec true ); exit 1; }'),
+        (_FAIL, 'fail() { stage failed "$1"; echo "$(exec true)"; exit 1; }'),
+        (_FAIL, 'fail() { stage failed "$1"; kill $$; }'),
+        (_FAIL, 'fail() { stage failed "$1"; kill -0 $$; exit 1; }'),
+        (_FAIL, 'fail() { stage failed "$1"; ( kill -9 $BASHPID ); exit 1; }'),
+        (_FAIL, 'fail() { stage failed "$1"; trap -p EXIT; exit 1; }'),
+        ("stage succeeded\n", 'stage succeeded\nexec >> "$LOG" 2>&1\n'),
+        ('exec >> "$LOG" 2>&1\n', 'exec >> "$LOG" 2>&1\ntrap - EXIT\n'),
+        ("gen.py", "gen.py; exec python3 more.py"),
+    ],
+)
+def test_subshells_redirects_and_catchable_signals_keep_the_exit_trap_l12(old, new):
+    """L12: `exec` with only redirects, anything in a subshell but `kill` of `$$`, a signal
+    the script traps (TERM) and a reset before the trap is set all keep the power-off."""
+    body = TEMPLATE.replace(old, new, 1)
+    assert body != TEMPLATE
+
+    assert s.lint(body, "portraits") == []
+
+
+@pytest.mark.parametrize(
+    "rescue",
+    ['fail "no reference image"', "exit 1", "{ echo missing; exit 3; }", "die", "{ fail x; }"],
+)
+def test_a_top_level_fetch_whose_failure_ends_the_script_is_unconditional_l10(rescue):
+    """L10: `cmd || fail` at top level needs its input as much as the same line in a
+    function does: the job cannot run without it, so it must be staged."""
+    line = f'gsutil -q cp "$PREFIX/inputs/ref-3.png" "$WORK/inputs/" || {rescue}'
+    body = TEMPLATE.replace("stage running\n", f"die() {{ fail \"$1\"; }}\n{line}\nstage running\n")
+
+    assert s.missing_inputs(body, ["ref-1.png", "ref-2.png"]) == ["ref-3.png"]
+
+
+@pytest.mark.parametrize("rescue", ["true", 'echo "no ref-3: carrying on"', "stage running"])
+def test_a_top_level_fetch_whose_failure_carries_on_is_optional_l10(rescue):
+    """L10: a fetch whose `||` carries on is optional: nothing has to be staged for it."""
+    line = f'gsutil -q cp "$PREFIX/inputs/ref-3.png" "$WORK/inputs/" || {rescue}'
+    body = TEMPLATE.replace("stage running\n", f"{line}\nstage running\n")
+
+    assert s.missing_inputs(body, ["ref-1.png", "ref-2.png"]) == []

@@ -114,6 +114,7 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
     if handler is None:
         found.append(Finding("L5", "missing a final log upload on exit (trap on_exit EXIT)"))
     else:
+        found += _escapes(parsed, handler)
         reach = _reachable(parsed, handler)
         if not any(_halts(c) for c in reach):
             found.append(
@@ -140,10 +141,91 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
 def _exit_handler(steps: list[Command]) -> str | None:
     """The command string an unconditional ``trap HANDLER ... EXIT`` runs at exit."""
     for command in steps:
-        if command.name == "trap" and len(command.words) >= 3:
-            if any(s in ("EXIT", "0") for s in command.words[2:]):
-                return command.words[1]
+        action = _trap_action(command) if command.name == "trap" else None
+        if action is not None and action[1] and action[0] not in ("", "-"):
+            return action[0]
     return None
+
+
+# Signals the shell cannot catch: killed or stopped by one, it never runs its EXIT trap.
+_UNCATCHABLE = frozenset({"KILL", "9", "STOP", "19"})
+# Words that name the script's own shell (or its process group) to ``kill``.
+_OWN_SHELL = frozenset({"$$", "${$}", "-$$", "-${$}", "0", "-0"})
+_OWN_PROCESS = frozenset({"$BASHPID", "${BASHPID}"})  # the script itself unless in a subshell
+
+
+def _escapes(parsed: Parsed, handler: str) -> list[Finding]:
+    """Every command outside the EXIT trap that ends the script without running it (L12):
+    the trap removed or replaced (``trap - EXIT``), the shell replaced (``exec CMD``), or the
+    shell killed or stopped by a signal it cannot catch (``kill -9 $$``). A command inside a
+    subshell removes or replaces only the subshell's; ``kill`` of ``$$`` reaches the script
+    from anywhere. Conditional or not: any one path that skips the power-off bills."""
+    skip = {c.name for c in parse(handler).top}  # the handler's own functions may clear it
+    set_at = next(
+        (c.pos for c in parsed.top if c.name == "trap" and _trap_action(c) == (handler, True)),
+        0,
+    )
+    found: list[Finding] = []
+    for where, command in _outside(parsed, skip):
+        what = " ".join(word or "''" for word in command.words)
+        action = _trap_action(command) if command.name == "trap" else None
+        if action is not None and action[1] and action[0] != handler and not command.subshell:
+            if where != "the script" or command.pos > set_at:
+                found.append(Finding("L12", f"`{what}` in {where} removes the EXIT trap: {_SKIPS}"))
+        elif command.name == "exec" and len(command.words) > 1 and not command.subshell:
+            found.append(Finding("L12", f"`{what}` in {where} replaces the shell: {_SKIPS}"))
+        elif command.name == "kill" and _kills_self(command):
+            found.append(Finding("L12", f"`{what}` in {where} kills or stops the shell: {_SKIPS}"))
+    return found
+
+
+_SKIPS = "the script would exit without its EXIT trap, so without the power-off"
+
+
+def _outside(parsed: Parsed, skip: set[str]) -> list[tuple[str, Command]]:
+    """(where, command) for every command the script can run outside the functions in
+    ``skip``: top level, substitutions, the functions called (and their calls), and the
+    handlers of its other traps."""
+    out: list[tuple[str, Command]] = []
+    pending = [("the script", c) for c in parsed.top]
+    seen: set[str] = set()
+    while pending:
+        where, command = pending.pop(0)
+        out.append((where, command))
+        pending.extend((where, c) for c in command.inner)
+        action = _trap_action(command) if command.name == "trap" else None
+        if action is not None and not action[1] and action[0] not in ("", "-"):
+            pending.extend((f"the trap {action[0]!r}", c) for c in parse(action[0]).top)
+        body = parsed.functions.get(command.name)
+        if body is not None and command.name not in seen and command.name not in skip:
+            seen.add(command.name)
+            pending.extend((f"function {command.name}", c) for c in body)
+    return out
+
+
+def _trap_action(command: Command) -> tuple[str, bool] | None:
+    """A ``trap`` command's (action, whether it touches EXIT); None when it lists traps.
+    The action is ``-`` for a reset (``trap - EXIT``, ``trap EXIT``), ``""`` for ignore."""
+    words = [w for w in command.words[1:] if w != "--"]
+    if not words or words[0] in ("-p", "-l"):
+        return None
+    if len(words) == 1:
+        return "-", words[0] in ("EXIT", "0")
+    return words[0], any(w in ("EXIT", "0") for w in words[1:])
+
+
+def _kills_self(command: Command) -> bool:
+    """``kill`` sending the script's own shell a signal it cannot catch (KILL, STOP)."""
+    args = list(command.words[1:])
+    signal = "TERM"
+    if args[:1] in (["-s"], ["-n"]) and len(args) > 1:
+        signal, args = args[1], args[2:]
+    elif args and args[0].startswith("-") and args[0] not in ("--", *_OWN_SHELL - {"-0"}):
+        signal, args = args[0][1:], args[1:]
+    targets = [w for w in args if w != "--"]
+    name = signal.upper().removeprefix("SIG")
+    own = _OWN_SHELL | (set() if command.subshell else _OWN_PROCESS)
+    return name in _UNCATCHABLE and any(t in own for t in targets)
 
 
 def _reachable(parsed: Parsed, handler: str) -> list[Command]:
@@ -203,17 +285,34 @@ def unconditional_fetches(script: str) -> list[str]:
     """Every input the script reads from ``inputs/`` on every path, by any command (L10).
 
     A read inside a branch or loop whose test is not constant, or one whose failure is caught
-    by ``||``, is not unconditional; a function's reads count where it is called, with ``$1``
-    taken from the call. A name the parse cannot know (an expansion) is returned as written,
-    so it can never match a staged input.
+    by an ``||`` that carries on, is not unconditional; one caught by an ``||`` that ends the
+    script (``cmd || fail ...``, ``cmd || exit 1``) is: the job cannot run without it. A
+    function's reads count where it is called, with ``$1`` taken from the call. A name the
+    parse cannot know (an expansion) is returned as written, so it can never match a staged
+    input.
     """
     parsed = parse(script)
     out: list[str] = []
     for command in parsed.top:
-        if command.conditional or command.guarded or command.background:
+        if command.conditional or command.background:
+            continue
+        if command.guarded and not _ends(parsed, command.rescue, set()):
             continue
         out += _reads(parsed, command, (), set())
     return out
+
+
+def _ends(parsed: Parsed, commands: tuple[Command, ...] | list[Command], seen: set[str]) -> bool:
+    """Whether these commands may end the script: an ``exit``, or a call of a function that
+    may (counted wherever it sits: a fetch rescued by one is treated as needed, L10)."""
+    for command in commands:
+        if command.name == "exit":
+            return True
+        body = parsed.functions.get(command.name)
+        if body is not None and command.name not in seen:
+            if _ends(parsed, body, seen | {command.name}):
+                return True
+    return False
 
 
 def _reads(parsed: Parsed, command: Command, args: tuple[str, ...], seen: set[str]) -> list[str]:
