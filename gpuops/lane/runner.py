@@ -78,6 +78,20 @@ def _epoch(ts: str) -> float:
         return 0.0
 
 
+def _event_owner(event: Mapping[str, Any]) -> str | None:
+    """The claim's owner a board event names: its ``owner`` field, never the operator who
+    wrote it when that was a repair (a repairer is not the owner unless the evidence says so).
+    An event from before ``owner`` was logged names its writer, who held the lane then."""
+    payload = event.get("payload")
+    payload = payload if isinstance(payload, Mapping) else {}
+    if "owner" in payload:
+        owner = payload.get("owner")
+        return str(owner) if owner else None
+    if payload.get("repaired"):
+        return None
+    return str(event.get("operator") or "") or None
+
+
 class Compute(Protocol):
     def get(self, instance: str) -> LaneInstance: ...
     def set_metadata(self, instance: str, items: dict[str, str], fingerprint: str) -> None: ...
@@ -192,7 +206,7 @@ class Lane:
         return dataclasses.replace(
             ev,
             event_state=str(payload.get("state")),
-            event_owner=str(board_event.get("operator") or "") or None,
+            event_owner=_event_owner(board_event),
             event_job=str(payload["job"]) if payload.get("job") else None,
             event_attempt=int(payload.get("attempt") or 0),
             event_revision=int(payload.get("revision") or 0),
@@ -211,7 +225,13 @@ class Lane:
         line = f"{stamp} {self.operator}: repaired the state line from: " + (
             "; ".join(signs) if signs else "no sign of any claim"
         )
-        current = self.store.get(self.key)
+        current = self.store.salvage(self.key)  # raw bytes, even past a corrupt envelope
+        if current is not None:
+            try:
+                readable = BoardCodec().decode(self.key, current.data)
+                return readable.board, []  # repaired meanwhile: readable now, nothing to do
+            except CorruptState:
+                pass
         data = b.render(board, [line]).encode("utf-8")
         if current is None:
             self.store.create(self.key, data)
@@ -228,6 +248,7 @@ class Lane:
             "lane.board",
             lane=board.lane,
             state=board.state,
+            owner=board.owner,
             job=board.job,
             attempt=board.attempt,
             revision=board.revision,
