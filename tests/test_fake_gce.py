@@ -383,3 +383,37 @@ def test_a_scripted_storage_outage_refuses_writes_under_its_prefix_for_its_time_
     assert (first, during, elsewhere, after) == (503, 503, 200, 200)
     assert sorted(fake.objects) == ["jobs/j/results/a.png", "jobs/j/status"]
     assert parse_lane({"gcs_write_outage_prefix": "jobs/"}).gcs_write_outage_prefix == "jobs/"
+
+
+@pytest.mark.parametrize(
+    "duration, status",
+    [
+        ({"seconds": "0"}, 400),
+        ({"seconds": "29"}, 400),
+        ({"seconds": "29", "nanos": 999999999}, 400),
+        ({"seconds": "30"}, 200),
+        ({"seconds": str(120 * 86400)}, 200),
+        ({"seconds": str(120 * 86400 + 1)}, 400),
+        ({"seconds": "soon"}, 400),
+    ],
+)
+def test_set_scheduling_refuses_a_max_run_duration_outside_thirty_seconds_to_120_days_l12(
+    duration, status
+):
+    """H4/L12: GCE documents maxRunDuration as 30 s to 120 days; outside them setScheduling is
+    a 400 and the instance keeps its ceiling (a 0 never silently removes it)."""
+    import json
+
+    fake, _ = _fake()
+    fake.set_scheduling(3600.0, "STOP")
+    path = "/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane/setScheduling"
+    body = json.dumps({"maxRunDuration": duration, "instanceTerminationAction": "STOP"}).encode()
+
+    reply = dispatch(fake, Request("POST", path, {}, {}, body))
+
+    assert reply.status == status
+    if status == 400:
+        assert fake.max_run_s == 3600.0
+        assert json.loads(reply.body)["error"]["code"] == 400
+    else:
+        assert fake.max_run_s == float(duration["seconds"])

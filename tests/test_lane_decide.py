@@ -347,7 +347,7 @@ def test_a_billing_alarm_needs_an_ended_job_and_a_vm_still_up_past_the_grace_l12
 @pytest.mark.parametrize(
     "given, declared, seconds",
     [(None, None, timing.DEFAULT_MAX_RUN_S), (None, 2.5, 9000.0), (1.0, 2.5, 3600.0),
-     (0.0004, None, 1.0), (None, 0.0001, 0.0)],
+     (0.0084, None, 30.0), (None, 2880.0, 10368000.0), (0.01, 0.0001, 36.0)],
 )
 def test_the_run_ceiling_is_the_flag_else_the_declared_length_else_the_default(
     given, declared, seconds
@@ -399,3 +399,46 @@ def test_a_status_that_says_succeeded_is_failed_while_a_result_is_missing_l9():
 
     assert d.job_verdict(status, "b1", "TERMINATED", missing=["x"]) is d.Verdict.FAILED
     assert d.job_verdict(status, "b1", "TERMINATED", missing=[]) is d.Verdict.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    "scheduling, ok",
+    [
+        ({"maxRunDuration": {"seconds": "3600"}, "instanceTerminationAction": "STOP"}, True),
+        ({"maxRunDuration": {"seconds": "30"}, "instanceTerminationAction": "STOP"}, True),
+        ({"maxRunDuration": {"seconds": "10368000"}, "instanceTerminationAction": "STOP"}, True),
+        ({"maxRunDuration": {"seconds": "29"}, "instanceTerminationAction": "STOP"}, False),
+        ({"maxRunDuration": {"seconds": "10368001"}, "instanceTerminationAction": "STOP"}, False),
+        ({"maxRunDuration": {"seconds": "x"}, "instanceTerminationAction": "STOP"}, False),
+        ({"maxRunDuration": {}, "instanceTerminationAction": "STOP"}, False),
+        ({"maxRunDuration": "3600", "instanceTerminationAction": "STOP"}, False),
+        ({"maxRunDuration": {"seconds": "3600"}, "instanceTerminationAction": "DELETE"}, False),
+        ({"maxRunDuration": {"seconds": "3600"}}, False),
+        ({"onHostMaintenance": "TERMINATE"}, False),
+    ],
+)
+def test_a_start_needs_a_run_ceiling_in_gces_bounds_that_stops_the_vm_l12(scheduling, ok):
+    """L12/L1: maxRunDuration within 30 s to 120 days and instanceTerminationAction STOP."""
+    if ok:
+        d.check_run_ceiling(scheduling)
+    else:
+        with pytest.raises(Refused) as refused:
+            d.check_run_ceiling(scheduling)
+        assert refused.value.rule == "L12" and "run ceiling is not set" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "given, declared, where",
+    [(0.0001, None, "--max-hours 0.0001 is 0 s"), (3000.0, 1.0, "--max-hours 3000 is"),
+     (None, 2880.001, "the script's `# gpuops: max-hours` 2880 is 10368004 s")],
+)
+def test_a_run_ceiling_outside_gces_bounds_is_a_usage_error_naming_its_source_l12(
+    given, declared, where
+):
+    """L12: GCE refuses such a maxRunDuration, so gpuops does first (exit 2)."""
+    from gpuops.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        d.run_ceiling_s(given, declared)
+
+    assert where in str(refused.value) and "30 s to 120 days" in str(refused.value)

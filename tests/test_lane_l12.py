@@ -346,3 +346,68 @@ def test_repair_reads_a_garbage_board_file_and_keeps_it_l12(tmp_path, monkeypatc
         assert (board.state, board.owner, board.job) == (b.CLAIMED, "alice", "portraits")
         (copy,) = [k for k in world.store.list("lane/gpu-lane/") if ".corrupt-" in k]
         assert world.store.get(copy).data == b"\xff\xfe garbage, no header\n"
+
+
+@pytest.mark.parametrize("hours", [0.0001, 0.008, 2880.01, 3000.0])
+def test_install_refuses_a_ceiling_outside_gces_bounds_before_anything_is_sent_l12(
+    tmp_path, monkeypatch, hours
+):
+    """L12: GCE refuses a maxRunDuration outside 30 s to 120 days; `lane install --max-hours`
+    outside them is a usage error (exit 2) before any call reaches FakeGCE, and the instance
+    keeps no script and no ceiling."""
+    from gpuops.errors import UsageError
+
+    with lane_world(tmp_path, monkeypatch) as world:
+        alice = world.lane("alice")
+        alice.claim("portraits")
+        calls = list(world.fake.calls)
+
+        with pytest.raises(UsageError) as refused:
+            alice.install(
+                "portraits", script.render("portraits", BUCKET, JOB_COMMAND), max_hours=hours
+            )
+
+        assert refused.value.exit_code == 2 and "--max-hours" in str(refused.value)
+        assert world.fake.calls == calls
+        assert world.fake.max_run_s is None and script.SCRIPT_KEY not in world.fake.metadata
+
+
+def test_install_refuses_a_declared_length_outside_gces_bounds_l12(tmp_path, monkeypatch):
+    """L12: a script declaring `# gpuops: max-hours 5000` is refused the same way, naming it."""
+    from gpuops.errors import UsageError
+
+    with lane_world(tmp_path, monkeypatch) as world:
+        alice = world.lane("alice")
+        alice.claim("portraits")
+
+        with pytest.raises(UsageError, match="# gpuops: max-hours"):
+            alice.install(
+                "portraits", script.render("portraits", BUCKET, JOB_COMMAND, max_hours=5000)
+            )
+
+        assert world.fake.max_run_s is None
+
+
+@pytest.mark.parametrize(
+    "max_run_s, action",
+    [(None, ""), (3600.0, "DELETE"), (3600.0, "")],
+)
+def test_start_refuses_an_instance_whose_run_ceiling_is_not_set_l12(
+    tmp_path, monkeypatch, max_run_s, action
+):
+    """L12/L1: the ceiling removed (or set to DELETE the VM) around gpuops after install:
+    `lane start` refuses (exit 3, naming L12) before any start; the claim is kept."""
+    with lane_world(tmp_path, monkeypatch) as world:
+        alice = world.lane("alice")
+        alice.claim("portraits")
+        alice.install("portraits", script.render("portraits", BUCKET, JOB_COMMAND))
+        world.fake.max_run_s, world.fake.termination_action = max_run_s, action
+
+        with pytest.raises(Refused) as refused:
+            alice.start("portraits")
+        board, _, _ = alice.read()
+
+        assert refused.value.rule == "L12" and refused.value.exit_code == 3
+        assert "run ceiling is not set" in str(refused.value)
+        assert "POST start" not in world.fake.calls and world.fake.boots == 0
+        assert (board.state, board.owner, board.attempt) == (b.CLAIMED, "alice", 0)

@@ -46,6 +46,10 @@ SLEEP_POLL = 0.05
 # Outcomes that refuse a start synchronously (an HTTP error, no operation), with the recording
 # of each answer (recordings/gce/).
 REFUSALS = {"quota-403": "start_403_quota", "unavailable-503": "start_503"}
+# scheduling.maxRunDuration's documented bounds (Compute Engine, "Limit the run time of a
+# VM"): 30 seconds to 120 days; setScheduling answers anything else with a 400.
+MIN_RUN_S = 30.0
+MAX_RUN_S = 120 * 86400.0
 # The first zone-operation id; every operation gets the next one (ids are int64 strings).
 OPERATION_ID_BASE = 7781325593318204113
 

@@ -16,7 +16,14 @@ from typing import Any
 from urllib.parse import unquote
 
 from fakes import seam
-from fakes.gce.model import PRECONDITIONS, FakeGCE, StartRefused, StoredObject
+from fakes.gce.model import (
+    MAX_RUN_S,
+    MIN_RUN_S,
+    PRECONDITIONS,
+    FakeGCE,
+    StartRefused,
+    StoredObject,
+)
 from fakes.seam import Reply, Request
 
 JSON = (("Content-Type", "application/json; charset=UTF-8"),)
@@ -148,7 +155,8 @@ def set_metadata(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
 
 
 def set_scheduling(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
-    """setScheduling: only on a TERMINATED instance (the API reference); a ceiling is kept."""
+    """setScheduling: only on a TERMINATED instance (the API reference); a ceiling is kept. A
+    maxRunDuration outside the documented 30 s to 120 days is a 400, as GCE answers it."""
     if (missing := _instance(fake, m)) is not None:
         return missing
     if fake.status != "TERMINATED":
@@ -156,7 +164,15 @@ def set_scheduling(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         return _json(int(body["error"]["code"]), body)
     sent = json.loads(req.body or b"{}")
     duration = sent.get("maxRunDuration") or {}
-    seconds = float(duration.get("seconds", 0) or 0) if duration else None
+    seconds = None
+    if duration:
+        try:
+            seconds = float(duration.get("seconds", 0) or 0) + float(duration.get("nanos", 0)) / 1e9
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if not MIN_RUN_S <= seconds <= MAX_RUN_S:  # a 0 never silently removes the ceiling
+            body = _recorded("gce", "set_scheduling_max_run_out_of_range")
+            return _json(int(body["error"]["code"]), body)
     op = fake.set_scheduling(seconds, str(sent.get("instanceTerminationAction", "")))
     return _json(200, _op_body(fake, op.name))
 

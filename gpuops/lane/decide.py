@@ -10,9 +10,10 @@ import enum
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gpuops import timing
-from gpuops.errors import Refused
+from gpuops.errors import Refused, UsageError
 from gpuops.lane.board import CLAIMED, RUNNING, STARTING, Board
 from gpuops.lane.script import MANIFEST_HEADER, STAGES
 
@@ -319,6 +320,40 @@ def billing_alarm(
 
 # --- the provider-native ceiling (a second layer after the script's own power-off) ----------
 def run_ceiling_s(max_hours: float | None, declared_hours: float | None) -> float:
-    """``--max-hours`` if given, else the job's declared length, else the documented default."""
+    """``--max-hours`` if given, else the job's declared length, else the documented default;
+    in whole seconds. Outside GCE's bounds for maxRunDuration (30 s to 120 days), which GCE
+    refuses, it is a usage error naming where the length came from."""
     chosen = max_hours if max_hours is not None else declared_hours
-    return timing.DEFAULT_MAX_RUN_S if chosen is None else float(round(chosen * 3600.0))
+    seconds = timing.DEFAULT_MAX_RUN_S if chosen is None else float(round(chosen * 3600.0))
+    if not timing.GCE_MIN_RUN_S <= seconds <= timing.GCE_MAX_RUN_S:
+        where = "--max-hours" if max_hours is not None else "the script's `# gpuops: max-hours`"
+        raise UsageError(
+            f"{where} {chosen:g} is {seconds:.0f} s: GCE's run ceiling (maxRunDuration) must be "
+            f"{timing.GCE_MIN_RUN_S:g} s to {timing.GCE_MAX_RUN_S / 86400:g} days"
+        )
+    return seconds
+
+
+def check_run_ceiling(scheduling: Mapping[str, Any]) -> None:
+    """Refuse (L12) a start on an instance whose provider-native ceiling is not set: a
+    ``maxRunDuration`` within GCE's bounds, with ``instanceTerminationAction`` STOP (a
+    DELETE there would have GCE delete the lane's VM, L1). ``scheduling`` is wire JSON."""
+    duration = scheduling.get("maxRunDuration")
+    seconds: float | None = None
+    if isinstance(duration, Mapping):
+        try:
+            seconds = float(str(duration.get("seconds")))
+        except ValueError:
+            seconds = None
+    action = scheduling.get("instanceTerminationAction")
+    if (
+        seconds is None
+        or not timing.GCE_MIN_RUN_S <= seconds <= timing.GCE_MAX_RUN_S
+        or action != "STOP"
+    ):
+        raise Refused(
+            "L12",
+            f"the instance's run ceiling is not set (maxRunDuration {duration!r}, "
+            f"instanceTerminationAction {action!r}): nothing would power it off if its script "
+            "never did; run `gpuops lane install` again, which sets it",
+        )

@@ -301,7 +301,9 @@ class Lane:
     def install(self, job: str, script_text: str, *, max_hours: float | None = None) -> None:
         """Lint, check staged inputs, set the metadata by fingerprint (L4, L10, L5, L6), then
         the provider-native ceiling: GCE stops the VM after ``max_hours`` (default: the
-        script's declared length, else timing.DEFAULT_MAX_RUN_S) if its script never does."""
+        script's declared length, else timing.DEFAULT_MAX_RUN_S) if its script never does. A
+        ceiling outside GCE's bounds is a usage error before anything is read or sent."""
+        max_run_s = d.run_ceiling_s(max_hours, s.declared_hours(script_text))
         board, _, _ = self.read()
         if board.state != b.CLAIMED or board.owner != self.operator or board.job != job:
             raise Refused(
@@ -321,7 +323,6 @@ class Lane:
                 f"name is staged under gs://{self.config.bucket}/jobs/{job}/inputs/",
             )
         inst = self._set_metadata({s.SCRIPT_KEY: script_text, s.JOB_KEY: job}, need_terminated=True)
-        max_run_s = d.run_ceiling_s(max_hours, s.declared_hours(script_text))
         self.gce.set_run_ceiling(self.config.instance, inst.scheduling, max_run_s)
         self.events.append(
             "lane.install", lane=board.lane, job=job, chars=len(script_text), max_run_s=max_run_s
@@ -400,6 +401,7 @@ class Lane:
                 f"the script installed on {inst.name} is not a clean script for {job!r}: "
                 f"run `gpuops lane install --job {job} FILE` first",
             )
+        d.check_run_ceiling(inst.scheduling)  # L12: GCE's own power-off, before any start
         boot = self.new_boot_id()
         board = self._transition(
             lambda bd: b.begin_attempt(bd, self.operator, job, boot, self.clock.wall()),
