@@ -125,10 +125,12 @@ def test_after_a_release_the_metadata_names_no_job_and_repair_rebuilds_a_free_la
 
 
 def test_a_stale_event_alone_is_no_evidence_once_the_instance_is_idle_l12(tmp_path, monkeypatch):
-    """L12: an event older than STALE_CLAIM_S, a TERMINATED instance and no job metadata."""
+    """L12: an event older than STALE_CLAIM_S, a TERMINATED instance, no job metadata and no
+    claim label (as a claim from before the label fence left it)."""
     with lane_world(tmp_path, monkeypatch) as world:
         world.lane("alice").claim("portraits")
         _move_board_away(world)
+        world.fake.labels.clear()
         world.advance(timing.STALE_CLAIM_S + 1.0)
 
         done = world.lane("bob").claim("bobs-job")

@@ -20,6 +20,7 @@ import base64
 import hashlib
 import heapq
 import itertools
+import re
 import shutil
 import tempfile
 import threading
@@ -88,11 +89,23 @@ class StartRefused:
     recording: str
 
 
-def fingerprint(number: int) -> str:
-    """The metadata fingerprint after ``number`` writes: opaque base64 of 8 bytes, as GCE's
-    (``wSsOXn1oPgE=``), never readable as a counter."""
-    digest = hashlib.sha256(f"fake-gce-metadata-{number}".encode()).digest()
+def fingerprint(number: int, what: str = "metadata") -> str:
+    """The metadata (or labels) fingerprint after ``number`` writes: opaque base64 of 8 bytes,
+    as GCE's (``wSsOXn1oPgE=``), never readable as a counter."""
+    digest = hashlib.sha256(f"fake-gce-{what}-{number}".encode()).digest()
     return base64.b64encode(digest[:8]).decode()
+
+
+# GCE's label rules (Compute Engine, "Organize resources using labels"): at most 64 labels;
+# a key starts with a lowercase letter; keys and values are up to 63 lowercase letters,
+# digits, '_' and '-' (values may be empty).
+MAX_LABELS = 64
+LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+
+
+def fingerprint_of_labels(number: int) -> str:
+    return fingerprint(number, "labels")
 
 
 @dataclass
@@ -125,6 +138,8 @@ class FakeGCE:
     status: str = "TERMINATED"
     metadata: dict[str, str] = field(default_factory=dict)
     fingerprint: str = field(default_factory=lambda: fingerprint(0))
+    labels: dict[str, str] = field(default_factory=dict)
+    label_fingerprint: str = field(default_factory=lambda: fingerprint(0, "labels"))
     objects: dict[str, bytes] = field(default_factory=dict)  # name -> the live generation's bytes
     stored: dict[str, StoredObject] = field(default_factory=dict)  # name -> its live generation
     uploads: dict[str, Upload] = field(default_factory=dict)  # resumable sessions, by upload_id
@@ -142,6 +157,7 @@ class FakeGCE:
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._fp = itertools.count(1)
+        self._label_fp = itertools.count(1)
         self._ops = itertools.count(1)
         self._last_generation = 0
         self._uploads = 0
@@ -213,6 +229,15 @@ class FakeGCE:
         self.metadata = dict(items)
         self._new_fingerprint()
         return self._operation("setMetadata", "ok", self.scenario.write_operation_s)
+
+    def set_labels(self, fingerprint: str, labels: dict[str, str]) -> Operation | None:
+        """setLabels: the whole label set, only under the current label fingerprint (None:
+        stale, 412), as GCE's compare-and-swap of an instance's labels."""
+        if fingerprint != self.label_fingerprint:
+            return None
+        self.labels = dict(labels)
+        self.label_fingerprint = fingerprint_of_labels(next(self._label_fp))
+        return self._operation("setLabels", "ok", self.scenario.write_operation_s)
 
     def set_scheduling(self, max_run_s: float | None, action: str) -> Operation:
         """The provider-native ceiling: GCE applies ``action`` (STOP) after ``max_run_s``

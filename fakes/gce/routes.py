@@ -17,6 +17,9 @@ from urllib.parse import unquote
 
 from fakes import seam
 from fakes.gce.model import (
+    LABEL_KEY,
+    LABEL_VALUE,
+    MAX_LABELS,
     MAX_RUN_S,
     MIN_RUN_S,
     PRECONDITIONS,
@@ -71,6 +74,9 @@ def get_instance(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         body["scheduling"] = _recorded("gce", "instance_scheduling_max_run")["scheduling"]
         body["scheduling"]["maxRunDuration"] = {"seconds": str(int(fake.max_run_s))}
         body["scheduling"]["instanceTerminationAction"] = fake.termination_action
+    if fake.labels:  # GCE leaves ``labels`` out of an instance that has none
+        body["labels"] = dict(sorted(fake.labels.items()))
+    body["labelFingerprint"] = fake.label_fingerprint
     body["metadata"] = {
         "kind": "compute#metadata",
         "fingerprint": fake.fingerprint,
@@ -152,6 +158,35 @@ def set_metadata(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     if op is None:
         return _error("set_metadata_412")
     return _json(200, _op_body(fake, op.name))
+
+
+def set_labels(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
+    """setLabels under the label fingerprint (412 conditionNotMet when stale); labels that
+    break GCE's rules are a 400 of the fake's own (the exact answer was never captured)."""
+    if (missing := _instance(fake, m)) is not None:
+        return missing
+    sent = json.loads(req.body or b"{}")
+    labels = sent.get("labels") or {}
+    if not isinstance(labels, dict):
+        return _fake_gce_error(400, "fake_gce_bad_labels", "labels is not an object")
+    bad = [
+        f"{k}={v}"
+        for k, v in labels.items()
+        if not (isinstance(v, str) and LABEL_KEY.fullmatch(str(k)) and LABEL_VALUE.fullmatch(v))
+    ]
+    if bad or len(labels) > MAX_LABELS:
+        return _fake_gce_error(400, "fake_gce_bad_labels", f"labels break GCE's rules: {bad}")
+    op = fake.set_labels(str(sent.get("labelFingerprint", "")), dict(labels))
+    if op is None:
+        return _error("set_labels_412")
+    return _json(200, _op_body(fake, op.name))
+
+
+def _fake_gce_error(status: int, reason: str, message: str) -> Reply:
+    """A refusal of the fake's own (reason ``fake_gce_*``), never mistaken for GCE's wording."""
+    text = f"{reason}: {message}"
+    error = {"message": text, "domain": "global", "reason": reason}
+    return _json(status, {"error": {"code": status, "message": text, "errors": [error]}})
 
 
 def set_scheduling(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
@@ -504,6 +539,7 @@ ROUTES: tuple[Route, ...] = tuple(Route(method, pattern, handler) for method, pa
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/start"), start),
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setMetadata"), set_metadata),
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setScheduling"), set_scheduling),
+    ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setLabels"), set_labels),
     ("GET", re.compile(_C + r"/instances/(?P<i>[^/]+)/serialPort"), serial),
     ("GET", re.compile(_C + r"/operations/(?P<op>[^/]+)"), get_operation),
     ("POST", re.compile(_C + r"/operations/(?P<op>[^/]+)/wait"), wait_operation),

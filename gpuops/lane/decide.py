@@ -235,6 +235,7 @@ class Evidence:
     event_attempt: int = 0
     event_revision: int = 0
     event_age_s: float | None = None
+    label: VmClaim | None = None  # the claim the instance's label records (L13)
 
 
 def claim_signs(ev: Evidence) -> list[str]:
@@ -246,6 +247,8 @@ def claim_signs(ev: Evidence) -> list[str]:
         signs.append(f"its metadata names job {ev.metadata_job}")
     if ev.metadata_attempt is not None:
         signs.append(f"its metadata holds attempt {ev.metadata_attempt}")
+    if ev.label is not None and ev.label.held:
+        signs.append(f"its label holds {_said(ev.label)}")
     if ev.event_age_s is not None and ev.event_age_s < timing.STALE_CLAIM_S:
         signs.append(
             f"a lane event {ev.event_age_s:.0f} s ago left it {ev.event_state or 'held'}"
@@ -276,17 +279,21 @@ def repaired(lane: str, instance: str, ev: Evidence, now: float) -> Board:
     from gpuops.lane.board import Board as B
 
     revision = ev.event_revision + 1
+    label = ev.label or VmClaim()
     if not claim_signs(ev) or (
         ev.event_state == FREE
         and ev.instance_status == TERMINATED
         and ev.metadata_job is None
         and ev.metadata_attempt is None
+        and not label.held
     ):
-        return B(lane, instance, now, revision=revision)
+        return B(lane, instance, now, revision=revision, epoch=label.epoch)
     held_event = ev.event_state in HELD_STATES
     job = ev.metadata_job or (ev.event_job if held_event else None) or UNKNOWN_OWNER
     same = held_event and ev.event_job == job  # the event is about this job's claim
     owner = (ev.event_owner if same else None) or UNKNOWN_OWNER
+    if label.held and (not label.readable or label.token != holder_token(owner, job)):
+        owner = UNKNOWN_OWNER  # the VM's own label names another holder: no owner is known
     claimed = now - ev.event_age_s if same and ev.event_age_s is not None else now
     board = B(
         lane,
@@ -298,6 +305,7 @@ def repaired(lane: str, instance: str, ev: Evidence, now: float) -> Board:
         attempt=ev.event_attempt if same else 0,
         claimed=claimed,
         revision=revision,
+        epoch=label.epoch,
     )
     if ev.instance_status != TERMINATED:
         boot = (
@@ -305,6 +313,96 @@ def repaired(lane: str, instance: str, ev: Evidence, now: float) -> Board:
         )
         board = dataclasses.replace(board, state=RUNNING, started=now, boot=boot or UNKNOWN_OWNER)
     return board
+
+
+# --- L13: the claim fenced on the VM itself -------------------------------------------------
+# The instance label that carries the claim: ``<epoch>-held-<token>`` while a claim is held,
+# ``<epoch>-free`` once it is released. Written only by setLabels under the label fingerprint,
+# so two claimants on two hosts cannot both move it from the same reading.
+CLAIM_LABEL = "gpuops-claim"
+_CLAIM_VALUE = re.compile(r"(0|[1-9][0-9]{0,9})-(?:held-([0-9a-f]{8})|free)")
+
+
+@dataclass(frozen=True)
+class VmClaim:
+    """The claim the instance's label records: its epoch, whether it is held, and by whom
+    (``token``, holder_token's). An unreadable label is held by nobody known (L12)."""
+
+    epoch: int = 0
+    held: bool = False
+    token: str = ""
+    readable: bool = True
+
+
+def vm_claim(labels: Mapping[str, str]) -> VmClaim:
+    """The claim in the instance's labels; no label is epoch 0, free."""
+    value = labels.get(CLAIM_LABEL)
+    if value is None:
+        return VmClaim()
+    found = _CLAIM_VALUE.fullmatch(value)
+    if found is None:
+        return VmClaim(held=True, readable=False)
+    token = found.group(2) or ""
+    return VmClaim(int(found.group(1)), bool(token), token)
+
+
+def holder_token(owner: str | None, job: str | None) -> str:
+    """Who holds a claim, as a label may carry it (lower-case hex; names may not)."""
+    import hashlib
+
+    return hashlib.sha256(f"{owner}\n{job}".encode()).hexdigest()[:8]
+
+
+def claim_label(epoch: int, token: str | None) -> str:
+    """The label value for a claim of ``epoch``: held by ``token``, or free (None)."""
+    return f"{epoch}-held-{token}" if token else f"{epoch}-free"
+
+
+def _said(vm: VmClaim) -> str:
+    if not vm.readable:
+        return "an unreadable claim"
+    return f"claim epoch {vm.epoch} {'held' if vm.held else 'released'}"
+
+
+def claim_epoch(board: Board, vm: VmClaim, operator: str, job: str) -> int:
+    """The epoch a claim of this free board takes (L13): one past both the board's and the
+    label's. A label that says a claim is held refuses the claim (the board is stale, rebuilt
+    or lost), unless it is this operator's own claim for this job whose board write never
+    happened: then that claim's epoch is resumed."""
+    if vm.held:
+        if vm.readable and vm.token == holder_token(operator, job) and vm.epoch > board.epoch:
+            return vm.epoch
+        raise Refused(
+            "L13",
+            f"lane {board.lane}: the board says {board.state}, but instance {board.instance}'s "
+            f"label says {_said(vm)}: the board is stale, rebuilt or lost, so it cannot "
+            "hand out the VM; run `gpuops lane repair`",
+        )
+    return max(vm.epoch, board.epoch) + 1
+
+
+def check_epoch(board: Board, vm: VmClaim) -> None:
+    """``install`` and ``start`` act only under the current epoch (L13): the instance's label
+    must hold this board's claim (its epoch, its holder). A claim read from a stale, repaired
+    or lost board then never takes the VM."""
+    if vm.held and vm.readable and vm.epoch == board.epoch:
+        if vm.token == holder_token(board.owner, board.job):
+            return
+    raise Refused(
+        "L13",
+        f"lane {board.lane}: this claim is epoch {board.epoch} ({board.owner!r}, job "
+        f"{board.job!r}), but instance {board.instance}'s label says {_said(vm)}: a claim "
+        "from a stale, repaired or lost board cannot take the VM",
+    )
+
+
+def release_label(board: Board, vm: VmClaim) -> str | None:
+    """The label a release writes (this epoch, free), or None when it already says so (a
+    release that stopped after the label). Another claim on the label is refused (L13)."""
+    if not vm.held and vm.readable and vm.epoch == board.epoch:
+        return None
+    check_epoch(board, vm)
+    return claim_label(board.epoch, None)
 
 
 # --- the job ended, the VM did not (L1, L12) ------------------------------------------------

@@ -95,6 +95,7 @@ def _event_owner(event: Mapping[str, Any]) -> str | None:
 class Compute(Protocol):
     def get(self, instance: str) -> LaneInstance: ...
     def set_metadata(self, instance: str, items: dict[str, str], fingerprint: str) -> None: ...
+    def set_labels(self, instance: str, labels: dict[str, str], fingerprint: str) -> None: ...
     def start(self, instance: str) -> None: ...
     def set_run_ceiling(
         self, instance: str, current: Mapping[str, Any], max_run_s: float
@@ -194,6 +195,7 @@ class Lane:
             inst.status_raw,
             metadata_job=inst.metadata.get(s.JOB_KEY) or None,
             metadata_attempt=inst.metadata.get(s.ATTEMPT_KEY) or None,
+            label=d.vm_claim(inst.labels),
         )
         if latest is None:
             return ev
@@ -259,12 +261,19 @@ class Lane:
     def _name(self) -> str:
         return self.key.removeprefix("lane/")
 
-    def _transition(self, change: Callable[[b.Board], b.Board], prose: str) -> b.Board:
-        """Read, apply ``change``, compare-and-swap; a lost race re-reads and re-decides (L3)."""
+    def _transition(
+        self, change: Callable[[b.Board], b.Board], prose: str, fresh: b.Board | None = None
+    ) -> b.Board:
+        """Read, apply ``change``, compare-and-swap; a lost race re-reads and re-decides (L3).
+        ``fresh``: the board an absent one starts from, when the caller already decided it may
+        (a claim that has just written its own epoch into the instance's label)."""
         seen: list[b.Board] = []
 
         def step(current: BoardFile | None) -> BoardFile | NoChange:
-            board = self._fresh() if current is None else current.board
+            if current is None:
+                board = self._fresh() if fresh is None else fresh
+            else:
+                board = current.board
             history = () if current is None else current.history
             seen.append(board)
             new = change(board)
@@ -289,14 +298,56 @@ class Lane:
 
     # --- commands -------------------------------------------------------------------------------
     def claim(self, job: str) -> b.Board:
+        """free -> claimed: first the claim's epoch on the instance's own label, under its
+        label fingerprint (L13), then the board. A label that already holds a claim refuses
+        a board that says free (it is stale, rebuilt or lost)."""
         before = self.read()[0]
+        epoch: int | None = None
+        if before.state == b.FREE:
+            b.check_job(job)
+            epoch = self._claim_label(before, job)
         after = self._transition(
-            lambda bd: b.claim(bd, self.operator, job, self.clock.wall()),
-            f"claimed the lane for {job}",
+            lambda bd: b.claim(bd, self.operator, job, self.clock.wall(), epoch),
+            f"claimed the lane for {job} (epoch {epoch})",
+            fresh=before if epoch is not None else None,
         )
         if after.revision != before.revision:
             self.events.append("lane.claim", lane=after.lane, job=job, revision=after.revision)
         return after
+
+    def _claim_label(self, board: b.Board, job: str) -> int:
+        """Write this claim's epoch into the instance's label (compare-and-swap on its label
+        fingerprint; a lost race re-reads and decides again). The epoch."""
+        for _ in range(METADATA_TRIES):
+            inst = self.gce.get(self.config.instance)
+            vm = d.vm_claim(inst.labels)
+            epoch = d.claim_epoch(board, vm, self.operator, job)
+            if vm.held:
+                return epoch  # our own claim, its board write lost: resumed
+            token = d.holder_token(self.operator, job)
+            labels = {**inst.labels, d.CLAIM_LABEL: d.claim_label(epoch, token)}
+            try:
+                self.gce.set_labels(self.config.instance, labels, inst.label_fingerprint)
+                return epoch
+            except VersionConflict:
+                continue  # another claimant moved the label first: read it again
+        raise StateError(f"instance {self.config.instance}: label fingerprint kept changing")
+
+    def _release_label(self, board: b.Board) -> None:
+        """This claim's epoch, released, on the instance's label (L13): only while the label
+        holds this claim; already released, nothing is written."""
+        for _ in range(METADATA_TRIES):
+            inst = self.gce.get(self.config.instance)
+            value = d.release_label(board, d.vm_claim(inst.labels))
+            if value is None:
+                return
+            labels = {**inst.labels, d.CLAIM_LABEL: value}
+            try:
+                self.gce.set_labels(self.config.instance, labels, inst.label_fingerprint)
+                return
+            except VersionConflict:
+                continue
+        raise StateError(f"instance {self.config.instance}: label fingerprint kept changing")
 
     def install(self, job: str, script_text: str, *, max_hours: float | None = None) -> None:
         """Lint, check staged inputs, set the metadata by fingerprint (L4, L10, L5, L6), then
@@ -322,15 +373,23 @@ class Lane:
                 f"the script fetches {', '.join(missing)} unconditionally, but nothing by that "
                 f"name is staged under gs://{self.config.bucket}/jobs/{job}/inputs/",
             )
-        inst = self._set_metadata({s.SCRIPT_KEY: script_text, s.JOB_KEY: job}, need_terminated=True)
+        inst = self._set_metadata(
+            {s.SCRIPT_KEY: script_text, s.JOB_KEY: job}, need_terminated=True, fence=board
+        )
         self.gce.set_run_ceiling(self.config.instance, inst.scheduling, max_run_s)
         self.events.append(
             "lane.install", lane=board.lane, job=job, chars=len(script_text), max_run_s=max_run_s
         )
 
-    def _set_metadata(self, items: dict[str, str], *, need_terminated: bool) -> LaneInstance:
+    def _set_metadata(
+        self, items: dict[str, str], *, need_terminated: bool, fence: b.Board | None = None
+    ) -> LaneInstance:
+        """Merge ``items`` into the metadata by fingerprint; with ``fence``, only while the
+        instance's label holds that board's claim (L13), checked on every read."""
         for _ in range(METADATA_TRIES):
             inst = self.gce.get(self.config.instance)
+            if fence is not None:
+                d.check_epoch(fence, d.vm_claim(inst.labels))
             if need_terminated and inst.status_raw != d.TERMINATED:
                 raise Refused(
                     "L2",
@@ -402,13 +461,16 @@ class Lane:
                 f"run `gpuops lane install --job {job} FILE` first",
             )
         d.check_run_ceiling(inst.scheduling)  # L12: GCE's own power-off, before any start
+        d.check_epoch(self.read()[0], d.vm_claim(inst.labels))  # L13, before the attempt
         boot = self.new_boot_id()
         board = self._transition(
             lambda bd: b.begin_attempt(bd, self.operator, job, boot, self.clock.wall()),
             f"start attempt for {job} (boot {boot})",
         )
         try:
-            self._set_metadata({s.ATTEMPT_KEY: boot}, need_terminated=True)  # L2, just before
+            self._set_metadata(  # L2 and L13, just before
+                {s.ATTEMPT_KEY: boot}, need_terminated=True, fence=board
+            )
             self.gce.start(self.config.instance)
         except (CapacityExhausted, QuotaExceeded) as exc:
             outcome = "stockout" if isinstance(exc, CapacityExhausted) else "quota"
@@ -566,6 +628,8 @@ class Lane:
         before, _, _ = self.read()
         inst = self.gce.get(self.config.instance).status_raw
         now = self.clock.wall()
+        b.release(before, self.operator, job, inst == d.TERMINATED, now)  # refusals first
+        self._release_label(before)  # L13: the VM's label first; a rerun finishes the board
         after = self._transition(
             lambda bd: b.release(bd, self.operator, job, inst == d.TERMINATED, now),
             f"released the lane after {job}; back to free",
