@@ -381,6 +381,10 @@ _B = "92eb5ffee6ae2fec3ad71c777531578f"  # md5 of b"b"
         (f"gpuops-manifest b1 1\n{_A} one a.png\n", {}, ["an unreadable manifest line " + repr(f"{_A} one a.png")]),
         (f"gpuops-manifest b1 1\n{_A[:-1]} 1 a.png\n", {}, ["an unreadable manifest line " + repr(f"{_A[:-1]} 1 a.png")]),
         (f"gpuops-manifest b1 1\n{_A} 1\n", {}, ["an unreadable manifest line " + repr(f"{_A} 1")]),
+        ("gpuops-manifest  b1 0\n", {}, ["the results manifest has no header line"]),
+        (f"gpuops-manifest b1 1\n{_A}  1 a.png\n", {}, ["an unreadable manifest line " + repr(f"{_A}  1 a.png")]),
+        (f"gpuops-manifest b1 1\n{_A} 1 a.png\n", {"a.png": (1, _A), "b.png": (1, _A)}, []),
+        (f"gpuops-manifest b1 2\nx {'y' * 90}\nz\n", {}, ["an unreadable manifest line " + repr(f"x {'y' * 78}"), "an unreadable manifest line 'z'"]),
     ],
 )
 def test_results_are_missing_unless_storage_holds_each_one_this_attempts_manifest_names_l9(
@@ -391,6 +395,16 @@ def test_results_are_missing_unless_storage_holds_each_one_this_attempts_manifes
     data = None if manifest is None else manifest.encode()
 
     assert d.results_missing(data, "b1", have) == missing
+
+
+def test_a_manifest_that_is_not_utf8_is_unreadable_not_a_crash_l9():
+    """L9: bytes that are not UTF-8 (a cut or foreign file) read as a manifest with no header."""
+    assert d.results_missing(b"\xffgpuops-manifest b1 0\n", "b1", {}) == [
+        "the results manifest has no header line"
+    ]
+    assert d.results_missing(b"gpuops-manifest b1 1\n\xff 1 a\n", "b1", {}) == [
+        "an unreadable manifest line '\ufffd 1 a'"
+    ]
 
 
 def test_a_status_that_says_succeeded_is_failed_while_a_result_is_missing_l9():
@@ -425,6 +439,9 @@ def test_a_start_needs_a_run_ceiling_in_gces_bounds_that_stops_the_vm_l12(schedu
         with pytest.raises(Refused) as refused:
             d.check_run_ceiling(scheduling)
         assert refused.value.rule == "L12" and "run ceiling is not set" in str(refused.value)
+        assert str(refused.value).endswith(
+            "never did; run `gpuops lane install` again, which sets it"
+        )
 
 
 @pytest.mark.parametrize(

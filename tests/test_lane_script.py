@@ -596,3 +596,42 @@ def test_a_top_level_fetch_whose_failure_carries_on_is_optional_l10(rescue):
     body = TEMPLATE.replace("stage running\n", f"{line}\nstage running\n")
 
     assert s.missing_inputs(body, ["ref-1.png", "ref-2.png"]) == []
+
+
+@pytest.mark.parametrize(
+    "kill, skips",
+    [
+        ("kill -9 $$", True),
+        ("kill -KILL $$", True),
+        ("kill -SIGKILL $$", True),
+        ("kill -sigkill $$", True),
+        ("kill -s KILL $$", True),
+        ("kill -n 9 $$", True),
+        ("kill -s STOP $$", True),
+        ("kill -19 ${$}", True),
+        ("kill -9 -- -$$", True),
+        ("kill -9 0", True),
+        ("kill -9 $BASHPID", True),
+        ("kill -9 other $$", True),
+        ("kill $$", False),
+        ("kill -- -$$", False),
+        ("kill -- -9 $$", False),
+        ("kill -s", False),
+        ("kill -s KILL", False),
+        ("kill -9", False),
+        ("kill -9 $PPID", False),
+        ("kill -0 $$", False),
+        ("kill -TERM $$", False),
+        ("kill -HUP 0", False),
+        ("kill", False),
+    ],
+)
+def test_what_counts_as_killing_the_script_past_its_exit_trap_l12(kill, skips):
+    """L12: only KILL or STOP (by name, number or -s/-n) sent to the script's own shell ($$,
+    its group, 0, $BASHPID) leaves without the EXIT trap; after `--` every word is a target."""
+    body = TEMPLATE.replace('fail() { stage failed "$1"; exit 1; }', f'fail() {{ stage failed "$1"; {kill}; exit 1; }}')
+
+    findings = s.lint(body, "portraits")
+
+    assert bool(findings) is skips
+    assert all(f.rule == "L12" and "kills or stops the shell" in f.message for f in findings)

@@ -152,6 +152,9 @@ _UNCATCHABLE = frozenset({"KILL", "9", "STOP", "19"})
 # Words that name the script's own shell (or its process group) to ``kill``.
 _OWN_SHELL = frozenset({"$$", "${$}", "-$$", "-${$}", "0", "-0"})
 _OWN_PROCESS = frozenset({"$BASHPID", "${BASHPID}"})  # the script itself unless in a subshell
+_DEFAULT_SIGNAL = "TERM"  # kill's, which the shell catches (and so runs its EXIT trap)
+_SIGNAL_FLAGS = frozenset({"-s", "-n"})  # the signal as the next word
+_NOT_SIGNALS = frozenset({"--", "-$$", "-${$}"})  # first words of kill that name no signal
 
 
 def _escapes(parsed: Parsed, handler: str) -> list[Finding]:
@@ -216,16 +219,15 @@ def _trap_action(command: Command) -> tuple[str, bool] | None:
 
 def _kills_self(command: Command) -> bool:
     """``kill`` sending the script's own shell a signal it cannot catch (KILL, STOP)."""
-    args = list(command.words[1:])
-    signal = "TERM"
-    if args[:1] in (["-s"], ["-n"]) and len(args) > 1:
-        signal, args = args[1], args[2:]
-    elif args and args[0].startswith("-") and args[0] not in ("--", *_OWN_SHELL - {"-0"}):
-        signal, args = args[0][1:], args[1:]
-    targets = [w for w in args if w != "--"]
-    name = signal.upper().removeprefix("SIG")
+    words = list(command.words[1:])
+    signal = _DEFAULT_SIGNAL
+    if words[:1] and words[0] in _SIGNAL_FLAGS:  # kill -s KILL, kill -n 9
+        signal, words = "".join(words[1:2]), words[2:]
+    elif words[:1] and words[0].startswith("-") and words[0] not in _NOT_SIGNALS:
+        signal, words = words[0][1:], words[1:]  # kill -9, kill -KILL, kill -SIGKILL
+    targets = words[1:] if words[:1] == ["--"] else words
     own = _OWN_SHELL | (set() if command.subshell else _OWN_PROCESS)
-    return name in _UNCATCHABLE and any(t in own for t in targets)
+    return signal.upper().removeprefix("SIG") in _UNCATCHABLE and any(t in own for t in targets)
 
 
 def _reachable(parsed: Parsed, handler: str) -> list[Command]:
