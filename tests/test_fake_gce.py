@@ -417,3 +417,35 @@ def test_set_scheduling_refuses_a_max_run_duration_outside_thirty_seconds_to_120
         assert json.loads(reply.body)["error"]["code"] == 400
     else:
         assert fake.max_run_s == float(duration["seconds"])
+
+
+def test_set_labels_is_a_compare_and_swap_on_the_label_fingerprint_l13():
+    """H4/L13: setLabels with the current labelFingerprint replaces the labels and moves the
+    fingerprint; with a stale one it is GCE's 412 conditionNotMet and nothing changes; labels
+    that break GCE's rules are a 400; get shows labels and labelFingerprint."""
+    import json
+
+    fake, _ = _fake()
+    base = "/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane"
+
+    def get() -> dict:
+        return json.loads(dispatch(fake, Request("GET", base, {}, {})).body)
+
+    def set_labels(labels: object, fp: str) -> tuple[int, dict]:
+        body = json.dumps({"labels": labels, "labelFingerprint": fp}).encode()
+        reply = dispatch(fake, Request("POST", base + "/setLabels", {}, {}, body))
+        return reply.status, json.loads(reply.body)
+
+    first = get()
+    ok, _ = set_labels({"gpuops-claim": "1-held-abcdef12"}, first["labelFingerprint"])
+    stale, refusal = set_labels({"gpuops-claim": "1-held-00000000"}, first["labelFingerprint"])
+    bad = [set_labels(labels, get()["labelFingerprint"])[0] for labels in (
+        {"Gpuops": "x"}, {"gpuops-claim": "UPPER"}, {"k": "x" * 64}, {"1k": "x"},
+        {f"k{i}": "" for i in range(65)},
+    )]  # fmt: skip
+    after = get()
+
+    assert "labels" not in first and first["labelFingerprint"] != after["labelFingerprint"]
+    assert ok == 200 and stale == 412 and bad == [400] * 5
+    assert refusal["error"]["errors"][0]["reason"] == "conditionNotMet"
+    assert after["labels"] == {"gpuops-claim": "1-held-abcdef12"} == fake.labels

@@ -314,3 +314,20 @@ def test_release_needs_the_claimant_and_a_terminated_instance_l1():
         "refused (L1): instance gpu-lane is not TERMINATED: the lane is released only after "
         "the job powers the instance off (gpuops never stops it)"
     )
+
+
+def test_a_claim_carries_its_epoch_and_the_line_reads_it_back_strictly_l13():
+    """L13: claim takes the given epoch (by default one past the board's), release keeps it,
+    and the state line's epoch is a plain number or the line is corrupt."""
+    claimed = b.claim(FREE, "alice", "portraits", T0 + 1, 7)
+    default = b.claim(dataclasses.replace(FREE, epoch=3), "alice", "portraits", T0 + 1)
+    freed = b.release(claimed, "alice", "portraits", True, T0 + 2)
+    line = b.state_line(claimed)
+
+    assert (claimed.epoch, default.epoch, freed.epoch) == (7, 4, 7)
+    assert line.endswith(" epoch=7") and b.parse(line + "\n")[0] == claimed
+    for bad in ("epoch=07", "epoch=-1", "epoch=x", "epoch="):
+        with pytest.raises(CorruptState):
+            b.parse(line.replace("epoch=7", bad) + "\n")
+    with pytest.raises(CorruptState):
+        b.parse(line.replace(" epoch=7", "") + "\n")

@@ -459,3 +459,155 @@ def test_a_run_ceiling_outside_gces_bounds_is_a_usage_error_naming_its_source_l1
         d.run_ceiling_s(given, declared)
 
     assert where in str(refused.value) and "30 s to 120 days" in str(refused.value)
+
+
+# --- L13: the claim fenced on the VM ------------------------------------------------------
+_TOK = d.holder_token("alice", "p")
+
+
+@pytest.mark.parametrize(
+    "labels, claim",
+    [
+        ({}, d.VmClaim()),
+        ({"other": "x"}, d.VmClaim()),
+        ({d.CLAIM_LABEL: "0-free"}, d.VmClaim(0, False, "")),
+        ({d.CLAIM_LABEL: "7-free"}, d.VmClaim(7, False, "")),
+        ({d.CLAIM_LABEL: f"12-held-{_TOK}"}, d.VmClaim(12, True, _TOK)),
+        ({d.CLAIM_LABEL: "07-free"}, d.VmClaim(held=True, readable=False)),
+        ({d.CLAIM_LABEL: "7-held-"}, d.VmClaim(held=True, readable=False)),
+        ({d.CLAIM_LABEL: "7-held-ABCDEF12"}, d.VmClaim(held=True, readable=False)),
+        ({d.CLAIM_LABEL: "7-heldx-abcdef12"}, d.VmClaim(held=True, readable=False)),
+        ({d.CLAIM_LABEL: "free"}, d.VmClaim(held=True, readable=False)),
+        ({d.CLAIM_LABEL: "7-free "}, d.VmClaim(held=True, readable=False)),
+    ],
+)
+def test_the_claim_label_is_read_strictly_and_an_unreadable_one_is_held_l13(labels, claim):
+    """L13/L12: `<epoch>-free` or `<epoch>-held-<token>`; anything else is held by nobody
+    known, never free."""
+    assert d.vm_claim(labels) == claim
+
+
+def test_a_holder_token_is_eight_hex_digits_of_owner_and_job_l13():
+    """L13: label values allow only lower-case letters, digits, _ and -: a token, not names."""
+    import hashlib
+
+    assert _TOK == hashlib.sha256(b"alice\np").hexdigest()[:8]
+    assert d.holder_token("alice", "q") != _TOK and d.holder_token("alicep", "") != _TOK
+    assert d.claim_label(3, _TOK) == f"3-held-{_TOK}" and d.claim_label(3, None) == "3-free"
+    assert d.vm_claim({d.CLAIM_LABEL: d.claim_label(3, _TOK)}) == d.VmClaim(3, True, _TOK)
+
+
+FREE = b.Board("gpu-lane", "gpu-lane", T0, epoch=4)
+
+
+@pytest.mark.parametrize(
+    "vm, epoch",
+    [
+        (d.VmClaim(), 5),
+        (d.VmClaim(4, False), 5),
+        (d.VmClaim(9, False), 10),
+        (d.VmClaim(9, True, _TOK), 9),  # alice's own claim whose board write was lost
+    ],
+)
+def test_a_claim_takes_one_past_the_board_and_the_label_or_resumes_its_own_l13(vm, epoch):
+    """L13: the next epoch; a label holding this very claim (same owner and job) resumes it."""
+    assert d.claim_epoch(FREE, vm, "alice", "p") == epoch
+
+
+@pytest.mark.parametrize(
+    "vm, said",
+    [
+        (d.VmClaim(9, True, d.holder_token("bob", "v")), "claim epoch 9 held"),
+        (d.VmClaim(4, True, _TOK), "claim epoch 4 held"),  # not past the board: not resumed
+        (d.VmClaim(3, True, _TOK), "claim epoch 3 held"),
+        (d.VmClaim(held=True, readable=False), "an unreadable claim"),
+    ],
+)
+def test_a_label_holding_another_claim_refuses_a_claim_of_a_free_board_l13(vm, said):
+    """L13: the board says free but the VM says held: the board is stale, rebuilt or lost."""
+    with pytest.raises(Refused) as refused:
+        d.claim_epoch(FREE, vm, "alice", "p")
+
+    assert refused.value.rule == "L13"
+    assert str(refused.value) == (
+        f"refused (L13): lane gpu-lane: the board says free, but instance gpu-lane's label says "
+        f"{said}: the board is stale, rebuilt or lost, so it cannot hand out the VM; run "
+        "`gpuops lane repair`"
+    )
+
+
+MINE = dataclasses.replace(HELD, epoch=4)
+
+
+@pytest.mark.parametrize(
+    "vm, ok",
+    [
+        (d.VmClaim(4, True, _TOK), True),
+        (d.VmClaim(5, True, _TOK), False),
+        (d.VmClaim(3, True, _TOK), False),
+        (d.VmClaim(4, False), False),
+        (d.VmClaim(4, True, d.holder_token("bob", "p")), False),
+        (d.VmClaim(4, True, _TOK, readable=False), False),
+        (d.VmClaim(), False),
+    ],
+)
+def test_install_and_start_act_only_while_the_label_holds_this_boards_claim_l13(vm, ok):
+    """L13: the epoch, the holder and a held, readable label must all agree with the board."""
+    if ok:
+        d.check_epoch(MINE, vm)
+        return
+    with pytest.raises(Refused) as refused:
+        d.check_epoch(MINE, vm)
+    assert refused.value.rule == "L13"
+    assert str(refused.value).startswith(
+        "refused (L13): lane gpu-lane: this claim is epoch 4 ('alice', job 'p'), but instance "
+        "gpu-lane's label says "
+    )
+    assert str(refused.value).endswith(
+        ": a claim from a stale, repaired or lost board cannot take the VM"
+    )
+
+
+@pytest.mark.parametrize(
+    "vm, written",
+    [
+        (d.VmClaim(4, True, _TOK), "4-free"),
+        (d.VmClaim(4, False), None),  # already released: the board is next
+    ],
+)
+def test_a_release_frees_this_claims_label_once_l13(vm, written):
+    """L13: the label goes to `<epoch>-free`; a rerun after that writes nothing."""
+    assert d.release_label(MINE, vm) == written
+
+
+@pytest.mark.parametrize(
+    "vm", [d.VmClaim(5, False), d.VmClaim(5, True, _TOK), d.VmClaim(held=True, readable=False)]
+)
+def test_a_release_never_frees_another_claims_label_l13(vm):
+    """L13: a stale board's release must not free the label of the claim after it."""
+    with pytest.raises(Refused) as refused:
+        d.release_label(MINE, vm)
+
+    assert refused.value.rule == "L13"
+
+
+def test_a_held_label_is_a_sign_of_a_claim_and_repair_takes_its_epoch_l13():
+    """L12/L13: the label is evidence on every host; a repaired board carries its epoch, and
+    an owner only when the label's holder is that owner."""
+    ev = d.Evidence(
+        "TERMINATED", event_state="claimed", event_owner="alice", event_job="p",
+        event_age_s=9.0, label=d.VmClaim(6, True, _TOK),
+    )
+    other = dataclasses.replace(ev, label=d.VmClaim(6, True, d.holder_token("bob", "p")))
+    blind = dataclasses.replace(ev, label=d.VmClaim(held=True, readable=False))
+    released = d.Evidence("TERMINATED", event_state="free", event_age_s=9.0, label=d.VmClaim(6))
+
+    assert "its label holds claim epoch 6 held" in d.claim_signs(ev)
+    assert "its label holds an unreadable claim" in d.claim_signs(blind)
+    assert d.claim_signs(released) == ["a lane event 9 s ago left it free"]
+    assert (d.repaired("L", "I", ev, T0).owner, d.repaired("L", "I", ev, T0).epoch) == ("alice", 6)
+    assert d.repaired("L", "I", other, T0).owner == d.UNKNOWN_OWNER
+    assert d.repaired("L", "I", blind, T0).owner == d.UNKNOWN_OWNER
+    assert d.repaired("L", "I", released, T0) == b.Board("L", "I", T0, revision=1, epoch=6)
+    held_free_event = dataclasses.replace(released, label=d.VmClaim(6, True, _TOK))
+    assert d.repaired("L", "I", held_free_event, T0).state == b.CLAIMED
