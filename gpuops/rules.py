@@ -127,8 +127,9 @@ RULES: tuple[Rule, ...] = (
         IMPLEMENTED,
         "tests/test_lane_l12.py::test_a_board_moved_away_leaves_the_lane_refused_until_repair_restores_the_claim_l12",
         scope="the board's absence is judged from the instance, its metadata, its claim "
-        "label (seen by every host) and the local event log (events another host wrote are "
-        "not seen: no claim journal in the shared state yet); repair keeps a corrupt board's "
+        "label and the claim journal beside the board in the shared store (every host reads "
+        "both; the journal's age compares the writer's clock with the reader's, hours apart "
+        "from the threshold); repair keeps a corrupt board's "
         "raw bytes and names no owner the evidence does not; the EXIT-trap power-off is "
         "required by the linter, which refuses a path that leaves without the trap (trap - "
         "EXIT, exec, kill -9 $$), and shown on every path in FakeGCE's real boots; a script "
@@ -147,7 +148,7 @@ RULES: tuple[Rule, ...] = (
         "and start check the label before each metadata write and the start, but GCE has no "
         "write that is conditional on both labels and metadata, so a claim moving between "
         "that check and the write is not fenced; the L12 evidence in the shared state is the "
-        "label only (no claim journal yet; the event log is still per host)",
+        "label and the claim journal (tests/test_lane_epoch.py)",
     ),
     Rule(
         "M1",

@@ -10,27 +10,41 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuops.errors import Refused
-from gpuops.events import EventLog
+from gpuops.events import EventLog, read_events
 from gpuops.lane import board as b
 from gpuops.lane import decide as d
 from gpuops.lane import script
-from tests.lane_world import World, lane_world
+from gpuops.clock import WithSleep
+from gpuops.lane.runner import Lane, LaneConfig
+from gpuops.providers.gce import GceAdapter
+from gpuops.providers.gcs import GcsAdapter
+from tests.lane_world import BASE, World, lane_world
 
 BUCKET = "gpuops-lane-jobs"
 JOB_COMMAND = 'python3 "$WORK/job.py"'
 KEY = "lane/gpu-lane/board"
 
 
-def _on_host(world: World, operator: str, host: str):
-    """A Lane for ``operator`` on another host: the same store, its own event log."""
-    lane = world.lane(operator)
+def _on_host(world: World, operator: str, host: str) -> Lane:
+    """A Lane for ``operator`` on another host: the same store and provider, its own event
+    log (a host's own file)."""
     events = EventLog(
         world.events_path.with_name(f"events-{host}.jsonl"),
         operator,
         clock=lambda: datetime.fromtimestamp(world.clock.wall(), UTC),
     )
-    lane.events = events  # only the log differs (a host's own file)
-    return lane
+    s = world.fake.scenario
+    clock = WithSleep(world.clock, world.advance)
+    return Lane(
+        world.store,
+        events,
+        operator,
+        GceAdapter(s.project, s.zone, events=events, endpoint=BASE, clock=clock),
+        GcsAdapter(s.bucket, s.project, endpoint=BASE),
+        LaneConfig(s.instance, s.bucket),
+        clock=clock,
+        new_boot_id=lambda: f"{host}boot",
+    )
 
 
 def test_a_claim_writes_its_epoch_into_the_instance_label_and_release_frees_it_l13(
@@ -93,8 +107,9 @@ def test_another_host_never_sees_a_claimed_lane_as_free_after_its_board_is_delet
     tmp_path, monkeypatch
 ):
     """L12/L13 (the issue's two hosts over one store): alice claims on host A, the board is
-    deleted; on host B, whose event log has nothing, bob's claim is refused and repair finds
-    the instance's label; bob never installs."""
+    deleted; on host B, whose event log has nothing, bob's claim is refused, and repair finds
+    the instance's label and the shared claim journal and rebuilds alice's claim; bob never
+    installs."""
     with lane_world(tmp_path, monkeypatch) as world:
         _on_host(world, "alice", "a").claim("portraits")
         got = world.store.get(KEY)
@@ -110,7 +125,9 @@ def test_another_host_never_sees_a_claimed_lane_as_free_after_its_board_is_delet
 
         assert claim.value.rule == "L12" and "label holds claim epoch 1 held" in str(claim.value)
         assert any("label" in sign for sign in signs)
-        assert board.state == b.CLAIMED and board.owner == d.UNKNOWN_OWNER and board.epoch == 1
+        assert (board.state, board.owner, board.job, board.epoch) == (
+            b.CLAIMED, "alice", "portraits", 1
+        )
         assert install.value.exit_code == 3
         assert script.SCRIPT_KEY not in world.fake.metadata
 
@@ -184,3 +201,59 @@ def test_a_claim_from_a_stale_board_cannot_start_the_vm_l13(tmp_path, monkeypatc
         assert "POST start" not in world.fake.calls and world.fake.boots == 0
         token = d.holder_token("bob", "portraits")
         assert world.fake.labels == {d.CLAIM_LABEL: f"2-held-{token}"}
+
+
+def test_the_claim_journal_is_evidence_on_another_host_without_the_label_l12(
+    tmp_path, monkeypatch
+):
+    """L12: alice's claim on host A from before the label fence (no label), its board deleted:
+    host B's event log has nothing, yet the claim journal in the shared store says alice holds
+    the lane, so bob's claim is refused, naming her and her job."""
+    with lane_world(tmp_path, monkeypatch) as world:
+        _on_host(world, "alice", "a").claim("portraits")
+        world.fake.labels.clear()
+        got = world.store.get(KEY)
+        assert got is not None
+        world.store.delete(KEY, got.version)
+
+        with pytest.raises(Refused) as refused:
+            _on_host(world, "bob", "b").claim("vids")
+
+        assert refused.value.rule == "L12"
+        assert "left it claimed for job portraits by alice" in str(refused.value)
+        host_b = read_events(world.events_path.with_name("events-b.jsonl"))
+        assert not [e for e in host_b if str(e["kind"]).startswith("lane.")]
+
+
+def test_an_unreadable_claim_journal_is_a_sign_of_a_claim_and_repair_replaces_it_l12(
+    tmp_path, monkeypatch
+):
+    """L12: garbage where the journal should be, no board, nothing else: unknown, not free;
+    repair rebuilds the line and writes a journal that reads again."""
+    from gpuops.lane.journal import CODEC
+
+    with lane_world(tmp_path, monkeypatch) as world:
+        world.store.create("lane/gpu-lane/journal", b"{not json")
+        bob = world.lane("bob")
+
+        with pytest.raises(Refused) as refused:
+            bob.claim("vids")
+        board, _ = bob.repair()
+
+        assert refused.value.rule == "L12"
+        assert board.state == b.CLAIMED and board.owner == d.UNKNOWN_OWNER
+        entry = CODEC.decode("j", world.store.get("lane/gpu-lane/journal").data)
+        assert (entry.state, entry.writer, entry.repaired) == (b.CLAIMED, "bob", True)
+
+
+def test_the_journal_never_goes_back_to_an_earlier_board_revision_l12(tmp_path, monkeypatch):
+    """L12: two writers finishing out of order: the entry of the later revision stays."""
+    from gpuops.lane.journal import CODEC
+
+    with lane_world(tmp_path, monkeypatch) as world:
+        alice = world.lane("alice")
+        claimed = alice.claim("portraits")
+        alice._journal(b.Board("gpu-lane", "gpu-lane", 0.0, revision=0), repaired=False)
+        kept = CODEC.decode("j", world.store.get("lane/gpu-lane/journal").data)
+
+        assert (kept.state, kept.owner, kept.revision) == (b.CLAIMED, "alice", claimed.revision)

@@ -5,8 +5,10 @@ from board.py, compare-and-swap, re-read and re-decide on a lost race (L3). The 
 lives in the board line itself, so any later `lane start`, from any process or host sharing
 the store, resumes exactly where a dead one stopped (L11). There is no stop and no delete
 anywhere (L1). A board that is missing or unreadable is never read as free while the instance,
-its metadata or a recent lane event says somebody holds the lane; ``repair`` rebuilds it from
-that evidence (L12). A job that ended while its VM runs on is a billing alarm, never silence.
+its metadata, its claim label or a recent claim-journal entry says somebody holds the lane;
+``repair`` rebuilds it from that evidence (L12). Every claim carries an epoch that the
+instance's own label carries too, and install and start act only under it (L13). A job that
+ended while its VM runs on is a billing alarm, never silence.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
+    AlreadyExists,
     CapacityExhausted,
     CorruptState,
     GpuopsError,
@@ -32,10 +35,12 @@ from gpuops.errors import (
     Unavailable,
     VersionConflict,
 )
-from gpuops.events import EventLog, read_events
+from gpuops.events import EventLog
 from gpuops.lane import board as b
 from gpuops.lane import decide as d
 from gpuops.lane import script as s
+from gpuops.lane.journal import CODEC as JOURNAL
+from gpuops.lane.journal import JournalEntry, journal_key
 from gpuops.providers.gce import LaneInstance
 from gpuops.store.base import Store
 from gpuops.store.records import CAS_ATTEMPTS, NO_CHANGE, NoChange, Records
@@ -66,30 +71,6 @@ class BoardCodec:
             raise CorruptState(key, "not UTF-8") from None
         board, history = b.parse(text, key)
         return BoardFile(board, tuple(history))
-
-
-def _epoch(ts: str) -> float:
-    """An event's ``ts`` (``...T..:..:..[.ffffff]Z``) as epoch seconds; 0 when unreadable."""
-    from datetime import UTC, datetime
-
-    try:
-        return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return 0.0
-
-
-def _event_owner(event: Mapping[str, Any]) -> str | None:
-    """The claim's owner a board event names: its ``owner`` field, never the operator who
-    wrote it when that was a repair (a repairer is not the owner unless the evidence says so).
-    An event from before ``owner`` was logged names its writer, who held the lane then."""
-    payload = event.get("payload")
-    payload = payload if isinstance(payload, Mapping) else {}
-    if "owner" in payload:
-        owner = payload.get("owner")
-        return str(owner) if owner else None
-    if payload.get("repaired"):
-        return None
-    return str(event.get("operator") or "") or None
 
 
 class Compute(Protocol):
@@ -136,6 +117,7 @@ class Lane:
         self.clock = clock  # board stamps and waits: wall time, and its sleep
         self.new_boot_id, self.progress = new_boot_id, progress
         self.key = f"lane/{config.instance}/board"
+        self.journal_key = journal_key(config.instance)
         self.boards = Records(store, "lane/", BoardCodec())
 
     # --- the board ------------------------------------------------------------------------------
@@ -154,8 +136,8 @@ class Lane:
         return Refused(
             "L12",
             f"{problem}; the lane is unknown, not free, and the file is left as it is: "
-            "`gpuops lane repair` rebuilds the state line from the instance and the event "
-            "log and keeps a copy of this file",
+            "`gpuops lane repair` rebuilds the state line from the instance and the claim "
+            "journal and keeps a copy of this file",
         )
 
     def _fresh(self) -> b.Board:
@@ -175,43 +157,31 @@ class Lane:
         return (got.board, list(got.history), version), None
 
     def evidence(self) -> d.Evidence:
-        """What the instance and the event log say about a claim (L12), board aside."""
+        """What the instance (status, metadata, claim label) and the claim journal in the
+        shared store say about a claim (L12, L13), board aside. No log is scanned: the
+        journal is what every host sees. An unreadable journal is a sign of a claim."""
         inst = self.gce.get(self.config.instance)
-        latest: dict[str, Any] | None = None  # the latest lane event of any kind
-        board_event: dict[str, Any] | None = None  # the latest state a board write recorded
-        try:
-            for event in read_events(self.events.path):
-                payload = event.get("payload")
-                payload = payload if isinstance(payload, dict) else {}
-                if str(event.get("kind", "")).startswith("lane.") and (
-                    payload.get("lane") == self.config.instance
-                ):
-                    latest = dict(event)
-                    if event.get("kind") == "lane.board":
-                        board_event = latest
-        except GpuopsError:
-            latest = None  # no event log yet: no event evidence
         ev = d.Evidence(
             inst.status_raw,
             metadata_job=inst.metadata.get(s.JOB_KEY) or None,
             metadata_attempt=inst.metadata.get(s.ATTEMPT_KEY) or None,
             label=d.vm_claim(inst.labels),
         )
-        if latest is None:
+        try:
+            found = self.store.get(self.journal_key)
+            entry = None if found is None else JOURNAL.decode(found.key, found.data)
+        except CorruptState:
+            return dataclasses.replace(ev, event_state=b.CLAIMED, event_age_s=0.0)
+        if entry is None:
             return ev
-        ev = dataclasses.replace(
-            ev, event_age_s=max(0.0, self.clock.wall() - _epoch(str(latest.get("ts", ""))))
-        )
-        if board_event is None:
-            return dataclasses.replace(ev, event_state=b.CLAIMED)
-        payload = board_event["payload"]
         return dataclasses.replace(
             ev,
-            event_state=str(payload.get("state")),
-            event_owner=_event_owner(board_event),
-            event_job=str(payload["job"]) if payload.get("job") else None,
-            event_attempt=int(payload.get("attempt") or 0),
-            event_revision=int(payload.get("revision") or 0),
+            event_state=entry.state,
+            event_owner=entry.owner,
+            event_job=entry.job,
+            event_attempt=entry.attempt,
+            event_revision=entry.revision,
+            event_age_s=max(0.0, self.clock.wall() - entry.at),
         )
 
     def repair(self) -> tuple[b.Board, list[str]]:
@@ -245,7 +215,9 @@ class Lane:
         return board, signs
 
     def _log_board(self, board: b.Board, **extra: Any) -> None:
-        """Every board write goes to the event log: the evidence a later repair reads (L12)."""
+        """Every board write goes to the claim journal in the shared store (the evidence a
+        later repair reads, on any host: L12) and to the event log."""
+        self._journal(board, repaired=bool(extra.get("repaired")))
         self.events.append(
             "lane.board",
             lane=board.lane,
@@ -256,6 +228,39 @@ class Lane:
             revision=board.revision,
             **extra,
         )
+
+    def _journal(self, board: b.Board, *, repaired: bool) -> None:
+        """The board's write, in the journal (compare-and-swap on the raw object, so an
+        unreadable journal is replaced too); never over an entry of a later revision."""
+        entry = JournalEntry(
+            board.lane,
+            board.state,
+            board.owner,
+            board.job,
+            board.attempt,
+            board.revision,
+            board.epoch,
+            self.clock.wall(),
+            self.operator,
+            repaired,
+        )
+        data = JOURNAL.encode(entry)
+        for _ in range(CAS_ATTEMPTS):
+            current = self.store.salvage(self.journal_key)
+            try:
+                if current is None:
+                    self.store.create(self.journal_key, data)
+                    return
+                try:
+                    if JOURNAL.decode(current.key, current.data).revision > board.revision:
+                        return  # a later write finished first: it stays
+                except CorruptState:
+                    pass  # unreadable: this write replaces it
+                self.store.put(self.journal_key, data, current.version)
+                return
+            except (AlreadyExists, VersionConflict):
+                continue
+        raise StateError(f"{self.journal_key}: lost {CAS_ATTEMPTS} compare-and-swap races")
 
     @property
     def _name(self) -> str:
