@@ -635,3 +635,35 @@ def test_what_counts_as_killing_the_script_past_its_exit_trap_l12(kill, skips):
 
     assert bool(findings) is skips
     assert all(f.rule == "L12" and "kills or stops the shell" in f.message for f in findings)
+
+
+@pytest.mark.parametrize(
+    "old, new, findings",
+    [
+        # a reset right after the trap is set, before the TERM trap: refused
+        ("trap on_exit EXIT\n", "trap on_exit EXIT\ntrap - EXIT\n", 1),
+        # a reset before the trap is set, after a command that merely mentions it: harmless
+        ('exec >> "$LOG" 2>&1\n', 'exec >> "$LOG" 2>&1\necho on_exit EXIT\ntrap - EXIT\n', 0),
+        # the handler set again, to itself, in a function: harmless
+        (_FAIL, 'fail() { trap on_exit EXIT; stage failed "$1"; exit 1; }', 0),
+        # a function nobody calls (a word of echo is not a call): harmless
+        ("stage running\n", 'bad() { trap - EXIT; }\necho bad now\nstage running\n', 0),
+        # ... but one a TERM trap's handler calls is reached
+        ("stage running\n", "bad() { trap - EXIT; }\ntrap 'bad' USR2\nstage running\n", 1),
+    ],
+)
+def test_only_commands_the_script_can_run_outside_its_exit_trap_count_l12(old, new, findings):
+    """L12: where the trap is set, which traps' handlers run, and what is merely a word."""
+    body = TEMPLATE.replace(old, new, 1)
+    assert body != TEMPLATE
+
+    assert len(s.lint(body, "portraits")) == findings
+
+
+def test_a_recursive_rescue_that_never_exits_keeps_a_fetch_optional_l10():
+    """L10: `cmd || retry` where retry only calls itself never ends the script: optional
+    (and the walk through the recursion ends)."""
+    line = 'gsutil -q cp "$PREFIX/inputs/ref-3.png" "$WORK/inputs/" || again'
+    body = TEMPLATE.replace("stage running\n", f"again() {{ again; }}\n{line}\nstage running\n")
+
+    assert s.missing_inputs(body, ["ref-1.png", "ref-2.png"]) == []

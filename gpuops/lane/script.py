@@ -164,9 +164,8 @@ def _escapes(parsed: Parsed, handler: str) -> list[Finding]:
     subshell removes or replaces only the subshell's; ``kill`` of ``$$`` reaches the script
     from anywhere. Conditional or not: any one path that skips the power-off bills."""
     skip = {c.name for c in parse(handler).top}  # the handler's own functions may clear it
-    set_at = next(
-        (c.pos for c in parsed.top if c.name == "trap" and _trap_action(c) == (handler, True)),
-        0,
+    set_at = next(  # the trap that sets the handler (_exit_handler found it among these)
+        c.pos for c in parsed.top if c.name == "trap" and _trap_action(c) == (handler, True)
     )
     found: list[Finding] = []
     for where, command in _outside(parsed, skip):
@@ -197,7 +196,7 @@ def _outside(parsed: Parsed, skip: set[str]) -> list[tuple[str, Command]]:
         out.append((where, command))
         pending.extend((where, c) for c in command.inner)
         action = _trap_action(command) if command.name == "trap" else None
-        if action is not None and not action[1] and action[0] not in ("", "-"):
+        if action is not None and not action[1]:  # another signal's handler: it runs too
             pending.extend((f"the trap {action[0]!r}", c) for c in parse(action[0]).top)
         body = parsed.functions.get(command.name)
         if body is not None and command.name not in seen and command.name not in skip:

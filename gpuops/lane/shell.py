@@ -193,7 +193,7 @@ def _walk(node: Any, into: list[Command], conditional: bool) -> None:
             into[k] = dataclasses.replace(into[k], negated=not into[k].negated)
     elif kind in _REDIRECTS:  # a redirect of a compound statement
         _substitutions(node, into, conditional)
-    elif kind == "subshell" or kind == "pipeline" and sum(c.is_named for c in node.children) > 1:
+    elif kind in ("subshell", "pipeline"):  # tree-sitter's pipeline: two commands or more
         start = len(into)
         _statements(node.children, into, conditional)
         _mark(into, start, subshell=True)
