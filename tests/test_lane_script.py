@@ -667,3 +667,22 @@ def test_a_recursive_rescue_that_never_exits_keeps_a_fetch_optional_l10():
     body = TEMPLATE.replace("stage running\n", f"again() {{ again; }}\n{line}\nstage running\n")
 
     assert s.missing_inputs(body, ["ref-1.png", "ref-2.png"]) == []
+
+
+@pytest.mark.parametrize(
+    "old, new, findings",
+    [
+        (_FAIL, 'fail() { stage failed "$1"; trap 0; exit 1; }', 1),  # `trap 0` resets EXIT
+        (_FAIL, 'fail() { trap -- on_exit EXIT; stage failed "$1"; exit 1; }', 0),
+        (_FAIL, 'fail() { trap -l EXIT; stage failed "$1"; exit 1; }', 0),  # lists, no change
+        ("trap on_exit EXIT\n", "trap EXIT\ntrap on_exit EXIT\n", 0),  # reset, then set
+        ("trap on_exit EXIT\n", "trap '' EXIT\ntrap on_exit EXIT\n", 0),  # ignored, then set
+    ],
+)
+def test_each_spelling_of_trap_is_read_as_bash_reads_it_l12(old, new, findings):
+    """L12: `trap 0` is EXIT; `--` ends the options; `-l` and `-p` change nothing; a reset or
+    an ignore before the handler is set is not the handler."""
+    body = TEMPLATE.replace(old, new, 1)
+    assert body != TEMPLATE
+
+    assert len(s.lint(body, "portraits")) == findings
