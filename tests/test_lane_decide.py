@@ -611,3 +611,15 @@ def test_a_held_label_is_a_sign_of_a_claim_and_repair_takes_its_epoch_l13():
     assert d.repaired("L", "I", released, T0) == b.Board("L", "I", T0, revision=1, epoch=6)
     held_free_event = dataclasses.replace(released, label=d.VmClaim(6, True, _TOK))
     assert d.repaired("L", "I", held_free_event, T0).state == b.CLAIMED
+
+
+def test_a_refusal_says_whether_the_label_holds_or_released_its_claim_l13():
+    """L13: the refusal tells a released epoch from a held one and from an unreadable label."""
+    for vm, said in (
+        (d.VmClaim(4, False), "label says claim epoch 4 released:"),
+        (d.VmClaim(5, True, _TOK), "label says claim epoch 5 held:"),
+        (d.VmClaim(held=True, readable=False), "label says an unreadable claim:"),
+    ):
+        with pytest.raises(Refused) as refused:
+            d.check_epoch(MINE, vm)
+        assert said in str(refused.value)

@@ -220,13 +220,12 @@ def _kills_self(command: Command) -> bool:
     """``kill`` sending the script's own shell a signal it cannot catch (KILL, STOP)."""
     words = list(command.words[1:])
     signal = _DEFAULT_SIGNAL
-    if words[:1] and words[0] in _SIGNAL_FLAGS:  # kill -s KILL, kill -n 9
+    if words and words[0] in _SIGNAL_FLAGS:  # kill -s KILL, kill -n 9
         signal, words = "".join(words[1:2]), words[2:]
-    elif words[:1] and words[0].startswith("-") and words[0] not in _NOT_SIGNALS:
+    elif words and words[0].startswith("-") and words[0] not in _NOT_SIGNALS:
         signal, words = words[0][1:], words[1:]  # kill -9, kill -KILL, kill -SIGKILL
-    targets = words[1:] if words[:1] == ["--"] else words
-    own = _OWN_SHELL | (set() if command.subshell else _OWN_PROCESS)
-    return signal.upper().removeprefix("SIG") in _UNCATCHABLE and any(t in own for t in targets)
+    own = _OWN_SHELL | (set() if command.subshell else _OWN_PROCESS)  # `--` is none of these
+    return signal.upper().removeprefix("SIG") in _UNCATCHABLE and any(w in own for w in words)
 
 
 def _reachable(parsed: Parsed, handler: str) -> list[Command]:
