@@ -640,9 +640,11 @@ def test_salvage_reads_a_hand_edited_file_and_a_put_with_its_version_replaces_on
 
     salvaged = store.salvage("lane/b")
     assert salvaged is not None and salvaged.data == path.read_bytes()
+    assert salvaged.key == "lane/b" and salvaged.version.startswith("corrupt.")
     path.write_bytes(path.read_bytes() + b"edited again\n")
-    with pytest.raises(VersionConflict):
+    with pytest.raises(VersionConflict) as conflict:
         store.put("lane/b", b"repaired\n", salvaged.version)
+    assert (conflict.value.key, conflict.value.expected) == ("lane/b", salvaged.version)
     again = store.salvage("lane/b")
     assert again is not None
     store.put("lane/b", b"repaired\n", again.version)
