@@ -46,6 +46,9 @@ from gpuops.store.base import Store
 from gpuops.store.records import CAS_ATTEMPTS, NO_CHANGE, NoChange, Records
 
 METADATA_TRIES = 3
+# A VM on its way to TERMINATED: `lane watch` waits these out before it exits, so that a
+# `lane release` right after it is not refused (L1: released only once TERMINATED).
+POWERING_OFF = frozenset({"STOPPING", "PENDING_STOP"})
 
 
 @dataclass(frozen=True)
@@ -561,6 +564,13 @@ class Lane:
                 if verdict is d.Verdict.FAILED:
                     raise JobFailed(self._failure(job, status, missing))
                 return verdict
+            if verdict is d.Verdict.UNKNOWN and inst == d.TERMINATED and not (attempt or status):
+                raise StillRunning(
+                    f"job {job} was not started: the board has no attempt of it (lane "
+                    f"{board.lane} is {board.state}"
+                    + (f", job {board.job}" if board.job else "")
+                    + f"); nothing to watch: run `gpuops lane start --job {job}`"
+                )
             if verdict is d.Verdict.UNKNOWN and inst == d.TERMINATED:
                 stage = f"{shown[0]} {shown[1]}".strip() if shown else "no status file"
                 raise StillRunning(
@@ -604,11 +614,25 @@ class Lane:
         return d.parse_status(raw.decode("utf-8", "replace")) if raw is not None else None
 
     def _await_power_off(self, job: str, verdict: d.Verdict, status: d.Status | None) -> None:
-        """After the job's end, its script powers the VM off; if it never does, say so loudly
-        (gpuops never stops it, L1): a billing alarm, exit 5 (succeeded) or 6 (failed)."""
+        """After the job's end, its script powers the VM off; watch waits until TERMINATED
+        (through STOPPING), so the release that follows is not refused. If it never powers
+        off, say so loudly (gpuops never stops it, L1): a billing alarm, exit 5 (succeeded)
+        or 6 (failed)."""
         ended = self.gcs.updated(f"jobs/{job}/status")
+        stopping_since: float | None = None
         while True:
             inst = self.gce.get(self.config.instance).status_raw
+            if inst in POWERING_OFF:  # not yet TERMINATED: a release now would be refused
+                stopping_since = self.clock.wall() if stopping_since is None else stopping_since
+                if self.clock.wall() - stopping_since >= timing.GCE_OPERATION_TIMEOUT_S:
+                    raise StillRunning(
+                        f"job {job} ended ({verdict.value}) but instance "
+                        f"{self.config.instance} stayed {inst} for "
+                        f"{timing.GCE_OPERATION_TIMEOUT_S:g} s; watch again for TERMINATED"
+                    )
+                self.progress(f"{job}: {verdict.value}; instance is {inst}, waiting for TERMINATED")
+                self.clock.sleep(timing.LANE_POLL_S)
+                continue
             if inst not in d.BOOTING:
                 return
             if d.billing_alarm(verdict, inst, ended, self.clock.wall()):
