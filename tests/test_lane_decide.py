@@ -623,3 +623,13 @@ def test_a_refusal_says_whether_the_label_holds_or_released_its_claim_l13():
         with pytest.raises(Refused) as refused:
             d.check_epoch(MINE, vm)
         assert said in str(refused.value)
+
+
+def test_an_unreadable_claim_journal_is_a_sign_and_repair_names_no_owner_l12():
+    """L12: a journal that does not read is a sign of a claim, never freedom; repair rebuilds
+    a held line whose owner and job are unknown."""
+    ev = d.Evidence("TERMINATED", journal_unreadable=True)
+
+    assert d.claim_signs(ev) == ["the lane's claim journal is unreadable"]
+    board = d.repaired("L", "I", ev, T0)
+    assert (board.state, board.owner, board.job) == (b.CLAIMED, "unknown", "unknown")

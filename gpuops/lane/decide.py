@@ -236,6 +236,7 @@ class Evidence:
     event_revision: int = 0
     event_age_s: float | None = None
     label: VmClaim | None = None  # the claim the instance's label records (L13)
+    journal_unreadable: bool = False  # the claim journal is there but does not read
 
 
 def claim_signs(ev: Evidence) -> list[str]:
@@ -249,6 +250,8 @@ def claim_signs(ev: Evidence) -> list[str]:
         signs.append(f"its metadata holds attempt {ev.metadata_attempt}")
     if ev.label is not None and ev.label.held:
         signs.append(f"its label holds {_said(ev.label)}")
+    if ev.journal_unreadable:
+        signs.append("the lane's claim journal is unreadable")
     if ev.event_age_s is not None and ev.event_age_s < timing.STALE_CLAIM_S:
         signs.append(
             f"a lane event {ev.event_age_s:.0f} s ago left it {ev.event_state or 'held'}"

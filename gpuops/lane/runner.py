@@ -174,7 +174,7 @@ class Lane:
             found = self.store.get(self.journal_key)
             entry = None if found is None else JOURNAL.decode(found.key, found.data)
         except CorruptState:
-            return dataclasses.replace(ev, event_state=b.CLAIMED, event_age_s=0.0)
+            return dataclasses.replace(ev, journal_unreadable=True)
         if entry is None:
             return ev
         return dataclasses.replace(
