@@ -92,6 +92,12 @@ RULES: tuple[Rule, ...] = (
         "A watcher timing out is not a job failure; status file and results decide.",
         IMPLEMENTED,
         "tests/test_lane_incidents.py::test_a_watcher_timeout_is_not_a_failure_and_the_job_finishes_l9",
+        scope="success needs the status file of this attempt and its results manifest checked "
+        "against the bucket (each result's size, and md5 where storage keeps one); the "
+        "template's checked upload and manifest are required by the linter and shown against "
+        "FakeGCE's scripted storage outage "
+        "(tests/test_lane_results.py::test_a_storage_outage_during_the_results_upload_ends_the_job_failed_not_succeeded_l9); "
+        "a script that writes a false manifest is not detected",
     ),
     Rule(
         "L10",
@@ -100,7 +106,8 @@ RULES: tuple[Rule, ...] = (
         "tests/test_lane_incidents.py::test_a_reused_script_is_refused_until_its_inputs_are_staged_then_runs_l10",
         scope="any command reading a literal `inputs/NAME` path (an argument, a substitution, "
         "an input redirect) on every path of the parsed script (constant tests, negated ones "
-        "too, are no condition; function calls followed); a name built at "
+        "too, are no condition; function calls followed; a fetch whose `||` ends the script "
+        "counts); a name built at "
         "run time counts as missing; a read inside a program the script runs (python) is not "
         "seen",
     ),
@@ -119,9 +126,13 @@ RULES: tuple[Rule, ...] = (
         "script powers the VM off on every path.",
         IMPLEMENTED,
         "tests/test_lane_l12.py::test_a_board_moved_away_leaves_the_lane_refused_until_repair_restores_the_claim_l12",
-        scope="the board's absence is judged from the instance, its metadata and the local "
-        "event log (events another host wrote are not seen); the EXIT-trap power-off is "
-        "required by the linter and shown on every path in FakeGCE's real boots; a script "
+        scope="the board's absence is judged from the instance, its metadata, its claim "
+        "label and the claim journal beside the board in the shared store (every host reads "
+        "both; the journal's age compares the writer's clock with the reader's, hours apart "
+        "from the threshold); repair keeps a corrupt board's "
+        "raw bytes and names no owner the evidence does not; the EXIT-trap power-off is "
+        "required by the linter, which refuses a path that leaves without the trap (trap - "
+        "EXIT, exec, kill -9 $$), and shown on every path in FakeGCE's real boots; a script "
         "installed around gpuops is flagged (billing alarm in watch and board --live) and "
         "stopped by GCE's maxRunDuration, modelled from the API reference, not yet observed",
     ),
@@ -130,6 +141,14 @@ RULES: tuple[Rule, ...] = (
         "The claim is fenced on the VM itself: an epoch in an instance label under its "
         "fingerprint; install and start act only under the current epoch; L12's evidence "
         "lives in the shared state.",
+        IMPLEMENTED,
+        "tests/test_lane_epoch.py::test_a_claim_from_a_stale_board_cannot_install_over_the_current_claim_l13",
+        scope="claim writes `gpuops-claim=<epoch>-held-<token>` by setLabels under the label "
+        "fingerprint (FakeGCE's 412, reconstructed, not captured) and release frees it; install "
+        "and start check the label before each metadata write and the start, but GCE has no "
+        "write that is conditional on both labels and metadata, so a claim moving between "
+        "that check and the write is not fenced; the L12 evidence in the shared state is the "
+        "label and the claim journal (tests/test_lane_epoch.py)",
     ),
     Rule(
         "M1",

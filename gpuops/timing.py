@@ -81,6 +81,11 @@ POWEROFF_GRACE_S = 180.0
 # the instance this long after it starts (scheduling.maxRunDuration, a second layer after the
 # script's own power-off). Six hours: longer than the seed's longest batch.
 DEFAULT_MAX_RUN_S = 21600.0
+# GCE's documented bounds for scheduling.maxRunDuration: 30 s to 120 days. A ceiling outside
+# them is refused (HTTP 400) by GCE, so `lane install` refuses it first (exit 2).
+GCE_MIN_RUN_S = 30.0
+# ... and the longest: 120 days.
+GCE_MAX_RUN_S = 10368000.0
 
 # --- market selection and probing (M1, M2, M12) --------------------------------------------
 # A machine that failed a probe on a real host fault stays out of the pool this long (M2).

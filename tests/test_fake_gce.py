@@ -356,3 +356,96 @@ def test_each_write_makes_a_new_generation_on_the_fake_clock():
 
     assert first < same_instant < later and later - first >= 1_000_000
     assert fake.live("a").metageneration == 1
+
+
+def test_a_scripted_storage_outage_refuses_writes_under_its_prefix_for_its_time_l9():
+    """H4/L9: lane.gcs_write_outage_* answers every write under the prefix with GCS's 503
+    (backendError) for that many fake seconds from the first such write; other names, and
+    the same name afterwards, are written."""
+    import json
+
+    fake, clock = _fake(gcs_write_outage_prefix="jobs/j/results/", gcs_write_outage_s=30.0)
+
+    def write(name: str) -> int:
+        query = {"uploadType": "media", "name": name}
+        reply = dispatch(fake, Request("POST", "/upload/storage/v1/b/gpuops-lane-jobs/o", query, {}, b"x"))
+        if reply.status != 200:
+            assert json.loads(reply.body)["error"]["errors"][0]["reason"] == "backendError"
+        return reply.status
+
+    first = write("jobs/j/results/a.png")
+    clock.advance(29.0)
+    during = write("jobs/j/results/b.png")
+    elsewhere = write("jobs/j/status")
+    clock.advance(1.0)
+    after = write("jobs/j/results/a.png")
+
+    assert (first, during, elsewhere, after) == (503, 503, 200, 200)
+    assert sorted(fake.objects) == ["jobs/j/results/a.png", "jobs/j/status"]
+    assert parse_lane({"gcs_write_outage_prefix": "jobs/"}).gcs_write_outage_prefix == "jobs/"
+
+
+@pytest.mark.parametrize(
+    "duration, status",
+    [
+        ({"seconds": "0"}, 400),
+        ({"seconds": "29"}, 400),
+        ({"seconds": "29", "nanos": 999999999}, 400),
+        ({"seconds": "30"}, 200),
+        ({"seconds": str(120 * 86400)}, 200),
+        ({"seconds": str(120 * 86400 + 1)}, 400),
+        ({"seconds": "soon"}, 400),
+    ],
+)
+def test_set_scheduling_refuses_a_max_run_duration_outside_thirty_seconds_to_120_days_l12(
+    duration, status
+):
+    """H4/L12: GCE documents maxRunDuration as 30 s to 120 days; outside them setScheduling is
+    a 400 and the instance keeps its ceiling (a 0 never silently removes it)."""
+    import json
+
+    fake, _ = _fake()
+    fake.set_scheduling(3600.0, "STOP")
+    path = "/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane/setScheduling"
+    body = json.dumps({"maxRunDuration": duration, "instanceTerminationAction": "STOP"}).encode()
+
+    reply = dispatch(fake, Request("POST", path, {}, {}, body))
+
+    assert reply.status == status
+    if status == 400:
+        assert fake.max_run_s == 3600.0
+        assert json.loads(reply.body)["error"]["code"] == 400
+    else:
+        assert fake.max_run_s == float(duration["seconds"])
+
+
+def test_set_labels_is_a_compare_and_swap_on_the_label_fingerprint_l13():
+    """H4/L13: setLabels with the current labelFingerprint replaces the labels and moves the
+    fingerprint; with a stale one it is GCE's 412 conditionNotMet and nothing changes; labels
+    that break GCE's rules are a 400; get shows labels and labelFingerprint."""
+    import json
+
+    fake, _ = _fake()
+    base = "/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane"
+
+    def get() -> dict:
+        return json.loads(dispatch(fake, Request("GET", base, {}, {})).body)
+
+    def set_labels(labels: object, fp: str) -> tuple[int, dict]:
+        body = json.dumps({"labels": labels, "labelFingerprint": fp}).encode()
+        reply = dispatch(fake, Request("POST", base + "/setLabels", {}, {}, body))
+        return reply.status, json.loads(reply.body)
+
+    first = get()
+    ok, _ = set_labels({"gpuops-claim": "1-held-abcdef12"}, first["labelFingerprint"])
+    stale, refusal = set_labels({"gpuops-claim": "1-held-00000000"}, first["labelFingerprint"])
+    bad = [set_labels(labels, get()["labelFingerprint"])[0] for labels in (
+        {"Gpuops": "x"}, {"gpuops-claim": "UPPER"}, {"k": "x" * 64}, {"1k": "x"},
+        {f"k{i}": "" for i in range(65)},
+    )]  # fmt: skip
+    after = get()
+
+    assert "labels" not in first and first["labelFingerprint"] != after["labelFingerprint"]
+    assert ok == 200 and stale == 412 and bad == [400] * 5
+    assert refusal["error"]["errors"][0]["reason"] == "conditionNotMet"
+    assert after["labels"] == {"gpuops-claim": "1-held-abcdef12"} == fake.labels

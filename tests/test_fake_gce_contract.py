@@ -316,3 +316,29 @@ def test_resumable_uploads_work_in_the_real_storage_client_h4(monkeypatch):
 
     assert fake.objects["one"] == b"x" * 10 and back == big and fake.objects["many"] == big
     assert fake.uploads == {}
+
+
+def test_set_labels_under_a_stale_label_fingerprint_is_412_in_the_real_client_l13():
+    """H4/L13: google-cloud-compute's own set_labels with the current labelFingerprint
+    replaces the labels (the instance shows them and a new fingerprint); with the fingerprint
+    read before that write it is the recorded 412 (PreconditionFailed), and nothing changes."""
+    import pytest
+    from google.api_core import exceptions as gx
+
+    fake, _ = _start_fake()
+    compute_v1, instances, _ = _clients()
+    with activate(fake, COMPUTE):
+        first = instances.get(**WHERE).label_fingerprint
+        request = compute_v1.InstancesSetLabelsRequest(
+            label_fingerprint=first, labels={"gpuops-claim": "1-held-abcdef12"}
+        )
+        instances.set_labels(**WHERE, instances_set_labels_request_resource=request)
+        after = instances.get(**WHERE)
+        stale = compute_v1.InstancesSetLabelsRequest(
+            label_fingerprint=first, labels={"gpuops-claim": "1-held-00000000"}
+        )
+        with pytest.raises(gx.PreconditionFailed, match="Labels fingerprint"):
+            instances.set_labels(**WHERE, instances_set_labels_request_resource=stale)
+
+    assert dict(after.labels) == {"gpuops-claim": "1-held-abcdef12"} == fake.labels
+    assert after.label_fingerprint != first

@@ -295,3 +295,45 @@ def test_gcs_reads_an_update_time_without_an_offset_as_utc_and_a_bad_one_as_drif
             gcs.updated("a")
 
     assert when == 1796031002.113
+
+
+def test_gcs_objects_give_each_results_size_and_md5_and_refuse_one_that_does_not_read_l9():
+    """L9: the results check reads each object's documented `size` and `md5Hash` (base64,
+    shown as hex); without an md5Hash the md5 is None; a size that is not a number is an
+    unexpected answer, never a guess."""
+    from gpuops.errors import UnexpectedResponse
+
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane", endpoint=BASE)
+    item = _body("list_objects", "gcs")["items"][0]
+    url = f"{BASE}/storage/v1/b/gpuops-lane-jobs/o"
+    with responses.RequestsMock() as mock:
+        mock.add(load_recording("gcs", "list_objects").to_response(BASE))
+        mock.get(url, json={"items": [{**item, "md5Hash": "DMF1ucDxtqgxw5niaXcmYQ=="}]})
+        mock.get(url, json={"items": [{**item, "size": "big"}]})
+        recorded = gcs.objects("jobs/portraits/inputs/")
+        with_md5 = gcs.objects("jobs/portraits/inputs/")
+        with pytest.raises(UnexpectedResponse, match="size 'big'"):
+            gcs.objects("jobs/portraits/inputs/")
+
+    assert recorded == {"jobs/portraits/inputs/ref-1.png": (48211, None)}
+    assert with_md5 == {"jobs/portraits/inputs/ref-1.png": (48211, "0cc175b9c0f1b6a831c399e269772661")}
+
+
+def test_the_adapter_reads_labels_and_a_stale_label_fingerprint_is_a_version_conflict_l13(gce):
+    """L13: `labels` and `labelFingerprint` of an instance body; setLabels answered with the
+    recorded 412 is a VersionConflict (re-read, decide again), never a blind overwrite."""
+    from gpuops.errors import UnexpectedResponse, VersionConflict
+
+    body = _body("instance_get_terminated")
+    body.update(labels={"gpuops-claim": "3-free"}, labelFingerprint="42WmSpB8rSM=")
+    with responses.RequestsMock() as mock:
+        mock.get(f"{BASE}/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane", json=body)
+        mock.add(load_recording("gce", "set_labels_412").to_response(BASE))
+        found = gce.get("gpu-lane")
+        with pytest.raises(VersionConflict):
+            gce.set_labels("gpu-lane", {"gpuops-claim": "4-held-abcdef12"}, "stale=")
+
+    assert found.labels == {"gpuops-claim": "3-free"} and found.label_fingerprint == "42WmSpB8rSM="
+    assert parse_instance({**body, "labels": None}).labels == {}
+    with pytest.raises(UnexpectedResponse):
+        parse_instance({**body, "labels": {"gpuops-claim": 3}})

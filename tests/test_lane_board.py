@@ -43,13 +43,14 @@ def test_a_board_round_trips_through_its_state_line(board):
 
 
 def test_the_state_line_has_every_field_in_order():
-    """L3: lane, state, owner, job, attempt, instance, since and revision, machine-readable."""
+    """L3/L13: lane, state, owner, job, attempt, instance, since, revision and the claim's
+    epoch, machine-readable."""
     line = b.state_line(_held(state=b.STARTING, attempt=2, boot="b1"))
 
     assert line == (
         "lane=gpu-lane state=starting owner=alice job=portraits attempt=2 stockouts=0 "
         "instance=gpu-lane since=2026-11-30T09:13:05Z claimed=2026-11-30T09:13:05Z "
-        "started=- boot=b1 revision=1"
+        "started=- boot=b1 revision=1 epoch=1"
     )
 
 
@@ -305,9 +306,28 @@ def test_release_needs_the_claimant_and_a_terminated_instance_l1():
     with pytest.raises(Refused) as not_yours:
         b.release(running, "bob", "portraits", True, T0 + 999)
 
-    assert freed == dataclasses.replace(FREE, since=T0 + 999, revision=running.revision + 1)
+    assert freed == dataclasses.replace(
+        FREE, since=T0 + 999, revision=running.revision + 1, epoch=running.epoch
+    )
     assert not_off.value.rule == "L1" and not_yours.value.rule == "L3"
     assert str(not_off.value) == (
         "refused (L1): instance gpu-lane is not TERMINATED: the lane is released only after "
         "the job powers the instance off (gpuops never stops it)"
     )
+
+
+def test_a_claim_carries_its_epoch_and_the_line_reads_it_back_strictly_l13():
+    """L13: claim takes the given epoch (by default one past the board's), release keeps it,
+    and the state line's epoch is a plain number or the line is corrupt."""
+    claimed = b.claim(FREE, "alice", "portraits", T0 + 1, 7)
+    default = b.claim(dataclasses.replace(FREE, epoch=3), "alice", "portraits", T0 + 1)
+    freed = b.release(claimed, "alice", "portraits", True, T0 + 2)
+    line = b.state_line(claimed)
+
+    assert (claimed.epoch, default.epoch, freed.epoch) == (7, 4, 7)
+    assert line.endswith(" epoch=7") and b.parse(line + "\n")[0] == claimed
+    for bad in ("epoch=07", "epoch=-1", "epoch=x", "epoch="):
+        with pytest.raises(CorruptState):
+            b.parse(line.replace("epoch=7", bad) + "\n")
+    with pytest.raises(CorruptState):
+        b.parse(line.replace(" epoch=7", "") + "\n")

@@ -7,7 +7,7 @@ from gpuops.cli_lane import _print_board
 VIEW = {
     "state_line": "lane=gpu-lane state=claimed owner=alice job=v attempt=9 stockouts=8 "
     "instance=gpu-lane since=2026-11-30T19:00:00Z claimed=2026-11-30T09:00:00Z started=- "
-    "boot=- revision=19",
+    "boot=- revision=19 epoch=3",
     "stale": True,
     "held_s": 36000.0,
     "status": "TERMINATED",

@@ -171,3 +171,28 @@ def test_fakes_serve_exiting_leaves_no_boot_process_behind(tmp_path):
 
     assert running, "the boot should be running its job before the fakes exit"
     assert _boot_processes(served.env["GPUOPS_GCE_ENDPOINT"]) == []
+
+
+@pytest.mark.parametrize("hours", ["0.0001", "3000"])
+def test_lane_install_refuses_max_hours_outside_gces_bounds_with_exit_2_l12(tmp_path, hours):
+    """L12: `--max-hours 0.0001` (0 s once rounded) and `--max-hours 3000` (125 days) are
+    refused with exit 2 before anything is sent: the endpoints here refuse every connection,
+    so any call would end in exit 4, not 2."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
+    env.update(
+        GPUOPS_STATE=str(tmp_path / "state"),
+        XDG_STATE_HOME=str(tmp_path),
+        GPUOPS_GCE_ENDPOINT="http://127.0.0.1:9",
+        STORAGE_EMULATOR_HOST="http://127.0.0.1:9",
+        GPUOPS_LANE_PROJECT="gpuops-lane",
+        GPUOPS_LANE_ZONE="us-central1-b",
+        GPUOPS_LANE_INSTANCE="gpu-lane",
+        GPUOPS_LANE_BUCKET="gpuops-lane-jobs",
+    )
+
+    done = gpuops(env, "alice", "lane", "install", "--job", "p", "--max-hours", hours, str(script))
+
+    assert done.returncode == 2, done.stderr
+    assert "--max-hours" in done.stderr and "30 s to 120 days" in done.stderr

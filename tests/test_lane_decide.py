@@ -127,7 +127,7 @@ def test_the_status_file_is_parsed_strictly(text, parsed):
 def test_the_job_is_judged_by_this_attempts_status_file_l9(status, attempt, instance, verdict):
     """L9: success and failure come from the status file of this attempt; a TERMINATED
     instance without an end is unknown, never failed."""
-    assert d.job_verdict(status, attempt, instance) is verdict
+    assert d.job_verdict(status, attempt, instance, missing=()) is verdict
 
 
 @pytest.mark.fault(
@@ -347,7 +347,7 @@ def test_a_billing_alarm_needs_an_ended_job_and_a_vm_still_up_past_the_grace_l12
 @pytest.mark.parametrize(
     "given, declared, seconds",
     [(None, None, timing.DEFAULT_MAX_RUN_S), (None, 2.5, 9000.0), (1.0, 2.5, 3600.0),
-     (0.0004, None, 1.0), (None, 0.0001, 0.0)],
+     (0.0084, None, 30.0), (None, 2880.0, 10368000.0), (0.01, 0.0001, 36.0)],
 )
 def test_the_run_ceiling_is_the_flag_else_the_declared_length_else_the_default(
     given, declared, seconds
@@ -356,3 +356,280 @@ def test_the_run_ceiling_is_the_flag_else_the_declared_length_else_the_default(
     got = d.run_ceiling_s(given, declared)
 
     assert got == seconds and type(got) is float
+
+
+_A = "0cc175b9c0f1b6a831c399e269772661"  # md5 of b"a"
+_B = "92eb5ffee6ae2fec3ad71c777531578f"  # md5 of b"b"
+
+
+@pytest.mark.parametrize(
+    "manifest, stored, missing",
+    [
+        (f"gpuops-manifest b1 2\n{_A} 1 a.png\n{_B} 1 sub/b b.txt\n", {"a.png": (1, _A), "sub/b b.txt": (1, _B)}, []),
+        (f"gpuops-manifest b1 1\n{_A} 1 a.png\n", {"a.png": (1, None)}, []),
+        ("gpuops-manifest b1 0\n", {}, []),
+        (None, {}, ["no results manifest in storage"]),
+        ("", {}, ["the results manifest has no header line"]),
+        ("gpuops-manifest b1\n", {}, ["the results manifest has no header line"]),
+        ("gpuops-manifest b1 x\n", {}, ["the results manifest has no header line"]),
+        ("manifest b1 0\n", {}, ["the results manifest has no header line"]),
+        ("gpuops-manifest b0 0\n", {}, ["the results manifest is attempt b0's, not this attempt's"]),
+        (f"gpuops-manifest b1 1\n{_A} 1 a.png\n", {}, ["results/a.png is not in storage"]),
+        (f"gpuops-manifest b1 1\n{_A} 1 a.png\n", {"a.png": (0, _A)}, ["results/a.png is 0 bytes in storage, not 1"]),
+        (f"gpuops-manifest b1 1\n{_A} 1 a.png\n", {"a.png": (1, _B)}, ["results/a.png in storage is not the file uploaded (md5)"]),
+        (f"gpuops-manifest b1 2\n{_A} 1 a.png\n", {"a.png": (1, _A)}, ["the manifest counts 2 results but lists 1"]),
+        (f"gpuops-manifest b1 1\n{_A} one a.png\n", {}, ["an unreadable manifest line " + repr(f"{_A} one a.png")]),
+        (f"gpuops-manifest b1 1\n{_A[:-1]} 1 a.png\n", {}, ["an unreadable manifest line " + repr(f"{_A[:-1]} 1 a.png")]),
+        (f"gpuops-manifest b1 1\n{_A} 1\n", {}, ["an unreadable manifest line " + repr(f"{_A} 1")]),
+        ("gpuops-manifest  b1 0\n", {}, ["the results manifest has no header line"]),
+        (f"gpuops-manifest b1 1\n{_A}  1 a.png\n", {}, ["an unreadable manifest line " + repr(f"{_A}  1 a.png")]),
+        (f"gpuops-manifest b1 1\n{_A} 1 a.png\n", {"a.png": (1, _A), "b.png": (1, _A)}, []),
+        (f"gpuops-manifest b1 2\nx {'y' * 90}\nz\n", {}, ["an unreadable manifest line " + repr(f"x {'y' * 78}"), "an unreadable manifest line 'z'"]),
+    ],
+)
+def test_results_are_missing_unless_storage_holds_each_one_this_attempts_manifest_names_l9(
+    manifest, stored, missing
+):
+    """L9: the manifest of this attempt, checked against the bucket's sizes and md5s."""
+    have = {name: d.StoredResult(size, md5) for name, (size, md5) in stored.items()}
+    data = None if manifest is None else manifest.encode()
+
+    assert d.results_missing(data, "b1", have) == missing
+
+
+def test_a_manifest_that_is_not_utf8_is_unreadable_not_a_crash_l9():
+    """L9: bytes that are not UTF-8 (a cut or foreign file) read as a manifest with no header."""
+    assert d.results_missing(b"\xffgpuops-manifest b1 0\n", "b1", {}) == [
+        "the results manifest has no header line"
+    ]
+    assert d.results_missing(b"gpuops-manifest b1 1\n\xff 1 a\n", "b1", {}) == [
+        "an unreadable manifest line '\ufffd 1 a'"
+    ]
+
+
+def test_a_status_that_says_succeeded_is_failed_while_a_result_is_missing_l9():
+    """L9: the status file alone never makes a success: storage must agree."""
+    status = d.Status("succeeded", "b1", "")
+
+    assert d.job_verdict(status, "b1", "TERMINATED", missing=["x"]) is d.Verdict.FAILED
+    assert d.job_verdict(status, "b1", "TERMINATED", missing=[]) is d.Verdict.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    "scheduling, ok",
+    [
+        ({"maxRunDuration": {"seconds": "3600"}, "instanceTerminationAction": "STOP"}, True),
+        ({"maxRunDuration": {"seconds": "30"}, "instanceTerminationAction": "STOP"}, True),
+        ({"maxRunDuration": {"seconds": "10368000"}, "instanceTerminationAction": "STOP"}, True),
+        ({"maxRunDuration": {"seconds": "29"}, "instanceTerminationAction": "STOP"}, False),
+        ({"maxRunDuration": {"seconds": "10368001"}, "instanceTerminationAction": "STOP"}, False),
+        ({"maxRunDuration": {"seconds": "x"}, "instanceTerminationAction": "STOP"}, False),
+        ({"maxRunDuration": {}, "instanceTerminationAction": "STOP"}, False),
+        ({"maxRunDuration": "3600", "instanceTerminationAction": "STOP"}, False),
+        ({"maxRunDuration": {"seconds": "3600"}, "instanceTerminationAction": "DELETE"}, False),
+        ({"maxRunDuration": {"seconds": "3600"}}, False),
+        ({"onHostMaintenance": "TERMINATE"}, False),
+    ],
+)
+def test_a_start_needs_a_run_ceiling_in_gces_bounds_that_stops_the_vm_l12(scheduling, ok):
+    """L12/L1: maxRunDuration within 30 s to 120 days and instanceTerminationAction STOP."""
+    if ok:
+        d.check_run_ceiling(scheduling)
+    else:
+        with pytest.raises(Refused) as refused:
+            d.check_run_ceiling(scheduling)
+        assert refused.value.rule == "L12" and "run ceiling is not set" in str(refused.value)
+        assert str(refused.value).endswith(
+            "never did; run `gpuops lane install` again, which sets it"
+        )
+
+
+@pytest.mark.parametrize(
+    "given, declared, where",
+    [(0.0001, None, "--max-hours 0.0001 is 0 s"), (3000.0, 1.0, "--max-hours 3000 is"),
+     (None, 2880.001, "the script's `# gpuops: max-hours` 2880 is 10368004 s")],
+)
+def test_a_run_ceiling_outside_gces_bounds_is_a_usage_error_naming_its_source_l12(
+    given, declared, where
+):
+    """L12: GCE refuses such a maxRunDuration, so gpuops does first (exit 2)."""
+    from gpuops.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        d.run_ceiling_s(given, declared)
+
+    assert where in str(refused.value) and "30 s to 120 days" in str(refused.value)
+
+
+# --- L13: the claim fenced on the VM ------------------------------------------------------
+_TOK = d.holder_token("alice", "p")
+
+
+@pytest.mark.parametrize(
+    "labels, claim",
+    [
+        ({}, d.VmClaim()),
+        ({"other": "x"}, d.VmClaim()),
+        ({d.CLAIM_LABEL: "0-free"}, d.VmClaim(0, False, "")),
+        ({d.CLAIM_LABEL: "7-free"}, d.VmClaim(7, False, "")),
+        ({d.CLAIM_LABEL: f"12-held-{_TOK}"}, d.VmClaim(12, True, _TOK)),
+        ({d.CLAIM_LABEL: "07-free"}, d.VmClaim(held=True, readable=False)),
+        ({d.CLAIM_LABEL: "7-held-"}, d.VmClaim(held=True, readable=False)),
+        ({d.CLAIM_LABEL: "7-held-ABCDEF12"}, d.VmClaim(held=True, readable=False)),
+        ({d.CLAIM_LABEL: "7-heldx-abcdef12"}, d.VmClaim(held=True, readable=False)),
+        ({d.CLAIM_LABEL: "free"}, d.VmClaim(held=True, readable=False)),
+        ({d.CLAIM_LABEL: "7-free "}, d.VmClaim(held=True, readable=False)),
+    ],
+)
+def test_the_claim_label_is_read_strictly_and_an_unreadable_one_is_held_l13(labels, claim):
+    """L13/L12: `<epoch>-free` or `<epoch>-held-<token>`; anything else is held by nobody
+    known, never free."""
+    assert d.vm_claim(labels) == claim
+
+
+def test_a_holder_token_is_eight_hex_digits_of_owner_and_job_l13():
+    """L13: label values allow only lower-case letters, digits, _ and -: a token, not names."""
+    import hashlib
+
+    assert _TOK == hashlib.sha256(b"alice\np").hexdigest()[:8]
+    assert d.holder_token("alice", "q") != _TOK and d.holder_token("alicep", "") != _TOK
+    assert d.claim_label(3, _TOK) == f"3-held-{_TOK}" and d.claim_label(3, None) == "3-free"
+    assert d.vm_claim({d.CLAIM_LABEL: d.claim_label(3, _TOK)}) == d.VmClaim(3, True, _TOK)
+
+
+FREE = b.Board("gpu-lane", "gpu-lane", T0, epoch=4)
+
+
+@pytest.mark.parametrize(
+    "vm, epoch",
+    [
+        (d.VmClaim(), 5),
+        (d.VmClaim(4, False), 5),
+        (d.VmClaim(9, False), 10),
+        (d.VmClaim(9, True, _TOK), 9),  # alice's own claim whose board write was lost
+    ],
+)
+def test_a_claim_takes_one_past_the_board_and_the_label_or_resumes_its_own_l13(vm, epoch):
+    """L13: the next epoch; a label holding this very claim (same owner and job) resumes it."""
+    assert d.claim_epoch(FREE, vm, "alice", "p") == epoch
+
+
+@pytest.mark.parametrize(
+    "vm, said",
+    [
+        (d.VmClaim(9, True, d.holder_token("bob", "v")), "claim epoch 9 held"),
+        (d.VmClaim(4, True, _TOK), "claim epoch 4 held"),  # not past the board: not resumed
+        (d.VmClaim(3, True, _TOK), "claim epoch 3 held"),
+        (d.VmClaim(held=True, readable=False), "an unreadable claim"),
+    ],
+)
+def test_a_label_holding_another_claim_refuses_a_claim_of_a_free_board_l13(vm, said):
+    """L13: the board says free but the VM says held: the board is stale, rebuilt or lost."""
+    with pytest.raises(Refused) as refused:
+        d.claim_epoch(FREE, vm, "alice", "p")
+
+    assert refused.value.rule == "L13"
+    assert str(refused.value) == (
+        f"refused (L13): lane gpu-lane: the board says free, but instance gpu-lane's label says "
+        f"{said}: the board is stale, rebuilt or lost, so it cannot hand out the VM; run "
+        "`gpuops lane repair`"
+    )
+
+
+MINE = dataclasses.replace(HELD, epoch=4)
+
+
+@pytest.mark.parametrize(
+    "vm, ok",
+    [
+        (d.VmClaim(4, True, _TOK), True),
+        (d.VmClaim(5, True, _TOK), False),
+        (d.VmClaim(3, True, _TOK), False),
+        (d.VmClaim(4, False), False),
+        (d.VmClaim(4, True, d.holder_token("bob", "p")), False),
+        (d.VmClaim(4, True, _TOK, readable=False), False),
+        (d.VmClaim(), False),
+    ],
+)
+def test_install_and_start_act_only_while_the_label_holds_this_boards_claim_l13(vm, ok):
+    """L13: the epoch, the holder and a held, readable label must all agree with the board."""
+    if ok:
+        d.check_epoch(MINE, vm)
+        return
+    with pytest.raises(Refused) as refused:
+        d.check_epoch(MINE, vm)
+    assert refused.value.rule == "L13"
+    assert str(refused.value).startswith(
+        "refused (L13): lane gpu-lane: this claim is epoch 4 ('alice', job 'p'), but instance "
+        "gpu-lane's label says "
+    )
+    assert str(refused.value).endswith(
+        ": a claim from a stale, repaired or lost board cannot take the VM"
+    )
+
+
+@pytest.mark.parametrize(
+    "vm, written",
+    [
+        (d.VmClaim(4, True, _TOK), "4-free"),
+        (d.VmClaim(4, False), None),  # already released: the board is next
+    ],
+)
+def test_a_release_frees_this_claims_label_once_l13(vm, written):
+    """L13: the label goes to `<epoch>-free`; a rerun after that writes nothing."""
+    assert d.release_label(MINE, vm) == written
+
+
+@pytest.mark.parametrize(
+    "vm", [d.VmClaim(5, False), d.VmClaim(5, True, _TOK), d.VmClaim(held=True, readable=False)]
+)
+def test_a_release_never_frees_another_claims_label_l13(vm):
+    """L13: a stale board's release must not free the label of the claim after it."""
+    with pytest.raises(Refused) as refused:
+        d.release_label(MINE, vm)
+
+    assert refused.value.rule == "L13"
+
+
+def test_a_held_label_is_a_sign_of_a_claim_and_repair_takes_its_epoch_l13():
+    """L12/L13: the label is evidence on every host; a repaired board carries its epoch, and
+    an owner only when the label's holder is that owner."""
+    ev = d.Evidence(
+        "TERMINATED", event_state="claimed", event_owner="alice", event_job="p",
+        event_age_s=9.0, label=d.VmClaim(6, True, _TOK),
+    )
+    other = dataclasses.replace(ev, label=d.VmClaim(6, True, d.holder_token("bob", "p")))
+    blind = dataclasses.replace(ev, label=d.VmClaim(held=True, readable=False))
+    released = d.Evidence("TERMINATED", event_state="free", event_age_s=9.0, label=d.VmClaim(6))
+
+    assert "its label holds claim epoch 6 held" in d.claim_signs(ev)
+    assert "its label holds an unreadable claim" in d.claim_signs(blind)
+    assert d.claim_signs(released) == ["a lane event 9 s ago left it free"]
+    assert (d.repaired("L", "I", ev, T0).owner, d.repaired("L", "I", ev, T0).epoch) == ("alice", 6)
+    assert d.repaired("L", "I", other, T0).owner == d.UNKNOWN_OWNER
+    assert d.repaired("L", "I", blind, T0).owner == d.UNKNOWN_OWNER
+    assert d.repaired("L", "I", released, T0) == b.Board("L", "I", T0, revision=1, epoch=6)
+    held_free_event = dataclasses.replace(released, label=d.VmClaim(6, True, _TOK))
+    assert d.repaired("L", "I", held_free_event, T0).state == b.CLAIMED
+
+
+def test_a_refusal_says_whether_the_label_holds_or_released_its_claim_l13():
+    """L13: the refusal tells a released epoch from a held one and from an unreadable label."""
+    for vm, said in (
+        (d.VmClaim(4, False), "label says claim epoch 4 released:"),
+        (d.VmClaim(5, True, _TOK), "label says claim epoch 5 held:"),
+        (d.VmClaim(held=True, readable=False), "label says an unreadable claim:"),
+    ):
+        with pytest.raises(Refused) as refused:
+            d.check_epoch(MINE, vm)
+        assert said in str(refused.value)
+
+
+def test_an_unreadable_claim_journal_is_a_sign_and_repair_names_no_owner_l12():
+    """L12: a journal that does not read is a sign of a claim, never freedom; repair rebuilds
+    a held line whose owner and job are unknown."""
+    ev = d.Evidence("TERMINATED", journal_unreadable=True)
+
+    assert d.claim_signs(ev) == ["the lane's claim journal is unreadable"]
+    board = d.repaired("L", "I", ev, T0)
+    assert (board.state, board.owner, board.job) == (b.CLAIMED, "unknown", "unknown")

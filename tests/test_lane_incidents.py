@@ -312,8 +312,8 @@ def test_release_is_only_the_claimants_and_only_once_terminated_l1(tmp_path, mon
             world.lane("bob").release("validation")
         with pytest.raises(Refused) as running:
             lane.release("validation")
-        lane.watch("validation")
-        world.advance(30.0)
+        lane.watch("validation")  # returns once TERMINATED: the release right after works
+        held_s = world.clock.wall() - lane.read()[0].claimed  # until the release is asked
         freed = lane.release("validation")
 
         assert by_bob.value.rule == "L3" and running.value.rule == "L1"
@@ -325,8 +325,9 @@ def test_release_is_only_the_claimants_and_only_once_terminated_l1(tmp_path, mon
         # marker at +30 s (15 s of PROVISIONING and STAGING), status "succeeded" 60 s later:
         # running is 60 s (until the job ended, not the release)
         assert (end["waiting_s"], end["running_s"]) == (30.0, 60.0)
-        # released at +120 s: the disk is billed for the 120 s the claim was held
-        assert end["cost_usd"] == round(60 / 3600 * 0.70 + 120 / 86400 * 0.83, 4)
+        # the disk is billed for the time the claim was held, until the release
+        assert world.fake.status == "TERMINATED" and 90.0 <= held_s <= 110.0
+        assert end["cost_usd"] == round(60 / 3600 * 0.70 + held_s / 86400 * 0.83, 4)
 
 
 def test_a_metadata_write_that_loses_a_fingerprint_race_rereads_and_checks_again(
@@ -413,3 +414,89 @@ def test_a_start_refused_by_http_quota_or_503_keeps_the_claim_and_the_next_start
             "started",
         ]
         assert done.state == b.RUNNING and world.fake.boots == 1
+
+
+@pytest.mark.fault(
+    "a failure path that removes the EXIT trap (trap - EXIT, exec, kill -9 $$)",
+    handled="refused at install, naming the command: that path would never power off (L12)",
+)
+@pytest.mark.parametrize(
+    "new, rule",
+    [
+        ('fail() { stage failed "$1"; trap - EXIT; exit 1; }', "L12"),
+        ('fail() { stage failed "$1"; exec sleep infinity; }', "L12"),
+        ('fail() { stage failed "$1"; kill -9 $$; }', "L12"),
+    ],
+)
+def test_a_failure_path_that_skips_the_power_off_is_refused_at_install_l12(
+    tmp_path, monkeypatch, new, rule
+):
+    """L12: the issue's one-line change to `fail` (the VM stayed RUNNING after a failed
+    preflight) is refused before any metadata is written; the instance stays TERMINATED."""
+    with lane_world(tmp_path, monkeypatch) as world:
+        lane = world.lane("alice")
+        lane.claim("validation")
+        old = 'fail() { stage failed "$1"; exit 1; }'
+        body = script.render("validation", BUCKET, JOB_COMMAND).replace(old, new, 1)
+
+        with pytest.raises(Refused) as refused:
+            lane.install("validation", body)
+
+        assert refused.value.rule == rule and refused.value.exit_code == 3
+        assert script.SCRIPT_KEY not in world.fake.metadata
+        assert world.fake.status == "TERMINATED" and world.fake.boots == 0
+
+
+def test_a_top_level_fetch_or_fail_of_an_unstaged_input_is_refused_at_install_l10(
+    tmp_path, monkeypatch
+):
+    """L10: `gsutil cp "$PREFIX/inputs/ref-1.png" ... || fail` at top level is refused until
+    ref-1.png is staged, then installs."""
+    line = 'gsutil -q cp "$PREFIX/inputs/ref-1.png" "$WORK/inputs/" || fail "no ref-1.png"\n'
+    with lane_world(tmp_path, monkeypatch) as world:
+        lane = world.lane("alice")
+        lane.claim("validation")
+        body = script.render("validation", BUCKET, JOB_COMMAND).replace(
+            "stage running\n", line + "stage running\n", 1
+        )
+
+        with pytest.raises(Refused) as refused:
+            lane.install("validation", body)
+        assert script.SCRIPT_KEY not in world.fake.metadata
+        world.stage("validation", "ref-1.png")
+        lane.install("validation", body)
+
+        assert refused.value.rule == "L10" and "ref-1.png" in str(refused.value)
+        assert world.fake.metadata[script.SCRIPT_KEY] == body
+
+
+def test_watch_returns_only_once_the_vm_is_terminated_so_release_right_after_works_l1(
+    tmp_path, monkeypatch
+):
+    """L1/L9: the job's status says succeeded while its VM is still STOPPING: watch waits for
+    TERMINATED before it exits 0, so the release that follows is not refused."""
+    with lane_world(tmp_path, monkeypatch, job_runtime_s=60.0, stopping_s=40.0) as world:
+        lane = _ready(world, "alice", "validation")
+        lane.start("validation")
+
+        verdict = lane.watch("validation")
+        status_after_watch = world.fake.status
+        freed = lane.release("validation")
+
+        assert verdict.value == "succeeded" and status_after_watch == "TERMINATED"
+        assert freed.state == b.FREE
+        assert any("waiting for TERMINATED" in line for line in world.lines)
+
+
+def test_watch_of_a_job_never_started_says_so_l9(tmp_path, monkeypatch):
+    """L9: a claimed, installed job that was never started: watch says "not started" (exit 5,
+    not a failure) instead of a status file that never ended."""
+    with lane_world(tmp_path, monkeypatch) as world:
+        lane = _ready(world, "alice", "validation")
+
+        with pytest.raises(StillRunning) as never:
+            lane.watch("validation")
+
+        assert never.value.exit_code == 5
+        assert "job validation was not started" in str(never.value)
+        assert "never ended" not in str(never.value)

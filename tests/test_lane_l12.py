@@ -125,10 +125,12 @@ def test_after_a_release_the_metadata_names_no_job_and_repair_rebuilds_a_free_la
 
 
 def test_a_stale_event_alone_is_no_evidence_once_the_instance_is_idle_l12(tmp_path, monkeypatch):
-    """L12: an event older than STALE_CLAIM_S, a TERMINATED instance and no job metadata."""
+    """L12: an event older than STALE_CLAIM_S, a TERMINATED instance, no job metadata and no
+    claim label (as a claim from before the label fence left it)."""
     with lane_world(tmp_path, monkeypatch) as world:
         world.lane("alice").claim("portraits")
         _move_board_away(world)
+        world.fake.labels.clear()
         world.advance(timing.STALE_CLAIM_S + 1.0)
 
         done = world.lane("bob").claim("bobs-job")
@@ -261,3 +263,153 @@ def test_the_ceiling_powers_off_a_vm_whose_script_never_does_l12(tmp_path, monke
 
         assert (before, during, world.fake.status) == ("RUNNING", "STOPPING", "TERMINATED")
         assert not any("stop" in call.lower() for call in world.fake.calls)
+
+
+def test_a_second_repair_by_another_operator_never_names_the_repairer_as_owner_l12(
+    tmp_path, monkeypatch
+):
+    """L12: the board is deleted and repaired by bob twice while alice's job runs; the second
+    repair reads bob's own repair event and still names alice (the event's owner, not its
+    writer), so bob's install and start are refused and alice's boot is the only one."""
+    with lane_world(tmp_path, monkeypatch, job_runtime_s=600.0) as world:
+        _running(world, "alice", "portraits")
+        bob = world.lane("bob")
+        _move_board_away(world)
+        first, _ = bob.repair()
+        _move_board_away(world)
+        second, _ = bob.repair()
+
+        with pytest.raises(Refused) as install:
+            bob.install("portraits", script.render("portraits", BUCKET, JOB_COMMAND))
+        with pytest.raises(Refused) as start:
+            bob.start("portraits")
+
+        assert (first.owner, second.owner) == ("alice", "alice")
+        assert second.state == b.RUNNING and second.job == "portraits"
+        assert install.value.exit_code == 3 and start.value.exit_code == 3
+        assert world.fake.boots == 1 and world.fake.metadata[script.ATTEMPT_KEY] == "boot1"
+
+
+def test_a_repair_after_a_repair_that_found_no_owner_still_names_none_l12(tmp_path, monkeypatch):
+    """L12: job metadata with no event: bob's repair names owner unknown; after the board is
+    lost again, bob's next repair reads his own repair event and still names unknown."""
+    with lane_world(tmp_path, monkeypatch) as world:
+        world.fake.metadata = {script.JOB_KEY: "their-job"}
+        bob = world.lane("bob")
+        first, _ = bob.repair()
+        _move_board_away(world)
+        second, _ = bob.repair()
+
+        assert (first.owner, second.owner) == ("unknown", "unknown")
+        assert second.job == "their-job"
+
+
+def test_repair_reads_a_board_whose_file_was_edited_by_hand_and_keeps_its_raw_bytes_l12(
+    tmp_path, monkeypatch
+):
+    """L12: one character of the local store's board file edited on disk (its checksum no
+    longer matches): every command refuses, naming L12, and `lane repair` no longer fails on
+    the checksum: it keeps the file's raw bytes aside and rebuilds alice's claim."""
+    from gpuops.store.local import LocalStore
+
+    with lane_world(tmp_path, monkeypatch) as world:
+        world.store = LocalStore(tmp_path / "state")  # type: ignore[assignment]
+        world.lane("alice").claim("portraits")
+        path = tmp_path / "state" / "lane" / "gpu-lane" / "board~"
+        edited = path.read_bytes().replace(b"state=claimed", b"state=claimeD", 1)
+        path.write_bytes(edited)
+        bob = world.lane("bob")
+
+        with pytest.raises(Refused) as refused:
+            bob.claim("bobs-job")
+        board, signs = bob.repair()
+        world.lane("alice").install("portraits", script.render("portraits", BUCKET, JOB_COMMAND))
+
+        assert refused.value.rule == "L12" and "checksum" in str(refused.value)
+        assert (board.state, board.owner, board.job) == (b.CLAIMED, "alice", "portraits")
+        (copy,) = [k for k in world.store.list("lane/gpu-lane/") if ".corrupt-" in k]
+        assert world.store.get(copy).data == edited
+        assert world.fake.metadata[script.JOB_KEY] == "portraits"
+
+
+def test_repair_reads_a_garbage_board_file_and_keeps_it_l12(tmp_path, monkeypatch):
+    """L12: a board file that is not even the store's format (garbage bytes) is repaired the
+    same way, from the evidence, with the garbage kept aside."""
+    from gpuops.store.local import LocalStore
+
+    with lane_world(tmp_path, monkeypatch) as world:
+        world.store = LocalStore(tmp_path / "state")  # type: ignore[assignment]
+        world.lane("alice").claim("portraits")
+        path = tmp_path / "state" / "lane" / "gpu-lane" / "board~"
+        path.write_bytes(b"\xff\xfe garbage, no header\n")
+
+        board, _ = world.lane("bob").repair()
+
+        assert (board.state, board.owner, board.job) == (b.CLAIMED, "alice", "portraits")
+        (copy,) = [k for k in world.store.list("lane/gpu-lane/") if ".corrupt-" in k]
+        assert world.store.get(copy).data == b"\xff\xfe garbage, no header\n"
+
+
+@pytest.mark.parametrize("hours", [0.0001, 0.008, 2880.01, 3000.0])
+def test_install_refuses_a_ceiling_outside_gces_bounds_before_anything_is_sent_l12(
+    tmp_path, monkeypatch, hours
+):
+    """L12: GCE refuses a maxRunDuration outside 30 s to 120 days; `lane install --max-hours`
+    outside them is a usage error (exit 2) before any call reaches FakeGCE, and the instance
+    keeps no script and no ceiling."""
+    from gpuops.errors import UsageError
+
+    with lane_world(tmp_path, monkeypatch) as world:
+        alice = world.lane("alice")
+        alice.claim("portraits")
+        calls = list(world.fake.calls)
+
+        with pytest.raises(UsageError) as refused:
+            alice.install(
+                "portraits", script.render("portraits", BUCKET, JOB_COMMAND), max_hours=hours
+            )
+
+        assert refused.value.exit_code == 2 and "--max-hours" in str(refused.value)
+        assert world.fake.calls == calls
+        assert world.fake.max_run_s is None and script.SCRIPT_KEY not in world.fake.metadata
+
+
+def test_install_refuses_a_declared_length_outside_gces_bounds_l12(tmp_path, monkeypatch):
+    """L12: a script declaring `# gpuops: max-hours 5000` is refused the same way, naming it."""
+    from gpuops.errors import UsageError
+
+    with lane_world(tmp_path, monkeypatch) as world:
+        alice = world.lane("alice")
+        alice.claim("portraits")
+
+        with pytest.raises(UsageError, match="# gpuops: max-hours"):
+            alice.install(
+                "portraits", script.render("portraits", BUCKET, JOB_COMMAND, max_hours=5000)
+            )
+
+        assert world.fake.max_run_s is None
+
+
+@pytest.mark.parametrize(
+    "max_run_s, action",
+    [(None, ""), (3600.0, "DELETE"), (3600.0, "")],
+)
+def test_start_refuses_an_instance_whose_run_ceiling_is_not_set_l12(
+    tmp_path, monkeypatch, max_run_s, action
+):
+    """L12/L1: the ceiling removed (or set to DELETE the VM) around gpuops after install:
+    `lane start` refuses (exit 3, naming L12) before any start; the claim is kept."""
+    with lane_world(tmp_path, monkeypatch) as world:
+        alice = world.lane("alice")
+        alice.claim("portraits")
+        alice.install("portraits", script.render("portraits", BUCKET, JOB_COMMAND))
+        world.fake.max_run_s, world.fake.termination_action = max_run_s, action
+
+        with pytest.raises(Refused) as refused:
+            alice.start("portraits")
+        board, _, _ = alice.read()
+
+        assert refused.value.rule == "L12" and refused.value.exit_code == 3
+        assert "run ceiling is not set" in str(refused.value)
+        assert "POST start" not in world.fake.calls and world.fake.boots == 0
+        assert (board.state, board.owner, board.attempt) == (b.CLAIMED, "alice", 0)

@@ -3,8 +3,11 @@ own boots (every boot runs its installed script for real), with claims, installs
 releases and time passing, against FakeGCE through the real SDK clients.
 
 Invariants: no gpuops start while the instance runs anyone's boot (L2); no script installed
-for a job its installer has not claimed (L4); the board always parses to exactly one state
-(L3); no retry is lost to a crash (L11): the board's attempt count is every attempt begun.
+for a job its installer has not claimed (L4), nor while the instance's own claim label holds
+anyone else's claim (L13, judged from FakeGCE's labels); the board always parses to exactly one
+state (L3) and, when present, agrees with the label (a held board's epoch is the label's, a
+free board's label holds nothing); no retry is lost to a crash (L11): the board's attempt count
+is every attempt begun. The board can be lost at any step and repaired by either operator.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from fakes.gce import FakeGCE, LaneScenario
 from fakes.gce.inprocess import activate
 from fakes.gce.server import serve_http
 from fakes.vast.clock import FakeClock
-from gpuops.errors import GpuopsError
+from gpuops.errors import GpuopsError, Refused
 from gpuops.events import read_events
 from gpuops.lane import board as b
+from gpuops.lane import decide as d
 from gpuops.lane import script
 from gpuops.store.memory import MemoryStore
 from tests.lane_world import BASE, World
@@ -78,7 +82,26 @@ class LaneMachine(RuleBasedStateMachine):
         self.lanes["alice"].install(job, script.render(job, "gpuops-lane-jobs", "true"))
 
     def board(self) -> b.Board:
-        return self.lanes["alice"].read()[0]
+        """The board; a lost one not yet repaired reads as a free placeholder here (the rules
+        only use it to pick operators and jobs: every command still reads the real one)."""
+        try:
+            return self.lanes["alice"].read()[0]
+        except Refused:
+            return b.Board("gpu-lane", "gpu-lane", 0.0)
+
+    @rule()
+    def the_board_is_lost(self) -> None:
+        """The board object deleted (by hand, by a careless script) at any step (L12)."""
+        got = self.world.store.get(self.lanes["alice"].key)
+        if got is not None:
+            self.world.store.delete(got.key, got.version)
+
+    @rule(op=st.sampled_from(OPERATORS))
+    def repair(self, op: str) -> None:
+        try:
+            self.lanes[op].repair()
+        except GpuopsError:
+            return
 
     @rule(op=st.sampled_from(OPERATORS), job=st.sampled_from(JOBS))
     def claim(self, op: str, job: str) -> None:
@@ -109,6 +132,9 @@ class LaneMachine(RuleBasedStateMachine):
         board = self.board()
         assert not typo
         assert (board.owner, board.job) == (op, job), "L4: installed without the claim"
+        label = d.vm_claim(self.world.fake.labels)
+        assert label.held and label.token == d.holder_token(op, job), "L13: over another claim"
+        assert label.epoch == board.epoch
 
     @rule(holder=_mostly, stockouts=st.integers(0, 2), crash=st.booleans())
     def start(self, holder: bool, stockouts: int, crash: bool) -> None:
@@ -160,6 +186,20 @@ class LaneMachine(RuleBasedStateMachine):
         if got is not None:
             board, _ = b.parse(got.data.decode("utf-8"))
             assert board.state in b.STATES
+
+    @invariant()
+    def the_board_agrees_with_the_instances_claim_label(self) -> None:
+        """L13: a held board's epoch is the one the label holds; a free board's label holds
+        no claim (a lost board is judged by L12 instead)."""
+        got = self.world.store.get(self.lanes["alice"].key)
+        if got is None:
+            return
+        board, _ = b.parse(got.data.decode("utf-8"))
+        label = d.vm_claim(self.world.fake.labels)
+        if board.state == b.FREE:
+            assert not label.held, (board, label)
+        else:
+            assert label.held and label.epoch == board.epoch, (board, label)
 
     @invariant()
     def no_retry_is_lost_to_a_crash(self) -> None:

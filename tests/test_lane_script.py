@@ -507,3 +507,182 @@ def test_reads_in_substitutions_and_fetches_inside_functions_take_the_calls_argu
 def test_a_positional_read_at_top_level_is_returned_as_written_l10():
     """L10: `$1` outside any function names no staged input: it can never match one."""
     assert s.unconditional_fetches("cat inputs/$1") == ["$1"]
+
+
+def test_a_script_without_the_checked_results_upload_is_refused_l9():
+    """L9: the old unchecked loop (`put` failures dropped, no manifest) is a finding."""
+    loop = 'for f in "$WORK"/results/*; do [ -e "$f" ] && put "$f" "results/$(basename "$f")"; done\n'
+    body = TEMPLATE.replace("upload_results\nstage succeeded", loop + "stage succeeded")
+
+    assert s.lint(body, "portraits") == [
+        s.Finding("L9", "missing the checked results upload and manifest (upload_results)")
+    ]
+
+
+_FAIL = 'fail() { stage failed "$1"; exit 1; }'
+
+
+@pytest.mark.parametrize(
+    "old, new, words",
+    [
+        (_FAIL, 'fail() { stage failed "$1"; trap - EXIT; exit 1; }', "`trap - EXIT` in function fail removes the EXIT trap"),
+        (_FAIL, 'fail() { stage failed "$1"; trap "" EXIT; exit 1; }', "`trap '' EXIT` in function fail removes the EXIT trap"),
+        (_FAIL, 'fail() { stage failed "$1"; trap -- EXIT; exit 1; }', "`trap -- EXIT` in function fail removes the EXIT trap"),
+        (_FAIL, 'fail() { stage failed "$1"; trap "exit 1" 0; exit 1; }', "`trap exit 1 0` in function fail removes the EXIT trap"),
+        (_FAIL, 'fail() { stage failed "$1"; exec sleep infinity; }', "`exec sleep infinity` in function fail replaces the shell"),
+        (_FAIL, 'fail() { stage failed "$1"; kill -9 $$; }', "`kill -9 $$` in function fail kills or stops the shell"),
+        (_FAIL, 'fail() { stage failed "$1"; kill -s KILL $$; }', "`kill -s KILL $$` in function fail kills or stops"),
+        (_FAIL, 'fail() { stage failed "$1"; kill -SIGKILL -- -$$; }', "`kill -SIGKILL -- -$$` in function fail"),
+        (_FAIL, 'fail() { stage failed "$1"; ( kill -KILL 0 ); }', "`kill -KILL 0` in function fail kills or stops"),
+        (_FAIL, 'fail() { stage failed "$1"; kill -STOP $BASHPID; }', "`kill -STOP $BASHPID` in function fail"),
+        ("stage succeeded\n", "stage succeeded\ntrap - EXIT\n", "`trap - EXIT` in the script removes the EXIT trap"),
+        ("stage succeeded\n", "stage succeeded\nexec true\n", "`exec true` in the script replaces the shell"),
+        ("stage running\n", "stage running\n[ -s x ] || exec true\n", "`exec true` in the script replaces the shell"),
+        ("trap 'fail", "trap 'trap - EXIT; exit 1' USR1\ntrap 'fail", "`trap - EXIT` in the trap 'trap - EXIT; exit 1' removes"),
+    ],
+)
+def test_a_path_that_leaves_without_the_exit_trap_is_refused_l12(old, new, words):
+    """L12: a failure path that removes the EXIT trap, replaces the shell or kills it with a
+    signal it cannot trap never powers off; the linter names the command and where it is."""
+    body = TEMPLATE.replace(old, new, 1)
+    assert body != TEMPLATE
+
+    findings = s.lint(body, "portraits")
+
+    assert [f.rule for f in findings] == ["L12"]
+    assert words in findings[0].message and "without the power-off" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (_FAIL, 'fail() { stage failed "$1"; ( trap - EXIT; exec true ); exit 1; }'),
+        (_FAIL, 'fail() { stage failed "$1"; echo "$(exec true)"; exit 1; }'),
+        (_FAIL, 'fail() { stage failed "$1"; kill $$; }'),
+        (_FAIL, 'fail() { stage failed "$1"; kill -0 $$; exit 1; }'),
+        (_FAIL, 'fail() { stage failed "$1"; ( kill -9 $BASHPID ); exit 1; }'),
+        (_FAIL, 'fail() { stage failed "$1"; trap -p EXIT; exit 1; }'),
+        ("stage succeeded\n", 'stage succeeded\nexec >> "$LOG" 2>&1\n'),
+        ('exec >> "$LOG" 2>&1\n', 'exec >> "$LOG" 2>&1\ntrap - EXIT\n'),
+        ("gen.py", "gen.py; exec python3 more.py"),
+    ],
+)
+def test_subshells_redirects_and_catchable_signals_keep_the_exit_trap_l12(old, new):
+    """L12: `exec` with only redirects, anything in a subshell but `kill` of `$$`, a signal
+    the script traps (TERM) and a reset before the trap is set all keep the power-off."""
+    body = TEMPLATE.replace(old, new, 1)
+    assert body != TEMPLATE
+
+    assert s.lint(body, "portraits") == []
+
+
+@pytest.mark.parametrize(
+    "rescue",
+    ['fail "no reference image"', "exit 1", "{ echo missing; exit 3; }", "die", "{ fail x; }"],
+)
+def test_a_top_level_fetch_whose_failure_ends_the_script_is_unconditional_l10(rescue):
+    """L10: `cmd || fail` at top level needs its input as much as the same line in a
+    function does: the job cannot run without it, so it must be staged."""
+    line = f'gsutil -q cp "$PREFIX/inputs/ref-3.png" "$WORK/inputs/" || {rescue}'
+    body = TEMPLATE.replace("stage running\n", f"die() {{ fail \"$1\"; }}\n{line}\nstage running\n")
+
+    assert s.missing_inputs(body, ["ref-1.png", "ref-2.png"]) == ["ref-3.png"]
+
+
+@pytest.mark.parametrize("rescue", ["true", 'echo "no ref-3: carrying on"', "stage running"])
+def test_a_top_level_fetch_whose_failure_carries_on_is_optional_l10(rescue):
+    """L10: a fetch whose `||` carries on is optional: nothing has to be staged for it."""
+    line = f'gsutil -q cp "$PREFIX/inputs/ref-3.png" "$WORK/inputs/" || {rescue}'
+    body = TEMPLATE.replace("stage running\n", f"{line}\nstage running\n")
+
+    assert s.missing_inputs(body, ["ref-1.png", "ref-2.png"]) == []
+
+
+@pytest.mark.parametrize(
+    "kill, skips",
+    [
+        ("kill -9 $$", True),
+        ("kill -KILL $$", True),
+        ("kill -SIGKILL $$", True),
+        ("kill -sigkill $$", True),
+        ("kill -s KILL $$", True),
+        ("kill -n 9 $$", True),
+        ("kill -s STOP $$", True),
+        ("kill -19 ${$}", True),
+        ("kill -9 -- -$$", True),
+        ("kill -9 0", True),
+        ("kill -9 $BASHPID", True),
+        ("kill -9 other $$", True),
+        ("kill $$", False),
+        ("kill -- -$$", False),
+        ("kill -- -9 $$", False),
+        ("kill -s", False),
+        ("kill -s KILL", False),
+        ("kill -9", False),
+        ("kill -9 $PPID", False),
+        ("kill -0 $$", False),
+        ("kill -TERM $$", False),
+        ("kill -HUP 0", False),
+        ("kill", False),
+    ],
+)
+def test_what_counts_as_killing_the_script_past_its_exit_trap_l12(kill, skips):
+    """L12: only KILL or STOP (by name, number or -s/-n) sent to the script's own shell ($$,
+    its group, 0, $BASHPID) leaves without the EXIT trap; after `--` every word is a target."""
+    body = TEMPLATE.replace('fail() { stage failed "$1"; exit 1; }', f'fail() {{ stage failed "$1"; {kill}; exit 1; }}')
+
+    findings = s.lint(body, "portraits")
+
+    assert bool(findings) is skips
+    assert all(f.rule == "L12" and "kills or stops the shell" in f.message for f in findings)
+
+
+@pytest.mark.parametrize(
+    "old, new, findings",
+    [
+        # a reset right after the trap is set, before the TERM trap: refused
+        ("trap on_exit EXIT\n", "trap on_exit EXIT\ntrap - EXIT\n", 1),
+        # a reset before the trap is set, after a command that merely mentions it: harmless
+        ('exec >> "$LOG" 2>&1\n', 'exec >> "$LOG" 2>&1\necho on_exit EXIT\ntrap - EXIT\n', 0),
+        # the handler set again, to itself, in a function: harmless
+        (_FAIL, 'fail() { trap on_exit EXIT; stage failed "$1"; exit 1; }', 0),
+        # a function nobody calls (a word of echo is not a call): harmless
+        ("stage running\n", 'bad() { trap - EXIT; }\necho bad now\nstage running\n', 0),
+        # ... but one a TERM trap's handler calls is reached
+        ("stage running\n", "bad() { trap - EXIT; }\ntrap 'bad' USR2\nstage running\n", 1),
+    ],
+)
+def test_only_commands_the_script_can_run_outside_its_exit_trap_count_l12(old, new, findings):
+    """L12: where the trap is set, which traps' handlers run, and what is merely a word."""
+    body = TEMPLATE.replace(old, new, 1)
+    assert body != TEMPLATE
+
+    assert len(s.lint(body, "portraits")) == findings
+
+
+def test_a_recursive_rescue_that_never_exits_keeps_a_fetch_optional_l10():
+    """L10: `cmd || retry` where retry only calls itself never ends the script: optional
+    (and the walk through the recursion ends)."""
+    line = 'gsutil -q cp "$PREFIX/inputs/ref-3.png" "$WORK/inputs/" || again'
+    body = TEMPLATE.replace("stage running\n", f"again() {{ again; }}\n{line}\nstage running\n")
+
+    assert s.missing_inputs(body, ["ref-1.png", "ref-2.png"]) == []
+
+
+@pytest.mark.parametrize(
+    "old, new, findings",
+    [
+        (_FAIL, 'fail() { stage failed "$1"; trap 0; exit 1; }', 1),  # `trap 0` resets EXIT
+        (_FAIL, 'fail() { trap -- on_exit EXIT; stage failed "$1"; exit 1; }', 0),
+        (_FAIL, 'fail() { trap -l EXIT; stage failed "$1"; exit 1; }', 0),  # lists, no change
+        ("trap on_exit EXIT\n", "trap EXIT\ntrap on_exit EXIT\n", 0),  # reset, then set
+        ("trap on_exit EXIT\n", "trap '' EXIT\ntrap on_exit EXIT\n", 0),  # ignored, then set
+    ],
+)
+def test_each_spelling_of_trap_is_read_as_bash_reads_it_l12(old, new, findings):
+    """L12: `trap 0` is EXIT; `--` ends the options; `-l` and `-p` change nothing; a reset or
+    an ignore before the handler is set is not the handler."""
+    body = TEMPLATE.replace(old, new, 1)
+    assert body != TEMPLATE
+
+    assert len(s.lint(body, "portraits")) == findings

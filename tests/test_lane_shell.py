@@ -548,3 +548,47 @@ def test_every_form_of_assigning_job_is_counted_l4(line, count):
     body = TEMPLATE.replace('BUCKET="bkt"\n', f'BUCKET="bkt"\n{line}\n')
 
     assert len(s.job_names(body)) == count
+
+
+@pytest.mark.parametrize(
+    "text, subshells",
+    [
+        ("a; ( b; c ); d", [("a", False), ("b", True), ("c", True), ("d", False)]),
+        ("a | b", [("a", True), ("b", True)]),
+        ("! a", [("a", False)]),
+        ("a > f", [("a", False)]),
+        ("{ a; b; }", [("a", False), ("b", False)]),
+        ("case $(a) in x) b;; esac", [("a", True), ("b", False)]),
+    ],
+)
+def test_commands_in_a_child_shell_are_marked_subshell_l12(text, subshells):
+    """L12: `( ... )`, a pipeline's parts and substitutions run in a child shell, where
+    `trap - EXIT` or `exec` cannot touch the script's own EXIT trap."""
+    parsed = parse(text)
+
+    assert [(c.name, c.subshell) for c in parsed.top] == subshells
+
+
+def test_an_inner_substitution_is_a_subshell_and_the_command_holding_it_is_not_l12():
+    """L12: `echo "$(exec x)"`: echo runs in the script, exec in the substitution's shell."""
+    (echo,) = parse('echo "$(exec x)"').top
+
+    assert echo.subshell is False and [(c.name, c.subshell) for c in echo.inner] == [("exec", True)]
+
+
+@pytest.mark.parametrize(
+    "text, rescues",
+    [
+        ("a || b", [("a", ["b"]), ("b", [])]),
+        ("a || { b; exit 1; }", [("a", ["b", "exit"]), ("b", []), ("exit", [])]),
+        ("a || b || c", [("a", ["b"]), ("b", ["c"]), ("c", [])]),
+        ("a && b", [("a", []), ("b", [])]),
+        ("a && b || c", [("a", []), ("b", ["c"]), ("c", [])]),
+    ],
+)
+def test_a_guarded_command_knows_the_commands_its_or_runs_l10(text, rescues):
+    """L10: the commands after `||` are the guarded command's rescue (`cmd || fail` needs
+    its input; `cmd || true` does not)."""
+    parsed = parse(text)
+
+    assert [(c.name, [r.name for r in c.rescue]) for c in parsed.top] == rescues

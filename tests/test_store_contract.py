@@ -308,3 +308,15 @@ def test_edge_of_valid_keys_is_accepted_by_every_method(store, key) -> None:
     version = store.put(key, b"w", version)
     store.delete(key, version)
     assert store.get(key) is None
+
+
+def test_salvage_of_a_readable_value_is_get_and_its_version_puts_l12(store) -> None:
+    """L12: on every backend, salvage of a sound value is what get reads, with a version a
+    put accepts; an absent key is None."""
+    version = store.create("lane/x/board", b"v1")
+
+    salvaged = store.salvage("lane/x/board")
+    store.put("lane/x/board", b"v2", salvaged.version)
+
+    assert (salvaged.data, salvaged.version) == (b"v1", version)
+    assert store.get("lane/x/board").data == b"v2" and store.salvage("lane/none") is None

@@ -649,3 +649,31 @@ def test_a_write_to_a_full_disk_is_store_unavailable_and_leaves_the_old_value_m1
     assert found is not None and found.data == b"old" and found.version == version
     assert store.get("k2") is None
     assert list((store.root / ".tmp").iterdir()) == []
+
+
+def test_salvage_reads_a_hand_edited_file_and_a_put_with_its_version_replaces_only_it_l12(
+    store: LocalStore,
+) -> None:
+    """L12: `get` refuses a file whose checksum fails; `salvage` gives its raw bytes with a
+    version of its own, a put with that version replaces it, and a put with it after the
+    file changed again is a conflict (a compare-and-swap on the corrupt bytes)."""
+    store.create("lane/b", b"state line\n")
+    path = store.root / "lane" / "b~"
+    path.write_bytes(path.read_bytes().replace(b"state", b"stale"))
+    with pytest.raises(CorruptState):
+        store.get("lane/b")
+
+    salvaged = store.salvage("lane/b")
+    assert salvaged is not None and salvaged.data == path.read_bytes()
+    assert salvaged.key == "lane/b" and salvaged.version.startswith("corrupt.")
+    path.write_bytes(path.read_bytes() + b"edited again\n")
+    with pytest.raises(VersionConflict) as conflict:
+        store.put("lane/b", b"repaired\n", salvaged.version)
+    assert (conflict.value.key, conflict.value.expected) == ("lane/b", salvaged.version)
+    again = store.salvage("lane/b")
+    assert again is not None
+    store.put("lane/b", b"repaired\n", again.version)
+
+    got = store.get("lane/b")
+    assert got is not None and got.data == b"repaired\n"
+    assert store.salvage("lane/b") == got and store.salvage("lane/none") is None

@@ -46,6 +46,8 @@ PINNED = {
     "STOCKOUT_RETRY_S": 120.0,
     "POWEROFF_GRACE_S": 180.0,
     "DEFAULT_MAX_RUN_S": 21600.0,
+    "GCE_MIN_RUN_S": 30.0,
+    "GCE_MAX_RUN_S": 10368000.0,
     "QUARANTINE_TTL_S": 86400.0,
     "PROBE_TIMEOUT_S": 180.0,
     "SSH_CONNECT_TIMEOUT_S": 10.0,
@@ -375,3 +377,9 @@ def test_the_power_off_grace_outlasts_the_final_log_retries_and_a_watch_poll_l12
 def test_the_default_run_ceiling_is_longer_than_a_stale_claim_and_shorter_than_a_day():
     """The provider-native ceiling must not cut a normal job short, nor bill for a day."""
     assert timing.STALE_CLAIM_S < timing.DEFAULT_MAX_RUN_S < 86400.0
+
+
+def test_the_default_run_ceiling_lies_inside_gces_bounds_for_max_run_duration():
+    """GCE refuses a maxRunDuration outside 30 s to 120 days: the default must be inside."""
+    assert timing.GCE_MIN_RUN_S <= timing.DEFAULT_MAX_RUN_S <= timing.GCE_MAX_RUN_S
+    assert timing.GCE_MAX_RUN_S == 120 * 86400.0

@@ -20,6 +20,7 @@ import base64
 import hashlib
 import heapq
 import itertools
+import re
 import shutil
 import tempfile
 import threading
@@ -46,6 +47,10 @@ SLEEP_POLL = 0.05
 # Outcomes that refuse a start synchronously (an HTTP error, no operation), with the recording
 # of each answer (recordings/gce/).
 REFUSALS = {"quota-403": "start_403_quota", "unavailable-503": "start_503"}
+# scheduling.maxRunDuration's documented bounds (Compute Engine, "Limit the run time of a
+# VM"): 30 seconds to 120 days; setScheduling answers anything else with a 400.
+MIN_RUN_S = 30.0
+MAX_RUN_S = 120 * 86400.0
 # The first zone-operation id; every operation gets the next one (ids are int64 strings).
 OPERATION_ID_BASE = 7781325593318204113
 
@@ -84,11 +89,23 @@ class StartRefused:
     recording: str
 
 
-def fingerprint(number: int) -> str:
-    """The metadata fingerprint after ``number`` writes: opaque base64 of 8 bytes, as GCE's
-    (``wSsOXn1oPgE=``), never readable as a counter."""
-    digest = hashlib.sha256(f"fake-gce-metadata-{number}".encode()).digest()
+def fingerprint(number: int, what: str = "metadata") -> str:
+    """The metadata (or labels) fingerprint after ``number`` writes: opaque base64 of 8 bytes,
+    as GCE's (``wSsOXn1oPgE=``), never readable as a counter."""
+    digest = hashlib.sha256(f"fake-gce-{what}-{number}".encode()).digest()
     return base64.b64encode(digest[:8]).decode()
+
+
+# GCE's label rules (Compute Engine, "Organize resources using labels"): at most 64 labels;
+# a key starts with a lowercase letter; keys and values are up to 63 lowercase letters,
+# digits, '_' and '-' (values may be empty).
+MAX_LABELS = 64
+LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+
+
+def fingerprint_of_labels(number: int) -> str:
+    return fingerprint(number, "labels")
 
 
 @dataclass
@@ -121,6 +138,8 @@ class FakeGCE:
     status: str = "TERMINATED"
     metadata: dict[str, str] = field(default_factory=dict)
     fingerprint: str = field(default_factory=lambda: fingerprint(0))
+    labels: dict[str, str] = field(default_factory=dict)
+    label_fingerprint: str = field(default_factory=lambda: fingerprint(0, "labels"))
     objects: dict[str, bytes] = field(default_factory=dict)  # name -> the live generation's bytes
     stored: dict[str, StoredObject] = field(default_factory=dict)  # name -> its live generation
     uploads: dict[str, Upload] = field(default_factory=dict)  # resumable sessions, by upload_id
@@ -138,6 +157,7 @@ class FakeGCE:
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._fp = itertools.count(1)
+        self._label_fp = itertools.count(1)
         self._ops = itertools.count(1)
         self._last_generation = 0
         self._uploads = 0
@@ -153,6 +173,7 @@ class FakeGCE:
         self.unattached: list[int] = []  # boots that found no server to run on
         self._changes = 0  # bumped whenever a boot may run (spawned, woken, signalled)
         self._settled = 0  # the value of _changes the last settle saw through
+        self._outage_from: float | None = None  # the first write under the outage prefix
         for name in self.scenario.staged:
             self.put(name, b"staged input\n")
         if self.scenario.running_job:
@@ -208,6 +229,15 @@ class FakeGCE:
         self.metadata = dict(items)
         self._new_fingerprint()
         return self._operation("setMetadata", "ok", self.scenario.write_operation_s)
+
+    def set_labels(self, fingerprint: str, labels: dict[str, str]) -> Operation | None:
+        """setLabels: the whole label set, only under the current label fingerprint (None:
+        stale, 412), as GCE's compare-and-swap of an instance's labels."""
+        if fingerprint != self.label_fingerprint:
+            return None
+        self.labels = dict(labels)
+        self.label_fingerprint = fingerprint_of_labels(next(self._label_fp))
+        return self._operation("setLabels", "ok", self.scenario.write_operation_s)
 
     def set_scheduling(self, max_run_s: float | None, action: str) -> Operation:
         """The provider-native ceiling: GCE applies ``action`` (STOP) after ``max_run_s``
@@ -407,6 +437,17 @@ class FakeGCE:
         upload_id = f"fake-gcs-upload-{self._uploads}"
         self.uploads[upload_id] = Upload(name, content_type, dict(query))
         return upload_id
+
+    def write_refused(self, name: str) -> bool:
+        """Whether a write of ``name`` falls in the scenario's storage outage (503): from the
+        first write under ``gcs_write_outage_prefix``, for ``gcs_write_outage_s``."""
+        prefix = self.scenario.gcs_write_outage_prefix
+        if not prefix or not name.startswith(prefix):
+            return False
+        now = self._now()
+        if self._outage_from is None:
+            self._outage_from = now
+        return now < self._outage_from + self.scenario.gcs_write_outage_s
 
     def _next_generation(self) -> int:
         """A new object generation: microseconds on the fake clock (as GCS's look), strictly

@@ -16,7 +16,17 @@ from typing import Any
 from urllib.parse import unquote
 
 from fakes import seam
-from fakes.gce.model import PRECONDITIONS, FakeGCE, StartRefused, StoredObject
+from fakes.gce.model import (
+    LABEL_KEY,
+    LABEL_VALUE,
+    MAX_LABELS,
+    MAX_RUN_S,
+    MIN_RUN_S,
+    PRECONDITIONS,
+    FakeGCE,
+    StartRefused,
+    StoredObject,
+)
 from fakes.seam import Reply, Request
 
 JSON = (("Content-Type", "application/json; charset=UTF-8"),)
@@ -64,6 +74,9 @@ def get_instance(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         body["scheduling"] = _recorded("gce", "instance_scheduling_max_run")["scheduling"]
         body["scheduling"]["maxRunDuration"] = {"seconds": str(int(fake.max_run_s))}
         body["scheduling"]["instanceTerminationAction"] = fake.termination_action
+    if fake.labels:  # GCE leaves ``labels`` out of an instance that has none
+        body["labels"] = dict(sorted(fake.labels.items()))
+    body["labelFingerprint"] = fake.label_fingerprint
     body["metadata"] = {
         "kind": "compute#metadata",
         "fingerprint": fake.fingerprint,
@@ -147,8 +160,38 @@ def set_metadata(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     return _json(200, _op_body(fake, op.name))
 
 
+def set_labels(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
+    """setLabels under the label fingerprint (412 conditionNotMet when stale); labels that
+    break GCE's rules are a 400 of the fake's own (the exact answer was never captured)."""
+    if (missing := _instance(fake, m)) is not None:
+        return missing
+    sent = json.loads(req.body or b"{}")
+    labels = sent.get("labels") or {}
+    if not isinstance(labels, dict):
+        return _fake_gce_error(400, "fake_gce_bad_labels", "labels is not an object")
+    bad = [
+        f"{k}={v}"
+        for k, v in labels.items()
+        if not (isinstance(v, str) and LABEL_KEY.fullmatch(str(k)) and LABEL_VALUE.fullmatch(v))
+    ]
+    if bad or len(labels) > MAX_LABELS:
+        return _fake_gce_error(400, "fake_gce_bad_labels", f"labels break GCE's rules: {bad}")
+    op = fake.set_labels(str(sent.get("labelFingerprint", "")), dict(labels))
+    if op is None:
+        return _error("set_labels_412")
+    return _json(200, _op_body(fake, op.name))
+
+
+def _fake_gce_error(status: int, reason: str, message: str) -> Reply:
+    """A refusal of the fake's own (reason ``fake_gce_*``), never mistaken for GCE's wording."""
+    text = f"{reason}: {message}"
+    error = {"message": text, "domain": "global", "reason": reason}
+    return _json(status, {"error": {"code": status, "message": text, "errors": [error]}})
+
+
 def set_scheduling(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
-    """setScheduling: only on a TERMINATED instance (the API reference); a ceiling is kept."""
+    """setScheduling: only on a TERMINATED instance (the API reference); a ceiling is kept. A
+    maxRunDuration outside the documented 30 s to 120 days is a 400, as GCE answers it."""
     if (missing := _instance(fake, m)) is not None:
         return missing
     if fake.status != "TERMINATED":
@@ -156,7 +199,15 @@ def set_scheduling(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         return _json(int(body["error"]["code"]), body)
     sent = json.loads(req.body or b"{}")
     duration = sent.get("maxRunDuration") or {}
-    seconds = float(duration.get("seconds", 0) or 0) if duration else None
+    seconds = None
+    if duration:
+        try:
+            seconds = float(duration.get("seconds", 0) or 0) + float(duration.get("nanos", 0)) / 1e9
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if not MIN_RUN_S <= seconds <= MAX_RUN_S:  # a 0 never silently removes the ceiling
+            body = _recorded("gce", "set_scheduling_max_run_out_of_range")
+            return _json(int(body["error"]["code"]), body)
     op = fake.set_scheduling(seconds, str(sent.get("instanceTerminationAction", "")))
     return _json(200, _op_body(fake, op.name))
 
@@ -357,6 +408,8 @@ def upload(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         return _fake_gcs_error(400, "fake_gcs_bad_upload", f"uploadType {kind!r}")
     if not name:
         return _fake_gcs_error(400, "fake_gcs_bad_upload", "no object name")
+    if fake.write_refused(name):
+        return _error("service_unavailable_503", "gcs")
     if (refused := _refused_by_precondition(fake, name, req)) is not None:
         return refused
     stored = fake.put(name, bytes(data), content_type)
@@ -408,6 +461,8 @@ def resumable_chunk(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
             headers += (("Range", f"bytes=0-{len(upload.data) - 1}"),)
         return Reply(308, headers, "")
     del fake.uploads[req.query["upload_id"]]
+    if fake.write_refused(upload.name):
+        return _error("service_unavailable_503", "gcs")
     if not fake.precondition(upload.name, upload.query):
         return _error("precondition_failed_412", "gcs")
     stored = fake.put(upload.name, bytes(upload.data), upload.content_type)
@@ -484,6 +539,7 @@ ROUTES: tuple[Route, ...] = tuple(Route(method, pattern, handler) for method, pa
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/start"), start),
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setMetadata"), set_metadata),
     ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setScheduling"), set_scheduling),
+    ("POST", re.compile(_C + r"/instances/(?P<i>[^/]+)/setLabels"), set_labels),
     ("GET", re.compile(_C + r"/instances/(?P<i>[^/]+)/serialPort"), serial),
     ("GET", re.compile(_C + r"/operations/(?P<op>[^/]+)"), get_operation),
     ("POST", re.compile(_C + r"/operations/(?P<op>[^/]+)/wait"), wait_operation),

@@ -46,6 +46,11 @@ class LaneScenario:
     installed: tuple[str, ...] = ("torch", "torchvision", "numpy", "PIL")  # on the VM image
     staged: tuple[str, ...] = ()  # objects in the bucket at the start
     running_job: str | None = None  # a third operator's job already running (its own tooling)
+    # A storage outage: every write of an object whose name starts with this prefix is
+    # answered 503 (recordings/gcs/service_unavailable_503) for gcs_write_outage_s of fake
+    # time, counted from the first write under the prefix. Empty: no outage.
+    gcs_write_outage_prefix: str = ""
+    gcs_write_outage_s: float = 0.0
 
 
 def parse_lane(doc: object, source: str = "<scenario>") -> LaneScenario:
@@ -70,7 +75,7 @@ def parse_lane(doc: object, source: str = "<scenario>") -> LaneScenario:
         elif isinstance(default, int):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ScenarioError(f"{source}: lane.{key} must be an integer >= 0")
-        elif not isinstance(value, str) or not value:
+        elif not isinstance(value, str) or (not value and default != ""):
             raise ScenarioError(f"{source}: lane.{key} must be a non-empty string")
         values[key] = value
     scenario = LaneScenario(**values)  # type: ignore[arg-type]

@@ -10,7 +10,8 @@ Every transition is a pure function ``Board -> Board`` that raises ``Refused`` n
 rule; ``gpuops.lane.runner`` applies them through the store's compare-and-swap. The retry
 state (attempt, stockouts, the expected boot marker) lives in the same line, so one write
 moves it and the state together: the board can never show an older attempt than the one
-running (the 10 November stale-attempt entry).
+running (the 10 November stale-attempt entry). The line also carries the claim's epoch, which
+the instance's own label must carry too before install or start act (L13, decide.py).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ FIELDS = (
     "started",
     "boot",
     "revision",
+    "epoch",
 )
 HISTORY_HEADER = "# history: prose for humans, never parsed; the state is the line above only"
 MAX_HISTORY_LINES = 500
@@ -62,6 +64,7 @@ _PATTERNS = {
     "started": _STAMP + "|-",
     "boot": r"[A-Za-z0-9]{1,64}|-",
     "revision": r"0|[1-9]\d{0,9}",
+    "epoch": r"0|[1-9]\d{0,9}",
 }
 STATE_LINE = re.compile(" ".join(f"{name}=(?P<{name}>{_PATTERNS[name]})" for name in FIELDS))
 _JOB = re.compile(_NAME)
@@ -83,6 +86,7 @@ class Board:
     started: float | None = None
     boot: str | None = None
     revision: int = 0
+    epoch: int = 0  # the claim's epoch, as the instance's label carries it (L13)
 
 
 def stamp(when: float) -> str:
@@ -108,6 +112,7 @@ def state_line(board: Board) -> str:
         "started": NONE if board.started is None else stamp(board.started),
         "boot": board.boot or NONE,
         "revision": str(board.revision),
+        "epoch": str(board.epoch),
     }
     return " ".join(f"{name}={values[name]}" for name in FIELDS)
 
@@ -138,6 +143,7 @@ def parse(text: str, where: str = "lane board") -> tuple[Board, list[str]]:
         started=None if f["started"] == NONE else _epoch(f["started"]),
         boot=_opt(f["boot"]),
         revision=int(f["revision"]),
+        epoch=int(f["epoch"]),
     )
     _check_consistent(board, where)
     lines = rest.split("\n")
@@ -183,8 +189,9 @@ def _own(board: Board, operator: str, job: str, rule: str) -> None:
         raise Refused(rule, f"you hold lane {board.lane} for job {board.job!r}, not {job!r}")
 
 
-def claim(board: Board, operator: str, job: str, now: float) -> Board:
-    """free -> claimed. Claiming again what you already hold for the same job changes nothing."""
+def claim(board: Board, operator: str, job: str, now: float, epoch: int | None = None) -> Board:
+    """free -> claimed, under ``epoch`` (the one written into the instance's label, L13; by
+    default the next). Claiming again what you already hold for the same job changes nothing."""
     check_job(job)
     if board.state != FREE:
         if board.owner == operator and board.job == job:
@@ -203,6 +210,7 @@ def claim(board: Board, operator: str, job: str, now: float) -> Board:
         stockouts=0,
         started=None,
         boot=None,
+        epoch=board.epoch + 1 if epoch is None else epoch,
     )
 
 

@@ -7,12 +7,15 @@ what to do, and does it. Nothing here performs I/O or reads a clock.
 from __future__ import annotations
 
 import enum
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gpuops import timing
-from gpuops.errors import Refused
+from gpuops.errors import Refused, UsageError
 from gpuops.lane.board import CLAIMED, RUNNING, STARTING, Board
-from gpuops.lane.script import STAGES
+from gpuops.lane.script import MANIFEST_HEADER, STAGES
 
 # GCE statuses (provider-formats.md B.2) in the three groups the runner cares about.
 TERMINATED = "TERMINATED"
@@ -122,20 +125,74 @@ class Verdict(enum.Enum):
     UNKNOWN = "unknown"
 
 
-def job_verdict(status: Status | None, attempt: str | None, instance_status: str) -> Verdict:
-    """Judged by the status file of *this* attempt, never by a watcher's patience (L9).
+def job_verdict(
+    status: Status | None, attempt: str | None, instance_status: str, *, missing: Sequence[str]
+) -> Verdict:
+    """Judged by the status file of *this* attempt and the results in storage, never by a
+    watcher's patience (L9).
 
-    A status written by another attempt says nothing about ours. A TERMINATED instance whose
-    status never reached an end is unknown (loud), not failed: the evidence may be elsewhere.
+    ``missing`` is what storage lacks of this attempt's results (``results_missing``): a
+    status that says succeeded is a failure while anything is missing. A status written by
+    another attempt says nothing about ours. A TERMINATED instance whose status never reached
+    an end is unknown (loud), not failed: the evidence may be elsewhere.
     """
     if status is not None and status.attempt == attempt:
         if status.stage == "succeeded":
-            return Verdict.SUCCEEDED
+            return Verdict.FAILED if missing else Verdict.SUCCEEDED
         if status.stage == "failed":
             return Verdict.FAILED
     if instance_status in BOOTING:
         return Verdict.RUNNING
     return Verdict.UNKNOWN
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    """One object under the job's ``results/`` as storage lists it: its size, and its md5 in
+    hex (None for an object storage keeps no md5 of, such as a composite one)."""
+
+    size: int
+    md5_hex: str | None
+
+
+_MD5 = re.compile(r"[0-9a-f]{32}")
+_COUNT = re.compile(r"0|[1-9][0-9]{0,8}")
+
+
+def results_missing(
+    manifest: bytes | None, attempt: str | None, stored: Mapping[str, StoredResult]
+) -> list[str]:
+    """What storage lacks of the results this attempt's manifest says it uploaded (L9); empty
+    when every one is there with its size and md5. ``stored`` is keyed by the name under
+    ``results/``. No manifest, another attempt's, or one that does not read is a lack too."""
+    if manifest is None:
+        return ["no results manifest in storage"]
+    lines = manifest.decode("utf-8", "replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    head = lines[0].split(" ") if lines else []
+    if len(head) != 3 or head[0] != MANIFEST_HEADER or not _COUNT.fullmatch(head[2]):
+        return ["the results manifest has no header line"]
+    if head[1] != attempt:
+        return [f"the results manifest is attempt {head[1]}'s, not this attempt's"]
+    entries = lines[1:]
+    problems = []
+    if int(head[2]) != len(entries):
+        problems.append(f"the manifest counts {head[2]} results but lists {len(entries)}")
+    for line in entries:
+        parts = line.split(" ", 2)
+        if len(parts) != 3 or not _MD5.fullmatch(parts[0]) or not _COUNT.fullmatch(parts[1]):
+            problems.append(f"an unreadable manifest line {line[:80]!r}")
+            continue
+        md5, size, name = parts[0], int(parts[1]), parts[2]
+        have = stored.get(name)
+        if have is None:
+            problems.append(f"results/{name} is not in storage")
+        elif have.size != size:
+            problems.append(f"results/{name} is {have.size} bytes in storage, not {size}")
+        elif have.md5_hex is not None and have.md5_hex != md5:
+            problems.append(f"results/{name} in storage is not the file uploaded (md5)")
+    return problems
 
 
 def is_stale(board: Board, now: float) -> bool:
@@ -178,6 +235,8 @@ class Evidence:
     event_attempt: int = 0
     event_revision: int = 0
     event_age_s: float | None = None
+    label: VmClaim | None = None  # the claim the instance's label records (L13)
+    journal_unreadable: bool = False  # the claim journal is there but does not read
 
 
 def claim_signs(ev: Evidence) -> list[str]:
@@ -189,6 +248,10 @@ def claim_signs(ev: Evidence) -> list[str]:
         signs.append(f"its metadata names job {ev.metadata_job}")
     if ev.metadata_attempt is not None:
         signs.append(f"its metadata holds attempt {ev.metadata_attempt}")
+    if ev.label is not None and ev.label.held:
+        signs.append(f"its label holds {_said(ev.label)}")
+    if ev.journal_unreadable:
+        signs.append("the lane's claim journal is unreadable")
     if ev.event_age_s is not None and ev.event_age_s < timing.STALE_CLAIM_S:
         signs.append(
             f"a lane event {ev.event_age_s:.0f} s ago left it {ev.event_state or 'held'}"
@@ -219,17 +282,21 @@ def repaired(lane: str, instance: str, ev: Evidence, now: float) -> Board:
     from gpuops.lane.board import Board as B
 
     revision = ev.event_revision + 1
+    label = ev.label or VmClaim()
     if not claim_signs(ev) or (
         ev.event_state == FREE
         and ev.instance_status == TERMINATED
         and ev.metadata_job is None
         and ev.metadata_attempt is None
+        and not label.held
     ):
-        return B(lane, instance, now, revision=revision)
+        return B(lane, instance, now, revision=revision, epoch=label.epoch)
     held_event = ev.event_state in HELD_STATES
     job = ev.metadata_job or (ev.event_job if held_event else None) or UNKNOWN_OWNER
     same = held_event and ev.event_job == job  # the event is about this job's claim
     owner = (ev.event_owner if same else None) or UNKNOWN_OWNER
+    if label.held and (not label.readable or label.token != holder_token(owner, job)):
+        owner = UNKNOWN_OWNER  # the VM's own label names another holder: no owner is known
     claimed = now - ev.event_age_s if same and ev.event_age_s is not None else now
     board = B(
         lane,
@@ -241,6 +308,7 @@ def repaired(lane: str, instance: str, ev: Evidence, now: float) -> Board:
         attempt=ev.event_attempt if same else 0,
         claimed=claimed,
         revision=revision,
+        epoch=label.epoch,
     )
     if ev.instance_status != TERMINATED:
         boot = (
@@ -248,6 +316,96 @@ def repaired(lane: str, instance: str, ev: Evidence, now: float) -> Board:
         )
         board = dataclasses.replace(board, state=RUNNING, started=now, boot=boot or UNKNOWN_OWNER)
     return board
+
+
+# --- L13: the claim fenced on the VM itself -------------------------------------------------
+# The instance label that carries the claim: ``<epoch>-held-<token>`` while a claim is held,
+# ``<epoch>-free`` once it is released. Written only by setLabels under the label fingerprint,
+# so two claimants on two hosts cannot both move it from the same reading.
+CLAIM_LABEL = "gpuops-claim"
+_CLAIM_VALUE = re.compile(r"(0|[1-9][0-9]{0,9})-(?:held-([0-9a-f]{8})|free)")
+
+
+@dataclass(frozen=True)
+class VmClaim:
+    """The claim the instance's label records: its epoch, whether it is held, and by whom
+    (``token``, holder_token's). An unreadable label is held by nobody known (L12)."""
+
+    epoch: int = 0
+    held: bool = False
+    token: str = ""
+    readable: bool = True
+
+
+def vm_claim(labels: Mapping[str, str]) -> VmClaim:
+    """The claim in the instance's labels; no label is epoch 0, free."""
+    value = labels.get(CLAIM_LABEL)
+    if value is None:
+        return VmClaim()
+    found = _CLAIM_VALUE.fullmatch(value)
+    if found is None:
+        return VmClaim(held=True, readable=False)
+    token = found.group(2) or ""
+    return VmClaim(int(found.group(1)), bool(token), token)
+
+
+def holder_token(owner: str | None, job: str | None) -> str:
+    """Who holds a claim, as a label may carry it (lower-case hex; names may not)."""
+    import hashlib
+
+    return hashlib.sha256(f"{owner}\n{job}".encode()).hexdigest()[:8]
+
+
+def claim_label(epoch: int, token: str | None) -> str:
+    """The label value for a claim of ``epoch``: held by ``token``, or free (None)."""
+    return f"{epoch}-held-{token}" if token else f"{epoch}-free"
+
+
+def _said(vm: VmClaim) -> str:
+    if not vm.readable:
+        return "an unreadable claim"
+    return f"claim epoch {vm.epoch} {'held' if vm.held else 'released'}"
+
+
+def claim_epoch(board: Board, vm: VmClaim, operator: str, job: str) -> int:
+    """The epoch a claim of this free board takes (L13): one past both the board's and the
+    label's. A label that says a claim is held refuses the claim (the board is stale, rebuilt
+    or lost), unless it is this operator's own claim for this job whose board write never
+    happened: then that claim's epoch is resumed."""
+    if vm.held:
+        if vm.readable and vm.token == holder_token(operator, job) and vm.epoch > board.epoch:
+            return vm.epoch
+        raise Refused(
+            "L13",
+            f"lane {board.lane}: the board says {board.state}, but instance {board.instance}'s "
+            f"label says {_said(vm)}: the board is stale, rebuilt or lost, so it cannot "
+            "hand out the VM; run `gpuops lane repair`",
+        )
+    return max(vm.epoch, board.epoch) + 1
+
+
+def check_epoch(board: Board, vm: VmClaim) -> None:
+    """``install`` and ``start`` act only under the current epoch (L13): the instance's label
+    must hold this board's claim (its epoch, its holder). A claim read from a stale, repaired
+    or lost board then never takes the VM."""
+    if vm.held and vm.readable and vm.epoch == board.epoch:
+        if vm.token == holder_token(board.owner, board.job):
+            return
+    raise Refused(
+        "L13",
+        f"lane {board.lane}: this claim is epoch {board.epoch} ({board.owner!r}, job "
+        f"{board.job!r}), but instance {board.instance}'s label says {_said(vm)}: a claim "
+        "from a stale, repaired or lost board cannot take the VM",
+    )
+
+
+def release_label(board: Board, vm: VmClaim) -> str | None:
+    """The label a release writes (this epoch, free), or None when it already says so (a
+    release that stopped after the label). Another claim on the label is refused (L13)."""
+    if not vm.held and vm.readable and vm.epoch == board.epoch:
+        return None
+    check_epoch(board, vm)
+    return claim_label(board.epoch, None)
 
 
 # --- the job ended, the VM did not (L1, L12) ------------------------------------------------
@@ -263,6 +421,40 @@ def billing_alarm(
 
 # --- the provider-native ceiling (a second layer after the script's own power-off) ----------
 def run_ceiling_s(max_hours: float | None, declared_hours: float | None) -> float:
-    """``--max-hours`` if given, else the job's declared length, else the documented default."""
+    """``--max-hours`` if given, else the job's declared length, else the documented default;
+    in whole seconds. Outside GCE's bounds for maxRunDuration (30 s to 120 days), which GCE
+    refuses, it is a usage error naming where the length came from."""
     chosen = max_hours if max_hours is not None else declared_hours
-    return timing.DEFAULT_MAX_RUN_S if chosen is None else float(round(chosen * 3600.0))
+    seconds = timing.DEFAULT_MAX_RUN_S if chosen is None else float(round(chosen * 3600.0))
+    if not timing.GCE_MIN_RUN_S <= seconds <= timing.GCE_MAX_RUN_S:
+        where = "--max-hours" if max_hours is not None else "the script's `# gpuops: max-hours`"
+        raise UsageError(
+            f"{where} {chosen:g} is {seconds:.0f} s: GCE's run ceiling (maxRunDuration) must be "
+            f"{timing.GCE_MIN_RUN_S:g} s to {timing.GCE_MAX_RUN_S / 86400:g} days"
+        )
+    return seconds
+
+
+def check_run_ceiling(scheduling: Mapping[str, Any]) -> None:
+    """Refuse (L12) a start on an instance whose provider-native ceiling is not set: a
+    ``maxRunDuration`` within GCE's bounds, with ``instanceTerminationAction`` STOP (a
+    DELETE there would have GCE delete the lane's VM, L1). ``scheduling`` is wire JSON."""
+    duration = scheduling.get("maxRunDuration")
+    seconds: float | None = None
+    if isinstance(duration, Mapping):
+        try:
+            seconds = float(str(duration.get("seconds")))
+        except ValueError:
+            seconds = None
+    action = scheduling.get("instanceTerminationAction")
+    if (
+        seconds is None
+        or not timing.GCE_MIN_RUN_S <= seconds <= timing.GCE_MAX_RUN_S
+        or action != "STOP"
+    ):
+        raise Refused(
+            "L12",
+            f"the instance's run ceiling is not set (maxRunDuration {duration!r}, "
+            f"instanceTerminationAction {action!r}): nothing would power it off if its script "
+            "never did; run `gpuops lane install` again, which sets it",
+        )

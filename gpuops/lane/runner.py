@@ -5,8 +5,10 @@ from board.py, compare-and-swap, re-read and re-decide on a lost race (L3). The 
 lives in the board line itself, so any later `lane start`, from any process or host sharing
 the store, resumes exactly where a dead one stopped (L11). There is no stop and no delete
 anywhere (L1). A board that is missing or unreadable is never read as free while the instance,
-its metadata or a recent lane event says somebody holds the lane; ``repair`` rebuilds it from
-that evidence (L12). A job that ended while its VM runs on is a billing alarm, never silence.
+its metadata, its claim label or a recent claim-journal entry says somebody holds the lane;
+``repair`` rebuilds it from that evidence (L12). Every claim carries an epoch that the
+instance's own label carries too, and install and start act only under it (L13). A job that
+ended while its VM runs on is a billing alarm, never silence.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
+    AlreadyExists,
     CapacityExhausted,
     CorruptState,
     GpuopsError,
@@ -32,15 +35,20 @@ from gpuops.errors import (
     Unavailable,
     VersionConflict,
 )
-from gpuops.events import EventLog, read_events
+from gpuops.events import EventLog
 from gpuops.lane import board as b
 from gpuops.lane import decide as d
 from gpuops.lane import script as s
+from gpuops.lane.journal import CODEC as JOURNAL
+from gpuops.lane.journal import JournalEntry, journal_key
 from gpuops.providers.gce import LaneInstance
 from gpuops.store.base import Store
 from gpuops.store.records import CAS_ATTEMPTS, NO_CHANGE, NoChange, Records
 
 METADATA_TRIES = 3
+# A VM on its way to TERMINATED: `lane watch` waits these out before it exits, so that a
+# `lane release` right after it is not refused (L1: released only once TERMINATED).
+POWERING_OFF = frozenset({"STOPPING", "PENDING_STOP"})
 
 
 @dataclass(frozen=True)
@@ -68,19 +76,10 @@ class BoardCodec:
         return BoardFile(board, tuple(history))
 
 
-def _epoch(ts: str) -> float:
-    """An event's ``ts`` (``...T..:..:..[.ffffff]Z``) as epoch seconds; 0 when unreadable."""
-    from datetime import UTC, datetime
-
-    try:
-        return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return 0.0
-
-
 class Compute(Protocol):
     def get(self, instance: str) -> LaneInstance: ...
     def set_metadata(self, instance: str, items: dict[str, str], fingerprint: str) -> None: ...
+    def set_labels(self, instance: str, labels: dict[str, str], fingerprint: str) -> None: ...
     def start(self, instance: str) -> None: ...
     def set_run_ceiling(
         self, instance: str, current: Mapping[str, Any], max_run_s: float
@@ -89,6 +88,7 @@ class Compute(Protocol):
 
 class Bucket(Protocol):
     def list(self, prefix: str) -> list[str]: ...
+    def objects(self, prefix: str) -> dict[str, tuple[int, str | None]]: ...
     def read(self, name: str) -> bytes | None: ...
     def updated(self, name: str) -> float | None: ...
 
@@ -120,6 +120,7 @@ class Lane:
         self.clock = clock  # board stamps and waits: wall time, and its sleep
         self.new_boot_id, self.progress = new_boot_id, progress
         self.key = f"lane/{config.instance}/board"
+        self.journal_key = journal_key(config.instance)
         self.boards = Records(store, "lane/", BoardCodec())
 
     # --- the board ------------------------------------------------------------------------------
@@ -138,8 +139,8 @@ class Lane:
         return Refused(
             "L12",
             f"{problem}; the lane is unknown, not free, and the file is left as it is: "
-            "`gpuops lane repair` rebuilds the state line from the instance and the event "
-            "log and keeps a copy of this file",
+            "`gpuops lane repair` rebuilds the state line from the instance and the claim "
+            "journal and keeps a copy of this file",
         )
 
     def _fresh(self) -> b.Board:
@@ -159,42 +160,31 @@ class Lane:
         return (got.board, list(got.history), version), None
 
     def evidence(self) -> d.Evidence:
-        """What the instance and the event log say about a claim (L12), board aside."""
+        """What the instance (status, metadata, claim label) and the claim journal in the
+        shared store say about a claim (L12, L13), board aside. No log is scanned: the
+        journal is what every host sees. An unreadable journal is a sign of a claim."""
         inst = self.gce.get(self.config.instance)
-        latest: dict[str, Any] | None = None  # the latest lane event of any kind
-        board_event: dict[str, Any] | None = None  # the latest state a board write recorded
-        try:
-            for event in read_events(self.events.path):
-                payload = event.get("payload")
-                payload = payload if isinstance(payload, dict) else {}
-                if str(event.get("kind", "")).startswith("lane.") and (
-                    payload.get("lane") == self.config.instance
-                ):
-                    latest = dict(event)
-                    if event.get("kind") == "lane.board":
-                        board_event = latest
-        except GpuopsError:
-            latest = None  # no event log yet: no event evidence
         ev = d.Evidence(
             inst.status_raw,
             metadata_job=inst.metadata.get(s.JOB_KEY) or None,
             metadata_attempt=inst.metadata.get(s.ATTEMPT_KEY) or None,
+            label=d.vm_claim(inst.labels),
         )
-        if latest is None:
+        try:
+            found = self.store.get(self.journal_key)
+            entry = None if found is None else JOURNAL.decode(found.key, found.data)
+        except CorruptState:
+            return dataclasses.replace(ev, journal_unreadable=True)
+        if entry is None:
             return ev
-        ev = dataclasses.replace(
-            ev, event_age_s=max(0.0, self.clock.wall() - _epoch(str(latest.get("ts", ""))))
-        )
-        if board_event is None:
-            return dataclasses.replace(ev, event_state=b.CLAIMED)
-        payload = board_event["payload"]
         return dataclasses.replace(
             ev,
-            event_state=str(payload.get("state")),
-            event_owner=str(board_event.get("operator") or "") or None,
-            event_job=str(payload["job"]) if payload.get("job") else None,
-            event_attempt=int(payload.get("attempt") or 0),
-            event_revision=int(payload.get("revision") or 0),
+            event_state=entry.state,
+            event_owner=entry.owner,
+            event_job=entry.job,
+            event_attempt=entry.attempt,
+            event_revision=entry.revision,
+            event_age_s=max(0.0, self.clock.wall() - entry.at),
         )
 
     def repair(self) -> tuple[b.Board, list[str]]:
@@ -210,7 +200,13 @@ class Lane:
         line = f"{stamp} {self.operator}: repaired the state line from: " + (
             "; ".join(signs) if signs else "no sign of any claim"
         )
-        current = self.store.get(self.key)
+        current = self.store.salvage(self.key)  # raw bytes, even past a corrupt envelope
+        if current is not None:
+            try:
+                readable = BoardCodec().decode(self.key, current.data)
+                return readable.board, []  # repaired meanwhile: readable now, nothing to do
+            except CorruptState:
+                pass
         data = b.render(board, [line]).encode("utf-8")
         if current is None:
             self.store.create(self.key, data)
@@ -222,27 +218,70 @@ class Lane:
         return board, signs
 
     def _log_board(self, board: b.Board, **extra: Any) -> None:
-        """Every board write goes to the event log: the evidence a later repair reads (L12)."""
+        """Every board write goes to the claim journal in the shared store (the evidence a
+        later repair reads, on any host: L12) and to the event log."""
+        self._journal(board, repaired=bool(extra.get("repaired")))
         self.events.append(
             "lane.board",
             lane=board.lane,
             state=board.state,
+            owner=board.owner,
             job=board.job,
             attempt=board.attempt,
             revision=board.revision,
             **extra,
         )
 
+    def _journal(self, board: b.Board, *, repaired: bool) -> None:
+        """The board's write, in the journal (compare-and-swap on the raw object, so an
+        unreadable journal is replaced too); never over an entry of a later revision."""
+        entry = JournalEntry(
+            board.lane,
+            board.state,
+            board.owner,
+            board.job,
+            board.attempt,
+            board.revision,
+            board.epoch,
+            self.clock.wall(),
+            self.operator,
+            repaired,
+        )
+        data = JOURNAL.encode(entry)
+        for _ in range(CAS_ATTEMPTS):
+            current = self.store.salvage(self.journal_key)
+            try:
+                if current is None:
+                    self.store.create(self.journal_key, data)
+                    return
+                try:
+                    if JOURNAL.decode(current.key, current.data).revision > board.revision:
+                        return  # a later write finished first: it stays
+                except CorruptState:
+                    pass  # unreadable: this write replaces it
+                self.store.put(self.journal_key, data, current.version)
+                return
+            except (AlreadyExists, VersionConflict):
+                continue
+        raise StateError(f"{self.journal_key}: lost {CAS_ATTEMPTS} compare-and-swap races")
+
     @property
     def _name(self) -> str:
         return self.key.removeprefix("lane/")
 
-    def _transition(self, change: Callable[[b.Board], b.Board], prose: str) -> b.Board:
-        """Read, apply ``change``, compare-and-swap; a lost race re-reads and re-decides (L3)."""
+    def _transition(
+        self, change: Callable[[b.Board], b.Board], prose: str, fresh: b.Board | None = None
+    ) -> b.Board:
+        """Read, apply ``change``, compare-and-swap; a lost race re-reads and re-decides (L3).
+        ``fresh``: the board an absent one starts from, when the caller already decided it may
+        (a claim that has just written its own epoch into the instance's label)."""
         seen: list[b.Board] = []
 
         def step(current: BoardFile | None) -> BoardFile | NoChange:
-            board = self._fresh() if current is None else current.board
+            if current is None:
+                board = self._fresh() if fresh is None else fresh
+            else:
+                board = current.board
             history = () if current is None else current.history
             seen.append(board)
             new = change(board)
@@ -267,19 +306,63 @@ class Lane:
 
     # --- commands -------------------------------------------------------------------------------
     def claim(self, job: str) -> b.Board:
+        """free -> claimed: first the claim's epoch on the instance's own label, under its
+        label fingerprint (L13), then the board. A label that already holds a claim refuses
+        a board that says free (it is stale, rebuilt or lost)."""
         before = self.read()[0]
+        epoch: int | None = None
+        if before.state == b.FREE:
+            b.check_job(job)
+            epoch = self._claim_label(before, job)
         after = self._transition(
-            lambda bd: b.claim(bd, self.operator, job, self.clock.wall()),
-            f"claimed the lane for {job}",
+            lambda bd: b.claim(bd, self.operator, job, self.clock.wall(), epoch),
+            f"claimed the lane for {job} (epoch {epoch})",
+            fresh=before if epoch is not None else None,
         )
         if after.revision != before.revision:
             self.events.append("lane.claim", lane=after.lane, job=job, revision=after.revision)
         return after
 
+    def _claim_label(self, board: b.Board, job: str) -> int:
+        """Write this claim's epoch into the instance's label (compare-and-swap on its label
+        fingerprint; a lost race re-reads and decides again). The epoch."""
+        for _ in range(METADATA_TRIES):
+            inst = self.gce.get(self.config.instance)
+            vm = d.vm_claim(inst.labels)
+            epoch = d.claim_epoch(board, vm, self.operator, job)
+            if vm.held:
+                return epoch  # our own claim, its board write lost: resumed
+            token = d.holder_token(self.operator, job)
+            labels = {**inst.labels, d.CLAIM_LABEL: d.claim_label(epoch, token)}
+            try:
+                self.gce.set_labels(self.config.instance, labels, inst.label_fingerprint)
+                return epoch
+            except VersionConflict:
+                continue  # another claimant moved the label first: read it again
+        raise StateError(f"instance {self.config.instance}: label fingerprint kept changing")
+
+    def _release_label(self, board: b.Board) -> None:
+        """This claim's epoch, released, on the instance's label (L13): only while the label
+        holds this claim; already released, nothing is written."""
+        for _ in range(METADATA_TRIES):
+            inst = self.gce.get(self.config.instance)
+            value = d.release_label(board, d.vm_claim(inst.labels))
+            if value is None:
+                return
+            labels = {**inst.labels, d.CLAIM_LABEL: value}
+            try:
+                self.gce.set_labels(self.config.instance, labels, inst.label_fingerprint)
+                return
+            except VersionConflict:
+                continue
+        raise StateError(f"instance {self.config.instance}: label fingerprint kept changing")
+
     def install(self, job: str, script_text: str, *, max_hours: float | None = None) -> None:
         """Lint, check staged inputs, set the metadata by fingerprint (L4, L10, L5, L6), then
         the provider-native ceiling: GCE stops the VM after ``max_hours`` (default: the
-        script's declared length, else timing.DEFAULT_MAX_RUN_S) if its script never does."""
+        script's declared length, else timing.DEFAULT_MAX_RUN_S) if its script never does. A
+        ceiling outside GCE's bounds is a usage error before anything is read or sent."""
+        max_run_s = d.run_ceiling_s(max_hours, s.declared_hours(script_text))
         board, _, _ = self.read()
         if board.state != b.CLAIMED or board.owner != self.operator or board.job != job:
             raise Refused(
@@ -298,16 +381,23 @@ class Lane:
                 f"the script fetches {', '.join(missing)} unconditionally, but nothing by that "
                 f"name is staged under gs://{self.config.bucket}/jobs/{job}/inputs/",
             )
-        inst = self._set_metadata({s.SCRIPT_KEY: script_text, s.JOB_KEY: job}, need_terminated=True)
-        max_run_s = d.run_ceiling_s(max_hours, s.declared_hours(script_text))
+        inst = self._set_metadata(
+            {s.SCRIPT_KEY: script_text, s.JOB_KEY: job}, need_terminated=True, fence=board
+        )
         self.gce.set_run_ceiling(self.config.instance, inst.scheduling, max_run_s)
         self.events.append(
             "lane.install", lane=board.lane, job=job, chars=len(script_text), max_run_s=max_run_s
         )
 
-    def _set_metadata(self, items: dict[str, str], *, need_terminated: bool) -> LaneInstance:
+    def _set_metadata(
+        self, items: dict[str, str], *, need_terminated: bool, fence: b.Board | None = None
+    ) -> LaneInstance:
+        """Merge ``items`` into the metadata by fingerprint; with ``fence``, only while the
+        instance's label holds that board's claim (L13), checked on every read."""
         for _ in range(METADATA_TRIES):
             inst = self.gce.get(self.config.instance)
+            if fence is not None:
+                d.check_epoch(fence, d.vm_claim(inst.labels))
             if need_terminated and inst.status_raw != d.TERMINATED:
                 raise Refused(
                     "L2",
@@ -378,13 +468,17 @@ class Lane:
                 f"the script installed on {inst.name} is not a clean script for {job!r}: "
                 f"run `gpuops lane install --job {job} FILE` first",
             )
+        d.check_run_ceiling(inst.scheduling)  # L12: GCE's own power-off, before any start
+        d.check_epoch(self.read()[0], d.vm_claim(inst.labels))  # L13, before the attempt
         boot = self.new_boot_id()
         board = self._transition(
             lambda bd: b.begin_attempt(bd, self.operator, job, boot, self.clock.wall()),
             f"start attempt for {job} (boot {boot})",
         )
         try:
-            self._set_metadata({s.ATTEMPT_KEY: boot}, need_terminated=True)  # L2, just before
+            self._set_metadata(  # L2 and L13, just before
+                {s.ATTEMPT_KEY: boot}, need_terminated=True, fence=board
+            )
             self.gce.start(self.config.instance)
         except (CapacityExhausted, QuotaExceeded) as exc:
             outcome = "stockout" if isinstance(exc, CapacityExhausted) else "quota"
@@ -452,10 +546,10 @@ class Lane:
             attempt = board.boot if board.job == job else None
             status = self._status(job)
             inst = self.gce.get(self.config.instance).status_raw
-            verdict = d.job_verdict(status, attempt, inst)
+            verdict, missing = self._judge(job, status, attempt, inst)
             if verdict in (d.Verdict.UNKNOWN, d.Verdict.RUNNING):
                 status = self._status(job)  # the job may have ended between the two reads
-                verdict = d.job_verdict(status, attempt, inst)
+                verdict, missing = self._judge(job, status, attempt, inst)
             shown = (status.stage, status.reason) if status else None
             now = self.clock.wall()
             if shown != last or now - said >= timing.WATCH_POLL_S:
@@ -468,8 +562,15 @@ class Lane:
             if verdict in (d.Verdict.SUCCEEDED, d.Verdict.FAILED):
                 self._await_power_off(job, verdict, status)
                 if verdict is d.Verdict.FAILED:
-                    raise JobFailed(f"job {job} failed: {status.reason if status else ''}".rstrip())
+                    raise JobFailed(self._failure(job, status, missing))
                 return verdict
+            if verdict is d.Verdict.UNKNOWN and inst == d.TERMINATED and not (attempt or status):
+                raise StillRunning(
+                    f"job {job} was not started: the board has no attempt of it (lane "
+                    f"{board.lane} is {board.state}"
+                    + (f", job {board.job}" if board.job else "")
+                    + f"); nothing to watch: run `gpuops lane start --job {job}`"
+                )
             if verdict is d.Verdict.UNKNOWN and inst == d.TERMINATED:
                 stage = f"{shown[0]} {shown[1]}".strip() if shown else "no status file"
                 raise StillRunning(
@@ -484,16 +585,54 @@ class Lane:
                 )
             self.clock.sleep(timing.LANE_POLL_S)
 
+    def _judge(
+        self, job: str, status: d.Status | None, attempt: str | None, inst: str
+    ) -> tuple[d.Verdict, list[str]]:
+        """The verdict and what storage lacks (L9): a status that says succeeded is checked
+        against this attempt's manifest and the objects under results/."""
+        missing: list[str] = []
+        if status is not None and status.stage == "succeeded" and status.attempt == attempt:
+            prefix = f"jobs/{job}/results/"
+            stored = {
+                name.removeprefix(prefix): d.StoredResult(size, md5)
+                for name, (size, md5) in self.gcs.objects(prefix).items()
+            }
+            manifest = self.gcs.read(f"jobs/{job}/{s.MANIFEST}")
+            missing = d.results_missing(manifest, attempt, stored)
+        return d.job_verdict(status, attempt, inst, missing=missing), missing
+
+    def _failure(self, job: str, status: d.Status | None, missing: list[str]) -> str:
+        if missing:
+            return (
+                f"job {job} failed: its status says succeeded but storage does not hold its "
+                f"results (L9): {'; '.join(missing)}"
+            )
+        return f"job {job} failed: {status.reason if status else ''}".rstrip()
+
     def _status(self, job: str) -> d.Status | None:
         raw = self.gcs.read(f"jobs/{job}/status")
         return d.parse_status(raw.decode("utf-8", "replace")) if raw is not None else None
 
     def _await_power_off(self, job: str, verdict: d.Verdict, status: d.Status | None) -> None:
-        """After the job's end, its script powers the VM off; if it never does, say so loudly
-        (gpuops never stops it, L1): a billing alarm, exit 5 (succeeded) or 6 (failed)."""
+        """After the job's end, its script powers the VM off; watch waits until TERMINATED
+        (through STOPPING), so the release that follows is not refused. If it never powers
+        off, say so loudly (gpuops never stops it, L1): a billing alarm, exit 5 (succeeded)
+        or 6 (failed)."""
         ended = self.gcs.updated(f"jobs/{job}/status")
+        stopping_since: float | None = None
         while True:
             inst = self.gce.get(self.config.instance).status_raw
+            if inst in POWERING_OFF:  # not yet TERMINATED: a release now would be refused
+                stopping_since = self.clock.wall() if stopping_since is None else stopping_since
+                if self.clock.wall() - stopping_since >= timing.GCE_OPERATION_TIMEOUT_S:
+                    raise StillRunning(
+                        f"job {job} ended ({verdict.value}) but instance "
+                        f"{self.config.instance} stayed {inst} for "
+                        f"{timing.GCE_OPERATION_TIMEOUT_S:g} s; watch again for TERMINATED"
+                    )
+                self.progress(f"{job}: {verdict.value}; instance is {inst}, waiting for TERMINATED")
+                self.clock.sleep(timing.LANE_POLL_S)
+                continue
             if inst not in d.BOOTING:
                 return
             if d.billing_alarm(verdict, inst, ended, self.clock.wall()):
@@ -518,13 +657,15 @@ class Lane:
         before, _, _ = self.read()
         inst = self.gce.get(self.config.instance).status_raw
         now = self.clock.wall()
+        b.release(before, self.operator, job, inst == d.TERMINATED, now)  # refusals first
+        self._release_label(before)  # L13: the VM's label first; a rerun finishes the board
         after = self._transition(
             lambda bd: b.release(bd, self.operator, job, inst == d.TERMINATED, now),
             f"released the lane after {job}; back to free",
         )
         self._clear_job_metadata()
         status = self._status(job)
-        outcome = d.job_verdict(status, before.boot, inst).value
+        outcome = self._judge(job, status, before.boot, inst)[0].value
         # A job that ended ran until its last status write, not until this release.
         end = self.gcs.updated(f"jobs/{job}/status") if outcome != "unknown" else None
         until = now if end is None else min(now, end)
@@ -598,7 +739,7 @@ class Lane:
             log = self.gcs.read(f"jobs/{board.job}/log.txt")
             lines = log.decode("utf-8", "replace").strip().splitlines() if log else []
             view["last_log_line"] = lines[-1] if lines else None
-            verdict = d.job_verdict(self._status(board.job), board.boot, inst)
+            verdict = self._judge(board.job, self._status(board.job), board.boot, inst)[0]
             view["job_outcome"] = verdict.value
             ended = self.gcs.updated(f"jobs/{board.job}/status")
             if d.billing_alarm(verdict, inst, ended, now):

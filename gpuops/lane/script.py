@@ -11,7 +11,10 @@ its rule, and ``unconditional_fetches`` gives what the script will fetch whateve
 Paths in the bucket, all under ``jobs/<job>/``: ``boot/<attempt>`` (the boot marker: this
 attempt's id, read from the ``gpuops-attempt`` metadata key the runner sets before each
 start, L2), ``status`` (one line: stage, attempt, reason), ``log.txt``, ``inputs/``,
-``results/``.
+``results/`` (any depth), and ``manifest``: written after every result is uploaded and
+checked, before ``succeeded``: a header line ``gpuops-manifest <attempt> <count>``, then one
+line ``<md5 hex> <bytes> <name under results/>`` per result. `lane watch` checks it against
+the bucket (L9): a status that says succeeded is success only when storage agrees.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ STAGES = ("booted", "preflight", "fetching", "running", "uploading", "succeeded"
 ATTEMPT_KEY = "gpuops-attempt"
 JOB_KEY = "gpuops-job"
 SCRIPT_KEY = "startup-script"
+MANIFEST = "manifest"  # jobs/<job>/manifest: the results as the script uploaded them (L9)
+MANIFEST_HEADER = "gpuops-manifest"
 
 # Commands that declare or assign a variable named by an argument (L4 counts JOB in them).
 _DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
@@ -109,6 +114,7 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
     if handler is None:
         found.append(Finding("L5", "missing a final log upload on exit (trap on_exit EXIT)"))
     else:
+        found += _escapes(parsed, handler)
         reach = _reachable(parsed, handler)
         if not any(_halts(c) for c in reach):
             found.append(
@@ -118,6 +124,10 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
             found.append(
                 Finding("L5", "missing a gsutil-to-REST fallback with retries in the EXIT trap")
             )
+    if "upload_results" not in names:
+        found.append(
+            Finding("L9", "missing the checked results upload and manifest (upload_results)")
+        )
     if not any(c.name == "preflight_imports" and len(c.words) > 1 for c in steps):
         found.append(
             Finding("L6", "missing an import gate before work (preflight_imports NAME...)")
@@ -131,10 +141,91 @@ def lint(script: str, claimed_job: str) -> list[Finding]:
 def _exit_handler(steps: list[Command]) -> str | None:
     """The command string an unconditional ``trap HANDLER ... EXIT`` runs at exit."""
     for command in steps:
-        if command.name == "trap" and len(command.words) >= 3:
-            if any(s in ("EXIT", "0") for s in command.words[2:]):
-                return command.words[1]
+        action = _trap_action(command) if command.name == "trap" else None
+        if action is not None and action[1] and action[0] not in ("", "-"):
+            return action[0]
     return None
+
+
+# Signals the shell cannot catch: killed or stopped by one, it never runs its EXIT trap.
+_UNCATCHABLE = frozenset({"KILL", "9", "STOP", "19"})
+# Words that name the script's own shell (or its process group) to ``kill``.
+_OWN_SHELL = frozenset({"$$", "${$}", "-$$", "-${$}", "0", "-0"})
+_OWN_PROCESS = frozenset({"$BASHPID", "${BASHPID}"})  # the script itself unless in a subshell
+_DEFAULT_SIGNAL = "TERM"  # kill's, which the shell catches (and so runs its EXIT trap)
+_SIGNAL_FLAGS = frozenset({"-s", "-n"})  # the signal as the next word
+_NOT_SIGNALS = frozenset({"--", "-$$", "-${$}"})  # first words of kill that name no signal
+
+
+def _escapes(parsed: Parsed, handler: str) -> list[Finding]:
+    """Every command outside the EXIT trap that ends the script without running it (L12):
+    the trap removed or replaced (``trap - EXIT``), the shell replaced (``exec CMD``), or the
+    shell killed or stopped by a signal it cannot catch (``kill -9 $$``). A command inside a
+    subshell removes or replaces only the subshell's; ``kill`` of ``$$`` reaches the script
+    from anywhere. Conditional or not: any one path that skips the power-off bills."""
+    skip = {c.name for c in parse(handler).top}  # the handler's own functions may clear it
+    set_at = next(  # the trap that sets the handler (_exit_handler found it among these)
+        c.pos for c in parsed.top if c.name == "trap" and _trap_action(c) == (handler, True)
+    )
+    found: list[Finding] = []
+    for where, command in _outside(parsed, skip):
+        what = " ".join(word or "''" for word in command.words)
+        action = _trap_action(command) if command.name == "trap" else None
+        if action is not None and action[1] and action[0] != handler and not command.subshell:
+            if where != "the script" or command.pos > set_at:
+                found.append(Finding("L12", f"`{what}` in {where} removes the EXIT trap: {_SKIPS}"))
+        elif command.name == "exec" and len(command.words) > 1 and not command.subshell:
+            found.append(Finding("L12", f"`{what}` in {where} replaces the shell: {_SKIPS}"))
+        elif command.name == "kill" and _kills_self(command):
+            found.append(Finding("L12", f"`{what}` in {where} kills or stops the shell: {_SKIPS}"))
+    return found
+
+
+_SKIPS = "the script would exit without its EXIT trap, so without the power-off"
+
+
+def _outside(parsed: Parsed, skip: set[str]) -> list[tuple[str, Command]]:
+    """(where, command) for every command the script can run outside the functions in
+    ``skip``: top level, substitutions, the functions called (and their calls), and the
+    handlers of its other traps."""
+    out: list[tuple[str, Command]] = []
+    pending = [("the script", c) for c in parsed.top]
+    seen: set[str] = set()
+    while pending:
+        where, command = pending.pop(0)
+        out.append((where, command))
+        pending.extend((where, c) for c in command.inner)
+        action = _trap_action(command) if command.name == "trap" else None
+        if action is not None and not action[1]:  # another signal's handler: it runs too
+            pending.extend((f"the trap {action[0]!r}", c) for c in parse(action[0]).top)
+        body = parsed.functions.get(command.name)
+        if body is not None and command.name not in seen and command.name not in skip:
+            seen.add(command.name)
+            pending.extend((f"function {command.name}", c) for c in body)
+    return out
+
+
+def _trap_action(command: Command) -> tuple[str, bool] | None:
+    """A ``trap`` command's (action, whether it touches EXIT); None when it lists traps.
+    The action is ``-`` for a reset (``trap - EXIT``, ``trap EXIT``), ``""`` for ignore."""
+    words = [w for w in command.words[1:] if w != "--"]
+    if not words or words[0] in ("-p", "-l"):
+        return None
+    if len(words) == 1:
+        return "-", words[0] in ("EXIT", "0")
+    return words[0], any(w in ("EXIT", "0") for w in words[1:])
+
+
+def _kills_self(command: Command) -> bool:
+    """``kill`` sending the script's own shell a signal it cannot catch (KILL, STOP)."""
+    words = list(command.words[1:])
+    signal = _DEFAULT_SIGNAL
+    if words and words[0] in _SIGNAL_FLAGS:  # kill -s KILL, kill -n 9
+        signal, words = "".join(words[1:2]), words[2:]
+    elif words and words[0].startswith("-") and words[0] not in _NOT_SIGNALS:
+        signal, words = words[0][1:], words[1:]  # kill -9, kill -KILL, kill -SIGKILL
+    own = _OWN_SHELL | (set() if command.subshell else _OWN_PROCESS)  # `--` is none of these
+    return signal.upper().removeprefix("SIG") in _UNCATCHABLE and any(w in own for w in words)
 
 
 def _reachable(parsed: Parsed, handler: str) -> list[Command]:
@@ -194,17 +285,34 @@ def unconditional_fetches(script: str) -> list[str]:
     """Every input the script reads from ``inputs/`` on every path, by any command (L10).
 
     A read inside a branch or loop whose test is not constant, or one whose failure is caught
-    by ``||``, is not unconditional; a function's reads count where it is called, with ``$1``
-    taken from the call. A name the parse cannot know (an expansion) is returned as written,
-    so it can never match a staged input.
+    by an ``||`` that carries on, is not unconditional; one caught by an ``||`` that ends the
+    script (``cmd || fail ...``, ``cmd || exit 1``) is: the job cannot run without it. A
+    function's reads count where it is called, with ``$1`` taken from the call. A name the
+    parse cannot know (an expansion) is returned as written, so it can never match a staged
+    input.
     """
     parsed = parse(script)
     out: list[str] = []
     for command in parsed.top:
-        if command.conditional or command.guarded or command.background:
+        if command.conditional or command.background:
+            continue
+        if command.guarded and not _ends(parsed, command.rescue, set()):
             continue
         out += _reads(parsed, command, (), set())
     return out
+
+
+def _ends(parsed: Parsed, commands: tuple[Command, ...] | list[Command], seen: set[str]) -> bool:
+    """Whether these commands may end the script: an ``exit``, or a call of a function that
+    may (counted wherever it sits: a fetch rescued by one is treated as needed, L10)."""
+    for command in commands:
+        if command.name == "exit":
+            return True
+        body = parsed.functions.get(command.name)
+        if body is not None and command.name not in seen:
+            if _ends(parsed, body, seen | {command.name}):
+                return True
+    return False
 
 
 def _reads(parsed: Parsed, command: Command, args: tuple[str, ...], seen: set[str]) -> list[str]:
@@ -344,6 +452,19 @@ disk_gate() {{
   [ "${{free:-0}}" -ge "$1" ] || fail "preflight: ${{free:-0}} GB free on /work, need $1"
 }}
 run_job() {{ ( {command} ) >> "$LOG" 2>&1; }}
+upload_results() {{  # every file under results/, at any depth, each upload checked; then the
+  # manifest (this attempt, and each file's md5, size and name) last: storage decides (L9)
+  local f rel count=0 list="/tmp/gpuops-manifest-$$"
+  : > "$list.body"
+  while IFS= read -r -d '' f; do
+    rel=${{f#"$WORK/results/"}}
+    put "$f" "results/$rel" || fail "results/$rel did not reach storage: the results are incomplete"
+    echo "$(md5sum < "$f" | cut -d' ' -f1) $(wc -c < "$f" | tr -dc 0-9) $rel" >> "$list.body"
+    count=$((count + 1))
+  done < <(find "$WORK/results" -type f -print0 | sort -z)
+  {{ echo "gpuops-manifest $ATTEMPT $count"; cat "$list.body"; }} > "$list"
+  put "$list" manifest || fail "the results manifest did not reach storage"
+}}
 
 exec >> "$LOG" 2>&1
 trap on_exit EXIT
@@ -359,6 +480,6 @@ stage fetching
 stage running
 run_job || fail "the job exited non-zero"
 stage uploading
-for f in "$WORK"/results/*; do [ -e "$f" ] && put "$f" "results/$(basename "$f")"; done
+upload_results
 stage succeeded
 """

@@ -11,8 +11,9 @@ common in startup scripts (the template has the first). A script with a syntax e
 Each command records its words (quotes removed, as the shell would pass them), which words
 hold an expansion, and how it runs: ``conditional`` (it may not run on every path: inside a
 branch or loop body whose test is not constant, in a ``case`` item, or after ``&&``/``||``),
-``guarded`` (a failure is caught by a following ``||``), ``background`` (``&``), ``negated``
-(``! cmd``: its status is inverted). The commands the shell runs while expanding a command's
+``guarded`` (a failure is caught by a following ``||``, whose commands are its ``rescue``),
+``background`` (``&``), ``negated`` (``! cmd``: its status is inverted), ``subshell`` (it runs
+in a child shell: ``( ... )``, ``$(...)``, ``<(...)``, a part of a pipeline). The commands the shell runs while expanding a command's
 words (``$(...)``, ``<(...)``) are its ``inner`` commands; an input redirect (``< FILE``) is
 kept as the command ``<`` FILE, since the shell opens the file whatever the command is.
 Function bodies are kept per function, not as top-level commands: they run where they are
@@ -42,6 +43,8 @@ class Command:
     negated: bool = False
     assignments: tuple[str, ...] = ()  # NAME=value prefixes (and bare assignment commands)
     inner: tuple[Command, ...] = ()  # commands in its $(...) substitutions and input redirects
+    subshell: bool = False  # it runs in a subshell: ( ... ), $(...), <(...), a pipeline's part
+    rescue: tuple[Command, ...] = ()  # when guarded: the commands the following || runs
 
     @property
     def name(self) -> str:
@@ -190,6 +193,10 @@ def _walk(node: Any, into: list[Command], conditional: bool) -> None:
             into[k] = dataclasses.replace(into[k], negated=not into[k].negated)
     elif kind in _REDIRECTS:  # a redirect of a compound statement
         _substitutions(node, into, conditional)
+    elif kind in ("subshell", "pipeline"):  # tree-sitter's pipeline: two commands or more
+        start = len(into)
+        _statements(node.children, into, conditional)
+        _mark(into, start, subshell=True)
     else:  # pipeline, subshell, compound_statement, do_group, redirected_statement, ...
         _statements(node.children, into, conditional)
 
@@ -255,7 +262,9 @@ def _substitutions(node: Any, into: list[Command], conditional: bool) -> None:
     """The commands the shell runs while expanding ``node``: its ``$(...)`` and ``<(...)``
     substitutions, and an input redirect as the command ``<`` FILE."""
     if node.type in _SUBSTITUTIONS:
+        start = len(into)
         _statements(node.children, into, conditional)
+        _mark(into, start, subshell=True)
         return
     if node.type == "file_redirect" and any(c.type == "<" for c in node.children):
         word, lit = _word(node.child_by_field_name("destination"))
@@ -283,6 +292,7 @@ def _list(node: Any, into: list[Command], conditional: bool) -> None:
     command before ``||`` is guarded."""
     items, ops = _flatten(node)
     previous: list[Command] = []
+    rescued: tuple[int, int] | None = None  # the commands the item just walked rescues
     for index, item in enumerate(items):
         before = ops[index - 1] if index > 0 else None
         known = _truth(previous)
@@ -293,8 +303,14 @@ def _list(node: Any, into: list[Command], conditional: bool) -> None:
         )
         start = len(into)
         _walk(item, into, maybe)
+        if rescued is not None:
+            rescue = tuple(into[start:])
+            for k in range(*rescued):
+                into[k] = dataclasses.replace(into[k], rescue=rescue)
+            rescued = None
         if index < len(ops) and ops[index] == "||":
             _mark(into, start, guarded=True)
+            rescued = (start, len(into))
         previous = into[start:]
 
 

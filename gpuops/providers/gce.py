@@ -76,6 +76,8 @@ class LaneInstance:
     fingerprint: str
     metadata: Mapping[str, str] = field(default_factory=dict)
     scheduling: Mapping[str, Any] = field(default_factory=dict)  # wire JSON, camelCase
+    labels: Mapping[str, str] = field(default_factory=dict)
+    label_fingerprint: str = ""  # setLabels' compare-and-swap token (labelFingerprint)
 
 
 def parse_instance(body: Mapping[str, Any]) -> LaneInstance:
@@ -95,7 +97,19 @@ def parse_instance(body: Mapping[str, Any]) -> LaneInstance:
     scheduling = body.get("scheduling") or {}
     if not isinstance(scheduling, dict):
         raise UnexpectedResponse(PROVIDER, "instance scheduling is not an object", body=str(body))
-    return LaneInstance(name, status, raw, fingerprint, items, dict(scheduling))
+    labels = body.get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise UnexpectedResponse(PROVIDER, "instance labels are not strings", body=str(body))
+    return LaneInstance(
+        name,
+        status,
+        raw,
+        fingerprint,
+        items,
+        dict(scheduling),
+        {str(k): v for k, v in labels.items()},
+        str(body.get("labelFingerprint", "")),
+    )
 
 
 def operation_error(op: Mapping[str, Any]) -> GpuopsError | None:
@@ -231,6 +245,16 @@ class GceAdapter:
         )
         self.events.append("gce.set_metadata", instance=instance, keys=sorted(items))
         self._wait(_operation_name(op, f"setMetadata {instance}"), f"setMetadata {instance}")
+
+    def set_labels(self, instance: str, labels: Mapping[str, str], fingerprint: str) -> None:
+        """Replace the instance's labels, only if they are still at ``fingerprint`` (GCE's
+        labelFingerprint: 412 -> VersionConflict, someone else wrote first; re-read, decide)."""
+        resource = {"labels": dict(sorted(labels.items())), "labelFingerprint": fingerprint}
+        op = self._request(
+            f"setLabels {instance}", "POST", f"instances/{instance}/setLabels", resource
+        )
+        self.events.append("gce.set_labels", instance=instance, labels=dict(sorted(labels.items())))
+        self._wait(_operation_name(op, f"setLabels {instance}"), f"setLabels {instance}")
 
     def set_run_ceiling(self, instance: str, current: Mapping[str, Any], max_run_s: float) -> None:
         """The provider-native ceiling: ``scheduling.maxRunDuration`` with

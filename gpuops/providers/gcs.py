@@ -15,6 +15,9 @@ tests/test_fake_gce_contract.py.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import builtins
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +32,16 @@ PROVIDER = "gcs"
 STORAGE = "https://storage.googleapis.com"
 # objects.list pages; a listing that needs more than this many pages is refused, not looped on
 MAX_PAGES = 1000
+
+
+def _hex(md5: object) -> str | None:
+    """An object's ``md5Hash`` (base64 of 16 bytes) in hex; None when it has none."""
+    if md5 is None:
+        return None
+    raw = base64.b64decode(str(md5), validate=True)
+    if len(raw) != 16:
+        raise ValueError(f"md5Hash of {len(raw)} bytes")
+    return raw.hex()
 
 
 class GcsAdapter:
@@ -90,8 +103,27 @@ class GcsAdapter:
     def list(self, prefix: str) -> list[str]:
         """Object names under ``prefix``, sorted (every page)."""
         what = f"list gs://{self.bucket_name}/{prefix}"
+        return sorted(str(item["name"]) for item in self._items(what, prefix))
+
+    def objects(self, prefix: str) -> dict[str, tuple[int, str | None]]:
+        """Every object under ``prefix`` (every page): its size in bytes and its md5 in hex
+        (None when storage keeps none, as for a composite object)."""
+        what = f"list gs://{self.bucket_name}/{prefix}"
+        found: dict[str, tuple[int, str | None]] = {}
+        for item in self._items(what, prefix):
+            size, md5 = item.get("size"), item.get("md5Hash")
+            try:
+                found[str(item["name"])] = (int(str(size)), _hex(md5))
+            except (ValueError, binascii.Error):
+                raise google_errors.unexpected(
+                    PROVIDER, what, f"size {size!r} or md5Hash {md5!r}", str(item)
+                ) from None
+        return found
+
+    def _items(self, what: str, prefix: str) -> Sequence[Mapping[str, Any]]:
+        """Every object resource under ``prefix``, every page."""
         url = f"{self._base()}/storage/v1/b/{quote(self.bucket_name, safe='')}/o"
-        names: list[str] = []
+        names: builtins.list[Mapping[str, Any]] = []
         params = {"prefix": prefix}
         for _ in range(MAX_PAGES):
             doc = self._json(what, self._call(what, "GET", url, params=params))
@@ -104,10 +136,10 @@ class GcsAdapter:
                     raise google_errors.unexpected(
                         PROVIDER, what, "an item without a name", str(doc)
                     )
-                names.append(name)
+                names.append(item)
             token = doc.get("nextPageToken")
             if not token:
-                return sorted(names)
+                return names
             if not isinstance(token, str):
                 raise google_errors.unexpected(
                     PROVIDER, what, "nextPageToken is not a string", str(doc)

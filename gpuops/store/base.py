@@ -55,6 +55,12 @@ class Store(Protocol):
         """Every key that starts with ``prefix``, sorted."""
         ...
 
+    def salvage(self, key: str) -> Versioned | None:
+        """The stored bytes as they are, even where the backend's own framing of them is
+        corrupt (a local file edited by hand), with a version ``put`` accepts to replace
+        exactly those bytes. For repair: ``get`` refuses such a value (CorruptState)."""
+        ...
+
 
 def check_key(key: str) -> str:
     """Return ``key`` if it is a valid store key, else raise UsageError naming the fault."""

@@ -7,7 +7,10 @@ Layout under the root (0700; files 0600):
     <key>~           one file per key: a JSON header line, then the value's bytes
 
 The header carries the version and a SHA-256 of the value. A file that fails to parse or to
-match its checksum is reported as CorruptState and is never overwritten: a human decides.
+match its checksum is reported as CorruptState and is never overwritten by ``put`` with an
+ordinary version. ``salvage`` reads such a file's raw bytes with a version of its own
+(``corrupt.<sha256 of the file>``): a ``put`` with that version replaces exactly those bytes
+(a compare-and-swap on the corrupt file), for a repair that has kept a copy of them.
 """
 
 from __future__ import annotations
@@ -61,6 +64,15 @@ def _decode(raw: bytes, where: str) -> tuple[bytes, str]:
     if hashlib.sha256(data).hexdigest() != header.get("sha256"):
         raise CorruptState(where, "checksum mismatch (half-written or edited by hand)")
     return data, version
+
+
+_CORRUPT = "corrupt."  # a salvaged file's version: never a <revision>.<nonce> one
+
+
+def _corrupt_version(raw: bytes) -> str:
+    import hashlib
+
+    return _CORRUPT + hashlib.sha256(raw).hexdigest()
 
 
 def _private_dirs(folder: Path, top: str | os.PathLike[str]) -> None:
@@ -133,6 +145,18 @@ class LocalStore:
             return None
         return Versioned(key, found[0], found[1])
 
+    def salvage(self, key: str) -> Versioned | None:
+        path = self._path(key)
+        with self._locked():
+            raw = self._raw(path)
+        if raw is None:
+            return None
+        try:
+            data, version = _decode(raw, str(path))
+        except CorruptState:
+            return Versioned(key, raw, _corrupt_version(raw))
+        return Versioned(key, data, version)
+
     def create(self, key: str, data: bytes) -> str:
         path = self._path(key)
         with self._locked():
@@ -143,6 +167,11 @@ class LocalStore:
     def put(self, key: str, data: bytes, version: str) -> str:
         path = self._path(key)
         with self._locked():
+            if version.startswith(_CORRUPT):  # salvage's version: exactly those raw bytes
+                raw = self._raw(path)
+                if raw is None or _corrupt_version(raw) != version:
+                    raise VersionConflict(key, version)
+                return self._written(key, path, data, None)
             found = self._read(path)
             if found is None or found[1] != version:
                 raise VersionConflict(key, version)
@@ -192,12 +221,15 @@ class LocalStore:
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
-    def _read(self, path: Path) -> tuple[bytes, str] | None:
+    def _raw(self, path: Path) -> bytes | None:
         try:
-            raw = path.read_bytes()
+            return path.read_bytes()
         except FileNotFoundError:
             return None
-        return _decode(raw, str(path))
+
+    def _read(self, path: Path) -> tuple[bytes, str] | None:
+        raw = self._raw(path)
+        return None if raw is None else _decode(raw, str(path))
 
     def _written(self, key: str, path: Path, data: bytes, previous: str | None) -> str:
         """``_write``, its OSError (a full disk, a read-only or failing one) translated once,

@@ -23,6 +23,10 @@ class MemoryStore:
             found = self._values.get(check_key(key))
         return None if found is None else Versioned(key, found[0], found[1])
 
+    def salvage(self, key: str) -> Versioned | None:
+        """No framing of our own here: the value as ``get`` reads it."""
+        return self.get(key)
+
     def create(self, key: str, data: bytes) -> str:
         with self._lock:
             if check_key(key) in self._values:
