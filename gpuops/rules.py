@@ -269,12 +269,31 @@ RULES: tuple[Rule, ...] = (
         "M16",
         "One incarnation, one identity: records, leases, guardian, events and results are "
         "keyed by a unique rental id; results never overwrite another incarnation's.",
+        IMPLEMENTED,
+        "tests/test_team_clocks.py::test_a_name_whose_previous_rental_still_has_a_box_is_refused_to_another_operator_m16",
+        scope="partial: each incarnation gets a rental id at its first race (a restart of "
+        "one's own race keeps it); results land under NAME/<rental id>/ "
+        "(tests/test_team_clocks.py); rent refuses a name whose previous rental, another "
+        "operator's, still has a box record not confirmed gone; not yet: ledger records, "
+        "leases, guardians and events are still keyed by the name (an operator's own "
+        "earlier incarnation is guarded by the same guardian as the next)",
     ),
     Rule(
         "M17",
         "The guardian is the last to die: any fault in its own work ends in a confirmed "
         "destroy, then a loud non-zero exit; one corrupt record blocks only itself; no "
         "decision compares two hosts' clocks.",
+        IMPLEMENTED,
+        "tests/test_guard_faults.py::test_a_full_disk_under_the_state_still_ends_in_the_destroy_and_sweep_releases_later_m17",
+        scope="in-process against FakeVast: a results bucket that does not exist, a full disk "
+        "under the state (writes and the event log), a hand-edited record of another "
+        "operator's or of its own (its box found by its instance claim), SIGTERM (the lease "
+        "dropped); sweep and a guardian on another host enforce a deadline CLOCK_SKEW_S late "
+        "and `boxes`/`rent`/`guard` judge a lease on this host's facts "
+        "(tests/test_team_clocks.py); the S3 store resolves a lost answer by reading back "
+        "(a loopback proxy before moto); the team soak (tests/soak.py) counts each path; "
+        "not yet: SIGTERM does not end the guardian's own copy child, and `boxes` does not "
+        "show a results copy that failed (the event log does)",
     ),
     Rule(
         "H1",
