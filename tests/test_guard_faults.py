@@ -41,16 +41,7 @@ def two_offers() -> dict[str, object]:
 
 def market_of(world: World, operator: str) -> Market:
     """``operator``'s own client of the shared store and the provider."""
-    vast = VastAdapter(api_key="k-test", base_url=BASE, clock=world.fake.ticking())
-    return Market(
-        vast,
-        Ledger(world.store, world.events, operator, clock=world.fake.now),
-        world.events,
-        probe=lambda instance, box: Verdict.PASS,
-        public_key=KEY,
-        clock=world.fake.ticking(),
-        rng=random.Random(5),
-    )
+    return world.market(operator)
 
 
 def rent(world: World, operator: str, name: str, hours: float = 1.0) -> str:
