@@ -9,7 +9,6 @@ still bill (``world.alive()``), never what gpuops printed.
 from __future__ import annotations
 
 import errno
-import random
 import signal
 from pathlib import Path
 
@@ -17,18 +16,16 @@ import pytest
 from test_guard import BASE, KEY, OFFER, World, scenario, world  # noqa: F401  (the fixture)
 
 from gpuops.errors import StateError
-from gpuops.ledger import PREFIX, Ledger
+from gpuops.ledger import PREFIX
 from gpuops.market import guardian as g
 from gpuops.market.guard import FAULTED, Guardian, stopped
 from gpuops.market.leases import Leases
-from gpuops.market.probe import Verdict
 from gpuops.market.ending import destroy_rental
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.sweep import sweep
 from gpuops.market.rentals import LIVE, RELEASED
 from gpuops.market.results import LocalResults, S3Results
 from gpuops.market.teardown import Ending, exit_code
-from gpuops.providers.vast import VastAdapter
 from gpuops.store.local import LocalStore
 
 
