@@ -41,7 +41,7 @@ from typing import Any
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
-from gpuops.errors import GpuopsError, Interrupted, StoreUnavailable
+from gpuops.errors import GpuopsError, Interrupted, Refused, StillRunning, StoreUnavailable
 from gpuops.ledger import PREFIX, Ledger
 from gpuops.market import jobs
 from gpuops.market.guard import Guardian
@@ -176,6 +176,8 @@ class Tally:
     others_corrupt: int = 0  # bob's box record edited into garbage
     own_corrupt: int = 0  # alice's kept record edited into garbage
     full_disks: int = 0  # the store refusing every write from some point on
+    names_reused: int = 0  # bob rents alice's name once all her processes have ended
+    names_left_unusable: int = 0  # ...and was refused or left unresolved (M16: a bug)
     failures: list[str] = field(default_factory=list)  # the first few, with their seeds
 
     def bad(self) -> int:
@@ -185,6 +187,7 @@ class Tally:
             + self.premature_releases
             + self.exit_0_while_billing
             + self.early
+            + self.names_left_unusable
         )
 
 
@@ -337,6 +340,7 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
         if bobs is not None and rng.random() < 0.15:  # bob's record edited by hand
             tally.others_corrupt += 1
             _spoil(store, bobs[1])
+        own_before = tally.own_corrupt
         if kept is not None and rng.random() < 0.25:  # alice's own kept record, too
             tally.own_corrupt += 1
             rental = market().rentals.get("job")
@@ -384,6 +388,41 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
             if ended is not None and ended < kept[1]:
                 tally.early += 1
                 audit.note(f"instance {kept[0]} ended {kept[1] - ended:.0f} s before its copy")
+        spoiled = tally.own_corrupt > own_before  # her own record awaits a person: not reused
+        if not spoiled and rng.random() < 0.3:  # alice's processes have ended: bob takes it
+            _reuse(market, fake, store, tally, audit, others)
+
+
+def _reuse(
+    market: Callable[..., Market],
+    fake: FakeVast,
+    store: WiredStore,
+    tally: Tally,
+    audit: Audit,
+    others: set[int],
+) -> None:
+    """bob rents "job" on host B once alice's lifecycle is over: the disk has room again and
+    cron's sweep has run past any unclear create's window. Her name must be usable (M16, M13:
+    no state left stuck), and his box ends by his own `destroy`."""
+    tally.names_reused += 1
+    store.full = False
+    fake.advance(timing.UNCLEAR_CREATE_WINDOW_S)
+    with contextlib.suppress(GpuopsError):
+        sweep(market())
+    try:
+        rental = market("bob", "hostB", 0.0).rent(RentRequest("job", "RTX 4090", HOURS, race_k=1))
+    except (Refused, StillRunning) as exc:
+        if isinstance(exc, Refused) and exc.rule not in ("M3", "M16"):
+            return  # refused for his own reasons (every probe failed on auth: M2)
+        tally.names_left_unusable += 1
+        audit.note(f"bob could not rent alice's ended name: {exc}")
+        return
+    except GpuopsError:
+        return  # no capacity left, or an unclear create of his own: not the name's fault
+    if rental.instance_id is not None:
+        others.add(int(rental.instance_id))  # bob's, never alice's to end
+    with contextlib.suppress(GpuopsError):
+        destroy_rental(market("bob", "hostB", 0.0), "job")
 
 
 def _bob_rents(

@@ -36,3 +36,4 @@ def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_
     # the team's rare paths, each reached (M17): a slice that never met one proves nothing
     assert tally.skewed_owners > 0 and tally.others_corrupt > 0
     assert tally.own_corrupt > 0 and tally.full_disks > 0
+    assert tally.names_reused > 0 and tally.names_left_unusable == 0  # M16
