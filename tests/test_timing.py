@@ -12,6 +12,10 @@ from gpuops import timing
 PACKAGE = Path(__file__).resolve().parent.parent / "gpuops"
 
 PINNED = {
+    # an alarm's send is short, a process's exit waits for a few, a dead sender's claim expires
+    "ALARM_SEND_TIMEOUT_S": 5.0,
+    "ALARM_FLUSH_S": 15.0,
+    "ALARM_CLAIM_STALE_S": 120.0,
     # a week of released history stays live (boxes shows this week's spend); older is archived
     "ARCHIVE_AFTER_S": 604800.0,
     "RECONCILE_BACKOFF_S": 5.0,
@@ -367,3 +371,10 @@ def test_the_power_off_grace_outlasts_the_final_log_retries_and_a_watch_poll_l12
 def test_the_default_run_ceiling_is_longer_than_a_stale_claim_and_shorter_than_a_day():
     """The provider-native ceiling must not cut a normal job short, nor bill for a day."""
     assert timing.STALE_CLAIM_S < timing.DEFAULT_MAX_RUN_S < 86400.0
+
+
+def test_an_exit_waits_for_one_whole_send_and_a_dead_sender_s_claim_outlives_the_exit_wait_o1():
+    """O1: a process's exit waits out a send's connect and read; a claim is stale only after it."""
+    assert timing.ALARM_FLUSH_S >= 2 * timing.ALARM_SEND_TIMEOUT_S
+    assert timing.ALARM_CLAIM_STALE_S > timing.ALARM_FLUSH_S
+    assert timing.ALARM_SEND_TIMEOUT_S < timing.GUARDIAN_HEARTBEAT_S
