@@ -125,6 +125,7 @@ def _market_command(
             file=sys.stderr,
         )
     from gpuops import alarms as a  # O1: what sweep found is heard, and what is pending retried
+    from gpuops import timing
 
     alarms = a.open_alarms(
         settings, market.ledger.store, market.events, operator=market.ledger.operator
@@ -139,6 +140,7 @@ def _market_command(
         if alarm is not None:
             alarms.raise_alarm(alarm)
     alarms.retry()
+    alarms.flush(timing.ALARM_FLUSH_S)  # what a cron sweep found goes out before it exits
     return exit_code([*report.retried, *report.expired])
 
 
