@@ -258,14 +258,14 @@ class AppriseEndpoint:
             # (which may name the URL) on stderr
             logging.getLogger("apprise").addHandler(logging.NullHandler())
             logging.getLogger("apprise").propagate = False
-            notifier = apprise.Apprise()
+            # in this thread, bounded by the URL's own cto/rto: apprise's worker pools refuse
+            # work once the interpreter is exiting, which is when a guardian's last alarm goes
+            asset = apprise.AppriseAsset(async_mode=False, service_timeout=0, storage_mode="memory")
+            notifier = apprise.Apprise(asset=asset)
             if not notifier.add(with_timeouts(self._url, self._timeout_s)):
                 return "apprise does not know this URL (its scheme, or its form)"
             result = notifier.notify(
-                body=alarm.body,
-                title=alarm.subject,
-                notify_type=apprise.NotifyType.FAILURE,
-                timeout=2 * self._timeout_s,
+                body=alarm.body, title=alarm.subject, notify_type=apprise.NotifyType.FAILURE
             )
         except Exception as exc:  # an alarm never raises into its caller (O1)
             return f"apprise failed: {type(exc).__name__}"
