@@ -260,7 +260,11 @@ class AppriseEndpoint:
             logging.getLogger("apprise").propagate = False
             # in this thread, bounded by the URL's own cto/rto: apprise's worker pools refuse
             # work once the interpreter is exiting, which is when a guardian's last alarm goes
-            asset = apprise.AppriseAsset(async_mode=False, service_timeout=0, storage_mode="memory")
+            asset = apprise.AppriseAsset(
+                async_mode=False,
+                service_timeout=timing.ALARM_APPRISE_SERVICE_LIMIT_S,
+                storage_mode="memory",
+            )
             notifier = apprise.Apprise(asset=asset)
             if not notifier.add(with_timeouts(self._url, self._timeout_s)):
                 return "apprise does not know this URL (its scheme, or its form)"

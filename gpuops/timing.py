@@ -111,6 +111,9 @@ ALARM_SEND_TIMEOUT_S = 5.0
 # A process about to exit (a guardian after its destroy) waits at most this long for alarms
 # still being sent; what is not delivered by then stays pending for the next send or sweep.
 ALARM_FLUSH_S = 15.0
+# apprise's own per-service wait, off (0): cto/rto above bound each send, and apprise runs a
+# limited send in its worker pool, which refuses work once the interpreter is exiting.
+ALARM_APPRISE_SERVICE_LIMIT_S = 0.0
 # A send claimed by a process that died mid-send is taken over this long after the claim (plus
 # CLOCK_SKEW_S: the claim's time is another host's clock); far longer than any one send.
 ALARM_CLAIM_STALE_S = 120.0

@@ -15,6 +15,7 @@ PINNED = {
     # an alarm's send is short, a process's exit waits for a few, a dead sender's claim expires
     "ALARM_SEND_TIMEOUT_S": 5.0,
     "ALARM_FLUSH_S": 15.0,
+    "ALARM_APPRISE_SERVICE_LIMIT_S": 0.0,
     "ALARM_CLAIM_STALE_S": 120.0,
     # a week of released history stays live (boxes shows this week's spend); older is archived
     "ARCHIVE_AFTER_S": 604800.0,
