@@ -224,6 +224,7 @@ def test_a_notification_url_s_token_never_appears_in_a_repr_o1():
         ("mailto://u@h?to=a@x,b@x,c@x json://b", ("mailto://u@h?to=a@x,b@x,c@x", "json://b")),
         ("jsons://h/p?x=1,y", ("jsons://h/p?x=1,y",)),
         ("Slack2://T/B", ("Slack2://T/B",)),
+        ("json://h/cb?next=http://x", ("json://h/cb?next=http://x",)),
     ],
 )  # fmt: skip
 def test_notification_urls_split_on_spaces_and_on_a_comma_that_starts_one_o1(raw, urls):
