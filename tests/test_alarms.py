@@ -377,7 +377,8 @@ def test_a_guardian_stopped_by_a_signal_or_crashing_is_heard_once_per_cause_o1(w
         "gpuops: the guardian of job exited 1",
         "gpuops: the guardian of job exited 143",
     ]
-    assert "RuntimeError: disk on fire" in receiver.received[-1]["message"]
+    crashed = next(r for r in receiver.received if r["title"].endswith("exited 1"))
+    assert "RuntimeError: disk on fire" in crashed["message"]
     assert world.alive() != []
 
 
