@@ -384,12 +384,13 @@ class Alarms:
                 self._fault("alarm delivery failed", exc)
 
         thread = threading.Thread(target=run, name="gpuops-alarm", daemon=True)
-        with self._lock:
-            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        with self._lock:  # started inside: a thread not yet started is not alive, and flush
+            self._threads = [t for t in self._threads if t.is_alive()]  # must never drop it
+            thread.start()
+            self._threads.append(thread)
             if not self._at_exit:
                 atexit.register(self.flush, timing.ALARM_FLUSH_S)
                 self._at_exit = True
-        thread.start()
 
     def _deliver(self, alarm: Alarm) -> None:
         assert self.causes is not None and self.pending is not None
