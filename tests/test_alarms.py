@@ -98,6 +98,28 @@ def test_an_alarm_raised_twice_by_each_of_two_store_clients_at_once_is_heard_onc
     assert pending(one) == []
 
 
+def test_flush_waits_for_every_alarm_raised_at_once_so_an_exit_loses_none_o1(tmp_path, receiver):
+    """O1: twenty causes raised from twenty threads at once: flush (what a process's exit
+    runs) returns only once every one is delivered and nothing is left pending."""
+    store, _ = clients(tmp_path)
+    alarms = alarms_on(store, receiver, "alice/h1/1/aa")
+    start = threading.Barrier(20)
+
+    def raise_it(n: int) -> None:
+        start.wait()
+        alarms.raise_alarm(alarm(f"job.dead.job@1.{n}", f"job {n} ended"))
+
+    raisers = [threading.Thread(target=raise_it, args=(n,)) for n in range(20)]
+    for thread in raisers:
+        thread.start()
+    for thread in raisers:
+        thread.join()
+    assert alarms.flush()
+
+    assert sorted(receiver.titles()) == sorted(f"job {n} ended" for n in range(20))
+    assert pending(store) == []
+
+
 def test_an_endpoint_that_fails_is_retried_by_the_next_alarm_and_heard_once_it_is_up_o1(
     tmp_path, receiver
 ):
