@@ -11,6 +11,8 @@ The checks, each a function of what it needs (tests give them fakes made to brea
 * **vast key**: the Vast API answers with our key (the account's SSH keys are read).
 * **ssh key**: our SSH public key is registered with the account (M9): without it every probe
   fails on auth and innocent hosts look guilty.
+* **clock**: this host's clock against the provider's ``Date`` header on that same call,
+  within timing.CHECK_CLOCK_TOLERANCE_S (every deadline is this host's wall clock, M5).
 * **results**: the results destination (GPUOPS_RESULTS) takes a delivery.
 * **notify**: every GPUOPS_NOTIFY endpoint takes a test notification (O1); none set is a
   failure too: an alarm nobody hears is a log line.
@@ -28,7 +30,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import (
     AlreadyExists,
@@ -208,6 +210,35 @@ def check_notify(endpoints: Sequence[object]) -> list[Finding]:
     return lines
 
 
+def check_clock(date: str | None, here_s: float) -> Finding:
+    """This host's wall clock (``here_s``, read as the answer arrived) against the provider's
+    ``Date`` header on that answer."""
+    from email.utils import parsedate_to_datetime
+
+    from gpuops import timing
+
+    if not date:
+        return Finding("clock", False, "the provider's answer had no Date header to compare "
+                       "this host's clock with; run `gpuops check` again", UNREACHABLE)  # fmt: skip
+    try:
+        theirs = parsedate_to_datetime(date).timestamp()
+    except (TypeError, ValueError):
+        return Finding(
+            "clock", False, f"the provider's Date {date!r} is not an HTTP date", UNREACHABLE
+        )
+    off_s = here_s - theirs
+    if abs(off_s) <= timing.CHECK_CLOCK_TOLERANCE_S:
+        return Finding("clock", True, f"this host's clock is {off_s:+.0f} s from the provider's")
+    return Finding(
+        "clock",
+        False,
+        f"this host's clock is {off_s:+.0f} s from the provider's Date: every deadline is "
+        f"read on it (M5); more than {timing.CHECK_CLOCK_TOLERANCE_S:.0f} s off: set it by "
+        "NTP (timedatectl set-ntp true, or chrony)",
+        CONFIG,
+    )
+
+
 def run_checks(
     store: Store,
     vast: object,
@@ -215,10 +246,18 @@ def run_checks(
     results: object,
     results_where: str,
     endpoints: Sequence[object],
+    dates: Sequence[tuple[str | None, float]] | None = None,
 ) -> list[Finding]:
+    """Every check; ``dates``: the (Date header, this host's wall clock) of each answer the
+    Vast calls got, filled by an observer on the adapter (None: the clock is not checked)."""
+    provider = check_vast(vast, public_key)
+    clock = []
+    if dates is not None and provider[0].ok:
+        clock = [check_clock(*dates[-1]) if dates else check_clock(None, 0.0)]
     return [
         check_store(store),
-        *check_vast(vast, public_key),
+        *provider,
+        *clock,
         check_results(results, results_where),
         *check_notify(endpoints),
     ]
@@ -227,6 +266,7 @@ def run_checks(
 def run_check(settings: Settings, as_json: bool) -> int:
     """`gpuops check`: every line printed (or one JSON list), exit by the worst failure."""
     import json
+    import time
 
     from gpuops.alarms import AppriseEndpoint
     from gpuops.market.results import open_results
@@ -245,13 +285,17 @@ def run_check(settings: Settings, as_json: bool) -> int:
     except UsageError as exc:
         public_key = None
         unreadable = Finding("ssh key", False, f"{exc}; set GPUOPS_SSH_KEY", CONFIG)
+    dates: list[tuple[str | None, float]] = []
+
+    def seen(response: Any) -> None:  # each answer's Date, and our clock as it arrived
+        dates.append((response.headers.get("Date"), time.time()))
+
     try:
-        vast: object = VastAdapter(
-            api_key=find_api_key(settings.environ), base_url=settings.vast_url
-        )
+        key = find_api_key(settings.environ)
+        vast: object = VastAdapter(api_key=key, base_url=settings.vast_url, observers=[seen])
     except UsageError as exc:
         vast = _NoKey(exc)
-    findings = run_checks(store, vast, public_key, results, settings.results_url, endpoints)
+    findings = run_checks(store, vast, public_key, results, settings.results_url, endpoints, dates)
     if unreadable is not None:
         findings = [unreadable if f.check == "ssh key" else f for f in findings]
         if not any(f.check == "ssh key" for f in findings):

@@ -118,6 +118,11 @@ ALARM_APPRISE_SERVICE_LIMIT_S = 0.0
 # CLOCK_SKEW_S: the claim's time is another host's clock); far longer than any one send.
 ALARM_CLAIM_STALE_S = 120.0
 
+# `gpuops check` reports this host's clock when it is further than this from the provider's
+# (its Date header, whole seconds, plus the call's own time): well inside CLOCK_SKEW_S, so a
+# host it passes is never near the skew gpuops tolerates between hosts (M17).
+CHECK_CLOCK_TOLERANCE_S = 60.0
+
 # --- recording -------------------------------------------------------------------------------
 # `gpuops record vast` prices its one-cent rental for this long: boot, probe, destroy and
 # confirm; with --max-usd it sets the dearest offer the recording may rent.

@@ -183,3 +183,39 @@ def test_the_exit_code_is_the_worst_failure_s_type_refused_then_config_then_unre
     findings = [c.Finding("x", True, "fine"), *(c.Finding("y", False, "bad", n) for n in codes)]
 
     assert c.exit_code(findings) == code
+
+
+@pytest.mark.parametrize(
+    "date, here_s, ok, code",
+    [
+        ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148000.0, True, 0),
+        ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148000.0 + 60.0, True, 0),
+        ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148000.0 - 60.0, True, 0),
+        ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148000.0 + 61.0, False, 2),
+        ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148000.0 - 900.0, False, 2),
+        (None, 1796148000.0, False, 4),
+        ("yesterday", 1796148000.0, False, 4),
+    ],
+)
+def test_this_host_s_clock_is_judged_against_the_provider_s_date_m17(date, here_s, ok, code):
+    """M5/M17: within CHECK_CLOCK_TOLERANCE_S of the provider's Date is ok; further is a
+    configuration fault (fix NTP, exit 2); no readable Date cannot be judged (4)."""
+    finding = c.check_clock(date, here_s)
+
+    assert (finding.ok, finding.code) == (ok, code)
+    if not ok and code == 2:
+        assert "NTP" in finding.detail
+
+
+def test_the_clock_is_checked_on_the_vast_answer_s_date_and_only_when_vast_answered(
+    tmp_path, vast, receiver
+):
+    """M17: the clock line follows the Vast lines when the adapter's answers were seen; a Vast
+    that refused our key leaves nothing to compare."""
+    seen = [("Tue, 01 Dec 2026 18:00:00 GMT", 1796148003.0)]
+    judged = checks(tmp_path, vast, receiver, dates=seen)
+    refused = checks(tmp_path, VastAdapter(api_key="k-wrong", base_url=BASE), receiver, dates=[])
+
+    assert [f.check for f in judged][:5] == ["store", "vast key", "ssh key", "clock", "results"]
+    assert all(f.ok for f in judged)
+    assert "clock" not in [f.check for f in refused]

@@ -79,6 +79,7 @@ def test_check_passes_on_the_fakes_and_fails_with_3_on_a_store_that_ignores_prec
         receiver.close()
 
     assert sound.returncode == 0, sound.stdout + sound.stderr
+    assert any(line.startswith("ok   clock: ") for line in sound.stdout.splitlines())
     assert all(line.startswith("ok") for line in sound.stdout.splitlines()), sound.stdout
     assert receiver.titles() == ["gpuops check: a test notification"] * 2
     assert ignoring.returncode == 3, ignoring.stdout + ignoring.stderr

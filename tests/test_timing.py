@@ -17,6 +17,8 @@ PINNED = {
     "ALARM_FLUSH_S": 15.0,
     "ALARM_APPRISE_SERVICE_LIMIT_S": 0.0,
     "ALARM_CLAIM_STALE_S": 120.0,
+    # check flags a clock a minute off the provider's: far inside the skew gpuops tolerates
+    "CHECK_CLOCK_TOLERANCE_S": 60.0,
     # a week of released history stays live (boxes shows this week's spend); older is archived
     "ARCHIVE_AFTER_S": 604800.0,
     "RECONCILE_BACKOFF_S": 5.0,
@@ -379,3 +381,8 @@ def test_an_exit_waits_for_one_whole_send_and_a_dead_sender_s_claim_outlives_the
     assert timing.ALARM_FLUSH_S >= 2 * timing.ALARM_SEND_TIMEOUT_S
     assert timing.ALARM_CLAIM_STALE_S > timing.ALARM_FLUSH_S
     assert timing.ALARM_SEND_TIMEOUT_S < timing.GUARDIAN_HEARTBEAT_S
+
+
+def test_check_flags_a_clock_long_before_it_nears_the_skew_gpuops_tolerates_m17():
+    """M17: a host `gpuops check` passes is at most a minute off; hosts may be 15 apart."""
+    assert timing.CHECK_CLOCK_TOLERANCE_S * 10 <= timing.CLOCK_SKEW_S
