@@ -207,6 +207,11 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
         help="retry pending destroys, end expired boxes, report boxes nobody owns",
     )
     commands.add_parser(
+        "check",
+        parents=[common],
+        help="before real money: the store's conditional writes, keys, results, alarms",
+    )
+    commands.add_parser(
         "compact",
         parents=[common],
         help="move released history older than a week to the archive (boxes --all shows it)",
@@ -350,6 +355,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return run_lane(args, settings, operator, as_json)
     if args.command == "compact":
         return _compact(settings, as_json)
+    if args.command == "check":
+        from gpuops.check import run_check
+
+        return run_check(settings, as_json)
     if args.command in ("stats", "policy", "incident", "record"):
         from gpuops.cli_learn import run_learn
 

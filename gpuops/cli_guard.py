@@ -24,7 +24,10 @@ def run_guard(args: argparse.Namespace, settings: Settings, operator: str, as_js
     shell = box_shell(settings)
     if args.command == "run":
         return _run(market, rental, shell, args, as_json)
-    return _watch(market, rental, shell, args, as_json)
+    from gpuops.alarms import open_alarms
+
+    alarms = open_alarms(settings, market.ledger.store, market.events, operator=operator)
+    return _watch(market, rental, shell, args, as_json, alarms=alarms)
 
 
 def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
@@ -54,15 +57,20 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
     if deadline is not None:
         market.rentals.update(args.name, deadline_at=deadline, deadline_host=market.host)
     if args.foreground:
+        from gpuops.alarms import open_alarms
         from gpuops.market import guard
         from gpuops.market.results import open_results
 
+        alarms = open_alarms(
+            settings, market.ledger.store, market.events, operator=operator, say=_stderr
+        )
         guardian = guard.Guardian(
             market,
             args.name,
             shell=box_shell(settings),
             results=open_results(settings.results_url, settings.s3_endpoint),
             clockwork=guard.clockwork_for(settings.time_factor()),
+            alarms=alarms,
         )
         guard.install_signal_handlers(guardian)
         return guardian.run()
@@ -147,9 +155,11 @@ def _watch(
     say: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    alarms: Any = None,
 ) -> int:
     """`gpuops watch`: each change of state on stdout (or one JSON object at the end); while
-    it waits, a line on stderr at least every timing.PROGRESS_EVERY_S."""
+    it waits, a line on stderr at least every timing.PROGRESS_EVERY_S. A job judged stalled
+    or dead is an alarm (``alarms``, gpuops/alarms.py: once per job and judgment, O1)."""
     from gpuops import timing
     from gpuops.errors import Unavailable
     from gpuops.market import jobs
@@ -175,6 +185,14 @@ def _watch(
         )
         if status.state is w.JobState.STALLED:
             print(f"gpuops: ALERT {rental.name}: {status.detail}", file=sys.stderr, flush=True)
+        if alarms is not None and job is not None and started:
+            from gpuops.alarms import job_judged
+
+            alarm = job_judged(
+                rental.name, job.instance_id, job.started_at, status.state.value, status.detail
+            )
+            if alarm is not None:
+                alarms.raise_alarm(alarm)
         seen.append(status.state.value)
         if not as_json:
             print(f"{rental.name}: {status.state.value}: {status.detail}", flush=True)

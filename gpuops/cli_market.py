@@ -124,6 +124,23 @@ def _market_command(
             "they were not touched",
             file=sys.stderr,
         )
+    from gpuops import alarms as a  # O1: what sweep found is heard, and what is pending retried
+    from gpuops import timing
+
+    alarms = a.open_alarms(
+        settings, market.ledger.store, market.events, operator=market.ledger.operator
+    )
+    unreadable = [*market.ledger.corrupt, *market.rentals.corrupt]
+    found = [
+        a.sweep_found(a.AlarmKind.SWEEP_UNOWNED, report.unowned),
+        a.sweep_found(a.AlarmKind.SWEEP_UNRESOLVED, [o.name for o in report.unresolved]),
+        a.sweep_found(a.AlarmKind.SWEEP_UNREADABLE, unreadable),
+    ]
+    for alarm in found:
+        if alarm is not None:
+            alarms.raise_alarm(alarm)
+    alarms.retry()
+    alarms.flush(timing.ALARM_FLUSH_S)  # what a cron sweep found goes out before it exits
     return exit_code([*report.retried, *report.expired])
 
 

@@ -365,6 +365,15 @@ RULES: tuple[Rule, ...] = (
         "O1",
         "A person hears every alarm: each sent once per cause to the team's endpoints, "
         "retried, and never in the way of a destroy.",
+        IMPLEMENTED,
+        "tests/test_alarms.py::test_an_endpoint_that_hangs_never_delays_the_guardian_s_destroy_o1",
+        scope="GPUOPS_NOTIFY (apprise URLs), sent in the background, deduplicated and retried "
+        "through the store (tested against a loopback JSON receiver, in-process and from real "
+        "processes); raised by a guardian's non-zero exits through its leave, signal and crash "
+        "paths (not yet its exit 5 for an unresolved create), a destroy pending for rounds, a "
+        "failed results copy, `watch` judging a job stalled or dead and `sweep` finding "
+        "unowned, unresolved or unreadable records; not yet the lane's stale claim (L8) or "
+        "billing alarm, nor a budget threshold; never yet sent to a real ntfy, mail or Slack",
     ),
 )
 

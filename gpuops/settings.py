@@ -18,6 +18,8 @@ to know which values to redact, H3); a child process gets an environment built f
     STORAGE_EMULATOR_HOST   google-cloud-storage's own variable for a fake bucket
     GPUOPS_S3_ENDPOINT      an S3 endpoint for the store and the results (the stand-in)
     GPUOPS_LANE_PROJECT, _ZONE, _INSTANCE, _BUCKET   the lane (required by `gpuops lane`)
+    GPUOPS_NOTIFY           where alarms go (O1): one or more apprise URLs (json://host:port/path,
+                            ntfy://topic, mailto://..., slack://...), by spaces or commas
     GPUOPS_TIME_SCALE       loopback fakes only: their seconds per real second (k > 0)
     GPUOPS_TIME_ORIGIN      the epoch at which the scaled clock and the real one agree
     NO_COLOR, TERM          colour only when NO_COLOR is unset and TERM is not dumb
@@ -180,11 +182,12 @@ class Settings(_Value):
         "s3_endpoint",
         "lane_values",  # the lane variables that are set, as (name, value) pairs
         "time_scale",
+        "notify_urls",  # GPUOPS_NOTIFY, each an apprise URL (tokens in it: never shown)
         "colour",  # NO_COLOR unset and TERM not dumb (a terminal is still needed)
         "columns",
         "environ",
     )
-    _secret = ("vast_api_key", "environ")
+    _secret = ("vast_api_key", "notify_urls", "environ")
     state_url: str
     events_path: Path
     user_dir: Path
@@ -200,6 +203,7 @@ class Settings(_Value):
     s3_endpoint: str | None
     lane_values: tuple[tuple[str, str], ...]
     time_scale: TimeScale | None
+    notify_urls: tuple[str, ...]
     colour: bool
     columns: int | None
     environ: Mapping[str, str]
@@ -262,6 +266,7 @@ class Settings(_Value):
             s3_endpoint=_endpoint(env, "GPUOPS_S3_ENDPOINT"),
             lane_values=tuple((n, env[n]) for n in LANE_VARIABLES if value(n) is not None),
             time_scale=_time_scale(env, clock),
+            notify_urls=notify_urls(env.get("GPUOPS_NOTIFY", "")),
             colour="NO_COLOR" not in env and term != "dumb",
             columns=columns_of(env),
             environ=env,
@@ -334,6 +339,31 @@ def _endpoint(env: Mapping[str, str], name: str) -> str | None:
     if not sep or scheme not in ("http", "https") or not rest.split("/")[0]:
         raise UsageError(f"{name}={url!r} must be an http:// or https:// URL with a host")
     return url
+
+
+def notify_urls(raw: str) -> tuple[str, ...]:
+    """GPUOPS_NOTIFY's URLs: words split on spaces, and on a comma that starts another URL (a
+    comma inside one, as in mailto's ``?to=a@x,b@x``, stays); each ``scheme://...`` with an
+    alphanumeric scheme. Which schemes apprise knows is its own to say, when it sends. A bad one
+    is a UsageError naming its position, never its text: a URL may hold a token."""
+    urls: list[str] = []
+    for word in raw.split():
+        starts = True  # the word's first piece must start a URL
+        for piece in word.split(","):
+            if not piece:  # "a, b" or "a,,b": no URL between the commas
+                continue
+            scheme, sep, rest = piece.partition("://")
+            if sep and rest and scheme.isascii() and scheme.isalnum():
+                urls.append(piece)
+            elif not starts:
+                urls[-1] += "," + piece  # a comma inside the URL before it
+            else:
+                raise UsageError(
+                    f"GPUOPS_NOTIFY: URL {len(urls) + 1} is not a notification URL: give "
+                    "scheme://..., e.g. json://host:port/path or ntfy://topic (apprise's syntax)"
+                )
+            starts = False
+    return tuple(urls)
 
 
 def _number(env: Mapping[str, str], name: str) -> float | None:

@@ -109,6 +109,25 @@ BACKOFF_MAX_S = 60.0
 # One HTTP call must connect within this, and answer within this again (connect + read).
 HTTP_TIMEOUT_S = 20.0
 
+# --- alarms a person hears (O1) --------------------------------------------------------------
+# One alarm's send to one endpoint must connect within this, and answer within this again
+# (apprise's cto and rto): a person hears in seconds, and a dead endpoint costs little.
+ALARM_SEND_TIMEOUT_S = 5.0
+# A process about to exit (a guardian after its destroy) waits at most this long for alarms
+# still being sent; what is not delivered by then stays pending for the next send or sweep.
+ALARM_FLUSH_S = 15.0
+# apprise's own per-service wait, off (0): cto/rto above bound each send, and apprise runs a
+# limited send in its worker pool, which refuses work once the interpreter is exiting.
+ALARM_APPRISE_SERVICE_LIMIT_S = 0.0
+# A send claimed by a process that died mid-send is taken over this long after the claim (plus
+# CLOCK_SKEW_S: the claim's time is another host's clock); far longer than any one send.
+ALARM_CLAIM_STALE_S = 120.0
+
+# `gpuops check` reports this host's clock when it is further than this from the provider's
+# (its Date header, whole seconds, plus the call's own time): well inside CLOCK_SKEW_S, so a
+# host it passes is never near the skew gpuops tolerates between hosts (M17).
+CHECK_CLOCK_TOLERANCE_S = 60.0
+
 # --- recording -------------------------------------------------------------------------------
 # `gpuops record vast` prices its one-cent rental for this long: boot, probe, destroy and
 # confirm; with --max-usd it sets the dearest offer the recording may rent.

@@ -43,6 +43,8 @@ LONG_S = {
     "test_demo.py::test_ctrl_c_during_the_market_act": 9,
     "test_owner_process.py::test_two_rents": 8,
     "test_owner_process.py::test_a_rent_killed": 7,
+    "test_check_process.py::": 12,  # fakes serve with its S3 stand-in, two `gpuops check`
+    "test_alarms_process.py::": 8,  # rent, a guardian, two sweeps
 }
 LONG_DEFAULT_S = 5  # any other process or soak test
 # The long tests mostly wait, on real deadlines and processes, using little CPU. They go to

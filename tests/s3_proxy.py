@@ -5,6 +5,10 @@ a byte of the reply, as a network cut after the request went out does.
 ``drop(n, method, conditional=True)``: the next ``n`` matching requests (``PUT`` with an
 ``If-Match`` or ``If-None-Match`` header, or ``DELETE`` with ``If-Match``) land upstream and
 lose their answer. Everything else passes through untouched.
+
+``blind=True`` makes it a store that ignores preconditions: it strips ``If-Match`` and
+``If-None-Match`` from every request before forwarding it, as some S3-compatible stores
+silently do (every conditional write lands).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection"}
 
 
 class LossyProxy:
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, blind: bool = False) -> None:
         parts = urlsplit(upstream)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.lock = threading.Lock()
@@ -47,7 +51,8 @@ class LossyProxy:
 
             def _forward(self) -> None:
                 body = self._body()
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
+                ignored = HOP | (set(CONDITIONS) if blind else set())
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ignored}
                 if body or self.command in ("PUT", "POST"):
                     headers["Content-Length"] = str(len(body))
                 upstream = http.client.HTTPConnection(proxy.host, proxy.port, timeout=30)

@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuops"
 # Provider calls whose names mean "stop it" in the GCE client, wherever they appear.
 GCE_FORBIDDEN = {"stop", "suspend", "delete", "reset", "simulate_maintenance_event"}
 # The market (Vast) destroys boxes it owns by design (M3/M4); those files are not the lane's.
-# archive.py deletes state-store records it has copied to the archive, never an instance.
+# archive.py deletes state-store records it has copied to the archive, never an instance;
+# check.py deletes only its own self-test key in the state store (`gpuops check`).
 MARKET = {
     "providers/vast.py",
     "market",
@@ -23,6 +24,7 @@ MARKET = {
     "archive.py",
     "demo.py",
     "cli_market.py",
+    "check.py",
 }
 
 

@@ -54,6 +54,7 @@ def test_with_an_empty_environment_every_value_is_its_documented_default():
     assert got.lane_values == () and got.lane_bucket() is None
     assert got.colour is True and got.columns is None
     assert got.clock() is SYSTEM and got.time_factor() == 1.0
+    assert got.notify_urls == ()
 
 
 def test_every_variable_is_read_into_its_field():
@@ -72,6 +73,7 @@ def test_every_variable_is_read_into_its_field():
         "STORAGE_EMULATOR_HOST": "http://127.0.0.1:8",
         "GPUOPS_S3_ENDPOINT": "https://s3.example",
         "COLUMNS": "120",
+        "GPUOPS_NOTIFY": "json://127.0.0.1:9/alarms",
         **LANE,
     }
     got = build(environ)
@@ -86,6 +88,7 @@ def test_every_variable_is_read_into_its_field():
     assert got.gce_endpoint == "http://127.0.0.1:8" == got.storage_emulator_host
     assert got.s3_endpoint == "https://s3.example" and got.columns == 120
     assert got.lane() == LaneSettings("p", "z", "i", "b") and got.lane_bucket() == "b"
+    assert got.notify_urls == ("json://127.0.0.1:9/alarms",)
     assert got.environ == environ
 
 
@@ -198,6 +201,62 @@ def test_the_api_key_and_the_environment_never_appear_in_a_repr():
     got = build({"VAST_API_KEY": "k-very-secret-123", "OTHER_TOKEN": "t-also-secret"})
 
     assert "k-very-secret-123" not in repr(got) and "t-also-secret" not in repr(got)
+
+
+def test_a_notification_url_s_token_never_appears_in_a_repr_o1():
+    """O1/H3: GPUOPS_NOTIFY's URLs carry tokens (slack://T/B/C): repr(Settings) shows none."""
+    got = build({"GPUOPS_NOTIFY": "slack://TokenA/TokenB/TokenC"})
+
+    assert got.notify_urls == ("slack://TokenA/TokenB/TokenC",)
+    assert "TokenA" not in repr(got)
+
+
+@pytest.mark.parametrize(
+    "raw, urls",
+    [
+        ("", ()),
+        ("json://h:1/a", ("json://h:1/a",)),
+        ("  json://h:1/a \n ntfy://topic  ", ("json://h:1/a", "ntfy://topic")),
+        ("json://h:1/a,ntfy://t", ("json://h:1/a", "ntfy://t")),
+        ("json://h:1/a, ntfy://t", ("json://h:1/a", "ntfy://t")),
+        ("json://a,,json://b", ("json://a", "json://b")),
+        ("mailto://u:p@h?to=a@x.org,b@x.org", ("mailto://u:p@h?to=a@x.org,b@x.org",)),
+        ("mailto://u@h?to=a@x,b@x,c@x json://b", ("mailto://u@h?to=a@x,b@x,c@x", "json://b")),
+        ("jsons://h/p?x=1,y", ("jsons://h/p?x=1,y",)),
+        ("Slack2://T/B", ("Slack2://T/B",)),
+        ("json://h/cb?next=http://x", ("json://h/cb?next=http://x",)),
+    ],
+)  # fmt: skip
+def test_notification_urls_split_on_spaces_and_on_a_comma_that_starts_one_o1(raw, urls):
+    """O1: GPUOPS_NOTIFY's URLs, apprise's syntax; a comma inside one (mailto's ?to=) stays."""
+    assert build({"GPUOPS_NOTIFY": raw}).notify_urls == urls
+    assert s.notify_urls(raw) == urls
+
+
+@pytest.mark.parametrize(
+    "raw, position",
+    [
+        ("hooks.example/alarm", 1),
+        ("json://h json:// x", 2),
+        ("://host", 1),
+        ("js on://h", 1),
+        ("json:/h", 1),
+        ("j_s://h", 1),
+        ("jsön://h", 1),
+        ("json://a ,b", 2),
+    ],
+)
+def test_a_bad_notification_url_is_a_usage_error_naming_its_place_not_its_text_o1(raw, position):
+    """O1: a word that is not scheme://... is a UsageError naming GPUOPS_NOTIFY and the URL's
+    place; its text, which may hold a token, is never echoed."""
+    with pytest.raises(UsageError) as raised:
+        build({"GPUOPS_NOTIFY": raw})
+
+    assert str(raised.value).startswith(
+        f"GPUOPS_NOTIFY: URL {position} is not a notification URL: give scheme://..., e.g. "
+        "json://host:port/path or ntfy://topic (apprise's syntax)"
+    )
+    assert "hooks.example" not in str(raised.value)
 
 
 # --- bad values ----------------------------------------------------------------------------------

@@ -12,6 +12,13 @@ from gpuops import timing
 PACKAGE = Path(__file__).resolve().parent.parent / "gpuops"
 
 PINNED = {
+    # an alarm's send is short, a process's exit waits for a few, a dead sender's claim expires
+    "ALARM_SEND_TIMEOUT_S": 5.0,
+    "ALARM_FLUSH_S": 15.0,
+    "ALARM_APPRISE_SERVICE_LIMIT_S": 0.0,
+    "ALARM_CLAIM_STALE_S": 120.0,
+    # check flags a clock a minute off the provider's: far inside the skew gpuops tolerates
+    "CHECK_CLOCK_TOLERANCE_S": 60.0,
     # a week of released history stays live (boxes shows this week's spend); older is archived
     "ARCHIVE_AFTER_S": 604800.0,
     "RECONCILE_BACKOFF_S": 5.0,
@@ -383,3 +390,15 @@ def test_the_default_run_ceiling_lies_inside_gces_bounds_for_max_run_duration():
     """GCE refuses a maxRunDuration outside 30 s to 120 days: the default must be inside."""
     assert timing.GCE_MIN_RUN_S <= timing.DEFAULT_MAX_RUN_S <= timing.GCE_MAX_RUN_S
     assert timing.GCE_MAX_RUN_S == 120 * 86400.0
+
+
+def test_an_exit_waits_for_one_whole_send_and_a_dead_sender_s_claim_outlives_the_exit_wait_o1():
+    """O1: a process's exit waits out a send's connect and read; a claim is stale only after it."""
+    assert timing.ALARM_FLUSH_S >= 2 * timing.ALARM_SEND_TIMEOUT_S
+    assert timing.ALARM_CLAIM_STALE_S > timing.ALARM_FLUSH_S
+    assert timing.ALARM_SEND_TIMEOUT_S < timing.GUARDIAN_HEARTBEAT_S
+
+
+def test_check_flags_a_clock_long_before_it_nears_the_skew_gpuops_tolerates_m17():
+    """M17: a host `gpuops check` passes is at most a minute off; hosts may be 15 apart."""
+    assert timing.CHECK_CLOCK_TOLERANCE_S * 10 <= timing.CLOCK_SKEW_S

@@ -22,6 +22,7 @@ from dataclasses import replace
 from types import FrameType
 from typing import NoReturn
 
+from gpuops import alarms as a
 from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock, WithSleep
@@ -83,6 +84,7 @@ class Guardian:
         clock: Clock = SYSTEM,
         clockwork: g.Clockwork = g.NORMAL,
         say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+        alarms: a.Alarms | None = None,
     ) -> None:
         """``clock``: the guardian's time and its waits; leases are judged stale on its
         monotonic time alone (never another host's). The guardian runs ``market`` anew on this
@@ -105,6 +107,7 @@ class Guardian:
         self.faults: list[str] = []  # what failed in our own work: the exit says it (M17)
         self.finished: int | None = None  # an exit decided outside the pure core (M17)
         self.events = _NeverInTheWay(market.events, say)
+        self.alarms = alarms or a.silent(self.events)  # O1: heard, never in the way
         self.market = market.on(clock=WithSleep(clock, self.market_sleep), events=self.events)
 
     # --- the loop ------------------------------------------------------------------------
@@ -128,6 +131,9 @@ class Guardian:
                 code = exc.exit_code if isinstance(exc, GpuopsError) else 1
                 if not isinstance(exc, SystemExit):  # the signal handler logged its own
                     self._log("guard.exit", code=code, reason=f"{type(exc).__name__}: {exc}")
+                    self.alarms.raise_alarm(
+                        a.guardian_exit(self, code, f"{type(exc).__name__}: {exc}")
+                    )
                 raise
             if code is not None:
                 return code
@@ -205,6 +211,7 @@ class Guardian:
         why = "; ".join([reason, *self.faults] if reason else self.faults)
         self._log("guard.exit", code=code, reason=why)
         self.say(f"gpuops guard: {self.name}: {why} (exit {code})")
+        self.alarms.raise_alarm(a.guardian_exit(self, code, why))  # O1
         return code
 
     def _past_deadline(self) -> bool:
@@ -278,6 +285,7 @@ class Guardian:
     def _copy(self, budget_s: float) -> None:
         """Copy results off; any failure of the copy is recorded and shown, and never keeps
         the destroy from following (M17)."""
+        faults = len(self.faults)
         try:
             self._copy_results(budget_s)
         except Exception as exc:  # the copy is ours: its fault ends in the destroy, never here
@@ -285,6 +293,8 @@ class Guardian:
             self.faults.append(f"results not delivered ({detail})")
             self._log("guard.copy", ok=False, detail=detail)
             self.say(f"gpuops guard: {self.name}: {detail}; destroying at the deadline anyway")
+        if len(self.faults) > faults:  # O1: a person hears it, and the destroy follows at once
+            self.alarms.raise_alarm(a.copy_failed(self, self.faults[-1]))
 
     def _copy_results(self, budget_s: float) -> None:
         job = self.jobs.get(self.name)
@@ -358,6 +368,7 @@ class Guardian:
             return
         details = "; ".join(f"{o.name}: {o.detail}" for o in outcomes if not o.released)
         self._log("guard.destroy.pending", detail=details)
+        self.alarms.raise_after(a.DESTROY_PENDING_ROUNDS, a.destroy_pending(self, details))
         self.say(f"gpuops guard: {self.name}: not all confirmed gone yet: {details}")
         self.sleep(self.clockwork.confirm_poll_s)
 
@@ -437,6 +448,7 @@ def stopped(guardian: Guardian, signum: int) -> NoReturn:
     except Exception as exc:  # the store is what failed: the lease goes stale by itself
         guardian.say(f"gpuops guard: {guardian.name}: could not drop the lease: {exc}")
     guardian._log("guard.exit", code=128 + signum, reason=f"stopped by {name}")
+    guardian.alarms.raise_alarm(a.guardian_exit(guardian, 128 + signum, f"stopped by {name}"))
     guardian.say(
         f"gpuops guard: {guardian.name}: stopped by {name}; the box has NO ceiling until "
         f"another guardian takes over: run `gpuops guard {guardian.name}`"

@@ -1,0 +1,319 @@
+"""`gpuops check`: what must hold before real money is spent, one line each, ok or what is wrong
+and how to fix it.
+
+The checks, each a function of what it needs (tests give them fakes made to break each one):
+
+* **store**: reachable, and it honours conditional writes. A self-test on a key of its own
+  (``check/<nonce>``): a second create-if-absent must be refused, a put or a delete at a
+  version that is no longer current must be refused, the current one accepted. S3-compatible
+  stores exist that accept every write whatever its precondition; on one, every compare-and-
+  swap in gpuops (the ledger, the leases, the lane's board) is a blind overwrite.
+* **vast key**: the Vast API answers with our key (the account's SSH keys are read).
+* **ssh key**: our SSH public key is registered with the account (M9): without it every probe
+  fails on auth and innocent hosts look guilty.
+* **clock**: this host's clock against the provider's ``Date`` header on that same call,
+  within timing.CHECK_CLOCK_TOLERANCE_S (every deadline is this host's wall clock, M5).
+* **results**: the results destination (GPUOPS_RESULTS) takes a delivery.
+* **notify**: every GPUOPS_NOTIFY endpoint takes a test notification (O1); none set is a
+  failure too: an alarm nobody hears is a log line.
+
+The exit code is by type, worst first: 3 when a safety rule's precondition fails (a store that
+ignores preconditions, our key not registered), 2 when something is configured wrong (a key, a
+path, a URL), 4 when something could not be reached; 0 when every line is ok.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tarfile
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuops.errors import (
+    AlreadyExists,
+    AuthFailed,
+    GpuopsError,
+    StateError,
+    Unavailable,
+    UsageError,
+    VersionConflict,
+)
+from gpuops.store.base import Store
+
+if TYPE_CHECKING:
+    from gpuops.settings import Settings
+
+REFUSED, CONFIG, UNREACHABLE = 3, 2, 4
+_WORST_FIRST = (REFUSED, CONFIG, UNREACHABLE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    ok: bool
+    detail: str  # ok: what was seen; else what is wrong and how to fix it
+    code: int = 0  # when not ok: REFUSED, CONFIG or UNREACHABLE
+
+
+def exit_code(findings: Sequence[Finding]) -> int:
+    """0 when every check is ok, else the worst failure's type (3, then 2, then 4)."""
+    failed = {f.code for f in findings if not f.ok}
+    return next((code for code in _WORST_FIRST if code in failed), 0)
+
+
+def _unreachable(check: str, what: str, exc: Exception, fix: str) -> Finding:
+    return Finding(check, False, f"{what}: {type(exc).__name__}: {exc}; {fix}", UNREACHABLE)
+
+
+# --- the store -------------------------------------------------------------------------------
+def check_store(store: Store) -> Finding:
+    """The compare-and-swap self-test, on a key of its own, removed after."""
+    key = f"check/{secrets.token_hex(8)}"
+    try:
+        first = store.create(key, b"1")
+        wrong = _refused(
+            lambda: store.create(key, b"2"), AlreadyExists, "a second create-if-absent"
+        )
+        if wrong is None:
+            store.put(key, b"3", first)
+        wrong = wrong or _refused(
+            lambda: store.put(key, b"4", first), VersionConflict, "a put at a stale version"
+        )
+        wrong = wrong or _refused(
+            lambda: store.delete(key, first), VersionConflict, "a delete at a stale version"
+        )
+        found = store.get(key)
+        if wrong is None and (found is None or found.data != b"3"):
+            wrong = "the value written at the current version is not what it reads back"
+        if found is not None:
+            store.delete(key, found.version)
+    except (Unavailable, OSError) as exc:
+        return _unreachable(
+            "store",
+            f"cannot reach {store.url}",
+            exc,
+            "check GPUOPS_STATE, the network and the credentials",
+        )
+    except StateError as exc:
+        return Finding("store", False, f"{store.url} refused the self-test: {exc}", REFUSED)
+    if wrong is not None:
+        return Finding(
+            "store",
+            False,
+            f"{store.url} does not honour conditional writes: {wrong} was accepted. Every "
+            "compare-and-swap would be a blind overwrite (M3, M4, L3): use a store that "
+            "enforces If-Match / If-None-Match (AWS S3, MinIO, a local directory)",
+            REFUSED,
+        )
+    return Finding("store", True, f"{store.url} is reachable and honours conditional writes")
+
+
+def _refused(act: Callable[[], object], refusal: type[Exception], what: str) -> str | None:
+    """None when ``act`` raised ``refusal`` as it must; else what was wrongly accepted."""
+    try:
+        act()
+    except refusal:
+        return None
+    return what
+
+
+# --- the provider ----------------------------------------------------------------------------
+def check_vast(vast: object, public_key: str | None) -> list[Finding]:
+    """The key works (the account's SSH keys are read) and ours is among them (M9)."""
+    try:
+        keys = vast.list_ssh_keys()  # type: ignore[attr-defined]
+    except AuthFailed as exc:
+        return [
+            Finding("vast key", False, f"Vast refused our key: {exc}; set VAST_API_KEY (or "
+                    "`vastai set api-key`) to a key of this account", CONFIG),
+            Finding("ssh key", False, "not checked: the Vast key does not work", CONFIG),
+        ]  # fmt: skip
+    except (Unavailable, GpuopsError) as exc:
+        fix = "check VAST_URL and the network; try again"
+        return [
+            _unreachable("vast key", "the Vast API did not answer", exc, fix),
+            Finding("ssh key", False, "not checked: the Vast API did not answer", UNREACHABLE),
+        ]
+    lines = [Finding("vast key", True, f"the Vast API answers our key ({len(keys)} SSH key(s))")]
+    if public_key is None:
+        return lines
+    if any(key.matches(public_key) for key in keys):
+        return [*lines, Finding("ssh key", True, "our SSH public key is registered (M9)")]
+    return [
+        *lines,
+        Finding(
+            "ssh key",
+            False,
+            "our SSH public key (GPUOPS_SSH_KEY) is not registered with the account: every "
+            "probe would fail on auth (M9); `gpuops rent` registers it, or add it in the "
+            "console",
+            REFUSED,
+        ),
+    ]
+
+
+# --- results and notifications ----------------------------------------------------------------
+def check_results(results: object, where: str) -> Finding:
+    """A one-file delivery to the results destination."""
+    with tempfile.TemporaryDirectory(prefix="gpuops-check-") as scratch:
+        tarball = Path(scratch) / "results.tar.gz"
+        probe = Path(scratch) / "gpuops-check.txt"
+        probe.write_text("gpuops check\n")
+        with tarfile.open(tarball, "w:gz") as tar:
+            tar.add(probe, arcname="gpuops-check.txt")
+        try:
+            delivered = results.deliver("gpuops-check", tarball)  # type: ignore[attr-defined]
+        except Unavailable as exc:
+            return _unreachable("results", f"cannot reach {where}", exc, "check GPUOPS_RESULTS")
+        except (OSError, GpuopsError) as exc:
+            return Finding(
+                "results",
+                False,
+                f"{where} does not take results: {type(exc).__name__}: {exc}; point "
+                "GPUOPS_RESULTS at a writable directory or s3://bucket/prefix",
+                CONFIG,
+            )
+    return Finding("results", True, f"{where} takes results ({delivered}/gpuops-check.txt)")
+
+
+def check_notify(endpoints: Sequence[object]) -> list[Finding]:
+    """A test notification to every endpoint (O1); none configured is a failure."""
+    from gpuops.alarms import Alarm, AlarmKind
+
+    if not endpoints:
+        return [
+            Finding("notify", False, "GPUOPS_NOTIFY is not set: alarms would be event-log "
+                    "lines nobody hears (O1); set it to an apprise URL (json://, ntfy://, "
+                    "mailto://, slack://...)", CONFIG)
+        ]  # fmt: skip
+    test = Alarm(
+        AlarmKind.GUARDIAN_EXIT,
+        "check.notify",
+        "gpuops check: a test notification",
+        "If you read this, gpuops alarms reach you (O1).",
+    )
+    lines = []
+    for endpoint in endpoints:
+        error = endpoint.send(test)  # type: ignore[attr-defined]
+        name = f"notify {endpoint.id}"  # type: ignore[attr-defined]
+        if error is None:
+            lines.append(Finding(name, True, "a test notification was delivered"))
+        elif error.startswith("apprise does not know"):
+            lines.append(Finding(name, False, f"{error}: fix the URL in GPUOPS_NOTIFY", CONFIG))
+        else:
+            lines.append(
+                Finding(name, False, f"{error}; check the endpoint and its URL", UNREACHABLE)
+            )
+    return lines
+
+
+def check_clock(date: str | None, here_s: float) -> Finding:
+    """This host's wall clock (``here_s``, read as the answer arrived) against the provider's
+    ``Date`` header on that answer."""
+    from email.utils import parsedate_to_datetime
+
+    from gpuops import timing
+
+    if not date:
+        return Finding("clock", False, "the provider's answer had no Date header to compare "
+                       "this host's clock with; run `gpuops check` again", UNREACHABLE)  # fmt: skip
+    try:
+        theirs = parsedate_to_datetime(date).timestamp()
+    except (TypeError, ValueError):
+        return Finding(
+            "clock", False, f"the provider's Date {date!r} is not an HTTP date", UNREACHABLE
+        )
+    off_s = here_s - theirs
+    if abs(off_s) <= timing.CHECK_CLOCK_TOLERANCE_S:
+        return Finding("clock", True, f"this host's clock is {off_s:+.0f} s from the provider's")
+    return Finding(
+        "clock",
+        False,
+        f"this host's clock is {off_s:+.0f} s from the provider's Date: every deadline is "
+        f"read on it (M5); more than {timing.CHECK_CLOCK_TOLERANCE_S:.0f} s off: set it by "
+        "NTP (timedatectl set-ntp true, or chrony)",
+        CONFIG,
+    )
+
+
+def run_checks(
+    store: Store,
+    vast: object,
+    public_key: str | None,
+    results: object,
+    results_where: str,
+    endpoints: Sequence[object],
+    dates: Sequence[tuple[str | None, float]] | None = None,
+) -> list[Finding]:
+    """Every check; ``dates``: the (Date header, this host's wall clock) of each answer the
+    Vast calls got, filled by an observer on the adapter (None: the clock is not checked)."""
+    provider = check_vast(vast, public_key)
+    clock = []
+    if dates is not None and provider[0].ok:
+        clock = [check_clock(*dates[-1]) if dates else check_clock(None, 0.0)]
+    return [
+        check_store(store),
+        *provider,
+        *clock,
+        check_results(results, results_where),
+        *check_notify(endpoints),
+    ]
+
+
+def run_check(settings: Settings, as_json: bool) -> int:
+    """`gpuops check`: every line printed (or one JSON list), exit by the worst failure."""
+    import json
+    import time
+
+    from gpuops.alarms import AppriseEndpoint
+    from gpuops.market.results import open_results
+    from gpuops.market.session import read_public_key
+    from gpuops.providers import vastai_lazy
+    from gpuops.providers.vast import VastAdapter, find_api_key
+    from gpuops.store import open_store
+
+    vastai_lazy.install()
+    store = open_store(settings.state_url, settings.s3_endpoint)
+    results = open_results(settings.results_url, settings.s3_endpoint)
+    endpoints = [AppriseEndpoint(url) for url in settings.notify_urls]
+    try:
+        public_key: str | None = read_public_key(settings.ssh_key)
+        unreadable = None
+    except UsageError as exc:
+        public_key = None
+        unreadable = Finding("ssh key", False, f"{exc}; set GPUOPS_SSH_KEY", CONFIG)
+    dates: list[tuple[str | None, float]] = []
+
+    def seen(response: Any) -> None:  # each answer's Date, and our clock as it arrived
+        dates.append((response.headers.get("Date"), time.time()))
+
+    try:
+        key = find_api_key(settings.environ)
+        vast: object = VastAdapter(api_key=key, base_url=settings.vast_url, observers=[seen])
+    except UsageError as exc:
+        vast = _NoKey(exc)
+    findings = run_checks(store, vast, public_key, results, settings.results_url, endpoints, dates)
+    if unreadable is not None:
+        findings = [unreadable if f.check == "ssh key" else f for f in findings]
+        if not any(f.check == "ssh key" for f in findings):
+            findings.insert(2, unreadable)
+    if as_json:
+        rows = [{"check": f.check, "ok": f.ok, "detail": f.detail} for f in findings]
+        print(json.dumps({"checks": rows, "exit_code": exit_code(findings)}, indent=2))
+    else:
+        for f in findings:
+            print(f"{'ok  ' if f.ok else 'FAIL'} {f.check}: {f.detail}")
+    return exit_code(findings)
+
+
+class _NoKey:
+    """No Vast key to be found: the check says so, as Vast's refusal would."""
+
+    def __init__(self, exc: UsageError) -> None:
+        self.exc = exc
+
+    def list_ssh_keys(self) -> list[object]:
+        raise AuthFailed("vast", f"no key: {self.exc}")

@@ -1,0 +1,221 @@
+"""`gpuops check` against fakes made to break each check: a store that ignores preconditions
+(and one that cannot be reached), an account without our SSH key, a Vast key it refuses, a
+results destination that cannot be written, a notification endpoint that is down or unknown.
+FakeVast answers in-process through the real adapter; alarms go to a real loopback receiver."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alarm_receiver import Receiver
+from test_guard import BASE, KEY, scenario
+
+from fakes.scenario import parse_scenario
+from fakes.vast import FakeClock, FakeVast
+from gpuops import check as c
+from gpuops.alarms import AppriseEndpoint
+from gpuops.errors import AlreadyExists, StoreUnavailable, VersionConflict
+from gpuops.market.results import LocalResults
+from gpuops.providers.vast import VastAdapter
+from gpuops.store.base import Versioned
+from gpuops.store.memory import MemoryStore
+
+
+class BlindStore(MemoryStore):
+    """An S3-compatible store that accepts every write whatever its precondition."""
+
+    def create(self, key: str, data: bytes) -> str:
+        try:
+            return super().create(key, data)
+        except AlreadyExists:
+            return self._set(key, data)
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        return self._set(key, data)
+
+    def delete(self, key: str, version: str) -> None:
+        found = self.get(key)
+        if found is not None:
+            super().delete(key, found.version)
+
+
+class StaleDeletes(MemoryStore):
+    """A store that honours every precondition but a delete's."""
+
+    def delete(self, key: str, version: str) -> None:
+        found = self.get(key)
+        if found is not None:
+            super().delete(key, found.version)
+
+
+class Unreachable(MemoryStore):
+    def get(self, key: str) -> Versioned | None:
+        raise StoreUnavailable("no route to the store")
+
+    def create(self, key: str, data: bytes) -> str:
+        raise StoreUnavailable("no route to the store")
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    served = Receiver()
+    yield served
+    served.close()
+
+
+@pytest.fixture
+def vast(request: pytest.FixtureRequest) -> Iterator[VastAdapter]:
+    doc = copy.deepcopy(getattr(request, "param", scenario()))
+    fake = FakeVast(parse_scenario(doc), clock=FakeClock())
+    with fake.activate(BASE) as mock:
+        mock.add_passthru("http://127.0.0.1")
+        yield VastAdapter(api_key="k-test", base_url=BASE, clock=fake.ticking())
+
+
+def checks(tmp_path: Path, vast: Any, receiver: Receiver, **given: Any) -> list[c.Finding]:
+    parts: dict[str, Any] = {
+        "store": MemoryStore(),
+        "vast": vast,
+        "public_key": KEY,
+        "results": LocalResults(tmp_path / "results"),
+        "results_where": str(tmp_path / "results"),
+        "endpoints": [AppriseEndpoint(receiver.url)],
+        **given,
+    }
+    return c.run_checks(**parts)
+
+
+def failed(findings: list[c.Finding]) -> dict[str, int]:
+    return {f.check.split()[0] if f.check.startswith("notify") else f.check: f.code
+            for f in findings if not f.ok}  # fmt: skip
+
+
+def test_a_sound_setup_passes_every_check_and_a_person_gets_the_test_notification_o1(
+    tmp_path, vast, receiver
+):
+    """M9/O1: the store, the Vast key, our SSH key, the results and the endpoint: all ok, 0."""
+    findings = checks(tmp_path, vast, receiver)
+
+    assert [f.check for f in findings][:4] == ["store", "vast key", "ssh key", "results"]
+    assert all(f.ok for f in findings) and c.exit_code(findings) == 0
+    assert receiver.titles() == ["gpuops check: a test notification"]
+    assert (tmp_path / "results" / "gpuops-check" / "gpuops-check.txt").exists()
+
+
+@pytest.mark.fault(
+    "an S3-compatible store that silently ignores If-Match / If-None-Match",
+    handled="`gpuops check` fails its self-test of conditional writes, exit 3, before any money is spent",
+)
+@pytest.mark.parametrize("store", [BlindStore(), StaleDeletes()], ids=["blind", "stale-delete"])
+def test_a_store_that_ignores_preconditions_fails_the_self_test_with_exit_3_m4(
+    tmp_path, vast, receiver, store
+):
+    """M3/M4/L3: a store accepting a second create, a stale put or a stale delete is refused."""
+    findings = checks(tmp_path, vast, receiver, store=store)
+
+    assert failed(findings) == {"store": 3} and c.exit_code(findings) == 3
+    (line,) = [f for f in findings if f.check == "store"]
+    assert "does not honour conditional writes" in line.detail
+    assert store.list("check/") == []  # the self-test cleans up after itself
+
+
+def test_a_store_that_cannot_be_reached_exits_4(tmp_path, vast, receiver):
+    """The store unreachable: what is wrong and where to look, exit 4 (unavailable)."""
+    findings = checks(tmp_path, vast, receiver, store=Unreachable())
+
+    assert failed(findings) == {"store": 4} and c.exit_code(findings) == 4
+
+
+@pytest.mark.parametrize(
+    "vast", [{"vast": {"api_key": "k-test", "ssh_keys": [], "offers": []}}], indirect=True
+)
+def test_an_account_without_our_ssh_key_fails_with_exit_3_m9(tmp_path, vast, receiver):
+    """M9: our SSH key is not registered: every probe would fail on auth; exit 3."""
+    findings = checks(tmp_path, vast, receiver)
+
+    assert failed(findings) == {"ssh key": 3} and c.exit_code(findings) == 3
+
+
+def test_a_vast_key_the_account_refuses_fails_with_exit_2(tmp_path, vast, receiver):
+    """A wrong Vast key: the key is a configuration fault (exit 2), the SSH key unchecked."""
+    wrong = VastAdapter(api_key="k-wrong", base_url=BASE)
+    findings = checks(tmp_path, wrong, receiver)
+
+    assert failed(findings) == {"vast key": 2, "ssh key": 2} and c.exit_code(findings) == 2
+
+
+def test_a_results_destination_that_cannot_be_written_fails_with_exit_2(tmp_path, vast, receiver):
+    """GPUOPS_RESULTS pointing at a file: the guardian could never deliver there; exit 2."""
+    (tmp_path / "a-file").write_text("not a directory")
+    results = LocalResults(tmp_path / "a-file")
+    findings = checks(tmp_path, vast, receiver, results=results, results_where="a-file")
+
+    assert failed(findings) == {"results": 2} and c.exit_code(findings) == 2
+
+
+def test_a_notification_endpoint_down_unknown_or_missing_fails_by_its_type_o1(
+    tmp_path, vast, receiver
+):
+    """O1: an endpoint answering 500 is unreachable (4); a scheme apprise does not know is a
+    configuration fault (2), and so is no endpoint at all."""
+    receiver.answers = [500]
+    down = checks(tmp_path, vast, receiver)
+    unknown = checks(tmp_path, vast, receiver, endpoints=[AppriseEndpoint("nosuchscheme://x")])
+    none = checks(tmp_path, vast, receiver, endpoints=[])
+
+    assert failed(down) == {"notify": 4} and c.exit_code(down) == 4
+    assert failed(unknown) == {"notify": 2} and c.exit_code(unknown) == 2
+    assert failed(none) == {"notify": 2} and "GPUOPS_NOTIFY is not set" in none[-1].detail
+
+
+@pytest.mark.parametrize(
+    "codes, code",
+    [((), 0), ((4,), 4), ((2, 4), 2), ((4, 3, 2), 3), ((2,), 2)],
+)
+def test_the_exit_code_is_the_worst_failure_s_type_refused_then_config_then_unreachable(
+    codes, code
+):
+    """Exit 3 over 2 over 4; 0 only when every line is ok."""
+    findings = [c.Finding("x", True, "fine"), *(c.Finding("y", False, "bad", n) for n in codes)]
+
+    assert c.exit_code(findings) == code
+
+
+@pytest.mark.parametrize(
+    "date, here_s, ok, code",
+    [
+        ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148000.0, True, 0),
+        ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148000.0 + 60.0, True, 0),
+        ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148000.0 - 60.0, True, 0),
+        ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148000.0 + 61.0, False, 2),
+        ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148000.0 - 900.0, False, 2),
+        (None, 1796148000.0, False, 4),
+        ("yesterday", 1796148000.0, False, 4),
+    ],
+)
+def test_this_host_s_clock_is_judged_against_the_provider_s_date_m17(date, here_s, ok, code):
+    """M5/M17: within CHECK_CLOCK_TOLERANCE_S of the provider's Date is ok; further is a
+    configuration fault (fix NTP, exit 2); no readable Date cannot be judged (4)."""
+    finding = c.check_clock(date, here_s)
+
+    assert (finding.ok, finding.code) == (ok, code)
+    if not ok and code == 2:
+        assert "NTP" in finding.detail
+
+
+def test_the_clock_is_checked_on_the_vast_answer_s_date_and_only_when_vast_answered(
+    tmp_path, vast, receiver
+):
+    """M17: the clock line follows the Vast lines when the adapter's answers were seen; a Vast
+    that refused our key leaves nothing to compare."""
+    seen = [("Tue, 01 Dec 2026 18:00:00 GMT", 1796148003.0)]
+    judged = checks(tmp_path, vast, receiver, dates=seen)
+    refused = checks(tmp_path, VastAdapter(api_key="k-wrong", base_url=BASE), receiver, dates=[])
+
+    assert [f.check for f in judged][:5] == ["store", "vast key", "ssh key", "clock", "results"]
+    assert all(f.ok for f in judged)
+    assert "clock" not in [f.check for f in refused]

@@ -1,0 +1,89 @@
+"""`gpuops check` as a real process against `gpuops fakes serve` (its Vast, its S3 stand-in)
+and a real notification receiver: every check passes on a sound setup; with the state on an
+S3 endpoint that ignores preconditions (tests/s3_proxy.py, blind) the store's self-test
+fails and the command exits 3."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from alarm_receiver import Receiver
+from s3_proxy import LossyProxy
+
+pytestmark = [pytest.mark.slow, pytest.mark.process]
+
+ROOT = Path(__file__).resolve().parent.parent
+WAIT_S = 90.0
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """`gpuops fakes serve`'s exports, read to the last (the S3 stand-in's)."""
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump({"vast": {"ssh_keys": ["generated"], "offers": []}}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuops", "fakes", "serve", "--scenario", str(scenario)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or ()], daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUOPS_", "AWS_"))}
+    try:
+        while "GPUOPS_FAKE_S3_BUCKET" not in env:
+            words = shlex.split(lines.get(timeout=WAIT_S))
+            if not words or words[0] != "export":
+                pytest.skip("the S3 stand-in is not installed")
+            name, _, value = words[1].partition("=")
+            env[name] = value
+        env.update(GPUOPS_OPERATOR="alice", GPUOPS_RESULTS=str(tmp_path / "results"))
+        env["GPUOPS_STATE"] = f"s3://{env['GPUOPS_FAKE_S3_BUCKET']}/state"
+        yield env
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=WAIT_S)
+
+
+def check(env: dict[str, str], **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuops", "check"], env={**env, **extra},
+        capture_output=True, text=True, timeout=WAIT_S, cwd=ROOT,
+    )  # fmt: skip
+
+
+@pytest.mark.fault(
+    "the shared state on an S3-compatible endpoint that ignores If-Match / If-None-Match",
+    handled="`gpuops check`, a real process, fails the store's self-test and exits 3 (M3, M4)",
+)
+def test_check_passes_on_the_fakes_and_fails_with_3_on_a_store_that_ignores_preconditions_m4(
+    served,
+):
+    """M4/O1: every line ok and exit 0 against the fakes (a test notification received);
+    the same command with its S3 endpoint behind a proxy that drops preconditions: exit 3."""
+    receiver = Receiver()
+    blind = LossyProxy(served["GPUOPS_S3_ENDPOINT"], blind=True)
+    try:
+        sound = check(served, GPUOPS_NOTIFY=receiver.url)
+        ignoring = check(served, GPUOPS_NOTIFY=receiver.url, GPUOPS_S3_ENDPOINT=blind.url)
+    finally:
+        blind.close()
+        receiver.close()
+
+    assert sound.returncode == 0, sound.stdout + sound.stderr
+    assert any(line.startswith("ok   clock: ") for line in sound.stdout.splitlines())
+    assert all(line.startswith("ok") for line in sound.stdout.splitlines()), sound.stdout
+    assert receiver.titles() == ["gpuops check: a test notification"] * 2
+    assert ignoring.returncode == 3, ignoring.stdout + ignoring.stderr
+    (store,) = [line for line in ignoring.stdout.splitlines() if " store: " in line]
+    assert store.startswith("FAIL") and "does not honour conditional writes" in store
+    others = [line for line in ignoring.stdout.splitlines() if " store: " not in line]
+    assert all(line.startswith("ok") for line in others), ignoring.stdout
