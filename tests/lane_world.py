@@ -9,6 +9,8 @@ deadline decides anything; every boot's processes are killed when the world clos
 
 from __future__ import annotations
 
+import re
+
 import itertools
 from datetime import UTC, datetime
 from collections.abc import Iterator
@@ -91,7 +93,9 @@ def lane_world(tmp_path: Path, monkeypatch: object, **scenario: object) -> Itera
     fake = FakeGCE(LaneScenario(**scenario), clock)  # type: ignore[arg-type]
     server = serve_http(fake, ticker=False, boot_root=tmp_path / "boots")
     try:
-        with activate(fake, BASE):
+        with activate(fake, BASE) as mock:
+            # an alarm receiver is a real server on loopback (O1); FakeGCE's own port stays mocked
+            mock.add_passthru(re.compile(r"http://127\.0\.0\.1:(?!9/)\d+/"))
             yield World(fake, clock, MemoryStore(), tmp_path / "events.jsonl")
     finally:
         server.close()

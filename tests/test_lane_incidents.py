@@ -500,3 +500,35 @@ def test_watch_of_a_job_never_started_says_so_l9(tmp_path, monkeypatch):
         assert never.value.exit_code == 5
         assert "job validation was not started" in str(never.value)
         assert "never ended" not in str(never.value)
+
+
+def test_a_stale_claim_reaches_a_person_once_whoever_looks_l8_o1(tmp_path, monkeypatch):
+    """L8/O1: the ten-hour gap again, with an endpoint: the first view of the STALE claim
+    sends one alarm to the team's receiver (a real HTTP server on loopback) naming the
+    instance, retry state and last log line; views from two operators send nothing more."""
+    from alarm_receiver import Receiver
+    from store_fakes import Events
+
+    from gpuops import alarms as a
+
+    receiver = Receiver()
+    starts = ("stockout",) * 8 + ("ok",)
+    try:
+        with lane_world(tmp_path, monkeypatch, starts=starts, job_runtime_s=60.0) as world:
+            first = _ready(world, "alice", "validation")
+            with pytest.raises(Unavailable):
+                first.start("validation", max_attempts=8)
+            world.advance(10 * 3600.0)
+            for who in ("bob", "carol", "bob"):
+                lane = world.lane(who)
+                lane.alarms = a.Alarms(
+                    lane.store, Events(), [a.AppriseEndpoint(receiver.url)], who=f"{who}/h/1/x"
+                )
+                assert lane.view(live=who == "carol")["stale"]
+                assert lane.alarms.flush(timing.ALARM_FLUSH_S)
+    finally:
+        receiver.close()
+
+    (heard,) = receiver.received
+    assert "STALE" in heard["title"] and "validation" in heard["title"]
+    assert "8 stockout(s)" in heard["message"] and "start attempt(s)" in heard["message"]

@@ -146,10 +146,21 @@ def _never_powers_off(job: str) -> str:
 def test_a_script_installed_around_the_linter_keeps_the_vm_billing_and_watch_says_so_l12(
     tmp_path, monkeypatch
 ):
-    """L12/H4: a script without a power-off, installed directly with the Google client: the
-    job succeeds, the fake VM keeps RUNNING, and watch raises a billing alarm (exit 5)."""
+    """L12/H4/O1: a script without a power-off, installed directly with the Google client:
+    the job succeeds, the fake VM keeps RUNNING, and watch raises a billing alarm (exit 5),
+    which reaches the team's receiver (a real HTTP server on loopback) once, though watch and
+    the live board both see it."""
+    from alarm_receiver import Receiver
+    from store_fakes import Events
+
+    from gpuops import alarms as a
+
+    receiver = Receiver()
     with lane_world(tmp_path, monkeypatch, job_runtime_s=60.0) as world:
         alice = world.lane("alice")
+        alice.alarms = a.Alarms(
+            alice.store, Events(), [a.AppriseEndpoint(receiver.url)], who="alice/h/1/x"
+        )
         alice.claim("portraits")
         alice.install("portraits", script.render("portraits", BUCKET, JOB_COMMAND))
         real_start = alice.gce.start
@@ -173,6 +184,10 @@ def test_a_script_installed_around_the_linter_keeps_the_vm_billing_and_watch_say
         assert world.fake.status == "RUNNING"
         assert view["billing_alarm"] and view["job_outcome"] == "succeeded"
         assert world.events("lane.billing_alarm")
+        assert alice.alarms.flush(timing.ALARM_FLUSH_S)
+    receiver.close()
+    (heard,) = receiver.received
+    assert "portraits" in heard["message"] and "RUNNING" in heard["message"]
 
 
 def test_a_job_that_ends_between_the_watchers_two_reads_is_judged_by_its_final_status_l9(

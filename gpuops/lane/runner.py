@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from gpuops import event_types as ev
 from gpuops import timing
+from gpuops.alarms import Alarms, lane_billing, lane_stale_claim, silent
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     AlreadyExists,
@@ -114,8 +115,10 @@ class Lane:
         clock: Clock = SYSTEM,
         new_boot_id: Callable[[], str] = lambda: secrets.token_hex(6),
         progress: Callable[[str], None] = lambda line: None,
+        alarms: Alarms | None = None,
     ) -> None:
         self.store, self.events, self.operator = store, events, operator
+        self.alarms = alarms or silent(events)  # O1: heard by a person, never in the way
         self.gce, self.gcs, self.config = gce, gcs, config
         self.clock = clock  # board stamps and waits: wall time, and its sleep
         self.new_boot_id, self.progress = new_boot_id, progress
@@ -638,6 +641,7 @@ class Lane:
             if d.billing_alarm(verdict, inst, ended, self.clock.wall()):
                 message = self._alarm(job, verdict, inst, ended)
                 self.events.append("lane.billing_alarm", lane=self.config.instance, job=job)
+                self.alarms.raise_alarm(lane_billing(self.config.instance, job, ended, message))
                 if verdict is d.Verdict.FAILED:
                     raise JobFailed(message)
                 raise StillRunning(message)
@@ -732,6 +736,7 @@ class Lane:
             "history": history[-10:],
         }
         if not live:
+            self._stale_alarm(board, view)
             return view
         inst = self.gce.get(self.config.instance).status_raw
         view["status"] = inst
@@ -744,4 +749,21 @@ class Lane:
             ended = self.gcs.updated(f"jobs/{board.job}/status")
             if d.billing_alarm(verdict, inst, ended, now):
                 view["billing_alarm"] = self._alarm(board.job, verdict, inst, ended)
+                self.alarms.raise_alarm(
+                    lane_billing(self.config.instance, board.job, ended, view["billing_alarm"])
+                )
+        self._stale_alarm(board, view)
         return view
+
+    def _stale_alarm(self, board: b.Board, view: dict[str, Any]) -> None:
+        """L8/O1: a claim busy for hours without a successful start is sent to a person, once
+        per claim, with the instance state, the retry state and the last log line."""
+        if not view["stale"] or board.claimed is None:
+            return
+        detail = (
+            f"instance {view['status'] or 'not read (board without --live)'}, "
+            f"{board.attempt} start attempt(s), {board.stockouts} stockout(s), "
+            f"last log line: {view['last_log_line']}"
+        )
+        owner, job = board.owner or "?", board.job or "?"
+        self.alarms.raise_alarm(lane_stale_claim(board.lane, owner, job, board.claimed, detail))

@@ -46,8 +46,11 @@ def open_lane(
         config = LaneConfig(config.instance, config.bucket, usd_per_hour, config.disk_usd_per_day)
     if disk_usd_per_day is not None:
         config = LaneConfig(config.instance, config.bucket, config.usd_per_hour, disk_usd_per_day)
+    from gpuops.alarms import open_alarms
+
+    store = open_store(settings.state_url, settings.s3_endpoint)
     return Lane(
-        open_store(settings.state_url, settings.s3_endpoint),
+        store,
         events,
         operator,
         gce,
@@ -55,4 +58,5 @@ def open_lane(
         config,
         clock=clock,
         progress=progress,
+        alarms=open_alarms(settings, store, events, operator=operator, clock=clock),
     )
