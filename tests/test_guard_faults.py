@@ -218,3 +218,23 @@ def test_sigterm_drops_the_guardians_lease_so_a_successor_takes_over_at_once_m17
     assert Leases(world.store).read("job") == (None, None)
     (ended,) = world.events.kinds("guard.exit")
     assert ended["code"] == 143 and "SIGTERM" in ended["reason"]
+
+
+def test_a_guardian_leaving_an_unclear_create_unresolved_is_heard_o1(world, monkeypatch):
+    """O1/M13: when the core decides the guardian must leave with an unclear create still
+    unresolved (exit 5), the shell raises the guardian-exit alarm, as for every loud exit."""
+    from store_fakes import Events
+
+    from gpuops import alarms as a
+
+    world.rent(hours=1.0)
+    sink = Events()
+    guard = guardian(world, market_of(world, "alice"), "job", "alice/h1/1/aa",
+                     alarms=a.silent(sink))  # fmt: skip
+    monkeypatch.setattr(
+        g, "decide", lambda mind, *rest: (mind, g.Leave(g.UNKNOWN, "an unresolved create"))
+    )
+
+    assert guard.step() == g.UNKNOWN
+    (raised,) = sink.kinds("alarm.raised")
+    assert raised["kind"] == "guardian.exit" and "exited 5" in raised["subject"]

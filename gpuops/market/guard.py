@@ -186,6 +186,8 @@ class Guardian:
                 self.leases.drop(self.name, self.me)
                 if self.faults:  # gone, but something of ours failed: loud (M17)
                     return self._leave(FAULTED, action.reason)
+            if action.code == g.UNKNOWN:  # an unclear create outlived the grace: a person's
+                return self._leave(action.code, action.reason)  # to hear (O1)
             self._log("guard.exit", code=action.code, reason=action.reason)
             self.say(f"gpuops guard: {self.name}: {action.reason} (exit {action.code})")
             return action.code
