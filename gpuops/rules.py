@@ -369,11 +369,12 @@ RULES: tuple[Rule, ...] = (
         "tests/test_alarms.py::test_an_endpoint_that_hangs_never_delays_the_guardian_s_destroy_o1",
         scope="GPUOPS_NOTIFY (apprise URLs), sent in the background, deduplicated and retried "
         "through the store (tested against a loopback JSON receiver, in-process and from real "
-        "processes); raised by a guardian's non-zero exits through its leave, signal and crash "
-        "paths (not yet its exit 5 for an unresolved create), a destroy pending for rounds, a "
-        "failed results copy, `watch` judging a job stalled or dead and `sweep` finding "
-        "unowned, unresolved or unreadable records; not yet the lane's stale claim (L8) or "
-        "billing alarm, nor a budget threshold; never yet sent to a real ntfy, mail or Slack",
+        "processes); raised by a guardian's non-zero exits (leave, signal, crash, an unresolved "
+        "create's exit 5), a destroy pending for rounds, a failed results copy, `watch` "
+        "judging a job stalled or dead, `sweep` finding unowned, unresolved or unreadable "
+        "records, and the lane's stale claim (L8) and billing alarm (L12) "
+        "(tests/test_lane_incidents.py, tests/test_lane_l12.py); not yet a budget threshold "
+        "(no budgets yet); never yet sent to a real ntfy, mail or Slack",
     ),
 )
 
