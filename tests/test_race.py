@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuops import timing
+from gpuops.market.probe import Verdict
+from gpuops.model import Instance, InstanceStatus
 from gpuops.market.race import (
     KEY_BLAME_MIN_PROBES,
     RECONCILE_ATTEMPTS,
@@ -21,6 +23,8 @@ from gpuops.market.race import (
     add_spare,
     decide,
     looked,
+    probed,
+    shown,
     update,
 )
 
@@ -267,3 +271,42 @@ def test_a_kept_box_never_destroys_an_unclear_create_but_looks_for_it_first_m12(
     assert decide(kept, T + 5) == [Reconcile(0)]
     assert decide(update(kept, 0, reconciles=RECONCILE_ATTEMPTS), T + 5) == []
     assert decide(update(kept, 0, reconcile_at=None), T + 1) == [Reconcile(0)]
+
+
+
+def box(status: InstanceStatus, raw: str | None) -> Instance:
+    return Instance("i0", "gpuops:x", status, raw, None, None, None, None, None, None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("instance", "phase", "cause", "up"),
+    [
+        (None, Phase.FAILED, "vanished", False),
+        (box(InstanceStatus.EXITED, "exited"), Phase.FAILED, "boot-failed (exited)", False),
+        (box(InstanceStatus.OFFLINE, "offline"), Phase.FAILED, "boot-failed (offline)", False),
+        (box(InstanceStatus.RUNNING, "running"), Phase.BOOTING, None, True),
+        (box(InstanceStatus.LOADING, "loading"), Phase.BOOTING, None, False),
+        (box(InstanceStatus.UNKNOWN, "weird"), Phase.BOOTING, None, False),
+    ],
+)
+def test_what_the_providers_answer_about_a_booting_box_means_m1(instance, phase, cause, up):
+    """M1: gone or failed for good ends the slot with its cause; running is up, to be probed;
+    anything else (an unseen status included: dead is a fact, M10) is still booting."""
+    before = race(Phase.BOOTING, Phase.BOOTING)
+
+    after, is_up = shown(before, 0, instance)
+
+    assert (after.candidates[0].phase, after.candidates[0].cause, is_up) == (phase, cause, up)
+    assert after.candidates[1] == before.candidates[1]
+    if phase is Phase.BOOTING:
+        assert after == before
+
+
+@pytest.mark.parametrize("verdict", list(Verdict))
+def test_a_probe_passes_only_on_a_pass_and_keeps_its_verdict_as_the_cause_m1(verdict):
+    """M1: PASSED on a pass, FAILED on any other verdict; the verdict is the cause."""
+    after = probed(race(Phase.BOOTING, Phase.BOOTING), 1, verdict)
+
+    expected = Phase.PASSED if verdict is Verdict.PASS else Phase.FAILED
+    assert (after.candidates[1].phase, after.candidates[1].cause) == (expected, verdict.value)
+    assert after.candidates[0].phase is Phase.BOOTING

@@ -16,7 +16,9 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from gpuops import timing
+from gpuops.market.probe import Verdict
 from gpuops.market.quarantine import is_host_fault
+from gpuops.model import Instance
 
 
 class Phase(Enum):
@@ -222,6 +224,24 @@ def update(race: Race, slot: int, **changes: object) -> Race:
     """A copy of ``race`` with candidate ``slot`` changed."""
     cands = tuple(replace(c, **changes) if c.slot == slot else c for c in race.candidates)  # type: ignore[arg-type]
     return replace(race, candidates=cands)
+
+
+def shown(race: Race, slot: int, instance: Instance | None) -> tuple[Race, bool]:
+    """What the provider's answer about a booting candidate's box means (M1): no box (it
+    vanished) or a boot that failed for good ends the slot; a running box is up, to be probed
+    (True); any other state is still booting, left as it is."""
+    if instance is None:
+        return update(race, slot, phase=Phase.FAILED, cause="vanished"), False
+    if instance.actual_status.is_terminal_failure:
+        cause = f"boot-failed ({instance.actual_status_raw})"
+        return update(race, slot, phase=Phase.FAILED, cause=cause), False
+    return race, instance.actual_status.is_running
+
+
+def probed(race: Race, slot: int, verdict: Verdict) -> Race:
+    """A probe's verdict on candidate ``slot``: PASSED only on a pass, else FAILED with it."""
+    phase = Phase.PASSED if verdict is Verdict.PASS else Phase.FAILED
+    return update(race, slot, phase=phase, cause=verdict.value)
 
 
 def looked(race: Race, slot: int, now: float) -> Race:

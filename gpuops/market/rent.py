@@ -508,18 +508,12 @@ class Market:
                 instance = self.vast.show(cand.instance_id)
             except (Unavailable, UnexpectedResponse):
                 continue  # ask again next round; the boot timeout bounds the wait
-            if instance is None:
-                state = r.update(state, cand.slot, phase=r.Phase.FAILED, cause="vanished")
-            elif instance.actual_status.is_terminal_failure:
-                cause = f"boot-failed ({instance.actual_status_raw})"
-                state = r.update(state, cand.slot, phase=r.Phase.FAILED, cause=cause)
-            elif instance.actual_status.is_running:
+            state, is_up = r.shown(state, cand.slot, instance)
+            if is_up and instance is not None:
                 self._say(rental, state, cand.slot, "probing")
                 up.append((cand, instance))
-                continue
-            else:
-                continue
-            self._say(rental, state, cand.slot, state.candidates[cand.slot].cause or "")
+            elif state.candidates[cand.slot].phase is r.Phase.FAILED:
+                self._say(rental, state, cand.slot, state.candidates[cand.slot].cause or "")
         for (cand, _), verdict in zip(up, self._probe_all(rental, up), strict=True):
             probed = ev.Probe(
                 name=rental.name,
@@ -529,8 +523,7 @@ class Market:
                 verdict=verdict,
             )
             self.events.append(probed.KIND, **probed.to_payload())
-            phase = r.Phase.PASSED if verdict is Verdict.PASS else r.Phase.FAILED
-            state = r.update(state, cand.slot, phase=phase, cause=verdict.value)
+            state = r.probed(state, cand.slot, verdict)
             self._say(rental, state, cand.slot, verdict.value)
         return state
 
