@@ -677,3 +677,26 @@ def test_salvage_reads_a_hand_edited_file_and_a_put_with_its_version_replaces_on
     got = store.get("lane/b")
     assert got is not None and got.data == b"repaired\n"
     assert store.salvage("lane/b") == got and store.salvage("lane/none") is None
+
+
+def test_a_repair_over_salvaged_bytes_on_a_full_disk_names_the_key_and_keeps_them_m17(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """M17/L12: the put that replaces salvaged bytes fails as any write does on a full disk:
+    StoreUnavailable naming the key, the hand-edited bytes left exactly as they were."""
+    import errno
+
+    store.create("lane/b", b"state line\n")
+    path = store.root / "lane" / "b~"
+    path.write_bytes(path.read_bytes().replace(b"state", b"stale"))
+    edited = path.read_bytes()
+    salvaged = store.salvage("lane/b")
+    assert salvaged is not None
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(StoreUnavailable, match="cannot write lane/b under"):
+        store.put("lane/b", b"repaired\n", salvaged.version)
+    assert path.read_bytes() == edited
