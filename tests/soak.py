@@ -390,6 +390,7 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
                 audit.note(f"instance {kept[0]} ended {kept[1] - ended:.0f} s before its copy")
         spoiled = tally.own_corrupt > own_before  # her own record awaits a person: not reused
         if not spoiled and rng.random() < 0.3:  # alice's processes have ended: bob takes it
+            wire.arm(None, False, Killed)  # every process of hers has ended: no tripwire left
             _reuse(market, fake, store, tally, audit, others)
 
 
@@ -495,6 +496,7 @@ def _guard(
             wire.arm(None, False, Killed)
             continue
         except GpuopsError:
+            wire.arm(None, False, Killed)  # its tripwire never fired: nothing after it dies
             return  # e.g. no rental at all: rent died before writing one; nothing to own
         wire.arm(None, False, Killed)
         if code == 0 and _ours_billing(fake, others):
