@@ -221,6 +221,70 @@ def test_a_record_repaired_since_the_last_listing_is_no_longer_named_corrupt():
     assert counters(store).corrupt == {}  # asked before any listing: nothing is named
 
 
+def test_a_local_listing_reads_every_record_under_one_lock_and_names_each_corrupt_one(
+    tmp_path, monkeypatch
+):
+    """A LocalStore listing is one locked read of the kind (not a lock per record), and a
+    record whose file fails its checksum, or whose checksummed bytes are no record, blocks
+    only itself and is named by key."""
+    store = LocalStore(tmp_path / "state")
+    records = counters(store)
+    for name in ("a", "b", "c", "d"):
+        records.update(name, bump)
+    (store.root / "c" / "b~").write_bytes(b"garbage")  # fails the header and checksum
+    store.put("c/d", b'{"count": "x"}', store.get("c/d").version)  # checksummed, no counter
+    locks = []
+    locked = LocalStore._locked
+
+    def counting(self):  # type: ignore[no-untyped-def]
+        locks.append(self.root)
+        return locked(self)
+
+    monkeypatch.setattr(LocalStore, "_locked", counting)
+
+    listed = records.entries()
+
+    assert locks == [store.root]
+    assert [(name, value) for name, value, _ in listed] == [("a", Counter(1)), ("c", Counter(1))]
+    assert [version for _, _, version in listed] == [store.get(k).version for k in ("c/a", "c/c")]
+    assert sorted(records.corrupt) == ["c/b", "c/d"]
+    assert records.corrupt["c/b"].where == str(store.root / "c" / "b~")
+    assert "no header line" in records.corrupt["c/b"].reason
+    assert records.corrupt["c/d"].where == "c/d"
+    assert "field 'count' must be an integer" in records.corrupt["c/d"].reason
+
+
+class _Unreadable(MemoryStore):
+    """A store without a listing read (S3's shape) whose get refuses one key's bytes, as S3
+    does for a checksum that does not match."""
+
+    def get(self, key: str) -> Any:
+        if key == "c/b":
+            raise CorruptState(key, "checksum mismatch")
+        return super().get(key)
+
+
+def test_a_listing_over_a_store_without_one_reads_key_by_key_and_names_what_get_refuses():
+    """Where the store has no listing read (S3, memory), each listed key is a get: one its
+    get refuses blocks only itself and is named, and one deleted since the list is left out."""
+    store = _Unreadable()
+    records = counters(store)
+    for name in ("a", "b", "c"):
+        store.create(f"c/{name}", COUNTERS.encode(Counter(1)))
+    interleaved = Interleaved()
+    others = counters(interleaved)
+    for name in ("a", "b"):
+        others.update(name, bump)
+    interleaved.before["get"].append(
+        lambda: interleaved.delete("c/a", interleaved.get("c/a").version)
+    )
+
+    assert records.all() == [Counter(1), Counter(1)]
+    assert list(records.corrupt) == ["c/b"] and records.corrupt["c/b"].reason == "checksum mismatch"
+    assert others.entries() == [("b", Counter(1), interleaved.get("c/b").version)]
+    assert others.corrupt == {}
+
+
 def test_the_read_gives_the_record_and_its_version_or_nothing():
     """read: (record, version) for a stored one, (None, None) for an absent one."""
     store = MemoryStore()
@@ -261,6 +325,7 @@ def test_no_change_says_what_it_is():
         (b"[]", "not a counter: not a JSON object"),
         (b"{}", "not a counter: missing field 'count'"),
         (b'{"count": 1, "extra": 2}', "not a counter: unknown field 'extra'"),
+        (b'{"zz": 1, "count": 1, "extra": 2}', "not a counter: unknown field 'extra'"),
         (b'{"count": "1"}', "not a counter: field 'count' must be an integer, not '1'"),
         (b'{"count": true}', "not a counter: field 'count' must be an integer, not True"),
         (b'{"count": 1.5}', "not a counter: field 'count' must be an integer, not 1.5"),

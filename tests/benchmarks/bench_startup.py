@@ -1,11 +1,12 @@
 """Start-up benchmark: `gpuops --help`, `rules` and `boxes` against bare Python (DESIGN §4).
 
-    python -m tests.benchmarks.bench_startup [--runs N] [--history N] [--importtime]
+    python -m tests.benchmarks.bench_startup [--runs N] [--history N] [--recent N,M] [--importtime]
 
 Runs the installed `gpuops` entry point as a user would, interleaved with `python -c pass`
 (round-robin, so load drift hits every case alike), and prints each case's median, its ratio to
 the floor and the machine's load. `boxes` runs against an empty state, one with ``--history``
-released rentals past the retention window, and the same after `gpuops compact`. The first
+released rentals past the retention window, the same after `gpuops compact`, and states with
+``--recent`` rentals released this week (within the retention window: nothing to compact). The first
 `boxes` over the uncompacted history starts `gpuops compact` in the background (archive.due):
 that run is timed on its own, once, and so is the compaction it started (waited for on its
 lock); the interleaved runs that follow measure what every later listing costs. With
@@ -48,6 +49,14 @@ def seed_history(state: Path, rentals: int) -> Path:
         env={**os.environ, "GPUOPS_OPERATOR": "bench@host"},
     )
     return compacted
+
+
+def seed_recent(state: Path, rentals: int) -> None:
+    """``rentals`` rentals released yesterday: history every listing reads, none of which
+    `compact` may move yet (the first `boxes` starts no compaction)."""
+    from tests.benchmarks.history import seed
+
+    seed(str(state), rentals, recent=True)
 
 
 def compile_package() -> None:
@@ -94,6 +103,11 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--history", type=int, default=3000, help="released rentals (default 3000)")
+    parser.add_argument(
+        "--recent",
+        default="300,30000",
+        help="comma-separated sizes of history released this week (default 300,30000; '' none)",
+    )
     parser.add_argument("--importtime", action="store_true")
     args = parser.parse_args(argv)
     gpuops = gpuops_argv()
@@ -117,6 +131,15 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             cases[label] = [*gpuops, "boxes", "--state", str(full)]
             label = f"gpuops boxes ({args.history} released, compacted)"
             cases[label] = [*gpuops, "boxes", "--state", str(compacted)]
+        for size in [int(n) for n in args.recent.split(",") if n.strip()]:
+            recent = Path(tmp) / f"recent-{size}"
+            seed_recent(recent, size)
+            cases[f"gpuops boxes ({size} released this week)"] = [
+                *gpuops,
+                "boxes",
+                "--state",
+                str(recent),
+            ]
         times = interleaved(cases, args.runs, env=env)
         floor = median(times["python -c pass"])
         print(f"start-up, {args.runs} interleaved runs each, {load()}")
