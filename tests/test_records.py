@@ -625,6 +625,52 @@ def test_boxes_names_a_lease_with_a_wrong_type_and_lists_the_rest(tmp_path, caps
     assert "Repair:" in err
 
 
+def test_boxes_reads_no_lease_of_a_released_rental_and_one_listing_per_kind(
+    tmp_path, capsys, monkeypatch
+):
+    """A released rental needs no guard: `boxes` reads no lease for it (an unreadable lease
+    left behind is not even opened), and each kind is one locked listing, not a lock per
+    record; a live rental's lease is still read and judged."""
+    for name in list(os.environ):
+        if name.startswith(("GPUOPS_", "VAST_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    store = LocalStore(str(tmp_path / "state"))
+    ended = time.time() - 3600
+    for i in range(5):
+        store.create(
+            f"market/rentals/old{i}",
+            rentals.CODEC.encode(
+                _rental(name=f"old{i}", owner="alice", state="released", ended_at=ended)
+            ),
+        )
+        store.create(f"market/leases/old{i}", b"garbage")
+    store.create(
+        "market/rentals/now",
+        rentals.CODEC.encode(_rental(name="now", owner="alice", instance_id="1")),
+    )
+    store.create("market/leases/now", leases.CODEC.encode(g.Lease("alice/elsewhere/1/ab", 1.0)))
+    locks = []
+    locked = LocalStore._locked
+
+    def counting(self):  # type: ignore[no-untyped-def]
+        locks.append(self.root)
+        return locked(self)
+
+    monkeypatch.setattr(LocalStore, "_locked", counting)
+
+    code = cli.main(["--state", str(tmp_path / "state"), "--operator", "alice", "--json", "boxes"])
+
+    out, err = capsys.readouterr()
+    rows = {row["name"]: row for row in json.loads(out)["rentals"]}
+    assert code == 0 and "unreadable" not in err
+    assert {rows[f"old{i}"]["guard"] for i in range(5)} == {"none needed (released)"}
+    assert {rows[f"old{i}"]["guardian"] for i in range(5)} == {None}
+    assert rows["now"]["guardian"] == "alice/elsewhere/1/ab"
+    assert rows["now"]["guard"].endswith(": alice/elsewhere/1/ab")  # judged, not skipped
+    assert len(locks) == 3  # the rentals, the box records, the one live rental's lease
+
+
 def test_a_corrupt_box_record_still_stops_the_strict_listing():
     """Live work (sweep, destroy) never acts past a box record it cannot read."""
     store = MemoryStore()
