@@ -285,6 +285,15 @@ def test_list_reports_only_valid_keys_when_stray_files_sit_beside_the_values(
     assert store.list() == ["board"]
 
 
+def test_a_value_larger_than_one_read_comes_back_whole(store: LocalStore) -> None:
+    """A value of many read chunks (a long board history) reads back byte for byte, by get
+    and by scan."""
+    data = bytes(range(256)) * 1000 + b"end"
+    version = store.create("board", data)
+    assert store.get("board") == Versioned("board", data, version)
+    assert store.scan() == [("board", Versioned("board", data, version))]
+
+
 def test_a_file_without_the_value_suffix_is_never_listed(store: LocalStore) -> None:
     """Only `<key>~` files are values: a stray file whose name is a key minus one letter
     (notes, a README dropped in by hand) is not one."""
