@@ -59,8 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         rate = ran / total if total else 0.0
         print(f"{path:<34} {ran:>7} {total:>8.1f} {100 * total / whole:>5.1f}% {rate:>6.1f} "
               f"{tests:>9.1f} {est:>10.3f}")  # fmt: skip
-    print(f"{'all':<34} {sum(r[2] for r in rows):>7} {whole:>8.1f}  (stats run {stats['stats_time']:.0f} s)")
-    print(f"\nthe {args.top} tests that cost mutants the most (stats seconds x mutants running it):")
+    print(
+        f"{'all':<34} {sum(r[2] for r in rows):>7} {whole:>8.1f}  (stats run {stats['stats_time']:.0f} s)"
+    )
+    print(
+        f"\nthe {args.top} tests that cost mutants the most (stats seconds x mutants running it):"
+    )
     for test, seconds in cost.most_common(args.top):
         print(f"  {seconds:8.1f} s  {duration.get(test, 0.0) * 1000:7.1f} ms each  {test}")
     by_file: defaultdict[str, float] = defaultdict(float)

@@ -18,8 +18,8 @@ import pytest
 from gpuops import timing
 from gpuops.errors import CorruptState, StoreUnavailable, UsageError, VersionConflict
 from gpuops.store.base import Versioned, check_key
-from gpuops.store.opener import open_store
 from gpuops.store.local import LocalStore
+from gpuops.store.opener import open_store
 from gpuops.store.s3 import S3Store
 
 

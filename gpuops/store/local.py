@@ -34,6 +34,8 @@ from gpuops.store.base import Versioned, check_key, is_key
 _SUFFIX = "~"  # '~' is not allowed in a key segment, so a key file never collides with a folder
 _FORMAT = 1
 _VERSION = re.compile(r"[1-9][0-9]*\.[0-9a-f]{8}")
+# what a listing read gives per key: its value, or why it could not be read (it blocks only itself)
+Scanned = list[tuple[str, Versioned | CorruptState]]
 _CHUNK = 1 << 16  # bytes per read of a value file: most are one read, then the end
 
 
@@ -175,12 +177,12 @@ class LocalStore:
                     keys.append(key)
         return sorted(keys)
 
-    def scan(self, prefix: str = "") -> list[tuple[str, Versioned | CorruptState]]:
+    def scan(self, prefix: str = "") -> Scanned:
         """Every key that starts with ``prefix`` with its value, by key, all read under one
         lock (one snapshot, and one lock for the listing rather than one per key). A value
         that fails its header or checksum is its CorruptState, in its place: it blocks only
         itself, and the caller names it."""
-        out: list[tuple[str, Versioned | CorruptState]] = []
+        out: Scanned = []
         with self._locked():
             for key in self.list(prefix):
                 try:
