@@ -411,6 +411,23 @@ def test_a_codec_built_at_run_time_names_its_record_kind_and_keeps_its_options()
     assert caught.value.reason == "not a tally: missing field 'count'"
 
 
+def test_a_codec_built_at_run_time_takes_an_integer_only_where_a_number_is_wanted():
+    """The types each field takes are worked out when the codec is built: a number field
+    takes JSON's 1 (as 1.0), a text, integer or boolean field takes no other type."""
+    codec = JsonCodec(Counter, "tally")
+
+    decoded = codec.decode("k", b'{"count": 1, "ratio": 2}')
+    assert decoded == Counter(1, ratio=2.0) and isinstance(decoded.ratio, float)
+    for body, field in [
+        (b'{"count": 1, "label": 2}', "label"),
+        (b'{"count": 1.5}', "count"),
+        (b'{"count": 1, "on": 1}', "on"),
+    ]:
+        with pytest.raises(CorruptState) as caught:
+            codec.decode("k", body)
+        assert f"field {field!r} must be" in caught.value.reason
+
+
 def test_a_record_is_stored_as_sorted_key_json():
     """Every writer stores the same bytes for the same record: sorted keys, JSON's spacing."""
     assert COUNTERS.encode(Counter(1, "x")) == (
