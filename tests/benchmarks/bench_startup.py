@@ -1,6 +1,7 @@
 """Start-up benchmark: `gpuops --help`, `rules` and `boxes` against bare Python (DESIGN §4).
 
-    python -m tests.benchmarks.bench_startup [--runs N] [--history N] [--recent N,M] [--importtime]
+    python -m tests.benchmarks.bench_startup [--runs N] [--history N] [--recent N,M] [--baseline DIR]
+        [--importtime]
 
 Runs the installed `gpuops` entry point as a user would, interleaved with `python -c pass`
 (round-robin, so load drift hits every case alike), and prints each case's median, its ratio to
@@ -10,7 +11,10 @@ released rentals past the retention window, the same after `gpuops compact`, and
 `boxes` over the uncompacted history starts `gpuops compact` in the background (archive.due):
 that run is timed on its own, once, and so is the compaction it started (waited for on its
 lock); the interleaved runs that follow measure what every later listing costs. With
-``--importtime``, the slowest imports of each command (`python -X importtime`) follow. A
+``--importtime``, the slowest imports of each command (`python -X importtime`) follow. With
+``--baseline DIR`` (a copy of the code before a change, e.g. ``git archive``), every gpuops case
+also runs as ``env PYTHONPATH=DIR ...`` in the same rounds: before and after, interleaved (the
+baseline's figures carry `env`'s own exec, about a millisecond). A
 figure, not a test: timed assertions flake on shared machines.
 
 The package's bytecode is compiled first, as an install leaves it (pip compiles on install):
@@ -59,10 +63,10 @@ def seed_recent(state: Path, rentals: int) -> None:
     seed(str(state), rentals, recent=True)
 
 
-def compile_package() -> None:
+def compile_package(package: Path = ROOT / "gpuops") -> None:
     """gpuops' bytecode, as `pip install` leaves it (see the module's docstring)."""
     subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(ROOT / "gpuops")],
+        [sys.executable, "-m", "compileall", "-q", str(package)],
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -108,6 +112,12 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
         default="300,30000",
         help="comma-separated sizes of history released this week (default 300,30000; '' none)",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also time every gpuops case with the gpuops package under DIR first on the path "
+        "(a checkout of the code before a change), interleaved with this one: A/B",
+    )
     parser.add_argument("--importtime", action="store_true")
     args = parser.parse_args(argv)
     gpuops = gpuops_argv()
@@ -140,6 +150,12 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
                 "--state",
                 str(recent),
             ]
+        if args.baseline:
+            # the same commands with the baseline's package first on the path, in the same rounds
+            compile_package(Path(args.baseline) / "gpuops")
+            for label, argv_ in list(cases.items()):
+                if label.startswith("gpuops"):
+                    cases[f"{label} [baseline]"] = ["env", f"PYTHONPATH={args.baseline}", *argv_]
         times = interleaved(cases, args.runs, env=env)
         floor = median(times["python -c pass"])
         print(f"start-up, {args.runs} interleaved runs each, {load()}")
@@ -147,13 +163,13 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             ratio = median(values) / floor
             target = next((t for k, t in TARGETS.items() if k in label), None)
             goal = f"(target <= {target:g}x)" if target else ""
-            print(f"  {label:<48} {median(values) * 1000:7.1f} ms  {ratio:5.1f}x floor {goal}")
+            print(f"  {label:<59} {median(values) * 1000:7.1f} ms  {ratio:5.1f}x floor {goal}")
             figure = f"{median(values) * 1000:.0f} ms, {ratio:.1f}x"
             rows.append((f"startup: {label}", figure, goal))
         if first is not None:
             label = f"gpuops boxes ({args.history} released), first run"
             note = f"once; the compaction it starts ends {first[1]:.1f} s after"
-            print(f"  {label:<48} {first[0] * 1000:7.1f} ms  ({note})")
+            print(f"  {label:<59} {first[0] * 1000:7.1f} ms  ({note})")
             rows.append((f"startup: {label}", f"{first[0] * 1000:.0f} ms", note))
         if args.importtime:
             for label, argv_ in cases.items():
