@@ -328,7 +328,9 @@ def run_trial(p: Params, trial: int, k: int, mode: str = "parallel") -> Result:
 
     result = Result(k, ok=False, mode=mode)
     with fake.activate(BASE):
-        vast = VastAdapter(api_key=API_KEY, base_url=BASE, clock=fake.ticking())
+        vast = VastAdapter(
+            api_key=API_KEY, base_url=BASE, clock=fake.ticking()
+        )
         ledger = Ledger(MemoryStore(), events, "bench", clock=fake.now)
         market = Market(
             vast,
