@@ -356,7 +356,8 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
         if rental.dph_total is not None and rental.started_at is not None:
             until = rental.ended_at if rental.ended_at is not None else now
             spend = round(rental.dph_total * max(0.0, until - rental.started_at) / 3600.0, 4)
-        rows.append({**dataclasses.asdict(rental), "spend_usd": spend, **_guard_of(market, rental)})
+        # vars, not dataclasses.asdict: a rental is scalars, so its fields are its __dict__
+        rows.append({**vars(rental), "spend_usd": spend, **_guard_of(market, rental)})
     pending = [_record_row(r) for r in records if r.state.value == "destroying"]
     kept = {row["box"] for row in rows}
     # M13: every box that may bill, racing candidates included, not just the kept ones
@@ -479,8 +480,15 @@ def _when(epoch_s: float | None) -> str:
     return f"{local:%Y-%m-%d %H:%M:%S %Z} / {utc:%H:%M:%S} UTC"
 
 
+_RELEASED_GUARD: dict[str, Any] = {"guardian": None, "guard": "none needed (released)"}
+
+
 def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
-    """Who guards a rental (M5): the lease holder, and whether its heartbeat is fresh."""
+    """Who guards a rental (M5): the lease holder, and whether its heartbeat is fresh. A
+    released rental needs no guard (every box of it was confirmed gone): its lease, if one
+    was left, is not read, so history costs no lease read per rental."""
+    if rental.state == "released":
+        return _RELEASED_GUARD
     from gpuops.errors import CorruptState
     from gpuops.market import guardian as g
     from gpuops.market.leases import Leases

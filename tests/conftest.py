@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 # Bytecode caching on for the suite and every process it starts, whatever the shell says: with
 # PYTHONDONTWRITEBYTECODE set, each xdist worker re-rewrites and recompiles every test module
@@ -19,13 +19,16 @@ sys.dont_write_bytecode = False
 
 settings.register_profile("default", deadline=None)
 # mutmut re-runs the covering tests once per mutant: fewer examples keep the gate in budget,
-# and the state machines still reach every transition within them.
+# and the state machines still reach every transition within them. No shrinking and no
+# explaining: a mutant is killed by the first failing example, and minimizing it (seconds per
+# killed mutant, for a message nobody reads) changes no verdict: a test that failed still fails.
 settings.register_profile(
     "mutation",
     max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
     derandomize=True,
+    phases=[p for p in Phase if p not in (Phase.shrink, Phase.explain)],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 

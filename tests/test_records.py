@@ -221,6 +221,70 @@ def test_a_record_repaired_since_the_last_listing_is_no_longer_named_corrupt():
     assert counters(store).corrupt == {}  # asked before any listing: nothing is named
 
 
+def test_a_local_listing_reads_every_record_under_one_lock_and_names_each_corrupt_one(
+    tmp_path, monkeypatch
+):
+    """A LocalStore listing is one locked read of the kind (not a lock per record), and a
+    record whose file fails its checksum, or whose checksummed bytes are no record, blocks
+    only itself and is named by key."""
+    store = LocalStore(tmp_path / "state")
+    records = counters(store)
+    for name in ("a", "b", "c", "d"):
+        records.update(name, bump)
+    (store.root / "c" / "b~").write_bytes(b"garbage")  # fails the header and checksum
+    store.put("c/d", b'{"count": "x"}', store.get("c/d").version)  # checksummed, no counter
+    locks = []
+    locked = LocalStore._locked
+
+    def counting(self):  # type: ignore[no-untyped-def]
+        locks.append(self.root)
+        return locked(self)
+
+    monkeypatch.setattr(LocalStore, "_locked", counting)
+
+    listed = records.entries()
+
+    assert locks == [store.root]
+    assert [(name, value) for name, value, _ in listed] == [("a", Counter(1)), ("c", Counter(1))]
+    assert [version for _, _, version in listed] == [store.get(k).version for k in ("c/a", "c/c")]
+    assert sorted(records.corrupt) == ["c/b", "c/d"]
+    assert records.corrupt["c/b"].where == str(store.root / "c" / "b~")
+    assert "no header line" in records.corrupt["c/b"].reason
+    assert records.corrupt["c/d"].where == "c/d"
+    assert "field 'count' must be an integer" in records.corrupt["c/d"].reason
+
+
+class _Unreadable(MemoryStore):
+    """A store without a listing read (S3's shape) whose get refuses one key's bytes, as S3
+    does for a checksum that does not match."""
+
+    def get(self, key: str) -> Any:
+        if key == "c/b":
+            raise CorruptState(key, "checksum mismatch")
+        return super().get(key)
+
+
+def test_a_listing_over_a_store_without_one_reads_key_by_key_and_names_what_get_refuses():
+    """Where the store has no listing read (S3, memory), each listed key is a get: one its
+    get refuses blocks only itself and is named, and one deleted since the list is left out."""
+    store = _Unreadable()
+    records = counters(store)
+    for name in ("a", "b", "c"):
+        store.create(f"c/{name}", COUNTERS.encode(Counter(1)))
+    interleaved = Interleaved()
+    others = counters(interleaved)
+    for name in ("a", "b"):
+        others.update(name, bump)
+    interleaved.before["get"].append(
+        lambda: interleaved.delete("c/a", interleaved.get("c/a").version)
+    )
+
+    assert records.all() == [Counter(1), Counter(1)]
+    assert list(records.corrupt) == ["c/b"] and records.corrupt["c/b"].reason == "checksum mismatch"
+    assert others.entries() == [("b", Counter(1), interleaved.get("c/b").version)]
+    assert others.corrupt == {}
+
+
 def test_the_read_gives_the_record_and_its_version_or_nothing():
     """read: (record, version) for a stored one, (None, None) for an absent one."""
     store = MemoryStore()
@@ -261,6 +325,7 @@ def test_no_change_says_what_it_is():
         (b"[]", "not a counter: not a JSON object"),
         (b"{}", "not a counter: missing field 'count'"),
         (b'{"count": 1, "extra": 2}', "not a counter: unknown field 'extra'"),
+        (b'{"zz": 1, "count": 1, "extra": 2}', "not a counter: unknown field 'extra'"),
         (b'{"count": "1"}', "not a counter: field 'count' must be an integer, not '1'"),
         (b'{"count": true}', "not a counter: field 'count' must be an integer, not True"),
         (b'{"count": 1.5}', "not a counter: field 'count' must be an integer, not 1.5"),
@@ -344,6 +409,23 @@ def test_a_codec_built_at_run_time_names_its_record_kind_and_keeps_its_options()
     with pytest.raises(CorruptState) as caught:
         codec.decode("k", b'{"label": "x"}')
     assert caught.value.reason == "not a tally: missing field 'count'"
+
+
+def test_a_codec_built_at_run_time_takes_an_integer_only_where_a_number_is_wanted():
+    """The types each field takes are worked out when the codec is built: a number field
+    takes JSON's 1 (as 1.0), a text, integer or boolean field takes no other type."""
+    codec = JsonCodec(Counter, "tally")
+
+    decoded = codec.decode("k", b'{"count": 1, "ratio": 2}')
+    assert decoded == Counter(1, ratio=2.0) and isinstance(decoded.ratio, float)
+    for body, field in [
+        (b'{"count": 1, "label": 2}', "label"),
+        (b'{"count": 1.5}', "count"),
+        (b'{"count": 1, "on": 1}', "on"),
+    ]:
+        with pytest.raises(CorruptState) as caught:
+            codec.decode("k", body)
+        assert f"field {field!r} must be" in caught.value.reason
 
 
 def test_a_record_is_stored_as_sorted_key_json():
@@ -558,6 +640,52 @@ def test_boxes_names_a_lease_with_a_wrong_type_and_lists_the_rest(tmp_path, caps
     assert "field 'heartbeat_at' must be a number, not 'x'" in err
     assert "skipped the unreadable box record 'zzz'" in err
     assert "Repair:" in err
+
+
+def test_boxes_reads_no_lease_of_a_released_rental_and_one_listing_per_kind(
+    tmp_path, capsys, monkeypatch
+):
+    """A released rental needs no guard: `boxes` reads no lease for it (an unreadable lease
+    left behind is not even opened), and each kind is one locked listing, not a lock per
+    record; a live rental's lease is still read and judged."""
+    for name in list(os.environ):
+        if name.startswith(("GPUOPS_", "VAST_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    store = LocalStore(str(tmp_path / "state"))
+    ended = time.time() - 3600
+    for i in range(5):
+        store.create(
+            f"market/rentals/old{i}",
+            rentals.CODEC.encode(
+                _rental(name=f"old{i}", owner="alice", state="released", ended_at=ended)
+            ),
+        )
+        store.create(f"market/leases/old{i}", b"garbage")
+    store.create(
+        "market/rentals/now",
+        rentals.CODEC.encode(_rental(name="now", owner="alice", instance_id="1")),
+    )
+    store.create("market/leases/now", leases.CODEC.encode(g.Lease("alice/elsewhere/1/ab", 1.0)))
+    locks = []
+    locked = LocalStore._locked
+
+    def counting(self):  # type: ignore[no-untyped-def]
+        locks.append(self.root)
+        return locked(self)
+
+    monkeypatch.setattr(LocalStore, "_locked", counting)
+
+    code = cli.main(["--state", str(tmp_path / "state"), "--operator", "alice", "--json", "boxes"])
+
+    out, err = capsys.readouterr()
+    rows = {row["name"]: row for row in json.loads(out)["rentals"]}
+    assert code == 0 and "unreadable" not in err
+    assert {rows[f"old{i}"]["guard"] for i in range(5)} == {"none needed (released)"}
+    assert {rows[f"old{i}"]["guardian"] for i in range(5)} == {None}
+    assert rows["now"]["guardian"] == "alice/elsewhere/1/ab"
+    assert rows["now"]["guard"].endswith(": alice/elsewhere/1/ab")  # judged, not skipped
+    assert len(locks) == 3  # the rentals, the box records, the one live rental's lease
 
 
 def test_a_corrupt_box_record_still_stops_the_strict_listing():

@@ -17,9 +17,9 @@ import pytest
 
 from gpuops import timing
 from gpuops.errors import CorruptState, StoreUnavailable, UsageError, VersionConflict
-from gpuops.store.base import check_key
-from gpuops.store.opener import open_store
+from gpuops.store.base import Versioned, check_key
 from gpuops.store.local import LocalStore
+from gpuops.store.opener import open_store
 from gpuops.store.s3 import S3Store
 
 
@@ -131,8 +131,16 @@ def _expected_reason(corruption: str, corrupt: bytes) -> str:
     return reason
 
 
+def _scanned(store: LocalStore, key: str) -> None:
+    """A listing read of ``key``'s folder: raises the CorruptState it holds in ``key``'s place."""
+    found = dict(store.scan(key.rpartition("/")[0] + "/"))[key]
+    if isinstance(found, CorruptState):
+        raise found
+
+
 OPERATIONS = {
     "get": lambda s, k, v: s.get(k),
+    "scan": lambda s, k, v: _scanned(s, k),
     "create": lambda s, k, v: s.create(k, b"new"),
     "put": lambda s, k, v: s.put(k, b"new", v),
     "delete": lambda s, k, v: s.delete(k, v),
@@ -277,6 +285,47 @@ def test_list_reports_only_valid_keys_when_stray_files_sit_beside_the_values(
     assert store.list() == ["board"]
 
 
+def test_a_value_larger_than_one_read_comes_back_whole(store: LocalStore) -> None:
+    """A value of many read chunks (a long board history) reads back byte for byte, by get
+    and by scan."""
+    data = bytes(range(256)) * 1000 + b"end"
+    version = store.create("board", data)
+    assert store.get("board") == Versioned("board", data, version)
+    assert store.scan() == [("board", Versioned("board", data, version))]
+
+
+def test_a_file_without_the_value_suffix_is_never_listed(store: LocalStore) -> None:
+    """Only `<key>~` files are values: a stray file whose name is a key minus one letter
+    (notes, a README dropped in by hand) is not one."""
+    store.create("ledger/boxes/a", b"a")
+    (store.root / "ledger" / "boxes" / "README").write_bytes(b"notes")
+    assert store.list("ledger/") == ["ledger/boxes/a"]
+    assert [key for key, _ in store.scan("ledger/")] == ["ledger/boxes/a"]
+
+
+def test_a_scan_reads_every_value_under_the_prefix_with_its_version_by_key(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scan: (key, Versioned) for each key that starts with the prefix, sorted; a corrupt
+    value is its CorruptState in its place, the rest still read; a key listed but gone by
+    the time it is read (moved aside by hand) is left out."""
+    versions = {key: store.create(key, key.encode()) for key in ("b/2", "b/1", "b/3", "c/1")}
+    (store.root / "b" / "2~").write_bytes(b"garbage")
+    listed = LocalStore.list
+    monkeypatch.setattr(
+        LocalStore, "list", lambda self, prefix="": [*listed(self, prefix), "b/ghost"]
+    )
+
+    scanned = store.scan("b/")
+
+    assert [key for key, _ in scanned] == ["b/1", "b/2", "b/3"]
+    assert scanned[0][1] == Versioned("b/1", b"b/1", versions["b/1"])
+    assert scanned[2][1] == Versioned("b/3", b"b/3", versions["b/3"])
+    assert isinstance(scanned[1][1], CorruptState)
+    assert scanned[1][1].where == str(store.root / "b" / "2~")
+    assert [key for key, _ in store.scan()] == ["b/1", "b/2", "b/3", "c/1"]
+
+
 def test_a_version_from_before_delete_and_recreate_does_not_validate(store: LocalStore) -> None:
     """No ABA: a recreated key gets a new version, so an old reader's version is refused."""
     old = store.create("lease", b"same bytes")
@@ -299,7 +348,7 @@ def _hold_lock(root: Path) -> int:
     return fd
 
 
-@pytest.mark.parametrize("operation", ["get", "create", "put", "delete"])
+@pytest.mark.parametrize("operation", ["get", "scan", "create", "put", "delete"])
 def test_a_held_lock_makes_the_operation_raise_store_unavailable_after_the_timeout(
     store: LocalStore, monkeypatch: pytest.MonkeyPatch, operation: str
 ) -> None:
@@ -308,6 +357,7 @@ def test_a_held_lock_makes_the_operation_raise_store_unavailable_after_the_timeo
     monkeypatch.setattr(timing, "STORE_LOCK_TIMEOUT_S", 0.05)
     calls = {
         "get": lambda: store.get("board"),
+        "scan": lambda: store.scan(),
         "create": lambda: store.create("new", b"x"),
         "put": lambda: store.put("board", b"lost", version),
         "delete": lambda: store.delete("board", version),
@@ -459,13 +509,13 @@ def test_a_listing_walks_only_the_folder_its_prefix_names(
     store.create("ledger/boxes/a", b"a")
     store.create("ledger/archive/2026-07/boxes/b/1", b"b")
     seen: list[Path] = []
-    rglob = Path.rglob
+    walk = os.walk
 
-    def recording(self: Path, pattern: str):  # type: ignore[no-untyped-def]
-        seen.append(self)
-        return rglob(self, pattern)
+    def recording(top: str):  # type: ignore[no-untyped-def]
+        seen.append(Path(top))
+        return walk(top)
 
-    monkeypatch.setattr(Path, "rglob", recording)
+    monkeypatch.setattr(os, "walk", recording)
 
     keys = store.list(prefix)
 

@@ -2,7 +2,7 @@
 
 Layout under the root (0700; files 0600):
     .lock            flock'd around every read-check-write, so compare-and-swap is atomic
-                     across processes
+                     across processes; a listing (``scan``) takes it once for all its keys
     .tmp/            half-written files; a crash leaves debris here, never in place of a value
     <key>~           one file per key: a JSON header line, then the value's bytes
 
@@ -37,6 +37,9 @@ from gpuops.store.base import Versioned, check_key, is_key
 _SUFFIX = "~"  # '~' is not allowed in a key segment, so a key file never collides with a folder
 _FORMAT = 1
 _VERSION = re.compile(r"[1-9][0-9]*\.[0-9a-f]{8}")
+# what a listing read gives per key: its value, or why it could not be read (it blocks only itself)
+Scanned = list[tuple[str, Versioned | CorruptState]]
+_CHUNK = 1 << 16  # bytes per read of a value file: most are one read, then the end
 
 
 def _encode(data: bytes, version: str) -> bytes:
@@ -188,15 +191,37 @@ class LocalStore:
     def list(self, prefix: str = "") -> list[str]:
         keys = []
         # only the folder the prefix names is walked: a listing of live records never pays
-        # for the archive beside them (archive.py); a prefix no key can have walks the root
+        # for the archive beside them (archive.py); a prefix no key can have walks the root.
+        # os.walk and plain strings, not Path.rglob: a listing of 30,000 keys is a few
+        # milliseconds of walking, not a pathlib object per file
         folder = prefix.rpartition("/")[0]
-        base = self.root / folder if is_key(folder) else self.root
-        for path in base.rglob(f"*{_SUFFIX}"):
-            key = path.relative_to(self.root).as_posix()[: -len(_SUFFIX)]
-            # is_key drops our own dot-folders, editors' backups and any other stray file
-            if key.startswith(prefix) and is_key(key):
-                keys.append(key)
+        base = self.url + "/" + folder if is_key(folder) else self.url
+        skip = len(self.url) + 1
+        for top, _, files in os.walk(base):
+            above = (top + "/")[skip:]
+            for file in files:
+                key = above + file[: -len(_SUFFIX)]
+                # is_key drops our own dot-folders, editors' backups and any other stray file
+                if file.endswith(_SUFFIX) and key.startswith(prefix) and is_key(key):
+                    keys.append(key)
         return sorted(keys)
+
+    def scan(self, prefix: str = "") -> Scanned:
+        """Every key that starts with ``prefix`` with its value, by key, all read under one
+        lock (one snapshot, and one lock for the listing rather than one per key). A value
+        that fails its header or checksum is its CorruptState, in its place: it blocks only
+        itself, and the caller names it."""
+        out: Scanned = []
+        with self._locked():
+            for key in self.list(prefix):
+                try:
+                    found = self._read(f"{self.url}/{key}{_SUFFIX}")  # listed: a valid key
+                except CorruptState as exc:
+                    out.append((key, exc))
+                    continue
+                if found is not None:  # moved aside by hand since it was listed
+                    out.append((key, Versioned(key, found[0], found[1])))
+        return out
 
     # --- internals ---------------------------------------------------------------------------
     def _path(self, key: str) -> Path:
@@ -221,13 +246,22 @@ class LocalStore:
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
-    def _raw(self, path: Path) -> bytes | None:
+    def _raw(self, path: str | Path) -> bytes | None:
+        # os.open and os.read, not open(): no file object, half the system calls of a
+        # buffered read (a listing reads one file per key)
         try:
-            return path.read_bytes()
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
+        try:
+            raw = b""
+            while chunk := os.read(fd, _CHUNK):
+                raw += chunk
+        finally:
+            os.close(fd)
+        return raw
 
-    def _read(self, path: Path) -> tuple[bytes, str] | None:
+    def _read(self, path: str | Path) -> tuple[bytes, str] | None:
         raw = self._raw(path)
         return None if raw is None else _decode(raw, str(path))
 

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from gpuops.errors import AlreadyExists, CorruptState, VersionConflict
-from gpuops.store.base import Store, check_key
+from gpuops.store.base import Store, Versioned, check_key
 
 # A compare-and-swap that keeps losing means heavy contention or a bug; say so, don't spin.
 CAS_ATTEMPTS = 8
@@ -84,12 +84,11 @@ def _allowed(owner: str, field: str, hint: Any) -> tuple[type, ...]:
     return tuple(allowed)
 
 
-def _fits(value: object, allowed: tuple[type, ...]) -> bool:
-    if isinstance(value, bool):  # before int: JSON's true is not a number
-        return bool in allowed
-    if isinstance(value, int):
-        return int in allowed or float in allowed
-    return type(value) in allowed
+def _accepts(allowed: tuple[type, ...]) -> frozenset[type]:
+    """The exact types of parsed JSON a field takes: its own, and int where it takes a
+    number (JSON's 1 is a number). bool is its own type: JSON's true is not a number, nor
+    1 a boolean. One set lookup per field is the whole type check of a decode."""
+    return frozenset(allowed) | ({int} if float in allowed else set())
 
 
 def _describe(allowed: tuple[type, ...]) -> str:
@@ -102,6 +101,7 @@ class _Field:
     name: str
     allowed: tuple[type, ...]
     required: bool
+    accepts: frozenset[type]
 
 
 class JsonCodec(Generic[T]):
@@ -123,14 +123,14 @@ class JsonCodec(Generic[T]):
         self.kind = kind
         self.what = what
         self.checks = dict(checks or {})
-        self.fields = tuple(
-            _Field(
-                f.name,
-                (str,) if f.name in as_str else _allowed(kind.__name__, f.name, hints[f.name]),
-                f.default is dataclasses.MISSING,
+        fields = []
+        for f in dataclasses.fields(kind):  # type: ignore[arg-type]
+            allowed = (str,) if f.name in as_str else _allowed(kind.__name__, f.name, hints[f.name])
+            fields.append(
+                _Field(f.name, allowed, f.default is dataclasses.MISSING, _accepts(allowed))
             )
-            for f in dataclasses.fields(kind)  # type: ignore[arg-type]
-        )
+        self.fields = tuple(fields)
+        self.names = frozenset(f.name for f in fields)
 
     def encode(self, value: T) -> bytes:
         fields = dataclasses.asdict(value)  # type: ignore[call-overload]
@@ -147,10 +147,9 @@ class JsonCodec(Generic[T]):
             raise CorruptState(key, f"not a {self.what}: not JSON ({exc})") from exc
         if not isinstance(body, dict):
             raise CorruptState(key, f"not a {self.what}: not a JSON object")
-        known = {f.name for f in self.fields}
-        for name in sorted(body):
-            if name not in known:
-                raise CorruptState(key, f"not a {self.what}: unknown field {name!r}")
+        unknown = body.keys() - self.names
+        if unknown:
+            raise CorruptState(key, f"not a {self.what}: unknown field {min(unknown)!r}")
         out: dict[str, Any] = {}
         for f in self.fields:
             if f.name not in body:
@@ -158,7 +157,7 @@ class JsonCodec(Generic[T]):
                     raise CorruptState(key, f"not a {self.what}: missing field {f.name!r}")
                 continue
             value = body[f.name]
-            if not _fits(value, f.allowed):
+            if type(value) not in f.accepts:  # parsed JSON: exact types, no subclasses
                 raise CorruptState(
                     key,
                     f"not a {self.what}: field {f.name!r} must be {_describe(f.allowed)}, "
@@ -221,15 +220,35 @@ class Records(Generic[T]):
         repaired since is no longer named)."""
         unreadable: dict[str, CorruptState] = {}
         out = []
+        for key, found in self._scan():
+            if isinstance(found, CorruptState):
+                unreadable[key] = found
+                continue
+            try:
+                value = self.codec.decode(key, found.data)
+            except CorruptState as exc:
+                unreadable[key] = exc
+                continue
+            out.append((key.removeprefix(self.prefix), value, found.version))
+        self.corrupt = unreadable
+        return out
+
+    def _scan(self) -> list[tuple[str, Versioned | CorruptState]]:
+        """Every stored object under the prefix: in one read where the store has one (the
+        local store's ``scan``: one lock for the listing), else a get per listed key (S3,
+        memory: no lock to share), a key deleted since it was listed left out."""
+        scan = getattr(self.store, "scan", None)
+        if scan is not None:
+            return scan(self.prefix)  # type: ignore[no-any-return]
+        out: list[tuple[str, Versioned | CorruptState]] = []
         for key in self.store.list(self.prefix):
             try:
                 found = self.store.get(key)
-                if found is not None:
-                    value = self.codec.decode(key, found.data)
-                    out.append((key.removeprefix(self.prefix), value, found.version))
             except CorruptState as exc:
-                unreadable[key] = exc
-        self.corrupt = unreadable
+                out.append((key, exc))
+                continue
+            if found is not None:
+                out.append((key, found))
         return out
 
     def all(self) -> list[T]:

@@ -37,7 +37,10 @@ Bench = Callable[[list[str]], list[tuple[str, str, str]]]
 def plan(quick: bool) -> list[tuple[Bench, list[str]]]:
     """Each benchmark and its arguments: its defaults, or smaller sizes with ``quick``."""
     return [
-        (bench_startup.main, ["--runs", "5", "--history", "300"] if quick else []),
+        (
+            bench_startup.main,
+            ["--runs", "5", "--history", "300", "--recent", "300"] if quick else [],
+        ),
         (bench_stats.main, ["--events", "100000"] if quick else []),
         (bench_offers.main, ["--events", "100000", "--runs", "3"] if quick else []),
         (bench_guard.main, ["--boxes", "2"] if quick else []),

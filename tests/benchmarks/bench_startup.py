@@ -1,15 +1,20 @@
 """Start-up benchmark: `gpuops --help`, `rules` and `boxes` against bare Python (DESIGN §4).
 
-    python -m tests.benchmarks.bench_startup [--runs N] [--history N] [--importtime]
+    python -m tests.benchmarks.bench_startup [--runs N] [--history N] [--recent N,M] [--baseline DIR]
+        [--importtime]
 
 Runs the installed `gpuops` entry point as a user would, interleaved with `python -c pass`
 (round-robin, so load drift hits every case alike), and prints each case's median, its ratio to
 the floor and the machine's load. `boxes` runs against an empty state, one with ``--history``
-released rentals past the retention window, and the same after `gpuops compact`. The first
+released rentals past the retention window, the same after `gpuops compact`, and states with
+``--recent`` rentals released this week (within the retention window: nothing to compact). The first
 `boxes` over the uncompacted history starts `gpuops compact` in the background (archive.due):
 that run is timed on its own, once, and so is the compaction it started (waited for on its
 lock); the interleaved runs that follow measure what every later listing costs. With
-``--importtime``, the slowest imports of each command (`python -X importtime`) follow. A
+``--importtime``, the slowest imports of each command (`python -X importtime`) follow. With
+``--baseline DIR`` (a copy of the code before a change, e.g. ``git archive``), every gpuops case
+also runs as ``env PYTHONPATH=DIR ...`` in the same rounds: before and after, interleaved (the
+baseline's figures carry `env`'s own exec, about a millisecond). A
 figure, not a test: timed assertions flake on shared machines.
 
 The package's bytecode is compiled first, as an install leaves it (pip compiles on install):
@@ -50,10 +55,18 @@ def seed_history(state: Path, rentals: int) -> Path:
     return compacted
 
 
-def compile_package() -> None:
+def seed_recent(state: Path, rentals: int) -> None:
+    """``rentals`` rentals released yesterday: history every listing reads, none of which
+    `compact` may move yet (the first `boxes` starts no compaction)."""
+    from tests.benchmarks.history import seed
+
+    seed(str(state), rentals, recent=True)
+
+
+def compile_package(package: Path = ROOT / "gpuops") -> None:
     """gpuops' bytecode, as `pip install` leaves it (see the module's docstring)."""
     subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(ROOT / "gpuops")],
+        [sys.executable, "-m", "compileall", "-q", str(package)],
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -94,6 +107,17 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--history", type=int, default=3000, help="released rentals (default 3000)")
+    parser.add_argument(
+        "--recent",
+        default="300,30000",
+        help="comma-separated sizes of history released this week (default 300,30000; '' none)",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also time every gpuops case with the gpuops package under DIR first on the path "
+        "(a checkout of the code before a change), interleaved with this one: A/B",
+    )
     parser.add_argument("--importtime", action="store_true")
     args = parser.parse_args(argv)
     gpuops = gpuops_argv()
@@ -117,6 +141,21 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             cases[label] = [*gpuops, "boxes", "--state", str(full)]
             label = f"gpuops boxes ({args.history} released, compacted)"
             cases[label] = [*gpuops, "boxes", "--state", str(compacted)]
+        for size in [int(n) for n in args.recent.split(",") if n.strip()]:
+            recent = Path(tmp) / f"recent-{size}"
+            seed_recent(recent, size)
+            cases[f"gpuops boxes ({size} released this week)"] = [
+                *gpuops,
+                "boxes",
+                "--state",
+                str(recent),
+            ]
+        if args.baseline:
+            # the same commands with the baseline's package first on the path, in the same rounds
+            compile_package(Path(args.baseline) / "gpuops")
+            for label, argv_ in list(cases.items()):
+                if label.startswith("gpuops"):
+                    cases[f"{label} [baseline]"] = ["env", f"PYTHONPATH={args.baseline}", *argv_]
         times = interleaved(cases, args.runs, env=env)
         floor = median(times["python -c pass"])
         print(f"start-up, {args.runs} interleaved runs each, {load()}")
@@ -124,13 +163,13 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             ratio = median(values) / floor
             target = next((t for k, t in TARGETS.items() if k in label), None)
             goal = f"(target <= {target:g}x)" if target else ""
-            print(f"  {label:<48} {median(values) * 1000:7.1f} ms  {ratio:5.1f}x floor {goal}")
+            print(f"  {label:<59} {median(values) * 1000:7.1f} ms  {ratio:5.1f}x floor {goal}")
             figure = f"{median(values) * 1000:.0f} ms, {ratio:.1f}x"
             rows.append((f"startup: {label}", figure, goal))
         if first is not None:
             label = f"gpuops boxes ({args.history} released), first run"
             note = f"once; the compaction it starts ends {first[1]:.1f} s after"
-            print(f"  {label:<48} {first[0] * 1000:7.1f} ms  ({note})")
+            print(f"  {label:<59} {first[0] * 1000:7.1f} ms  ({note})")
             rows.append((f"startup: {label}", f"{first[0] * 1000:.0f} ms", note))
         if args.importtime:
             for label, argv_ in cases.items():
