@@ -238,3 +238,34 @@ def test_a_guardian_leaving_an_unclear_create_unresolved_is_heard_o1(world, monk
     assert guard.step() == g.UNKNOWN
     (raised,) = sink.kinds("alarm.raised")
     assert raised["kind"] == "guardian.exit" and "exited 5" in raised["subject"]
+
+
+def test_a_full_disk_before_any_box_was_recorded_live_still_ends_the_box_found_by_label_m17(
+    world, tmp_path
+):
+    """M17/M12: rent killed between a create and its record going live (the box exists, its
+    record is an intent), then the disk fills: at the deadline the guardian finds the box by
+    its label (a provider read, no store write) and ends it, confirmed gone."""
+    from test_owner import Killed
+
+    (tmp_path / "state").mkdir(mode=0o700)
+    disk = FullDisk(tmp_path / "state")
+    shared = World(world.fake, disk, world.events, world.tmp)  # type: ignore[arg-type]
+    alice = market_of(shared, "alice")
+    real_mark_live = alice.ledger.mark_live
+
+    def killed(name: str, instance_id: str) -> None:
+        raise Killed  # the rent process dies here: its box exists, its record an intent
+
+    alice.ledger.mark_live = killed  # type: ignore[method-assign]
+    alice._abandon = lambda rental, why: []  # type: ignore[method-assign]  # SIGKILL: no cleanup
+    with pytest.raises(Killed):
+        alice.rent(RentRequest(name="job", gpu_name="RTX 4090", hours=1.0, race_k=1))
+    alice.ledger.mark_live = real_mark_live  # type: ignore[method-assign]
+    assert len(world.alive()) == 1
+    disk.full = True
+
+    code = guardian(shared, market_of(shared, "alice").on(events=FullLog(world, disk)), "job",
+                    "alice/h1/1/aa").run()  # fmt: skip
+
+    assert code == FAULTED and world.alive() == []

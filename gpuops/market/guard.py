@@ -51,7 +51,7 @@ from gpuops.market.rentals import (
     results_key,
 )
 from gpuops.market.results import Results, copy_results
-from gpuops.market.teardown import Ending
+from gpuops.market.teardown import Ending, label_for
 
 # exit code: every box confirmed gone, but the guardian's own work failed on the way (M17):
 # results not delivered, the store not writable, a record unreadable; loud, never 0
@@ -104,6 +104,7 @@ class Guardian:
         self.instance_id: str | None = None
         self.deadline_at = 0.0
         self.results_key = self.name
+        self.due_at = 0.0  # the deadline as this host enforces it; set by bind and _box
         self.faults: list[str] = []  # what failed in our own work: the exit says it (M17)
         self.finished: int | None = None  # an exit decided outside the pure core (M17)
         self.events = _NeverInTheWay(market.events, say)
@@ -155,6 +156,8 @@ class Guardian:
         self.instance_id = rental.instance_id
         self.deadline_at = rental.deadline_at
         self.results_key = results_key(rental)  # this incarnation's, to the end (M16)
+        mine = rental.deadline_host == self.market.host  # else another host's clock (M17)
+        self.due_at = rental.deadline_at + (0.0 if mine else timing.CLOCK_SKEW_S)
         self._log(
             "guard.start",
             deadline=utc_iso(rental.deadline_at),
@@ -217,7 +220,9 @@ class Guardian:
         return code
 
     def _past_deadline(self) -> bool:
-        return bool(self.deadline_at) and self.clock.wall() >= self.deadline_at
+        """Past the deadline as this host may judge it: another host's deadline only a skew
+        allowance later (M17), as ``_box`` gives it to the core."""
+        return bool(self.due_at) and self.clock.wall() >= self.due_at
 
     def sleep(self, seconds: float) -> None:
         """Sleep, renewing our lease whenever its heartbeat falls due."""
@@ -265,6 +270,7 @@ class Guardian:
         # schedule (copy, then destroy) moved with it: never earlier than the renter's (M17)
         mine = rental is not None and rental.deadline_host == self.market.host
         late = 0.0 if mine else timing.CLOCK_SKEW_S
+        self.due_at = self.deadline_at + late  # what "past the deadline" means here (M17)
         racing = rental is not None and rental.state == RACING and rental.racer is not None
         return g.Box(
             gone,
@@ -395,9 +401,24 @@ class Guardian:
         and confirm each gone by asking the provider for it (M4), without the records; then
         exit loudly, the records left for `gpuops sweep` to release once the store works."""
         ids = {self.instance_id} if self.instance_id else set()
+        intents: list[str] = []  # intents whose box, if any, only its label can name (M12)
         # the store may not be read either: then the rental's own box is what we know
         with contextlib.suppress(StateError, Unavailable):
-            ids |= {r.instance_id for r in owned_records(self.market, self.name) if r.instance_id}
+            for record in owned_records(self.market, self.name):
+                if record.instance_id:
+                    ids.add(record.instance_id)
+                elif record.state is BoxState.INTENT:
+                    intents.append(record.intent_id)
+        unfound = []
+        for intent in intents:  # a provider read: no store write is needed to find it
+            try:
+                found = self.market.reconcile(label_for(intent))
+            except (Unavailable, UnexpectedResponse):
+                found = None
+            if found is None:
+                unfound.append(intent)
+            else:
+                ids.add(found.instance_id)
         still = []
         for instance_id in sorted(ids):
             try:
@@ -408,9 +429,14 @@ class Guardian:
                 continue
             if not confirmed_gone(self.market, instance_id):
                 still.append(f"instance {instance_id}: not confirmed gone yet")
+        grace_over = self.clock.wall() >= self.due_at + timing.OWNER_GRACE_S
+        if unfound and not grace_over:  # a box may yet show up by its label: keep looking
+            still += [f"intent {intent}: no box found by its label yet" for intent in unfound]
         if still:
             self.say(f"gpuops guard: {self.name}: still ending: {'; '.join(still)}")
             return
+        if unfound:  # past the grace: loud, and sweep looks on once the store works
+            self.faults.append(f"intent(s) {', '.join(unfound)}: no box found by label")
         gone = ", ".join(sorted(ids)) or "none known"
         self.faults.append(
             f"the store could not be written ({type(exc).__name__}: {exc}); instance(s) {gone} "
