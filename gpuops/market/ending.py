@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from gpuops import timing
 from gpuops.errors import (
-    GpuopsError,
     NotOwned,
     Refused,
     StillRunning,
@@ -42,6 +41,7 @@ from gpuops.market.teardown import (
     intent_of,
     label_for,
     never_found,
+    poll_gone,
 )
 
 if TYPE_CHECKING:
@@ -141,15 +141,11 @@ def end_unreadable(market: MarketContext, box: str) -> Outcome:
             continue
         if intent_of(shown.label) != claim.intent_id:  # the id went to another box: not ours
             continue
-        try:
-            market.vast.destroy(instance_id)
-        except (Unavailable, UnexpectedResponse) as exc:
-            still.append(f"instance {instance_id}: destroy failed: {exc}")
-            continue
-        if confirmed_gone(market, instance_id):
+        problem = end_instance(market, instance_id)
+        if problem is None:
             ended.append(instance_id)
         else:
-            still.append(f"instance {instance_id}: not confirmed gone yet")
+            still.append(f"instance {instance_id}: {problem}")
     where = f"its record {PREFIX}{box} cannot be read ({market.ledger.corrupt.get(PREFIX + box)})"
     if still:
         return Outcome(box, Ending.PENDING, f"{where}; " + "; ".join(still))
@@ -164,33 +160,29 @@ def end_unreadable(market: MarketContext, box: str) -> Outcome:
 def end_late(market: MarketContext, box: str, instance_id: str) -> Outcome:
     """A box whose label carries the intent of our record ``box``, released as never created:
     the create happened after all. Destroyed and confirmed gone by ``show`` (M4, M13)."""
+    problem = end_instance(market, instance_id)
+    if problem is not None:
+        return Outcome(box, Ending.PENDING, f"instance {instance_id}, found late: {problem}")
+    return Outcome(
+        box,
+        Ending.GONE,
+        f"instance {instance_id} carried the label of an intent recorded as never "
+        "created: destroyed and confirmed gone",
+    )
+
+
+def end_instance(market: MarketContext, instance_id: str) -> str | None:
+    """Destroy this very instance and confirm it gone by asking for it (M4), with no record to
+    move (an unreadable one, a late box, a store that cannot be written): None once gone,
+    else what is still wrong."""
     try:
         market.vast.destroy(instance_id)
     except (Unavailable, UnexpectedResponse) as exc:
-        return Outcome(box, Ending.PENDING, f"instance {instance_id}, found late: {exc}")
-    if confirmed_gone(market, instance_id):
-        return Outcome(
-            box,
-            Ending.GONE,
-            f"instance {instance_id} carried the label of an intent recorded as never "
-            "created: destroyed and confirmed gone",
-        )
-    return Outcome(box, Ending.PENDING, f"instance {instance_id}, found late: not gone yet")
-
-
-def confirmed_gone(market: MarketContext, instance_id: str) -> bool:
-    """Ask for this very instance until it is gone (M4), within the destroy's confirmation
-    budget; False when it still shows then."""
-    ends = market.clock.monotonic() + timing.DESTROY_CONFIRM_TIMEOUT_S
-    while True:
-        try:
-            if market.vast.show(instance_id) is None:
-                return True
-        except GpuopsError:
-            pass
-        if market.clock.monotonic() >= ends:
-            return False
-        market.clock.sleep(timing.DESTROY_CONFIRM_POLL_S)
+        return f"destroy failed: {exc}"
+    last = poll_gone(
+        market.vast, instance_id, clock=market.clock.monotonic, sleep=market.clock.sleep
+    )
+    return None if last is None else f"not confirmed gone yet: {last}"
 
 
 def settle_rental(

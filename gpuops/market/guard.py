@@ -38,7 +38,7 @@ from gpuops.errors import (
 )
 from gpuops.ledger import BoxState, EventSink, utc_iso
 from gpuops.market import guardian as g
-from gpuops.market.ending import confirmed_gone, destroy_rental, end_records, owned_records
+from gpuops.market.ending import destroy_rental, end_instance, end_records, owned_records
 from gpuops.market.jobs import BoxShell, Jobs
 from gpuops.market.leases import Leases
 from gpuops.market.rent import Market
@@ -422,13 +422,13 @@ class Guardian:
         still = []
         for instance_id in sorted(ids):
             try:
-                if self.market.vast.show(instance_id) is not None:
-                    self.market.vast.destroy(instance_id)
+                up = self.market.vast.show(instance_id) is not None
             except (Unavailable, UnexpectedResponse) as error:
                 still.append(f"instance {instance_id}: {error}")
                 continue
-            if not confirmed_gone(self.market, instance_id):
-                still.append(f"instance {instance_id}: not confirmed gone yet")
+            problem = end_instance(self.market, instance_id) if up else None
+            if problem is not None:
+                still.append(f"instance {instance_id}: {problem}")
         grace_over = self.clock.wall() >= self.due_at + timing.OWNER_GRACE_S
         if unfound and not grace_over:  # a box may yet show up by its label: keep looking
             still += [f"intent {intent}: no box found by its label yet" for intent in unfound]

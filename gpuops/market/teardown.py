@@ -143,29 +143,44 @@ def confirm_and_release(
     """Ask for this very instance until it is gone, then confirm and release (M4)."""
     if record.instance_id is None:
         raise ValueError(f"{record.name!r} has no instance to confirm gone")
+    last = poll_gone(vast, record.instance_id, clock=clock, sleep=sleep)
+    if last is not None:
+        ledger.destroy_failed(record.name, f"not confirmed gone in time: {last}")
+        return Outcome(
+            record.name, Ending.PENDING, f"not confirmed gone, kept on the retry list: {last}"
+        )
+    detail = f"instance {record.instance_id} confirmed gone"
+    try:
+        ledger.confirm_gone(record.name, GONE_BY_SHOW)
+        ledger.release(record.name)
+    except IllegalTransition:
+        if not _released_meanwhile(ledger, record.name):
+            raise
+        detail += " (released meanwhile by another destroy)"
+    return Outcome(record.name, Ending.GONE, detail)
+
+
+def poll_gone(
+    vast: Destroyer,
+    instance_id: str,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """Ask for this very instance every DESTROY_CONFIRM_POLL_S until the provider says it is
+    gone (M4): None then; what it last said when DESTROY_CONFIRM_TIMEOUT_S ran out first."""
     deadline = clock() + timing.DESTROY_CONFIRM_TIMEOUT_S
     while True:
         try:
-            shown = vast.show(record.instance_id)
+            shown = vast.show(instance_id)
         except GpuopsError as exc:
             last = f"{type(exc).__name__}: {exc}"
         else:
             if shown is None:
-                detail = f"instance {record.instance_id} confirmed gone"
-                try:
-                    ledger.confirm_gone(record.name, GONE_BY_SHOW)
-                    ledger.release(record.name)
-                except IllegalTransition:
-                    if not _released_meanwhile(ledger, record.name):
-                        raise
-                    detail += " (released meanwhile by another destroy)"
-                return Outcome(record.name, Ending.GONE, detail)
+                return None
             last = "the provider still shows it"
         if clock() >= deadline:
-            ledger.destroy_failed(record.name, f"not confirmed gone in time: {last}")
-            return Outcome(
-                record.name, Ending.PENDING, f"not confirmed gone, kept on the retry list: {last}"
-            )
+            return last
         sleep(timing.DESTROY_CONFIRM_POLL_S)
 
 
