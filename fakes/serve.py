@@ -90,20 +90,22 @@ def main(argv: list[str]) -> int:
         _fresh_box_table(state_dir)
         public_key = throwaway_key(state_dir)
         clock = ScaledClock(scenario.time_scale, scenario.start_time or RECORDED_EPOCH)
+        # The lane's fake runs on its own scaled clock from real now, and exports that origin
+        # with the scale: gpuops' scaled clock (settings.py) then agrees with the bucket's, and
+        # with the clock the fake boxes' own processes read (fakes/vast/onstart.py).
+        lane_origin = time.time()
         model = FakeVast(
             scenario,
             clock=clock,
             state_dir=state_dir,
             generated_key=public_key.read_text(encoding="utf-8").strip(),
+            box_clock=ScaledClock(scenario.time_scale, origin=lane_origin),
         )
         server = serve_http(model, port=args.port)
         from fakes.gce import FakeGCE, parse_lane
         from fakes.gce.server import serve_http as serve_gce
 
         lane = parse_lane(scenario.lane, scenario.source)
-        # The lane's fake runs on its own scaled clock from real now, and exports that origin
-        # with the scale: gpuops' scaled clock (settings.py) then agrees with the bucket's.
-        lane_origin = time.time()
         gce = serve_gce(FakeGCE(lane, ScaledClock(scenario.time_scale, origin=lane_origin)))
         s3, s3_note = _start_s3()
     except OSError as exc:

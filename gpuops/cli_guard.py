@@ -55,6 +55,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         raise NotOwned(args.name, rental.owner, operator)
     deadline = _deadline(args, market.clock.wall())
     if deadline is not None:
+        _move_box_ceiling(market, rental, deadline, box_shell(settings))
         market.rentals.update(args.name, deadline_at=deadline, deadline_host=market.host)
     if args.foreground:
         from gpuops.alarms import open_alarms
@@ -97,6 +98,31 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         [f"{args.name}: guardian pid {spawned.pid} is running detached; log {spawned.log}"],
     )
     return 0
+
+
+def _move_box_ceiling(market: Any, rental: Any, deadline: float, shell: Any) -> None:
+    """M14: a deadline moved later moves the box's own ceiling first, over ssh, or it is
+    refused and stays where it was; the box would end itself before the new deadline. A deadline
+    moved earlier leaves the box's ceiling later than it must be: the guardian's comes first."""
+    from gpuops.errors import Refused
+    from gpuops.ledger import utc_iso
+    from gpuops.market.ceiling import ceiling_at, rearm_script
+
+    if rental.instance_id is None or rental.deadline_at is None:
+        return  # no box yet: the race arms its box with the deadline it reads then
+    if ceiling_at(deadline) <= ceiling_at(rental.deadline_at):
+        return
+    instance = market.vast.show(rental.instance_id)
+    if instance is None:
+        return  # its box is gone: nothing bills, nothing to move
+    out = shell.run(instance, rearm_script(deadline))
+    if out.exit_code != 0:
+        raise Refused(
+            "M14",
+            f"{rental.name}: could not move the box's own ceiling (ssh exit {out.exit_code}: "
+            f"{(out.stderr or out.stdout).strip()[:200]}); the deadline stays "
+            f"{utc_iso(rental.deadline_at)}",
+        )
 
 
 def _deadline(args: argparse.Namespace, now: float) -> float | None:

@@ -192,6 +192,12 @@ OWNER_GRACE_S = 900.0
 # on another host's clock is enforced here only this much after it, so no host ends another's
 # box early; a box whose guardian died bills at most OWNER_GRACE_S + the real skew past it.
 CLOCK_SKEW_S = 900.0
+# Every box also destroys itself (M14), on its own clock, this long after the rental's deadline:
+# after its owner's bound (OWNER_GRACE_S) even with the box's clock CLOCK_SKEW_S ahead of the
+# renter's, so it never cuts short an owner still ending the box or copying its results.
+BOX_CEILING_GRACE_S = 1800.0
+# Once past that, the box asks Vast to destroy it again this often, until it is gone.
+BOX_CEILING_POLL_S = 60.0
 # An unclear create whose box no look-up by label has found this long after its intent was
 # written is recorded as never created, loudly (M13): long past any list lag, and judged on
 # another host's clock still at least OWNER_GRACE_S after it (it holds CLOCK_SKEW_S). A box

@@ -41,10 +41,13 @@ OFFERS = [
 class Fakes:
     """`gpuops fakes serve` in its own process, and the environment its exports make."""
 
-    def __init__(self, tmp: Path, **vast: Any) -> None:
+    def __init__(
+        self, tmp: Path, *, time_scale: float = 60, gpuops_scale: float = SCALE, **vast: Any
+    ) -> None:
+        """``time_scale``: the fakes' and their boxes' clock; ``gpuops_scale``: gpuops'."""
         scenario = tmp / "scenario.yaml"
         vast = {"ssh_keys": ["generated"], "offers": OFFERS, **vast}
-        scenario.write_text(yaml.safe_dump({"time_scale": 60, "vast": vast}))
+        scenario.write_text(yaml.safe_dump({"time_scale": time_scale, "vast": vast}))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gpuops", "fakes", "serve", "--scenario", str(scenario)],
             stdout=subprocess.PIPE,
@@ -66,7 +69,7 @@ class Fakes:
         self.env.update(
             GPUOPS_STATE=str(self.state),
             GPUOPS_OPERATOR="alice",
-            GPUOPS_TIME_SCALE=str(SCALE),
+            GPUOPS_TIME_SCALE=str(gpuops_scale),
             GPUOPS_RESULTS=str(self.results),
         )
 

@@ -23,6 +23,8 @@ PINNED = {
     "ARCHIVE_AFTER_S": 604800.0,
     "RECONCILE_BACKOFF_S": 5.0,
     "OWNER_GRACE_S": 900.0,
+    "BOX_CEILING_GRACE_S": 1800.0,
+    "BOX_CEILING_POLL_S": 60.0,
     "CLOCK_SKEW_S": 900.0,
     "UNCLEAR_CREATE_WINDOW_S": 1800.0,
     "S3_CONFLICT_BACKOFF_S": 0.05,
@@ -402,3 +404,10 @@ def test_an_exit_waits_for_one_whole_send_and_a_dead_sender_s_claim_outlives_the
 def test_check_flags_a_clock_long_before_it_nears_the_skew_gpuops_tolerates_m17():
     """M17: a host `gpuops check` passes is at most a minute off; hosts may be 15 apart."""
     assert timing.CHECK_CLOCK_TOLERANCE_S * 10 <= timing.CLOCK_SKEW_S
+
+
+def test_the_box_s_own_ceiling_fires_after_its_owner_s_bound_even_on_a_fast_box_clock_m14():
+    """M14: the box ends itself only once its owner (guardian or sweep) has had its whole grace,
+    even if the box's clock runs CLOCK_SKEW_S ahead; and it asks again many times an hour."""
+    assert timing.BOX_CEILING_GRACE_S - timing.CLOCK_SKEW_S >= timing.OWNER_GRACE_S
+    assert timing.BOX_CEILING_POLL_S <= timing.OWNER_GRACE_S / 10

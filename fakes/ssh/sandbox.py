@@ -90,7 +90,13 @@ def _tree(root: int) -> list[int]:
 
 
 def stop(sandbox: Path) -> None:
-    """Kill the box's tmux server and every job in it, as a destroyed box's jobs die."""
+    """Kill the box's tmux server and every job in it, and its onstart (fakes/vast/onstart.py),
+    as a destroyed box's processes die."""
+    pgid = sandbox / ".onstart.pgid"
+    with contextlib.suppress(OSError, ValueError):
+        leader = int(pgid.read_text())
+        pgid.unlink()
+        os.killpg(leader, signal.SIGKILL)
     tmp = tmux_tmpdir(sandbox)
     tmux = shutil.which("tmux")
     if tmux is not None and tmp.is_dir():

@@ -23,6 +23,7 @@ import functools
 import heapq
 import itertools
 import json
+import secrets
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -43,8 +44,9 @@ from fakes.scenario import (
     recorded_offer,
 )
 from fakes.ssh import sandbox
+from fakes.vast import onstart
 from fakes.vast.boxtable import box_entries, sandbox_seed, write_entry, write_table
-from fakes.vast.clock import RECORDED_EPOCH, Clock, FakeClock
+from fakes.vast.clock import RECORDED_EPOCH, Clock, FakeClock, ScaledClock
 from fakes.vast.faults import Dropped, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
 from fakes.vast.wire import Reply, Request, iso, recorded  # wire: the model's types only
 from gpuops.clock import WithSleep
@@ -158,6 +160,11 @@ class InstanceState:
     # vast-ai/docs examples/migrations/runpod-to-vast.mdx); keys registered later do not reach
     # it (attaching one to a box is not modelled).
     authorized_keys: tuple[str, ...] = ()
+    # Its per-instance key (CONTAINER_API_KEY in the container, ``instance_api_key`` in the
+    # create's answer: CreateInstanceResponse in vast-ai/vast-cli vastai/data/instance.py). It
+    # "can only start, stop, or destroy that specific instance" (docs.vast.ai api-reference/
+    # hello-world); FakeVast lets it destroy its own box and refuses it anything else.
+    instance_key: str = ""
 
 
 @dataclass
@@ -232,14 +239,18 @@ class FakeVast:
         clock: Clock | None = None,
         state_dir: Path | None = None,
         generated_key: str | None = None,
+        box_clock: ScaledClock | None = None,
     ) -> None:
         """``state_dir``: where the fake ssh box table goes (``boxes.yaml``); None writes none.
         ``generated_key``: the public key the scenario's ``generated`` entries stand for (default
-        the recorded one of ssh_keys_list.yaml)."""
+        the recorded one of ssh_keys_list.yaml). ``box_clock``: the world's clock as a box sees
+        it; with it (and a ``state_dir``) each box runs its ``onstart`` for real (onstart.py)."""
         start = scenario.start_time if isinstance(scenario, Scenario) else None
         self.scenario = scenario.vast if isinstance(scenario, Scenario) else scenario
         self.clock: Clock = clock or FakeClock(start or RECORDED_EPOCH)
         self.api_key = self.scenario.api_key
+        self.box_clock = box_clock
+        self._by_instance_key: dict[str, int] = {}
         self.lock = threading.RLock()
         self.offers: dict[int, OfferState] = {}
         self.instances: dict[int, InstanceState] = {}
@@ -410,6 +421,10 @@ class FakeVast:
     def authorized(self, bearer: str | None) -> bool:
         return bearer == self.api_key
 
+    def instance_of_key(self, bearer: str | None) -> int | None:
+        """The box whose per-instance key ``bearer`` is (None: no box's)."""
+        return None if bearer is None else self._by_instance_key.get(bearer)
+
     def admit(self, route: str) -> None:
         """Count one authorized call on ``route``; raise RateLimit if a burst covers it."""
         self._counters.total += 1
@@ -479,6 +494,15 @@ class FakeVast:
         status changes on the heap."""
         box = self._new_box(offer, payload, at)
         self.instances[box.id] = box
+        self._by_instance_key[box.instance_key] = box.id
+        if self.box_table is not None and self.box_clock is not None and box.onstart:
+            onstart.start(
+                sandbox.sandbox_dir(self.box_table, sandbox_seed(box)),
+                box.onstart,
+                instance_id=box.id,
+                instance_key=box.instance_key,
+                clock=self.box_clock,
+            )
         offer.held_by = box.id
         self._changed_box(box)
         if self.box_table is not None:
@@ -509,6 +533,7 @@ class FakeVast:
             ssh_port=FIRST_SSH_PORT + 2 * serial,
             direct_port=FIRST_DIRECT_PORT + 10 * serial,
             authorized_keys=tuple(k.key for k in self.keys if k.deleted_at is None),
+            instance_key=secrets.token_hex(32),
         )
 
     def label(self, instance_id: int, label: str) -> InstanceState | None:

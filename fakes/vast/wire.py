@@ -70,10 +70,13 @@ def offers(rows: Sequence[Mapping[str, object]]) -> Reply:
     return _reply("search_offers", doc)
 
 
-def created(instance_id: int) -> Reply:
-    """create_success: ``new_contract`` is the new instance id."""
+def created(instance_id: int, instance_key: str) -> Reply:
+    """create_success: ``new_contract`` is the new instance id, and ``instance_api_key`` its
+    per-instance key (optional in CreateInstanceResponse, vast-ai/vast-cli vastai/data/
+    instance.py; the docs' example body does not show it)."""
     doc = recorded("create_success")
     doc["new_contract"] = instance_id
+    doc["instance_api_key"] = instance_key
     return _reply("create_success", doc)
 
 

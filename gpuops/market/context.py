@@ -15,6 +15,8 @@ from gpuops.model import Instance, Offer, SshKey
 
 
 class Vast(Protocol):
+    base_url: str  # where the provider answers: a box's own ceiling calls it too (M14)
+
     def search_offers(
         self, gpu_name: str | None = None, num_gpus: int | None = None
     ) -> list[Offer]: ...

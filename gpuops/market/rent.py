@@ -42,6 +42,7 @@ from gpuops.ledger import (
     utc_iso,
 )
 from gpuops.market import race as r
+from gpuops.market.ceiling import ceiling_script
 from gpuops.market.context import Vast
 from gpuops.market.ending import (
     end_record,
@@ -420,7 +421,11 @@ class Market:
         state = replace(state, last_create_at=now)
         try:
             instance_id = self.vast.create(
-                cand.offer_id, label=label, image=req.image, disk_gb=req.disk_gb
+                cand.offer_id,
+                label=label,
+                image=req.image,
+                disk_gb=req.disk_gb,
+                onstart=ceiling_script(deadline, self.vast.base_url),  # M14: its own ceiling
             )
         except (OfferTaken, RateLimited) as exc:
             found = self.reconcile(label) if isinstance(exc, RateLimited) else None

@@ -1,0 +1,228 @@
+"""The box's own ceiling (M14): the onstart script, run for real.
+
+The script is judged by what it does when ``sh`` runs it: against FakeVast served on loopback,
+which runs a box's onstart in the box's sandbox on the world's (scaled) clock with the box's
+per-instance key in its environment (fakes/vast/onstart.py), and directly under ``sh`` with a
+PATH that lacks curl (or curl and wget), as a slim image would. The box's destroy is read from
+the fake's own record, never from what the script printed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fakes.scenario import parse_scenario
+from fakes.vast import FakeVast, serve_http
+from fakes.vast.clock import FakeClock
+from fakes.vast.wire import Reply, Request
+from gpuops import timing
+from gpuops.clock import ScaledClock
+from gpuops.errors import AuthFailed, UsageError
+from gpuops.market.ceiling import ceiling_at, ceiling_script, destroy_url
+from gpuops.providers.vast import ONSTART_MAX_CHARS, VastAdapter
+
+ACCOUNT_KEY = "k-account-ceiling"
+FACTOR = 3600.0  # box seconds per real second: the grace passes in half a second
+WAIT_S = 30.0  # the longest a box may take to end itself here before the test fails
+OFFERS = [
+    {"id": 700 + i, "machine_id": 7700 + i, "gpu_name": "RTX 4090", "gpu_ram": 24564,
+     "dph_total": 0.3, "reliability": 0.995, "disk_bw": 2000.0, "fate": "healthy"}
+    for i in range(3)
+]  # fmt: skip
+
+
+class World:
+    """FakeVast on loopback whose boxes run their onstart; each destroy seen with its key and
+    the box clock's time when it arrived."""
+
+    def __init__(self, tmp: Path) -> None:
+        doc = {"vast": {"api_key": ACCOUNT_KEY, "ssh_keys": ["generated"], "offers": OFFERS}}
+        self.box_clock = ScaledClock(FACTOR)
+        self.fake = FakeVast(
+            parse_scenario(doc), clock=FakeClock(), state_dir=tmp, box_clock=self.box_clock
+        )
+        self.server = serve_http(self.fake)
+        self.vast = VastAdapter(api_key=ACCOUNT_KEY, base_url=self.server.url)
+        self.destroys: list[tuple[str, int, float]] = []  # (key, status, box time)
+        self.gone = threading.Condition()
+        self.fake.taps.append(self._tap)
+
+    def _tap(self, route: str, request: Request, reply: Reply) -> None:
+        if route == "destroy":
+            header = request.headers.get("authorization", "")
+            with self.gone:
+                self.destroys.append((header, reply.status, self.box_clock.wall()))
+                self.gone.notify_all()
+
+    def rent(self, offer: int, deadline_at: float) -> int:
+        made = self.vast.create(
+            offer,
+            label=f"ceiling-{offer}",
+            image="vastai/base-image",
+            disk_gb=10,
+            onstart=ceiling_script(deadline_at, self.server.url),
+        )
+        return int(made)
+
+    def wait_destroyed(self, instance_id: int) -> None:
+        with self.gone:
+            ended = self.gone.wait_for(
+                lambda: self.fake.instances[instance_id].destroyed_at is not None, WAIT_S
+            )
+        assert ended, f"box {instance_id} did not end itself within {WAIT_S} s"
+
+    def close(self) -> None:
+        self.server.close()
+        from fakes.ssh.sandbox import stop_all
+
+        assert self.fake.box_table is not None
+        stop_all(self.fake.box_table)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path)
+    yield w
+    w.close()
+
+
+# --- the script, as text ---------------------------------------------------------------------
+def test_the_ceiling_is_the_deadline_plus_the_grace_rounded_up_never_down_m14() -> None:
+    assert ceiling_at(1000.0) == 1000 + timing.BOX_CEILING_GRACE_S
+    assert ceiling_at(1000.2) == math.ceil(1000.2 + timing.BOX_CEILING_GRACE_S)
+    assert ceiling_at(1000.2) > 1000.2 + timing.BOX_CEILING_GRACE_S
+
+
+def test_the_script_names_the_box_s_own_key_and_fits_vast_s_onstart_limit_m14_h3() -> None:
+    script = ceiling_script(2e9, "https://console.vast.ai")
+    assert "$CONTAINER_API_KEY" in script and "$CONTAINER_ID" in script
+    assert len(script) <= ONSTART_MAX_CHARS
+    assert destroy_url("https://console.vast.ai/") == (
+        "https://console.vast.ai/api/v0/instances/$CONTAINER_ID/"
+    )
+
+
+@pytest.mark.parametrize(
+    "url", ['http://x"$(rm -rf ~)', "http://h/`id`", "http://h/a b", "ftp://h", "http://h/$X"]
+)
+def test_a_base_url_the_shell_would_read_is_refused_m14(url: str) -> None:
+    with pytest.raises(UsageError, match="ceiling script"):
+        ceiling_script(2e9, url)
+
+
+# --- the script, run by a fake box -----------------------------------------------------------
+def test_a_box_past_its_ceiling_destroys_itself_with_its_own_key_never_the_account_s_m14(
+    world: World,
+) -> None:
+    """Every guardian dead from the first second: the box alone ends itself, with the key Vast
+    gave that instance, and not before deadline + grace on its clock."""
+    deadline = world.box_clock.wall() - timing.BOX_CEILING_GRACE_S + 0.5 * FACTOR
+    box = world.rent(700, deadline)
+    world.wait_destroyed(box)
+    key, status, at = world.destroys[0]
+    assert (status, key) == (200, f"Bearer {world.fake.instances[box].instance_key}")
+    assert ACCOUNT_KEY not in key
+    assert at >= ceiling_at(deadline)
+    # late by at most one poll and the fake's scheduling (a loaded machine: 20 s real)
+    assert at <= ceiling_at(deadline) + timing.BOX_CEILING_POLL_S + 20 * FACTOR
+    assert [b.id for b in world.fake.boxes()] == []  # the provider's own record
+
+
+def test_a_box_before_its_ceiling_keeps_running_and_the_others_end_only_themselves_m14(
+    world: World,
+) -> None:
+    far = world.box_clock.wall() + 100 * 24 * 3600  # a hundred box days away: 40 real minutes
+    kept = world.rent(701, far)
+    ended = world.rent(702, world.box_clock.wall() - timing.BOX_CEILING_GRACE_S)
+    world.wait_destroyed(ended)
+    assert [b.id for b in world.fake.boxes()] == [kept]
+    assert all(status == 200 for _, status, _ in world.destroys)
+
+
+def test_a_box_s_own_key_destroys_only_that_box_and_reads_nothing_m14(world: World) -> None:
+    """The fake holds the per-instance key to what Vast documents it may do."""
+    far = world.box_clock.wall() + 100 * 24 * 3600
+    one, other = world.rent(700, far), world.rent(701, far)
+    with_key = VastAdapter(
+        api_key=world.fake.instances[one].instance_key, base_url=world.server.url
+    )
+    with pytest.raises(AuthFailed):
+        with_key.destroy(str(other))
+    with pytest.raises(AuthFailed):
+        with_key.list_instances()
+    with pytest.raises(AuthFailed):
+        with_key.show(str(one))
+    assert sorted(b.id for b in world.fake.boxes()) == [one, other]
+    with_key.destroy(str(one))
+    assert [b.id for b in world.fake.boxes()] == [other]
+
+
+def test_a_destroyed_box_s_ceiling_dies_with_it_m14(world: World) -> None:
+    far = world.box_clock.wall() + 100 * 24 * 3600
+    box = world.rent(700, far)
+    sandbox = world.fake.box_table.parent / "sandboxes" / f"vast-{box}"  # type: ignore[union-attr]
+    leader = int((sandbox / ".onstart.pgid").read_text())
+    assert _alive_in_group(leader)  # the loop, sleeping towards a ceiling 100 days away
+    world.vast.destroy(str(box))
+    assert not (sandbox / ".onstart.pgid").exists()
+    ends = time.monotonic() + WAIT_S  # SIGKILL was sent; the kernel ends them in its own time
+    while _alive_in_group(leader) and time.monotonic() < ends:
+        time.sleep(0.01)
+    assert _alive_in_group(leader) == []
+
+
+def _alive_in_group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that are not zombies, from /proc."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            alive.append(int(stat.parent.name))
+    return alive
+
+
+# --- the script in a slim image --------------------------------------------------------------
+@pytest.mark.parametrize("tools", [("wget",), ()])
+def test_without_curl_the_ceiling_falls_back_to_wget_then_python_m14(
+    world: World, tmp_path: Path, tools: tuple[str, ...]
+) -> None:
+    """Run by ``sh`` as the container would, with only sh, date, sleep, cat and python3 (and
+    wget) on PATH: the box still ends itself."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))  # an interpreter itself
+    for tool in ("sh", "date", "sleep", "cat", "nohup", *tools):
+        found = shutil.which(tool)
+        assert found is not None, tool
+        (bin_dir / tool).symlink_to(found)
+    made = world.vast.create(700, label="slim", image="vastai/base-image", disk_gb=10)
+    box = int(made)
+    home = tmp_path / "home"
+    home.mkdir()
+    script = ceiling_script(time.time() - 2 * timing.BOX_CEILING_GRACE_S, world.server.url)
+    env = {
+        "PATH": str(bin_dir),
+        "HOME": str(home),
+        "CONTAINER_ID": str(box),
+        "CONTAINER_API_KEY": world.fake.instances[box].instance_key,
+    }
+    proc = subprocess.run(["sh", "-c", script], env=env, executable=str(bin_dir / "sh"))
+    assert proc.returncode == 0
+    try:
+        world.wait_destroyed(box)
+    finally:
+        subprocess.run(["pkill", "-f", str(home)], check=False)
+    assert world.destroys[0][1] == 200
