@@ -259,6 +259,13 @@ RULES: tuple[Rule, ...] = (
         "M14",
         "Two ceilings on two hosts: every box destroys itself at deadline + grace with its "
         "per-instance key, never the account key.",
+        IMPLEMENTED,
+        "tests/test_ceiling_process.py::test_with_every_guardian_dead_from_the_first_second_the_box_ends_itself_m14",
+        scope="Vast boxes rented by `rent`: an onstart loop on the box's own clock (deadline + "
+        "BOX_CEILING_GRACE_S), re-armed over ssh when `guard` moves a deadline later (refused "
+        "when it cannot be); judged on FakeVast, which runs the onstart for real and holds the "
+        "per-instance key to its own box as Vast documents it; the lane's ceiling is GCE's own "
+        "maxRunDuration (L-rules); never on a real account",
     ),
     Rule(
         "M15",

@@ -16,8 +16,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -28,9 +29,10 @@ from fakes.vast.wire import Reply, Request
 from gpuops import timing
 from gpuops.clock import ScaledClock
 from gpuops.errors import AuthFailed, UsageError
-from gpuops.market.ceiling import ceiling_at, ceiling_script, destroy_url
+from gpuops.market.ceiling import AT_NAME, ceiling_at, ceiling_script, destroy_url, rearm_script
 from gpuops.providers.vast import ONSTART_MAX_CHARS, VastAdapter
 
+T = TypeVar("T")
 ACCOUNT_KEY = "k-account-ceiling"
 FACTOR = 3600.0  # box seconds per real second: the grace passes in half a second
 WAIT_S = 30.0  # the longest a box may take to end itself here before the test fails
@@ -171,27 +173,56 @@ def test_a_destroyed_box_s_ceiling_dies_with_it_m14(world: World) -> None:
     far = world.box_clock.wall() + 100 * 24 * 3600
     box = world.rent(700, far)
     sandbox = world.fake.box_table.parent / "sandboxes" / f"vast-{box}"  # type: ignore[union-attr]
-    leader = int((sandbox / ".onstart.pgid").read_text())
-    assert _alive_in_group(leader)  # the loop, sleeping towards a ceiling 100 days away
+    loop = _wait_for(lambda: _pids_running(str(sandbox / "gpuops-ceiling.sh")))  # asleep
     world.vast.destroy(str(box))
     assert not (sandbox / ".onstart.pgid").exists()
-    ends = time.monotonic() + WAIT_S  # SIGKILL was sent; the kernel ends them in its own time
-    while _alive_in_group(leader) and time.monotonic() < ends:
+    _wait_for(lambda: not any(_running(pid) for pid in loop))  # SIGKILL is the kernel's to end
+
+
+def test_a_ceiling_moved_later_holds_the_box_past_the_old_one_m14(world: World) -> None:
+    """What `guard NAME --hours` runs over ssh when a deadline moves later: the loop wakes at
+    the old ceiling, reads the new one, and sleeps on."""
+    from fakes.ssh import sandbox as box_shell
+
+    near = world.box_clock.wall() - timing.BOX_CEILING_GRACE_S + 0.3 * FACTOR
+    box = world.rent(700, near)
+    sandbox = world.fake.box_table.parent / "sandboxes" / f"vast-{box}"  # type: ignore[union-attr]
+    assert box_shell.run(sandbox, rearm_script(near + 100 * 24 * 3600)) == 0
+    assert (sandbox / AT_NAME).read_text() == f"{ceiling_at(near + 100 * 24 * 3600)}\n"
+    past = ceiling_at(near) + 3 * timing.BOX_CEILING_POLL_S
+    _wait_for(lambda: world.box_clock.wall() > past)
+    time.sleep(0.2)  # the loop's own wake-up, had it not been moved (three polls: 0.05 s)
+    assert [b.id for b in world.fake.boxes()] == [box]
+    assert world.destroys == []
+
+
+def _wait_for(check: Callable[[], T]) -> T:
+    ends = time.monotonic() + WAIT_S
+    while not (found := check()):
+        assert time.monotonic() < ends, "timed out"
         time.sleep(0.01)
-    assert _alive_in_group(leader) == []
+    return found
 
 
-def _alive_in_group(pgid: int) -> list[int]:
-    """The processes of group ``pgid`` that are not zombies, from /proc."""
-    alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+def _pids_running(needle: str) -> list[int]:
+    """Processes whose command line holds ``needle`` (one pass over /proc may miss some while
+    others come and go: callers retry)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            fields = stat.read_text().rpartition(")")[2].split()
+            if needle.encode() in cmdline.read_bytes() and _running(int(cmdline.parent.name)):
+                found.append(int(cmdline.parent.name))
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            alive.append(int(stat.parent.name))
-    return alive
+    return found
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (its own /proc entry, read directly)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 # --- the script in a slim image --------------------------------------------------------------
