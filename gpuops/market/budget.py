@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 
 from gpuops.errors import UsageError
 
-HOUR_S = 3600.0
+SECONDS_PER_HOUR = 3600.0  # a unit, not a duration
 PROVIDER, RENTAL, LANE = "provider", "rental", "lane"
 # Fractions of a limit whose crossing by spent + committed is an alarm (O1), each once.
 THRESHOLDS = (0.8, 1.0)
@@ -124,12 +124,14 @@ def accrued(spend: Spend, since_s: float, until_s: float) -> float:
     """USD ``spend`` billed between ``since_s`` and ``until_s`` (a still-billing one until
     ``until_s``)."""
     end = until_s if spend.end_s is None else min(spend.end_s, until_s)
-    return spend.dph_total * max(0.0, end - max(spend.start_s, since_s)) / HOUR_S
+    return spend.dph_total * max(0.0, end - max(spend.start_s, since_s)) / SECONDS_PER_HOUR
 
 
 def committed(commitments: Iterable[Commitment], now_s: float) -> float:
     """USD the rentals may still bill in the worst case: each one's price until its deadline."""
-    return sum(c.dph_total * max(0.0, c.deadline_at - now_s) / HOUR_S for c in commitments)
+    return sum(
+        c.dph_total * max(0.0, c.deadline_at - now_s) / SECONDS_PER_HOUR for c in commitments
+    )
 
 
 def figures(
@@ -161,11 +163,12 @@ def projected_usd(
     with no deadline known bills the whole horizon)."""
     owed = list(commitments)
     total = sum(
-        c.dph_total * max(0.0, min(c.deadline_at - now_s, horizon_s)) / HOUR_S for c in owed
+        c.dph_total * max(0.0, min(c.deadline_at - now_s, horizon_s)) / SECONDS_PER_HOUR
+        for c in owed
     )
     covered = {c.instance_id for c in owed}
     return total + sum(
-        s.dph_total * horizon_s / HOUR_S
+        s.dph_total * horizon_s / SECONDS_PER_HOUR
         for s in spends
         if s.end_s is None and s.instance_id not in covered
     )

@@ -14,11 +14,10 @@ The arithmetic is ``budget.py``'s.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
@@ -26,9 +25,11 @@ from gpuops.errors import CorruptState, Refused
 from gpuops.ledger import BoxState, Ledger, utc_iso
 from gpuops.market import budget as b
 from gpuops.market.rentals import LIVE, RACING, RELEASED, Rentals
-from gpuops.model import Instance
 from gpuops.store.base import Store, is_key
 from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
+
+if TYPE_CHECKING:
+    from gpuops.model import Instance
 
 TEAM = "limits"
 LIMITS = JsonCodec(b.Limit, "budget limit")
@@ -139,13 +140,12 @@ class Budgets:
 
     def _lane_jobs(self) -> list[b.Spend]:
         """Each lane board's started job, billing at the lane's configured rate."""
-        from gpuops.lane.board import RUNNING, STARTING, parse
-        from gpuops.lane.decide import RUNNING_USD_PER_HOUR
-
         jobs = []
         for key in self.store.list("lane/"):
             if not key.endswith("/board"):
                 continue
+            from gpuops.lane.board import RUNNING, STARTING, parse  # only where a lane is
+
             found = self.store.get(key)
             if found is None:
                 continue
@@ -154,6 +154,8 @@ class Budgets:
             except CorruptState:
                 continue  # the lane's own commands name it; nothing here can tell its cost
             if board.state in (STARTING, RUNNING) and board.started is not None:
+                from gpuops.lane.decide import RUNNING_USD_PER_HOUR
+
                 name = _segment(f"lane+{board.lane}+{int(board.started)}")
                 jobs.append(
                     b.Spend(name, board.owner, RUNNING_USD_PER_HOUR, board.started, None, b.LANE)
@@ -246,4 +248,6 @@ def _to(spend: b.Spend) -> Any:
 
 
 def _segment(text: str) -> str:
+    import hashlib  # rarely: a lane name too long for one key segment
+
     return text if is_key(text) else f"lane+{hashlib.sha256(text.encode()).hexdigest()[:24]}"
