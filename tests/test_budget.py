@@ -191,3 +191,57 @@ def test_a_lane_job_bills_while_it_runs_and_is_closed_once_it_does_not():
     assert b.lane_observed([box], [], NOON) == []
     done = spend("lane+l+0", "carol", 0.7, NOON - 3 * H, NOON - 2 * H, b.LANE)
     assert b.lane_observed([done], [], NOON) == []
+
+
+def test_days_and_months_start_at_utc_midnight_in_any_local_zone_and_to_the_microsecond(
+    monkeypatch,
+):
+    """M15: the day's and month's start drop every minute, second and microsecond, and are
+    UTC's whatever this host's time zone."""
+    import time
+
+    odd = NOON + 1234.567891
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        assert b.day_start(odd) == DAY0 and b.month_start(odd) == MONTH0
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_passed_deadline_projects_nothing_and_every_limit_is_read_past_an_empty_one():
+    """M15: a commitment past its deadline adds nothing to the next 24 h; a subject with no
+    limit, or a period with none, does not stop the next from being checked or alarmed."""
+    assert b.projected_usd([], [b.Commitment("r", "a", 5.0, NOON - H, "1")], NOON, 24 * H) == 0.0
+    got = b.Figures(day_usd=9.0, month_usd=9.0, committed_usd=0.0)
+    why = b.refusal(2.0, [("the team", None, got), ("alice", b.Limit(usd_per_day=10.0), got)])
+    assert why is not None and why.startswith("alice's")
+    assert b.crossed(b.Limit(usd_per_month=10.0), got) == [(b.MONTH, 0.8, 10.0)]
+    assert b.crossed(b.Limit(usd_per_day=0.5), got) == [(b.DAY, 0.8, 0.5), (b.DAY, 1.0, 0.5)]
+
+
+def test_observation_reads_past_rows_and_records_it_skips():
+    """M15: a row with no price, a kept box already recorded and a live one the list lacks are
+    each skipped without ending the observation; a listed row's rental is never recorded in
+    its place, priced or not."""
+    rows = [b.Row("8", None, NOON), b.Row("7", 0.5, NOON - H)]
+    assert b.observe({}, rows, {}, {}, [], NOON) == [b.Spend("7", None, 0.5, NOON - H)]
+    ended = [
+        b.Ended("8", "bob", 0.4, NOON - H, NOON),  # listed without a price: not from its rental
+        b.Ended("5", "alice", 0.3, NOON - 2 * H, None),  # live, not listed: the row decides
+        b.Ended("4", "alice", 0.3, NOON - 2 * H, NOON - H),
+    ]
+    got = b.observe({}, rows, {}, {}, ended, NOON)
+    assert [s.instance_id for s in got] == ["4", "7"]
+    known = {"3": spend("3", end=NOON)}
+    got = b.observe(known, None, {}, {}, [b.Ended("3", "a", 1, NOON - H, NOON), *ended], NOON)
+    assert [s.instance_id for s in got] == ["4", "5", "8"]  # no list: the rentals say
+
+
+def test_the_lane_closes_its_jobs_past_any_box_record():
+    """M15: a box's record before a lane job's does not keep the ended job open."""
+    job = spend("lane+l+1", "carol", 0.7, NOON - H, None, b.LANE)
+    assert b.lane_observed([spend("9"), job], [], NOON) == [
+        spend("lane+l+1", "carol", 0.7, NOON - H, NOON, b.LANE)
+    ]
