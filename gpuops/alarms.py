@@ -72,6 +72,7 @@ class AlarmKind(StrEnum):
     SWEEP_UNREADABLE = "sweep.unreadable"  # records nobody can read (M17)
     LANE_STALE_CLAIM = "lane.stale_claim"  # L8
     LANE_BILLING = "lane.billing"  # a job ended, its VM still runs (L12)
+    BUDGET = "budget.threshold"  # spent + committed reached a fraction of a limit (M15)
 
 
 def check_cause(cause: str) -> str:
@@ -208,6 +209,21 @@ def lane_billing(lane: str, job: str, ended_at: float | None, message: str) -> A
         cause_of(AlarmKind.LANE_BILLING, lane, job, int(ended_at or 0)),
         f"gpuops lane: {lane} still bills after {job} ended",
         message,
+    )
+
+
+def budget_threshold(
+    who: str, period: str, period_start: float, threshold: float, cap_usd: float, detail: str
+) -> Alarm:
+    """M15: ``who``'s (the team's or an operator's) spent + committed reached ``threshold`` of
+    its limit per ``period``; heard once per threshold per period (``period_start`` names it)."""
+    percent = round(threshold * 100)
+    return Alarm(
+        AlarmKind.BUDGET,
+        cause_of(AlarmKind.BUDGET, who, period, int(period_start), percent),
+        f"gpuops budget: {who} at {percent}% of ${cap_usd:.2f} per {period}",
+        f"{detail}. `gpuops budget` shows every limit with what is spent and committed; "
+        "`rent` refuses a rental that would cross one (M15).",
     )
 
 

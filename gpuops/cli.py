@@ -211,6 +211,24 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
         parents=[common],
         help="before real money: the store's conditional writes, keys, results, alarms",
     )
+    budget = commands.add_parser(
+        "budget",
+        parents=[common],
+        help="the team's and each operator's limits, with what is spent and committed (M15)",
+    )
+    budget_commands = budget.add_subparsers(dest="budget_command", metavar="COMMAND")
+    limits = budget_commands.add_parser(
+        "set", help="set limits in USD: the team's, or one operator's with --operator ID"
+    )
+    limits.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    limits.add_argument("--state", metavar="URL", default=argparse.SUPPRESS)
+    limits.add_argument("--team-usd-per-day", type=float, metavar="X")
+    limits.add_argument("--team-usd-per-month", type=float, metavar="Y")
+    limits.add_argument(
+        "--operator", dest="limit_operator", metavar="ID", help="whose limits --usd-per-* set"
+    )
+    limits.add_argument("--usd-per-day", type=float, metavar="X")
+    limits.add_argument("--usd-per-month", type=float, metavar="Y")
     commands.add_parser(
         "compact",
         parents=[common],
@@ -355,6 +373,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return run_lane(args, settings, operator, as_json)
     if args.command == "compact":
         return _compact(settings, as_json)
+    if args.command == "budget":
+        from gpuops.cli_budget import run_budget
+
+        return run_budget(args, settings, operator, as_json)
     if args.command == "check":
         from gpuops.check import run_check
 

@@ -369,15 +369,44 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
         and r.state.value != "destroying"
         and (args.all or r.owner == market.ledger.operator)
     ]
+    spend = _spend_summary(market)
     if as_json:
-        _print_json({"rentals": rows, "pending_destroys": pending, "candidates": candidates})
+        _print_json(
+            {"rentals": rows, "pending_destroys": pending, "candidates": candidates, **spend}
+        )
     else:
         _print_boxes(rows, pending, candidates)
+        print(
+            f"burn {_usd(spend['burn_usd_per_hr'], 4)}/h (live boxes and the lane); spent "
+            f"{_usd(spend['spent_today_usd'], 2)} today, {_usd(spend['spent_month_usd'], 2)} "
+            f"this month; projected next 24 h {_usd(spend['projected_24h_usd'], 2)}"
+        )
     from gpuops.archive import due
 
     if market.ledger.corrupt or market.rentals.corrupt:
         return False
     return due(records, live_rentals, now)
+
+
+def _spend_summary(market: Any) -> dict[str, float]:
+    """The team's burn rate, spend today and this month, and the next 24 h (M15), from the
+    store alone: the spend records `rent` and `budget` wrote from the provider's rows, and what
+    the rentals and the lane's boards say since (read, never written, here)."""
+    from gpuops import timing
+    from gpuops.market import budget as b
+    from gpuops.market.budgets import Budgets
+
+    budgets = Budgets(market.ledger.store, market.ledger.operator, clock=market.clock)
+    now = budgets.snapshot(budgets.observe(None, write=False))
+    team = now.figures()
+    return {
+        "burn_usd_per_hr": round(b.burn_usd_per_hr(now.spends), 4),
+        "spent_today_usd": round(team.day_usd, 4),
+        "spent_month_usd": round(team.month_usd, 4),
+        "projected_24h_usd": round(
+            b.projected_usd(now.spends, now.commitments, now.now_s, timing.BUDGET_PROJECTION_S), 4
+        ),
+    }
 
 
 def _archive_in_background(settings: Settings, operator: str) -> None:

@@ -271,6 +271,15 @@ RULES: tuple[Rule, ...] = (
         "M15",
         "A budget is a ceiling: rent refuses a rental whose worst case would cross the team's "
         "or the operator's remaining budget; spend from the provider's own transitions.",
+        IMPLEMENTED,
+        "tests/test_budgets.py::test_bobs_box_counts_against_the_team_limit_and_alice_is_refused_before_any_create_m15",
+        scope="partial: rent refuses before its first create when the dearest raced offer for "
+        "all its hours, plus spent today/this month, plus live rentals' price to their "
+        "deadlines, crosses a team or operator limit (UTC days and months, shared store); "
+        "spend from Vast's instance rows (start_date, dph_total) closed at the ledger's "
+        "confirmed-gone time, else from the rental record; a race's losing candidates "
+        "are counted only when a listing saw them; the lane's running job at its configured "
+        "rate (GCE names no price) until the board no longer shows it started",
     ),
     Rule(
         "M16",

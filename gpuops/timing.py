@@ -188,6 +188,8 @@ RECONCILE_BACKOFF_S = 5.0
 # skew allowance below, so a sweep on a host whose clock runs behind the renter's still ends
 # the box within this plus the real skew (M17).
 OWNER_GRACE_S = 900.0
+# `boxes` and `budget` project spend this far ahead: "the next 24 h" at the live boxes' prices.
+BUDGET_PROJECTION_S = 86400.0
 # The most two hosts' wall clocks may disagree that gpuops allows for (M17): a deadline written
 # on another host's clock is enforced here only this much after it, so no host ends another's
 # box early; a box whose guardian died bills at most OWNER_GRACE_S + the real skew past it.

@@ -100,6 +100,8 @@ BOXES_GPUOPS = {
     "gpuops.errors",
     "gpuops.ledger",
     "gpuops.market",
+    "gpuops.market.budget",  # M15: the burn line's arithmetic (pure: datetime, math)
+    "gpuops.market.budgets",  # M15: its spend records, read from the store
     "gpuops.market.rentals",
     "gpuops.settings",
     "gpuops.store",

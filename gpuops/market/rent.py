@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Protocol, cast
 
 from gpuops import event_types as ev
 from gpuops import timing
@@ -90,6 +90,14 @@ class RaceEnded(Refused):
         super().__init__("M13", reason)
 
 
+class BudgetCheck(Protocol):
+    """M15 (budgets.py's Budgets): refuses a rental whose worst case would cross a limit."""
+
+    def check_rent(
+        self, name: str, usd_per_hr: float, hours: float, instances: Sequence[Instance] | None
+    ) -> None: ...
+
+
 @dataclass(frozen=True)
 class RentRequest:
     name: str
@@ -119,11 +127,13 @@ class Market:
         pass_rates: PassRates | None = None,
         pace: Pace | None = None,
         host: str | None = None,
+        budget: BudgetCheck | None = None,
     ) -> None:
         """``clock``: the market's time and its waits (race polls, destroy confirmation);
         ``pass_rates``: machine id -> shrunk pass rate for these offers (analysis/shrink.py),
         None to rank by price only; ``pace``: the call budget a sweep's threads share with the
-        adapter's 429 waits (session.py), None to leave calls unpaced."""
+        adapter's 429 waits (session.py), None to leave calls unpaced; ``budget``: asked before
+        a race's first create (M15), None for no limits."""
         self.vast = vast
         self.ledger = ledger
         self.events = events
@@ -135,6 +145,7 @@ class Market:
         self.pass_rates = pass_rates
         self.pace = pace
         self.host = host or this_host()  # whose wall clock this market reads (M17)
+        self.budget = budget
         self.racer = process_id(ledger.operator, self.host)  # this process, when it races (M8)
         self.rentals = Rentals(ledger.store, ledger.operator)
         self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock.wall)
@@ -167,6 +178,7 @@ class Market:
             pass_rates=self.pass_rates,
             pace=self.pace,
             host=self.host,
+            budget=self.budget,
         )
 
     # --- rent ----------------------------------------------------------------------------
@@ -311,6 +323,13 @@ class Market:
                 f"no {req.gpu_name} offer passes the filter ({len(chosen.removed)} removed, "
                 f"{chosen.quarantined} quarantined); see `gpuops offers --all`"
             )
+        if self.budget is not None:  # M15: the dearest candidate for all its hours, kept or not
+            worst = max(o.dph_total for o in chosen.candidates)
+            try:
+                self.budget.check_rent(req.name, worst, req.hours, self.vast.list_instances())
+            except Refused:
+                self.rentals.update(req.name, state=FAILED)
+                raise
         picked_ids = {p.offer.id for p in chosen.picks}
         spares = tuple((o.id, o.machine_id) for o in chosen.candidates if o.id not in picked_ids)
         state = r.Race(

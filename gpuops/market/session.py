@@ -100,7 +100,9 @@ def open_market(
     public_key = read_public_key(settings.ssh_key) if need_key else ""
     prober = ssh_prober(here, settings.identity_file(), vram_floor_mb, settings.ssh())
     ledger = Ledger(store, events, operator)
+    from gpuops.alarms import open_alarms
     from gpuops.analysis.learned import ranker
+    from gpuops.market.budgets import Budgets
 
     return Market(
         vast,
@@ -114,6 +116,10 @@ def open_market(
         # rank by price per healthy box, from the index in the store: the same cost at any log size
         pass_rates=ranker(events.path, store),
         pace=pace,
+        # M15: the team's and the operator's limits, asked before a race's first create
+        budget=Budgets(
+            store, operator, alarms=open_alarms(settings, store, events, operator=operator)
+        ),
     )
 
 
