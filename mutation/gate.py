@@ -53,6 +53,7 @@ FLOORS: dict[str, float] = {
     "gpuops/market/guardian.py": 100.0,
     "gpuops/market/watchdog.py": 100.0,
     "gpuops/market/budget.py": 100.0,
+    "gpuops/market/ceiling.py": 100.0,
     "gpuops/lane/board.py": 100.0,
     "gpuops/lane/decide.py": 100.0,
     "gpuops/lane/script.py": 100.0,
