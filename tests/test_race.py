@@ -310,3 +310,73 @@ def test_a_probe_passes_only_on_a_pass_and_keeps_its_verdict_as_the_cause_m1(ver
     expected = Phase.PASSED if verdict is Verdict.PASS else Phase.FAILED
     assert (after.candidates[1].phase, after.candidates[1].cause) == (expected, verdict.value)
     assert after.candidates[0].phase is Phase.BOOTING
+
+
+# --- what a create's answer means (M12) ------------------------------------------------------
+from gpuops.errors import (  # noqa: E402
+    AuthFailed,
+    OfferTaken,
+    ProviderUnavailable,
+    RateLimited,
+    SearchQuotaExceeded,
+    UnexpectedResponse,
+)
+from gpuops.market.race import (  # noqa: E402
+    CREATE_ERRORS,
+    Answer,
+    Created,
+    answer_of,
+    created,
+    looks_first,
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "answer"),
+    [
+        (None, Answer.CREATED),
+        (OfferTaken("vast", 7), Answer.TAKEN),
+        (RateLimited("vast", "slow down"), Answer.RATE_LIMITED),
+        (SearchQuotaExceeded("vast", "daily quota"), Answer.RATE_LIMITED),
+        (AuthFailed("vast", "bad key", 401), Answer.AUTH),
+        (ProviderUnavailable("vast", "503"), Answer.UNCLEAR),
+        (UnexpectedResponse("vast", "no new_contract"), Answer.UNCLEAR),
+    ],
+)
+def test_a_create_s_answer_is_read_from_its_type_m12(error, answer):
+    assert answer_of(error) is answer
+    assert error is None or isinstance(error, CREATE_ERRORS)
+
+
+def test_an_error_no_create_raises_is_not_an_answer():
+    with pytest.raises(TypeError, match="ValueError"):
+        answer_of(ValueError("x"))
+
+
+def test_only_a_429_and_an_unclear_answer_are_looked_for_by_label_first_m12():
+    assert {a for a in Answer if looks_first(a)} == {Answer.RATE_LIMITED, Answer.UNCLEAR}
+
+
+@pytest.mark.parametrize(
+    ("answer", "found", "then"),
+    [
+        (Answer.CREATED, False, Created(Phase.BOOTING, "created")),
+        (Answer.CREATED, True, Created(Phase.BOOTING, "created")),
+        (Answer.UNCLEAR, True, Created(Phase.BOOTING, "reconciled")),
+        (Answer.RATE_LIMITED, True, Created(Phase.BOOTING, "reconciled")),
+        (Answer.UNCLEAR, False, Created(Phase.CREATING, "unclear")),
+        (Answer.TAKEN, False, Created(Phase.CREATE_FAILED, "taken", nothing_made=True)),
+        (Answer.TAKEN, True, Created(Phase.CREATE_FAILED, "taken", nothing_made=True)),
+        (
+            Answer.RATE_LIMITED,
+            False,
+            Created(Phase.CREATE_FAILED, "rate-limited", nothing_made=True, backoff=True),
+        ),
+        (Answer.AUTH, False, Created(Phase.CREATE_FAILED, "auth", nothing_made=True, stop=True)),
+        (Answer.AUTH, True, Created(Phase.CREATE_FAILED, "auth", nothing_made=True, stop=True)),
+    ],
+)
+def test_what_the_race_does_with_each_answer_m12(answer, found, then):
+    """A box made or found boots; a refusal made nothing; an unclear create nobody has found
+    yet is looked for again, never taken for nothing (M12)."""
+    assert created(answer, found) == then

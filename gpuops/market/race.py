@@ -16,6 +16,13 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from gpuops import timing
+from gpuops.errors import (
+    AuthFailed,
+    OfferTaken,
+    ProviderUnavailable,
+    RateLimited,
+    UnexpectedResponse,
+)
 from gpuops.market.probe import Verdict
 from gpuops.market.quarantine import is_host_fault
 from gpuops.model import Instance
@@ -224,6 +231,69 @@ def update(race: Race, slot: int, **changes: object) -> Race:
     """A copy of ``race`` with candidate ``slot`` changed."""
     cands = tuple(replace(c, **changes) if c.slot == slot else c for c in race.candidates)  # type: ignore[arg-type]
     return replace(race, candidates=cands)
+
+
+# --- what a create's answer means (M12) ---------------------------------------------------
+class Answer(Enum):
+    """A create call's answer, by its type (never its message)."""
+
+    CREATED = "created"
+    TAKEN = "taken"  # refused: the offer is gone, nothing was created
+    RATE_LIMITED = "rate-limited"  # most likely nothing, but only a look-up by label proves it
+    AUTH = "auth"  # refused: the key; nothing was created, and no other create will do better
+    UNCLEAR = "unclear"  # 5xx, a lost answer, an unexpected 2xx: a box may exist
+
+
+# The errors a create may raise that the race answers for; any other is a bug, and propagates.
+CREATE_ERRORS = (OfferTaken, RateLimited, AuthFailed, ProviderUnavailable, UnexpectedResponse)
+
+
+def answer_of(error: Exception | None) -> Answer:
+    """The answer a create's outcome stands for: None is a created box."""
+    if error is None:
+        return Answer.CREATED
+    if isinstance(error, OfferTaken):
+        return Answer.TAKEN
+    if isinstance(error, RateLimited):
+        return Answer.RATE_LIMITED
+    if isinstance(error, AuthFailed):
+        return Answer.AUTH
+    if isinstance(error, ProviderUnavailable | UnexpectedResponse):
+        return Answer.UNCLEAR
+    raise TypeError(f"not a create's answer: {type(error).__name__}")
+
+
+def looks_first(answer: Answer) -> bool:
+    """Whether the box must be looked for by its label before the answer is believed (M12)."""
+    return answer in (Answer.RATE_LIMITED, Answer.UNCLEAR)
+
+
+@dataclass(frozen=True)
+class Created:
+    """What the race does with a create's answer (and, after a look-up, whether it found the
+    box): the candidate's next phase, the cause the create log records, whether nothing was
+    made (the intent is confirmed gone and released), and whether to back off or stop."""
+
+    phase: Phase  # BOOTING, CREATE_FAILED, or CREATING (unclear, still looked for)
+    logged: str
+    nothing_made: bool = False
+    backoff: bool = False
+    stop: bool = False  # the error is raised on: no other create will do better
+
+
+def created(answer: Answer, found: bool) -> Created:
+    """The mapping: a box made or found boots; a refusal made nothing (a 429 only when the
+    look-up did not find it); an unclear create nobody found stays creating, looked up again."""
+    if answer is Answer.CREATED:
+        return Created(Phase.BOOTING, "created")
+    if looks_first(answer) and found:
+        return Created(Phase.BOOTING, "reconciled")  # it was made after all (M12)
+    if answer is Answer.UNCLEAR:
+        return Created(Phase.CREATING, "unclear")
+    if answer is Answer.AUTH:
+        return Created(Phase.CREATE_FAILED, "auth", nothing_made=True, stop=True)
+    limited = answer is Answer.RATE_LIMITED
+    return Created(Phase.CREATE_FAILED, answer.value, nothing_made=True, backoff=limited)
 
 
 def shown(race: Race, slot: int, instance: Instance | None) -> tuple[Race, bool]:

@@ -22,11 +22,8 @@ from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
-    AuthFailed,
     GpuopsError,
     Interrupted,
-    OfferTaken,
-    ProviderUnavailable,
     RateLimited,
     Refused,
     StillRunning,
@@ -438,46 +435,44 @@ class Market:
         label = label_for(record.intent_id)
         now = self.clock.wall()
         state = replace(state, last_create_at=now)
+        made: str | None = None
+        error: Exception | None = None
         try:
-            instance_id = self.vast.create(
+            made = self.vast.create(
                 cand.offer_id,
                 label=label,
                 image=req.image,
                 disk_gb=req.disk_gb,
                 onstart=ceiling_script(deadline, self.vast.base_url),  # M14: its own ceiling
             )
-        except (OfferTaken, RateLimited) as exc:
-            found = self.reconcile(label) if isinstance(exc, RateLimited) else None
-            if found is not None:  # a 429 that let the create through after all (M12)
-                self._log_create(rental, cand, "reconciled", found)
-                return self._booting(rental, state, slot, box, found.instance_id, now)
-            # refused outright: nothing was created, so the intent is gone (M4 evidence)
+        except r.CREATE_ERRORS as exc:
+            error = exc
+        answer = r.answer_of(error)
+        found = self.reconcile(label) if r.looks_first(answer) else None  # M12
+        then = r.created(answer, found is not None)
+        if then.phase is r.Phase.BOOTING:
+            instance_id = made if found is None else found.instance_id
+            assert instance_id is not None
+            self._log_create(rental, cand, then.logged, instance_id)
+            return self._booting(rental, state, slot, box, instance_id, now)
+        if then.phase is r.Phase.CREATING:  # unclear, and no look-up found it yet
+            self._log_create(rental, cand, then.logged)
+            self._say(rental, state, slot, "unclear: looking for it by label")
+            state = r.update(state, slot, phase=r.Phase.CREATING, created_at=now)
+            return r.looked(state, slot, self.clock.wall())
+        if then.nothing_made:  # refused outright: the intent is gone (M4 evidence)
             self.ledger.confirm_gone(box, CREATE_REFUSED)
             self.ledger.release(box)
-            cause = "taken" if isinstance(exc, OfferTaken) else "rate-limited"
-            self._log_create(rental, cand, cause)
-            self._say(rental, state, slot, cause)
-            if isinstance(exc, RateLimited):
-                self.clock.sleep(
-                    min(exc.retry_after_s or timing.BACKOFF_BASE_S, timing.BACKOFF_MAX_S)
-                )
-            return r.update(state, slot, phase=r.Phase.CREATE_FAILED, cause=cause)
-        except AuthFailed:
-            self._log_create(rental, cand, "auth")
-            self.ledger.confirm_gone(box, CREATE_REFUSED)
-            self.ledger.release(box)
-            raise
-        except (ProviderUnavailable, UnexpectedResponse):
-            found = self.reconcile(label)  # M12: the create may have happened
-            self._log_create(rental, cand, "unclear" if found is None else "reconciled", found)
-            if found is None:
-                self._say(rental, state, slot, "unclear: looking for it by label")
-                state = r.update(state, slot, phase=r.Phase.CREATING, created_at=now)
-                return r.looked(state, slot, self.clock.wall())
-            instance_id = found.instance_id
-        else:
-            self._log_create(rental, cand, "created", instance_id)
-        return self._booting(rental, state, slot, box, instance_id, now)
+        self._log_create(rental, cand, then.logged)
+        if then.stop:
+            assert error is not None
+            raise error
+        self._say(rental, state, slot, then.logged)
+        if then.backoff:
+            assert isinstance(error, RateLimited)
+            wait = error.retry_after_s or timing.BACKOFF_BASE_S
+            self.clock.sleep(min(wait, timing.BACKOFF_MAX_S))
+        return r.update(state, slot, phase=r.Phase.CREATE_FAILED, cause=then.logged)
 
     def _booting(
         self, rental: Rental, state: r.Race, slot: int, box: str, instance_id: str, now: float
