@@ -5,9 +5,10 @@ a fake clock, with a crash or an interrupt injected at any provider call or stor
 Each lifecycle draws offers with random fates, a random set of the faults FakeVast can script
 (lost creates with a closed connection or a 5xx, lists that answer empty, 429s on create,
 destroys that fail, destroy lag, a list that misses new boxes, a show that lags), a stranger's
-box on the account, whether a guardian runs and whether it too is killed (then a successor
-takes over; with no guardian, cron runs sweep every five minutes from the deadline), and one
-point at which rent dies: SIGKILL (nothing of rent runs after it) or an interrupt (its
+box on the account, whether a guardian runs and whether it too is killed (by SIGKILL, or by
+SIGTERM, whose handler must give the lease up and exit 143; then a successor takes over;
+with no guardian, cron runs sweep every five minutes from the deadline), and one point at
+which rent dies: SIGKILL (nothing of rent runs after it) or an interrupt (its
 clean-up runs). The verdicts ask the fake, never gpuops:
 
 - leaked: a box of ours still billing at the deadline plus OWNER_GRACE_S;
@@ -30,7 +31,9 @@ Used by tests/test_soak.py (a CI slice) and tests/benchmarks/bench_soak.py (the 
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
+import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -44,7 +47,8 @@ from gpuops import timing
 from gpuops.errors import GpuopsError, Interrupted, Refused, StillRunning, StoreUnavailable
 from gpuops.ledger import PREFIX, Ledger
 from gpuops.market import jobs
-from gpuops.market.guard import Guardian
+from gpuops.market.guard import Guardian, stopped
+from gpuops.market.leases import Leases
 from gpuops.market.guardian import schedule
 from gpuops.market.probe import Verdict
 from gpuops.market.ending import destroy_rental
@@ -83,6 +87,24 @@ class KilledMarket(Market):
 
     def _abandon(self, rental: Any, why: BaseException) -> Any:
         return [] if isinstance(why, Killed) else super()._abandon(rental, why)
+
+
+class Terminated(BaseException):
+    """A guardian stopped here by SIGTERM: its handler (guard.stopped) ran, then it exited."""
+
+    def __init__(self, code: object) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _sigterm(guardian: Guardian) -> BaseException:
+    """What SIGTERM does to a running guardian, at the call the tripwire picked: its handler
+    runs there (as Python runs one between two bytecodes), gives the lease up and exits."""
+    try:
+        stopped(guardian, signal.SIGTERM)
+    except SystemExit as exc:
+        return Terminated(exc.code)
+    raise AssertionError("guard.stopped returned")
 
 
 class Stuck(BaseException):
@@ -169,6 +191,8 @@ class Tally:
     killed: int = 0  # rents killed mid-way (SIGKILL)
     interrupted: int = 0
     guardians_killed: int = 0
+    guardians_terminated: int = 0  # SIGTERM: its lease must be given up, its exit non-zero
+    leases_left_by_sigterm: int = 0  # ...and was not, with a store that could take the drop
     unguarded: int = 0  # --no-guard: sweep is the owner
     early: int = 0  # a kept box ended before its owner's own guardian would have begun to
     # the team's rare paths, each counted as reached (a run that never met one says so)
@@ -188,6 +212,7 @@ class Tally:
             + self.exit_0_while_billing
             + self.early
             + self.names_left_unusable
+            + self.leases_left_by_sigterm
         )
 
 
@@ -483,10 +508,27 @@ def _guard(
             clock=Host(fake, skew_s, sleep),
             say=lambda line: None,
         )
-        if attempt == 0 and rng.random() < 0.25:  # killed at one of its first calls
-            wire.arm(rng.randint(1, 30), rng.random() < 0.5, Killed)
+        if attempt == 0 and rng.random() < 0.25:  # killed at one of its first calls...
+            sigterm = rng.random() < 0.4  # ...by SIGTERM (systemd's stop) or SIGKILL
+            fire = functools.partial(_sigterm, guardian) if sigterm else Killed
+            wire.arm(rng.randint(1, 30), rng.random() < 0.5, fire)
         try:
             code = guardian.run()
+        except Terminated as stop:
+            tally.guardians_terminated += 1
+            wire.arm(None, False, Killed)
+            store = guardian.market.ledger.store
+            try:
+                lease, _ = Leases(store).read("job")
+            except GpuopsError:
+                lease = None  # its lease edited into garbage: nothing stands for it
+            full = isinstance(store, WiredStore) and store.full  # the drop could not land
+            if stop.code != 128 + signal.SIGTERM or (
+                lease is not None and lease.holder == guardian.me and not full
+            ):
+                tally.leases_left_by_sigterm += 1
+                audit.note(f"a guardian stopped by SIGTERM exited {stop.code}, lease {lease}")
+            continue
         except Stuck:
             tally.stuck += 1
             audit.note("a guardian still looped a day past its deadline")

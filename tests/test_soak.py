@@ -32,6 +32,7 @@ def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_
     assert (tally.premature_releases, tally.exit_0_while_billing, tally.stuck) == (0, 0, 0)
     assert tally.killed > 0 and tally.interrupted > 0 and tally.kept > 0
     assert tally.guardians_killed > 0 and tally.unguarded > 0
+    assert tally.guardians_terminated > 0  # SIGTERM: the lease given up, the exit 143 (M17)
     assert tally.early == 0  # M17: no host's clock ends a box before its owner would
     # the team's rare paths, each reached (M17): a slice that never met one proves nothing
     assert tally.skewed_owners > 0 and tally.others_corrupt > 0

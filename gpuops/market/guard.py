@@ -478,8 +478,10 @@ def stopped(guardian: Guardian, signum: int) -> NoReturn:
     guardian._log("guard.exit", code=128 + signum, reason=f"stopped by {name}")
     guardian.alarms.raise_alarm(a.guardian_exit(guardian, 128 + signum, f"stopped by {name}"))
     guardian.say(
-        f"gpuops guard: {guardian.name}: stopped by {name}; the box has NO ceiling until "
-        f"another guardian takes over: run `gpuops guard {guardian.name}`"
+        f"gpuops guard: {guardian.name}: stopped by {name}; until another guardian takes "
+        "over, only the box's own ceiling (its deadline plus "
+        f"{timing.BOX_CEILING_GRACE_S / 60:.0f} min, M14) ends it: run "
+        f"`gpuops guard {guardian.name}`"
     )
     raise SystemExit(128 + signum)
 
