@@ -52,7 +52,7 @@ def write_state(store: LocalStore, count: int, now: float) -> list[str]:
             "2026-01-01T00:00:00+00:00", instance_id=str(50_000 + i),
         )  # fmt: skip
         store.create(f"market/rentals/{name}", rentals.CODEC.encode(rental))
-        store.create(f"ledger/{box}", encode(record))
+        store.create(f"ledger/boxes/{box}", encode(record))
         names.append(name)
     return names
 
