@@ -103,6 +103,14 @@ class LeaseGate:
             self._closed = True
             self._cond.wait_for(lambda: self._writing == 0, timeout=wait_s)
 
+    def park(self) -> None:
+        """Once closed, the calling guardian's thread waits here until the process exits: 500
+        guardians still reading the store would starve the stop of the lock and of the GIL."""
+        with self._cond:
+            if not self._closed:
+                return
+        threading.Event().wait()
+
 
 class GatedLeases(Leases):
     """Leases whose takes and renewals pass through the service's gate (drops always do)."""
@@ -110,6 +118,10 @@ class GatedLeases(Leases):
     def __init__(self, store: Store, gate: LeaseGate) -> None:
         super().__init__(store)
         self.gate = gate
+
+    def read(self, name: str) -> tuple[g.Lease | None, str | None]:
+        self.gate.park()
+        return super().read(name)
 
     def take(self, name: str, me: str, now: float, lease: g.Lease | None) -> bool:
         with self.gate.open() as allowed:
