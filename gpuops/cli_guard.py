@@ -32,10 +32,13 @@ def run_guard(args: argparse.Namespace, settings: Settings, operator: str, as_js
 
 def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
     if args.print_systemd_unit:
-        from gpuops.market.systemd import systemd_unit
+        from gpuops.market.systemd import service_unit, systemd_unit
 
-        print(systemd_unit(settings.state_url, operator), end="")
+        unit = service_unit if args.all else systemd_unit
+        print(unit(settings.state_url, operator), end="")
         return 0
+    if args.all:
+        return _guard_all(args, settings, operator)
     if args.name is None:
         raise UsageError("gpuops guard needs the rental NAME")
     if args.drill:
@@ -123,6 +126,72 @@ def _move_box_ceiling(market: Any, rental: Any, deadline: float, shell: Any) -> 
             f"{(out.stderr or out.stdout).strip()[:200]}); the deadline stays "
             f"{utc_iso(rental.deadline_at)}",
         )
+
+
+def _guard_all(args: argparse.Namespace, settings: Settings, operator: str) -> int:
+    """`gpuops guard --all`: one process guards every rental in the state, each under its own
+    lease, acting as its owner (market/guard_all.py); it runs until a signal stops it."""
+    given = [
+        flag
+        for flag, value in [
+            ("NAME", args.name),
+            ("--hours", args.hours),
+            ("--deadline", args.deadline),
+            ("--drill", args.drill or None),
+            ("--standby", args.standby or None),
+        ]
+        if value is not None
+    ]
+    if given:
+        raise UsageError(f"guard --all guards every rental as it stands: drop {', '.join(given)}")
+    import threading
+
+    from gpuops.alarms import Alarms, open_alarms
+    from gpuops.events import EventLog
+    from gpuops.market import guard, guard_all
+    from gpuops.market.leases import Leases
+    from gpuops.market.rent import Market
+    from gpuops.market.rentals import Rental
+    from gpuops.market.results import open_results
+    from gpuops.market.session import box_shell, open_market
+    from gpuops.store.opener import open_store
+
+    store = open_store(settings.state_url, settings.s3_endpoint)
+    shell = box_shell(settings)
+    results = open_results(settings.results_url, settings.s3_endpoint)
+    clockwork = guard.clockwork_for(settings.time_factor())
+    owners: dict[str, tuple[Market, Alarms]] = {}
+    lock = threading.Lock()
+
+    def guardian_for(rental: Rental, leases: Leases) -> guard.Guardian:
+        with lock:  # one market per owner: its guardians act as that owner (M3)
+            if rental.owner not in owners:
+                market = open_market(settings, rental.owner, need_key=False)
+                owners[rental.owner] = market, open_alarms(
+                    settings, market.ledger.store, market.events, operator=rental.owner,
+                    say=_stderr,
+                )  # fmt: skip
+            market, alarms = owners[rental.owner]
+        return guard.Guardian(
+            market,
+            rental.name,
+            shell=shell,
+            results=results,
+            clockwork=clockwork,
+            alarms=alarms,
+            leases=leases,
+        )
+
+    service = guard_all.Service(
+        store,
+        EventLog(settings.events_path, operator),
+        guardian_for,
+        clockwork=clockwork,
+        say=_stderr,
+        where=settings.state_url,
+    )
+    guard_all.install_signal_handlers(service)
+    service.run()
 
 
 def _deadline(args: argparse.Namespace, now: float) -> float | None:
@@ -279,7 +348,14 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         help="start one even if a live guardian holds the box (a backup, e.g. on another host)",
     )
     guard.add_argument(
-        "--print-systemd-unit", action="store_true", help="print a unit for an always-on host"
+        "--all",
+        action="store_true",
+        help="guard every rental in the state, one process for all (a host's guardian service)",
+    )
+    guard.add_argument(
+        "--print-systemd-unit",
+        action="store_true",
+        help="print a unit for an always-on host (with --all: the guardian service's)",
     )
     guard.add_argument(
         "--drill", action="store_true", help="rent NAME briefly and prove the guardian destroys it"

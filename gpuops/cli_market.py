@@ -369,7 +369,7 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
         and r.state.value != "destroying"
         and (args.all or r.owner == market.ledger.operator)
     ]
-    spend = _spend_summary(market)
+    spend = _spend_summary(market, records, live_rentals)
     if as_json:
         _print_json(
             {"rentals": rows, "pending_destroys": pending, "candidates": candidates, **spend}
@@ -388,7 +388,7 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
     return due(records, live_rentals, now)
 
 
-def _spend_summary(market: Any) -> dict[str, float]:
+def _spend_summary(market: Any, records: Any, rentals: Any) -> dict[str, float]:
     """The team's burn rate, spend today and this month, and the next 24 h (M15), from the
     store alone: the spend records `rent` and `budget` wrote from the provider's rows, and what
     the rentals and the lane's boards say since (read, never written, here)."""
@@ -397,7 +397,9 @@ def _spend_summary(market: Any) -> dict[str, float]:
     from gpuops.market.budgets import Budgets
 
     budgets = Budgets(market.ledger.store, market.ledger.operator, clock=market.clock)
-    now = budgets.snapshot(budgets.observe(None, write=False))
+    known = {s.instance_id: s for s in budgets.spend.all()}  # each kind read once
+    seen = budgets.observe(None, write=False, known=known, records=records, rentals=rentals)
+    now = budgets.snapshot(seen, known=known, rentals=rentals, limits=False)
     team = now.figures()
     return {
         "burn_usd_per_hr": round(b.burn_usd_per_hr(now.spends), 4),

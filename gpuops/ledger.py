@@ -219,11 +219,12 @@ class Ledger:
     def get(self, name: str) -> Record | None:
         return self.boxes.get(name)
 
-    def records(self, *, skip_corrupt: bool = False) -> list[Record]:
-        """Every record. An unreadable one stops the caller (it may stand for a box that
-        bills), unless ``skip_corrupt``: then it blocks only itself and is kept in
-        ``corrupt`` for the caller to name (the read-only views)."""
-        out = self.boxes.all()
+    def records(self, *, skip_corrupt: bool = False, under: str = "") -> list[Record]:
+        """Every record (whose name begins with ``under``, when given: one rental's). An
+        unreadable one stops the caller (it may stand for a box that bills), unless
+        ``skip_corrupt``: then it blocks only itself and is kept in ``corrupt`` for the
+        caller to name (the read-only views)."""
+        out = self.boxes.all(under)
         if self.boxes.corrupt and not skip_corrupt:
             raise min(self.boxes.corrupt.items())[1]
         return out

@@ -54,6 +54,9 @@ WATCH_TIMEOUT_S = 3600.0
 GUARD_SPAWN_WAIT_S = 30.0
 # ... reading its log for the line that says it is running this often.
 GUARD_SPAWN_POLL_S = 0.1
+# A guardian service (`guard --all`) stopped by a signal waits at most this long for the lease
+# writes its guardians have in flight before it drops every lease it holds (none is taken after).
+GUARD_STOP_WAIT_S = 10.0
 # A fire drill (`gpuops guard NAME --drill`) rents its box for this long: about a cent.
 DRILL_RENTAL_S = 120.0
 # The drill asks whether the guardian has destroyed the box this often.

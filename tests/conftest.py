@@ -48,6 +48,7 @@ LONG_S = {
     "test_owner_process.py::test_a_rent_killed": 7,
     "test_check_process.py::": 12,  # fakes serve with its S3 stand-in, two `gpuops check`
     "test_alarms_process.py::": 8,  # rent, a guardian, two sweeps
+    "test_guard_all_process.py::": 13,  # two guardian services, deadlines 8 to 10 s away
 }
 LONG_DEFAULT_S = 5  # any other process or soak test
 # The long tests mostly wait, on real deadlines and processes, using little CPU. They go to

@@ -831,3 +831,18 @@ def test_an_intent_is_gone_confirmed_on_a_refused_create_or_on_none_found_in_tim
     alice.record_intent("a", "vast")
     assert alice.confirm_gone("a", evidence).state is BoxState.GONE_CONFIRMED
     assert alice.release("a").state is BoxState.RELEASED
+
+
+def test_records_under_a_rental_prefix_lists_only_that_rentals_records(alice):
+    """M17: `records(under="NAME+")` lists one rental's records only, whoever's the rest are;
+    an unreadable record of another rental neither stops nor shows in it."""
+    alice.record_intent("job+1-0", "vast")
+    alice.record_intent("jobs+1-0", "vast")
+    other(alice, "bob").record_intent("job+2-0", "vast")
+    alice.store.create("ledger/boxes/else+1-0", b"{")
+
+    mine = alice.records(under="job+")
+
+    assert [r.name for r in mine] == ["job+1-0", "job+2-0"] and alice.corrupt == {}
+    assert [r.name for r in alice.records(skip_corrupt=True)] == ["job+1-0", "job+2-0", "jobs+1-0"]
+    assert list(alice.corrupt) == ["ledger/boxes/else+1-0"]

@@ -205,6 +205,25 @@ def test_a_corrupt_record_blocks_only_itself_in_the_listing():
     assert records.all() == [Counter(1), Counter(1)]
 
 
+@pytest.mark.parametrize("store", [MemoryStore, "local"])
+def test_a_listing_under_a_name_prefix_reads_only_the_records_it_names(store, tmp_path):
+    """M17: `entries(under)`/`all(under)` list only the names beginning with ``under`` (one
+    rental's records, not every rental's), and `corrupt` names only what that listing met."""
+    store = LocalStore(str(tmp_path)) if store == "local" else store()
+    records = counters(store)
+    for name in ["job+1-0", "job+1-1", "jobs+1-0", "other+1-0"]:
+        records.update(name, bump)
+    store.create("c/job+2-0", b"{")
+    store.create("c/other+2-0", b"{")
+
+    listed = records.entries("job+")
+
+    assert [name for name, _, _ in listed] == ["job+1-0", "job+1-1"]
+    assert list(records.corrupt) == ["c/job+2-0"]
+    assert records.all("other+") == [Counter(1)] and list(records.corrupt) == ["c/other+2-0"]
+    assert len(records.all()) == 4 and sorted(records.corrupt) == ["c/job+2-0", "c/other+2-0"]
+
+
 def test_a_record_repaired_since_the_last_listing_is_no_longer_named_corrupt():
     """M17: `corrupt` names what the latest listing could not read; a repaired record (or one
     moved aside) stops blocking anything at the next listing."""
@@ -685,7 +704,7 @@ def test_boxes_reads_no_lease_of_a_released_rental_and_one_listing_per_kind(
     assert {rows[f"old{i}"]["guardian"] for i in range(5)} == {None}
     assert rows["now"]["guardian"] == "alice/elsewhere/1/ab"
     assert rows["now"]["guard"].endswith(": alice/elsewhere/1/ab")  # judged, not skipped
-    assert len(locks) == 3  # the rentals, the box records, the one live rental's lease
+    assert len(locks) == 4  # the rentals, the box records, the live rental's lease, the spend (M15)
 
 
 def test_a_corrupt_box_record_still_stops_the_strict_listing():

@@ -14,7 +14,7 @@ The arithmetic is ``budget.py``'s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import CorruptState, Refused
-from gpuops.ledger import BoxState, Ledger, utc_iso
+from gpuops.ledger import BoxState, Ledger, Record, utc_iso
 from gpuops.market import budget as b
-from gpuops.market.rentals import LIVE, RACING, RELEASED, Rentals
+from gpuops.market.rentals import LIVE, RACING, RELEASED, Rental, Rentals
 from gpuops.store.base import Store, is_key
 from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
 
@@ -105,12 +105,24 @@ class Budgets:
             self.operators.update(operator, merged(day, month))
 
     # --- spend ------------------------------------------------------------------------------
-    def observe(self, instances: Sequence[Instance] | None, *, write: bool = True) -> list[b.Spend]:
+    def observe(
+        self,
+        instances: Sequence[Instance] | None,
+        *,
+        write: bool = True,
+        known: Mapping[str, b.Spend] | None = None,
+        records: Sequence[Record] | None = None,
+        rentals: Sequence[Rental] | None = None,
+    ) -> list[b.Spend]:
         """What the account's instances (None: not read), the ledger, the rentals and the
-        lane's boards say was billed, written (unless not ``write``: a listing only reads)."""
+        lane's boards say was billed, written (unless not ``write``: a listing only reads).
+        ``known``, ``records``, ``rentals``: what the caller has already read (`boxes`), so
+        each kind is listed once."""
         now = self.clock.wall()
-        known = {s.instance_id: s for s in self.spend.all()}
-        records = self.ledger.records(skip_corrupt=True)
+        if known is None:
+            known = {s.instance_id: s for s in self.spend.all()}
+        if records is None:
+            records = self.ledger.records(skip_corrupt=True)
         owners = {r.instance_id: r.owner for r in records if r.instance_id}
         gone_at = {
             r.instance_id: datetime.fromisoformat(r.updated_at).timestamp()
@@ -125,7 +137,7 @@ class Budgets:
                 r.started_at,
                 r.ended_at if r.state == RELEASED else None,
             )
-            for r in self.rentals.all()
+            for r in (self.rentals.all() if rentals is None else rentals)
             if r.instance_id and r.dph_total is not None and r.started_at is not None
         ]
         rows = None
@@ -162,11 +174,19 @@ class Budgets:
                 )
         return jobs
 
-    def snapshot(self, unwritten: Sequence[b.Spend] = ()) -> Snapshot:
+    def snapshot(
+        self,
+        unwritten: Sequence[b.Spend] = (),
+        *,
+        known: Mapping[str, b.Spend] | None = None,
+        rentals: Sequence[Rental] | None = None,
+        limits: bool = True,
+    ) -> Snapshot:
         """Every spend record (``unwritten``: observed, not stored, in their place), limit and
-        commitment, as the store has them now."""
+        commitment, as the store has them now (``known``, ``rentals``: as the caller read them;
+        without ``limits`` no limit is read, and none is in the snapshot)."""
         now = self.clock.wall()
-        stored = {s.instance_id: s for s in self.spend.all()}
+        stored = dict({s.instance_id: s for s in self.spend.all()} if known is None else known)
         stored.update({s.instance_id: s for s in unwritten})
         spends = tuple(stored[key] for key in sorted(stored))
         price = {s.instance_id: s.dph_total for s in spends}
@@ -178,7 +198,7 @@ class Budgets:
                 r.deadline_at,
                 r.instance_id,
             )
-            for r in self.rentals.all()
+            for r in (self.rentals.all() if rentals is None else rentals)
             if r.state in (LIVE, RACING) and r.deadline_at is not None and r.dph_total is not None
         ]
         owed += [
@@ -192,6 +212,8 @@ class Budgets:
             for s in spends
             if s.source == b.LANE and s.end_s is None
         ]
+        if not limits:
+            return Snapshot(now, spends, tuple(owed), None, {})
         operators = {name: limit for name, limit, _ in self.operators.entries()}
         return Snapshot(now, spends, tuple(owed), self.team.get(TEAM), operators)
 

@@ -105,7 +105,7 @@ def owned_records(market: MarketContext, name: str, race: int | None = None) -> 
     prefix = _prefix(name, race)
     return [
         record
-        for record in market.ledger.records(skip_corrupt=True)
+        for record in market.ledger.records(skip_corrupt=True, under=prefix)  # its own only
         if record.name.startswith(prefix)
         and record.owner == market.ledger.operator
         and record.active
@@ -199,7 +199,7 @@ def settle_rental(
         return rental
     prefix = f"{name}+"
     if listed is None:
-        current = [r for r in market.ledger.records(skip_corrupt=True) if r.name.startswith(prefix)]
+        current = market.ledger.records(skip_corrupt=True, under=prefix)
     else:
         current = [r for r in map(market.ledger.get, (r.name for r in listed)) if r is not None]
     if unreadable_records(market, name):  # it may stand for a box: never released past it

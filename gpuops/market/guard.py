@@ -85,9 +85,11 @@ class Guardian:
         clockwork: g.Clockwork = g.NORMAL,
         say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
         alarms: a.Alarms | None = None,
+        leases: Leases | None = None,
     ) -> None:
         """``clock``: the guardian's time and its waits; leases are judged stale on its
-        monotonic time alone (never another host's). The guardian runs ``market`` anew on this
+        monotonic time alone (never another host's). ``leases``: the lease records (default
+        over the market's store; `guard --all` gives its guardians ones it can stop). The guardian runs ``market`` anew on this
         clock, waiting with ``Guardian.market_sleep``: every wait inside a destroy keeps the
         heartbeat going, and is as much shorter as ``clockwork`` is (GPUOPS_TIME_SCALE)."""
         self.name = check_name(name)
@@ -98,7 +100,7 @@ class Guardian:
         self.clock = clock
         self.clockwork = clockwork
         self.say = say
-        self.leases = Leases(market.ledger.store)
+        self.leases = leases or Leases(market.ledger.store)
         self.jobs = Jobs(market.ledger.store)
         self.mind = g.Mind(self.me)
         self.instance_id: str | None = None
@@ -467,18 +469,26 @@ class _NeverInTheWay:
             return None
 
 
-def stopped(guardian: Guardian, signum: int) -> NoReturn:
-    """A guardian stopped by a signal: its lease given up first, so a successor (`gpuops
-    guard NAME`, a standby) takes over at once instead of a TTL later; then a loud exit."""
-    name = signal.Signals(signum).name
+def release(guardian: Guardian, signum: int, by: str = "", *, alarm: bool = True) -> None:
+    """A guardian stopped by a signal gives its lease up, so a successor (`gpuops guard NAME`,
+    a standby) takes over at once instead of a TTL later, and says so loudly (the event, and
+    with ``alarm`` an alarm: `guard --all` spares one for a standby that never held it)."""
+    why = f"stopped by {signal.Signals(signum).name}{by}"
     try:
         guardian.leases.drop(guardian.name, guardian.me)
     except Exception as exc:  # the store is what failed: the lease goes stale by itself
         guardian.say(f"gpuops guard: {guardian.name}: could not drop the lease: {exc}")
-    guardian._log("guard.exit", code=128 + signum, reason=f"stopped by {name}")
-    guardian.alarms.raise_alarm(a.guardian_exit(guardian, 128 + signum, f"stopped by {name}"))
+    guardian._log("guard.exit", code=128 + signum, reason=why)
+    if alarm:
+        guardian.alarms.raise_alarm(a.guardian_exit(guardian, 128 + signum, why))
+
+
+def stopped(guardian: Guardian, signum: int) -> NoReturn:
+    """A guardian stopped by a signal: its lease given up first (``release``); then a loud
+    exit."""
+    release(guardian, signum)
     guardian.say(
-        f"gpuops guard: {guardian.name}: stopped by {name}; until another guardian takes "
+        f"gpuops guard: {guardian.name}: stopped by {signal.Signals(signum).name}; until another guardian takes "
         "over, only the box's own ceiling (its deadline plus "
         f"{timing.BOX_CEILING_GRACE_S / 60:.0f} min, M14) ends it: run "
         f"`gpuops guard {guardian.name}`"

@@ -214,13 +214,14 @@ class Records(Generic[T]):
     def get(self, name: str) -> T | None:
         return self.read(name)[0]
 
-    def entries(self) -> list[tuple[str, T, str]]:
-        """(name, record, version) of every readable record, by name; an unreadable one is
-        left out and kept in ``corrupt`` (which says what this listing could not read: one
-        repaired since is no longer named)."""
+    def entries(self, under: str = "") -> list[tuple[str, T, str]]:
+        """(name, record, version) of every readable record, by name (only the names that
+        begin with ``under``, when given: one rental's, without reading every other's); an
+        unreadable one is left out and kept in ``corrupt`` (which says what this listing could
+        not read: one repaired since is no longer named)."""
         unreadable: dict[str, CorruptState] = {}
         out = []
-        for key, found in self._scan():
+        for key, found in self._scan(self.prefix + under):
             if isinstance(found, CorruptState):
                 unreadable[key] = found
                 continue
@@ -233,15 +234,15 @@ class Records(Generic[T]):
         self.corrupt = unreadable
         return out
 
-    def _scan(self) -> list[tuple[str, Versioned | CorruptState]]:
+    def _scan(self, prefix: str) -> list[tuple[str, Versioned | CorruptState]]:
         """Every stored object under the prefix: in one read where the store has one (the
         local store's ``scan``: one lock for the listing), else a get per listed key (S3,
         memory: no lock to share), a key deleted since it was listed left out."""
         scan = getattr(self.store, "scan", None)
         if scan is not None:
-            return scan(self.prefix)  # type: ignore[no-any-return]
+            return scan(prefix)  # type: ignore[no-any-return]
         out: list[tuple[str, Versioned | CorruptState]] = []
-        for key in self.store.list(self.prefix):
+        for key in self.store.list(prefix):
             try:
                 found = self.store.get(key)
             except CorruptState as exc:
@@ -251,8 +252,8 @@ class Records(Generic[T]):
                 out.append((key, found))
         return out
 
-    def all(self) -> list[T]:
-        return [value for _, value, _ in self.entries()]
+    def all(self, under: str = "") -> list[T]:
+        return [value for _, value, _ in self.entries(under)]
 
     def update(self, name: str, change: Callable[[T | None], T | NoChange]) -> Update[T]:
         """Compare-and-swap ``name`` to ``change(current)``; on a lost race, read and decide
