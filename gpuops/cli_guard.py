@@ -79,10 +79,12 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         guard.install_signal_handlers(guardian)
         return guardian.run()
     from gpuops.market.leases import Leases
+    from gpuops.market.rentals import lease_key
     from gpuops.market.spawn import already_guarded, spawn
 
-    lease, _ = Leases(market.ledger.store).read(args.name)
-    why = already_guarded(args.name, lease, market.clock.wall(), market.host, settings)
+    key = lease_key(rental)  # this incarnation's lease and pid file (M16)
+    lease, _ = Leases(market.ledger.store).read(key)
+    why = already_guarded(args.name, lease, market.clock.wall(), market.host, settings, key)
     if why is not None and not args.standby:
         # M5/M7: one live guardian is enough; a crash-looping caller never multiplies them
         moved = "; deadline moved" if deadline is not None else ""
@@ -94,7 +96,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         )
         return 0
 
-    spawned = spawn(args.name, settings, operator)
+    spawned = spawn(args.name, settings, operator, key)
     _out(
         as_json,
         {"name": args.name, "pid": spawned.pid, "log": str(spawned.log), "deadline_at": deadline},

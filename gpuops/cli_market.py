@@ -324,13 +324,16 @@ def interrupts_raised() -> Iterator[None]:
 def _guarded(market: Any, name: str, settings: Settings) -> dict[str, Any]:
     """M5: a rented box gets a detached guardian, unless a live one already guards it."""
     from gpuops.market.leases import Leases
+    from gpuops.market.rentals import lease_key
     from gpuops.market.spawn import already_guarded, spawn
 
-    lease, _ = Leases(market.ledger.store).read(name)
-    why = already_guarded(name, lease, market.clock.wall(), market.host, settings)
+    rental = market.rentals.get(name)
+    key = name if rental is None else lease_key(rental)  # this incarnation's (M16)
+    lease, _ = Leases(market.ledger.store).read(key)
+    why = already_guarded(name, lease, market.clock.wall(), market.host, settings, key)
     if why is not None:
         return {"holder": lease.holder if lease else None, "detail": why}
-    spawned = spawn(name, settings, market.ledger.operator)
+    spawned = spawn(name, settings, market.ledger.operator, key)
     return {
         "pid": spawned.pid,
         "log": str(spawned.log),
@@ -523,9 +526,10 @@ def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
     from gpuops.errors import CorruptState
     from gpuops.market import guardian as g
     from gpuops.market.leases import Leases
+    from gpuops.market.rentals import lease_key
 
     try:
-        lease, _ = Leases(market.ledger.store).read(rental.name)
+        lease, _ = Leases(market.ledger.store).read(lease_key(rental))  # its incarnation's
     except CorruptState as exc:  # blocks only this rental's guard column; named after the list
         market.ledger.corrupt[exc.where] = exc
         return {"guardian": None, "guard": "UNREADABLE lease (named below)"}

@@ -87,6 +87,7 @@ class Record:
     destroy_attempts: int = 0
     last_error: str | None = None
     raw_state: str | None = None  # the stored string when state is UNKNOWN
+    rental_id: str | None = None  # the incarnation of the rental it is a box of (M16)
 
     @property
     def active(self) -> bool:
@@ -239,9 +240,14 @@ class Ledger:
 
     # --- transitions ---------------------------------------------------------------------
     def record_intent(
-        self, name: str, provider: str, deadline_at: str | None = None
+        self,
+        name: str,
+        provider: str,
+        deadline_at: str | None = None,
+        rental_id: str | None = None,
     ) -> tuple[Record, bool]:
-        """Write the intent before any create (M3). Returns (record, created).
+        """Write the intent before any create (M3), of rental incarnation ``rental_id`` (M16).
+        Returns (record, created).
 
         An active record of ours under this name is returned as it is, never a second intent
         (M8); an active record of another operator's is a refusal; a released name is reused.
@@ -259,6 +265,7 @@ class Ledger:
                 revision=1,
                 updated_at=utc_iso(self.clock()),
                 deadline_at=deadline_at,
+                rental_id=rental_id,
             )
             if current is None:
                 return fresh

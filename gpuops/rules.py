@@ -287,12 +287,14 @@ RULES: tuple[Rule, ...] = (
         "keyed by a unique rental id; results never overwrite another incarnation's.",
         IMPLEMENTED,
         "tests/test_team_clocks.py::test_a_name_whose_previous_rental_still_has_a_box_is_refused_to_another_operator_m16",
-        scope="partial: each incarnation gets a rental id at its first race (a restart of "
-        "one's own race keeps it); results land under NAME/<rental id>/ "
-        "(tests/test_team_clocks.py); rent refuses a name whose previous rental, another "
-        "operator's, still has a box record not confirmed gone; not yet: ledger records, "
-        "leases, guardians and events are still keyed by the name (an operator's own "
-        "earlier incarnation is guarded by the same guardian as the next)",
+        scope="each incarnation gets a rental id at its first race (a restart of one's own "
+        "race keeps it); results land under NAME/<rental id>/ (tests/test_team_clocks.py); "
+        "rent refuses a name whose previous rental, another operator's, still has a box "
+        "record not confirmed gone; box records carry the id, leases and guardian pid files "
+        "are the incarnation's (NAME+<rental id>), guard.start names it, and a guardian "
+        "answers for its own incarnation to the end: once the name is raced again it ends only "
+        "its own records and leaves 0 (tests/test_guard.py ..._m16); not yet: the racer's "
+        "heartbeat and every other event kind still name only the rental",
     ),
     Rule(
         "M17",

@@ -519,7 +519,7 @@ def _guard(
             wire.arm(None, False, Killed)
             store = guardian.market.ledger.store
             try:
-                lease, _ = Leases(store).read("job")
+                lease, _ = Leases(store).read(guardian.lease_key)  # its incarnation's
             except GpuopsError:
                 lease = None  # its lease edited into garbage: nothing stands for it
             full = isinstance(store, WiredStore) and store.full  # the drop could not land

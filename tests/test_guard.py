@@ -162,7 +162,7 @@ def test_the_guardian_copies_results_destroys_at_the_deadline_and_exits_0(world)
     copy_at, _ = g.schedule(rental.started_at or 0.0, rental.deadline_at)
     assert copy_at - rental.deadline_at <= gone["delay_s"] <= 0
     assert world.events.kinds("guard.exit")[-1]["code"] == 0
-    assert Leases(world.store).read("job") == (None, None)
+    assert job_lease(world.store) == (None, None)
 
 
 def test_without_a_declared_job_the_guardian_destroys_without_copying(world):
@@ -226,11 +226,11 @@ def test_a_second_guardian_stands_by_and_takes_over_only_when_the_first_goes_sta
     assert first.step() is None  # takes the lease
     assert second.step() is None
     assert second.mind.role is g.Role.STANDBY
-    held = Leases(world.store).read("job")[0]
+    held = job_lease(world.store)[0]
     assert held is not None and held.holder == "alice/laptop/1/aa"
     world.fake.advance(timing.LEASE_TTL_S / 2)
     second.step()
-    lease = Leases(world.store).read("job")[0]
+    lease = job_lease(world.store)[0]
     assert lease is not None and lease.holder == "alice/laptop/1/aa"  # still fresh: no takeover
     world.fake.advance(timing.LEASE_TTL_S / 2)
     assert second.run() == g.GONE  # the first went silent: the second takes over and destroys
@@ -314,7 +314,7 @@ def test_the_lease_records_a_finished_copy_so_a_successor_skips_it(world):
     world.fake.advance(copy_at - world.fake.now())
     first.step()  # a heartbeat was due
     first.step()  # copies
-    lease = Leases(world.store).read("job")[0]
+    lease = job_lease(world.store)[0]
     assert lease is not None and lease.copied
     world.fake.advance(timing.LEASE_TTL_S)  # then dies before destroying
     second = world.guardian(world.market(), "alice/pi/2/bb")
@@ -405,5 +405,77 @@ def test_two_hosts_five_minutes_apart_never_both_guard_nor_both_stand_aside_m7(w
 
     assert world.fake.now() - died_at >= timing.LEASE_TTL_S
     assert world.fake.now() - died_at <= timing.LEASE_TTL_S + 3 * timing.LEASE_POLL_S
-    (lease, _) = Leases(world.store).read("job")
+    (lease, _) = job_lease(world.store)
     assert lease.holder == standby.me != holder.me
+
+
+def job_lease(store):  # type: ignore[no-untyped-def]
+    """The lease of rental "job"'s current incarnation (M16: one lease per incarnation)."""
+    from gpuops.market.rentals import Rentals, lease_key
+
+    rental = Rentals(store, "alice").get("job")
+    return Leases(store).read("job" if rental is None else lease_key(rental))
+
+
+# --- one incarnation, one identity (M16) ------------------------------------------------------
+def _holding(world: World, name: str, me: str, operator: str = "alice") -> Guardian:
+    guardian = world.guardian(world.market(operator), me)
+    while not guardian.mind.held:
+        assert guardian.step() is None
+    return guardian
+
+
+def test_a_copy_of_an_earlier_incarnation_never_stands_for_a_later_one_s_m16(world):
+    """A guardian killed after copying leaves its lease saying "copied"; the name's next
+    incarnation has results of its own, and its guardian copies them."""
+    market = world.rent(hours=1.0)
+    world.run_job(market, "mkdir -p results && echo first > results/a")
+    first = _holding(world, "job", "alice/laptop/1/aa")
+    rental = market.rentals.get("job")
+    copy_at, _ = g.schedule(rental.started_at or 0.0, rental.deadline_at or 0.0)
+    world.fake.advance(copy_at - world.fake.now())
+    while not (job_lease(world.store)[0] or g.Lease("", 0.0)).copied:
+        assert first.step() is None  # copies, then is killed before its destroy
+    destroy_rental(world.market(), "job")  # a person ends it; the stale lease stays
+    again = world.rent(hours=1.0)
+    world.run_job(again, "mkdir -p results && echo second > results/a")
+    assert world.guardian(world.market(), "alice/pi/2/bb").run() == g.GONE
+    delivered = sorted(p.read_text() for p in (world.tmp / "results" / "job").glob("*/a"))
+    assert delivered == ["first\n", "second\n"]  # each under its own rental id, none skipped
+
+
+def test_a_guardian_of_an_ended_incarnation_leaves_with_0_when_another_races_the_name_m16(world):
+    """Alice's rental is destroyed while her guardian still holds its lease; Bob rents the
+    name at once. His guardian is not told "already guarded" by hers: it takes a lease of his
+    incarnation's own; hers sees its incarnation ended and leaves 0 (not refused by M3), and
+    Bob's box lives until his deadline."""
+    market = world.rent(hours=1.0)
+    hers = _holding(world, "job", "alice/laptop/1/aa")
+    destroy_rental(market, "job")
+    bob = world.market("bob")
+    bob.rent(RentRequest(name="job", gpu_name="RTX 4090", hours=3.0, race_k=1))
+    (bobs,) = world.alive()
+    his = _holding(world, "job", "bob/pi/1/bb", operator="bob")  # not a standby to hers
+    assert hers.run() == g.GONE
+    assert world.alive() == [bobs]
+    deadline = bob.rentals.get("job").deadline_at
+    assert his.run() == g.GONE
+    assert world.alive() == [] and world.fake.instances[bobs].destroyed_at >= deadline - (
+        timing.DEADLINE_MARGIN_S
+    )
+
+
+def test_a_guardian_of_an_earlier_incarnation_never_ends_the_next_one_s_box_m16(world):
+    """Alice re-rents her own name while the guardian of its first incarnation still runs:
+    that guardian ends what is left of its own incarnation and leaves; the new box is the
+    new incarnation's, which its own guardian ends at its own deadline, never before."""
+    market = world.rent(hours=1.0)
+    old = _holding(world, "job", "alice/laptop/1/aa")
+    destroy_rental(market, "job")
+    world.rent(hours=8.0)
+    (second,) = world.alive()
+    world.fake.advance(2 * 3600.0)  # past the first incarnation's deadline and its grace
+    assert old.run() == g.GONE
+    assert world.alive() == [second]
+    new = world.guardian(world.market(), "alice/pi/2/bb")
+    assert new.run() == g.GONE and world.alive() == []

@@ -846,3 +846,15 @@ def test_records_under_a_rental_prefix_lists_only_that_rentals_records(alice):
     assert [r.name for r in mine] == ["job+1-0", "job+2-0"] and alice.corrupt == {}
     assert [r.name for r in alice.records(skip_corrupt=True)] == ["job+1-0", "job+2-0", "jobs+1-0"]
     assert list(alice.corrupt) == ["ledger/boxes/else+1-0"]
+
+
+def test_an_intent_carries_its_rental_s_incarnation_and_a_reused_name_the_new_one_m16(alice):
+    """M16: a box record names the incarnation it is a box of; a released record reused for a
+    later one carries the later one's id."""
+    rec, _ = alice.record_intent("box", "vast", rental_id="aaaaaaaaaaaa")
+    assert rec.rental_id == "aaaaaaaaaaaa" and alice.get("box").rental_id == "aaaaaaaaaaaa"
+    assert alice.record_intent("plain", "vast")[0].rental_id is None
+    alice.confirm_gone("box", CREATE_REFUSED)
+    alice.release("box")
+    again, created = alice.record_intent("box", "vast", rental_id="bbbbbbbbbbbb")
+    assert created and again.rental_id == "bbbbbbbbbbbb"

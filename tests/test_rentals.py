@@ -23,11 +23,13 @@ from gpuops.market.rentals import (
     Rental,
     Rentals,
     box_name,
+    check_lease_key,
     check_name,
     due_at,
     due_records,
     enforce_at,
     host_of,
+    lease_key,
     new_rental_id,
     process_id,
     results_key,
@@ -611,3 +613,17 @@ def test_a_dead_racers_race_is_failed_only_while_it_is_still_that_racers_at_that
     assert (failed.state, failed.revision) == (FAILED, 2)
     assert alice.abandon_race("job", "alice/h/1/x", 0) is False  # no longer racing
     assert alice.abandon_race("nothing", "alice/h/1/x", 0) is False
+
+
+def test_each_incarnation_has_a_lease_of_its_own_and_a_rental_from_before_ids_keeps_its_name_m16():
+    rental = Rental("job", "alice", LIVE, race=1, rental_id=new_rental_id())
+    assert lease_key(rental) == f"job+{rental.rental_id}"
+    assert check_lease_key(lease_key(rental)) == lease_key(rental)
+    assert lease_key(Rental("job", "alice", LIVE, race=1)) == "job"
+    assert check_lease_key("job") == "job"
+
+
+@pytest.mark.parametrize("key", ["job+", "job+ABCDEF012345", "job+0123456789a", "job+0123456789abc", "+0123456789ab", "j b+0123456789ab"])
+def test_a_lease_key_is_a_name_and_a_rental_id_or_a_usage_error_m16(key):
+    with pytest.raises(UsageError):
+        check_lease_key(key)

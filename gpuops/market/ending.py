@@ -11,6 +11,7 @@ through these, so there is one way to end one.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuops import timing
@@ -98,10 +99,37 @@ def _prefix(name: str, race: int | None) -> str:
     return f"{name}+" if race is None else box_name(name, race, 0).rpartition("-")[0] + "-"
 
 
-def owned_records(market: MarketContext, name: str, race: int | None = None) -> list[Record]:
-    """Every active record of ours under rental ``name`` (of one race, when given): what its
-    owner must end (M13). A record that cannot be read is left out here, so another
-    rental's blocks nothing of this one (M17); ``unreadable_records`` names this rental's."""
+@dataclass(frozen=True)
+class Incarnation:
+    """One incarnation of a rental name (M16): its id, and the last race it was seen to run.
+    A later incarnation's races all come after it, so a guardian of this one, once the name is
+    raced again, ends its own records (by id) and unreadable ones up to that race, never the
+    newer boxes."""
+
+    rental_id: str | None
+    last_race: int
+
+    def holds(self, record: Record) -> bool:
+        """A readable record of this incarnation (one written before ids: of any)."""
+        return record.rental_id is None or record.rental_id == self.rental_id
+
+    def holds_key(self, box: str) -> bool:
+        """An unreadable record's name, judged by the race its name gives."""
+        race = box.partition("+")[2].partition("-")[0]
+        return race.isdigit() and int(race) <= self.last_race
+
+
+def owned_records(
+    market: MarketContext,
+    name: str,
+    race: int | None = None,
+    *,
+    of: Incarnation | None = None,
+) -> list[Record]:
+    """Every active record of ours under rental ``name`` (of one race, of one incarnation,
+    when given): what its owner must end (M13). A record that cannot be read is left out
+    here, so another rental's blocks nothing of this one (M17); ``unreadable_records`` names
+    this rental's."""
     prefix = _prefix(name, race)
     return [
         record
@@ -109,20 +137,31 @@ def owned_records(market: MarketContext, name: str, race: int | None = None) -> 
         if record.name.startswith(prefix)
         and record.owner == market.ledger.operator
         and record.active
+        and (of is None or of.holds(record))
     ]
 
 
-def unreadable_records(market: MarketContext, name: str, race: int | None = None) -> list[str]:
+def unreadable_records(
+    market: MarketContext, name: str, race: int | None = None, *, of: Incarnation | None = None
+) -> list[str]:
     """The record names under rental ``name`` that the ledger's last listing could not read."""
     prefix = PREFIX + _prefix(name, race)
-    return sorted(k.removeprefix(PREFIX) for k in market.ledger.corrupt if k.startswith(prefix))
+    return sorted(
+        k.removeprefix(PREFIX)
+        for k in market.ledger.corrupt
+        if k.startswith(prefix) and (of is None or of.holds_key(k.removeprefix(PREFIX)))
+    )
 
 
-def end_records(market: MarketContext, name: str, race: int | None = None) -> list[Outcome]:
-    """End every active record of ours under rental ``name`` (of one race, when given), and
-    every box an unreadable record of it claims (``end_unreadable``)."""
-    ended = [end_record(market, record) for record in owned_records(market, name, race)]
-    return ended + [end_unreadable(market, box) for box in unreadable_records(market, name, race)]
+def end_records(
+    market: MarketContext, name: str, race: int | None = None, *, of: Incarnation | None = None
+) -> list[Outcome]:
+    """End every active record of ours under rental ``name`` (of one race, of one
+    incarnation, when given), and every box an unreadable record of it claims
+    (``end_unreadable``)."""
+    ended = [end_record(market, record) for record in owned_records(market, name, race, of=of)]
+    unreadable = unreadable_records(market, name, race, of=of)
+    return ended + [end_unreadable(market, box) for box in unreadable]
 
 
 def end_unreadable(market: MarketContext, box: str) -> Outcome:
@@ -216,16 +255,22 @@ def settle_rental(
         return market.rentals.get(name)
 
 
-def destroy_rental(market: MarketContext, name: str) -> list[Outcome]:
+def destroy_rental(
+    market: MarketContext, name: str, *, of: Incarnation | None = None
+) -> list[Outcome]:
     """``gpuops destroy NAME``: refuse unless ours (M3); end every record of the rental, boxes
     destroyed with confirmation (M4), intents looked up by label (M12); the rental is
-    released only when all are gone."""
+    released only when all are gone. ``of``: a guardian's own incarnation; once the name has
+    been raced again (by anyone) only that incarnation's records are ended, and the rental,
+    another incarnation's now, is left as it is (M16)."""
     rental = market.rentals.get(name)
+    if of is not None and rental is not None and rental.rental_id != of.rental_id:
+        return end_records(market, name, of=of)
     if rental is None:
         raise Refused("M3", f"no rental named {name!r}: gpuops cannot prove it owns such a box")
     if rental.owner != market.ledger.operator:
         raise NotOwned(name, rental.owner, market.ledger.operator)
-    outcomes = end_records(market, name)
+    outcomes = end_records(market, name, of=of)
     if all(o.released for o in outcomes) and rental.state != RELEASED:
         with contextlib.suppress(StillRunning):
             market.rentals.update(name, state=RELEASED, ended_at=market.clock.wall())

@@ -38,7 +38,13 @@ from gpuops.errors import (
 )
 from gpuops.ledger import BoxState, EventSink, utc_iso
 from gpuops.market import guardian as g
-from gpuops.market.ending import destroy_rental, end_instance, end_records, owned_records
+from gpuops.market.ending import (
+    Incarnation,
+    destroy_rental,
+    end_instance,
+    end_records,
+    owned_records,
+)
 from gpuops.market.jobs import BoxShell, Jobs
 from gpuops.market.leases import Leases
 from gpuops.market.rent import Market
@@ -47,6 +53,7 @@ from gpuops.market.rentals import (
     RACING,
     RELEASED,
     check_name,
+    lease_key,
     process_id,
     results_key,
 )
@@ -106,6 +113,9 @@ class Guardian:
         self.instance_id: str | None = None
         self.deadline_at = 0.0
         self.results_key = self.name
+        self.rental_id: str | None = None  # the incarnation this guardian answers for (M16)
+        self.lease_key = self.name  # its lease: that incarnation's (rentals.lease_key)
+        self.last_race = 0  # the last race of it seen: a later incarnation's come after
         self.due_at = 0.0  # the deadline as this host enforces it; set by bind and _box
         self.faults: list[str] = []  # what failed in our own work: the exit says it (M17)
         self.finished: int | None = None  # an exit decided outside the pure core (M17)
@@ -158,11 +168,15 @@ class Guardian:
         self.instance_id = rental.instance_id
         self.deadline_at = rental.deadline_at
         self.results_key = results_key(rental)  # this incarnation's, to the end (M16)
+        self.rental_id = rental.rental_id
+        self.lease_key = lease_key(rental)
+        self.last_race = rental.race
         mine = rental.deadline_host == self.market.host  # else another host's clock (M17)
         self.due_at = rental.deadline_at + (0.0 if mine else timing.CLOCK_SKEW_S)
         self._log(
             "guard.start",
             deadline=utc_iso(rental.deadline_at),
+            rental_id=rental.rental_id,
             pid=os.getpid(),
             time_scale=g.NORMAL.heartbeat_s / self.clockwork.heartbeat_s,
         )
@@ -174,7 +188,7 @@ class Guardian:
     def step(self) -> int | None:
         """One round: read, decide, act. Returns an exit code when the guardian is done."""
         self.bind()
-        lease, _ = self.leases.read(self.name)
+        lease, _ = self.leases.read(self.lease_key)
         box = self._box()
         now = self.clock.wall()
         before = self.mind.role
@@ -188,7 +202,7 @@ class Guardian:
             self.say(f"gpuops guard: {self.name}: {self.mind.role.value}")
         if isinstance(action, g.Leave):
             if action.code == g.GONE:
-                self.leases.drop(self.name, self.me)
+                self.leases.drop(self.lease_key, self.me)
                 if self.faults:  # gone, but something of ours failed: loud (M17)
                     return self._leave(FAULTED, action.reason)
             if action.code == g.UNKNOWN:  # an unclear create outlived the grace: a person's
@@ -197,11 +211,11 @@ class Guardian:
             self.say(f"gpuops guard: {self.name}: {action.reason} (exit {action.code})")
             return action.code
         if isinstance(action, g.Take):
-            if self.leases.take(self.name, self.me, now, lease):
+            if self.leases.take(self.lease_key, self.me, now, lease):
                 self.mind = replace(self.mind, held=True)
                 self._log("guard.lease.taken", previous=lease.holder if lease else None)
         elif isinstance(action, g.Renew):
-            self.leases.renew(self.name, self.me, now)
+            self.leases.renew(self.lease_key, self.me, now)
         elif isinstance(action, g.Wait):
             self.clock.sleep(action.seconds)
         elif isinstance(action, g.EndRace):
@@ -212,6 +226,11 @@ class Guardian:
         else:
             self._destroy()
         return None if self.finished is None else self._leave(self.finished)
+
+    @property
+    def incarnation(self) -> Incarnation:
+        """The incarnation this guardian answers for, to the end (M16)."""
+        return Incarnation(self.rental_id, self.last_race)
 
     def _leave(self, code: int, reason: str = "") -> int:
         """Exit ``code``, naming every fault of our own work (M17)."""
@@ -247,25 +266,29 @@ class Guardian:
     def _heartbeat(self) -> float:
         """Renew our lease if its heartbeat is due; seconds until the next one is (a whole
         heartbeat when another guardian holds the lease: nothing of ours to renew)."""
-        lease, _ = self.leases.read(self.name)
+        lease, _ = self.leases.read(self.lease_key)
         if lease is None or lease.holder != self.me:
             return self.clockwork.heartbeat_s
         due = lease.heartbeat_at + self.clockwork.heartbeat_s - self.clock.wall()
         if due > 0:
             return due
-        self.leases.renew(self.name, self.me, self.clock.wall())
+        self.leases.renew(self.lease_key, self.me, self.clock.wall())
         return self.clockwork.heartbeat_s
 
     # --- what the box is ---------------------------------------------------------------
     def _box(self) -> g.Box:
         """What is left of the rental: its active records, and whether it has ended."""
         rental = self.market.rentals.get(self.name)
+        if rental is not None and rental.rental_id != self.rental_id:
+            rental = None  # the name was raced again: ours has ended; end what is left of it
+        if rental is not None:
+            self.last_race = max(self.last_race, rental.race)
         if rental is not None and rental.owner == self.operator:
             self.instance_id = rental.instance_id or self.instance_id
             self.deadline_at = rental.deadline_at or self.deadline_at
         started_at = rental.started_at if rental and rental.started_at else self.deadline_at
         ended = rental is None or rental.state in (FAILED, RELEASED)
-        left = owned_records(self.market, self.name)
+        left = owned_records(self.market, self.name, of=self.incarnation)
         unresolved = bool(left) and all(r.state is BoxState.INTENT for r in left)
         gone = ended and not left and (self.instance_id is None or self._shown_gone())
         # a deadline another host's clock wrote is enforced CLOCK_SKEW_S later here, the whole
@@ -328,7 +351,7 @@ class Guardian:
         )
         error, destination, size = copied.error, copied.destination, copied.size
         if not error:
-            self.leases.renew(self.name, self.me, self.clock.wall(), copied=True)
+            self.leases.renew(self.lease_key, self.me, self.clock.wall(), copied=True)
         elif not copied.none_made:  # the job made results and they were not delivered
             self.faults.append(f"results not delivered ({error})")
         self._log(
@@ -342,7 +365,7 @@ class Guardian:
     def _destroy(self) -> None:
         self._log("guard.destroy", deadline=utc_iso(self.deadline_at))
         try:
-            outcomes = destroy_rental(self.market, self.name)
+            outcomes = destroy_rental(self.market, self.name, of=self.incarnation)
         except StoreUnavailable as exc:  # a full disk, a store that refuses writes (M17)
             self._end_unrecorded(exc)
             return
@@ -406,7 +429,7 @@ class Guardian:
         intents: list[str] = []  # intents whose box, if any, only its label can name (M12)
         # the store may not be read either: then the rental's own box is what we know
         with contextlib.suppress(StateError, Unavailable):
-            for record in owned_records(self.market, self.name):
+            for record in owned_records(self.market, self.name, of=self.incarnation):
                 if record.instance_id:
                     ids.add(record.instance_id)
                 elif record.state is BoxState.INTENT:
@@ -475,7 +498,7 @@ def release(guardian: Guardian, signum: int, by: str = "", *, alarm: bool = True
     with ``alarm`` an alarm: `guard --all` spares one for a standby that never held it)."""
     why = f"stopped by {signal.Signals(signum).name}{by}"
     try:
-        guardian.leases.drop(guardian.name, guardian.me)
+        guardian.leases.drop(guardian.lease_key, guardian.me)
     except Exception as exc:  # the store is what failed: the lease goes stale by itself
         guardian.say(f"gpuops guard: {guardian.name}: could not drop the lease: {exc}")
     guardian._log("guard.exit", code=128 + signum, reason=why)

@@ -1,6 +1,7 @@
 """Guardian leases in the state store: who guards a rental, and when it last said so (M7).
 
-``market/leases/<NAME>`` is compare-and-swap written; the decisions about it are pure
+``market/leases/<NAME>+<rental id>`` (``rentals.lease_key``: one lease per incarnation, M16)
+is compare-and-swap written; the decisions about it are pure
 (market/guardian.py). Kept apart from the guardian process so that `boxes` and `rent` read a
 lease without importing the market's shells.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuops.market import guardian as g
-from gpuops.market.rentals import check_name
+from gpuops.market.rentals import check_lease_key
 from gpuops.store.base import Store
 from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
 
@@ -23,7 +24,7 @@ class Leases:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.records = Records(store, LEASES, CODEC, check_name=check_name)
+        self.records = Records(store, LEASES, CODEC, check_name=check_lease_key)
 
     def read(self, name: str) -> tuple[g.Lease | None, str | None]:
         """The lease and its version; an unreadable one is CorruptState naming the field."""

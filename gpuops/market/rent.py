@@ -421,7 +421,9 @@ class Market:
     ) -> r.Race:
         cand = state.candidates[slot]
         box = box_name(rental.name, rental.race, slot)
-        record, _ = self.ledger.record_intent(box, "vast", deadline_at=utc_iso(deadline))  # M3
+        record, _ = self.ledger.record_intent(  # M3, of this incarnation (M16)
+            box, "vast", deadline_at=utc_iso(deadline), rental_id=rental.rental_id
+        )
         # the intent first, then the check: a `destroy` that ended this rental either sees
         # the intent (and keeps the rental) or is seen here, and no create is sent (M13)
         current = self.rentals.get(rental.name)

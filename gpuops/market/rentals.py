@@ -29,6 +29,7 @@ from gpuops.store.records import JsonCodec, Records
 
 PREFIX = "market/rentals/"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+_RENTAL_ID = re.compile(r"[0-9a-f]{12}")  # new_rental_id: six random bytes, in hex
 
 RACING, LIVE, FAILED, RELEASED = "racing", "live", "failed", "released"
 
@@ -101,6 +102,22 @@ def results_key(rental: Rental) -> str:
     ``NAME/<rental id>``, so a later rental of the name never overwrites them; a rental from
     before ids were minted keeps ``NAME``."""
     return f"{rental.name}/{rental.rental_id}" if rental.rental_id else rental.name
+
+
+def lease_key(rental: Rental) -> str:
+    """Whose lease guards this incarnation (M16): ``NAME+<rental id>``, so a guardian of an
+    earlier incarnation of the name, still ending its own boxes, neither stands in for this
+    one's nor hands it its state (a copy it made); a rental from before ids keeps ``NAME``."""
+    return f"{rental.name}+{rental.rental_id}" if rental.rental_id else rental.name
+
+
+def check_lease_key(key: str) -> str:
+    """A lease's key: a rental name, or one with ``+`` and its rental id (``lease_key``)."""
+    name, plus, rental_id = key.partition("+")
+    check_name(name)
+    if plus and not _RENTAL_ID.fullmatch(rental_id):
+        raise UsageError(f"lease key {key!r}: {rental_id!r} is not a rental id")
+    return key
 
 
 def new_rental_id() -> str:

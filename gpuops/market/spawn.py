@@ -17,7 +17,7 @@ from pathlib import Path
 from gpuops import timing
 from gpuops.errors import GpuopsError
 from gpuops.market import guardian as g
-from gpuops.market.rentals import check_name
+from gpuops.market.rentals import check_lease_key, check_name
 from gpuops.settings import Settings
 
 
@@ -27,10 +27,12 @@ class Spawned:
     log: Path
 
 
-def spawn(name: str, settings: Settings, operator: str) -> Spawned:
+def spawn(name: str, settings: Settings, operator: str, key: str | None = None) -> Spawned:
     """Start a guardian fully detached from this process, and wait for it to report in. It
     runs with the environment this command's Settings were read from (the same endpoints,
-    keys and time scale), and logs under the per-host directory."""
+    keys and time scale), and logs under the per-host directory. ``key``: the incarnation's
+    lease key (rentals.lease_key), which names its pid file: a guardian still ending an
+    earlier incarnation of the name never stands in for this one's (M16)."""
     folder = settings.local_dir / "guardians"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     log = folder / f"{check_name(name)}.log"
@@ -56,7 +58,7 @@ def spawn(name: str, settings: Settings, operator: str) -> Spawned:
         code = proc.poll()
         text = log.read_text(errors="replace")
         if ready in text:
-            _write_pid(folder / f"{check_name(name)}.pid", proc.pid)
+            _write_pid(folder / f"{check_lease_key(key or name)}.pid", proc.pid)
             return Spawned(proc.pid, log)
         if code is not None:
             tail = "\n".join(text.splitlines()[-5:])
@@ -78,10 +80,10 @@ def _write_pid(path: Path, pid: int) -> None:
     os.replace(tmp, path)
 
 
-def running_here(name: str, settings: Settings) -> int | None:
-    """The pid of a guardian of ``name`` this host started and that still runs (asked of
-    the process itself: its command line must be that guardian's), else None."""
-    path = settings.local_dir / "guardians" / f"{check_name(name)}.pid"
+def running_here(name: str, settings: Settings, key: str | None = None) -> int | None:
+    """The pid of a guardian of ``name`` (of incarnation ``key``) this host started and that
+    still runs (asked of the process itself: its command line must be that guardian's)."""
+    path = settings.local_dir / "guardians" / f"{check_lease_key(key or name)}.pid"
     try:
         pid = int(path.read_text())
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -102,7 +104,12 @@ def alive(pid: int) -> bool:
 
 
 def already_guarded(
-    name: str, lease: g.Lease | None, now: float, here: str, settings: Settings
+    name: str,
+    lease: g.Lease | None,
+    now: float,
+    here: str,
+    settings: Settings,
+    key: str | None = None,
 ) -> str | None:
     """Why no guardian need start for ``name``, or None: start one (M5, M7, M17). A lease
     held on this host is judged by its holder's process and our one clock; one held from
@@ -112,7 +119,7 @@ def already_guarded(
     verdict = g.judge_lease(lease, now, here, alive)
     if verdict is g.Guarded.LIVE and lease is not None:
         return f"already guarded by {lease.holder}"
-    pid = running_here(name, settings)
+    pid = running_here(name, settings, key)
     if pid is not None:
         return f"already guarded here by guardian pid {pid}"
     return None
