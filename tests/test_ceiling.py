@@ -47,14 +47,19 @@ class World:
     """FakeVast on loopback whose boxes run their onstart; each destroy seen with its key and
     the box clock's time when it arrived."""
 
-    def __init__(self, tmp: Path) -> None:
-        doc = {"vast": {"api_key": ACCOUNT_KEY, "ssh_keys": ["generated"], "offers": OFFERS}}
+    def __init__(self, tmp: Path, **faults: object) -> None:
+        doc: dict[str, object] = {
+            "vast": {"api_key": ACCOUNT_KEY, "ssh_keys": ["generated"], "offers": OFFERS}
+        }
+        if faults:
+            doc["vast"]["faults"] = faults  # type: ignore[index]
         self.box_clock = ScaledClock(FACTOR)
         self.fake = FakeVast(
             parse_scenario(doc), clock=FakeClock(), state_dir=tmp, box_clock=self.box_clock
         )
         self.server = serve_http(self.fake)
         self.vast = VastAdapter(api_key=ACCOUNT_KEY, base_url=self.server.url)
+        self.vast.list_instances()  # the SDK imported now, not inside a test's short margin
         self.destroys: list[tuple[str, int, float]] = []  # (key, status, box time)
         self.gone = threading.Condition()
         self.fake.taps.append(self._tap)
@@ -92,10 +97,17 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path)
+def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
+    w = World(tmp_path, **getattr(request, "param", {}))
     yield w
     w.close()
+
+
+def _log(world: World, box: int) -> list[str]:
+    """What the box's own ceiling loop wrote, line by line (its ~/gpuops-ceiling.log)."""
+    assert world.fake.box_table is not None
+    log = world.fake.box_table.parent / "sandboxes" / f"vast-{box}" / "gpuops-ceiling.log"
+    return log.read_text().splitlines() if log.exists() else []
 
 
 # --- the script, as text ---------------------------------------------------------------------
@@ -112,6 +124,9 @@ def test_the_script_names_the_box_s_own_key_and_fits_vast_s_onstart_limit_m14_h3
     assert destroy_url("https://console.vast.ai/") == (
         "https://console.vast.ai/api/v0/instances/$CONTAINER_ID/"
     )
+    assert destroy_url("http://boX/") == "http://boX/api/v0/instances/$CONTAINER_ID/"
+    # with its file gone (a person's rm), the loop waits for the second it was armed with
+    assert f"2>/dev/null || echo {ceiling_at(2e9)})" in script
 
 
 @pytest.mark.parametrize(
@@ -135,6 +150,9 @@ def test_a_box_past_its_ceiling_destroys_itself_with_its_own_key_never_the_accou
     assert (status, key) == (200, f"Bearer {world.fake.instances[box].instance_key}")
     assert ACCOUNT_KEY not in key
     assert at >= ceiling_at(deadline)
+    said = _log(world, box)  # what the box itself says it did, on its own clock
+    asked = [int(line.split()[0]) for line in said if line.endswith(f" destroying {box}")]
+    assert asked and asked[0] >= ceiling_at(deadline), said
     # late by at most one poll and the fake's scheduling (a loaded machine: 20 s real)
     assert at <= ceiling_at(deadline) + timing.BOX_CEILING_POLL_S + 20 * FACTOR
     assert [b.id for b in world.fake.boxes()] == []  # the provider's own record
@@ -149,6 +167,19 @@ def test_a_box_before_its_ceiling_keeps_running_and_the_others_end_only_themselv
     world.wait_destroyed(ended)
     assert [b.id for b in world.fake.boxes()] == [kept]
     assert all(status == 200 for _, status, _ in world.destroys)
+
+
+@pytest.mark.parametrize(
+    "world", [{"destroy_failures": [{"offer": 700, "count": 2, "status": 503}]}], indirect=True
+)
+def test_a_destroy_the_provider_fails_is_asked_again_each_poll_until_it_lands_m14(
+    world: World,
+) -> None:
+    box = world.rent(700, world.box_clock.wall() - timing.BOX_CEILING_GRACE_S)
+    world.wait_destroyed(box)
+    assert [status for _, status, _ in world.destroys] == [503, 503, 200]
+    times = [at for _, _, at in world.destroys]
+    assert times[2] - times[1] >= timing.BOX_CEILING_POLL_S  # one poll apart, never a storm
 
 
 def test_a_box_s_own_key_destroys_only_that_box_and_reads_nothing_m14(world: World) -> None:
@@ -184,9 +215,11 @@ def test_a_ceiling_moved_later_holds_the_box_past_the_old_one_m14(world: World) 
     the old ceiling, reads the new one, and sleeps on."""
     from fakes.ssh import sandbox as box_shell
 
-    near = world.box_clock.wall() - timing.BOX_CEILING_GRACE_S + 0.3 * FACTOR
+    near = world.box_clock.wall() - timing.BOX_CEILING_GRACE_S + FACTOR  # a second away
     box = world.rent(700, near)
     sandbox = world.fake.box_table.parent / "sandboxes" / f"vast-{box}"  # type: ignore[union-attr]
+    (asleep,) = _wait_for(lambda: _log(world, box))  # asleep until the old ceiling...
+    assert asleep.endswith(f" sleeping until {ceiling_at(near)}")  # ...then it is moved
     assert box_shell.run(sandbox, rearm_script(near + 100 * 24 * 3600)) == 0
     assert (sandbox / AT_NAME).read_text() == f"{ceiling_at(near + 100 * 24 * 3600)}\n"
     past = ceiling_at(near) + 3 * timing.BOX_CEILING_POLL_S
@@ -226,16 +259,25 @@ def _running(pid: int) -> bool:
 
 
 # --- the script in a slim image --------------------------------------------------------------
-@pytest.mark.parametrize("tools", [("wget",), ()])
-def test_without_curl_the_ceiling_falls_back_to_wget_then_python_m14(
-    world: World, tmp_path: Path, tools: tuple[str, ...]
+@pytest.mark.parametrize("tool", ["curl", "wget", "python3"])
+def test_any_one_of_curl_wget_or_python_is_enough_for_the_box_to_end_itself_m14(
+    world: World, tmp_path: Path, tool: str
 ) -> None:
-    """Run by ``sh`` as the container would, with only sh, date, sleep, cat and python3 (and
-    wget) on PATH: the box still ends itself."""
+    """Run by ``sh`` as the container would, with only sh and the coreutils it uses on PATH,
+    and one HTTP client of the three (a slim image): the box still ends itself."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))  # an interpreter itself
-    for tool in ("sh", "date", "sleep", "cat", "nohup", *tools):
+    if tool == "python3":
+        (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))  # the interpreter
+    for tool in (
+        "sh",
+        "date",
+        "sleep",
+        "cat",
+        "nohup",
+        "mv",
+        *([tool] if tool != "python3" else []),
+    ):
         found = shutil.which(tool)
         assert found is not None, tool
         (bin_dir / tool).symlink_to(found)

@@ -64,6 +64,7 @@ def ceiling_script(deadline_at: float, base_url: str) -> str:
             f'  c=$(cat "$HOME/{AT_NAME}" 2>/dev/null || echo {armed})',
             "  n=$(date +%s)",
             '  if [ "$n" -lt "$c" ]; then',
+            '    echo "$n sleeping until $c"',
             '    sleep "$((c - n))"',
             "    continue",
             "  fi",
