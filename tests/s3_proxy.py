@@ -14,6 +14,7 @@ silently do (every conditional write lands).
 from __future__ import annotations
 
 import http.client
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -28,6 +29,7 @@ class LossyProxy:
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.lock = threading.Lock()
         self.drops: dict[str, int] = {}
+        self.skips: dict[str, int] = {}
         self.dropped: list[tuple[str, str]] = []  # (method, path) whose answers were lost
         proxy = self
 
@@ -36,6 +38,10 @@ class LossyProxy:
 
             def log_message(self, format: str, *args: object) -> None:  # quiet
                 return
+
+            def setup(self) -> None:
+                super().setup()  # headers and body go out as they are written: no 40 ms waits
+                self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def _body(self) -> bytes:
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -56,6 +62,9 @@ class LossyProxy:
                 if body or self.command in ("PUT", "POST"):
                     headers["Content-Length"] = str(len(body))
                 upstream = http.client.HTTPConnection(proxy.host, proxy.port, timeout=30)
+                upstream.connect()
+                assert upstream.sock is not None
+                upstream.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 upstream.request(self.command, self.path, body=body, headers=headers)
                 answer = upstream.getresponse()
                 payload = answer.read()
@@ -82,13 +91,24 @@ class LossyProxy:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def drop(self, n: int, method: str) -> None:
+    def drop(self, n: int, method: str, skip: int = 0) -> None:
+        """Lose the answers of the next ``n`` conditional ``method`` requests, after letting
+        ``skip`` of them through."""
         with self.lock:
             self.drops[method] = self.drops.get(method, 0) + n
+            self.skips[method] = self.skips.get(method, 0) + skip
+
+    def clear(self) -> None:
+        with self.lock:
+            self.drops.clear()
+            self.skips.clear()
 
     def _take(self, method: str) -> bool:
         with self.lock:
             if self.drops.get(method, 0) <= 0:
+                return False
+            if self.skips.get(method, 0) > 0:
+                self.skips[method] -= 1
                 return False
             self.drops[method] -= 1
             return True

@@ -23,7 +23,9 @@ and his box must outlive everything alice's processes do (M3); alice's guardian 
 host whose wall clock is up to 15 minutes off hers (ahead or behind), and so may cron's sweep;
 a record of bob's, or alice's own kept record, may be edited by hand into garbage; the
 store may refuse every write from some point on (a full disk). Each of these is counted as
-reached, so a run that never met one says so.
+reached, so a run that never met one says so. With ``s3_every``, some lifecycles run over an S3
+state instead (moto's server on loopback), each host through a boto3 client of its own, behind
+a proxy that may let one conditional write land and lose its answer (tests/s3_proxy.py).
 
 Used by tests/test_soak.py (a CI slice) and tests/benchmarks/bench_soak.py (the full run).
 """
@@ -60,6 +62,8 @@ from gpuops.model import Instance
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
 from gpuops.store.memory import MemoryStore
+from gpuops.store.s3 import S3Store
+from s3_proxy import LossyProxy
 
 BASE = "https://console.vast.ai"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsSoakTestKey000000000000000000000000 soak"
@@ -132,22 +136,38 @@ class Tripwire:
             raise self.fire()
 
 
-class WiredStore(MemoryStore):
-    """A MemoryStore whose writes count towards the tripwire, and which a full disk makes
-    refuse every write (``full``), as the local store does on ENOSPC."""
+class Disk:
+    """What every store client of one lifecycle shares: the tripwire, and whether the disk
+    (or the bucket) refuses every write from now on (``full``), as a full disk does."""
 
     def __init__(self, wire: Tripwire) -> None:
-        super().__init__()
         self.wire = wire
         self.full = False
 
-    def _wired(self, write: Callable[..., Any], *args: Any) -> Any:
+    def wired(self, write: Callable[..., Any], *args: Any) -> Any:
         if self.full:
             raise StoreUnavailable("cannot write: No space left on device")
         self.wire.tick(done=False)
         result = write(*args)
         self.wire.tick(done=True)
         return result
+
+
+class WiredStore(MemoryStore):
+    """A MemoryStore whose writes count towards the tripwire and stop on a full ``disk``."""
+
+    def __init__(self, disk: Disk) -> None:
+        super().__init__()
+        self.disk = disk
+
+    def _wired(self, write: Callable[..., Any], *args: Any) -> Any:
+        return self.disk.wired(write, *args)
+
+    def raw_edit(self, key: str, edit: Callable[[bytes], bytes]) -> None:
+        """A hand's edit of one stored object, past the tripwire."""
+        found = MemoryStore.get(self, key)
+        if found is not None:
+            MemoryStore.put(self, key, edit(found.data), found.version)
 
     def create(self, key: str, data: bytes) -> str:
         return self._wired(super().create, key, data)
@@ -157,6 +177,63 @@ class WiredStore(MemoryStore):
 
     def delete(self, key: str, version: str) -> None:
         self._wired(super().delete, key, version)
+
+
+class WiredS3(S3Store):
+    """One host's client of an S3 state (moto's server, through a proxy that can lose an
+    answer): its writes count towards the tripwire and stop on a full ``disk``."""
+
+    def __init__(self, disk: Disk, bucket: str, prefix: str, client: Any) -> None:
+        super().__init__(bucket, prefix, client=client)
+        self.disk = disk
+
+    def create(self, key: str, data: bytes) -> str:
+        return self.disk.wired(super().create, key, data)
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        return self.disk.wired(super().put, key, data, version)
+
+    def delete(self, key: str, version: str) -> None:
+        self.disk.wired(super().delete, key, version)
+
+    def raw_edit(self, key: str, edit: Callable[[bytes], bytes]) -> None:
+        found = S3Store.get(self, key)
+        if found is not None:
+            S3Store.put(self, key, edit(found.data), found.version)
+
+
+@dataclass
+class S3World:
+    """moto's S3 on loopback behind a proxy that can lose a conditional write's answer, and
+    one boto3 client per host (separate store clients); each lifecycle its own prefix."""
+
+    server: Any
+    proxy: LossyProxy
+    clients: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls) -> S3World:
+        from fakes.s3 import serve_s3
+
+        server = serve_s3()
+        return cls(server, LossyProxy(server.url))
+
+    def client(self, host: str) -> Any:
+        if host not in self.clients:
+            import boto3
+
+            self.clients[host] = boto3.client(
+                "s3",
+                endpoint_url=self.proxy.url,
+                region_name="us-east-1",
+                aws_access_key_id="soak",
+                aws_secret_access_key="soak",
+            )
+        return self.clients[host]
+
+    def close(self) -> None:
+        self.proxy.close()
+        self.server.close()
 
 
 class WiredVast:
@@ -202,6 +279,8 @@ class Tally:
     full_disks: int = 0  # the store refusing every write from some point on
     names_reused: int = 0  # bob rents alice's name once all her processes have ended
     names_left_unusable: int = 0  # ...and was refused or left unresolved (M16: a bug)
+    s3_lifecycles: int = 0  # over an S3 state, a client per host
+    lost_answers: int = 0  # conditional S3 writes that landed and whose answer was lost
     failures: list[str] = field(default_factory=list)  # the first few, with their seeds
 
     def bad(self) -> int:
@@ -296,14 +375,30 @@ class Host:
         self._sleep(seconds)
 
 
-def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
-    """One faulty rent -> deadline lifecycle, judged by the fake."""
+def lifecycle(seed: int, tally: Tally, tmp: Path, s3: S3World | None = None) -> None:
+    """One faulty rent -> deadline lifecycle, judged by the fake; with ``s3``, over an S3
+    state that each host reaches with its own client, and that may lose one answer."""
     rng = random.Random(seed)
     fake = FakeVast(parse_scenario(_scenario(rng)), clock=FakeClock())
     wire = Tripwire()
     audit = Audit(fake, tally, seed)
-    store = WiredStore(wire)
+    disk = Disk(wire)
+    stores: dict[str, Any] = {}
+
+    def store_of(host: str) -> Any:
+        if host not in stores:
+            if s3 is None:  # one local state, shared
+                stores[host] = stores.get("hostA") or WiredStore(disk)
+            else:
+                stores[host] = WiredS3(disk, s3.server.bucket, f"soak/{seed}", s3.client(host))
+        return stores[host]
+
+    store = store_of("hostA")
     tally.lifecycles += 1
+    if s3 is not None:
+        tally.s3_lifecycles += 1
+        if rng.random() < 0.5:  # one conditional write lands and its answer is lost
+            s3.proxy.drop(1, rng.choice(["PUT", "DELETE"]), skip=rng.randint(0, 40))
     with fake.activate(BASE):
         stranger = fake.create(STRANGER, {"label": "someone-else", "image": "x", "disk": 5}).id
 
@@ -319,7 +414,7 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
             )
             return KilledMarket(
                 WiredVast(adapter, wire),  # type: ignore[arg-type]
-                Ledger(store, audit, operator, clock=clock.wall),
+                Ledger(store_of(host), audit, operator, clock=clock.wall),
                 audit,
                 probe=probe,
                 public_key=KEY,
@@ -373,7 +468,7 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
                 _spoil(store, rental.box)
         if guarded and rng.random() < 0.1:  # the disk under the guardian's state fills up
             tally.full_disks += 1
-            store.full = True
+            disk.full = True
 
         by_hand = rng.random() < 0.2
         if by_hand:  # the user destroys it by hand at some point
@@ -416,13 +511,13 @@ def lifecycle(seed: int, tally: Tally, tmp: Path) -> None:
         spoiled = tally.own_corrupt > own_before  # her own record awaits a person: not reused
         if not spoiled and rng.random() < 0.3:  # alice's processes have ended: bob takes it
             wire.arm(None, False, Killed)  # every process of hers has ended: no tripwire left
-            _reuse(market, fake, store, tally, audit, others)
+            _reuse(market, fake, disk, tally, audit, others)
 
 
 def _reuse(
     market: Callable[..., Market],
     fake: FakeVast,
-    store: WiredStore,
+    disk: Disk,
     tally: Tally,
     audit: Audit,
     others: set[int],
@@ -431,7 +526,7 @@ def _reuse(
     cron's sweep has run past any unclear create's window. Her name must be usable (M16, M13:
     no state left stuck), and his box ends by his own `destroy`."""
     tally.names_reused += 1
-    store.full = False
+    disk.full = False
     fake.advance(timing.UNCLEAR_CREATE_WINDOW_S)
     with contextlib.suppress(GpuopsError):
         sweep(market())
@@ -464,12 +559,9 @@ def _bob_rents(
     return None
 
 
-def _spoil(store: MemoryStore, box: str) -> None:
+def _spoil(store: WiredStore | WiredS3, box: str) -> None:
     """Edit ledger record ``box`` by hand into bytes no codec reads."""
-    key = PREFIX + box
-    found = MemoryStore.get(store, key)
-    if found is not None:
-        MemoryStore.put(store, key, found.data[: len(found.data) // 2], found.version)
+    store.raw_edit(PREFIX + box, lambda data: data[: len(data) // 2])
 
 
 def _guard(
@@ -522,7 +614,7 @@ def _guard(
                 lease, _ = Leases(store).read(guardian.lease_key)  # its incarnation's
             except GpuopsError:
                 lease = None  # its lease edited into garbage: nothing stands for it
-            full = isinstance(store, WiredStore) and store.full  # the drop could not land
+            full = store.disk.full  # the drop could not land
             if stop.code != 128 + signal.SIGTERM or (
                 lease is not None and lease.holder == guardian.me and not full
             ):
@@ -553,11 +645,21 @@ def _ours_billing(fake: FakeVast, others: int | set[int]) -> list[int]:
     return [b.id for b in fake.boxes() if b.id not in skip and intent_of(b.label) is not None]
 
 
-def run(count: int, seed: int = 0) -> tuple[Tally, float]:
-    """``count`` lifecycles from ``seed``; the tally and the wall seconds they took."""
+def run(count: int, seed: int = 0, s3_every: int = 0) -> tuple[Tally, float]:
+    """``count`` lifecycles from ``seed`` (every ``s3_every``-th over an S3 state, 0: none);
+    the tally and the wall seconds they took."""
     tally = Tally()
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gpuops-soak-") as tmp:
-        for i in range(count):
-            lifecycle(seed * 1_000_003 + i, tally, Path(tmp))
+    s3 = S3World.start() if s3_every else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpuops-soak-") as tmp:
+            for i in range(count):
+                over = s3 if s3 is not None and i % s3_every == 0 else None
+                lifecycle(seed * 1_000_003 + i, tally, Path(tmp), over)
+                if over is not None:
+                    over.proxy.clear()  # an answer left to lose is this lifecycle's only
+    finally:
+        if s3 is not None:
+            tally.lost_answers = len(s3.proxy.dropped)
+            s3.close()
     return tally, time.perf_counter() - started

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.soak
 
 SLICES = 4  # xdist spreads the slices over the workers; each is short on a loaded machine too
 PER_SLICE = 80
+S3_LIFECYCLES = 4  # each ~1.5 s: moto's server behind a proxy, boto3 on both ends
 
 
 @pytest.mark.parametrize("part", range(SLICES))
@@ -38,3 +39,16 @@ def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_
     assert tally.skewed_owners > 0 and tally.others_corrupt > 0
     assert tally.own_corrupt > 0 and tally.full_disks > 0
     assert tally.names_reused > 0 and tally.names_left_unusable == 0  # M16
+
+
+def test_over_an_s3_state_with_a_client_per_host_and_lost_answers_the_same_verdicts_hold_m17():
+    """The same lifecycles over an S3 state (moto's server), alice's and bob's hosts each with
+    a client of their own, through a proxy that lets a conditional write land and loses its
+    answer: the writer resolves it by reading back, and nothing leaks or lies."""
+    tally, _ = run(S3_LIFECYCLES, seed=2001, s3_every=1)
+
+    assert tally.s3_lifecycles == S3_LIFECYCLES and tally.failures == []
+    assert (tally.leaked, tally.wrong_destroys) == (0, 0)
+    assert (tally.premature_releases, tally.exit_0_while_billing, tally.stuck) == (0, 0, 0)
+    assert tally.bad() == 0
+    assert tally.lost_answers > 0  # reached: an answer was lost and resolved

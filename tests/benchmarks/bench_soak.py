@@ -2,6 +2,10 @@
 through the real Market, adapter, guardian and sweep against FakeVast in-process.
 
     .venv/bin/python tests/benchmarks/bench_soak.py [--lifecycles 10000] [--seed 0] [--jobs 2]
+        [--s3-every 20]
+
+Every ``--s3-every``-th lifecycle (default 20; 0: none) runs over an S3 state (moto's server
+behind a proxy that may lose one conditional write's answer), each host with its own client.
 
 Prints lifecycles per second, the machine's load, and every count tests/soak.py keeps; exits 1
 if any of leaked boxes, wrong destroys, premature releases or exit-0-while-billing is not 0.
@@ -25,9 +29,9 @@ from soak import Tally, run  # noqa: E402
 CHUNK = 250
 
 
-def _chunk(args: tuple[int, int]) -> Tally:
-    count, seed = args
-    return run(count, seed)[0]
+def _chunk(args: tuple[int, int, int]) -> Tally:
+    count, seed, s3_every = args
+    return run(count, seed, s3_every)[0]
 
 
 def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
@@ -36,9 +40,10 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser.add_argument("--lifecycles", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--s3-every", type=int, default=20)
     args = parser.parse_args(argv)
     chunks = [
-        (min(CHUNK, args.lifecycles - start), args.seed * 100_000 + start // CHUNK)
+        (min(CHUNK, args.lifecycles - start), args.seed * 100_000 + start // CHUNK, args.s3_every)
         for start in range(0, args.lifecycles, CHUNK)
     ]
     load_before = os.getloadavg()[0]
