@@ -92,7 +92,9 @@ _URL_USERINFO = re.compile(
     r"(?<![A-Za-z0-9+.-])(?P<head>[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@]{1,256}:)[^/\s@]{1,256}(?=@)"
 )
 _AUTH_SCHEMES = frozenset({"bearer", "basic", "token"})
-_SCHEME_CREDENTIAL = re.compile(r"""(?P<space>\s+)[^\s"'<>,;&]+""")
+# A credential never holds a backslash: one is the escape of a JSON-quoted value's closing
+# quote, which a redaction must leave in place (the body stays JSON).
+_SCHEME_CREDENTIAL = re.compile(r"""(?P<space>\s+)[^\s"'<>,;&\\]+""")
 _BEARER = re.compile(r"\b(?P<scheme>(?i:bearer))(?P<space>\s+)(?P<token>[A-Za-z0-9\-._~+/]+=*)")
 # Self-identifying tokens. Unanchored on purpose: text glued to a key must not hide it.
 _TOKENS = re.compile(

@@ -112,7 +112,7 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.market.watchdog": ("tests/test_watchdog.py",),
     # M15's arithmetic, pinned by its own pure tests
     "gpuops.market.budget": ("tests/test_budget.py",),
-    "gpuops.market.ceiling": ("tests/test_ceiling.py", "tests/test_timing.py"),
+    "gpuops.market.ceiling": ("tests/test_ceiling.py",),
     "gpuops.lane.board": _LANE,
     # The lane's decisions, its script linter and the linter's parse of the script are pinned
     # by their own pure tests: the incident replays boot real processes in FakeGCE, far too

@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from soak import BASE, FATES, KEY, Killed, KilledMarket, Tripwire, WiredStore, WiredVast
+from soak import BASE, FATES, KEY, Disk, Killed, KilledMarket, Tripwire, WiredStore, WiredVast
 from store_fakes import Events
 
 from fakes.scenario import DestroyFailure, LostCreate, RateLimitBurst, parse_scenario
@@ -63,7 +63,7 @@ class OwnerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.wire = Tripwire()
-        self.store = WiredStore(self.wire)
+        self.store = WiredStore(Disk(self.wire))
         self.audit = Audit()
         self.fake: FakeVast | None = None
         self.active: Any = None

@@ -32,13 +32,13 @@ BASE = "https://console.vast.ai"
 
 @pytest.fixture
 def served(tmp_path: Path):
-    """FakeVast on loopback at x1000 with a cheap healthy offer and a dear one."""
+    """FakeVast on loopback at x100 with a cheap healthy offer and a dear one."""
     doc = yaml.safe_load((ROOT / "fakes" / "scenarios" / "default.yaml").read_text())
     cheap, dear = dict(doc["vast"]["offers"][2]), dict(doc["vast"]["offers"][3])
     cheap.update(id=777001, dph_total=0.12, fate="healthy")
     dear.update(id=777002, dph_total=0.95, fate="healthy")
     doc["vast"]["offers"] = [dear, cheap]
-    doc["time_scale"] = 1000
+    doc["time_scale"] = 100  # at x1000 the probe's real seconds outlast the box's own ceiling
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(doc))
     server = Served("--scenario", str(path))

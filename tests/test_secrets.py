@@ -230,3 +230,19 @@ def test_a_secret_embedded_anywhere_in_a_payload_never_survives(
     assert value not in json.dumps(scrub(payload), ensure_ascii=False)
     assert value not in scrub_text(message)
     assert value.encode() not in log.path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ('h="Authorization: Bearer $CONTAINER_API_KEY"', 'h="Authorization: Bearer $CONTAINER_API_KEY"'),
+        ('h="Authorization: Bearer abc123def"', 'h="Authorization: Bearer [REDACTED]"'),
+    ],
+)
+def test_a_json_quoted_credential_is_redacted_and_the_body_stays_json_h3(value, shown):
+    """H3: in a JSON body (a box's onstart, as a recording holds it) the credential after a
+    scheme goes, its escaped closing quote stays, and a shell variable is no secret."""
+    import json
+
+    out = scrub_text(json.dumps({"onstart": value}))
+    assert json.loads(out) == {"onstart": shown}

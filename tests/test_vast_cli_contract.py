@@ -176,7 +176,9 @@ def test_the_cli_creates_shows_labels_lists_and_destroys_a_box_h4(story):
     listed = said["list"].json()
     destroyed = said["destroy"]
 
+    key = created.pop("instance_api_key")  # the box's own key (M14), which vastai reads too
     assert created == {"success": True, "new_contract": FIRST_ID}
+    assert len(key) == 64 and int(key, 16) >= 0
     assert shown["id"] == FIRST_ID and shown["label"] == "contract"
     assert "label for 1234568 set to relabelled" in said["label"].out
     assert [row["label"] for row in listed] == ["relabelled"]
