@@ -106,6 +106,7 @@ class Copies:
         with self._lock:
             self.ended = why
             live = list(self._live.values())
+            self._live.clear()
         for proc, target in live:
             _end_copy(proc, target)
         return sorted(proc.pid for proc, _ in live)
