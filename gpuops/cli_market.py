@@ -466,7 +466,9 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
             f"{row['name']:<20} {row['state']:<9} {_text(row['instance_id']):<11} "
             f"{_usd(row['dph_total'], 4):>9} {_usd(row['spend_usd'], 4):>9}  "
             f"{_when(row['deadline_at']) if row['state'] in ('live', 'racing') else '-':<42}  "
-            f"{row['owner']}" + (f"  guard {row['guard']}" if row["state"] == "live" else "")
+            f"{row['owner']}"
+            + (f"  guard {row['guard']}" if row["state"] == "live" else "")
+            + _results_of(row)
         )
     for record in candidates:
         print(
@@ -480,6 +482,16 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
         )
     if not rows and not pending and not candidates:
         print("no boxes")
+
+
+def _results_of(row: dict[str, Any]) -> str:
+    """How the rental's results copy ended, as its guardian recorded it on the rental (M17):
+    "results delivered (where)", "results MISSING (why)", "results none (why)"; nothing while
+    no copy has ended."""
+    if row["results"] is None:
+        return ""
+    said = "MISSING" if row["results"] == "missing" else row["results"]
+    return f"  results {said} ({row['results_detail']})"
 
 
 def _record_row(record: Any) -> dict[str, Any]:

@@ -310,8 +310,10 @@ RULES: tuple[Rule, ...] = (
         "and `boxes`/`rent`/`guard` judge a lease on this host's facts "
         "(tests/test_team_clocks.py); the S3 store resolves a lost answer by reading back "
         "(a loopback proxy before moto); the team soak (tests/soak.py) counts each path; "
-        "not yet: SIGTERM does not end the guardian's own copy child, and `boxes` does not "
-        "show a results copy that failed (the event log does)",
+        "SIGTERM mid-copy ends the guardian's copy child (its process group) and removes "
+        "the partial tarball, and `boxes` shows results missing (why) or delivered (where) "
+        "(tests/test_guard_process.py, a real guardian; tests/test_guard_all.py, the "
+        "service)",
     ),
     Rule(
         "H1",

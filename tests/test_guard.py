@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import random
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -157,7 +159,9 @@ def test_the_guardian_copies_results_destroys_at_the_deadline_and_exits_0(world)
     assert after is not None and after.state == RELEASED
     assert market.ledger.get(after.box or "").state is BoxState.RELEASED
     (copied,) = world.events.kinds("guard.copy")
-    assert copied["ok"] is True
+    assert copied["ok"] is True and copied["results"] == "delivered"
+    # M17: recorded on the rental `boxes` reads: delivered, and where
+    assert (after.results, after.results_detail) == ("delivered", str(answer.parents[1]))
     (gone,) = world.events.kinds("guard.confirmed_gone")
     copy_at, _ = g.schedule(rental.started_at or 0.0, rental.deadline_at)
     assert copy_at - rental.deadline_at <= gone["delay_s"] <= 0
@@ -188,6 +192,9 @@ def test_a_missing_results_directory_is_logged_and_the_box_still_destroyed(world
     (copied,) = world.events.kinds("guard.copy")
     assert copied["ok"] is False and "no results directory results" in copied["detail"]
     assert world.alive() == []
+    after = market.rentals.get("job")  # none made is said, and is not "missing" (M17)
+    assert after is not None and after.results == "none"
+    assert "no results directory results" in str(after.results_detail)
 
 
 @pytest.mark.parametrize(
@@ -479,3 +486,77 @@ def test_a_guardian_of_an_earlier_incarnation_never_ends_the_next_one_s_box_m16(
     assert world.alive() == [second]
     new = world.guardian(world.market(), "alice/pi/2/bb")
     assert new.run() == g.GONE and world.alive() == []
+
+
+def group_alive(pgid: int) -> bool:
+    """Some process of group ``pgid`` still runs (a zombie waiting to be reaped does not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, group = stat.read_text().rpartition(")")[2].split()[:3]
+        except (OSError, ValueError):
+            continue  # it ended while we looked
+        if int(group) == pgid and state != "Z":
+            return True
+    return False
+
+
+def wait_until(what: str, check: Any) -> Any:
+    """Poll a real process's doing until ``check`` holds (a bound, never a guess at timing)."""
+    ends = time.monotonic() + timing.SSH_COMMAND_TIMEOUT_S
+    while time.monotonic() < ends:
+        found = check()
+        if found:
+            return found
+        time.sleep(timing.GUARD_SPAWN_POLL_S)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_ended_copies_are_killed_by_process_group_reaped_and_their_tarballs_removed_m17(
+    tmp_path,
+):
+    """M17: a copy child registered with the guardian's Copies is killed with its whole process
+    group (what it started too), reaped, and its partial tarball and folder removed when the
+    guardian is stopped; a copy that starts afterwards is ended at once, never told started."""
+    started: list[tuple[int, Path]] = []
+    copies = jobs.Copies(started=lambda pid, target: started.append((pid, target)))
+    folder = tmp_path / "gpuops-results-1"
+    folder.mkdir()
+    tarball = folder / "results.tar.gz"
+    with tarball.open("wb") as out:  # a child that starts a grandchild in its group, as ssh may
+        proc = subprocess.Popen(
+            ["sh", "-c", "sleep 600 & echo partial; wait"], stdout=out, start_new_session=True
+        )
+    assert copies.add(proc, tarball)
+    assert started == [(proc.pid, tarball)] and copies.live() == [proc.pid]
+    wait_until("the partial tarball", lambda: tarball.stat().st_size > 0)  # the child writes
+
+    assert copies.end("stopped by SIGTERM") == [proc.pid]
+
+    assert proc.returncode == -signal.SIGKILL  # reaped, by its group's SIGKILL
+    assert not group_alive(proc.pid)  # the grandchild too
+    assert not folder.exists() and copies.live() == []
+    assert copies.ended == "stopped by SIGTERM"
+    late_folder = tmp_path / "gpuops-results-2"
+    late_folder.mkdir()
+    (late_folder / "results.tar.gz").write_bytes(b"")
+    late = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    assert not copies.add(late, late_folder / "results.tar.gz")
+    assert late.returncode == -signal.SIGKILL and not late_folder.exists()
+    assert started == [(proc.pid, tarball)] and copies.live() == []
+
+
+def test_a_copy_that_ran_to_its_end_is_recorded_delivered_none_or_missing_m17():
+    """M17: delivered and where; none when the job made no results directory; missing and
+    why for any other error (a failed ssh, a budget overrun, a refused destination)."""
+    from gpuops.market.guard import results_outcome
+    from gpuops.market.results import Copied
+
+    assert results_outcome(Copied("", "/r/job/1", 10)) == ("delivered", "/r/job/1")
+    assert results_outcome(Copied("exit 3: no results", None, 0, none_made=True)) == (
+        "none",
+        "exit 3: no results",
+    )
+    assert results_outcome(Copied("the copy overran its 5 s budget", None, 9)) == (
+        "missing",
+        "the copy overran its 5 s budget",
+    )

@@ -5,11 +5,13 @@ a stop that gives every lease up."""
 from __future__ import annotations
 
 import signal
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 from store_fakes import Events
-from test_guard import world  # noqa: F401  (the fixture)
+from test_guard import group_alive, wait_until, world  # noqa: F401  (world: the fixture)
 
 from gpuops.errors import CorruptState
 from gpuops.market import guard_all as ga
@@ -139,3 +141,49 @@ def job_lease(store):  # type: ignore[no-untyped-def]
 
     rental = Rentals(store, "alice").get("job")
     return Leases(store).read("job" if rental is None else lease_key(rental))
+
+
+@pytest.mark.fault(
+    "the guardian service is stopped while a guardian copies results off",
+    handled="every copy in flight is ended by its process group, its partial tarball removed, "
+    "and the results recorded missing (why) on the rental and in the event log (M17)",
+)
+def test_a_stopped_guardian_service_ends_every_copy_in_flight_and_records_results_missing_m17(
+    world,
+):
+    """M17: SIGTERM to `guard --all` while a guardian's thread copies a large results directory:
+    the copy's ssh and its whole process group are gone, no partial tarball is left, nothing is
+    delivered, and the rental and the event log say the results are missing, and why."""
+    market = world.rent(hours=1.0)
+    # a sparse 64 GiB file: the copy streams for minutes, so the stop lands in the middle of it
+    world.run_job(
+        market, "mkdir -p results && echo ok > results/r.txt && truncate -s 64G results/big"
+    )
+    service = ga.Service(world.store, world.events, lambda r, leases: None, say=lambda line: None)
+    (r,) = market.rentals.all()
+    slot = ga.Slot((r.name, r.rental_id))
+    slot.guardian = world.guardian(
+        market, "alice/hostA/1/aa", leases=ga.GatedLeases(world.store, service.gate)
+    )
+    service.slots[r.name] = slot
+    while not slot.guardian.mind.held:
+        assert slot.guardian.step() is None
+    assert job_lease(world.store)[0].holder == "alice/hostA/1/aa"
+    copying = threading.Thread(target=slot.guardian._copy, args=(600.0,), daemon=True)
+    copying.start()  # on a thread of its own, as the service runs each guardian
+    (started,) = wait_until("the copy's ssh", lambda: world.events.kinds("guard.copy.started"))
+
+    with pytest.raises(SystemExit):
+        service.stop(signal.SIGTERM)
+
+    assert not group_alive(started["pid"])  # the ssh, and what it started in its group
+    assert not Path(started["tarball"]).parent.exists()  # no partial tarball left
+    why = "the copy was cut: stopped by SIGTERM (the guardian service)"
+    after = market.rentals.get("job")
+    assert after is not None and (after.results, after.results_detail) == ("missing", why)
+    (copied,) = world.events.kinds("guard.copy")
+    assert copied["ok"] is False and copied["results"] == "missing"
+    assert copied["detail"] == why and copied["ended"] == [started["pid"]]
+    assert not (world.tmp / "results").exists()  # nothing delivered
+    assert job_lease(world.store) == (None, None)
+    # the guardian's thread is parked by the closed gate (the process exits); it never delivers

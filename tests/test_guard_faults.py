@@ -147,6 +147,10 @@ def test_a_results_bucket_that_does_not_exist_still_ends_in_the_destroy_m17(worl
     assert world.alive() == []
     (copied,) = world.events.kinds("guard.copy")
     assert copied["ok"] is False and "NoSuchBucket" in copied["detail"]
+    assert copied["results"] == "missing"
+    after = market_of(world, "alice").rentals.get("job")  # shown by `boxes` (M17)
+    assert after is not None and after.results == "missing"
+    assert "NoSuchBucket" in str(after.results_detail)
     (ended,) = world.events.kinds("guard.exit")
     assert ended["code"] == 1 and "results not delivered" in ended["reason"]
 

@@ -309,3 +309,71 @@ def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_th
     ]
     assert moves[-3:] == ["destroying", "gone-confirmed", "released"]
     assert [e["code"] for e in fakes.events("guard.exit")] == [0]
+
+
+def _group_alive(pgid: int) -> bool:
+    """Some process of group ``pgid`` still runs (a zombie waiting to be reaped does not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, group = stat.read_text().rpartition(")")[2].split()[:3]
+        except (OSError, ValueError):
+            continue  # it ended while we looked
+        if int(group) == pgid and state != "Z":
+            return True
+    return False
+
+
+@pytest.mark.fault(
+    "a guardian is stopped by SIGTERM in the middle of its results copy",
+    handled="its ssh's process group is ended and the partial tarball removed; the results are "
+    "recorded missing (why) in the event log and `boxes`; a successor copies them and `boxes` "
+    "says delivered, and where (M17)",
+)
+def test_a_guardian_stopped_mid_copy_ends_its_ssh_and_tarball_and_a_successor_delivers(fakes):
+    """M17: SIGTERM to a guardian while it streams a large results directory off the box: its
+    ssh's process group is gone, no partial tarball is left, the event log and `boxes` say the
+    results are missing and why; `gpuops guard NAME` starts a successor that copies them, and
+    `boxes` then says delivered, and where."""
+    fakes.gpuops("rent", "copy-box", "--gpu", "RTX 4090", "--hours", "1", "--race", "1")
+    # a sparse 64 GiB file: the first copy streams for minutes, so the signal lands inside it
+    fakes.gpuops("run", "copy-box", "--", "mkdir -p results && echo trained > results/model.txt"
+                 " && truncate -s 64G results/big && sleep 600")  # fmt: skip
+    sandboxes = Path(fakes.env["GPUOPS_FAKE_SSH_BOXES"]).parent / "sandboxes"
+    (big,) = fakes.wait_for(
+        "the job's results", lambda: list(sandboxes.glob("*/gpuops/copy-box/results/big"))
+    )
+    (first,) = fakes.wait_for("the first guardian", lambda: fakes.events("guard.start"))
+    # 14.4 s from now: the copy starts about 10 s from now, with a budget of about 3 s
+    assert fakes.json("guard", "copy-box", "--hours", "0.004")["pid"] is None
+    (copying,) = fakes.wait_for("the copy's ssh", lambda: fakes.events("guard.copy.started"))
+    assert _group_alive(int(copying["pid"])) and Path(copying["tarball"]).exists()
+
+    os.kill(int(first["pid"]), signal.SIGTERM)
+    fakes.wait_for("the guardian to exit", lambda: not _alive(int(first["pid"])))
+
+    assert not _group_alive(int(copying["pid"]))  # the ssh and all it started in its group
+    assert not Path(copying["tarball"]).parent.exists()  # no partial tarball left in /tmp
+    why = "the copy was cut: stopped by SIGTERM"
+    (cut,) = fakes.events("guard.copy")
+    assert (cut["ok"], cut["results"], cut["detail"]) == (False, "missing", why)
+    assert [e["code"] for e in fakes.events("guard.exit")] == [128 + signal.SIGTERM]
+    (row,) = fakes.json("boxes")["rentals"]
+    assert (row["state"], row["results"], row["results_detail"]) == ("live", "missing", why)
+    assert f"results MISSING ({why})" in fakes.gpuops("boxes").stdout
+    assert not (fakes.results / "copy-box").exists()
+
+    big.unlink()  # the rest of the results copies in a moment
+    successor = fakes.json("guard", "copy-box", "--hours", "0.003")["pid"]  # at once: no lease
+    assert successor is not None
+    fakes.wait_for("the confirmed destroy", lambda: fakes.events("guard.confirmed_gone"))
+    fakes.wait_for("the successor to exit", lambda: not _alive(successor))
+
+    (model,) = (fakes.results / "copy-box").glob("*/model.txt")  # NAME/<rental id>/ (M16)
+    assert model.read_text() == "trained\n"
+    assert [e["results"] for e in fakes.events("guard.copy")] == ["missing", "delivered"]
+    assert [e["code"] for e in fakes.events("guard.exit")] == [128 + signal.SIGTERM, 0]
+    (row,) = fakes.json("boxes")["rentals"]
+    assert (row["state"], row["results"]) == ("released", "delivered")
+    assert row["results_detail"] == str(model.parent)
+    assert f"results delivered ({model.parent})" in fakes.gpuops("boxes").stdout
+    assert fakes.live_instances() == []

@@ -12,8 +12,10 @@ from gpuops import timing
 from gpuops.errors import CorruptState, IllegalTransition, NameTaken, UsageError, VersionConflict
 from gpuops.ledger import CAS_ATTEMPTS, BoxState, Record
 from gpuops.market.rentals import (
+    DELIVERED,
     FAILED,
     LIVE,
+    MISSING,
     MOVES,
     PREFIX,
     RACING,
@@ -171,6 +173,44 @@ def test_an_update_changes_the_named_fields_and_counts_a_revision(alice, store):
     )  # fmt: skip
     assert stored(store, "job") == live
     assert alice.update("job", ended_at=9.0).revision == 3
+
+
+def test_a_results_copy_is_recorded_on_its_own_incarnation_and_counts_a_revision_m17(alice, store):
+    """M17: how the copy ended (missing and why, then delivered and where) is written on the
+    rental itself, which `boxes` reads anyway; nothing else of it changes."""
+    first = alice.begin_race("job")
+    live = alice.update("job", state=LIVE, instance_id="77")
+
+    assert alice.note_results("job", first.rental_id, MISSING, "the copy was cut: SIGTERM")
+    assert stored(store, "job") == Rental(
+        **{**asdict(live), "results": MISSING, "results_detail": "the copy was cut: SIGTERM",
+           "revision": live.revision + 1}
+    )  # fmt: skip
+    assert alice.note_results("job", first.rental_id, DELIVERED, "/r/job/x")
+    after = stored(store, "job")
+    assert (after.results, after.results_detail, after.revision) == (
+        DELIVERED,
+        "/r/job/x",
+        live.revision + 2,
+    )
+
+
+def test_a_results_copy_never_marks_another_incarnation_or_another_owners_rental_m16(
+    alice, bob, store
+):
+    """M16/M17: a guardian's copy outcome is written only on its own incarnation of the name:
+    not on a later race of it, not on another operator's rental, not on a rental gone."""
+    first = alice.begin_race("job")
+    alice.update("job", state=FAILED)
+    again = alice.begin_race("job")  # a new incarnation: starts with no results of its own
+    assert (again.results, again.results_detail) == (None, None)
+    store.calls.clear()
+
+    assert not alice.note_results("job", first.rental_id, MISSING, "old news")
+    assert not bob.note_results("job", again.rental_id, MISSING, "not bob's")
+    assert not alice.note_results("nothing", None, MISSING, "no rental")
+    assert stored(store, "job") == again
+    assert "put" not in store.calls and "create" not in store.calls
 
 
 def test_updating_a_rental_that_does_not_exist_is_a_usage_error(alice, store):

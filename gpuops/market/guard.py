@@ -19,6 +19,7 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
@@ -45,11 +46,14 @@ from gpuops.market.ending import (
     end_records,
     owned_records,
 )
-from gpuops.market.jobs import BoxShell, Jobs
+from gpuops.market.jobs import BoxShell, Copies, Jobs
 from gpuops.market.leases import Leases
 from gpuops.market.rent import Market
 from gpuops.market.rentals import (
+    DELIVERED,
     FAILED,
+    MISSING,
+    NO_RESULTS,
     RACING,
     RELEASED,
     check_name,
@@ -57,7 +61,7 @@ from gpuops.market.rentals import (
     process_id,
     results_key,
 )
-from gpuops.market.results import Results, copy_results
+from gpuops.market.results import Copied, Results, copy_results
 from gpuops.market.teardown import Ending, label_for
 
 # exit code: every box confirmed gone, but the guardian's own work failed on the way (M17):
@@ -116,12 +120,15 @@ class Guardian:
         self.rental_id: str | None = None  # the incarnation this guardian answers for (M16)
         self.lease_key = self.name  # its lease: that incarnation's (rentals.lease_key)
         self.last_race = 0  # the last race of it seen: a later incarnation's come after
+        self.copying = False  # a results copy is under way: a signal cuts it (M17)
         self.due_at = 0.0  # the deadline as this host enforces it; set by bind and _box
         self.faults: list[str] = []  # what failed in our own work: the exit says it (M17)
         self.finished: int | None = None  # an exit decided outside the pure core (M17)
         self.events = _NeverInTheWay(market.events, say)
         self.alarms = alarms or a.silent(self.events)  # O1: heard, never in the way
         self.market = market.on(clock=WithSleep(clock, self.market_sleep), events=self.events)
+        # its copy children, ended by the signal path (``release``), never left running (M17)
+        self.copies = Copies(started=self._copy_started)
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> int:
@@ -319,13 +326,17 @@ class Guardian:
         """Copy results off; any failure of the copy is recorded and shown, and never keeps
         the destroy from following (M17)."""
         faults = len(self.faults)
+        self.copying = True
         try:
             self._copy_results(budget_s)
         except Exception as exc:  # the copy is ours: its fault ends in the destroy, never here
             detail = f"the results copy failed: {type(exc).__name__}: {exc}"
             self.faults.append(f"results not delivered ({detail})")
-            self._log("guard.copy", ok=False, detail=detail)
+            self._log("guard.copy", ok=False, detail=detail, results=MISSING)
+            self._note_results(MISSING, detail)
             self.say(f"gpuops guard: {self.name}: {detail}; destroying at the deadline anyway")
+        finally:
+            self.copying = False
         if len(self.faults) > faults:  # O1: a person hears it, and the destroy follows at once
             self.alarms.raise_alarm(a.copy_failed(self, self.faults[-1]))
 
@@ -337,7 +348,9 @@ class Guardian:
         started = self.clock.wall()
         instance = self.market.vast.show(job.instance_id)
         if instance is None:
-            self._log("guard.copy", ok=False, detail="the box is already gone")
+            gone = "the box was already gone: its results were never copied"
+            self._log("guard.copy", ok=False, detail=gone, results=MISSING)
+            self._note_results(MISSING, gone)
             return
         copied = copy_results(
             self.shell,
@@ -348,8 +361,12 @@ class Guardian:
             deliver=lambda tarball: self.results.deliver(self.results_key, tarball),
             poll_s=self.clockwork.poll_s,
             keep_alive=self._heartbeat,
+            copies=self.copies,
         )
         error, destination, size = copied.error, copied.destination, copied.size
+        if error and self.copies.ended is not None:
+            return  # cut by a signal: ``cut_copy`` has said and recorded it (M17)
+        outcome = results_outcome(copied)
         if not error:
             self.leases.renew(self.lease_key, self.me, self.clock.wall(), copied=True)
         elif not copied.none_made:  # the job made results and they were not delivered
@@ -359,8 +376,25 @@ class Guardian:
             ok=not error,
             detail=error or f"copied {size} bytes to {destination}",
             seconds=round(self.clock.wall() - started, 3),
+            results=outcome[0],
         )
+        self._note_results(*outcome)
         self.say(f"gpuops guard: {self.name}: " + (error or f"results copied to {destination}"))
+
+    def _copy_started(self, pid: int, tarball: Path) -> None:
+        """A copy child started (its pid is its process group): said in the event log."""
+        self._log("guard.copy.started", pid=pid, tarball=str(tarball))
+
+    def _note_results(self, results: str, detail: str) -> None:
+        """Record on the rental how its results copy ended, for `boxes` to show (M17); a store
+        that cannot take it is said on stderr and never keeps the destroy from following."""
+        try:
+            self.market.rentals.note_results(self.name, self.rental_id, results, detail)
+        except Exception as exc:
+            self.say(
+                f"gpuops guard: {self.name}: could not record the results as {results} "
+                f"({detail}): {type(exc).__name__}: {exc}"
+            )
 
     def _destroy(self) -> None:
         self._log("guard.destroy", deadline=utc_iso(self.deadline_at))
@@ -493,10 +527,12 @@ class _NeverInTheWay:
 
 
 def release(guardian: Guardian, signum: int, by: str = "", *, alarm: bool = True) -> None:
-    """A guardian stopped by a signal gives its lease up, so a successor (`gpuops guard NAME`,
-    a standby) takes over at once instead of a TTL later, and says so loudly (the event, and
-    with ``alarm`` an alarm: `guard --all` spares one for a standby that never held it)."""
+    """A guardian stopped by a signal ends its results copy first (``cut_copy``), then gives
+    its lease up, so a successor (`gpuops guard NAME`, a standby) takes over at once instead of
+    a TTL later, and says so loudly (the event, and with ``alarm`` an alarm: `guard --all`
+    spares one for a standby that never held it)."""
     why = f"stopped by {signal.Signals(signum).name}{by}"
+    cut_copy(guardian, why)
     try:
         guardian.leases.drop(guardian.lease_key, guardian.me)
     except Exception as exc:  # the store is what failed: the lease goes stale by itself
@@ -504,6 +540,29 @@ def release(guardian: Guardian, signum: int, by: str = "", *, alarm: bool = True
     guardian._log("guard.exit", code=128 + signum, reason=why)
     if alarm:
         guardian.alarms.raise_alarm(a.guardian_exit(guardian, 128 + signum, why))
+
+
+def cut_copy(guardian: Guardian, why: str) -> None:
+    """End the guardian's results copy (M17): every copy child's process group killed and
+    reaped, its partial tarball removed (``Copies.end``), and a copy under way recorded on the
+    rental as missing, before the lease is given up, so a successor's copy is the last word.
+    Any later copy of this guardian is ended at once."""
+    pids = guardian.copies.end(why)
+    if not guardian.copying and not pids:
+        return
+    detail = f"the copy was cut: {why}"
+    guardian._log("guard.copy", ok=False, detail=detail, results=MISSING, ended=pids)
+    guardian._note_results(MISSING, detail)
+    guardian.say(f"gpuops guard: {guardian.name}: results not delivered ({detail})")
+    guardian.alarms.raise_alarm(a.copy_failed(guardian, f"results not delivered ({detail})"))
+
+
+def results_outcome(copied: Copied) -> tuple[str, str]:
+    """How a copy that ran to its end is recorded on the rental (M17): delivered and where,
+    none (the job made no results directory), or missing and why. Pure."""
+    if not copied.error:
+        return DELIVERED, str(copied.destination)
+    return (NO_RESULTS if copied.none_made else MISSING), copied.error
 
 
 def stopped(guardian: Guardian, signum: int) -> NoReturn:

@@ -8,9 +8,11 @@ environment, so no account key ever reaches a box), and records each job in the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -64,6 +66,65 @@ def endpoint_of(instance: Instance) -> ssh.SshEndpoint | None:
     return None
 
 
+class Copies:
+    """The results copies a guardian has in flight, each an ssh child in a session of its own:
+    registered the moment it starts, so a guardian stopped by a signal ends every one by its
+    process group, reaps it and removes the tarball it was writing (M17), instead of leaving
+    it to finish in its own session. Once ended, a copy that starts later is ended at once."""
+
+    def __init__(self, started: Callable[[int, Path], object] = lambda pid, target: None) -> None:
+        """``started(pid, tarball)``: told of each copy child as it starts (the event log)."""
+        self._started = started
+        self._lock = threading.Lock()
+        self._live: dict[int, tuple[subprocess.Popen[bytes], Path]] = {}
+        self.ended: str | None = None  # why every copy was ended; None while copies may run
+
+    def add(self, proc: subprocess.Popen[bytes], target: Path) -> bool:
+        """Register a copy child just started; False (and it is ended) once ``end`` ran."""
+        with self._lock:
+            open_ = self.ended is None
+            if open_:
+                self._live[proc.pid] = (proc, target)
+        if not open_:
+            _end_copy(proc, target)
+            return False
+        self._started(proc.pid, target)
+        return True
+
+    def discard(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._live.pop(proc.pid, None)
+
+    def live(self) -> list[int]:
+        """The pids (each its process group) of the copies in flight."""
+        with self._lock:
+            return sorted(self._live)
+
+    def end(self, why: str) -> list[int]:
+        """End every copy in flight, and any started from now on: each one's process group
+        killed, the child reaped, its tarball removed. Returns their pids."""
+        with self._lock:
+            self.ended = why
+            live = list(self._live.values())
+            self._live.clear()
+        for proc, target in live:
+            _end_copy(proc, target)
+        return sorted(proc.pid for proc, _ in live)
+
+
+def _end_copy(proc: subprocess.Popen[bytes], target: Path) -> None:
+    """Kill a copy child's process group (it and whatever it started), reap it, and remove the
+    partial tarball and its folder (made for this copy alone, so empty once it is gone)."""
+    if proc.returncode is None:  # never a group whose leader was reaped: its id may be reused
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=timing.GUARD_STOP_WAIT_S)
+    target.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        target.parent.rmdir()
+
+
 @dataclass(frozen=True)
 class BoxShell:
     """Runs scripts on boxes over ssh with our identity and each box's own known_hosts."""
@@ -87,11 +148,18 @@ class BoxShell:
         return self.client.run(self.argv(instance, script), timing.SSH_COMMAND_TIMEOUT_S)
 
     def stream_to(
-        self, instance: Instance, script: str, target: Path, budget_s: float
+        self,
+        instance: Instance,
+        script: str,
+        target: Path,
+        budget_s: float,
+        copies: Copies | None = None,
     ) -> tuple[str, int | None]:
         """Run ``script`` with its stdout written to ``target`` (bytes): ('', 0) on success,
-        else what went wrong and the exit status (None when the budget ran out: the ssh is
-        killed and that is said)."""
+        else what went wrong and the exit status (None when the budget ran out, or ``copies``
+        was ended meanwhile: the ssh is killed and that is said). The ssh runs in a session of
+        its own, registered in ``copies`` while it runs."""
+        copies = Copies() if copies is None else copies
         with target.open("wb") as out:
             proc = subprocess.Popen(
                 self.argv(instance, script),
@@ -101,12 +169,18 @@ class BoxShell:
                 env=self.client.child_env(),
                 start_new_session=True,
             )
+            if not copies.add(proc, target):
+                return f"the copy was cut: {copies.ended}", None
             try:
                 _, err = proc.communicate(timeout=max(budget_s, 0.0))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
                 return f"the copy overran its {budget_s:.0f} s budget and was stopped", None
+            finally:
+                copies.discard(proc)
+        if proc.returncode != 0 and copies.ended is not None:  # ended by a stop, not a fault
+            return f"the copy was cut: {copies.ended}", None
         if proc.returncode != 0:
             text = err.decode("utf-8", errors="replace").strip().splitlines()
             return f"exit {proc.returncode}: {text[-1] if text else 'no message'}", proc.returncode

@@ -32,6 +32,10 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _RENTAL_ID = re.compile(r"[0-9a-f]{12}")  # new_rental_id: six random bytes, in hex
 
 RACING, LIVE, FAILED, RELEASED = "racing", "live", "failed", "released"
+# How an incarnation's results copy ended (M17): delivered (results_detail says where), missing
+# (the copy failed, overran its budget, was cut by a signal or refused: it says why), or none
+# (the job made no results directory). None: no copy was made (no job declared results).
+DELIVERED, MISSING, NO_RESULTS = "delivered", "missing", "none"
 
 # A rental's one state machine: where each state may go (a state may always stay, its other
 # fields changing). A rental follows its boxes' ledger records: `settled` says when they
@@ -65,6 +69,8 @@ class Rental:
     beat: int = 0  # the racer's heartbeats: a waiting rent sees them move, or takes over
     deadline_host: str | None = None  # whose wall clock deadline_at was read from (M17)
     rental_id: str | None = None  # this incarnation of the name, minted at its first race (M16)
+    results: str | None = None  # DELIVERED, MISSING or NO_RESULTS once a copy ended (M17)
+    results_detail: str | None = None  # where they were delivered, or why they are missing
 
 
 CODEC = JsonCodec(Rental, "rental record")
@@ -88,6 +94,10 @@ class RaceInProgress(StillRunning):
 
 class _RaceOver(Exception):
     """The rental is no longer this racer's race: its heartbeat stops."""
+
+
+class _Elsewhere(Exception):
+    """The rental is no longer this incarnation of ours: nothing of it is written (M16)."""
 
 
 def process_id(operator: str, host: str | None = None) -> str:
@@ -265,6 +275,24 @@ class Rentals:
         try:
             self._change(name, bump)
         except _RaceOver:
+            return False
+        return True
+
+    def note_results(self, name: str, rental_id: str | None, results: str, detail: str) -> bool:
+        """Record how incarnation ``rental_id``'s results copy ended (M17: results missing are
+        shown, never silence), only while the rental is still that incarnation of ours (M16: a
+        later rental of the name is never marked); True when it was written."""
+
+        def note(current: Rental | None) -> Rental:
+            if current is None or (current.owner, current.rental_id) != (self.operator, rental_id):
+                raise _Elsewhere
+            return replace(
+                current, results=results, results_detail=detail, revision=current.revision + 1
+            )
+
+        try:
+            self._change(name, note)
+        except _Elsewhere:
             return False
         return True
 

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from gpuops.errors import GpuopsError, StoreUnavailable, UsageError
 from gpuops.market import watchdog as w
-from gpuops.market.jobs import BoxShell
+from gpuops.market.jobs import BoxShell, Copies
 from gpuops.model import Instance
 
 RESULTS_ENV = "GPUOPS_RESULTS"  # where results go: a directory or s3://bucket/prefix
@@ -110,11 +110,14 @@ def copy_results(
     deliver: Callable[[Path], str],
     poll_s: float,
     keep_alive: Callable[[], object],
+    copies: Copies | None = None,
 ) -> Copied:
     """Stream the job's ``results_dir`` off ``instance`` as a tarball, then deliver it.
 
-    The copy is a real ssh process on a worker thread; the caller's ``keep_alive`` (the
-    guardian's heartbeat) runs every ``poll_s`` while it lasts.
+    The copy is a real ssh process on a worker thread, registered in ``copies`` (the
+    guardian's: a signal ends it there, M17); the caller's ``keep_alive`` (the guardian's
+    heartbeat) runs every ``poll_s`` while it lasts. The tarball's folder is removed however
+    this ends, a signal's exit included.
     """
     folder = Path(tempfile.mkdtemp(prefix="gpuops-results-"))
     tarball = folder / "results.tar.gz"
@@ -124,25 +127,28 @@ def copy_results(
     def pull() -> None:
         script = w.results_script(name, results_dir)
         try:
-            outcome["error"], code = shell.stream_to(instance, script, tarball, budget_s)
+            outcome["error"], code = shell.stream_to(instance, script, tarball, budget_s, copies)
             status.append(code)
         except OSError as exc:  # ssh could not even start: a failed copy, said so
             outcome["error"] = f"the copy could not start: {type(exc).__name__}: {exc}"
 
     worker = threading.Thread(target=pull, daemon=True)
-    worker.start()
-    # The worker enforces the budget itself (stream_to kills the ssh when it overruns), so
-    # wait for it to end: removing its folder while it still writes there lost results.
-    while worker.is_alive():
-        worker.join(poll_s)  # the copy is a real process: wait for real
-        keep_alive()  # and keep the lease through it
-    error = outcome.get("error", "the copy ended without a result")
-    destination = None
-    if not error:
-        try:
-            destination = deliver(tarball)
-        except (OSError, tarfile.TarError, GpuopsError) as exc:
-            error = f"delivering the results failed: {type(exc).__name__}: {exc}"
-    size = tarball.stat().st_size if tarball.exists() else 0
-    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        worker.start()
+        # The worker enforces the budget itself (stream_to kills the ssh when it overruns), so
+        # wait for it to end: removing its folder while it still writes there lost results. A
+        # signal's exit leaves this wait only once the handler has ended the copy (Copies).
+        while worker.is_alive():
+            worker.join(poll_s)  # the copy is a real process: wait for real
+            keep_alive()  # and keep the lease through it
+        error = outcome.get("error", "the copy ended without a result")
+        destination = None
+        if not error:
+            try:
+                destination = deliver(tarball)
+            except (OSError, tarfile.TarError, GpuopsError) as exc:
+                error = f"delivering the results failed: {type(exc).__name__}: {exc}"
+        size = tarball.stat().st_size if tarball.exists() else 0
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return Copied(error, destination, size, none_made=status == [w.NO_RESULTS])
