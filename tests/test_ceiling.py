@@ -292,10 +292,13 @@ def test_any_one_of_curl_wget_or_python_is_enough_for_the_box_to_end_itself_m14(
         "CONTAINER_ID": str(box),
         "CONTAINER_API_KEY": world.fake.instances[box].instance_key,
     }
-    proc = subprocess.run(["sh", "-c", script], env=env, executable=str(bin_dir / "sh"))
+    run = ["sh", "-c", script]
+    proc = subprocess.run(run, env=env, executable=str(bin_dir / "sh"), cwd=home)
     assert proc.returncode == 0
     try:
         world.wait_destroyed(box)
     finally:
         subprocess.run(["pkill", "-f", str(home)], check=False)
     assert world.destroys[0][1] == 200
+    # the answer goes to the log, never into a file on the box
+    assert sorted(os.listdir(home)) == ["gpuops-ceiling.at", "gpuops-ceiling.log", "gpuops-ceiling.sh"]

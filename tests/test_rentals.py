@@ -665,5 +665,8 @@ def test_each_incarnation_has_a_lease_of_its_own_and_a_rental_from_before_ids_ke
 
 @pytest.mark.parametrize("key", ["job+", "job+ABCDEF012345", "job+0123456789a", "job+0123456789abc", "+0123456789ab", "j b+0123456789ab"])
 def test_a_lease_key_is_a_name_and_a_rental_id_or_a_usage_error_m16(key):
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match="rental name|is not a rental id"):
         check_lease_key(key)
+    if key.startswith("job+"):
+        with pytest.raises(UsageError, match=re.escape(f"lease key {key!r}: ") + ".* is not a rental id"):
+            check_lease_key(key)
