@@ -132,6 +132,7 @@ class Create(_Payload):
     machine_id: int | None = None
     outcome: str
     instance_id: str | None = None
+    rental_id: str | None = None  # the incarnation it is a box of (M16)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +145,7 @@ class Probe(_Payload):
     machine_id: int
     instance_id: str | None = None
     verdict: Verdict
+    rental_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +156,7 @@ class RentDone(_Payload):
     name: str
     instance_id: str | None = None
     offer_id: int | None = None
+    rental_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +166,7 @@ class RentStopped(_Payload):
     KIND: ClassVar[str] = "market.rent.stopped"
     name: str
     reason: str = ""
+    rental_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +192,7 @@ class Transition(_Payload):
     after: str
     revision: int | None = None
     error: str | None = None
+    rental_id: str | None = None  # the record's incarnation (M16)
 
 
 # --- the guardian and the lane -----------------------------------------------------------------
@@ -202,6 +207,7 @@ class ConfirmedGone(_Payload):
     guardian: str = ""
     deadline: str = ""
     delay_s: Number
+    rental_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -384,6 +384,7 @@ class Ledger:
             after=after.state.value,
             revision=after.revision,
             error=after.last_error,
+            rental_id=after.rental_id,
         )
         self.events.append(transition.KIND, **transition.to_payload())
         return after

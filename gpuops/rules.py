@@ -293,8 +293,10 @@ RULES: tuple[Rule, ...] = (
         "record not confirmed gone; box records carry the id, leases and guardian pid files "
         "are the incarnation's (NAME+<rental id>), guard.start names it, and a guardian "
         "answers for its own incarnation to the end: once the name is raced again it ends only "
-        "its own records and leaves 0 (tests/test_guard.py ..._m16); not yet: the racer's "
-        "heartbeat and every other event kind still name only the rental",
+        "its own records and leaves 0 (tests/test_guard.py ..._m16); the race's events (create, "
+        "probe, rent done/stopped), every ledger transition and guard.start/confirmed_gone "
+        "name it; the racer's heartbeat is the rental record's own (which carries it); not "
+        "yet: the free-keyword guard.* events name only the rental",
     ),
     Rule(
         "M17",

@@ -43,6 +43,7 @@ VALID: dict[str, dict[str, object]] = {
         "machine_id": 11,
         "outcome": "created",
         "instance_id": "900",
+        "rental_id": "aaaaaaaaaaaa",
     },  # fmt: skip
     "market.probe": {
         "name": "r",
@@ -50,9 +51,10 @@ VALID: dict[str, dict[str, object]] = {
         "machine_id": 11,
         "instance_id": "900",
         "verdict": "pass",
+        "rental_id": "aaaaaaaaaaaa",
     },  # fmt: skip
-    "market.rent.done": {"name": "r", "instance_id": "900", "offer_id": 1},
-    "market.rent.stopped": {"name": "r", "reason": "out of offers"},
+    "market.rent.done": {"name": "r", "instance_id": "900", "offer_id": 1, "rental_id": "aaaaaaaaaaaa"},
+    "market.rent.stopped": {"name": "r", "reason": "out of offers", "rental_id": "aaaaaaaaaaaa"},
     "market.quarantine": {"machine_id": 11, "cause": "slow-disk", "until": 1.5},
     "ledger.transition": {
         "name": "r-0-0",
@@ -63,6 +65,7 @@ VALID: dict[str, dict[str, object]] = {
         "after": "gone-confirmed",
         "revision": 3,
         "error": None,
+        "rental_id": "aaaaaaaaaaaa",
     },  # fmt: skip
     "guard.confirmed_gone": {
         "name": "r",
@@ -70,6 +73,7 @@ VALID: dict[str, dict[str, object]] = {
         "guardian": "g",
         "deadline": "d",
         "delay_s": 1.5,
+        "rental_id": "aaaaaaaaaaaa",
     },  # fmt: skip
     "lane.start": {"lane": "g2", "job": "j", "attempt": 1, "outcome": "started"},
     "lane.job_end": {
@@ -109,6 +113,20 @@ def test_every_typed_kind_decodes_and_writes_back_the_same_json():
         assert kind == type(event).KIND
         assert event.to_payload() == payload  # plain lists, never tuples
         assert json.dumps(event.to_payload()) == json.dumps(payload)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["market.create", "market.probe", "market.rent.done", "market.rent.stopped",
+     "ledger.transition", "guard.confirmed_gone"],
+)  # fmt: skip
+def test_a_line_from_before_rental_ids_reads_as_naming_no_incarnation_m16(kind):
+    """M16: these kinds name the incarnation; a line written before they did still decodes,
+    naming none (None, never an empty id), and writes back without one it never had."""
+    old = {k: v for k, v in VALID[kind].items() if k != "rental_id"}
+    event = ev.decode(kind, old)
+    assert event.rental_id is None  # type: ignore[attr-defined]
+    assert ev.decode(kind, VALID[kind]).rental_id == "aaaaaaaaaaaa"  # type: ignore[attr-defined]
 
 
 def built(kind: str, payload: dict[str, object]) -> object:

@@ -299,6 +299,7 @@ def test_an_intent_is_recorded_and_logged_before_anything_else(alice, events):
                 "after": "intent",
                 "revision": 1,
                 "error": None,
+                "rental_id": None,
             },
         )
     ]
@@ -853,6 +854,7 @@ def test_an_intent_carries_its_rental_s_incarnation_and_a_reused_name_the_new_on
     later one carries the later one's id."""
     rec, _ = alice.record_intent("box", "vast", rental_id="aaaaaaaaaaaa")
     assert rec.rental_id == "aaaaaaaaaaaa" and alice.get("box").rental_id == "aaaaaaaaaaaa"
+    assert alice.events.events[-1][1]["rental_id"] == "aaaaaaaaaaaa"  # the transition names it
     assert alice.record_intent("plain", "vast")[0].rental_id is None
     alice.confirm_gone("box", CREATE_REFUSED)
     alice.release("box")

@@ -127,6 +127,14 @@ def test_rent_keeps_the_first_healthy_box_and_destroys_every_loser(world):
     live = [r for r in market.ledger.records() if r.active]
     assert [(r.name, r.state) for r in live] == [(rental.box, BoxState.LIVE)]
     assert rental.deadline_at == pytest.approx(rental.started_at + 2 * 3600.0, abs=120)
+    # M16: every record, and every event of the race, names this incarnation
+    assert rental.rental_id and {r.rental_id for r in market.ledger.records()} == {rental.rental_id}
+    named = [
+        e["rental_id"]
+        for kind in ("market.create", "market.probe", "market.rent.done", "ledger.transition")
+        for e in world.events.kinds(kind)
+    ]
+    assert named and set(named) == {rental.rental_id}
 
 
 def test_every_offer_decision_is_logged_with_propensities(world):

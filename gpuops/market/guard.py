@@ -426,6 +426,7 @@ class Guardian:
                 guardian=self.me,
                 deadline=utc_iso(self.deadline_at),
                 delay_s=round(now - self.deadline_at, 3),
+                rental_id=self.rental_id,
             )
             self.events.append(gone.KIND, **gone.to_payload())
             self.say(

@@ -408,7 +408,7 @@ class Market:
             self.clock.sleep(action.seconds)
             return state
         self.rentals.update(rental.name, state=FAILED)
-        stopped = ev.RentStopped(name=rental.name, reason=action.reason)
+        stopped = ev.RentStopped(name=rental.name, reason=action.reason, rental_id=rental.rental_id)
         self.events.append(stopped.KIND, **stopped.to_payload())
         if action.unresolved:
             raise StillRunning(f"{rental.name}: {action.reason}")
@@ -506,6 +506,7 @@ class Market:
             machine_id=cand.machine_id,
             outcome=outcome,
             instance_id=instance_id,
+            rental_id=rental.rental_id,
         )
         self.events.append(create.KIND, **create.to_payload())
 
@@ -542,6 +543,7 @@ class Market:
                 machine_id=cand.machine_id,
                 instance_id=cand.instance_id,
                 verdict=verdict,
+                rental_id=rental.rental_id,
             )
             self.events.append(probed.KIND, **probed.to_payload())
             state = r.probed(state, cand.slot, verdict)
@@ -596,7 +598,12 @@ class Market:
             dph_total=offer.dph_total if offer else None,
             started_at=self.clock.wall(),
         )
-        done = ev.RentDone(name=rental.name, instance_id=cand.instance_id, offer_id=cand.offer_id)
+        done = ev.RentDone(
+            name=rental.name,
+            instance_id=cand.instance_id,
+            offer_id=cand.offer_id,
+            rental_id=rental.rental_id,
+        )
         self.events.append(done.KIND, **done.to_payload())
         return live
 
