@@ -489,14 +489,23 @@ def test_a_guardian_of_an_earlier_incarnation_never_ends_the_next_one_s_box_m16(
 
 
 def group_alive(pgid: int) -> bool:
-    """Some process of group ``pgid`` still runs (a zombie waiting to be reaped does not)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _, group = stat.read_text().rpartition(")")[2].split()[:3]
-        except (OSError, ValueError):
-            continue  # it ended while we looked
-        if int(group) == pgid and state != "Z":
-            return True
+    """Some process of group ``pgid`` still runs (a zombie waiting to be reaped does not).
+    The kernel says first whether the group has any process at all; a pass over /proc, which
+    can miss an entry while processes come and go, is made three times before "none runs"."""
+    import os
+
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    for _ in range(3):
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                state, _, group = stat.read_text().rpartition(")")[2].split()[:3]
+            except (OSError, ValueError):
+                continue  # it ended while we looked
+            if int(group) == pgid and state != "Z":
+                return True
     return False
 
 

@@ -312,15 +312,9 @@ def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_th
 
 
 def _group_alive(pgid: int) -> bool:
-    """Some process of group ``pgid`` still runs (a zombie waiting to be reaped does not)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _, group = stat.read_text().rpartition(")")[2].split()[:3]
-        except (OSError, ValueError):
-            continue  # it ended while we looked
-        if int(group) == pgid and state != "Z":
-            return True
-    return False
+    from test_guard import group_alive
+
+    return group_alive(pgid)
 
 
 @pytest.mark.fault(
