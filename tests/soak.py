@@ -38,6 +38,7 @@ import random
 import signal
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,6 +281,7 @@ class Tally:
     names_reused: int = 0  # bob rents alice's name once all her processes have ended
     names_left_unusable: int = 0  # ...and was refused or left unresolved (M16: a bug)
     s3_lifecycles: int = 0  # over an S3 state, a client per host
+    crashed: int = 0  # a lifecycle an exception escaped (a bug: counted bad, with its seed)
     lost_answers: int = 0  # conditional S3 writes that landed and whose answer was lost
     failures: list[str] = field(default_factory=list)  # the first few, with their seeds
 
@@ -292,6 +294,7 @@ class Tally:
             + self.early
             + self.names_left_unusable
             + self.leases_left_by_sigterm
+            + self.crashed
         )
 
 
@@ -655,7 +658,14 @@ def run(count: int, seed: int = 0, s3_every: int = 0) -> tuple[Tally, float]:
         with tempfile.TemporaryDirectory(prefix="gpuops-soak-") as tmp:
             for i in range(count):
                 over = s3 if s3 is not None and i % s3_every == 0 else None
-                lifecycle(seed * 1_000_003 + i, tally, Path(tmp), over)
+                one = seed * 1_000_003 + i
+                try:
+                    lifecycle(one, tally, Path(tmp), over)
+                except Exception as exc:  # escaped every owner: a crash, counted with its seed
+                    tally.crashed += 1
+                    where = traceback.extract_tb(exc.__traceback__)[-3:]
+                    frames = " < ".join(f"{f.name}:{f.lineno}" for f in reversed(where))
+                    tally.failures.append(f"seed {one}: {type(exc).__name__}: {exc} ({frames})")
                 if over is not None:
                     over.proxy.clear()  # an answer left to lose is this lifecycle's only
     finally:
