@@ -219,3 +219,118 @@ def test_the_clock_is_checked_on_the_vast_answer_s_date_and_only_when_vast_answe
     assert [f.check for f in judged][:5] == ["store", "vast key", "ssh key", "clock", "results"]
     assert all(f.ok for f in judged)
     assert "clock" not in [f.check for f in refused]
+
+
+# --- the command: `gpuops check` in this process, every adapter real -------------------------
+GCE = "http://gce.fake.test"
+
+
+@pytest.fixture
+def command(tmp_path: Path, receiver: Receiver) -> Iterator[dict[str, str]]:
+    """`run_check`'s environment: FakeVast (its answers dated now) and FakeGCE (the lane's VM
+    TERMINATED with its ceiling) in-process, a local store and results, the receiver."""
+    import time
+    from email.utils import formatdate
+
+    import responses
+
+    from fakes import seam
+    from fakes.gce import FakeGCE, LaneScenario
+    from fakes.gce.server import site
+
+    def dated(response: Any) -> Any:
+        if response.url.startswith(BASE):
+            response.headers["Date"] = formatdate(time.time(), usegmt=True)
+        return response
+
+    vast = FakeVast(parse_scenario(scenario()), clock=FakeClock())
+    gce = FakeGCE(LaneScenario(run_ceiling_s=21600.0), FakeClock())
+    key = tmp_path / "id_ed25519.pub"
+    key.write_text(KEY + "\n")
+    mock = responses.RequestsMock(assert_all_requests_are_fired=False, response_callback=dated)
+    with mock, vast.activate(BASE, mock=mock), seam.activate(site(gce, ticker=False), GCE, mock=mock):
+        mock.add_passthru("http://127.0.0.1")
+        yield {
+            "HOME": str(tmp_path),
+            "VAST_URL": BASE,
+            "VAST_API_KEY": "k-test",
+            "GPUOPS_SSH_KEY": str(key),
+            "GPUOPS_STATE": str(tmp_path / "state"),
+            "GPUOPS_EVENTS": str(tmp_path / "events.jsonl"),
+            "GPUOPS_RESULTS": str(tmp_path / "results"),
+            "GPUOPS_OPERATOR": "alice",
+            "GPUOPS_NOTIFY": receiver.url,
+            "GPUOPS_LANE_PROJECT": "gpuops-lane",
+            "GPUOPS_LANE_ZONE": "us-central1-b",
+            "GPUOPS_LANE_INSTANCE": "gpu-lane",
+            "GPUOPS_LANE_BUCKET": "gpuops-lane-jobs",
+            "GPUOPS_GCE_ENDPOINT": GCE,
+            "STORAGE_EMULATOR_HOST": GCE,
+        }
+
+
+def run(env: dict[str, str], capsys: pytest.CaptureFixture[str], as_json: bool = False, **given: str) -> tuple[int, str]:
+    from gpuops.settings import Settings
+
+    settings = Settings.from_environ({**env, **given})
+    code = c.run_check(settings, as_json)
+    return code, capsys.readouterr().out
+
+
+def test_the_command_prints_one_ok_line_per_check_in_order_and_exits_0_o1(command, capsys, receiver):
+    """M9/O1/L12: every adapter real (Vast, GCE, GCS, apprise): one `ok   name: detail` line
+    per check, the store first and the notification last, and exit 0."""
+    code, out = run(command, capsys)
+
+    names = [line.partition(": ")[0] for line in out.splitlines()]
+    assert code == 0, out
+    assert names[:-1] == [
+        "ok   store", "ok   vast key", "ok   ssh key", "ok   clock", "ok   results",
+        "ok   lane vm", "ok   lane ceiling", "ok   lane bucket",
+    ]  # fmt: skip
+    assert names[-1].startswith("ok   notify json-")
+    assert "ok   clock: this host's clock is " in out
+    assert receiver.titles() == ["gpuops check: a test notification"]
+
+
+def test_the_command_s_json_lists_every_check_with_the_exit_code(command, capsys):
+    """--json: one object, every check's name, ok and detail, and the exit code it returns."""
+    import json
+
+    code, out = run(command, capsys, as_json=True, GPUOPS_LANE_INSTANCE="no-such-vm")
+    doc = json.loads(out)
+
+    assert code == 2 and doc["exit_code"] == 2
+    assert [row["check"] for row in doc["checks"]][5:8] == ["lane vm", "lane ceiling", "lane bucket"]
+    assert [row["ok"] for row in doc["checks"]][5:8] == [False, False, True]
+    assert set(doc["checks"][0]) == {"check", "ok", "detail"}
+    assert "GPUOPS_LANE_INSTANCE" in doc["checks"][5]["detail"]
+
+
+def test_without_a_lane_configured_the_command_has_no_lane_line(command, capsys):
+    """No GPUOPS_LANE_* at all: the lane is not checked (no line), the rest is."""
+    env = {k: v for k, v in command.items() if not k.startswith("GPUOPS_LANE_")}
+    code, out = run(env, capsys)
+
+    assert code == 0, out
+    assert not [line for line in out.splitlines() if line.split(":")[0].endswith(("lane vm", "lane ceiling", "lane bucket", " lane"))]
+    assert len(out.splitlines()) == 6
+
+
+def test_an_unreadable_ssh_key_file_is_exit_2_whether_or_not_vast_answers_m9(command, capsys, tmp_path):
+    """M9: GPUOPS_SSH_KEY naming no file: an `ssh key` FAIL line saying so (2), in the SSH
+    key's place after the Vast key's; with no Vast key either, it replaces the `not checked`."""
+    missing = str(tmp_path / "nope.pub")
+    code, out = run(command, capsys, GPUOPS_SSH_KEY=missing)
+    no_vast = {k: v for k, v in command.items() if k != "VAST_API_KEY"}
+    code_without, out_without = run(no_vast, capsys, GPUOPS_SSH_KEY=missing)
+
+    lines = out.splitlines()
+    assert code == 2 and lines[1].startswith("ok   vast key")
+    assert lines[2].startswith("FAIL ssh key: cannot read the SSH public key") and "set GPUOPS_SSH_KEY" in lines[2]
+    assert [line for line in out.splitlines() if "ssh key" in line] == [lines[2]]
+    rows = out_without.splitlines()
+    assert code_without == 2
+    assert rows[1].startswith("FAIL vast key: Vast refused our key: vast: no key")
+    assert rows[2].startswith("FAIL ssh key: cannot read the SSH public key")
+    assert "not checked" not in out_without and "clock" not in out_without
