@@ -141,25 +141,29 @@ def _refused(act: Callable[[], object], refusal: type[Exception], what: str) -> 
 
 
 # --- the provider ----------------------------------------------------------------------------
-def check_vast(vast: object, public_key: str | None) -> list[Finding]:
-    """The key works (the account's SSH keys are read) and ours is among them (M9)."""
+def check_vast(vast: object, public_key: str | Finding | None) -> list[Finding]:
+    """The key works (the account's SSH keys are read) and ours is among them (M9).
+    ``public_key``: our key's text; a Finding when its file could not be read (that line
+    stands for the SSH key's, whatever Vast says); None: not checked."""
     try:
         keys = vast.list_ssh_keys()  # type: ignore[attr-defined]
     except AuthFailed as exc:
         return [
             Finding("vast key", False, f"Vast refused our key: {exc}; set VAST_API_KEY (or "
                     "`vastai set api-key`) to a key of this account", CONFIG),
-            Finding("ssh key", False, "not checked: the Vast key does not work", CONFIG),
+            _unread_or(public_key, "not checked: the Vast key does not work", CONFIG),
         ]  # fmt: skip
     except (Unavailable, GpuopsError) as exc:
         fix = "check VAST_URL and the network; try again"
         return [
             _unreachable("vast key", "the Vast API did not answer", exc, fix),
-            Finding("ssh key", False, "not checked: the Vast API did not answer", UNREACHABLE),
+            _unread_or(public_key, "not checked: the Vast API did not answer", UNREACHABLE),
         ]
     lines = [Finding("vast key", True, f"the Vast API answers our key ({len(keys)} SSH key(s))")]
     if public_key is None:
         return lines
+    if isinstance(public_key, Finding):
+        return [*lines, public_key]
     if any(key.matches(public_key) for key in keys):
         return [*lines, Finding("ssh key", True, "our SSH public key is registered (M9)")]
     return [
@@ -173,6 +177,13 @@ def check_vast(vast: object, public_key: str | None) -> list[Finding]:
             REFUSED,
         ),
     ]
+
+
+def _unread_or(public_key: str | Finding | None, detail: str, code: int) -> Finding:
+    """The unreadable key's own line, else the SSH key's `not checked` line."""
+    if isinstance(public_key, Finding):
+        return public_key
+    return Finding("ssh key", False, detail, code)
 
 
 # --- results and notifications ----------------------------------------------------------------
@@ -393,7 +404,7 @@ def check_bucket(lane: LaneParts) -> Finding:
 def run_checks(
     store: Store,
     vast: object,
-    public_key: str | None,
+    public_key: str | Finding | None,
     results: object,
     results_where: str,
     endpoints: Sequence[object],
@@ -436,11 +447,9 @@ def run_check(settings: Settings, as_json: bool) -> int:
     results = open_results(settings.results_url, settings.s3_endpoint)
     endpoints = [AppriseEndpoint(url) for url in settings.notify_urls]
     try:
-        public_key: str | None = read_public_key(settings.ssh_key)
-        unreadable = None
+        public_key: str | Finding = read_public_key(settings.ssh_key)
     except UsageError as exc:
-        public_key = None
-        unreadable = Finding("ssh key", False, f"{exc}; set GPUOPS_SSH_KEY", CONFIG)
+        public_key = Finding("ssh key", False, f"{exc}; set GPUOPS_SSH_KEY", CONFIG)
     dates: list[tuple[str | None, float]] = []
 
     def seen(response: Any) -> None:  # each answer's Date, and our clock as it arrived
@@ -461,10 +470,6 @@ def run_check(settings: Settings, as_json: bool) -> int:
         dates,
         _lane(settings, store),
     )
-    if unreadable is not None:
-        findings = [unreadable if f.check == "ssh key" else f for f in findings]
-        if not any(f.check == "ssh key" for f in findings):
-            findings.insert(2, unreadable)
     if as_json:
         rows = [{"check": f.check, "ok": f.ok, "detail": f.detail} for f in findings]
         print(json.dumps({"checks": rows, "exit_code": exit_code(findings)}, indent=2))

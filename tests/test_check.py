@@ -223,6 +223,7 @@ def test_the_clock_is_checked_on_the_vast_answer_s_date_and_only_when_vast_answe
 
 # --- the command: `gpuops check` in this process, every adapter real -------------------------
 GCE = "http://gce.fake.test"
+VAST = "https://vast.fake.test"  # not the adapter's default: the configured URL must be used
 
 
 @pytest.fixture
@@ -239,7 +240,7 @@ def command(tmp_path: Path, receiver: Receiver) -> Iterator[dict[str, str]]:
     from fakes.gce.server import site
 
     def dated(response: Any) -> Any:
-        if response.url.startswith(BASE):
+        if response.url.startswith(VAST):
             response.headers["Date"] = formatdate(time.time(), usegmt=True)
         return response
 
@@ -248,11 +249,11 @@ def command(tmp_path: Path, receiver: Receiver) -> Iterator[dict[str, str]]:
     key = tmp_path / "id_ed25519.pub"
     key.write_text(KEY + "\n")
     mock = responses.RequestsMock(assert_all_requests_are_fired=False, response_callback=dated)
-    with mock, vast.activate(BASE, mock=mock), seam.activate(site(gce, ticker=False), GCE, mock=mock):
+    with mock, vast.activate(VAST, mock=mock), seam.activate(site(gce, ticker=False), GCE, mock=mock):
         mock.add_passthru("http://127.0.0.1")
         yield {
             "HOME": str(tmp_path),
-            "VAST_URL": BASE,
+            "VAST_URL": VAST,
             "VAST_API_KEY": "k-test",
             "GPUOPS_SSH_KEY": str(key),
             "GPUOPS_STATE": str(tmp_path / "state"),
@@ -299,8 +300,10 @@ def test_the_command_s_json_lists_every_check_with_the_exit_code(command, capsys
 
     code, out = run(command, capsys, as_json=True, GPUOPS_LANE_INSTANCE="no-such-vm")
     doc = json.loads(out)
+    unread = json.loads(run(command, capsys, as_json=True, GPUOPS_SSH_KEY="/nonexistent.pub")[1])
 
     assert code == 2 and doc["exit_code"] == 2
+    assert unread["checks"][2]["check"] == "ssh key" and unread["checks"][2]["ok"] is False
     assert [row["check"] for row in doc["checks"]][5:8] == ["lane vm", "lane ceiling", "lane bucket"]
     assert [row["ok"] for row in doc["checks"]][5:8] == [False, False, True]
     assert set(doc["checks"][0]) == {"check", "ok", "detail"}
@@ -331,6 +334,39 @@ def test_an_unreadable_ssh_key_file_is_exit_2_whether_or_not_vast_answers_m9(com
     assert [line for line in out.splitlines() if "ssh key" in line] == [lines[2]]
     rows = out_without.splitlines()
     assert code_without == 2
-    assert rows[1].startswith("FAIL vast key: Vast refused our key: vast: no key")
+    assert rows[1].startswith(
+        "FAIL vast key: Vast refused our key: vast: no key: no Vast.ai API key found; set "
+        "VAST_API_KEY"
+    )
     assert rows[2].startswith("FAIL ssh key: cannot read the SSH public key")
     assert "not checked" not in out_without and "clock" not in out_without
+
+
+def test_the_command_reaches_an_s3_store_and_s3_results_through_gpuops_s3_endpoint(
+    command, capsys, monkeypatch
+):
+    """GPUOPS_S3_ENDPOINT carries the state store's and the results' S3 (an S3-compatible
+    store on loopback): the self-test and a delivery pass there, and nothing reaches AWS."""
+    from fakes.s3 import CREDENTIALS, REGION, S3Unavailable, serve_s3
+
+    try:
+        s3 = serve_s3()
+    except S3Unavailable:
+        pytest.skip("the S3 stand-in is not installed")
+    for name, value in {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    try:
+        code, out = run(
+            command,
+            capsys,
+            GPUOPS_STATE=f"s3://{s3.bucket}/state",
+            GPUOPS_RESULTS=f"s3://{s3.bucket}/results",
+            GPUOPS_S3_ENDPOINT=s3.url,
+        )
+    finally:
+        s3.close()
+
+    assert code == 0, out
+    assert f"ok   store: s3://{s3.bucket}/state is reachable" in out
+    assert f"ok   results: s3://{s3.bucket}/results takes results" in out
