@@ -334,7 +334,7 @@ def check_lane_vm(inst: LaneInstance, board: Board | None, unread: Exception | N
         return _unreachable("lane vm", f"{inst.name} is {status}, and the lane board could "
                             "not be read to account for it", unread, "see the store line")  # fmt: skip
     if board is None or board.state not in (b.STARTING, b.RUNNING):
-        held = "no board" if board is None else f"the board says {board.state}"
+        held = "the lane has no board" if board is None else f"the board says {board.state}"
         return Finding(
             "lane vm",
             False,

@@ -140,7 +140,9 @@ def test_sweep_s_findings_are_heard_once_per_distinct_set_whatever_their_order_o
     assert a.sweep_found(a.AlarmKind.SWEEP_UNOWNED, []) is None
     assert found is not None and again is not None and changed is not None and many is not None
     assert found.cause == again.cause != changed.cause
-    assert found.cause.startswith("sweep.unowned.") and len(found.cause) == 14 + 24
+    # the digest every host and version must agree on: the sorted items, one per line
+    digest = __import__("hashlib").sha256(b"a\nb").hexdigest()[:24]
+    assert found.cause == f"sweep.unowned.{digest}"
     assert found.subject == "gpuops sweep: 2 instance(s) on the account no ledger owns"
     assert found.body == (
         "2 instance(s) on the account no ledger owns; gpuops never touches them: find whose "
@@ -158,6 +160,7 @@ def test_the_lane_s_alarms_are_heard_once_per_claim_and_once_per_job_end_l8_l12(
     billing = a.lane_billing("gpu-lane", "portraits", 1796150000.2, "still RUNNING")
     unknown_end = a.lane_billing("gpu-lane", "portraits", None, "still RUNNING")
 
+    assert stale.kind is a.AlarmKind.LANE_STALE_CLAIM
     assert stale.cause == "lane.stale_claim.gpu-lane.portraits.1796148000"
     assert stale.subject == "gpuops lane: bob's claim on gpu-lane for portraits is STALE"
     assert stale.body == (
@@ -367,6 +370,20 @@ def test_a_fault_of_the_alarms_themselves_is_told_and_never_raised_into_the_call
     assert store.list("") == [] and len(events.kinds("alarm.raised")) == 1
 
 
+def test_a_fault_whose_telling_fails_too_is_still_never_raised_o1():
+    """O1: the event log and stderr both gone (a full disk, a closed pipe): raising an alarm
+    still returns quietly to the guardian about to destroy."""
+
+    class NoLog:
+        def append(self, kind: str, /, **payload: Any) -> None:
+            raise OSError("disk full")
+
+    def say(line: str) -> None:
+        raise BrokenPipeError("stderr closed")
+
+    a.Alarms(MemoryStore(), NoLog(), [], who="w", say=say).raise_alarm(ALARM)
+
+
 def test_a_raise_that_fails_to_start_is_told_not_raised_o1(monkeypatch):
     """O1: even a thread that cannot start is told through `say`, never raised."""
     said: list[str] = []
@@ -432,8 +449,11 @@ def test_open_alarms_names_this_process_and_takes_gpuops_notify_s_endpoints(tmp_
     settings = Settings.from_environ(
         {"GPUOPS_NOTIFY": "json://127.0.0.1:9/a ntfy://topic", "HOME": str(tmp_path)}, home=tmp_path
     )
-    opened = a.open_alarms(settings, MemoryStore(), Events(), operator="alice")
-    quiet = a.silent(Events())
+    clock, said, events = Clock(), [], Events()
+    opened = a.open_alarms(
+        settings, MemoryStore(), Events(), operator="alice", clock=clock, say=said.append
+    )
+    quiet = a.silent(events)
 
     assert sorted(opened.endpoints) == sorted(
         [a.endpoint_id("json://127.0.0.1:9/a"), a.endpoint_id("ntfy://topic")]
@@ -443,4 +463,5 @@ def test_open_alarms_names_this_process_and_takes_gpuops_notify_s_endpoints(tmp_
     assert len(nonce) == 6
     assert a.open_alarms(settings, None, Events()).who.startswith("gpuops/")
     assert quiet.endpoints == {} and quiet.causes is None and quiet.pending is None
-    assert quiet.who == "silent"
+    assert quiet.who == "silent" and quiet.events is events
+    assert opened.clock is clock and opened.say == said.append

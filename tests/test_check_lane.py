@@ -409,3 +409,180 @@ def test_the_lane_is_checked_only_when_configured_and_a_partial_one_is_exit_2(la
     lane.board(b.RUNNING)
     assert parts.read_board() == Records(lane.store, "lane/", BoardCodec()).get("gpu-lane/board").board  # type: ignore[union-attr]
     assert all(f.ok for f in c.check_lane(parts))
+
+
+NOBODY = (
+    "no started claim accounts for it, so it bills with nobody's job. gpuops never stops it "
+    "(L1): find whose it is (the console's instance page, its serial output), let it finish or "
+    "have its owner power it off, and run `gpuops lane repair` if the board is wrong"
+)
+
+
+@pytest.mark.parametrize(
+    "case, line, expected",
+    [
+        ("no-board", "lane vm", f"gpu-lane is RUNNING but the lane has no board: {NOBODY}"),
+        ("free", "lane vm", f"gpu-lane is RUNNING but the board says free: {NOBODY}"),
+        (
+            "old-epoch",
+            "lane vm",
+            "gpu-lane is RUNNING, but not under the board's claim: refused (L13): lane gpu-lane: "
+            "this claim is epoch 4 ('bob', job 'portraits'), but instance gpu-lane's label says "
+            "claim epoch 3 held: a claim from a stale, repaired or lost board cannot take the VM; "
+            "it may be billing with nobody's job (L1: gpuops never stops it): find whose it is",
+        ),
+        (
+            "corrupt",
+            "lane vm",
+            "gpu-lane is RUNNING and the lane board has no readable state line (the first line "
+            "is not a board state line: 'state: free'), so nobody's claim accounts for it (L12): "
+            "run `gpuops lane repair`, which rebuilds the line from the VM and the claim journal",
+        ),
+        (
+            "missing",
+            "lane vm",
+            f"{WHERE} does not exist: check GPUOPS_LANE_PROJECT, GPUOPS_LANE_ZONE and "
+            "GPUOPS_LANE_INSTANCE (gpuops never creates the lane's VM)",
+        ),
+        (
+            "no-ceiling",
+            "lane ceiling",
+            "gpu-lane: refused (L12): the instance's run ceiling is not set (maxRunDuration None, "
+            "instanceTerminationAction None): nothing would power it off if its script never "
+            "did; run `gpuops lane install` again, which sets it",
+        ),
+        (
+            "forbidden",
+            "lane bucket",
+            "gs://gpuops-lane-jobs refused the write of gpuops-check/N: gcs: write "
+            "gs://gpuops-lane-jobs/gpuops-check/N: HTTP 403 lane-runner@gpuops-lane.iam."
+            "gserviceaccount.com does not have storage.objects.create access to the Google Cloud "
+            "Storage object. Permission 'storage.objects.create' denied on resource (or it may "
+            "not exist).; grant the lane's account roles/storage.objectAdmin on the bucket (its "
+            "script writes and overwrites its status and log, the runner reads them)",
+        ),
+        (
+            "no-bucket",
+            "lane bucket",
+            "gs://no-such-bucket does not exist (the write of gpuops-check/N: gcs: write "
+            "gs://no-such-bucket/gpuops-check/N: not found (HTTP 404)): check GPUOPS_LANE_BUCKET",
+        ),
+        ("sound", "lane vm", "gpu-lane is TERMINATED: nothing runs on it"),
+        (
+            "sound",
+            "lane ceiling",
+            "gpu-lane has maxRunDuration 21600 s (6 h) with STOP: GCE powers it off if its "
+            "script never does",
+        ),
+        ("sound", "lane bucket", "gs://gpuops-lane-jobs takes a write, reads it back and deletes it"),
+    ],
+)
+def test_each_lane_line_says_in_full_what_is_wrong_and_how_to_fix_it(
+    lane, case, line, expected
+):
+    """What a person reads on each lane line, word for word: the state seen, the rule, and
+    the command or setting that fixes it (the probe's nonce shown as N)."""
+    import re
+
+    given: dict[str, Any] = {}
+    if case in ("no-board", "free", "old-epoch", "corrupt"):
+        lane.fake.status = "RUNNING"
+    if case == "free":
+        lane.board(b.FREE)
+    if case == "old-epoch":
+        lane.board(b.RUNNING)
+        lane.label(epoch=3)
+    if case == "corrupt":
+        lane.store.create("lane/gpu-lane/board", b"state: free\n")
+    if case == "missing":
+        given["instance"] = "no-such-vm"
+    if case == "no-ceiling":
+        lane.fake.max_run_s = None
+    if case == "forbidden":
+        lane.fake.scenario = dataclasses.replace(
+            lane.fake.scenario, gcs_write_forbidden_prefix="gpuops-check/"
+        )
+    if case == "no-bucket":
+        given.update(gcs=GcsAdapter("no-such-bucket", endpoint=GCE), bucket="no-such-bucket")
+
+    findings = c.check_lane(lane.parts(**given))
+
+    assert re.sub(r"gpuops-check/[0-9a-f]{16}", "gpuops-check/N", detail(findings, line)) == expected
+
+
+ROLE = (
+    "grant the lane's account roles/storage.objectAdmin on the bucket (its script writes and "
+    "overwrites its status and log, the runner reads them)"
+)
+RETRY_GCS = "check STORAGE_EMULATOR_HOST (unset for real GCS) and the network; try again"
+
+
+@pytest.mark.parametrize(
+    "parts, line, expected",
+    [
+        (
+            {"gce": RefusingGce(AuthFailed("gce", "get gpu-lane: HTTP 401", 401))},
+            "lane vm",
+            f"GCE refused our credentials for {WHERE}: gce: get gpu-lane: HTTP 401; run `gcloud "
+            "auth application-default login` or point GOOGLE_APPLICATION_CREDENTIALS at a key "
+            "that may read it",
+        ),
+        (
+            {"gce": RefusingGce(ProviderUnavailable("gce", "get gpu-lane: HTTP 503", 503))},
+            "lane vm",
+            f"GCE did not answer for {WHERE}: ProviderUnavailable: gce unavailable: get gpu-lane: "
+            "HTTP 503; check GPUOPS_GCE_ENDPOINT (unset for real GCE) and the network; try again",
+        ),
+        (
+            {"gcs": Bucket(back=b"x")},
+            "lane bucket",
+            "gs://gpuops-lane-jobs did not give back what was written to gpuops-check/N: the "
+            "runner could not trust a status or a result there",
+        ),
+        (
+            {"gcs": Bucket(refuse="read")},
+            "lane bucket",
+            f"gs://gpuops-lane-jobs refused the read back of gpuops-check/N: gcs: read: HTTP 403; {ROLE}",
+        ),
+        (
+            {"gcs": Bucket(refuse="delete")},
+            "lane bucket",
+            f"gs://gpuops-lane-jobs refused the delete of gpuops-check/N: gcs: delete: HTTP 403; {ROLE}",
+        ),
+        (
+            {"gcs": Bucket(refuse="delete", error=ProviderUnavailable("gcs", "HTTP 503", 503))},
+            "lane bucket",
+            "the delete of gs://gpuops-lane-jobs/gpuops-check/N failed: ProviderUnavailable: gcs "
+            f"unavailable: HTTP 503; {RETRY_GCS}",
+        ),
+        (
+            {"gcs": Bucket(refuse="read", error=c.ProviderError("gcs", "HTTP 400", 400))},
+            "lane bucket",
+            "the read back of gs://gpuops-lane-jobs/gpuops-check/N failed: ProviderError: gcs: "
+            "HTTP 400; try again; check the bucket in the console",
+        ),
+    ],
+)
+def test_each_failure_of_gce_or_of_a_bucket_step_is_told_in_full(lane, parts, line, expected):
+    """Word for word: GCE refusing or not answering, a bucket giving back other bytes, and
+    each step of the probe refused or failing (the probe's nonce shown as N)."""
+    import re
+
+    findings = c.check_lane(lane.parts(**parts))
+
+    assert re.sub(r"gpuops-check/[0-9a-f]{16}", "gpuops-check/N", detail(findings, line)) == expected
+
+
+def test_a_running_vm_whose_board_cannot_be_read_says_why_in_full(lane):
+    """The store's own error is carried, and the store line named."""
+
+    def unreachable() -> b.Board | None:
+        raise StoreUnavailable("no route to the store")
+
+    lane.fake.status = "RUNNING"
+    findings = c.check_lane(lane.parts(read_board=unreachable))
+
+    assert detail(findings, "lane vm") == (
+        "gpu-lane is RUNNING, and the lane board could not be read to account for it: "
+        "StoreUnavailable: no route to the store; see the store line"
+    )
