@@ -18,7 +18,7 @@ from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops import check as c
 from gpuops.alarms import AppriseEndpoint
-from gpuops.errors import AlreadyExists, StoreUnavailable, VersionConflict
+from gpuops.errors import AlreadyExists, AuthFailed, ProviderUnavailable, StoreUnavailable, VersionConflict
 from gpuops.market.results import LocalResults
 from gpuops.providers.vast import VastAdapter
 from gpuops.store.base import Versioned
@@ -370,3 +370,144 @@ def test_the_command_reaches_an_s3_store_and_s3_results_through_gpuops_s3_endpoi
     assert code == 0, out
     assert f"ok   store: s3://{s3.bucket}/state is reachable" in out
     assert f"ok   results: s3://{s3.bucket}/results takes results" in out
+
+
+class Keys:
+    """A Vast stand-in: the account's keys, or the error listing them raises."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+
+    def list_ssh_keys(self) -> list[Any]:
+        if self.error is not None:
+            raise self.error
+        return []
+
+
+class Down:
+    id = "json-down"
+
+    def send(self, alarm: Any, /) -> str | None:
+        return "not delivered (FAILURE)"
+
+
+SAFE = (
+    "Every compare-and-swap would be a blind overwrite (M3, M4, L3): use a store that enforces "
+    "If-Match / If-None-Match (AWS S3, MinIO, a local directory)"
+)
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        (lambda: c.check_store(MemoryStore()), "memory:// is reachable and honours conditional writes"),
+        (
+            lambda: c.check_store(BlindStore()),
+            "memory:// does not honour conditional writes: a second create-if-absent was "
+            f"accepted. {SAFE}",
+        ),
+        (
+            lambda: c.check_store(StaleDeletes()),
+            f"memory:// does not honour conditional writes: a delete at a stale version was accepted. {SAFE}",
+        ),
+        (
+            lambda: c.check_store(Unreachable()),
+            "cannot reach memory://: StoreUnavailable: no route to the store; check GPUOPS_STATE, "
+            "the network and the credentials",
+        ),
+        (
+            lambda: c.check_vast(Keys(AuthFailed("vast", "HTTP 401", 401)), KEY),
+            "Vast refused our key: vast: HTTP 401; set VAST_API_KEY (or `vastai set api-key`) to "
+            "a key of this account | not checked: the Vast key does not work",
+        ),
+        (
+            lambda: c.check_vast(Keys(ProviderUnavailable("vast", "HTTP 503", 503)), KEY),
+            "the Vast API did not answer: ProviderUnavailable: vast unavailable: HTTP 503; check "
+            "VAST_URL and the network; try again | not checked: the Vast API did not answer",
+        ),
+        (
+            lambda: c.check_vast(Keys(), KEY),
+            "the Vast API answers our key (0 SSH key(s)) | our SSH public key (GPUOPS_SSH_KEY) is "
+            "not registered with the account: every probe would fail on auth (M9); `gpuops rent` "
+            "registers it, or add it in the console",
+        ),
+        (
+            lambda: c.check_notify([]),
+            "GPUOPS_NOTIFY is not set: alarms would be event-log lines nobody hears (O1); set it "
+            "to an apprise URL (json://, ntfy://, mailto://, slack://...)",
+        ),
+        (
+            lambda: c.check_notify([AppriseEndpoint("nosuchscheme://x")]),
+            "apprise does not know this URL (its scheme, or its form): fix the URL in GPUOPS_NOTIFY",
+        ),
+        (
+            lambda: c.check_notify([Down()]),
+            "not delivered (FAILURE); check the endpoint and its URL",
+        ),
+        (lambda: c.check_clock(None, 0.0), "the provider's answer had no Date header to compare "
+         "this host's clock with; run `gpuops check` again"),  # fmt: skip
+        (lambda: c.check_clock("yesterday", 0.0), "the provider's Date 'yesterday' is not an HTTP date"),
+        (
+            lambda: c.check_clock("Tue, 01 Dec 2026 18:00:00 GMT", 1796148061.0),
+            "this host's clock is +61 s from the provider's Date: every deadline is read on it "
+            "(M5); more than 60 s off: set it by NTP (timedatectl set-ntp true, or chrony)",
+        ),
+        (
+            lambda: c.check_clock("Tue, 01 Dec 2026 18:00:00 GMT", 1796147997.0),
+            "this host's clock is -3 s from the provider's",
+        ),
+    ],
+)
+def test_each_line_says_in_full_what_was_seen_or_what_is_wrong_and_how_to_fix_it(line, expected):
+    """What a person reads, word for word: the store, the Vast and SSH keys, the
+    notifications and the clock (each finding's detail, joined by ' | ')."""
+    found = line()
+    details = [found] if isinstance(found, c.Finding) else found
+
+    assert " | ".join(f.detail for f in details) == expected
+
+
+def test_the_results_probe_is_one_small_file_in_its_own_entry_and_a_bad_place_says_why(tmp_path):
+    """The delivery is `gpuops-check/gpuops-check.txt` holding one line; a destination that
+    is a file says what failed and what to point GPUOPS_RESULTS at."""
+    (tmp_path / "a-file").write_text("x")
+    good = c.check_results(LocalResults(tmp_path / "r"), "WHERE")
+    bad = c.check_results(LocalResults(tmp_path / "a-file"), "WHERE")
+
+    delivered = tmp_path / "r" / "gpuops-check" / "gpuops-check.txt"
+    assert delivered.read_text() == "gpuops check\n"
+    assert good.detail == f"WHERE takes results ({tmp_path / 'r' / 'gpuops-check'}/gpuops-check.txt)"
+    assert bad.detail == (
+        "WHERE does not take results: NotADirectoryError: [Errno 20] Not a directory: "
+        f"'{tmp_path / 'a-file' / 'gpuops-check'}'; point GPUOPS_RESULTS at a writable directory "
+        "or s3://bucket/prefix"
+    )
+
+
+class Refusing(MemoryStore):
+    """A store that refuses every write outright (a bucket policy, a read-only mount)."""
+
+    def create(self, key: str, data: bytes) -> str:
+        from gpuops.errors import StateError
+
+        raise StateError(f"{key}: writes are refused here")
+
+
+class Unreached:
+    def deliver(self, name: str, tarball: Path) -> str:
+        raise StoreUnavailable("no route to the bucket")
+
+
+def test_a_store_that_refuses_writes_is_exit_3_and_unreachable_results_are_exit_4(tmp_path):
+    """A store refusing the self-test's writes outright: 3 (nothing could be recorded); a
+    results destination that cannot be reached: 4, where to look."""
+    store = c.check_store(Refusing())
+    results = c.check_results(Unreached(), "s3://b/r")
+
+    assert (store.ok, store.code) == (False, 3)
+    assert store.detail.startswith("memory:// refused the self-test: ")
+    assert store.detail.endswith("writes are refused here")
+    assert (results.ok, results.code) == (False, 4)
+    assert results.detail == (
+        "cannot reach s3://b/r: StoreUnavailable: no route to the bucket; check GPUOPS_RESULTS"
+    )
