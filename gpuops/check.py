@@ -495,7 +495,7 @@ def _lane(settings: Settings, store: Store) -> LaneParts | Finding | None:
 
     events = EventLog(settings.events_path, settings.acting_operator())
     gce = GceAdapter(lane.project, lane.zone, events=events, endpoint=settings.gce_endpoint)
-    gcs = GcsAdapter(lane.bucket, lane.project, endpoint=settings.storage_emulator_host)
+    gcs = GcsAdapter(lane.bucket, endpoint=settings.storage_emulator_host)
     boards = Records(store, "lane/", BoardCodec())
 
     def read_board() -> Board | None:

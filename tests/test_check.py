@@ -202,7 +202,7 @@ def test_this_host_s_clock_is_judged_against_the_provider_s_date_m17(date, here_
     configuration fault (fix NTP, exit 2); no readable Date cannot be judged (4)."""
     finding = c.check_clock(date, here_s)
 
-    assert (finding.ok, finding.code) == (ok, code)
+    assert (finding.check, finding.ok, finding.code) == ("clock", ok, code)
     if not ok and code == 2:
         assert "NTP" in finding.detail
 
@@ -226,6 +226,9 @@ GCE = "http://gce.fake.test"
 VAST = "https://vast.fake.test"  # not the adapter's default: the configured URL must be used
 
 
+LANE_VM: list[Any] = []  # the command fixture's FakeGCE, for a test to move its VM
+
+
 @pytest.fixture
 def command(tmp_path: Path, receiver: Receiver) -> Iterator[dict[str, str]]:
     """`run_check`'s environment: FakeVast (its answers dated now) and FakeGCE (the lane's VM
@@ -246,6 +249,7 @@ def command(tmp_path: Path, receiver: Receiver) -> Iterator[dict[str, str]]:
 
     vast = FakeVast(parse_scenario(scenario()), clock=FakeClock())
     gce = FakeGCE(LaneScenario(run_ceiling_s=21600.0), FakeClock())
+    LANE_VM[:] = [gce]
     key = tmp_path / "id_ed25519.pub"
     key.write_text(KEY + "\n")
     mock = responses.RequestsMock(assert_all_requests_are_fired=False, response_callback=dated)
@@ -300,6 +304,7 @@ def test_the_command_s_json_lists_every_check_with_the_exit_code(command, capsys
 
     code, out = run(command, capsys, as_json=True, GPUOPS_LANE_INSTANCE="no-such-vm")
     doc = json.loads(out)
+    assert out == json.dumps(doc, indent=2) + "\n"  # one object, two-space indents
     unread = json.loads(run(command, capsys, as_json=True, GPUOPS_SSH_KEY="/nonexistent.pub")[1])
 
     assert code == 2 and doc["exit_code"] == 2
@@ -465,6 +470,7 @@ def test_each_line_says_in_full_what_was_seen_or_what_is_wrong_and_how_to_fix_it
     details = [found] if isinstance(found, c.Finding) else found
 
     assert " | ".join(f.detail for f in details) == expected
+    assert all(f.ok is (f.code == 0) for f in details)  # a failure is False, never falsy
 
 
 def test_the_results_probe_is_one_small_file_in_its_own_entry_and_a_bad_place_says_why(tmp_path):
@@ -511,3 +517,30 @@ def test_a_store_that_refuses_writes_is_exit_3_and_unreachable_results_are_exit_
     assert results.detail == (
         "cannot reach s3://b/r: StoreUnavailable: no route to the bucket; check GPUOPS_RESULTS"
     )
+
+
+def test_the_command_accounts_for_a_running_lane_vm_by_the_board_in_its_own_store_l13(
+    command, capsys
+):
+    """L13: the VM RUNNING under the claim the board in GPUOPS_STATE holds (and its label
+    carries) is ok; the same VM with that board gone bills with nobody's job: exit 3."""
+    from gpuops.lane import board as b
+    from gpuops.lane import decide as d
+    from gpuops.lane.runner import BoardCodec, BoardFile
+    from gpuops.store.local import LocalStore
+    from gpuops.store.records import Records
+
+    (gce,) = LANE_VM
+    held = b.Board("gpu-lane", "gpu-lane", 1796148000.0, b.RUNNING, "bob", "portraits", 1,
+                   claimed=1796148000.0, started=1796148000.0, boot="boot1", revision=2, epoch=4)  # fmt: skip
+    boards = Records(LocalStore(Path(command["GPUOPS_STATE"])), "lane/", BoardCodec())
+    boards.update("gpu-lane/board", lambda cur: BoardFile(held, ()))
+    gce.status = "RUNNING"
+    gce.labels = {d.CLAIM_LABEL: d.claim_label(4, d.holder_token("bob", "portraits"))}
+    code, out = run(command, capsys)
+    boards.remove("gpu-lane/board", lambda cur: True)
+    code_gone, out_gone = run(command, capsys)
+
+    assert code == 0, out
+    assert "ok   lane vm: gpu-lane is RUNNING for bob's job portraits" in out
+    assert code_gone == 3 and "FAIL lane vm: gpu-lane is RUNNING but the lane has no board" in out_gone

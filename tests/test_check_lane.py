@@ -245,8 +245,9 @@ class RefusingGce:
     [
         (AuthFailed("gce", "get gpu-lane: HTTP 401", 401), 2, "gcloud auth application-default"),
         (ProviderUnavailable("gce", "get gpu-lane: HTTP 503", 503), 4, "GPUOPS_GCE_ENDPOINT"),
+        (c.ProviderError("gce", "get gpu-lane: HTTP 400", 400), 4, "GCE did not answer"),
     ],
-    ids=["credentials-refused", "unavailable"],
+    ids=["credentials-refused", "unavailable", "bad-request"],
 )
 def test_gce_refusing_our_credentials_is_exit_2_and_not_answering_is_exit_4(
     lane, error, code, words
