@@ -241,6 +241,10 @@ def check_notify(endpoints: Sequence[object]) -> list[Finding]:
     return lines
 
 
+NO_DATE = Finding("clock", False, "the provider's answer had no Date header to compare this "
+                  "host's clock with; run `gpuops check` again", UNREACHABLE)  # fmt: skip
+
+
 def check_clock(date: str | None, here_s: float) -> Finding:
     """This host's wall clock (``here_s``, read as the answer arrived) against the provider's
     ``Date`` header on that answer."""
@@ -249,8 +253,7 @@ def check_clock(date: str | None, here_s: float) -> Finding:
     from gpuops import timing
 
     if not date:
-        return Finding("clock", False, "the provider's answer had no Date header to compare "
-                       "this host's clock with; run `gpuops check` again", UNREACHABLE)  # fmt: skip
+        return NO_DATE
     try:
         theirs = parsedate_to_datetime(date).timestamp()
     except (TypeError, ValueError):
@@ -418,7 +421,7 @@ def run_checks(
     provider = check_vast(vast, public_key)
     clock = []
     if dates is not None and provider[0].ok:
-        clock = [check_clock(*dates[-1]) if dates else check_clock(None, 0.0)]
+        clock = [check_clock(*dates[-1]) if dates else NO_DATE]
     lanes = [] if lane is None else [lane] if isinstance(lane, Finding) else check_lane(lane)
     return [
         check_store(store),

@@ -544,3 +544,79 @@ def test_the_command_accounts_for_a_running_lane_vm_by_the_board_in_its_own_stor
     assert code == 0, out
     assert "ok   lane vm: gpu-lane is RUNNING for bob's job portraits" in out
     assert code_gone == 3 and "FAIL lane vm: gpu-lane is RUNNING but the lane has no board" in out_gone
+
+
+class Registered:
+    """A Vast stand-in whose account holds our key."""
+
+    def list_ssh_keys(self) -> list[Any]:
+        from gpuops.model import SshKey
+
+        return [SshKey(1, KEY)]
+
+
+class Recording:
+    id = "json-rec"
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def send(self, alarm: Any, /) -> str | None:
+        self.sent.append(alarm)
+        return None
+
+
+UNREAD = c.Finding("ssh key", False, "cannot read the SSH public key k.pub; set GPUOPS_SSH_KEY", 2)
+
+
+def test_the_vast_and_ssh_key_lines_by_what_vast_answers_and_our_key_file_m9():
+    """M9: registered is ok; Vast not answering is 4 on both lines, with our unreadable key
+    file's own line standing for the SSH key's whatever Vast says."""
+    down = Keys(ProviderUnavailable("vast", "HTTP 503", 503))
+    refused = Keys(AuthFailed("vast", "HTTP 401", 401))
+
+    def rows(found: list[c.Finding]) -> list[tuple[str, bool, int]]:
+        return [(f.check, f.ok, f.code) for f in found]
+
+    assert [(f.check, f.ok, f.detail) for f in c.check_vast(Registered(), KEY)] == [
+        ("vast key", True, "the Vast API answers our key (1 SSH key(s))"),
+        ("ssh key", True, "our SSH public key is registered (M9)"),
+    ]
+    assert rows(c.check_vast(down, KEY)) == [("vast key", False, 4), ("ssh key", False, 4)]
+    assert c.check_vast(down, UNREAD)[1] is UNREAD
+    assert c.check_vast(refused, UNREAD)[1] is UNREAD
+    assert c.check_vast(Registered(), UNREAD)[1] is UNREAD
+    assert rows(c.check_vast(Registered(), None)) == [("vast key", True, 0)]
+
+
+def test_the_test_notification_is_one_alarm_a_person_can_read_o1():
+    """O1: each endpoint gets the same test alarm: its subject and body say what it is."""
+    from gpuops.alarms import Alarm, AlarmKind
+
+    endpoint = Recording()
+    (line,) = c.check_notify([endpoint])
+
+    assert endpoint.sent == [
+        Alarm(AlarmKind.GUARDIAN_EXIT, "check.notify", "gpuops check: a test notification",
+              "If you read this, gpuops alarms reach you (O1).")
+    ]  # fmt: skip
+    assert (line.check, line.ok, line.detail) == ("notify json-rec", True, "a test notification was delivered")
+
+
+def test_the_clock_is_judged_on_the_last_answer_and_only_when_the_vast_key_works(tmp_path):
+    """M17: with Vast answering, the clock line follows whatever the SSH key says (here
+    unregistered), judged on the last answer seen; no answer seen is the no-Date line; a
+    lane given as a finding (incomplete settings) stands in the lane's place."""
+    results = LocalResults(tmp_path / "results")
+    lane = c.Finding("lane", False, "the lane needs GPUOPS_LANE_ZONE", 2)
+    dates = [("Tue, 01 Dec 2026 17:00:00 GMT", 0.0), ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148001.0)]
+
+    seen = c.run_checks(MemoryStore(), Keys(), KEY, results, "r", [Recording()], dates, lane)
+    unseen = c.run_checks(MemoryStore(), Keys(), KEY, results, "r", [Recording()], [], None)
+
+    assert [f.check for f in seen] == [
+        "store", "vast key", "ssh key", "clock", "results", "lane", "notify json-rec"
+    ]  # fmt: skip
+    assert seen[3].ok and seen[3].detail == "this host's clock is +1 s from the provider's"
+    assert seen[5] is lane
+    assert unseen[3] is c.NO_DATE
