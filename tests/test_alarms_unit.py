@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from store_fakes import Events
+from gpuops.store.memory import MemoryStore
 
 from gpuops import alarms as a
 from gpuops import timing
@@ -465,3 +466,127 @@ def test_open_alarms_names_this_process_and_takes_gpuops_notify_s_endpoints(tmp_
     assert quiet.endpoints == {} and quiet.causes is None and quiet.pending is None
     assert quiet.who == "silent" and quiet.events is events
     assert opened.clock is clock and opened.say == said.append
+
+
+def test_a_cause_whose_work_another_process_has_begun_is_left_to_it_o1():
+    """O1: a pending record already there (another process raised it and is sending) and
+    no cause yet: this raise sends nothing and says it is a duplicate; the record is theirs."""
+    store, endpoint, events = MemoryStore(), Endpoint(), Events()
+    theirs = a.PendingAlarm("job.dead", "s", "b", "then", "json-aaaa", 1, "bob/h2/9/bb", 1796148000.0)
+    Records(store, a.PENDING, a.PENDING_CODEC).update(ALARM.cause, lambda cur: theirs)
+
+    raised(alarms(store, endpoint, events=events), ALARM)
+
+    assert endpoint.sent == [] and pending(store) == [theirs]
+    assert events.kinds("alarm.duplicate") == [{"cause": ALARM.cause}]
+
+
+def test_a_cause_remembered_by_another_between_our_look_and_our_claim_is_not_sent_again_o1():
+    """O1: raised, sent and finished elsewhere between our look at the cause and our claim:
+    our claim is withdrawn (our pending record removed) and nothing is sent."""
+    from store_fakes import Interleaved
+
+    store, endpoint = Interleaved(), Endpoint()
+    done = a.RaisedCause("job.dead", "s", "then", "bob/h2/9/bb")
+    causes_ = Records(store, a.CAUSES, a.CAUSE_CODEC)
+    store.before["create"].append(lambda: causes_.update(ALARM.cause, lambda cur: done))
+
+    raised(alarms(store, endpoint), ALARM)
+
+    assert endpoint.sent == [] and pending(store) == []
+    assert causes_.get(ALARM.cause) == done
+
+
+class TakenOver(Endpoint):
+    """An endpoint during whose send another retrier takes the pending record over."""
+
+    def __init__(self, store: Any, down: int) -> None:
+        super().__init__(down=down)
+        self.store = store
+
+    def send(self, alarm: a.Alarm, /) -> str | None:
+        records = Records(self.store, a.PENDING, a.PENDING_CODEC)
+        records.update(alarm.cause, lambda cur: dataclasses.replace(cur, sending_by="carol/h3/7/cc"))
+        return super().send(alarm)
+
+
+@pytest.mark.parametrize("down", [0, 1], ids=["delivered", "failed"])
+def test_a_claim_taken_over_mid_send_is_left_to_its_new_sender_o1(down):
+    """O1: whether our send worked or not, a record another retrier has claimed meanwhile is
+    theirs: we neither delete it nor release their claim nor write our error into it."""
+    store = MemoryStore()
+    endpoint = TakenOver(store, down)
+
+    raised(alarms(store, endpoint), ALARM)
+
+    (left,) = pending(store)
+    assert left.sending_by == "carol/h3/7/cc" and left.last_error is None
+
+
+def test_alarms_run_on_daemon_threads_and_flush_with_no_limit_waits_for_all_o1():
+    """O1: a hung endpoint never holds a process's exit beyond the exit hook's limit (its
+    thread is a daemon); flush() with no limit waits until every alarm is done."""
+    sender = alarms(MemoryStore(), Endpoint())
+    sender.raise_alarm(ALARM)
+    threads = list(sender._threads)
+
+    assert threads and all(t.daemon for t in threads)
+    assert sender.flush() is True and sender._threads == []
+
+
+def test_retry_with_no_endpoint_or_no_store_starts_nothing_o1():
+    """O1: nothing to send to, or nowhere pending work could be: retry does nothing."""
+    no_endpoint = alarms(MemoryStore())
+    no_store = a.Alarms(None, Events(), [Endpoint()], who="w")
+    no_endpoint.retry()
+    no_store.retry()
+
+    assert no_endpoint._threads == [] and no_store._threads == []
+
+
+def test_an_alarm_still_in_flight_when_its_process_exits_is_delivered_on_the_way_out_o1(
+    tmp_path,
+):
+    """O1: a guardian's last alarm goes out while its interpreter is exiting (the exit hook
+    waits for it), when pools of worker threads already refuse work: the send runs in the
+    alarm's own thread. A child Python raises it and returns at once; its send is held until
+    the exit has begun; the loopback receiver gets it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from alarm_receiver import Receiver
+
+    child = f"""
+import atexit, sys, threading
+from gpuops import alarms as a
+from store_fakes import Events
+from gpuops.store.memory import MemoryStore
+
+gate = threading.Event()
+real = a.AppriseEndpoint({{url!r}})
+
+class Held:
+    id = real.id
+    def send(self, alarm):
+        gate.wait(30)
+        return real.send(alarm)
+
+sender = a.Alarms(MemoryStore(), Events(), [Held()], who="w")
+sender.raise_alarm(a.Alarm(a.AlarmKind.GUARDIAN_EXIT, "guardian.exit.j@1.6", "last words", "b"))
+atexit.register(gate.set)  # runs before the alarms' own exit hook (last in, first out)
+"""
+    tests = Path(__file__).resolve().parent
+    receiver = Receiver()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", child.format(url=receiver.url)],
+            env={**__import__("os").environ, "PYTHONPATH": str(tests)},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        titles = receiver.titles()
+    finally:
+        receiver.close()
+
+    assert done.returncode == 0, done.stderr
+    assert titles == ["last words"]
