@@ -107,7 +107,7 @@ def check_store(store: Store) -> Finding:
         )
         found = store.get(key)
         if wrong is None and (found is None or found.data != b"3"):
-            wrong = "the value written at the current version is not what it reads back"
+            wrong = "a put at the current version that reads back another value"
         if found is not None:
             store.delete(key, found.version)
     except (Unavailable, OSError) as exc:
@@ -296,14 +296,7 @@ def check_lane(lane: LaneParts) -> list[Finding]:
         vm = _unread_vm(lane.where, exc)
         not_checked = f"not checked: {lane.where} could not be read"
         return [vm, Finding("lane ceiling", False, not_checked, vm.code), check_bucket(lane)]
-    board: Board | None = None
-    unread: Exception | None = None
-    if inst.status_raw != "TERMINATED":  # only a running VM needs the board to account for it
-        try:
-            board = lane.read_board()
-        except (StateError, Unavailable, OSError) as exc:
-            unread = exc
-    return [check_lane_vm(inst, board, unread), check_ceiling(inst), check_bucket(lane)]
+    return [check_lane_vm(inst, lane.read_board), check_ceiling(inst), check_bucket(lane)]
 
 
 def _unread_vm(where: str, exc: GpuopsError) -> Finding:
@@ -319,23 +312,26 @@ def _unread_vm(where: str, exc: GpuopsError) -> Finding:
     return _unreachable("lane vm", f"GCE did not answer for {where}", exc, fix)
 
 
-def check_lane_vm(inst: LaneInstance, board: Board | None, unread: Exception | None) -> Finding:
+def check_lane_vm(inst: LaneInstance, read_board: Callable[[], Board | None]) -> Finding:
     """TERMINATED, or running under the board's started claim with the VM's own label holding
-    it (L13); anything else bills with nobody's job (L1: gpuops never stops it)."""
+    it (L13); anything else bills with nobody's job (L1: gpuops never stops it). The board is
+    read only for a VM that is not TERMINATED."""
     from gpuops.lane import board as b
     from gpuops.lane import decide as d
 
     status = inst.status_raw
     if status == "TERMINATED":
         return Finding("lane vm", True, f"{inst.name} is TERMINATED: nothing runs on it")
-    if isinstance(unread, CorruptState):
+    try:
+        board = read_board()
+    except CorruptState as exc:
         return Finding("lane vm", False, f"{inst.name} is {status} and the lane board has no "
-                       f"readable state line ({unread.reason}), so nobody's claim accounts for "
+                       f"readable state line ({exc.reason}), so nobody's claim accounts for "
                        "it (L12): run `gpuops lane repair`, which rebuilds the line from the "
                        "VM and the claim journal", REFUSED)  # fmt: skip
-    if unread is not None:
+    except (StateError, Unavailable, OSError) as exc:
         return _unreachable("lane vm", f"{inst.name} is {status}, and the lane board could "
-                            "not be read to account for it", unread, "see the store line")  # fmt: skip
+                            "not be read to account for it", exc, "see the store line")  # fmt: skip
     if board is None or board.state not in (b.STARTING, b.RUNNING):
         held = "the lane has no board" if board is None else f"the board says {board.state}"
         return Finding(

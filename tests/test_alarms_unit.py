@@ -594,3 +594,28 @@ atexit.register(gate.set)  # runs before the alarms' own exit hook (last in, fir
 
     assert done.returncode == 0, done.stderr
     assert titles == ["last words"]
+
+
+def test_a_retrier_s_claim_holds_off_every_other_retrier_while_it_sends_o1():
+    """O1: a pending alarm taken up by one retrier (its claim: who, and when by its clock) is
+    not taken by a second retrier that looks while the first is still sending: heard once."""
+    store, clock = MemoryStore(), Clock()
+    free = a.PendingAlarm("job.dead", "s", "b", "then", "json-aaaa", 1)
+    Records(store, a.PENDING, a.PENDING_CODEC).update(ALARM.cause, lambda cur: free)
+    second_endpoint = Endpoint()
+    second = alarms(store, second_endpoint, who="bob/h2/9/bb", clock=clock)
+
+    class Meanwhile(Endpoint):
+        def send(self, alarm: a.Alarm, /) -> str | None:
+            (claimed,) = pending(store)
+            assert claimed.sending_by == "alice/h/1/aa" and claimed.sending_at == clock.now
+            second._retry_pending()  # the second retrier looks now, in the middle of our send
+            return super().send(alarm)
+
+    first_endpoint = Meanwhile()
+    first = alarms(store, first_endpoint, clock=clock)
+    first.retry()
+    assert first.flush(5.0)
+
+    assert [x.cause for x in first_endpoint.sent] == [ALARM.cause]
+    assert second_endpoint.sent == [] and pending(store) == []

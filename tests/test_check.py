@@ -52,6 +52,44 @@ class StaleDeletes(MemoryStore):
             super().delete(key, found.version)
 
 
+class StalePuts(MemoryStore):
+    """A store that honours create-if-absent and deletes but takes a put at any version."""
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        return self._set(key, data)
+
+
+class PastVersions(MemoryStore):
+    """A store that takes a delete at any version the key has ever had (not only the
+    current one): the history is checked, not the present."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.issued: set[str] = set()
+
+    def _set(self, key: str, data: bytes) -> str:
+        version = super()._set(key, data)
+        self.issued.add(version)
+        return version
+
+    def delete(self, key: str, version: str) -> None:
+        found = self.get(key)
+        if found is not None and version not in self.issued:
+            raise VersionConflict(key, version)
+        if found is not None:
+            super().delete(key, found.version)
+
+
+class LostPuts(MemoryStore):
+    """A store that answers a put at the current version with a new version but keeps the
+    old value: a write acknowledged and lost."""
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        found = self.get(key)
+        assert found is not None
+        return super().put(key, found.data, version)
+
+
 class Unreachable(MemoryStore):
     def get(self, key: str) -> Versioned | None:
         raise StoreUnavailable("no route to the store")
@@ -110,7 +148,11 @@ def test_a_sound_setup_passes_every_check_and_a_person_gets_the_test_notificatio
     "an S3-compatible store that silently ignores If-Match / If-None-Match",
     handled="`gpuops check` fails its self-test of conditional writes, exit 3, before any money is spent",
 )
-@pytest.mark.parametrize("store", [BlindStore(), StaleDeletes()], ids=["blind", "stale-delete"])
+@pytest.mark.parametrize(
+    "store",
+    [BlindStore(), StaleDeletes(), StalePuts(), PastVersions(), LostPuts()],
+    ids=["blind", "stale-delete", "stale-put", "past-version-delete", "lost-put"],
+)
 def test_a_store_that_ignores_preconditions_fails_the_self_test_with_exit_3_m4(
     tmp_path, vast, receiver, store
 ):
@@ -416,6 +458,15 @@ SAFE = (
             f"memory:// does not honour conditional writes: a delete at a stale version was accepted. {SAFE}",
         ),
         (
+            lambda: c.check_store(StalePuts()),
+            f"memory:// does not honour conditional writes: a put at a stale version was accepted. {SAFE}",
+        ),
+        (
+            lambda: c.check_store(LostPuts()),
+            "memory:// does not honour conditional writes: a put at the current version that "
+            f"reads back another value was accepted. {SAFE}",
+        ),
+        (
             lambda: c.check_store(Unreachable()),
             "cannot reach memory://: StoreUnavailable: no route to the store; check GPUOPS_STATE, "
             "the network and the credentials",
@@ -482,6 +533,7 @@ def test_the_results_probe_is_one_small_file_in_its_own_entry_and_a_bad_place_sa
 
     delivered = tmp_path / "r" / "gpuops-check" / "gpuops-check.txt"
     assert delivered.read_text() == "gpuops check\n"
+    assert (good.check, good.ok, bad.check, bad.ok, bad.code) == ("results", True, "results", False, 2)
     assert good.detail == f"WHERE takes results ({tmp_path / 'r' / 'gpuops-check'}/gpuops-check.txt)"
     assert bad.detail == (
         "WHERE does not take results: NotADirectoryError: [Errno 20] Not a directory: "
@@ -510,10 +562,10 @@ def test_a_store_that_refuses_writes_is_exit_3_and_unreachable_results_are_exit_
     store = c.check_store(Refusing())
     results = c.check_results(Unreached(), "s3://b/r")
 
-    assert (store.ok, store.code) == (False, 3)
+    assert (store.check, store.ok, store.code) == ("store", False, 3)
     assert store.detail.startswith("memory:// refused the self-test: ")
     assert store.detail.endswith("writes are refused here")
-    assert (results.ok, results.code) == (False, 4)
+    assert (results.check, results.ok, results.code) == ("results", False, 4)
     assert results.detail == (
         "cannot reach s3://b/r: StoreUnavailable: no route to the bucket; check GPUOPS_RESULTS"
     )
