@@ -215,6 +215,8 @@ def test_an_endpoint_is_named_by_its_scheme_and_a_hash_never_its_url_h3():
         ("json://h/p?x=1", "json://h/p?x=1&cto=4&rto=4"),
         ("json://h/p?cto=9", "json://h/p?cto=9&rto=4"),
         ("json://h/p?rto=9&cto=9", "json://h/p?rto=9&cto=9"),
+        ("json://h/p?cto=1=2", "json://h/p?cto=1=2&rto=4"),  # a name ends at its first '='
+        ("json://h/p?cto=1?x", "json://h/p?cto=1?x&rto=4"),  # the query starts at the first '?'
     ],
 )
 def test_each_send_is_bounded_by_apprise_s_timeouts_unless_the_url_sets_its_own(url, expected):
@@ -288,6 +290,39 @@ def test_only_the_endpoints_not_reached_stay_pending_and_another_host_s_are_left
 
     assert left.pending == "json-down" and [x.cause for x in up.sent] == [ALARM.cause]
     assert pending(store) == [left]
+
+
+def test_every_endpoint_s_error_is_kept_with_the_pending_alarm_o1():
+    """O1: two endpoints down: both stay pending, and the record keeps each one's error."""
+    store = MemoryStore()
+    raised(alarms(store, Endpoint("json-a", down=1), Endpoint("json-b", down=1)), ALARM)
+
+    (left,) = pending(store)
+    assert left.pending == "json-a json-b"
+    assert left.last_error == "json-a: not delivered (FAILURE); json-b: not delivered (FAILURE)"
+
+
+def test_a_failed_send_prints_nothing_and_logs_nothing_outside_apprise_h3(capfd, caplog):
+    """H3: apprise's own warnings (which may name the URL, and a URL may hold a token) go
+    neither to stderr nor to any handler outside apprise's logger, from the first send on."""
+    import logging
+
+    from alarm_receiver import Receiver
+
+    logger = logging.getLogger("apprise")
+    saved = (list(logger.handlers), logger.propagate)
+    logger.handlers, logger.propagate = [], True  # as a fresh process has it
+    receiver = Receiver(answers=[500])
+    try:
+        with caplog.at_level(logging.DEBUG):
+            error = a.AppriseEndpoint(receiver.url + "?token=s3cret").send(ALARM)
+    finally:
+        receiver.close()
+        logger.handlers, logger.propagate = saved
+
+    assert error == "not delivered (FAILURE)"
+    assert [r for r in caplog.records if r.name.startswith("apprise")] == []
+    assert capfd.readouterr().err == ""
 
 
 def test_sweep_s_retry_takes_over_a_claim_only_once_it_is_stale_o1():
@@ -431,13 +466,20 @@ def test_flush_reports_alarms_still_in_flight_and_the_exit_hook_is_registered_on
             gate.wait(10.0)
             return super().send(alarm)
 
+    import time
+
     sender = alarms(MemoryStore(), Slow())
     sender.raise_alarm(ALARM)
     sender.raise_alarm(dataclasses.replace(ALARM, cause="job.dead.y@2.5"))
-    busy = sender.flush(0.05)
+    in_flight = len(sender._threads)
+    began = time.monotonic()
+    busy = sender.flush(0.0)
+    waited_s = time.monotonic() - began
     gate.set()
 
-    assert busy is False and sender.flush(5.0) is True
+    assert in_flight == 2  # a second raise keeps the first, still sending, to wait for
+    assert busy is False and waited_s < 0.5  # a limit of 0 does not wait
+    assert sender.flush(5.0) is True
     assert registered == [(sender.flush, timing.ALARM_FLUSH_S)]
 
 
@@ -530,7 +572,7 @@ def test_alarms_run_on_daemon_threads_and_flush_with_no_limit_waits_for_all_o1()
     sender.raise_alarm(ALARM)
     threads = list(sender._threads)
 
-    assert threads and all(t.daemon for t in threads)
+    assert threads and all(t.daemon and t.name == "gpuops-alarm" for t in threads)
     assert sender.flush() is True and sender._threads == []
 
 
