@@ -661,3 +661,18 @@ def test_a_retrier_s_claim_holds_off_every_other_retrier_while_it_sends_o1():
 
     assert [x.cause for x in first_endpoint.sent] == [ALARM.cause]
     assert second_endpoint.sent == [] and pending(store) == []
+
+
+def test_a_pending_record_whose_name_is_no_cause_is_never_claimed_or_sent_o1():
+    """O1: a record under alarms/pending/ whose name is not one key segment (written by
+    hand, or by another tool) is refused by name: not claimed, not sent, the fault told."""
+    store, endpoint, said = MemoryStore(), Endpoint(), []
+    planted = a.PendingAlarm("job.dead", "s", "b", "then", "json-aaaa", 1)
+    store.create(a.PENDING + "x/y", a.PENDING_CODEC.encode(planted))
+    retrier = alarms(store, endpoint, say=said.append)
+    retrier.retry()
+    assert retrier.flush(5.0)
+
+    found = store.get(a.PENDING + "x/y")
+    assert found is not None and a.PENDING_CODEC.decode(found.key, found.data) == planted
+    assert endpoint.sent == [] and len(said) == 1 and "must be one key segment" in said[0]
