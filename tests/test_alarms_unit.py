@@ -676,3 +676,19 @@ def test_a_pending_record_whose_name_is_no_cause_is_never_claimed_or_sent_o1():
     found = store.get(a.PENDING + "x/y")
     assert found is not None and a.PENDING_CODEC.decode(found.key, found.data) == planted
     assert endpoint.sent == [] and len(said) == 1 and "must be one key segment" in said[0]
+
+
+def test_a_budget_threshold_is_heard_once_per_threshold_per_period_m15():
+    """M15/O1: the team's or an operator's spend reaching a fraction of a limit: once per
+    (who, period, period start, percent); the subject names the share and the limit."""
+    day = a.budget_threshold("team", "day", 1796083200.9, 0.8, 50.0, "spent $30.00, committed $10.00")
+    full = a.budget_threshold("team", "day", 1796083200.0, 1.0, 50.0, "spent $50.00")
+
+    assert day.kind is a.AlarmKind.BUDGET and day.kind.value == "budget.threshold"
+    assert day.cause == "budget.threshold.team.day.1796083200.80"
+    assert full.cause == "budget.threshold.team.day.1796083200.100"
+    assert day.subject == "gpuops budget: team at 80% of $50.00 per day"
+    assert day.body == (
+        "spent $30.00, committed $10.00. `gpuops budget` shows every limit with what is spent "
+        "and committed; `rent` refuses a rental that would cross one (M15)."
+    )
