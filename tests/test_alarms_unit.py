@@ -263,14 +263,14 @@ def test_an_endpoint_that_fails_keeps_the_alarm_pending_and_the_next_raise_retri
 
     raised(sender, ALARM)
     (left,) = pending(store)
-    other = dataclasses.replace(ALARM, cause="job.dead.y@2.5")
+    other = dataclasses.replace(ALARM, cause="job.dead.a@0.5")  # listed before the pending one
     raised(sender, other)
 
     assert left.pending == "json-aaaa" and left.attempts == 1 and left.raised_at == "2026-12-01T18:00:00+00:00"
     assert (left.sending_by, left.sending_at) == (None, None)
     assert left.last_error == "json-aaaa: not delivered (FAILURE)"
     assert (left.kind, left.subject, left.body) == ("job.dead", ALARM.subject, "body")
-    assert [x.cause for x in down.sent] == ["job.dead.y@2.5", "job.dead.x@1.5"]
+    assert [x.cause for x in down.sent] == ["job.dead.a@0.5", "job.dead.x@1.5"]
     assert down.sent[1] == ALARM
     assert pending(store) == []
     assert events.kinds("alarm.undelivered") == [
@@ -692,3 +692,19 @@ def test_a_budget_threshold_is_heard_once_per_threshold_per_period_m15():
         "spent $30.00, committed $10.00. `gpuops budget` shows every limit with what is spent "
         "and committed; `rent` refuses a rental that would cross one (M15)."
     )
+
+
+def test_an_endpoint_s_name_takes_its_scheme_before_the_first_separator_and_a_crash_is_named_h3(
+    monkeypatch,
+):
+    """H3: a URL holding another URL is still named by its own scheme; apprise itself
+    failing is told by the exception's type, never raised and never with the URL."""
+    import apprise
+
+    class Broken:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("json://h/p?token=s3cret")
+
+    assert a.endpoint_id("json://h/p?next=http://x").startswith("json-")
+    monkeypatch.setattr(apprise, "Apprise", Broken)
+    assert a.AppriseEndpoint("json://h/p?token=s3cret").send(ALARM) == "apprise failed: RuntimeError"
