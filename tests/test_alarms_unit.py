@@ -708,3 +708,16 @@ def test_an_endpoint_s_name_takes_its_scheme_before_the_first_separator_and_a_cr
     assert a.endpoint_id("json://h/p?next=http://x").startswith("json-")
     monkeypatch.setattr(apprise, "Apprise", Broken)
     assert a.AppriseEndpoint("json://h/p?token=s3cret").send(ALARM) == "apprise failed: RuntimeError"
+
+
+def test_the_retry_after_a_raise_goes_past_the_cause_just_raised_o1():
+    """O1: an endpoint down for the raise of a (listed first) and up again: the retry that
+    follows skips a, just tried, and still retries x, pending before it."""
+    store = MemoryStore()
+    endpoint = Endpoint(down=2)
+    sender = alarms(store, endpoint)
+    raised(sender, ALARM)  # x: fails, pending
+    raised(sender, dataclasses.replace(ALARM, cause="job.dead.a@0.5"))  # a: fails; then x retried
+
+    assert [x.cause for x in endpoint.sent] == [ALARM.cause]
+    assert [p.attempts for p in pending(store)] == [1]
