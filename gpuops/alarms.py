@@ -257,6 +257,11 @@ class AppriseEndpoint:
     tenth of a second, which no command that raises nothing may pay)."""
 
     def __init__(self, url: str, timeout_s: float = timing.ALARM_SEND_TIMEOUT_S) -> None:
+        # apprise reaches for concurrent.futures' thread module at a send; imported for the
+        # first time while the interpreter exits (a guardian's last alarm) it raises, since
+        # that module registers an exit hook of its own: import it now, while that is allowed
+        import concurrent.futures.thread  # noqa: F401
+
         self._url = url
         self._timeout_s = timeout_s
         self.id = endpoint_id(url)

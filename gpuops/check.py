@@ -17,9 +17,24 @@ The checks, each a function of what it needs (tests give them fakes made to brea
 * **notify**: every GPUOPS_NOTIFY endpoint takes a test notification (O1); none set is a
   failure too: an alarm nobody hears is a log line.
 
+When a lane is configured (any GPUOPS_LANE_* variable set; some but not all is a configuration
+fault naming the missing ones), three more:
+
+* **lane vm**: the instance exists and is TERMINATED, or is accounted for: the board holds a
+  started claim (starting or running) and the instance's own claim label is that claim's
+  (L13). A VM running with no such claim bills with nobody's job, and gpuops never stops it
+  (L1): a person must find whose it is.
+* **lane ceiling**: GCE's own run ceiling is set (``scheduling.maxRunDuration`` within its
+  bounds, with ``instanceTerminationAction`` STOP; decide.py's check_run_ceiling, L12), as
+  `gpuops lane install` sets it; without it `lane start` is refused.
+* **lane bucket**: the lane's GCS bucket takes a write, reads it back and deletes it (a probe
+  object of its own, ``gpuops-check/<nonce>``).
+
 The exit code is by type, worst first: 3 when a safety rule's precondition fails (a store that
-ignores preconditions, our key not registered), 2 when something is configured wrong (a key, a
-path, a URL), 4 when something could not be reached; 0 when every line is ok.
+ignores preconditions, our key not registered, a lane VM nobody accounts for, no run ceiling),
+2 when something is configured wrong (a key, credentials refused, a path, a URL, a lane name or
+bucket that does not exist, a bucket we may not write), 4 when something could not be
+reached; 0 when every line is ok.
 """
 
 from __future__ import annotations
@@ -35,7 +50,10 @@ from typing import TYPE_CHECKING, Any
 from gpuops.errors import (
     AlreadyExists,
     AuthFailed,
+    CorruptState,
     GpuopsError,
+    ProviderError,
+    Refused,
     StateError,
     Unavailable,
     UsageError,
@@ -44,6 +62,8 @@ from gpuops.errors import (
 from gpuops.store.base import Store
 
 if TYPE_CHECKING:
+    from gpuops.lane.board import Board
+    from gpuops.providers.gce import LaneInstance
     from gpuops.settings import Settings
 
 REFUSED, CONFIG, UNREACHABLE = 3, 2, 4
@@ -87,7 +107,7 @@ def check_store(store: Store) -> Finding:
         )
         found = store.get(key)
         if wrong is None and (found is None or found.data != b"3"):
-            wrong = "the value written at the current version is not what it reads back"
+            wrong = "a put at the current version that reads back another value"
         if found is not None:
             store.delete(key, found.version)
     except (Unavailable, OSError) as exc:
@@ -121,25 +141,29 @@ def _refused(act: Callable[[], object], refusal: type[Exception], what: str) -> 
 
 
 # --- the provider ----------------------------------------------------------------------------
-def check_vast(vast: object, public_key: str | None) -> list[Finding]:
-    """The key works (the account's SSH keys are read) and ours is among them (M9)."""
+def check_vast(vast: object, public_key: str | Finding | None) -> list[Finding]:
+    """The key works (the account's SSH keys are read) and ours is among them (M9).
+    ``public_key``: our key's text; a Finding when its file could not be read (that line
+    stands for the SSH key's, whatever Vast says); None: not checked."""
     try:
         keys = vast.list_ssh_keys()  # type: ignore[attr-defined]
     except AuthFailed as exc:
         return [
             Finding("vast key", False, f"Vast refused our key: {exc}; set VAST_API_KEY (or "
                     "`vastai set api-key`) to a key of this account", CONFIG),
-            Finding("ssh key", False, "not checked: the Vast key does not work", CONFIG),
+            _unread_or(public_key, "not checked: the Vast key does not work", CONFIG),
         ]  # fmt: skip
     except (Unavailable, GpuopsError) as exc:
         fix = "check VAST_URL and the network; try again"
         return [
             _unreachable("vast key", "the Vast API did not answer", exc, fix),
-            Finding("ssh key", False, "not checked: the Vast API did not answer", UNREACHABLE),
+            _unread_or(public_key, "not checked: the Vast API did not answer", UNREACHABLE),
         ]
     lines = [Finding("vast key", True, f"the Vast API answers our key ({len(keys)} SSH key(s))")]
     if public_key is None:
         return lines
+    if isinstance(public_key, Finding):
+        return [*lines, public_key]
     if any(key.matches(public_key) for key in keys):
         return [*lines, Finding("ssh key", True, "our SSH public key is registered (M9)")]
     return [
@@ -153,6 +177,13 @@ def check_vast(vast: object, public_key: str | None) -> list[Finding]:
             REFUSED,
         ),
     ]
+
+
+def _unread_or(public_key: str | Finding | None, detail: str, code: int) -> Finding:
+    """The unreadable key's own line, else the SSH key's `not checked` line."""
+    if isinstance(public_key, Finding):
+        return public_key
+    return Finding("ssh key", False, detail, code)
 
 
 # --- results and notifications ----------------------------------------------------------------
@@ -210,6 +241,10 @@ def check_notify(endpoints: Sequence[object]) -> list[Finding]:
     return lines
 
 
+NO_DATE = Finding("clock", False, "the provider's answer had no Date header to compare this "
+                  "host's clock with; run `gpuops check` again", UNREACHABLE)  # fmt: skip
+
+
 def check_clock(date: str | None, here_s: float) -> Finding:
     """This host's wall clock (``here_s``, read as the answer arrived) against the provider's
     ``Date`` header on that answer."""
@@ -218,8 +253,7 @@ def check_clock(date: str | None, here_s: float) -> Finding:
     from gpuops import timing
 
     if not date:
-        return Finding("clock", False, "the provider's answer had no Date header to compare "
-                       "this host's clock with; run `gpuops check` again", UNREACHABLE)  # fmt: skip
+        return NO_DATE
     try:
         theirs = parsedate_to_datetime(date).timestamp()
     except (TypeError, ValueError):
@@ -239,26 +273,158 @@ def check_clock(date: str | None, here_s: float) -> Finding:
     )
 
 
+# --- the lane --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LaneParts:
+    """What the lane's checks read: the GCE adapter (``get``), the GCS adapter (``write``,
+    ``read``, ``delete_object``), the names, and the board (None when there is none; it may
+    raise CorruptState, or Unavailable when the store cannot be read)."""
+
+    gce: Any
+    gcs: Any
+    where: str  # projects/P/zones/Z/instances/I, for the lines
+    instance: str
+    bucket: str
+    read_board: Callable[[], Board | None]
+
+
+def check_lane(lane: LaneParts) -> list[Finding]:
+    """The lane VM, its run ceiling and the lane bucket (each line ok or what to do)."""
+    try:
+        inst = lane.gce.get(lane.instance)
+    except GpuopsError as exc:
+        vm = _unread_vm(lane.where, exc)
+        not_checked = f"not checked: {lane.where} could not be read"
+        return [vm, Finding("lane ceiling", False, not_checked, vm.code), check_bucket(lane)]
+    return [check_lane_vm(inst, lane.read_board), check_ceiling(inst), check_bucket(lane)]
+
+
+def _unread_vm(where: str, exc: GpuopsError) -> Finding:
+    if isinstance(exc, AuthFailed):
+        return Finding("lane vm", False, f"GCE refused our credentials for {where}: {exc}; "
+                       "run `gcloud auth application-default login` or point "
+                       "GOOGLE_APPLICATION_CREDENTIALS at a key that may read it", CONFIG)  # fmt: skip
+    if isinstance(exc, ProviderError) and exc.status == 404:
+        return Finding("lane vm", False, f"{where} does not exist: check GPUOPS_LANE_PROJECT, "
+                       "GPUOPS_LANE_ZONE and GPUOPS_LANE_INSTANCE (gpuops never creates the "
+                       "lane's VM)", CONFIG)  # fmt: skip
+    fix = "check GPUOPS_GCE_ENDPOINT (unset for real GCE) and the network; try again"
+    return _unreachable("lane vm", f"GCE did not answer for {where}", exc, fix)
+
+
+def check_lane_vm(inst: LaneInstance, read_board: Callable[[], Board | None]) -> Finding:
+    """TERMINATED, or running under the board's started claim with the VM's own label holding
+    it (L13); anything else bills with nobody's job (L1: gpuops never stops it). The board is
+    read only for a VM that is not TERMINATED."""
+    from gpuops.lane import board as b
+    from gpuops.lane import decide as d
+
+    status = inst.status_raw
+    if status == "TERMINATED":
+        return Finding("lane vm", True, f"{inst.name} is TERMINATED: nothing runs on it")
+    try:
+        board = read_board()
+    except CorruptState as exc:
+        return Finding("lane vm", False, f"{inst.name} is {status} and the lane board has no "
+                       f"readable state line ({exc.reason}), so nobody's claim accounts for "
+                       "it (L12): run `gpuops lane repair`, which rebuilds the line from the "
+                       "VM and the claim journal", REFUSED)  # fmt: skip
+    except (StateError, Unavailable, OSError) as exc:
+        return _unreachable("lane vm", f"{inst.name} is {status}, and the lane board could "
+                            "not be read to account for it", exc, "see the store line")  # fmt: skip
+    if board is None or board.state not in (b.STARTING, b.RUNNING):
+        held = "the lane has no board" if board is None else f"the board says {board.state}"
+        return Finding(
+            "lane vm",
+            False,
+            f"{inst.name} is {status} but {held}: no started claim accounts for it, so it "
+            "bills with nobody's job. gpuops never stops it (L1): find whose it is (the "
+            "console's instance page, its serial output), let it finish or have its owner "
+            "power it off, and run `gpuops lane repair` if the board is wrong",
+            REFUSED,
+        )
+    try:
+        d.check_epoch(board, d.vm_claim(inst.labels))
+    except Refused as exc:
+        return Finding("lane vm", False, f"{inst.name} is {status}, but not under the board's "
+                       f"claim: {exc}; it may be billing with nobody's job (L1: gpuops never "
+                       "stops it): find whose it is", REFUSED)  # fmt: skip
+    return Finding("lane vm", True, f"{inst.name} is {status} for {board.owner}'s job "
+                   f"{board.job} (the board's claim, epoch {board.epoch}, on its label)")  # fmt: skip
+
+
+def check_ceiling(inst: LaneInstance) -> Finding:
+    """GCE's own run ceiling, as `lane start` demands it (decide.check_run_ceiling, L12)."""
+    from gpuops.lane import decide as d
+
+    try:
+        d.check_run_ceiling(inst.scheduling)
+    except Refused as exc:
+        return Finding("lane ceiling", False, f"{inst.name}: {exc}", REFUSED)
+    seconds = float(inst.scheduling["maxRunDuration"]["seconds"])
+    return Finding("lane ceiling", True, f"{inst.name} has maxRunDuration {seconds:.0f} s "
+                   f"({seconds / 3600:g} h) with STOP: GCE powers it off if its script never "
+                   "does")  # fmt: skip
+
+
+def check_bucket(lane: LaneParts) -> Finding:
+    """A probe object of its own written to the lane bucket, read back, then deleted."""
+    name = f"gpuops-check/{secrets.token_hex(8)}"
+    data = f"gpuops check {name}\n".encode()
+    where = f"gs://{lane.bucket}"
+    step = "write"
+    try:
+        lane.gcs.write(name, data)
+        step = "read back"
+        back = lane.gcs.read(name)
+        step = "delete"
+        lane.gcs.delete_object(name)
+    except AuthFailed as exc:
+        return Finding("lane bucket", False, f"{where} refused the {step} of {name}: {exc}; "
+                       "grant the lane's account roles/storage.objectAdmin on the bucket (its "
+                       "script writes and overwrites its status and log, the runner reads them)",
+                       CONFIG)  # fmt: skip
+    except ProviderError as exc:
+        if exc.status == 404:
+            return Finding("lane bucket", False, f"{where} does not exist (the {step} of "
+                           f"{name}: {exc}): check GPUOPS_LANE_BUCKET", CONFIG)  # fmt: skip
+        return _unreachable("lane bucket", f"the {step} of {where}/{name} failed", exc,
+                            "try again; check the bucket in the console")  # fmt: skip
+    except GpuopsError as exc:
+        fix = "check STORAGE_EMULATOR_HOST (unset for real GCS) and the network; try again"
+        return _unreachable("lane bucket", f"the {step} of {where}/{name} failed", exc, fix)
+    if back != data:
+        return Finding("lane bucket", False, f"{where} did not give back what was written to "
+                       f"{name}: the runner could not trust a status or a result there",
+                       REFUSED)  # fmt: skip
+    return Finding("lane bucket", True, f"{where} takes a write, reads it back and deletes it")
+
+
 def run_checks(
     store: Store,
     vast: object,
-    public_key: str | None,
+    public_key: str | Finding | None,
     results: object,
     results_where: str,
     endpoints: Sequence[object],
     dates: Sequence[tuple[str | None, float]] | None = None,
+    lane: LaneParts | Finding | None = None,
 ) -> list[Finding]:
     """Every check; ``dates``: the (Date header, this host's wall clock) of each answer the
-    Vast calls got, filled by an observer on the adapter (None: the clock is not checked)."""
+    Vast calls got, filled by an observer on the adapter (None: the clock is not checked);
+    ``lane``: the lane's parts, a Finding when its configuration is incomplete, None when
+    no lane is configured (no lane lines)."""
     provider = check_vast(vast, public_key)
     clock = []
     if dates is not None and provider[0].ok:
-        clock = [check_clock(*dates[-1]) if dates else check_clock(None, 0.0)]
+        clock = [check_clock(*dates[-1]) if dates else NO_DATE]
+    lanes = [] if lane is None else [lane] if isinstance(lane, Finding) else check_lane(lane)
     return [
         check_store(store),
         *provider,
         *clock,
         check_results(results, results_where),
+        *lanes,
         *check_notify(endpoints),
     ]
 
@@ -280,11 +446,9 @@ def run_check(settings: Settings, as_json: bool) -> int:
     results = open_results(settings.results_url, settings.s3_endpoint)
     endpoints = [AppriseEndpoint(url) for url in settings.notify_urls]
     try:
-        public_key: str | None = read_public_key(settings.ssh_key)
-        unreadable = None
+        public_key: str | Finding = read_public_key(settings.ssh_key)
     except UsageError as exc:
-        public_key = None
-        unreadable = Finding("ssh key", False, f"{exc}; set GPUOPS_SSH_KEY", CONFIG)
+        public_key = Finding("ssh key", False, f"{exc}; set GPUOPS_SSH_KEY", CONFIG)
     dates: list[tuple[str | None, float]] = []
 
     def seen(response: Any) -> None:  # each answer's Date, and our clock as it arrived
@@ -295,11 +459,16 @@ def run_check(settings: Settings, as_json: bool) -> int:
         vast: object = VastAdapter(api_key=key, base_url=settings.vast_url, observers=[seen])
     except UsageError as exc:
         vast = _NoKey(exc)
-    findings = run_checks(store, vast, public_key, results, settings.results_url, endpoints, dates)
-    if unreadable is not None:
-        findings = [unreadable if f.check == "ssh key" else f for f in findings]
-        if not any(f.check == "ssh key" for f in findings):
-            findings.insert(2, unreadable)
+    findings = run_checks(
+        store,
+        vast,
+        public_key,
+        results,
+        settings.results_url,
+        endpoints,
+        dates,
+        _lane(settings, store),
+    )
     if as_json:
         rows = [{"check": f.check, "ok": f.ok, "detail": f.detail} for f in findings]
         print(json.dumps({"checks": rows, "exit_code": exit_code(findings)}, indent=2))
@@ -307,6 +476,33 @@ def run_check(settings: Settings, as_json: bool) -> int:
         for f in findings:
             print(f"{'ok  ' if f.ok else 'FAIL'} {f.check}: {f.detail}")
     return exit_code(findings)
+
+
+def _lane(settings: Settings, store: Store) -> LaneParts | Finding | None:
+    """The lane's parts from the settings; None when no GPUOPS_LANE_* is set."""
+    if not settings.lane_values:
+        return None
+    try:
+        lane = settings.lane()
+    except UsageError as exc:
+        return Finding("lane", False, f"{exc}: set all four, or none (no lane)", CONFIG)
+    from gpuops.events import EventLog
+    from gpuops.lane.runner import BoardCodec
+    from gpuops.providers.gce import GceAdapter
+    from gpuops.providers.gcs import GcsAdapter
+    from gpuops.store.records import Records
+
+    events = EventLog(settings.events_path, settings.acting_operator())
+    gce = GceAdapter(lane.project, lane.zone, events=events, endpoint=settings.gce_endpoint)
+    gcs = GcsAdapter(lane.bucket, endpoint=settings.storage_emulator_host)
+    boards = Records(store, "lane/", BoardCodec())
+
+    def read_board() -> Board | None:
+        found = boards.get(f"{lane.instance}/board")
+        return None if found is None else found.board
+
+    where = f"projects/{lane.project}/zones/{lane.zone}/instances/{lane.instance}"
+    return LaneParts(gce, gcs, where, lane.instance, lane.bucket, read_board)
 
 
 class _NoKey:

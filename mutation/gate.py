@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The score each load-bearing module must reach, in percent of tested mutants killed or
 # justified. Everything but the store is all-or-nothing: the ledger, timing, the event log, the
 # market core, the lane (its board, its decisions, the startup-script linter and the bash parse
-# the linter reads) and the analysis; the store's floor is the foundation's 90%.
+# the linter reads), the analysis, the alarms (O1) and `gpuops check`; the store's floor is the
+# foundation's 90%.
 FLOORS: dict[str, float] = {
     "gpuops/timing.py": 100.0,
     "gpuops/ledger.py": 100.0,
@@ -61,6 +62,13 @@ FLOORS: dict[str, float] = {
     "gpuops/analysis/stats.py": 100.0,
     "gpuops/analysis/shrink.py": 100.0,
     "gpuops/analysis/ope.py": 100.0,
+    # 97, not 100: AppriseEndpoint.send's setup of apprise (its asset: async_mode, storage_mode,
+    # service_timeout; the logger kept quiet) survives under mutmut. With one URL per Apprise
+    # object and no service deadline apprise sends alike in either mode, and the logger test
+    # (tests/test_alarms_unit.py) kills the logger mutants when run by hand but not in mutmut's
+    # forked runner; see mutation/survivors.md's note.
+    "gpuops/alarms.py": 97.0,
+    "gpuops/check.py": 100.0,
 }
 
 # Per-module test selection: a mutant of a module listed here runs only that module's own tests
@@ -135,6 +143,12 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_event_types.py",
     ),
     "gpuops.analysis.ope": ("tests/test_ope.py", "tests/test_event_types.py"),
+    # once per cause, retried, never in the way: the pure tests first (an in-memory endpoint),
+    # then the loopback receiver's end-to-end ones (their guardian worlds are the slow part)
+    "gpuops.alarms": ("tests/test_alarms_unit.py", "tests/test_alarms.py"),
+    # every line against fakes made to break it, and the command in-process (its process test
+    # runs a real `gpuops check`, which mutmut cannot see)
+    "gpuops.check": ("tests/test_check.py", "tests/test_check_lane.py"),
 }
 
 

@@ -47,7 +47,7 @@ LONG_S = {
     "test_demo.py::test_ctrl_c_during_the_market_act": 9,
     "test_owner_process.py::test_two_rents": 8,
     "test_owner_process.py::test_a_rent_killed": 7,
-    "test_check_process.py::": 12,  # fakes serve with its S3 stand-in, two `gpuops check`
+    "test_check_process.py::": 14,  # fakes serve with its S3 stand-in, three `gpuops check`
     "test_alarms_process.py::": 8,  # rent, a guardian, two sweeps
     "test_guard_all_process.py::": 13,  # two guardian services, deadlines 8 to 10 s away
 }

@@ -18,7 +18,7 @@ from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops import check as c
 from gpuops.alarms import AppriseEndpoint
-from gpuops.errors import AlreadyExists, StoreUnavailable, VersionConflict
+from gpuops.errors import AlreadyExists, AuthFailed, ProviderUnavailable, StoreUnavailable, VersionConflict
 from gpuops.market.results import LocalResults
 from gpuops.providers.vast import VastAdapter
 from gpuops.store.base import Versioned
@@ -50,6 +50,44 @@ class StaleDeletes(MemoryStore):
         found = self.get(key)
         if found is not None:
             super().delete(key, found.version)
+
+
+class StalePuts(MemoryStore):
+    """A store that honours create-if-absent and deletes but takes a put at any version."""
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        return self._set(key, data)
+
+
+class PastVersions(MemoryStore):
+    """A store that takes a delete at any version the key has ever had (not only the
+    current one): the history is checked, not the present."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.issued: set[str] = set()
+
+    def _set(self, key: str, data: bytes) -> str:
+        version = super()._set(key, data)
+        self.issued.add(version)
+        return version
+
+    def delete(self, key: str, version: str) -> None:
+        found = self.get(key)
+        if found is not None and version not in self.issued:
+            raise VersionConflict(key, version)
+        if found is not None:
+            super().delete(key, found.version)
+
+
+class LostPuts(MemoryStore):
+    """A store that answers a put at the current version with a new version but keeps the
+    old value: a write acknowledged and lost."""
+
+    def put(self, key: str, data: bytes, version: str) -> str:
+        found = self.get(key)
+        assert found is not None
+        return super().put(key, found.data, version)
 
 
 class Unreachable(MemoryStore):
@@ -110,7 +148,11 @@ def test_a_sound_setup_passes_every_check_and_a_person_gets_the_test_notificatio
     "an S3-compatible store that silently ignores If-Match / If-None-Match",
     handled="`gpuops check` fails its self-test of conditional writes, exit 3, before any money is spent",
 )
-@pytest.mark.parametrize("store", [BlindStore(), StaleDeletes()], ids=["blind", "stale-delete"])
+@pytest.mark.parametrize(
+    "store",
+    [BlindStore(), StaleDeletes(), StalePuts(), PastVersions(), LostPuts()],
+    ids=["blind", "stale-delete", "stale-put", "past-version-delete", "lost-put"],
+)
 def test_a_store_that_ignores_preconditions_fails_the_self_test_with_exit_3_m4(
     tmp_path, vast, receiver, store
 ):
@@ -202,7 +244,7 @@ def test_this_host_s_clock_is_judged_against_the_provider_s_date_m17(date, here_
     configuration fault (fix NTP, exit 2); no readable Date cannot be judged (4)."""
     finding = c.check_clock(date, here_s)
 
-    assert (finding.ok, finding.code) == (ok, code)
+    assert (finding.check, finding.ok, finding.code) == ("clock", ok, code)
     if not ok and code == 2:
         assert "NTP" in finding.detail
 
@@ -219,3 +261,414 @@ def test_the_clock_is_checked_on_the_vast_answer_s_date_and_only_when_vast_answe
     assert [f.check for f in judged][:5] == ["store", "vast key", "ssh key", "clock", "results"]
     assert all(f.ok for f in judged)
     assert "clock" not in [f.check for f in refused]
+
+
+# --- the command: `gpuops check` in this process, every adapter real -------------------------
+GCE = "http://gce.fake.test"
+VAST = "https://vast.fake.test"  # not the adapter's default: the configured URL must be used
+
+
+LANE_VM: list[Any] = []  # the command fixture's FakeGCE, for a test to move its VM
+
+
+@pytest.fixture
+def command(tmp_path: Path, receiver: Receiver) -> Iterator[dict[str, str]]:
+    """`run_check`'s environment: FakeVast (its answers dated now) and FakeGCE (the lane's VM
+    TERMINATED with its ceiling) in-process, a local store and results, the receiver."""
+    import time
+    from email.utils import formatdate
+
+    import responses
+
+    from fakes import seam
+    from fakes.gce import FakeGCE, LaneScenario
+    from fakes.gce.server import site
+
+    def dated(response: Any) -> Any:
+        if response.url.startswith(VAST):
+            response.headers["Date"] = formatdate(time.time(), usegmt=True)
+        return response
+
+    vast = FakeVast(parse_scenario(scenario()), clock=FakeClock())
+    gce = FakeGCE(LaneScenario(run_ceiling_s=21600.0), FakeClock())
+    LANE_VM[:] = [gce]
+    key = tmp_path / "id_ed25519.pub"
+    key.write_text(KEY + "\n")
+    mock = responses.RequestsMock(assert_all_requests_are_fired=False, response_callback=dated)
+    with mock, vast.activate(VAST, mock=mock), seam.activate(site(gce, ticker=False), GCE, mock=mock):
+        mock.add_passthru("http://127.0.0.1")
+        yield {
+            "HOME": str(tmp_path),
+            "VAST_URL": VAST,
+            "VAST_API_KEY": "k-test",
+            "GPUOPS_SSH_KEY": str(key),
+            "GPUOPS_STATE": str(tmp_path / "state"),
+            "GPUOPS_EVENTS": str(tmp_path / "events.jsonl"),
+            "GPUOPS_RESULTS": str(tmp_path / "results"),
+            "GPUOPS_OPERATOR": "alice",
+            "GPUOPS_NOTIFY": receiver.url,
+            "GPUOPS_LANE_PROJECT": "gpuops-lane",
+            "GPUOPS_LANE_ZONE": "us-central1-b",
+            "GPUOPS_LANE_INSTANCE": "gpu-lane",
+            "GPUOPS_LANE_BUCKET": "gpuops-lane-jobs",
+            "GPUOPS_GCE_ENDPOINT": GCE,
+            "STORAGE_EMULATOR_HOST": GCE,
+        }
+
+
+def run(env: dict[str, str], capsys: pytest.CaptureFixture[str], as_json: bool = False, **given: str) -> tuple[int, str]:
+    from gpuops.settings import Settings
+
+    settings = Settings.from_environ({**env, **given})
+    code = c.run_check(settings, as_json)
+    return code, capsys.readouterr().out
+
+
+def test_the_command_prints_one_ok_line_per_check_in_order_and_exits_0_o1(command, capsys, receiver):
+    """M9/O1/L12: every adapter real (Vast, GCE, GCS, apprise): one `ok   name: detail` line
+    per check, the store first and the notification last, and exit 0."""
+    code, out = run(command, capsys)
+
+    names = [line.partition(": ")[0] for line in out.splitlines()]
+    assert code == 0, out
+    assert names[:-1] == [
+        "ok   store", "ok   vast key", "ok   ssh key", "ok   clock", "ok   results",
+        "ok   lane vm", "ok   lane ceiling", "ok   lane bucket",
+    ]  # fmt: skip
+    assert names[-1].startswith("ok   notify json-")
+    assert "ok   clock: this host's clock is " in out
+    assert receiver.titles() == ["gpuops check: a test notification"]
+
+
+def test_the_command_s_json_lists_every_check_with_the_exit_code(command, capsys):
+    """--json: one object, every check's name, ok and detail, and the exit code it returns."""
+    import json
+
+    code, out = run(command, capsys, as_json=True, GPUOPS_LANE_INSTANCE="no-such-vm")
+    doc = json.loads(out)
+    assert out == json.dumps(doc, indent=2) + "\n"  # one object, two-space indents
+    unread = json.loads(run(command, capsys, as_json=True, GPUOPS_SSH_KEY="/nonexistent.pub")[1])
+
+    assert code == 2 and doc["exit_code"] == 2
+    assert unread["checks"][2]["check"] == "ssh key" and unread["checks"][2]["ok"] is False
+    assert [row["check"] for row in doc["checks"]][5:8] == ["lane vm", "lane ceiling", "lane bucket"]
+    assert [row["ok"] for row in doc["checks"]][5:8] == [False, False, True]
+    assert set(doc["checks"][0]) == {"check", "ok", "detail"}
+    assert "GPUOPS_LANE_INSTANCE" in doc["checks"][5]["detail"]
+
+
+def test_without_a_lane_configured_the_command_has_no_lane_line(command, capsys):
+    """No GPUOPS_LANE_* at all: the lane is not checked (no line), the rest is."""
+    env = {k: v for k, v in command.items() if not k.startswith("GPUOPS_LANE_")}
+    code, out = run(env, capsys)
+
+    assert code == 0, out
+    assert not [line for line in out.splitlines() if line.split(":")[0].endswith(("lane vm", "lane ceiling", "lane bucket", " lane"))]
+    assert len(out.splitlines()) == 6
+
+
+def test_an_unreadable_ssh_key_file_is_exit_2_whether_or_not_vast_answers_m9(command, capsys, tmp_path):
+    """M9: GPUOPS_SSH_KEY naming no file: an `ssh key` FAIL line saying so (2), in the SSH
+    key's place after the Vast key's; with no Vast key either, it replaces the `not checked`."""
+    missing = str(tmp_path / "nope.pub")
+    code, out = run(command, capsys, GPUOPS_SSH_KEY=missing)
+    no_vast = {k: v for k, v in command.items() if k != "VAST_API_KEY"}
+    code_without, out_without = run(no_vast, capsys, GPUOPS_SSH_KEY=missing)
+
+    lines = out.splitlines()
+    assert code == 2 and lines[1].startswith("ok   vast key")
+    assert lines[2].startswith("FAIL ssh key: cannot read the SSH public key") and "set GPUOPS_SSH_KEY" in lines[2]
+    assert [line for line in out.splitlines() if "ssh key" in line] == [lines[2]]
+    rows = out_without.splitlines()
+    assert code_without == 2
+    assert rows[1].startswith(
+        "FAIL vast key: Vast refused our key: vast: no key: no Vast.ai API key found; set "
+        "VAST_API_KEY"
+    )
+    assert rows[2].startswith("FAIL ssh key: cannot read the SSH public key")
+    assert "not checked" not in out_without and "clock" not in out_without
+
+
+def test_the_command_reaches_an_s3_store_and_s3_results_through_gpuops_s3_endpoint(
+    command, capsys, monkeypatch
+):
+    """GPUOPS_S3_ENDPOINT carries the state store's and the results' S3 (an S3-compatible
+    store on loopback): the self-test and a delivery pass there, and nothing reaches AWS."""
+    from fakes.s3 import CREDENTIALS, REGION, S3Unavailable, serve_s3
+
+    try:
+        s3 = serve_s3()
+    except S3Unavailable:
+        pytest.skip("the S3 stand-in is not installed")
+    for name, value in {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    try:
+        code, out = run(
+            command,
+            capsys,
+            GPUOPS_STATE=f"s3://{s3.bucket}/state",
+            GPUOPS_RESULTS=f"s3://{s3.bucket}/results",
+            GPUOPS_S3_ENDPOINT=s3.url,
+        )
+    finally:
+        s3.close()
+
+    assert code == 0, out
+    assert f"ok   store: s3://{s3.bucket}/state is reachable" in out
+    assert f"ok   results: s3://{s3.bucket}/results takes results" in out
+
+
+class Keys:
+    """A Vast stand-in: the account's keys, or the error listing them raises."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+
+    def list_ssh_keys(self) -> list[Any]:
+        if self.error is not None:
+            raise self.error
+        return []
+
+
+class Down:
+    id = "json-down"
+
+    def send(self, alarm: Any, /) -> str | None:
+        return "not delivered (FAILURE)"
+
+
+SAFE = (
+    "Every compare-and-swap would be a blind overwrite (M3, M4, L3): use a store that enforces "
+    "If-Match / If-None-Match (AWS S3, MinIO, a local directory)"
+)
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        (lambda: c.check_store(MemoryStore()), "memory:// is reachable and honours conditional writes"),
+        (
+            lambda: c.check_store(BlindStore()),
+            "memory:// does not honour conditional writes: a second create-if-absent was "
+            f"accepted. {SAFE}",
+        ),
+        (
+            lambda: c.check_store(StaleDeletes()),
+            f"memory:// does not honour conditional writes: a delete at a stale version was accepted. {SAFE}",
+        ),
+        (
+            lambda: c.check_store(StalePuts()),
+            f"memory:// does not honour conditional writes: a put at a stale version was accepted. {SAFE}",
+        ),
+        (
+            lambda: c.check_store(LostPuts()),
+            "memory:// does not honour conditional writes: a put at the current version that "
+            f"reads back another value was accepted. {SAFE}",
+        ),
+        (
+            lambda: c.check_store(Unreachable()),
+            "cannot reach memory://: StoreUnavailable: no route to the store; check GPUOPS_STATE, "
+            "the network and the credentials",
+        ),
+        (
+            lambda: c.check_vast(Keys(AuthFailed("vast", "HTTP 401", 401)), KEY),
+            "Vast refused our key: vast: HTTP 401; set VAST_API_KEY (or `vastai set api-key`) to "
+            "a key of this account | not checked: the Vast key does not work",
+        ),
+        (
+            lambda: c.check_vast(Keys(ProviderUnavailable("vast", "HTTP 503", 503)), KEY),
+            "the Vast API did not answer: ProviderUnavailable: vast unavailable: HTTP 503; check "
+            "VAST_URL and the network; try again | not checked: the Vast API did not answer",
+        ),
+        (
+            lambda: c.check_vast(Keys(), KEY),
+            "the Vast API answers our key (0 SSH key(s)) | our SSH public key (GPUOPS_SSH_KEY) is "
+            "not registered with the account: every probe would fail on auth (M9); `gpuops rent` "
+            "registers it, or add it in the console",
+        ),
+        (
+            lambda: c.check_notify([]),
+            "GPUOPS_NOTIFY is not set: alarms would be event-log lines nobody hears (O1); set it "
+            "to an apprise URL (json://, ntfy://, mailto://, slack://...)",
+        ),
+        (
+            lambda: c.check_notify([AppriseEndpoint("nosuchscheme://x")]),
+            "apprise does not know this URL (its scheme, or its form): fix the URL in GPUOPS_NOTIFY",
+        ),
+        (
+            lambda: c.check_notify([Down()]),
+            "not delivered (FAILURE); check the endpoint and its URL",
+        ),
+        (lambda: c.check_clock(None, 0.0), "the provider's answer had no Date header to compare "
+         "this host's clock with; run `gpuops check` again"),  # fmt: skip
+        (lambda: c.check_clock("yesterday", 0.0), "the provider's Date 'yesterday' is not an HTTP date"),
+        (
+            lambda: c.check_clock("Tue, 01 Dec 2026 18:00:00 GMT", 1796148061.0),
+            "this host's clock is +61 s from the provider's Date: every deadline is read on it "
+            "(M5); more than 60 s off: set it by NTP (timedatectl set-ntp true, or chrony)",
+        ),
+        (
+            lambda: c.check_clock("Tue, 01 Dec 2026 18:00:00 GMT", 1796147997.0),
+            "this host's clock is -3 s from the provider's",
+        ),
+    ],
+)
+def test_each_line_says_in_full_what_was_seen_or_what_is_wrong_and_how_to_fix_it(line, expected):
+    """What a person reads, word for word: the store, the Vast and SSH keys, the
+    notifications and the clock (each finding's detail, joined by ' | ')."""
+    found = line()
+    details = [found] if isinstance(found, c.Finding) else found
+
+    assert " | ".join(f.detail for f in details) == expected
+    assert all(f.ok is (f.code == 0) for f in details)  # a failure is False, never falsy
+
+
+def test_the_results_probe_is_one_small_file_in_its_own_entry_and_a_bad_place_says_why(tmp_path):
+    """The delivery is `gpuops-check/gpuops-check.txt` holding one line; a destination that
+    is a file says what failed and what to point GPUOPS_RESULTS at."""
+    (tmp_path / "a-file").write_text("x")
+    good = c.check_results(LocalResults(tmp_path / "r"), "WHERE")
+    bad = c.check_results(LocalResults(tmp_path / "a-file"), "WHERE")
+
+    delivered = tmp_path / "r" / "gpuops-check" / "gpuops-check.txt"
+    assert delivered.read_text() == "gpuops check\n"
+    assert (good.check, good.ok, bad.check, bad.ok, bad.code) == ("results", True, "results", False, 2)
+    assert good.detail == f"WHERE takes results ({tmp_path / 'r' / 'gpuops-check'}/gpuops-check.txt)"
+    assert bad.detail == (
+        "WHERE does not take results: NotADirectoryError: [Errno 20] Not a directory: "
+        f"'{tmp_path / 'a-file' / 'gpuops-check'}'; point GPUOPS_RESULTS at a writable directory "
+        "or s3://bucket/prefix"
+    )
+
+
+class Refusing(MemoryStore):
+    """A store that refuses every write outright (a bucket policy, a read-only mount)."""
+
+    def create(self, key: str, data: bytes) -> str:
+        from gpuops.errors import StateError
+
+        raise StateError(f"{key}: writes are refused here")
+
+
+class Unreached:
+    def deliver(self, name: str, tarball: Path) -> str:
+        raise StoreUnavailable("no route to the bucket")
+
+
+def test_a_store_that_refuses_writes_is_exit_3_and_unreachable_results_are_exit_4(tmp_path):
+    """A store refusing the self-test's writes outright: 3 (nothing could be recorded); a
+    results destination that cannot be reached: 4, where to look."""
+    store = c.check_store(Refusing())
+    results = c.check_results(Unreached(), "s3://b/r")
+
+    assert (store.check, store.ok, store.code) == ("store", False, 3)
+    assert store.detail.startswith("memory:// refused the self-test: ")
+    assert store.detail.endswith("writes are refused here")
+    assert (results.check, results.ok, results.code) == ("results", False, 4)
+    assert results.detail == (
+        "cannot reach s3://b/r: StoreUnavailable: no route to the bucket; check GPUOPS_RESULTS"
+    )
+
+
+def test_the_command_accounts_for_a_running_lane_vm_by_the_board_in_its_own_store_l13(
+    command, capsys
+):
+    """L13: the VM RUNNING under the claim the board in GPUOPS_STATE holds (and its label
+    carries) is ok; the same VM with that board gone bills with nobody's job: exit 3."""
+    from gpuops.lane import board as b
+    from gpuops.lane import decide as d
+    from gpuops.lane.runner import BoardCodec, BoardFile
+    from gpuops.store.local import LocalStore
+    from gpuops.store.records import Records
+
+    (gce,) = LANE_VM
+    held = b.Board("gpu-lane", "gpu-lane", 1796148000.0, b.RUNNING, "bob", "portraits", 1,
+                   claimed=1796148000.0, started=1796148000.0, boot="boot1", revision=2, epoch=4)  # fmt: skip
+    boards = Records(LocalStore(Path(command["GPUOPS_STATE"])), "lane/", BoardCodec())
+    boards.update("gpu-lane/board", lambda cur: BoardFile(held, ()))
+    gce.status = "RUNNING"
+    gce.labels = {d.CLAIM_LABEL: d.claim_label(4, d.holder_token("bob", "portraits"))}
+    code, out = run(command, capsys)
+    boards.remove("gpu-lane/board", lambda cur: True)
+    code_gone, out_gone = run(command, capsys)
+
+    assert code == 0, out
+    assert "ok   lane vm: gpu-lane is RUNNING for bob's job portraits" in out
+    assert code_gone == 3 and "FAIL lane vm: gpu-lane is RUNNING but the lane has no board" in out_gone
+
+
+class Registered:
+    """A Vast stand-in whose account holds our key."""
+
+    def list_ssh_keys(self) -> list[Any]:
+        from gpuops.model import SshKey
+
+        return [SshKey(1, KEY)]
+
+
+class Recording:
+    id = "json-rec"
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def send(self, alarm: Any, /) -> str | None:
+        self.sent.append(alarm)
+        return None
+
+
+UNREAD = c.Finding("ssh key", False, "cannot read the SSH public key k.pub; set GPUOPS_SSH_KEY", 2)
+
+
+def test_the_vast_and_ssh_key_lines_by_what_vast_answers_and_our_key_file_m9():
+    """M9: registered is ok; Vast not answering is 4 on both lines, with our unreadable key
+    file's own line standing for the SSH key's whatever Vast says."""
+    down = Keys(ProviderUnavailable("vast", "HTTP 503", 503))
+    refused = Keys(AuthFailed("vast", "HTTP 401", 401))
+
+    def rows(found: list[c.Finding]) -> list[tuple[str, bool, int]]:
+        return [(f.check, f.ok, f.code) for f in found]
+
+    assert [(f.check, f.ok, f.detail) for f in c.check_vast(Registered(), KEY)] == [
+        ("vast key", True, "the Vast API answers our key (1 SSH key(s))"),
+        ("ssh key", True, "our SSH public key is registered (M9)"),
+    ]
+    assert rows(c.check_vast(down, KEY)) == [("vast key", False, 4), ("ssh key", False, 4)]
+    assert c.check_vast(down, UNREAD)[1] is UNREAD
+    assert c.check_vast(refused, UNREAD)[1] is UNREAD
+    assert c.check_vast(Registered(), UNREAD)[1] is UNREAD
+    assert rows(c.check_vast(Registered(), None)) == [("vast key", True, 0)]
+
+
+def test_the_test_notification_is_one_alarm_a_person_can_read_o1():
+    """O1: each endpoint gets the same test alarm: its subject and body say what it is."""
+    from gpuops.alarms import Alarm, AlarmKind
+
+    endpoint = Recording()
+    (line,) = c.check_notify([endpoint])
+
+    assert endpoint.sent == [
+        Alarm(AlarmKind.GUARDIAN_EXIT, "check.notify", "gpuops check: a test notification",
+              "If you read this, gpuops alarms reach you (O1).")
+    ]  # fmt: skip
+    assert (line.check, line.ok, line.detail) == ("notify json-rec", True, "a test notification was delivered")
+
+
+def test_the_clock_is_judged_on_the_last_answer_and_only_when_the_vast_key_works(tmp_path):
+    """M17: with Vast answering, the clock line follows whatever the SSH key says (here
+    unregistered), judged on the last answer seen; no answer seen is the no-Date line; a
+    lane given as a finding (incomplete settings) stands in the lane's place."""
+    results = LocalResults(tmp_path / "results")
+    lane = c.Finding("lane", False, "the lane needs GPUOPS_LANE_ZONE", 2)
+    dates = [("Tue, 01 Dec 2026 17:00:00 GMT", 0.0), ("Tue, 01 Dec 2026 18:00:00 GMT", 1796148001.0)]
+
+    seen = c.run_checks(MemoryStore(), Keys(), KEY, results, "r", [Recording()], dates, lane)
+    unseen = c.run_checks(MemoryStore(), Keys(), KEY, results, "r", [Recording()], [], None)
+
+    assert [f.check for f in seen] == [
+        "store", "vast key", "ssh key", "clock", "results", "lane", "notify json-rec"
+    ]  # fmt: skip
+    assert seen[3].ok and seen[3].detail == "this host's clock is +1 s from the provider's"
+    assert seen[5] is lane
+    assert unseen[3] is c.NO_DATE

@@ -1,7 +1,9 @@
-"""`gpuops check` as a real process against `gpuops fakes serve` (its Vast, its S3 stand-in)
-and a real notification receiver: every check passes on a sound setup; with the state on an
-S3 endpoint that ignores preconditions (tests/s3_proxy.py, blind) the store's self-test
-fails and the command exits 3."""
+"""`gpuops check` as a real process against `gpuops fakes serve` (its Vast, its GCE and GCS,
+its S3 stand-in) and a real notification receiver: every check passes on a sound setup (the
+lane's VM TERMINATED with its run ceiling, its bucket writable); with the state on an S3
+endpoint that ignores preconditions (tests/s3_proxy.py, blind) the store's self-test fails
+and the command exits 3; with GPUOPS_LANE_INSTANCE naming no VM the lane vm line fails and it
+exits 2."""
 
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ WAIT_S = 90.0
 def served(tmp_path: Path) -> Iterator[dict[str, str]]:
     """`gpuops fakes serve`'s exports, read to the last (the S3 stand-in's)."""
     scenario = tmp_path / "scenario.yaml"
-    scenario.write_text(yaml.safe_dump({"vast": {"ssh_keys": ["generated"], "offers": []}}))
+    doc = {"vast": {"ssh_keys": ["generated"], "offers": []}, "lane": {"run_ceiling_s": 21600}}
+    scenario.write_text(yaml.safe_dump(doc))
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuops", "fakes", "serve", "--scenario", str(scenario)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
@@ -67,13 +70,15 @@ def check(env: dict[str, str], **extra: str) -> subprocess.CompletedProcess[str]
 def test_check_passes_on_the_fakes_and_fails_with_3_on_a_store_that_ignores_preconditions_m4(
     served,
 ):
-    """M4/O1: every line ok and exit 0 against the fakes (a test notification received);
-    the same command with its S3 endpoint behind a proxy that drops preconditions: exit 3."""
+    """M4/O1/L12: every line ok and exit 0 against the fakes (the lane's three lines among
+    them, a test notification received); the same command with its S3 endpoint behind a proxy
+    that drops preconditions: exit 3; with the lane naming a VM that does not exist: exit 2."""
     receiver = Receiver()
     blind = LossyProxy(served["GPUOPS_S3_ENDPOINT"], blind=True)
     try:
         sound = check(served, GPUOPS_NOTIFY=receiver.url)
         ignoring = check(served, GPUOPS_NOTIFY=receiver.url, GPUOPS_S3_ENDPOINT=blind.url)
+        no_vm = check(served, GPUOPS_NOTIFY=receiver.url, GPUOPS_LANE_INSTANCE="no-such-vm")
     finally:
         blind.close()
         receiver.close()
@@ -81,7 +86,13 @@ def test_check_passes_on_the_fakes_and_fails_with_3_on_a_store_that_ignores_prec
     assert sound.returncode == 0, sound.stdout + sound.stderr
     assert any(line.startswith("ok   clock: ") for line in sound.stdout.splitlines())
     assert all(line.startswith("ok") for line in sound.stdout.splitlines()), sound.stdout
-    assert receiver.titles() == ["gpuops check: a test notification"] * 2
+    for lane in ("lane vm: gpu-lane is TERMINATED", "lane ceiling: ", "lane bucket: "):
+        assert any(line.startswith(f"ok   {lane}") for line in sound.stdout.splitlines())
+    assert receiver.titles() == ["gpuops check: a test notification"] * 3
+    assert no_vm.returncode == 2, no_vm.stdout + no_vm.stderr
+    failing = [line for line in no_vm.stdout.splitlines() if line.startswith("FAIL")]
+    assert [line.split(":")[0] for line in failing] == ["FAIL lane vm", "FAIL lane ceiling"]
+    assert "GPUOPS_LANE_INSTANCE" in failing[0]
     assert ignoring.returncode == 3, ignoring.stdout + ignoring.stderr
     (store,) = [line for line in ignoring.stdout.splitlines() if " store: " in line]
     assert store.startswith("FAIL") and "does not honour conditional writes" in store

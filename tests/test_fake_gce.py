@@ -449,3 +449,21 @@ def test_set_labels_is_a_compare_and_swap_on_the_label_fingerprint_l13():
     assert ok == 200 and stale == 412 and bad == [400] * 5
     assert refusal["error"]["errors"][0]["reason"] == "conditionNotMet"
     assert after["labels"] == {"gpuops-claim": "1-held-abcdef12"} == fake.labels
+
+
+def test_a_preset_run_ceiling_is_rendered_as_lane_install_leaves_it_l12():
+    """L12: lane.run_ceiling_s is the instance's ceiling as an earlier install set it
+    (maxRunDuration with STOP, in the recorded scheduling block); 0 is none, as a new VM."""
+    import json
+
+    path = "/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane"
+
+    def scheduling(fake: FakeGCE) -> dict:
+        return json.loads(dispatch(fake, Request("GET", path, {}, {})).body)["scheduling"]
+
+    preset = scheduling(_fake(**vars(parse_lane({"run_ceiling_s": 3600})))[0])
+    none = scheduling(_fake()[0])
+
+    assert preset["maxRunDuration"] == {"seconds": "3600"}
+    assert preset["instanceTerminationAction"] == "STOP"
+    assert "maxRunDuration" not in none and "instanceTerminationAction" not in none

@@ -342,3 +342,25 @@ def test_set_labels_under_a_stale_label_fingerprint_is_412_in_the_real_client_l1
 
     assert dict(after.labels) == {"gpuops-claim": "1-held-abcdef12"} == fake.labels
     assert after.label_fingerprint != first
+
+
+def test_an_object_delete_and_a_forbidden_write_behave_in_the_real_storage_client_h4(monkeypatch):
+    """H4: blob.delete() removes the object (a second is NotFound); under the scenario's
+    gcs_write_forbidden_prefix a write and a delete raise Forbidden and change nothing."""
+    import pytest
+    from google.api_core import exceptions as gx
+
+    fake, _ = _start_fake(gcs_write_forbidden_prefix="locked/")
+    fake.put("locked/kept", b"kept")
+    client, bucket = _bucket(monkeypatch)
+    with activate(fake, BASE):
+        bucket.blob("gpuops-check/probe").upload_from_string(b"probe")
+        bucket.blob("gpuops-check/probe").delete()
+        with pytest.raises(gx.NotFound):
+            bucket.blob("gpuops-check/probe").delete()
+        with pytest.raises(gx.Forbidden):
+            bucket.blob("locked/new").upload_from_string(b"x")
+        with pytest.raises(gx.Forbidden):
+            bucket.blob("locked/kept").delete()
+
+    assert fake.objects == {"locked/kept": b"kept"}

@@ -50,7 +50,10 @@ def test_every_lane_recording_loads_with_honest_provenance_h1(provider):
     for name in names:
         rec = load_recording(provider, name)
         assert rec.kind in {"public", "reconstructed", "captured"} and rec.source and rec.notes
-        json.loads(rec.body)
+        if rec.status == 204:  # No Content: a documented empty body (objects.delete)
+            assert rec.body == ""
+        else:
+            json.loads(rec.body)
 
 
 @pytest.mark.parametrize(
@@ -251,6 +254,22 @@ def test_gcs_lists_and_reads_and_a_missing_object_is_none(monkeypatch):
         missing = gcs.read("jobs/portraits/status")
 
     assert names == ["jobs/portraits/inputs/ref-1.png"] and missing is None
+
+
+def test_gcs_deletes_an_object_and_a_write_without_permission_is_auth_failed():
+    """The GCS adapter on recordings: objects.delete's empty answer is success; a write the
+    bucket refuses (403 forbidden) is AuthFailed, with GCS's message carried along."""
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane", endpoint=BASE)
+    with responses.RequestsMock() as mock:
+        mock.add(load_recording("gcs", "object_delete").to_response(BASE))
+        mock.add(load_recording("gcs", "forbidden_403").to_response(BASE))
+        gcs.delete_object("gpuops-check/0123456789abcdef")
+        with pytest.raises(AuthFailed, match="does not have storage.objects.create access"):
+            gcs.write("gpuops-check/0123456789abcdef", b"x")
+        (delete, _) = [call.request for call in mock.calls]
+
+    assert delete.method == "DELETE"
+    assert delete.url == f"{BASE}/storage/v1/b/gpuops-lane-jobs/o/gpuops-check%2F0123456789abcdef"
 
 
 def test_gcs_reads_an_objects_update_time_and_none_when_missing(monkeypatch):

@@ -176,6 +176,8 @@ class FakeGCE:
         self._outage_from: float | None = None  # the first write under the outage prefix
         for name in self.scenario.staged:
             self.put(name, b"staged input\n")
+        if self.scenario.run_ceiling_s:
+            self.max_run_s, self.termination_action = self.scenario.run_ceiling_s, "STOP"
         if self.scenario.running_job:
             self.foreign_start(self.scenario.running_job)
 
@@ -448,6 +450,20 @@ class FakeGCE:
         if self._outage_from is None:
             self._outage_from = now
         return now < self._outage_from + self.scenario.gcs_write_outage_s
+
+    def write_forbidden(self, name: str) -> bool:
+        """Whether a write or delete of ``name`` is refused (403): it falls under the
+        scenario's ``gcs_write_forbidden_prefix``."""
+        prefix = self.scenario.gcs_write_forbidden_prefix
+        return bool(prefix) and name.startswith(prefix)
+
+    def delete(self, name: str) -> bool:
+        """Delete the live generation of ``name``; False when there is none."""
+        if self.live(name) is None:
+            return False
+        for kept in (self.objects, self.stored, self.updated):
+            kept.pop(name, None)
+        return True
 
     def _next_generation(self) -> int:
         """A new object generation: microseconds on the fake clock (as GCS's look), strictly

@@ -1,6 +1,7 @@
 """FakeGCE's routes: the compute and storage calls the lane's adapters make, rendered from
 recordings/gce/ and recordings/gcs/. An unknown route is a loud 404 listing the known ones;
-there is no stop, suspend or delete route, because gpuops must never call one (L1)."""
+there is no instance stop, suspend or delete route, because gpuops must never call one (L1)
+(an object's delete is a storage route: `gpuops check` removes its probe object)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,13 @@ def _body(provider: str, name: str) -> Any:
     from gpuops.providers import load_recording
 
     return json.loads(load_recording(provider, name).body)
+
+
+@functools.cache
+def _recording(provider: str, name: str) -> Any:
+    from gpuops.providers import load_recording
+
+    return load_recording(provider, name)
 
 
 def _recorded(provider: str, name: str) -> Any:
@@ -408,12 +416,27 @@ def upload(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         return _fake_gcs_error(400, "fake_gcs_bad_upload", f"uploadType {kind!r}")
     if not name:
         return _fake_gcs_error(400, "fake_gcs_bad_upload", "no object name")
+    if fake.write_forbidden(name):
+        return _error("forbidden_403", "gcs")
     if fake.write_refused(name):
         return _error("service_unavailable_503", "gcs")
     if (refused := _refused_by_precondition(fake, name, req)) is not None:
         return refused
     stored = fake.put(name, bytes(data), content_type)
     return _json(200, _object(fake, name, stored))
+
+
+def delete_object(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
+    """objects.delete: the live generation goes (the recorded empty answer); a missing object
+    is the recorded 404, a name under the scenario's forbidden prefix the recorded 403."""
+    name, stored = _readable(fake, req, m)
+    if isinstance(stored, Reply):
+        return stored
+    if fake.write_forbidden(name):
+        return _error("forbidden_403", "gcs")
+    fake.delete(name)
+    done = _recording("gcs", "object_delete")
+    return Reply(done.status, done.headers, done.body)
 
 
 def _begin_resumable(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
@@ -461,6 +484,8 @@ def resumable_chunk(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
             headers += (("Range", f"bytes=0-{len(upload.data) - 1}"),)
         return Reply(308, headers, "")
     del fake.uploads[req.query["upload_id"]]
+    if fake.write_forbidden(upload.name):
+        return _error("forbidden_403", "gcs")
     if fake.write_refused(upload.name):
         return _error("service_unavailable_503", "gcs")
     if not fake.precondition(upload.name, upload.query):
@@ -547,6 +572,7 @@ ROUTES: tuple[Route, ...] = tuple(Route(method, pattern, handler) for method, pa
     ("GET", re.compile(r"/download/storage/v1" + _S + r"/(?P<o>.+)"), download),
     ("GET", re.compile(r"/storage/v1" + _S + r"/(?P<o>.+)"), object_meta),
     ("PATCH", re.compile(r"/storage/v1" + _S + r"/(?P<o>.+)"), patch_object),
+    ("DELETE", re.compile(r"/storage/v1" + _S + r"/(?P<o>.+)"), delete_object),
     ("POST", re.compile(r"/upload/storage/v1" + _S), upload),
     ("PUT", re.compile(r"/upload/storage/v1" + _S), resumable_chunk),
     ("GET", re.compile(r"/computeMetadata/v1/instance/attributes/(?P<k>[^/]+)"), metadata_attribute),

@@ -51,6 +51,12 @@ class LaneScenario:
     # time, counted from the first write under the prefix. Empty: no outage.
     gcs_write_outage_prefix: str = ""
     gcs_write_outage_s: float = 0.0
+    # A bucket the caller may read but not write: every write and delete of an object whose
+    # name starts with this prefix is answered 403 (recordings/gcs/forbidden_403). Empty: none.
+    gcs_write_forbidden_prefix: str = ""
+    # The instance's run ceiling as an earlier `lane install` left it (scheduling.maxRunDuration,
+    # with instanceTerminationAction STOP), in seconds. 0: none set, as on a new instance.
+    run_ceiling_s: float = 0.0
 
 
 def parse_lane(doc: object, source: str = "<scenario>") -> LaneScenario:

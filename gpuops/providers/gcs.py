@@ -1,9 +1,11 @@
-"""The GCS adapter for the lane: list, read, stat and write objects under the lane bucket.
+"""The GCS adapter for the lane: list, read, stat, write and delete objects under the lane
+bucket.
 
 The Cloud Storage JSON API (v1), spoken through the adapter's own session (gce.py's
 ``google_session``: plain for a loopback ``endpoint``, google-auth's ``AuthorizedSession``
-otherwise), exactly the requests google-cloud-storage sends for these four calls
-(``objects.list``, ``/download/...?alt=media``, ``objects.get``, a media upload). The client
+otherwise), exactly the requests google-cloud-storage sends for these calls (``objects.list``,
+``/download/...?alt=media``, ``objects.get``, a media upload, ``objects.delete``: an object,
+never the lane's VM, L1; only `gpuops check` deletes, its own probe object). The client
 library is not used at run time: its ``Client`` offers no public transport seam (``_http`` is
 documented as private), it retries on its own for up to two minutes (a ``lane watch --timeout
 0`` with storage unreachable used to block 77 s and end in an untranslated ``RetryError``),
@@ -179,3 +181,9 @@ class GcsAdapter:
         what = f"write gs://{self.bucket_name}/{name}"
         url = f"{self._base()}/upload/storage/v1/b/{quote(self.bucket_name, safe='')}/o"
         self._call(what, "POST", url, params={"uploadType": "media", "name": name}, data=data)
+
+    def delete_object(self, name: str) -> None:
+        """Delete the object (``objects.delete``: an empty answer). Only `gpuops check` calls
+        it, on the probe object it has just written; nothing here touches the lane's VM."""
+        what = f"delete gs://{self.bucket_name}/{name}"
+        self._call(what, "DELETE", f"{self._base()}/storage/v1{self._object_path(name)}")
