@@ -503,8 +503,8 @@ def test_the_filter_split_judges_the_seed_s_bounds_inclusively():
     assert in_default_filter(0.98, 500.0) is True
     assert in_default_filter(0.9799, 500.0) is False and in_default_filter(0.99, 499.9) is False
     assert in_default_filter(None, 900.0) is None and in_default_filter(0.99, None) is None
-    assert hours_between("2026-07-18T00:00:00.5", "2026-07-18T00:00:00") == 0.0
-    assert hours_between("2026-07-18T00:00:00", "2026-07-18T00:00:00.36") == pytest.approx(1e-4)
+    assert hours_between("2026-07-18T00:00:00.5Z", "2026-07-18T00:00:00Z") == 0.0
+    assert hours_between("2026-07-18T00:00:00Z", "2026-07-18T00:00:00.36+00:00") == pytest.approx(1e-4)
 
 
 def test_a_bad_candidate_list_is_counted_and_the_lane_keeps_its_last_twenty_jobs():

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import msgspec
@@ -41,6 +43,8 @@ _Event = tuple[str, str, ev.Event | None]  # (ts, kind, event)
 _SKIP: _Event = ("", "", None)
 _Found = _Event | None
 _JSON = msgspec.json.Decoder()  # any JSON value: a line read again
+# EventLog's own stamp (events.py _stamp); a line in its layout with any other is judged again
+_STAMP = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 
 
 @dataclass
@@ -86,8 +90,13 @@ def _read(
         handle = Path(path).open("rb")  # noqa: SIM115 (closed by the with below)
     except FileNotFoundError:
         raise UsageError(f"no event log at {path}") from None
+    except OSError as exc:  # a file where a directory should be, a directory, no permission
+        raise UsageError(f"cannot read the event log {path}: {exc.strerror or exc}") from None
     counts.offset = start
     with handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            # a device (/dev/full, /dev/zero) or a pipe never ends: reading it would hang
+            raise UsageError(f"the event log {path} is not a regular file")
         handle.seek(start)
         carry = b""
         while True:
@@ -193,6 +202,11 @@ class _Reader:
         """A line through the full parser: an event (counted), _SKIP, or None (judged bad)."""
         counts = self.counts
         event, reason = _parse_line(raw)
+        if event is not None and not _utc_stamp(str(event["ts"])):
+            event, reason = (
+                None,
+                f"its stamp {str(event['ts'])[:40]!r} is not an ISO-8601 time with a UTC offset",
+            )
         if event is None:
             counts.bad_total += 1
             if len(counts.bad_lines) < BAD_LINES_KEPT:
@@ -214,6 +228,8 @@ class _Reader:
         needle = self.needle_of.get(kind)
         if needle is not None and needle not in raw:
             return _SKIP
+        if not _STAMP.fullmatch(raw, len(_TS_HEAD), _TS_END) or raw[_TS_END : _TS_END + 1] != b'"':
+            return None  # not EventLog's stamp: the full parser judges it
         text = self.text[kind]
         found = ev.decode_line(text, raw)
         event = found[1] if found is not None else None
@@ -224,6 +240,14 @@ class _Reader:
             event = ev.decode(text, payload)
         self.counts.decoded += 1
         return raw[len(_TS_HEAD) : _TS_END].decode(), text, event
+
+
+def _utc_stamp(text: str) -> bool:
+    """Whether ``text`` is an ISO-8601 time with a UTC offset (what a fold can subtract)."""
+    try:
+        return datetime.fromisoformat(text).utcoffset() is not None
+    except ValueError:
+        return False
 
 
 def _rest_of_line_holds(needle: bytes | None) -> bytes:
