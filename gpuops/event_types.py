@@ -266,7 +266,7 @@ def decode(kind: str, payload: object) -> Event | None:
         return None
     try:
         event = msgspec.convert(payload, cls)
-    except msgspec.ValidationError:
+    except (msgspec.ValidationError, UnicodeEncodeError):  # a lone surrogate where an enum is
         return None
     return event if _consistent(event) else None
 

@@ -235,3 +235,18 @@ def test_an_event_log_that_is_a_device_is_refused_at_once_never_read_forever():
     a log."""
     with pytest.raises(UsageError, match="the event log /dev/zero is not a regular file"):
         list(scan_events("/dev/zero", kinds=KINDS))
+
+
+def test_a_payload_nested_too_deep_is_a_bad_line_not_a_recursion_error(tmp_path):
+    """Bad input: 3,000 nested arrays in a payload raised RecursionError out of the scan;
+    the line is unreadable with its reason, and the next line still reads."""
+    path = tmp_path / "e.jsonl"
+    deep = line(1, "market.rent.done", {"name": "a"}).replace(
+        b'{"name":"a"}', b'{"name":' + b"[" * 3000 + b"]" * 3000 + b"}"
+    )
+    path.write_bytes(deep + line(2, "market.rent.done", {"name": "b", "instance_id": "2"}))
+
+    rows, (events, _, bad_total, bad), _ = read(path)
+
+    assert [event.name for _, _, event in rows] == ["b"]  # type: ignore[union-attr]
+    assert bad_total == 1 and bad == [(1, "JSON nested too deep to read")] and events == 1

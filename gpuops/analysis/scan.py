@@ -269,7 +269,7 @@ def _fast_payload(raw: bytes) -> dict[str, object] | None:
     """The payload of a line in EventLog's layout, or None to let the full parser judge it."""
     try:
         obj = _JSON.decode(raw)
-    except msgspec.DecodeError:  # not JSON, or not UTF-8: _parse_line says which
-        return None
+    except (msgspec.DecodeError, RecursionError):  # not JSON, not UTF-8, nested too deep:
+        return None  # _parse_line says which
     payload = obj.get("payload") if isinstance(obj, dict) else None
     return payload if isinstance(payload, dict) else None
