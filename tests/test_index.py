@@ -190,8 +190,29 @@ def test_a_checkpoint_holding_infinity_or_nested_too_deep_is_unreadable_not_a_cr
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_an_event_log_that_is_a_device_has_no_tallies_and_is_never_read():
-    """Bad input: GPUOPS_EVENTS=/dev/full hung `offers` reading zeros forever; a log that
-    is not a regular file has nothing to rank by."""
-    counts = machine_counts(Path("/dev/full"), MemoryStore())
+    """Bad input: GPUOPS_EVENTS=/dev/full hung `offers` reading zeros forever; a log that is
+    not a regular file has nothing to rank by. In a child with a time limit: the old fold
+    never returned."""
+    import subprocess
+    import sys
 
-    assert counts.trials == {} and counts.skipped == 0
+    code = (
+        "from pathlib import Path\n"
+        "from gpuops.analysis.index import machine_counts\n"
+        "from gpuops.store.memory import MemoryStore\n"
+        "c = machine_counts(Path('/dev/full'), MemoryStore())\n"
+        "print(c.trials, c.skipped)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=30,
+        preexec_fn=_bounded_memory,  # the old read grew without bound: fail, not swap
+    )
+
+    assert done.stdout == "{} 0\n"
+
+
+def _bounded_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))

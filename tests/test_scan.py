@@ -4,6 +4,8 @@ both read exactly what events.py's reader and event_types.decode make of the log
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,8 @@ KIND_CHOICES = [
     "lane.started",
     "guard.lease",
 ]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def line(i: int, kind: str, payload: dict[str, object]) -> bytes:
@@ -232,9 +236,18 @@ def test_an_event_log_path_through_a_file_is_a_usage_error_naming_it(tmp_path):
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
 def test_an_event_log_that_is_a_device_is_refused_at_once_never_read_forever():
     """Bad input: GPUOPS_EVENTS=/dev/full made `offers` read zeros forever; a device is not
-    a log."""
-    with pytest.raises(UsageError, match="the event log /dev/zero is not a regular file"):
-        list(scan_events("/dev/zero", kinds=KINDS))
+    a log. In a child with a time limit: the old scan never returned (and grew its memory)."""
+    code = (
+        "from gpuops.analysis.scan import scan_events\n"
+        "try:\n    list(scan_events('/dev/zero', kinds={'market.probe'}))\n"
+        "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30,
+        preexec_fn=_bounded_memory,  # the old read grew without bound: fail, not swap
+    )
+
+    assert done.stdout == "UsageError the event log /dev/zero is not a regular file\n"
 
 
 def test_a_payload_nested_too_deep_is_a_bad_line_not_a_recursion_error(tmp_path):
@@ -250,3 +263,9 @@ def test_a_payload_nested_too_deep_is_a_bad_line_not_a_recursion_error(tmp_path)
 
     assert [event.name for _, _, event in rows] == ["b"]  # type: ignore[union-attr]
     assert bad_total == 1 and bad == [(1, "JSON nested too deep to read")] and events == 1
+
+
+def _bounded_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
