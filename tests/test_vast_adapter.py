@@ -1850,3 +1850,15 @@ def test_a_long_mistyped_integer_is_cut_short_in_the_message(http, vast):
     assert f"field 'id' is a string '{'9' * 39}... (52 chars), expected an integer" in str(
         caught.value
     )
+
+
+def test_a_search_for_rented_offers_overrides_the_sdk_default_filter(http, vast):
+    """`rented=True` replaces vastai's default `rented: false`: the offers rented now, so a
+    GPU whose every offer is rented is told apart from a typo (Vast's own `rented` filter)."""
+    replay(http, rec("search_offers"), rec("search_offers"))
+
+    vast.search_offers("RTX 4090", rented=True)
+    vast.search_offers("RTX 4090")
+
+    sent = [json.loads(call.request.body) for call in http.calls]
+    assert sent[0]["rented"] == {"eq": True} and sent[1]["rented"] == {"eq": False}

@@ -203,10 +203,8 @@ class _Reader:
         counts = self.counts
         event, reason = _parse_line(raw)
         if event is not None and not _utc_stamp(str(event["ts"])):
-            event, reason = (
-                None,
-                f"its stamp {str(event['ts'])[:40]!r} is not an ISO-8601 time with a UTC offset",
-            )
+            stamp = str(event["ts"])[:40]
+            event, reason = None, f"its stamp {stamp!r} is not an ISO-8601 time with a UTC offset"
         if event is None:
             counts.bad_total += 1
             if len(counts.bad_lines) < BAD_LINES_KEPT:

@@ -141,8 +141,11 @@ class VastAdapter:
         min_reliability: float | None = None,
         min_disk_bw: float | None = None,
         max_dph_total: float | None = None,
+        rented: bool | None = None,
     ) -> list[Offer]:
         """Rentable on-demand offers, best score first (the SDK's default filters and order).
+        ``rented=True`` lists the offers rented now instead (Vast's ``rented`` filter, whose
+        default is false): a GPU whose every offer is rented is capacity, not a typo.
 
         ``gpu_name`` is Vast's spelling with spaces ("RTX 4090"); ``min_disk_bw`` in MB/s,
         ``max_dph_total`` in $/hour. A search-quota 429 raises SearchQuotaExceeded at once.
@@ -156,6 +159,7 @@ class VastAdapter:
             ("reliability", "gte", min_reliability),
             ("disk_bw", "gte", min_disk_bw),
             ("dph_total", "lte", max_dph_total),
+            ("rented", "eq", rented),
         ):
             if value is not None:
                 query[name] = {op: value}
