@@ -740,9 +740,18 @@ def test_a_number_field_past_float_range_is_corrupt_naming_the_field(text, shown
     with pytest.raises(CorruptState) as caught:
         rentals.CODEC.decode("market/rentals/n", raw)
 
+    assert caught.value.where == "market/rentals/n"
     assert caught.value.reason == (
         f"not a rental record: field 'dph_total' must be a finite number, not {shown}"
     )
+
+
+def test_a_refused_value_is_shown_whole_up_to_forty_characters():
+    """The message shows 40 characters of a refused value whole, and cuts a longer one."""
+    from gpuops.store.records import _short
+
+    assert _short("x" * 38) == repr("x" * 38)  # 40 characters with its quotes
+    assert _short("x" * 39) == repr("x" * 39)[:40] + "... (41 chars)"
 
 
 def test_the_largest_finite_numbers_and_whole_numbers_in_range_still_read():

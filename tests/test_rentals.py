@@ -78,6 +78,7 @@ def test_a_rental_name_of_letters_digits_underscore_and_dash_is_accepted(name):
         ("é", "it starts with 'é'"),
         ("jé", "'é' is not allowed"),
         ("x" * 65, "65 characters"),
+        ("-" + "x" * 63, "it starts with '-'"),  # 64 characters: the length is not its fault
     ],
 )
 def test_any_other_rental_name_is_a_usage_error_that_says_why(name, fault):

@@ -602,8 +602,12 @@ def test_an_answer_without_an_etag_is_a_state_error_never_a_version(stubbed, eta
         store.get("board")
     with pytest.raises(StateError, match=r"the put of 'board' without an ETag"):
         store.create("board", b"x")
-    with pytest.raises(StateError, match=r"the put of 'board' without an ETag \(.*\): the end"):
+    with pytest.raises(StateError) as caught:
         store.put("board", b"x", STALE_ETAG)
+    assert str(caught.value) == (
+        f"S3 answered the put of 'board' without an ETag ({answer.get('ETag')!r}): the endpoint "
+        "cannot version objects, so compare-and-swap is impossible; check GPUOPS_S3_ENDPOINT"
+    )
 
 
 class _Answers:
@@ -627,3 +631,24 @@ def test_a_non_dict_answer_is_a_state_error_too() -> None:
     store._client.put_object = lambda **_: None  # type: ignore[attr-defined]
     with pytest.raises(StateError, match=r"without an ETag \(None\)"):
         store.create("board", b"x")
+
+
+@pytest.mark.parametrize(("error", "named"), [
+    ({"Code": "NoSuchBucket", "BucketName": "team-state"}, " 'team-state'"),
+    ({"Code": "NoSuchBucket", "BucketName": ""}, ""),
+    ({"Code": "NoSuchBucket"}, ""),
+])  # fmt: skip
+def test_a_missing_bucket_is_named_when_s3_names_it(error, named) -> None:
+    """S3's NoSuchBucket names the bucket; an answer that names none (or an empty one) still
+    says what is wrong, with nothing invented in its place."""
+    from botocore.exceptions import ClientError
+
+    from gpuops.store.s3 import _translate
+
+    found = _translate(ClientError({"Error": error}, "GetObject"), "board", None)
+
+    assert isinstance(found, StoreMissing)
+    assert str(found) == (
+        f"S3 refused 'board': NoSuchBucket: the state bucket{named} does not exist; create it "
+        "(`aws s3 mb s3://BUCKET`) or point --state / GPUOPS_STATE at one that does"
+    )

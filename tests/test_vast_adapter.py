@@ -1835,9 +1835,11 @@ def test_a_number_past_float_range_is_an_unexpected_response_naming_the_field(ht
 def test_the_largest_finite_float_is_still_a_number(http, vast):
     """The bound is float range itself: the largest finite float reads as itself."""
     top = 1.7976931348623157e308
-    replay(http, rebody("search_offers", lambda doc: doc["offers"][0].update(dph_total=top)))
+    edit = {"dph_total": top, "disk_bw": -top}
+    replay(http, rebody("search_offers", lambda doc: doc["offers"][0].update(edit)))
 
-    assert vast.search_offers()[0].dph_total == top
+    offer = vast.search_offers()[0]
+    assert (offer.dph_total, offer.disk_bw) == (top, -top)
 
 
 def test_a_long_mistyped_integer_is_cut_short_in_the_message(http, vast):
@@ -1850,6 +1852,16 @@ def test_a_long_mistyped_integer_is_cut_short_in_the_message(http, vast):
     assert f"field 'id' is a string '{'9' * 39}... (52 chars), expected an integer" in str(
         caught.value
     )
+
+
+def test_a_mistyped_value_of_forty_characters_is_shown_whole(http, vast):
+    """Up to 40 characters (quotes included) a drifted value is shown as it is."""
+    replay(http, rebody("search_offers", lambda doc: doc["offers"][0].update(id="9" * 38)))
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.search_offers()
+
+    assert f"field 'id' is a string '{'9' * 38}', expected an integer" in str(caught.value)
 
 
 def test_a_search_for_rented_offers_overrides_the_sdk_default_filter(http, vast):

@@ -30,6 +30,7 @@ from gpuops.store.records import JsonCodec, Records
 PREFIX = "market/rentals/"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _NAME_MAX_CHARS = 64
+_NAME_PUNCTUATION = "_-"
 
 RACING, LIVE, FAILED, RELEASED = "racing", "live", "failed", "released"
 
@@ -149,7 +150,7 @@ def name_fault(name: str) -> str:
         return f"{len(name)} characters"
     if not (name[0].isascii() and name[0].isalnum()):
         return f"it starts with {name[0]!r}"
-    bad = next(c for c in name if not (c.isascii() and (c.isalnum() or c in "_-")))
+    bad = next(c for c in name if not (c.isascii() and (c.isalnum() or c in _NAME_PUNCTUATION)))
     return f"{bad!r} is not allowed"
 
 

@@ -224,7 +224,7 @@ def _translate(exc: Exception, key: str, version: str | None) -> Exception:
     if _is_conflict(exc) or (version is not None and _is_missing(exc)):
         return VersionConflict(key, version)
     if _is_client_error(exc) and _code(exc) == "NoSuchBucket":
-        bucket = exc.response.get("Error", {}).get("BucketName")  # type: ignore[attr-defined]
+        bucket = exc.response["Error"].get("BucketName")  # type: ignore[attr-defined]  # _code read it
         named = f" {bucket!r}" if isinstance(bucket, str) and bucket else ""
         return StoreMissing(
             f"S3 refused {key!r}: NoSuchBucket: the state bucket{named} does not exist; "
