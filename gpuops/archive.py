@@ -78,8 +78,19 @@ def box_due(record: Record, cutoff_s: float) -> bool:
 
 def rental_due(state: str, ended_s: float | None, has_live_box: bool, cutoff_s: float) -> bool:
     """A rental compaction moves: ended (released or failed) at or before ``cutoff_s``, or
-    without an end time, and no live box record of it left."""
+    with no time at all to judge it by, and no live box record of it left. ``ended_s`` is
+    ``ended_by``'s: a rental that failed before any box (a typo'd GPU) has no end time, and
+    was once archived at once, called history "that ended over a week ago"."""
     return state in ENDED_RENTAL and not has_live_box and (ended_s or 0.0) <= cutoff_s
+
+
+def ended_by(rental: Rental) -> float | None:
+    """When a rental ended, for its retention: its end time, else its deadline (set before
+    its first create: it ended no later), else when its box was kept; None when it has none."""
+    for when in (rental.ended_at, rental.deadline_at, rental.started_at):
+        if when is not None:
+            return when
+    return None
 
 
 def due(records: Iterable[Record], rentals: Iterable[Rental], now_s: float) -> bool:
@@ -89,7 +100,8 @@ def due(records: Iterable[Record], rentals: Iterable[Rental], now_s: float) -> b
     records = list(records)
     live = {record.name.partition("+")[0] for record in records if not box_due(record, cutoff)}
     return any(box_due(record, cutoff) for record in records) or any(
-        rental_due(rental.state, rental.ended_at, rental.name in live, cutoff) for rental in rentals
+        rental_due(rental.state, ended_by(rental), rental.name in live, cutoff)
+        for rental in rentals
     )
 
 
@@ -190,7 +202,7 @@ def _rental(key: str, data: bytes, unreadable: list[str]) -> tuple[str, str, flo
     except CorruptState:
         unreadable.append(key)
         return None
-    return rental.name, rental.state, rental.ended_at
+    return rental.name, rental.state, ended_by(rental)
 
 
 def _epoch(iso: str) -> float | None:

@@ -320,6 +320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args, settings)
     except GpuopsError as exc:
         print(f"gpuops: {_scrubbed(str(exc))}", file=sys.stderr)
+        fix = getattr(exc, "fix", "")
+        if fix:
+            print(f"gpuops: {fix}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # the reader left (`gpuops rules | head`): not our failure
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -290,9 +290,9 @@ def _watch(
             )
             if alarm is not None:
                 alarms.raise_alarm(alarm)
-        seen.append(status.state.value)
+        seen.append(shown(status))
         if not as_json:
-            print(f"{rental.name}: {status.state.value}: {status.detail}", flush=True)
+            print(f"{rental.name}: {shown(status)}: {status.detail}", flush=True)
 
     seen: list[str] = []
 
@@ -316,10 +316,28 @@ def _watch(
             clock=clock,
             sleep=paced(sleep, say or _stderr, clock, waiting),
         )
+        if not w.settled(status) and not as_json:  # L9: a watch that timed out is no failure
+            print(
+                f"gpuops watch {rental.name}: stopped watching after {timeout_s:g} s; the job "
+                f"is still {shown(status)} (not a failure: exit 5); `gpuops watch "
+                f"{rental.name}` looks again",
+                flush=True,
+            )
     if as_json:
         _out(True, {"name": rental.name, "state": status.state.value, "detail": status.detail,
                     "exit_code": status.exit_code}, [])  # fmt: skip
     return w.watch_exit_code(status)
+
+
+def shown(status: Any) -> str:
+    """A job's state in words: a job that ended with exit code 0 succeeded, one with another
+    code failed; "dead" is left for a job whose end left no exit code (the box gone, its
+    session lost). ``--json`` keeps the watchdog's own state (``dead``) and ``exit_code``."""
+    from gpuops.market import watchdog as w
+
+    if status.state is w.JobState.DEAD and status.exit_code is not None:
+        return "succeeded" if status.exit_code == 0 else "failed"
+    return str(status.state.value)
 
 
 def _stderr(line: str) -> None:

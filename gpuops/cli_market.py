@@ -216,11 +216,12 @@ def _say_skipped(market: Any) -> int:
 def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
     import random
 
-    from gpuops.market.select import Filter, resolve_gpu_name, select
+    from gpuops.market.rent import gpu_spelling
+    from gpuops.market.select import Filter, select
 
     offers = market.vast.search_offers(gpu_name=args.gpu)
     if args.gpu and not offers:  # a misspelt GPU is named as such, never shown as "0 offers"
-        known = resolve_gpu_name(args.gpu, (o.gpu_name for o in market.vast.search_offers()))
+        known = gpu_spelling(market.vast, args.gpu)
         if known is not None and known != args.gpu:
             offers = market.vast.search_offers(gpu_name=known)
     rates = market.pass_rates(offers) if market.pass_rates else {}

@@ -12,6 +12,9 @@ adapter catches a foreign exception.
     │   └── IllegalTransition                M4: e.g. release before gone-confirmed
     ├── Unavailable                  exit 4  capacity or provider unavailable after retries
     │   ├── StoreUnavailable                 the state store could not be reached or locked
+    │   │   └── StoreMissing         exit 2  the state bucket does not exist: configuration
+    │   │                                    (still an Unavailable: a guardian keeps retrying
+    │   │                                    and ends its box at the deadline, M17)
     │   ├── ProviderUnavailable              5xx or no connection, after the retries we allow
     │   ├── CapacityExhausted                no capacity (a GCE stockout)
     │   ├── QuotaExceeded                    a provider quota said no (GCE QUOTA_EXCEEDED)
@@ -19,7 +22,8 @@ adapter catches a foreign exception.
     │   └── RateLimited                      429; ``retry_after_s`` when the provider said
     │       └── SearchQuotaExceeded          Vast's daily search quota: never retried
     ├── ProviderError                exit 1  the provider said something we cannot act on
-    │   ├── AuthFailed                       our credentials were refused
+    │   ├── AuthFailed               exit 2  our credentials were refused: configuration, with
+    │   │                                    the fix (``fix``) printed under the message
     │   └── UnexpectedResponse               the body's shape drifted from the recordings
     ├── StillRunning                 exit 5  still running or unknown; not a failure (L9)
     ├── JobFailed                    exit 6  the job failed or died (a fact, M10)
@@ -94,6 +98,13 @@ class Unavailable(GpuopsError):
 
 class StoreUnavailable(Unavailable):
     """The state store could not be reached or locked in time."""
+
+
+class StoreMissing(StoreUnavailable):
+    """The state store's bucket does not exist: a configuration error (exit 2) naming the fix.
+    Still a StoreUnavailable, so a guardian whose bucket vanished keeps its box's deadline."""
+
+    exit_code = 2
 
 
 class _FromProvider:
@@ -171,7 +182,22 @@ class ProviderError(GpuopsError, _FromProvider):
 
 
 class AuthFailed(ProviderError):
-    """The provider refused our credentials (401/403, ``auth_error``)."""
+    """The provider refused our credentials (401/403, ``auth_error``): configuration, exit 2
+    (exit 1 is a bug's). ``fix`` says where the provider's credentials come from."""
+
+    exit_code = 2
+
+    @property
+    def fix(self) -> str:
+        if self.provider == "vast":
+            return (
+                "check the Vast.ai API key: VAST_API_KEY, else ~/.config/vastai/vast_api_key "
+                "(`gpuops check` tests it)"
+            )
+        return (
+            f"check the {self.provider} credentials: Application Default Credentials "
+            "(`gcloud auth application-default login`, or GOOGLE_APPLICATION_CREDENTIALS)"
+        )
 
 
 class UnexpectedResponse(ProviderError):

@@ -55,6 +55,9 @@ __all__ = [
 # float: NaN fails both bounds, an infinity one of them.
 _FINITE = msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)
 Number = int | Annotated[float, _FINITE]
+# An id or a count: a whole number within 64 bits (what msgspec bounds natively). A Number may
+# be larger (kept whole); a fold that meets one too large for a float counts that event bad.
+Whole = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 # In (0, 1]: a pick made with probability 0 was never made (it would divide a weight by 0).
 _IN_0_1 = msgspec.Meta(gt=0, le=1)
 Probability = Annotated[int, _IN_0_1] | Annotated[float, _IN_0_1]
@@ -82,8 +85,8 @@ class _Payload:
 class Offered(_Payload):
     """One ranked candidate of a race, as logged (M11)."""
 
-    id: int
-    machine_id: int
+    id: Whole
+    machine_id: Whole
     dph_total: Number
     reliability: Number | None = None
     disk_bw: Number | None = None
@@ -92,14 +95,14 @@ class Offered(_Payload):
 
 @dataclass(frozen=True, kw_only=True)
 class Removed(_Payload):
-    id: int
+    id: Whole
     reasons: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Picked(_Payload):
-    id: int
-    rank: int | None = None
+    id: Whole
+    rank: Whole | None = None
     propensity: Probability | None = None  # None: not logged, so no off-policy weight
     explored: bool = False
 
@@ -112,10 +115,10 @@ class Selection(_Payload):
     KIND: ClassVar[str] = "market.selection"
     name: str
     gpu_name: str = ""
-    k: int | None = None
+    k: Whole | None = None
     candidates: tuple[Offered, ...]
     removed: tuple[Removed, ...] = ()
-    quarantined: int | None = None
+    quarantined: Whole | None = None
     picks: tuple[Picked, ...]
 
     def offered(self, offer_id: int) -> Offered | None:
@@ -128,8 +131,8 @@ class Create(_Payload):
 
     KIND: ClassVar[str] = "market.create"
     name: str
-    offer_id: int
-    machine_id: int | None = None
+    offer_id: Whole
+    machine_id: Whole | None = None
     outcome: str
     instance_id: str | None = None
     rental_id: str | None = None  # the incarnation it is a box of (M16)
@@ -141,8 +144,8 @@ class Probe(_Payload):
 
     KIND: ClassVar[str] = "market.probe"
     name: str
-    offer_id: int
-    machine_id: int
+    offer_id: Whole
+    machine_id: Whole
     instance_id: str | None = None
     verdict: Verdict
     rental_id: str | None = None
@@ -155,7 +158,7 @@ class RentDone(_Payload):
     KIND: ClassVar[str] = "market.rent.done"
     name: str
     instance_id: str | None = None
-    offer_id: int | None = None
+    offer_id: Whole | None = None
     rental_id: str | None = None
 
 
@@ -174,7 +177,7 @@ class Quarantine(_Payload):
     """``market.quarantine``: a machine left out until ``until`` (epoch seconds; M2)."""
 
     KIND: ClassVar[str] = "market.quarantine"
-    machine_id: int
+    machine_id: Whole
     cause: str
     until: Number
 
@@ -190,7 +193,7 @@ class Transition(_Payload):
     instance_id: str | None = None
     before: str | None = None
     after: str
-    revision: int | None = None
+    revision: Whole | None = None
     error: str | None = None
     rental_id: str | None = None  # the record's incarnation (M16)
 
@@ -215,7 +218,7 @@ class LaneStart(_Payload):
     KIND: ClassVar[str] = "lane.start"
     lane: str
     job: str
-    attempt: int
+    attempt: Whole
     outcome: str
 
 
@@ -224,8 +227,8 @@ class LaneJobEnd(_Payload):
     KIND: ClassVar[str] = "lane.job_end"
     lane: str
     job: str
-    attempts: int
-    stockouts: int
+    attempts: Whole
+    stockouts: Whole
     waiting_s: Number
     running_s: Number
     cost_usd: Number
@@ -269,7 +272,7 @@ def decode(kind: str, payload: object) -> Event | None:
         return None
     try:
         event = msgspec.convert(payload, cls)
-    except msgspec.ValidationError:
+    except (msgspec.ValidationError, UnicodeEncodeError):  # a lone surrogate where an enum is
         return None
     return event if _consistent(event) else None
 

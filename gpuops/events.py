@@ -250,6 +250,8 @@ def _parse_line(raw: bytes) -> tuple[Event | None, str]:
         return None, f"not UTF-8 ({exc.reason} at byte {exc.start})"
     except json.JSONDecodeError as exc:
         return None, f"incomplete or not JSON ({exc.msg} at column {exc.colno})"
+    except RecursionError:
+        return None, "JSON nested too deep to read"
     if not isinstance(obj, dict):
         return None, f"a JSON {type(obj).__name__}, not an event object"
     missing = [name for name in _FIELDS if name not in obj]

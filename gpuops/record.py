@@ -130,10 +130,15 @@ class _CappedVast:
         self._vast = vast
         self._max_dph = max_dph
 
-    def search_offers(self, gpu_name: str | None = None, num_gpus: int | None = None) -> list[Any]:
-        return [
-            o for o in self._vast.search_offers(gpu_name, num_gpus) if o.dph_total <= self._max_dph
-        ]
+    def search_offers(
+        self,
+        gpu_name: str | None = None,
+        num_gpus: int | None = None,
+        *,
+        rented: bool | None = None,
+    ) -> list[Any]:
+        found = self._vast.search_offers(gpu_name, num_gpus, rented=rented)
+        return [o for o in found if o.dph_total <= self._max_dph]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._vast, name)

@@ -14,7 +14,11 @@ stderr, and the ssh child gets an environment without any secret-named variable
 
 Scrubbing is deliberately greedy: a redacted non-secret costs a little context, a missed
 secret costs the account. Known costs: any 64+ char lowercase hex run (a Vast key's shape,
-but also a SHA-256 digest) and any value under a key named ``key`` are redacted. What is
+but also a SHA-256 digest, or a rental name typed as one: its message says what is wrong
+with it besides quoting it) and any value under a key named ``key`` are redacted. Never
+redacted: the value of a variable that names a file rather than holds a secret
+(GPUOPS_SSH_KEY, GOOGLE_APPLICATION_CREDENTIALS, ``*_FILE``, ``*_PATH``, ``*_DIR``): a person
+must see which key file could not be read, and the file's content is never logged. What is
 kept on purpose: an empty value, a placeholder (``...``, ``…``, ``***``, ``$VAST_API_KEY``,
 ``<key>``) and one of a few instruction words (``API key: pass api_key=...``), so a hint
 telling a person where a key goes stays readable. A real value is never one of those.
@@ -62,6 +66,12 @@ _SECRET_NAMES = frozenset({"key", "sig", "pwd", "auth"})
 # The ssh child gets none of them, whatever their length (gpuops/providers/ssh.py).
 _ENV_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _ENV_SECRET_MIN_CHARS = 8
+# Variables that name a file rather than hold a secret (the SSH public key's path, Google's
+# service-account key file): their values are paths a person must see in "cannot read the SSH
+# public key PATH", and the file's content is never logged. Still kept from the ssh child.
+_ENV_PATH_NAME = re.compile(
+    r"GPUOPS_SSH_KEY|GOOGLE_APPLICATION_CREDENTIALS|\w*_(?:FILE|PATH|DIR)", re.IGNORECASE
+)
 # Not a value but a stand-in for one: `api_key=...`, `api_key=…`, `password: ***`,
 # `--api-key $VAST_API_KEY` (the log holds the reference, never its expansion), with any
 # closing punctuation of the sentence around it.
@@ -127,7 +137,9 @@ def env_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     found = {
         value
         for name, value in environ.items()
-        if is_secret_env_name(name) and len(value) >= _ENV_SECRET_MIN_CHARS
+        if is_secret_env_name(name)
+        and len(value) >= _ENV_SECRET_MIN_CHARS
+        and not _ENV_PATH_NAME.fullmatch(name)
     }
     return tuple(sorted(found, key=lambda value: (-len(value), value)))
 

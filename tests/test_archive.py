@@ -358,3 +358,23 @@ def test_boxes_moves_nothing_while_a_record_is_unreadable(tmp_path, capsys, monk
 
     assert code == 1 and "broken" in err and "background" not in err
     assert not (state / "compact.log").exists()
+
+
+def test_a_rental_that_failed_before_any_box_is_kept_until_its_deadline_ages_past_the_window():
+    """A usage error's rental has no end time; it was archived at once and `boxes` called it
+    history "that ended over a week ago". Its deadline stands for its end: kept until that is
+    past the window; one with no time at all still goes."""
+    store, now = MemoryStore(), time.time()
+    fresh = Rental(name="fresh", owner="alice", state="failed", race=1, deadline_at=now + 360)
+    old = Rental(name="old", owner="alice", state="failed", race=1,
+                 deadline_at=now - timing.ARCHIVE_AFTER_S - 60)  # fmt: skip
+    timeless = Rental(name="timeless", owner="alice", state="failed", race=1)
+
+    assert not due([], [fresh], now)
+    assert due([], [old], now) and due([], [timeless], now)
+    for record in (fresh, old, timeless):
+        Rentals(store, "alice").records.update(record.name, lambda _, r=record: r)
+    moved = compact(store, now)
+
+    assert moved.rentals == 2
+    assert [k.rpartition("/")[2] for k in store.list(RENTALS)] == ["fresh"]

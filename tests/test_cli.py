@@ -121,7 +121,8 @@ def test_the_demo_never_touches_existing_state(tmp_path):
         (errors.RateLimited("vast", "too frequent"), 4),
         (errors.SearchQuotaExceeded("vast", "quota"), 4),
         (errors.ProviderError("vast", "odd"), 1),
-        (errors.AuthFailed("vast", "Invalid user key", 401), 1),
+        (errors.AuthFailed("vast", "Invalid user key", 401), 2),
+        (errors.StoreMissing("S3 refused 'k': NoSuchBucket"), 2),
         (errors.UnexpectedResponse("vast", "offers is not a list"), 1),
         (errors.StillRunning("x"), 5),
         (errors.JobFailed("x"), 6),
@@ -182,3 +183,39 @@ def test_provider_errors_carry_what_the_provider_said():
     assert len(error.body) == 500
     assert errors.OfferTaken("vast", 42, 410).offer_id == 42
     assert str(errors.OfferTaken("vast", 42)) == "vast offer 42 is no longer available"
+
+
+def test_refused_credentials_are_configuration_exit_2_with_the_fix(monkeypatch, capsys):
+    """A wrong API key is not a bug (exit 1 promises a traceback): exit 2, and where the key
+    comes from is said under the message."""
+
+    def boom(args, settings):
+        raise errors.AuthFailed("vast", "credentials refused (HTTP 401): Invalid user key", 401)
+
+    monkeypatch.setattr(cli, "_dispatch", boom)
+
+    assert cli.main(["rules"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines() == [
+        "gpuops: vast: credentials refused (HTTP 401): Invalid user key",
+        "gpuops: check the Vast.ai API key: VAST_API_KEY, else ~/.config/vastai/vast_api_key "
+        "(`gpuops check` tests it)",
+    ]
+    assert "gcloud auth application-default login" in errors.AuthFailed("gce", "x").fix
+
+
+@pytest.mark.parametrize("command", [["stats"], ["policy", "eval", "--policy", "greedy"]])
+def test_a_state_path_that_is_a_file_is_a_usage_error_for_the_learning_commands(
+    tmp_path, monkeypatch, capsys, command
+):
+    """Bad input: `--state FILE` put the event log under a file (NotADirectoryError, exit 1
+    with a traceback); it is exit 2 naming the path."""
+    monkeypatch.delenv("GPUOPS_EVENTS", raising=False)
+    (tmp_path / "file").write_text("x")
+
+    code = cli.main(["--state", str(tmp_path / "file"), *command])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"cannot read the event log {tmp_path / 'file' / 'events.jsonl'}: Not a directory" in err

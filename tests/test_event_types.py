@@ -592,3 +592,12 @@ def test_offers_and_rent_succeed_with_the_bad_line_in_the_log(tmp_path):
     finally:
         fakes.proc.terminate()
         fakes.proc.wait()
+
+
+def test_a_lone_surrogate_where_a_verdict_belongs_is_no_event_not_a_crash():
+    """Bad input: JSON's "\\ud800" reads as a lone surrogate; converting it to a Verdict
+    raised UnicodeEncodeError out of decode (the event-log fuzz found it)."""
+    probe = {"name": "a", "offer_id": 1, "machine_id": 1, "verdict": "\ud800"}
+
+    assert ev.decode("market.probe", probe) is None
+    assert ev.decode("market.probe", {**probe, "verdict": "pass"}) is not None

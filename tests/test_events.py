@@ -887,3 +887,17 @@ def test_a_cookie_header_is_redacted(log: EventLog) -> None:
     text = log.path.read_text()
 
     assert "abcdef123456" not in text and "zz99" not in text
+
+
+def test_a_line_nested_too_deep_is_named_at_its_line_not_a_recursion_error(log: EventLog) -> None:
+    """Bad input: 3,000 nested arrays raised RecursionError out of the reader; a strict read
+    names the line and the reason, the good line before it yielded."""
+    log.append("first")
+    with log.path.open("ab") as fh:
+        fh.write(b'{"ts":"x","payload":' + b"[" * 3000 + b"]" * 3000 + b"}\n")
+    seen: list[str] = []
+
+    with pytest.raises(CorruptState, match=r"events\.jsonl:2") as caught:
+        seen.extend(str(e["kind"]) for e in read_events(log.path, strict=True))
+
+    assert seen == ["first"] and caught.value.reason == "JSON nested too deep to read"

@@ -47,3 +47,37 @@ def test_an_empty_market_is_still_a_stockout_not_a_typo(world: World):
         world.market().rent(request())
 
     assert caught.value.exit_code == 4
+
+
+def _with_a_3090() -> dict:
+    doc = scenario("healthy", "healthy")
+    doc["vast"]["offers"][1]["gpu_name"] = "RTX 3090"
+    return doc
+
+
+@pytest.mark.parametrize("world", [_with_a_3090()], indirect=True)
+@pytest.mark.fault(
+    "every offer of a real GPU is rented: it looked like a typo (exit 2, no offer names it)",
+    handled="capacity (exit 4) naming the GPU; a name no offer uses, rented or not, stays a typo",
+)
+def test_a_gpu_whose_offers_are_all_rented_is_capacity_not_a_typo(world: World):
+    """M1: with every RTX 4090 offer rented (an RTX 3090 still listed), `rent` is
+    CapacityExhausted (exit 4) in any casing, nothing is created; RTX 9999 is still the usage
+    error listing the known names."""
+    from gpuops.errors import CapacityExhausted
+
+    for offer in world.fake.offers.values():
+        if offer.spec.fields["gpu_name"] == "RTX 4090":
+            offer.taken = True  # rented by someone else: listed only under rented=true
+    market = world.market()
+
+    with pytest.raises(CapacityExhausted) as caught:
+        market.rent(RentRequest(name="job", gpu_name="rtx 4090", hours=2.0, race_k=3))
+
+    assert caught.value.exit_code == 4
+    assert str(caught.value) == (
+        "vast has no capacity: every RTX 4090 offer is rented now; try again later, or another GPU"
+    )
+    assert world.creates() == 0 and world.alive() == []
+    with pytest.raises(UsageError, match="'RTX 9999' in any casing"):
+        market.rent(RentRequest(name="job2", gpu_name="RTX 9999", hours=2.0, race_k=3))

@@ -169,3 +169,50 @@ def test_the_skipped_count_survives_the_checkpoint_and_a_first_format_one_is_reb
         index_key(log), old.replace(b'"format":2', b'"format":1'), store.get(index_key(log)).version
     )  # type: ignore[union-attr]
     assert machine_counts(log, store).skipped == 2
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"format":2,"offset":0,"head":"h","passes":{"1":Infinity},"trials":{},"gpu":{},'
+        b'"race_gpu":{},"skipped":0}',
+        b'{"format":2,"offset":0,"head":"h","passes":{},"trials":{},"gpu":{},"race_gpu":{},'
+        b'"skipped":-Infinity}',
+        b"[" * 100_000 + b"]" * 100_000,
+    ],
+    ids=["infinity", "minus-infinity", "deep"],
+)
+def test_a_checkpoint_holding_infinity_or_nested_too_deep_is_unreadable_not_a_crash(data):
+    """Bad input: int(Infinity) raised OverflowError and deep nesting RecursionError out of
+    decode; both are an unreadable checkpoint (rebuilt from the log)."""
+    assert index.decode(data) is None
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_an_event_log_that_is_a_device_has_no_tallies_and_is_never_read():
+    """Bad input: GPUOPS_EVENTS=/dev/full hung `offers` reading zeros forever; a log that is
+    not a regular file has nothing to rank by. In a child with a time limit: the old fold
+    never returned."""
+    import subprocess
+    import sys
+
+    code = (
+        "from pathlib import Path\n"
+        "from gpuops.analysis.index import machine_counts\n"
+        "from gpuops.store.memory import MemoryStore\n"
+        "c = machine_counts(Path('/dev/full'), MemoryStore())\n"
+        "print(c.trials, c.skipped)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=30,
+        preexec_fn=_bounded_memory,  # the old read grew without bound: fail, not swap
+    )
+
+    assert done.stdout == "{} 0\n"
+
+
+def _bounded_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))

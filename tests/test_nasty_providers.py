@@ -370,3 +370,40 @@ def test_a_host_key_changed_before_the_copy_fails_the_copy_and_keeps_the_pinned_
     assert not (world.tmp / "results" / "job").exists()
     assert known.read_text() == pinned
     assert code == FAULTED and world.alive() == []
+
+
+@pytest.mark.parametrize(
+    "world",
+    [scenario(1, faults={"host_key_changes": [{"offer": 1000, "after_s": 600}]})],
+    indirect=True,
+)
+@pytest.mark.fault(
+    "a box's host key changes after pinning, before `gpuops run` starts its job",
+    handled="a refusal naming its rule (M2) and what to do (exit 3), never exit 4 'could not start'",
+)
+def test_run_on_a_box_whose_host_key_changed_is_a_refusal_naming_its_rule(world):
+    """DESIGN §4, M2: `run` was refused by ssh but exited 4 ("could not start the job")
+    naming no rule; it is Refused (M2), says nothing ran and what to do, and keeps the key."""
+    from gpuops.errors import Refused
+    from gpuops.settings import Settings
+
+    market, rental = world.rent()
+    instance = market.vast.show(rental.instance_id)
+    shell = jobs.BoxShell(
+        world.tmp / "local", world.tmp / "id_ed25519", Settings.from_environ().ssh()
+    )
+    jobs.start(rental, instance, shell, ["true"], "results")  # pins the key on first contact
+    known = world.tmp / "local" / "ssh" / "known_hosts" / rental.instance_id
+    pinned = known.read_text()
+    world.fake.advance(700.0)
+
+    with pytest.raises(Refused) as refused:
+        jobs.start(rental, instance, shell, ["true"], "results")
+
+    assert refused.value.rule == "M2" and refused.value.exit_code == 3
+    assert str(refused.value).startswith("refused (M2): job: the box's ssh host key changed")
+    assert "nothing was run" in str(refused.value)
+    assert f"Destroy it (`gpuops destroy job`) and rent again; the pinned key is in {known}" in str(
+        refused.value
+    )
+    assert known.read_text() == pinned

@@ -356,3 +356,46 @@ def test_the_named_policies_pick_what_their_names_say():
     assert named("logged") is logged and named("uniform") is uniform
     with pytest.raises(ValueError, match="^the shrunk policy needs pass rates$"):
         named("shrunk")
+
+
+def test_a_price_past_float_range_is_a_skipped_event_and_the_next_race_still_counts():
+    """Bad input: a dph_total of 10**400 (JSON keeps it whole) killed `policy eval` with an
+    OverflowError; that selection is skipped, and a later race is folded as usual."""
+    folded = Decisions()
+    at = "2026-07-18T0{}:00:00.000000Z".format
+    huge = {"id": 1, "machine_id": 11, "dph_total": 10**400}
+    fine = {"id": 1, "machine_id": 11, "dph_total": 0.5}
+    pick = [{"id": 1, "propensity": 0.9}]
+
+    folded.add(at(0), "market.selection", {"name": "a", "candidates": [huge], "picks": pick})
+    folded.add(at(1), "market.selection", {"name": "b", "candidates": [fine], "picks": pick})
+    folded.add(
+        at(2), "market.probe", {"name": "a", "offer_id": 1, "machine_id": 11, "verdict": "pass"}
+    )
+    folded.add(
+        at(2), "market.probe", {"name": "b", "offer_id": 1, "machine_id": 11, "verdict": "pass"}
+    )
+
+    assert folded.skipped == 1
+    assert [(d.gpu_name, d.passed, d.seconds) for d in folded.rows] == [("", True, 3600.0)]
+
+
+def test_a_stamp_without_a_utc_offset_is_a_skipped_event_not_a_crash():
+    """Bad input: a stamp ending in 0 instead of Z is naive; it cannot be subtracted from an
+    aware one (a TypeError stopped the fold), so the event is skipped and counted."""
+    folded = Decisions()
+    cands = [{"id": 1, "machine_id": 11, "dph_total": 0.5}]
+    pick = [{"id": 1, "propensity": 0.9}]
+    folded.add(
+        "2026-07-18T00:00:00.000000Z",
+        "market.selection",
+        {"name": "a", "candidates": cands, "picks": pick},
+    )
+
+    folded.add(
+        "2026-07-18T01:00:00.0000000",
+        "market.probe",
+        {"name": "a", "offer_id": 1, "machine_id": 11, "verdict": "pass"},
+    )
+
+    assert folded.skipped == 1 and folded.rows == []

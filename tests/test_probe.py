@@ -635,3 +635,14 @@ def test_each_bad_field_of_a_mapped_step_is_refused_by_name(raw, message):
         Transcript.from_mapping({"cuda": raw})
 
     assert str(caught.value) == message
+
+
+def test_the_transport_verdict_outside_a_probe_names_what_ssh_said_or_nothing():
+    """Security bar, M2: `run` reads the same judgment as the probe: a changed host key from
+    OpenSSH's own recording; None when the remote command itself ran (any exit of its own)."""
+    from gpuops.market.probe import transport_verdict
+
+    assert transport_verdict(output("openssh-host-key-changed")) is Verdict.SSH_HOST_KEY_CHANGED
+    assert transport_verdict(StepOutput(0, "ok")) is None
+    assert transport_verdict(StepOutput(3, "", "boom")) is None
+    assert transport_verdict(StepOutput(None, timed_out=True)) is Verdict.SSH_UNREACHABLE

@@ -188,3 +188,36 @@ def test_destroy_says_it_retries_a_503_and_waits_for_the_confirmation(slow_destr
     assert any("confirm the box gone" in t for t in texts)
     so_far = [int(m[1]) for t in texts if (m := re.search(r"\((\d+) s so far\)", t))]
     assert so_far == sorted(so_far) and len(so_far) == len(texts)
+
+
+def test_a_watch_that_times_out_ends_with_a_closing_line_and_exit_5(world: World, capsys):
+    """L9: a timed-out watch is no failure, and says so last: it stopped watching, the job is
+    still running, how to look again (it used to end with no closing line)."""
+    market = world.rent(hours=1.0)
+    rental = market.rentals.get("job")
+    assert rental is not None and rental.instance_id is not None
+    instance = market.vast.show(rental.instance_id)
+    jobs.Jobs(world.store).put(jobs.start(rental, instance, world.shell(), ["sleep 600"], "r"))
+    args = argparse.Namespace(once=False, timeout=30.0)
+
+    code = _watch(market, rental, world.shell(), args, False, say=lambda _: None,
+                  clock=world.fake.now, sleep=world.fake.advance)  # fmt: skip
+
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 5 and out[0].startswith("job: running: ")
+    assert out[-1] == (
+        "gpuops watch job: stopped watching after 30 s; the job is still running (not a "
+        "failure: exit 5); `gpuops watch job` looks again"
+    )
+
+
+def test_a_job_that_ended_is_called_succeeded_or_failed_never_dead():
+    """`watch` printed "dead: succeeded with exit code 0"; an exit code says which it was,
+    and "dead" is left for an end with no exit code (JSON keeps the watchdog's state)."""
+    from gpuops.cli_guard import shown
+    from gpuops.market import watchdog as w
+
+    assert shown(w.Status(w.JobState.DEAD, "succeeded with exit code 0", 0)) == "succeeded"
+    assert shown(w.Status(w.JobState.DEAD, "failed with exit code 3", 3)) == "failed"
+    assert shown(w.Status(w.JobState.DEAD, "the box is gone")) == "dead"
+    assert shown(w.Status(w.JobState.RUNNING, "log grew")) == "running"

@@ -737,3 +737,47 @@ def test_two_job_writers_interleaved_keep_the_latest_job():
     assert store.calls == ["get", "put", "get", "put", "get"]  # newer's put in between
     assert stored == newer
     assert jobs.Jobs(store).get("box") == newer
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("1e400", "inf"),
+        ("-1e400", "-inf"),
+        ("NaN", "nan"),
+        ("Infinity", "inf"),
+        ("1" + "0" * 400, "1" + "0" * 39 + "... (401 chars)"),
+    ],
+)
+def test_a_number_field_past_float_range_is_corrupt_naming_the_field(text, shown):
+    """Bad input: 10**400 in a number field raised OverflowError out of the codec, and
+    1e400, NaN or Infinity read as a float nothing downstream can use; each is corrupt,
+    naming the field, the long number cut short."""
+    body = json.loads(rentals.CODEC.encode(_rental()))
+    raw = json.dumps({**body, "dph_total": "X"}).replace('"X"', text).encode()
+
+    with pytest.raises(CorruptState) as caught:
+        rentals.CODEC.decode("market/rentals/n", raw)
+
+    assert caught.value.where == "market/rentals/n"
+    assert caught.value.reason == (
+        f"not a rental record: field 'dph_total' must be a finite number, not {shown}"
+    )
+
+
+def test_a_refused_value_is_shown_whole_up_to_forty_characters():
+    """The message shows 40 characters of a refused value whole, and cuts a longer one."""
+    from gpuops.store.records import _short
+
+    assert _short("x" * 38) == repr("x" * 38)  # 40 characters with its quotes
+    assert _short("x" * 39) == repr("x" * 39)[:40] + "... (41 chars)"
+
+
+def test_the_largest_finite_numbers_and_whole_numbers_in_range_still_read():
+    """The bound is float range itself: max float, its negative and a whole 10**300 read."""
+    big = 10**300
+    for value in (1.7976931348623157e308, -1.7976931348623157e308, big):
+        body = json.loads(rentals.CODEC.encode(_rental()))
+        raw = json.dumps({**body, "dph_total": value}).encode()
+
+        assert rentals.CODEC.decode("k", raw).dph_total == float(value)

@@ -70,16 +70,42 @@ def test_a_rental_name_of_letters_digits_underscore_and_dash_is_accepted(name):
     assert check_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["", "-job", "_job", "a b", "job+1-0", "a/b", "é", "x" * 65])
-def test_any_other_rental_name_is_a_usage_error_that_says_why(name):
-    """A bad name is refused before any record is read or written, with the rule spelled out."""
+@pytest.mark.parametrize(
+    ("name", "fault"),
+    [
+        ("", "0 characters"),
+        ("-job", "it starts with '-'"),
+        ("_job", "it starts with '_'"),
+        ("a b", "' ' is not allowed"),
+        ("job+1-0", "'+' is not allowed"),
+        ("a/b", "'/' is not allowed"),
+        ("é", "it starts with 'é'"),
+        ("jé", "'é' is not allowed"),
+        ("x" * 65, "65 characters"),
+        ("-" + "x" * 63, "it starts with '-'"),  # 64 characters: the length is not its fault
+    ],
+)
+def test_any_other_rental_name_is_a_usage_error_that_says_why(name, fault):
+    """A bad name is refused before any record is read or written, with the rule spelled out
+    and what is wrong with this one."""
     with pytest.raises(UsageError) as caught:
         check_name(name)
 
     assert str(caught.value) == (
-        f"rental name {name!r} must be 1-64 letters, digits, '_' or '-', "
+        f"rental name {name!r} ({fault}) must be 1-64 letters, digits, '_' or '-', "
         "starting with a letter or digit"
     )
+
+
+def test_a_name_the_scrubber_hides_still_says_what_is_wrong_with_it():
+    """H3 redacts a 64+ hex run (a Vast key's shape) even as a name; the reason stays."""
+    from gpuops.secrets import scrub_text
+
+    with pytest.raises(UsageError) as caught:
+        check_name("a" * 70)
+
+    shown = scrub_text(str(caught.value))
+    assert shown.startswith("rental name '[REDACTED]' (70 characters) must be 1-64")
 
 
 def test_a_box_record_names_its_rental_race_and_slot_and_leads_back_to_the_rental():

@@ -4,6 +4,8 @@ both read exactly what events.py's reader and event_types.decode make of the log
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from gpuops import event_types as ev
 from gpuops.analysis import scan as scan_module
 from gpuops.analysis.scan import ScanCounts, scan_events
 from gpuops.analysis.stats import KINDS, NEEDLES
+from gpuops.errors import UsageError
 from gpuops.events import read_events
 
 KIND_CHOICES = [
@@ -25,6 +28,8 @@ KIND_CHOICES = [
     "lane.started",
     "guard.lease",
 ]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def line(i: int, kind: str, payload: dict[str, object]) -> bytes:
@@ -188,3 +193,79 @@ def test_a_payload_that_is_no_event_yields_none_and_the_valid_one_beside_it_its_
 
     assert [event for *_, event in rows] == [None, ev.decode("market.probe", good)]
     assert (counts.events, counts.decoded, counts.bad_total) == (2, 2, 0)
+
+
+def test_a_line_whose_stamp_has_no_utc_offset_is_a_bad_line_and_the_others_still_read(tmp_path):
+    """Bad input: a stamp ending in 0 instead of Z (naive) once stopped `stats` with a
+    TypeError; that line is counted unreadable with its reason, the lines around it still read."""
+    path = tmp_path / "e.jsonl"
+    good = line(1, "market.rent.done", {"name": "a", "instance_id": "1"})
+    bad = line(2, "market.rent.done", {"name": "b", "instance_id": "2"}).replace(b'Z"', b'0"', 1)
+    path.write_bytes(good + bad + line(3, "market.rent.done", {"name": "c", "instance_id": "3"}))
+
+    rows, (events, _, bad_total, bad), _ = read(path)
+
+    assert [event.name for _, _, event in rows] == ["a", "c"]  # type: ignore[union-attr]
+    assert bad_total == 1 and bad[0][0] == 2
+    assert "'2026-07-18T00:00:02.0000020' is not an ISO-8601 time with a UTC offset" in bad[0][1]
+    assert events == 2
+
+
+def test_a_stamp_with_an_offset_in_another_layout_is_still_read(tmp_path):
+    """A hand-written line with `+00:00` (not EventLog's layout) is an event, not a bad line."""
+    path = tmp_path / "e.jsonl"
+    doc = {"kind": "market.rent.done", "ts": "2026-07-18T00:00:00+00:00", "operator": "x",
+           "payload": {"name": "a", "instance_id": "1"}}  # fmt: skip
+    path.write_text(json.dumps(doc) + "\n")
+
+    rows, (events, _, bad_total, _), _ = read(path)
+
+    assert len(rows) == 1 and events == 1 and bad_total == 0
+
+
+def test_an_event_log_path_through_a_file_is_a_usage_error_naming_it(tmp_path):
+    """Bad input: `--state FILE` puts the log under a file (NotADirectoryError); it is a
+    usage error naming the path."""
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(
+        UsageError, match=r"cannot read the event log .*file/events.jsonl: Not a dir"
+    ):
+        list(scan_events(tmp_path / "file" / "events.jsonl", kinds=KINDS))
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_an_event_log_that_is_a_device_is_refused_at_once_never_read_forever():
+    """Bad input: GPUOPS_EVENTS=/dev/full made `offers` read zeros forever; a device is not
+    a log. In a child with a time limit: the old scan never returned (and grew its memory)."""
+    code = (
+        "from gpuops.analysis.scan import scan_events\n"
+        "try:\n    list(scan_events('/dev/zero', kinds={'market.probe'}))\n"
+        "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30,
+        preexec_fn=_bounded_memory,  # the old read grew without bound: fail, not swap
+    )
+
+    assert done.stdout == "UsageError the event log /dev/zero is not a regular file\n"
+
+
+def test_a_payload_nested_too_deep_is_a_bad_line_not_a_recursion_error(tmp_path):
+    """Bad input: 3,000 nested arrays in a payload raised RecursionError out of the scan;
+    the line is unreadable with its reason, and the next line still reads."""
+    path = tmp_path / "e.jsonl"
+    deep = line(1, "market.rent.done", {"name": "a"}).replace(
+        b'{"name":"a"}', b'{"name":' + b"[" * 3000 + b"]" * 3000 + b"}"
+    )
+    path.write_bytes(deep + line(2, "market.rent.done", {"name": "b", "instance_id": "2"}))
+
+    rows, (events, _, bad_total, bad), _ = read(path)
+
+    assert [event.name for _, _, event in rows] == ["b"]  # type: ignore[union-attr]
+    assert bad_total == 1 and bad == [(1, "JSON nested too deep to read")] and events == 1
+
+
+def _bounded_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))

@@ -233,6 +233,45 @@ def test_a_secret_embedded_anywhere_in_a_payload_never_survives(
 
 
 @pytest.mark.parametrize(
+    "name",
+    [
+        "GPUOPS_SSH_KEY",
+        "gpuops_ssh_key",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "TOKEN_PATH",
+        "SECRETS_DIR",
+    ],
+)
+def test_a_variable_that_names_a_file_leaves_its_path_readable(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """H3 hides secret values, not the paths beside them: `cannot read the SSH public key
+    [REDACTED]` hid which file failed. A path-valued variable still stays off the ssh child."""
+    monkeypatch.setenv(name, "/home/alice/.ssh/id_ed25519.pub")
+    monkeypatch.setenv("VAST_API_KEY", "k-real-secret-value")
+    text = "cannot read the SSH public key /home/alice/.ssh/id_ed25519.pub; key k-real-secret-value"
+
+    assert scrub_text(text) == (
+        f"cannot read the SSH public key /home/alice/.ssh/id_ed25519.pub; key {REDACTED}"
+    )
+    assert secrets.env_secrets() == ("k-real-secret-value",)
+    assert secrets.is_secret_env_name(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["GPUOPS_SSH_KEYS", "MY_GPUOPS_SSH_KEY", "FILE_TOKEN", "PATHTOKEN"]
+)
+def test_a_variable_only_resembling_a_path_name_keeps_its_value_secret(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The path names are whole names (or a whole _FILE/_PATH/_DIR suffix), nothing looser."""
+    monkeypatch.setenv(name, "s3cr3t-value-here")
+
+    assert scrub_text("it is s3cr3t-value-here") == f"it is {REDACTED}"
+
+
+@pytest.mark.parametrize(
     ("value", "shown"),
     [
         ('h="Authorization: Bearer $CONTAINER_API_KEY"', 'h="Authorization: Bearer $CONTAINER_API_KEY"'),

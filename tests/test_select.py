@@ -240,3 +240,19 @@ def test_a_folded_gpu_name_has_single_spaces_and_no_case():
     from gpuops.market.select import _folded
 
     assert _folded("  Rtx \t 4090 ") == "rtx 4090"
+
+
+def test_a_name_only_rented_offers_use_is_capacity_in_any_casing():
+    """M1: rented_out names the market's spelling when a rented offer uses the name (any
+    casing or spacing), else None: then it is the typo resolve_gpu_name said."""
+    from gpuops.errors import CapacityExhausted
+    from gpuops.market.select import rented_out
+
+    busy = rented_out("rtx  4090", ["RTX 3090", "RTX 4090", "RTX 4090"])
+
+    assert isinstance(busy, CapacityExhausted) and busy.exit_code == 4
+    assert str(busy) == (
+        "vast has no capacity: every RTX 4090 offer is rented now; try again later, or another GPU"
+    )
+    assert rented_out("RTX 9999", ["RTX 3090", "RTX 4090"]) is None
+    assert rented_out("RTX 4090", []) is None

@@ -12,7 +12,7 @@ import pytest
 
 from fakes.simulate import simulate_market
 from gpuops.analysis.scan import ScanCounts, scan_events
-from gpuops.analysis.stats import KINDS, Stats
+from gpuops.analysis.stats import KINDS, Stats, hours_between
 from gpuops.events import EventLog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -503,8 +503,10 @@ def test_the_filter_split_judges_the_seed_s_bounds_inclusively():
     assert in_default_filter(0.98, 500.0) is True
     assert in_default_filter(0.9799, 500.0) is False and in_default_filter(0.99, 499.9) is False
     assert in_default_filter(None, 900.0) is None and in_default_filter(0.99, None) is None
-    assert hours_between("2026-07-18T00:00:00.5", "2026-07-18T00:00:00") == 0.0
-    assert hours_between("2026-07-18T00:00:00", "2026-07-18T00:00:00.36") == pytest.approx(1e-4)
+    assert hours_between("2026-07-18T00:00:00.5Z", "2026-07-18T00:00:00Z") == 0.0
+    assert hours_between("2026-07-18T00:00:00Z", "2026-07-18T00:00:00.36+00:00") == pytest.approx(
+        1e-4
+    )
 
 
 def test_a_bad_candidate_list_is_counted_and_the_lane_keeps_its_last_twenty_jobs():
@@ -527,3 +529,37 @@ def test_a_bad_candidate_list_is_counted_and_the_lane_keeps_its_last_twenty_jobs
     assert stopped["market"]["host_failure_rate_by_filter"]["unknown"]["probes"] == 1
     assert [j["job"] for j in report["lane"]["last_jobs"]] == [f"j{i}" for i in range(1, 21)]
     assert report["lane"]["jobs"] == 21
+
+
+def test_a_stamp_without_a_utc_offset_is_refused_by_name():
+    """Bad input: hours_between of a naive stamp is a ValueError naming it (the fold counts
+    it), never the TypeError of subtracting a naive time from an aware one."""
+    with pytest.raises(ValueError, match=r"the stamp '2026-07-18T00:00:00.0000000' has no UTC"):
+        hours_between("2026-07-18T00:00:00Z", "2026-07-18T00:00:00.0000000")
+    with pytest.raises(ValueError, match="has no UTC offset"):
+        hours_between("2026-07-18T00:00:00", "2026-07-18T00:00:00Z")
+
+
+def test_one_bad_stamp_or_a_price_past_float_range_is_counted_and_the_rest_still_counts():
+    """Bad input: a gone-confirmed stamp ending in 0 instead of Z, and a box priced 10**400
+    (JSON keeps it whole), are each one malformed event; the other boxes are still costed."""
+    price = {"id": 2, "machine_id": 12, "dph_total": 10**400}
+    cheap = {"id": 1, "machine_id": 11, "dph_total": 1.0}
+    sel = {"name": "a", "candidates": [cheap, price], "picks": [{"id": 1}, {"id": 2}]}
+    stats = Stats()
+    stats.add("2026-07-18T00:00:00.000000Z", "market.selection", sel)
+    for offer, box in ((1, "1"), (2, "2"), (1, "3")):
+        stats.add(
+            "2026-07-18T00:00:00.000000Z",
+            "market.create",
+            {"name": "a", "offer_id": offer, "outcome": "created", "instance_id": box},
+        )
+    gone = {"name": "x", "before": "destroying", "after": "gone-confirmed"}
+    stats.add("2026-07-18T01:00:00.000000Z", "ledger.transition", {**gone, "instance_id": "1"})
+    stats.add("2026-07-18T01:00:00.000000Z", "ledger.transition", {**gone, "instance_id": "2"})
+    stats.add("2026-07-18T01:00:00.0000000", "ledger.transition", {**gone, "instance_id": "3"})
+
+    report = stats.report()
+
+    assert report["malformed_events"] == {"ledger.transition": 2}
+    assert report["market"]["cost_usd"] == {"failed": 1.0}  # type: ignore[index]

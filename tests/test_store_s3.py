@@ -13,7 +13,14 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from gpuops import timing
-from gpuops.errors import AlreadyExists, StoreUnavailable, UsageError, VersionConflict
+from gpuops.errors import (
+    AlreadyExists,
+    StateError,
+    StoreMissing,
+    StoreUnavailable,
+    UsageError,
+    VersionConflict,
+)
 from gpuops.store.base import check_key
 from gpuops.store.opener import open_store
 from gpuops.store.s3 import _CONFLICT_ATTEMPTS, S3Store
@@ -94,8 +101,9 @@ def test_writing_identical_bytes_gives_the_same_version(store: S3Store) -> None:
     "operation",
     ["get", "create", "put", "delete", "list"],
 )
-def test_a_missing_bucket_raises_store_unavailable(s3, operation: str) -> None:
-    """A bucket that does not exist is an unavailable store, never an absent key."""
+def test_a_missing_bucket_is_configuration_naming_the_fix(s3, operation: str) -> None:
+    """A bucket that does not exist is never an absent key; it is StoreMissing: a store a
+    guardian keeps retrying (an Unavailable) but a command's exit 2, with the fix."""
     store = S3Store("no-such-bucket", "team/state", client=s3)
     calls = {
         "get": lambda: store.get("board"),
@@ -104,10 +112,14 @@ def test_a_missing_bucket_raises_store_unavailable(s3, operation: str) -> None:
         "delete": lambda: store.delete("board", STALE_ETAG),
         "list": lambda: store.list("ledger/"),
     }
-    with pytest.raises(StoreUnavailable) as caught:
+    with pytest.raises(StoreMissing) as caught:
         calls[operation]()
-    assert "NoSuchBucket" in str(caught.value)
+    assert isinstance(caught.value, StoreUnavailable) and caught.value.exit_code == 2
+    assert "NoSuchBucket: the state bucket 'no-such-bucket' does not exist; create it" in str(
+        caught.value
+    )
     assert str(caught.value).startswith("S3 refused ")
+    assert str(caught.value).endswith("or point --state / GPUOPS_STATE at one that does")
 
 
 @pytest.fixture(scope="module")
@@ -567,3 +579,76 @@ def test_a_resend_after_a_lost_request_that_meets_another_writer_is_a_conflict_m
             act(version)
         assert (caught.value.key, caught.value.expected) == ("board", version)
         version = real_get("board").version
+
+
+@pytest.mark.parametrize("etag", [None, "", 7])
+def test_an_answer_without_an_etag_is_a_state_error_never_a_version(stubbed, etag) -> None:
+    """Bad input: an S3 answer with no ETag was a KeyError out of get, create and put, and an
+    empty one was taken as a version; each is a StateError naming the call and the key."""
+    import io
+
+    from botocore.response import StreamingBody
+
+    store, stubber = stubbed
+    answer = {} if etag is None else {"ETag": etag}
+    if isinstance(etag, int):  # botocore's stubber checks types: a client that is not boto3's
+        store = S3Store(BUCKET, "team/state", client=_Answers(answer))
+    else:
+        body = StreamingBody(io.BytesIO(b"x"), 1)
+        stubber.add_response("get_object", {"Body": body, **answer})
+        stubber.add_response("put_object", answer)
+        stubber.add_response("put_object", answer)
+    with pytest.raises(StateError, match=r"the get of 'board' without an ETag"):
+        store.get("board")
+    with pytest.raises(StateError, match=r"the put of 'board' without an ETag"):
+        store.create("board", b"x")
+    with pytest.raises(StateError) as caught:
+        store.put("board", b"x", STALE_ETAG)
+    assert str(caught.value) == (
+        f"S3 answered the put of 'board' without an ETag ({answer.get('ETag')!r}): the endpoint "
+        "cannot version objects, so compare-and-swap is impossible; check GPUOPS_S3_ENDPOINT"
+    )
+
+
+class _Answers:
+    """A client that answers every get and put with ``answer`` (and a body for a get)."""
+
+    def __init__(self, answer: dict[str, object]) -> None:
+        self.answer = answer
+
+    def get_object(self, **_: object) -> dict[str, object]:
+        import io
+
+        return {"Body": io.BytesIO(b"x"), **self.answer}
+
+    def put_object(self, **_: object) -> dict[str, object]:
+        return dict(self.answer)
+
+
+def test_a_non_dict_answer_is_a_state_error_too() -> None:
+    """An answer that is not a mapping at all has no ETag either."""
+    store = S3Store(BUCKET, "p", client=_Answers({}))
+    store._client.put_object = lambda **_: None  # type: ignore[attr-defined]
+    with pytest.raises(StateError, match=r"without an ETag \(None\)"):
+        store.create("board", b"x")
+
+
+@pytest.mark.parametrize(("error", "named"), [
+    ({"Code": "NoSuchBucket", "BucketName": "team-state"}, " 'team-state'"),
+    ({"Code": "NoSuchBucket", "BucketName": ""}, ""),
+    ({"Code": "NoSuchBucket"}, ""),
+])  # fmt: skip
+def test_a_missing_bucket_is_named_when_s3_names_it(error, named) -> None:
+    """S3's NoSuchBucket names the bucket; an answer that names none (or an empty one) still
+    says what is wrong, with nothing invented in its place."""
+    from botocore.exceptions import ClientError
+
+    from gpuops.store.s3 import _translate
+
+    found = _translate(ClientError({"Error": error}, "GetObject"), "board", None)
+
+    assert isinstance(found, StoreMissing)
+    assert str(found) == (
+        f"S3 refused 'board': NoSuchBucket: the state bucket{named} does not exist; create it "
+        "(`aws s3 mb s3://BUCKET`) or point --state / GPUOPS_STATE at one that does"
+    )

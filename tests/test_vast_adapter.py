@@ -1813,3 +1813,64 @@ def test_the_key_file_is_read_as_utf8_whatever_the_locale(tmp_path):
     result = subprocess.run([*argv, "-c", code], cwd=ROOT, capture_output=True, text=True)
 
     assert (result.returncode, result.stdout) == (0, "file-key\n"), result.stderr
+
+
+
+@pytest.mark.parametrize("field", ["dph_total", "reliability2", "disk_bw", "cuda_max_good"])
+def test_a_number_past_float_range_is_an_unexpected_response_naming_the_field(http, vast, field):
+    """Bad input: an integer above float range (10**400) raised OverflowError out of the
+    parser; it is drift at the adapter boundary, the value cut short in the message."""
+    recording = rebody("search_offers", lambda doc: doc["offers"][0].update({field: 10**400}))
+    replay(http, recording)
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.search_offers()
+
+    assert str(caught.value).startswith(
+        f"vast: search_offers: offers[0]: field {field!r} is a int 1{'0' * 39}... (401 chars), "
+        "expected a number"
+    )
+
+
+def test_the_largest_finite_float_is_still_a_number(http, vast):
+    """The bound is float range itself: the largest finite float reads as itself."""
+    top = 1.7976931348623157e308
+    edit = {"dph_total": top, "disk_bw": -top}
+    replay(http, rebody("search_offers", lambda doc: doc["offers"][0].update(edit)))
+
+    offer = vast.search_offers()[0]
+    assert (offer.dph_total, offer.disk_bw) == (top, -top)
+
+
+def test_a_long_mistyped_integer_is_cut_short_in_the_message(http, vast):
+    """A drifted value is shown cut to its first 40 characters, with its length."""
+    replay(http, rebody("search_offers", lambda doc: doc["offers"][0].update(id="9" * 50)))
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.search_offers()
+
+    assert f"field 'id' is a string '{'9' * 39}... (52 chars), expected an integer" in str(
+        caught.value
+    )
+
+
+def test_a_mistyped_value_of_forty_characters_is_shown_whole(http, vast):
+    """Up to 40 characters (quotes included) a drifted value is shown as it is."""
+    replay(http, rebody("search_offers", lambda doc: doc["offers"][0].update(id="9" * 38)))
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.search_offers()
+
+    assert f"field 'id' is a string '{'9' * 38}', expected an integer" in str(caught.value)
+
+
+def test_a_search_for_rented_offers_overrides_the_sdk_default_filter(http, vast):
+    """`rented=True` replaces vastai's default `rented: false`: the offers rented now, so a
+    GPU whose every offer is rented is told apart from a typo (Vast's own `rented` filter)."""
+    replay(http, rec("search_offers"), rec("search_offers"))
+
+    vast.search_offers("RTX 4090", rented=True)
+    vast.search_offers("RTX 4090")
+
+    sent = [json.loads(call.request.body) for call in http.calls]
+    assert sent[0]["rented"] == {"eq": True} and sent[1]["rented"] == {"eq": False}

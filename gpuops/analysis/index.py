@@ -72,8 +72,8 @@ def decode(data: bytes) -> Checkpoint | None:
             skipped=int(body["skipped"]),
         )
         return Checkpoint(body["offset"], str(body["head"]), counts)
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
+        return None  # OverflowError: int(Infinity); RecursionError: JSON nested too deep
 
 
 def _head(log: Path, offset: int) -> str:
@@ -84,7 +84,7 @@ def _head(log: Path, offset: int) -> str:
 
 def machine_counts(log: Path, store: Store) -> MachineCounts:
     """The tallies for every complete line of ``log``: the checkpoint plus what came since."""
-    if not log.exists():
+    if not log.is_file():  # none yet, or a device (/dev/full) that would never end: no tallies
         return MachineCounts()
     key = index_key(log)
     found = store.get(key)

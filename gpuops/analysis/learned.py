@@ -28,7 +28,7 @@ class OfferOfMachine(Protocol):
 
 def pass_rates_from_log(path: Path) -> PassRates:
     counts = MachineCounts()
-    if path.exists():
+    if path.is_file():
         for *_, event in scan_events(path, kinds=KINDS):
             counts.add_event(event)
     return PassRates.from_counts(counts)

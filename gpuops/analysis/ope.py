@@ -86,7 +86,7 @@ class Decisions:
             return
         try:
             self._add(ts, event)
-        except ValueError:  # a stamp that is not ISO-8601
+        except (ValueError, OverflowError):  # a stamp not ISO-8601, a number past float range
             self.skipped += 1
 
     def _add(self, ts: str, event: ev.Event) -> None:

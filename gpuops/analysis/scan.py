@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import msgspec
@@ -41,6 +43,9 @@ _Event = tuple[str, str, ev.Event | None]  # (ts, kind, event)
 _SKIP: _Event = ("", "", None)
 _Found = _Event | None
 _JSON = msgspec.json.Decoder()  # any JSON value: a line read again
+# EventLog's stamps end in Z at a fixed width: one that does not (a naive time, another width)
+# is judged by the full parser; a Z stamp that is no time is the fold's ValueError (counted)
+_STAMP_END = b'Z"'
 
 
 @dataclass
@@ -86,8 +91,13 @@ def _read(
         handle = Path(path).open("rb")  # noqa: SIM115 (closed by the with below)
     except FileNotFoundError:
         raise UsageError(f"no event log at {path}") from None
+    except OSError as exc:  # a file where a directory should be, a directory, no permission
+        raise UsageError(f"cannot read the event log {path}: {exc.strerror or exc}") from None
     counts.offset = start
     with handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            # a device (/dev/full, /dev/zero) or a pipe never ends: reading it would hang
+            raise UsageError(f"the event log {path} is not a regular file")
         handle.seek(start)
         carry = b""
         while True:
@@ -193,6 +203,9 @@ class _Reader:
         """A line through the full parser: an event (counted), _SKIP, or None (judged bad)."""
         counts = self.counts
         event, reason = _parse_line(raw)
+        if event is not None and not _utc_stamp(str(event["ts"])):
+            stamp = str(event["ts"])[:40]
+            event, reason = None, f"its stamp {stamp!r} is not an ISO-8601 time with a UTC offset"
         if event is None:
             counts.bad_total += 1
             if len(counts.bad_lines) < BAD_LINES_KEPT:
@@ -214,6 +227,8 @@ class _Reader:
         needle = self.needle_of.get(kind)
         if needle is not None and needle not in raw:
             return _SKIP
+        if raw[_TS_END - 1 : _TS_END + 1] != _STAMP_END:
+            return None  # no UTC stamp of EventLog's width (`...0"` for `...Z"`): judged again
         text = self.text[kind]
         found = ev.decode_line(text, raw)
         event = found[1] if found is not None else None
@@ -224,6 +239,14 @@ class _Reader:
             event = ev.decode(text, payload)
         self.counts.decoded += 1
         return raw[len(_TS_HEAD) : _TS_END].decode(), text, event
+
+
+def _utc_stamp(text: str) -> bool:
+    """Whether ``text`` is an ISO-8601 time with a UTC offset (what a fold can subtract)."""
+    try:
+        return datetime.fromisoformat(text).utcoffset() is not None
+    except ValueError:
+        return False
 
 
 def _rest_of_line_holds(needle: bytes | None) -> bytes:
@@ -245,7 +268,7 @@ def _fast_payload(raw: bytes) -> dict[str, object] | None:
     """The payload of a line in EventLog's layout, or None to let the full parser judge it."""
     try:
         obj = _JSON.decode(raw)
-    except msgspec.DecodeError:  # not JSON, or not UTF-8: _parse_line says which
-        return None
+    except (msgspec.DecodeError, RecursionError):  # not JSON, not UTF-8, nested too deep:
+        return None  # _parse_line says which
     payload = obj.get("payload") if isinstance(obj, dict) else None
     return payload if isinstance(payload, dict) else None

@@ -79,8 +79,17 @@ def in_default_filter(reliability: object, disk_bw: object) -> bool | None:
     return reliability >= MIN_RELIABILITY and disk_bw >= MIN_DISK_MB_PER_S
 
 
+def moment(stamp: str) -> datetime:
+    """An event's stamp as a time; ValueError (counted, never fatal) for one that is not
+    ISO-8601 or has no UTC offset: a naive time cannot be subtracted from an aware one."""
+    when = datetime.fromisoformat(stamp)
+    if when.tzinfo is None:
+        raise ValueError(f"the stamp {stamp!r} has no UTC offset")
+    return when
+
+
 def hours_between(start: str, end: str) -> float:
-    seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    seconds = (moment(end) - moment(start)).total_seconds()
     return max(0.0, seconds) / SECONDS_PER_HOUR
 
 
@@ -126,7 +135,8 @@ class Stats:
 
     def add_event(self, ts: str, kind: str, event: ev.Event | None) -> None:
         """Fold one typed event in; None, a payload that did not decode as its kind, is counted,
-        not fatal (so is a stamp that is not ISO-8601, found when a box's hours are computed)."""
+        not fatal (so is a stamp that is not ISO-8601 with a UTC offset, found when a box's hours are
+        computed, and a whole number too large for a float, such as a dph_total of 10**400)."""
         if self.first_ts is None:
             self.first_ts = ts
         self.last_ts = ts
@@ -135,7 +145,7 @@ class Stats:
             return
         try:
             _HANDLERS[type(event)](self, ts, event)  # type: ignore[operator]
-        except ValueError:  # a stamp that is not ISO-8601
+        except (ValueError, OverflowError):  # a stamp not ISO-8601, a number past float range
             self.malformed[kind] += 1
 
     # --- the market ----------------------------------------------------------------------

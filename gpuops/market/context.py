@@ -18,7 +18,11 @@ class Vast(Protocol):
     base_url: str  # where the provider answers: a box's own ceiling calls it too (M14)
 
     def search_offers(
-        self, gpu_name: str | None = None, num_gpus: int | None = None
+        self,
+        gpu_name: str | None = None,
+        num_gpus: int | None = None,
+        *,
+        rented: bool | None = None,
     ) -> list[Offer]: ...
     def create(
         self, offer_id: int, *, label: str, image: str, disk_gb: float, onstart: str | None = None

@@ -21,12 +21,13 @@ from pathlib import Path
 from gpuops import timing
 from gpuops.errors import (
     NotOwned,
+    Refused,
     StillRunning,
     Unavailable,
     UsageError,
 )
 from gpuops.market import watchdog as w
-from gpuops.market.probe import StepOutput
+from gpuops.market.probe import StepOutput, Verdict, transport_verdict
 from gpuops.market.rentals import LIVE, Rental, check_name
 from gpuops.model import Instance
 from gpuops.providers import ssh
@@ -141,8 +142,11 @@ class BoxShell:
             endpoint,
             script,
             identity_file=self.identity_file,
-            known_hosts=ssh.known_hosts_path(self.state_dir, instance.instance_id),
+            known_hosts=self.known_hosts(instance),
         )
+
+    def known_hosts(self, instance: Instance) -> Path:
+        return ssh.known_hosts_path(self.state_dir, instance.instance_id)
 
     def run(self, instance: Instance, script: str) -> StepOutput:
         return self.client.run(self.argv(instance, script), timing.SSH_COMMAND_TIMEOUT_S)
@@ -229,9 +233,24 @@ def start(
     if out.exit_code == w.NO_TMUX:
         raise UsageError(f"tmux is not installed on {rental.name!r}; install it in the image")
     if out.exit_code != 0:
+        if transport_verdict(out) is Verdict.SSH_HOST_KEY_CHANGED:
+            raise host_key_refused(rental.name, shell.known_hosts(instance))
         raise Unavailable(f"could not start the job on {rental.name!r}: {_why(out)}")
     assert rental.instance_id is not None
     return Job(rental.name, rental.owner, rental.instance_id, command, results, time.time())
+
+
+def host_key_refused(name: str, known_hosts: Path) -> Refused:
+    """The box answered with another host key than the one pinned on first contact: nothing
+    was run. A changed host key is a refusal, never a retry (M2: not a host fault, not our key;
+    the security bar: keys are pinned per box); what to do is said."""
+    return Refused(
+        "M2",
+        f"{name}: the box's ssh host key changed since gpuops pinned it on first contact (a "
+        "rebuilt box, or someone in the middle); nothing was run, and a changed host key is "
+        f"never retried. Destroy it (`gpuops destroy {name}`) and rent again; the pinned key "
+        f"is in {known_hosts}",
+    )
 
 
 def observe(

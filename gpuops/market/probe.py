@@ -274,6 +274,13 @@ def _ssh_failure(out: StepOutput) -> _Decided | None:
     return Verdict.UNKNOWN, f"exit 255 with unrecognised output: {_first(out.stderr, out.stdout)}"
 
 
+def transport_verdict(out: StepOutput) -> Verdict | None:
+    """What the ssh transport itself said of one run outside a probe (a refused host key,
+    our key refused, no route, an unclear 255), or None when the remote command ran."""
+    found = _ssh_failure(out)
+    return None if found is None else found[0]
+
+
 def _read_gpu(out: StepOutput, facts: _Facts, vram_floor_mb: int) -> _Decided | None:
     code, text = out.exit_code, out.stdout + out.stderr
     if code == 9 or _NO_DRIVER in text:

@@ -22,6 +22,7 @@ from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
+    CapacityExhausted,
     GpuopsError,
     Interrupted,
     RateLimited,
@@ -66,7 +67,7 @@ from gpuops.market.rentals import (
     rental_of,
     this_host,
 )
-from gpuops.market.select import Filter, Selection, resolve_gpu_name, select
+from gpuops.market.select import Filter, Selection, rented_out, resolve_gpu_name, select
 from gpuops.market.teardown import (
     Ending,
     Outcome,
@@ -105,6 +106,23 @@ class RentRequest:
     image: str = "vastai/base-image:@vastai-automatic-tag"
     disk_gb: float = 20.0
     max_creates: int = 0  # 0: 2k + 2
+
+
+def gpu_spelling(vast: Vast, requested: str, num_gpus: int | None = None) -> str | None:
+    """The market's spelling of a GPU name no rentable offer uses as given (None: no offers
+    at all). A name no rentable offer uses in any casing is a typo (UsageError), unless rented
+    offers use it: then every one is rented, and that is capacity (CapacityExhausted, exit 4)."""
+    known = vast.search_offers(num_gpus=num_gpus)  # the market's names, best offers first
+    try:
+        return resolve_gpu_name(requested, (o.gpu_name for o in known))
+    except UsageError as typo:
+        rented = vast.search_offers(gpu_name=requested, rented=True) or vast.search_offers(
+            rented=True
+        )
+        busy = rented_out(requested, (o.gpu_name for o in rented))
+        if busy is None:
+            raise
+        raise busy from typo
 
 
 class Market:
@@ -650,10 +668,9 @@ class Market:
 
     def _respelled(self, req: RentRequest) -> tuple[RentRequest, list[Offer]]:
         """The request under the market's own spelling of its GPU, and that spelling's offers."""
-        known = self.vast.search_offers(num_gpus=1)  # the market's names, best offers first
         try:
-            name = resolve_gpu_name(req.gpu_name, (o.gpu_name for o in known))
-        except UsageError:
+            name = gpu_spelling(self.vast, req.gpu_name, num_gpus=1)
+        except (UsageError, CapacityExhausted):
             self.rentals.update(req.name, state=FAILED)
             raise
         if name is None or name == req.gpu_name:

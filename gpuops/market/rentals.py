@@ -30,6 +30,8 @@ from gpuops.store.records import JsonCodec, Records
 PREFIX = "market/rentals/"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _RENTAL_ID = re.compile(r"[0-9a-f]{12}")  # new_rental_id: six random bytes, in hex
+_NAME_MAX_CHARS = 64
+_NAME_PUNCTUATION = "_-"
 
 RACING, LIVE, FAILED, RELEASED = "racing", "live", "failed", "released"
 # How an incarnation's results copy ended (M17): delivered (results_detail says where), missing
@@ -162,10 +164,21 @@ def check_name(name: str) -> str:
     """A rental name: letters, digits, '_' and '-', starting with a letter or digit."""
     if not _NAME.fullmatch(name):
         raise UsageError(
-            f"rental name {name!r} must be 1-64 letters, digits, '_' or '-', "
-            "starting with a letter or digit"
+            f"rental name {name!r} ({name_fault(name)}) must be 1-64 letters, digits, '_' or "
+            "'-', starting with a letter or digit"
         )
     return name
+
+
+def name_fault(name: str) -> str:
+    """What is wrong with a refused rental name, in words that stay readable even where the
+    scrubber hides the name itself (a run of 64 hex digits has a Vast key's shape)."""
+    if not 1 <= len(name) <= _NAME_MAX_CHARS:
+        return f"{len(name)} characters"
+    if not (name[0].isascii() and name[0].isalnum()):
+        return f"it starts with {name[0]!r}"
+    bad = next(c for c in name if not (c.isascii() and (c.isalnum() or c in _NAME_PUNCTUATION)))
+    return f"{bad!r} is not allowed"
 
 
 def box_name(name: str, race: int, slot: int) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpuops.errors import UsageError
+from gpuops.errors import CapacityExhausted, UsageError
 
 MIN_RELIABILITY = 0.98
 MIN_DISK_MB_PER_S = 500.0
@@ -159,6 +159,18 @@ def propensity_of(position: int, remaining: int, explore_rate: float) -> float:
 
 def _folded(name: str) -> str:
     return " ".join(name.split()).casefold()
+
+
+def rented_out(requested: str, rented: Iterable[str]) -> CapacityExhausted | None:
+    """Capacity (exit 4) when ``requested``, in any casing, names the GPU of offers that are
+    all rented now: a known GPU with no rentable offer is not a typo (exit 2); None when no
+    rented offer names it either (then it is the typo ``resolve_gpu_name`` said)."""
+    for name in sorted(set(rented)):
+        if _folded(name) == _folded(requested):
+            return CapacityExhausted(
+                "vast", f"every {name} offer is rented now; try again later, or another GPU"
+            )
+    return None
 
 
 def resolve_gpu_name(requested: str, known: Iterable[str]) -> str | None:

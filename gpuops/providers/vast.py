@@ -32,6 +32,7 @@ import importlib
 import json
 import math
 import re
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -140,8 +141,11 @@ class VastAdapter:
         min_reliability: float | None = None,
         min_disk_bw: float | None = None,
         max_dph_total: float | None = None,
+        rented: bool | None = None,
     ) -> list[Offer]:
         """Rentable on-demand offers, best score first (the SDK's default filters and order).
+        ``rented=True`` lists the offers rented now instead (Vast's ``rented`` filter, whose
+        default is false): a GPU whose every offer is rented is capacity, not a typo.
 
         ``gpu_name`` is Vast's spelling with spaces ("RTX 4090"); ``min_disk_bw`` in MB/s,
         ``max_dph_total`` in $/hour. A search-quota 429 raises SearchQuotaExceeded at once.
@@ -155,6 +159,7 @@ class VastAdapter:
             ("reliability", "gte", min_reliability),
             ("disk_bw", "gte", min_disk_bw),
             ("dph_total", "lte", max_dph_total),
+            ("rented", "eq", rented),
         ):
             if value is not None:
                 query[name] = {op: value}
@@ -515,6 +520,9 @@ def _epoch_text(value: str) -> str:
 
 
 # --- parsing: every body becomes model values here, and only here ---------------------------------
+_SHOWN_CHARS = 40  # of a drifted value in the message
+
+
 class _Drift(Exception):
     """A body whose shape differs from the recordings; becomes an UnexpectedResponse."""
 
@@ -649,6 +657,12 @@ def _kind(value: object) -> str:
     return names.get(type(value), f"a {type(value).__name__}")
 
 
+def _shown(value: object) -> str:
+    """A value for a drift message, cut short: a number can be hundreds of digits long."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text)} chars)"
+
+
 def _missing(doc: Mapping[str, object], name: str, where: str) -> _Drift:
     return _Drift(f"{where}: field {name!r} is {'null' if name in doc else 'missing'}")
 
@@ -661,7 +675,7 @@ def _opt_int(doc: Mapping[str, object], name: str, where: str) -> int | None:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    raise _Drift(f"{where}: field {name!r} is {_kind(value)} {value!r}, expected an integer")
+    raise _Drift(f"{where}: field {name!r} is {_kind(value)} {_shown(value)}, expected an integer")
 
 
 def _int(doc: Mapping[str, object], name: str, where: str) -> int:
@@ -675,9 +689,16 @@ def _opt_num(doc: Mapping[str, object], name: str, where: str) -> float | None:
     value = doc.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _Drift(f"{where}: field {name!r} is {_kind(value)} {value!r}, expected a number")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+        raise _Drift(
+            f"{where}: field {name!r} is {_kind(value)} {_shown(value)}, expected a number"
+        )
     return float(value)
+
+
+def _finite(value: float) -> bool:
+    """Whether a JSON number is a finite float: an integer beyond float range (10**400) is not."""
+    return -sys.float_info.max <= value <= sys.float_info.max
 
 
 def _num(doc: Mapping[str, object], name: str, where: str) -> float:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -72,6 +73,15 @@ def parses(parse: Callable[[str], object], what: str) -> Check:
 ISO_TIMESTAMP = parses(datetime.fromisoformat, "an ISO 8601 timestamp")
 
 _NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+# A number field holds a finite float: Python's json reads 1e400 as inf, NaN and Infinity as
+# floats, and 10**400 as an int that no float holds (float() of it raised OverflowError).
+_FLOAT_MAX = sys.float_info.max
+_SHOWN_CHARS = 40  # of a refused value in the message
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text)} chars)"
 
 
 def _allowed(owner: str, field: str, hint: Any) -> tuple[type, ...]:
@@ -164,6 +174,12 @@ class JsonCodec(Generic[T]):
                     f"not {value!r}",
                 )
             if float in f.allowed and value is not None:
+                if not -_FLOAT_MAX <= value <= _FLOAT_MAX:  # NaN fails both bounds
+                    raise CorruptState(
+                        key,
+                        f"not a {self.what}: field {f.name!r} must be a finite number, "
+                        f"not {_short(value)}",
+                    )
                 value = float(value)  # JSON's 1 is the number 1.0 here
             check = self.checks.get(f.name)
             if check is not None and value is not None and not check[0](value):

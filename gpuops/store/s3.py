@@ -19,7 +19,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from gpuops import timing
-from gpuops.errors import AlreadyExists, StoreUnavailable, UsageError, VersionConflict
+from gpuops.errors import (
+    AlreadyExists,
+    StateError,
+    StoreMissing,
+    StoreUnavailable,
+    UsageError,
+    VersionConflict,
+)
 from gpuops.store.base import Versioned, check_key, is_key
 
 # S3 answers a failed precondition with 412; a concurrent conditional write may get 409.
@@ -67,7 +74,7 @@ class S3Store:
             if _is_missing(exc):
                 return None
             raise _translate(exc, key, None) from exc
-        return Versioned(key, data, answer["ETag"])
+        return Versioned(key, data, _etag(answer, "get", key))
 
     def salvage(self, key: str) -> Versioned | None:
         """No framing of our own here: the value as ``get`` reads it."""
@@ -151,7 +158,7 @@ class S3Store:
                 answer = self._s3().put_object(
                     Bucket=self.bucket, Key=self._name(key), Body=data, **condition
                 )
-                return str(answer["ETag"])
+                return _etag(answer, "put", key)
             except _boto_errors() as exc:
                 retry = _is_client_error(exc) and _code(exc) in _RETRY_CODES
                 if not retry or tries >= _CONFLICT_ATTEMPTS:
@@ -200,10 +207,29 @@ def _is_missing(exc: Exception) -> bool:
     return _is_client_error(exc) and _code(exc) in _MISSING_CODES
 
 
+def _etag(answer: Any, op: str, key: str) -> str:
+    """The version S3 gave: its ETag, never absent or empty (an empty version would match
+    nothing, or be taken for one); an endpoint that leaves it out cannot compare-and-swap."""
+    etag = answer.get("ETag") if isinstance(answer, dict) else None
+    if not isinstance(etag, str) or not etag:
+        raise StateError(
+            f"S3 answered the {op} of {key!r} without an ETag ({etag!r}): the endpoint cannot "
+            "version objects, so compare-and-swap is impossible; check GPUOPS_S3_ENDPOINT"
+        )
+    return etag
+
+
 def _translate(exc: Exception, key: str, version: str | None) -> Exception:
     """Map one botocore failure into the gpuops tree (the one place this happens)."""
     if _is_conflict(exc) or (version is not None and _is_missing(exc)):
         return VersionConflict(key, version)
+    if _is_client_error(exc) and _code(exc) == "NoSuchBucket":
+        bucket = exc.response["Error"].get("BucketName")  # type: ignore[attr-defined]  # _code read it
+        named = f" {bucket!r}" if isinstance(bucket, str) and bucket else ""
+        return StoreMissing(
+            f"S3 refused {key!r}: NoSuchBucket: the state bucket{named} does not exist; "
+            "create it (`aws s3 mb s3://BUCKET`) or point --state / GPUOPS_STATE at one that does"
+        )
     if _is_client_error(exc):
         return StoreUnavailable(f"S3 refused {key!r}: {_code(exc)}: {exc}")
     return StoreUnavailable(f"S3 unreachable for {key!r}: {type(exc).__name__}: {exc}")

@@ -3,7 +3,7 @@
     python -m tests.benchmarks [--quick] [--only bench_startup,bench_stats,...]
 
 Runs bench_startup, bench_stats, bench_offers, bench_guard, bench_sweep, bench_race, bench_lane,
-bench_soak, bench_cli_fuzz and bench_wire_fuzz (last) with their defaults (``--quick``: smaller sizes, for a smoke run),
+bench_soak, bench_cli_fuzz, bench_wire_fuzz and bench_fuzz (last: every surface) with their defaults (``--quick``: smaller sizes, for a smoke run),
 then prints one table. Each benchmark prints its own detail (and the load while it ran) as it
 goes. This process is a child subreaper: after each benchmark, any process it started that is
 still alive (a descendant, however detached) is named in the table, and ended; a benchmark
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from gpuops.procs import become_subreaper
 from tests.benchmarks import (
     bench_cli_fuzz,
+    bench_fuzz,
     bench_guard,
     bench_lane,
     bench_offers,
@@ -51,6 +52,8 @@ def plan(quick: bool) -> list[tuple[Bench, list[str]]]:
         (bench_cli_fuzz.main, ["300"] if quick else []),
         # last: it replaces time.sleep and time.monotonic with a virtual clock for the process
         (bench_wire_fuzz.main, ["500"] if quick else []),
+        # every input surface at once, untyped exceptions counted (it also replaces time.sleep)
+        (bench_fuzz.main, ["300"] if quick else []),
     ]
 
 
