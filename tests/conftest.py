@@ -50,10 +50,12 @@ LONG_S = {
     "test_check_process.py::": 14,  # fakes serve with its S3 stand-in, three `gpuops check`
     "test_alarms_process.py::": 8,  # rent, a guardian, two sweeps
     "test_guard_all_process.py::": 13,  # two guardian services, deadlines 8 to 10 s away
+    "test_ceiling_process.py::": 10,  # a rented hour and its 30-minute grace at x600
+    "test_soak.py::test_over_an_s3_state": 8,  # moto's server behind a proxy, 4 lifecycles
 }
 LONG_DEFAULT_S = 5  # any other process or soak test
 # The long tests mostly wait, on real deadlines and processes, using little CPU. They go to
-# LONG_SHARES shares at least (27 tests, about 200 s together: four shares keep each near
+# LONG_SHARES shares at least (about 35 tests, about 250 s together: four shares keep each near
 # 50 s, the longest test 35 s); a worker beyond that, up to FREE_SHARES of them (one per core
 # of the 2-core machine the suite is sized for), starts on the short tests instead, so the
 # cores have work while the long ones wait.
