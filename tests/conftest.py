@@ -56,7 +56,7 @@ LONG_S = {
 LONG_DEFAULT_S = 5  # any other process or soak test
 # The long tests mostly wait, on real deadlines and processes, using little CPU. They go to
 # LONG_SHARES shares at least (about 35 tests, about 250 s together: four shares keep each near
-# 50 s, the longest test 35 s); a worker beyond that, up to FREE_SHARES of them (one per core
+# 60 s, the longest test 35 s); a worker beyond that, up to FREE_SHARES of them (one per core
 # of the 2-core machine the suite is sized for), starts on the short tests instead, so the
 # cores have work while the long ones wait.
 LONG_SHARES = 4
