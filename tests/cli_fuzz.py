@@ -32,11 +32,19 @@ VALUES = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.integers().map(str),
 )  # fmt: skip
+
+
+def _never_serves(argv: list[str]) -> bool:
+    """Leave out `guard ... --all`: a well-formed one is the guardian service, which runs until
+    a signal stops it (in-process here, it would hold the fuzz for ever)."""
+    return not (argv[0] == "guard" and "--all" in argv)
+
+
 ARGV = st.builds(
     lambda command, rest: [*command, *rest],
     st.sampled_from(COMMANDS),
     st.lists(st.one_of(st.sampled_from(OPTIONS), VALUES), max_size=6),
-)
+).filter(_never_serves)
 
 
 def run_case(argv: list[str]) -> tuple[int, str]:
