@@ -312,8 +312,9 @@ class Service:
         self._log("guard.all.exit", code=128 + signum, reason=f"stopped by {name}", held=held)
         self.say(
             f"gpuops guard --all: stopped by {name}; {len(held)} rental(s) it was responsible "
-            f"for have NO ceiling until another guardian takes over: "
-            f"{', '.join(held) or 'none'} (exit {128 + signum})"
+            "for have only their boxes' own ceilings (deadline plus "
+            f"{timing.BOX_CEILING_GRACE_S / 60:.0f} min, M14) until another guardian takes "
+            f"over: {', '.join(held) or 'none'} (exit {128 + signum})"
         )
         raise SystemExit(128 + signum)
 
