@@ -270,7 +270,7 @@ def _rent(
         """M13: the rental's guardian runs before the first create, so every box the race
         makes has an owner that ends it by the deadline, wherever this process dies."""
         if not args.no_guard:
-            guarded.update(_guarded(market, racing.name, settings))
+            guarded.update(_guarded(market, racing, settings))
 
     request = RentRequest(
         name=args.name,
@@ -296,7 +296,7 @@ def _rent(
             f"{rental.name}: NO guardian (--no-guard): nothing destroys it at the deadline"
         )
     else:
-        row["guardian"] = guarded or _guarded(market, rental.name, settings)
+        row["guardian"] = guarded or _guarded(market, rental, settings)
         lines.append(f"{rental.name}: {row['guardian']['detail']}")
     _out(as_json, row, lines)
     return 0
@@ -322,14 +322,14 @@ def interrupts_raised() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _guarded(market: Any, name: str, settings: Settings) -> dict[str, Any]:
-    """M5: a rented box gets a detached guardian, unless a live one already guards it."""
+def _guarded(market: Any, rental: Any, settings: Settings) -> dict[str, Any]:
+    """M5: a rented box gets a detached guardian, unless a live one already guards it: the
+    lease and pid file of ``rental``'s own incarnation (M16), as the race returned it."""
     from gpuops.market.leases import Leases
     from gpuops.market.rentals import lease_key
     from gpuops.market.spawn import already_guarded, spawn
 
-    rental = market.rentals.get(name)
-    key = name if rental is None else lease_key(rental)  # this incarnation's (M16)
+    name, key = rental.name, lease_key(rental)
     lease, _ = Leases(market.ledger.store).read(key)
     why = already_guarded(name, lease, market.clock.wall(), market.host, settings, key)
     if why is not None:

@@ -220,7 +220,7 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
     guarded: dict[str, Any] = {}
 
     def on_race(racing: Any) -> None:  # what `gpuops rent` does: the guardian first (M13)
-        guarded.update(_guarded(market, racing.name, fakes.settings))
+        guarded.update(_guarded(market, racing, fakes.settings))
 
     hours = timing.DEMO_RENTAL_S / 3600.0
     story.say(

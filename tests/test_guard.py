@@ -509,9 +509,9 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def wait_until(what: str, check: Any) -> Any:
+def wait_until(what: str, check: Any, limit_s: float = timing.SSH_COMMAND_TIMEOUT_S) -> Any:
     """Poll a real process's doing until ``check`` holds (a bound, never a guess at timing)."""
-    ends = time.monotonic() + timing.SSH_COMMAND_TIMEOUT_S
+    ends = time.monotonic() + limit_s
     while time.monotonic() < ends:
         found = check()
         if found:

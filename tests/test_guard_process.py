@@ -93,13 +93,9 @@ class Fakes:
         return [{**r["payload"], "ts": r["ts"]} for r in rows if r["kind"] == kind]
 
     def wait_for(self, what: str, check: Any, limit_s: float = WAIT_S) -> Any:
-        ends = time.monotonic() + limit_s
-        while time.monotonic() < ends:
-            found = check()
-            if found:
-                return found
-            time.sleep(timing.GUARD_SPAWN_POLL_S)
-        raise AssertionError(f"timed out waiting for {what}")
+        from test_guard import wait_until
+
+        return wait_until(what, check, limit_s)
 
     def live_instances(self) -> list[dict[str, Any]]:
         from gpuops.providers.vast import VastAdapter
