@@ -125,6 +125,11 @@ def test_a_second_hosts_guardian_service_ends_every_box_at_its_deadline_when_the
         for name in rented:
             last = max(t for i, t in seen_live.items() if boxes[i] == name)
             assert last <= deadlines[name] + timing.DESTROY_CONFIRM_TIMEOUT_S
+        # the fake's list empties a poll before a guardian's confirmation is written: wait on it
+        fakes.wait_for(
+            "each guardian's confirmation",
+            lambda: {e["name"] for e in fakes.events("guard.confirmed_gone")} == set(rented),
+        )
         gone = {e["name"]: e for e in fakes.events("guard.confirmed_gone")}
         assert set(gone) == set(rented) and all("/hostB/" in e["guardian"] for e in gone.values())
         for name, e in gone.items():  # each at its deadline: within the margin before it

@@ -633,3 +633,21 @@ def test_an_unreadable_claim_journal_is_a_sign_and_repair_names_no_owner_l12():
     assert d.claim_signs(ev) == ["the lane's claim journal is unreadable"]
     board = d.repaired("L", "I", ev, T0)
     assert (board.state, board.owner, board.job) == (b.CLAIMED, "unknown", "unknown")
+
+
+@pytest.mark.parametrize(
+    ("board", "vm", "epoch"),
+    [
+        (MINE, d.VmClaim(5, False), 6),  # a held board, the label free: one past it
+        (dataclasses.replace(MINE, epoch=8), d.VmClaim(5, False), 9),  # one past the board
+        (dataclasses.replace(MINE, epoch=5), d.VmClaim(7, False), 8),  # one past the label
+        (MINE, d.VmClaim(5, True, _TOK), None),  # the label holds a claim: its epoch stays
+        (MINE, d.VmClaim(held=True, readable=False), None),  # unreadable is held by nobody known
+        (b.Board("L", "I", T0, epoch=5), d.VmClaim(5, False), None),  # a free board takes none
+    ],
+)
+def test_a_repair_fences_the_claim_it_rebuilds_on_the_label_when_the_label_holds_none_l13(
+    board, vm, epoch
+):
+    """L13: a held board whose label holds no claim takes the label one epoch past both."""
+    assert d.repair_epoch(board, vm) == epoch

@@ -257,3 +257,45 @@ def test_the_journal_never_goes_back_to_an_earlier_board_revision_l12(tmp_path, 
         kept = CODEC.decode("j", world.store.get("lane/gpu-lane/journal").data)
 
         assert (kept.state, kept.owner, kept.revision) == (b.CLAIMED, "alice", claimed.revision)
+
+
+@pytest.mark.fault(
+    "the board is lost while a third operator's own boot runs on the VM, and another host "
+    "still holds a copy of the board from when the lane was free",
+    handled="repair rebuilds a running claim of owner unknown and takes the instance's label "
+    "for it first, so the other host's stale free board cannot claim the VM (L12, L13)",
+)
+def test_a_repaired_claim_no_label_held_is_fenced_on_the_label_before_its_board_l13(
+    tmp_path, monkeypatch
+):
+    """L12/L13: alice claims and releases (label `1-free`); bob on host B reads the free board;
+    the board is lost; a third operator boots the VM outside gpuops. Alice's repair on host A
+    writes a running board of owner unknown at epoch 2 and the label `2-held-<its token>`;
+    bob's claim from his stale free board is then refused by the label (L13) and moves
+    nothing on the instance."""
+    with lane_world(tmp_path, monkeypatch, job_runtime_s=60.0) as world:
+        alice = _on_host(world, "alice", "a")
+        alice.claim("portraits")
+        alice.release("portraits")
+        bob = _on_host(world, "bob", "b")
+        stale_free = bob.read()[0]
+        assert stale_free.state == b.FREE
+        got = world.store.get(KEY)
+        assert got is not None
+        world.store.delete(KEY, got.version)
+        world.fake.foreign_start("their-batch", runtime_s=600.0)
+
+        board, signs = alice.repair()
+        label = dict(world.fake.labels)
+        token = d.holder_token(d.UNKNOWN_OWNER, d.UNKNOWN_OWNER)
+        with pytest.raises(Refused) as claim:
+            bob._claim_label(stale_free, "vids")  # the claim's first write, from the stale board
+
+        assert any("not TERMINATED" in sign for sign in signs)
+        assert (board.state, board.owner, board.epoch) == (b.RUNNING, d.UNKNOWN_OWNER, 2)
+        assert label == {d.CLAIM_LABEL: f"2-held-{token}"}
+        assert d.vm_claim(world.fake.labels) == d.VmClaim(2, True, token)
+        assert claim.value.rule == "L13"
+        assert world.fake.labels == label  # the VM's own record: nothing moved
+        stored = world.store.get(KEY)
+        assert stored is not None and b.parse(stored.data.decode())[0].epoch == 2

@@ -111,8 +111,10 @@ class LaneMachine(RuleBasedStateMachine):
             return
 
     def who(self, holder: bool) -> str:
-        """The lane's holder (most steps), or the other operator."""
-        owner = self.board().owner or "alice"
+        """The lane's holder (most steps), or the other operator. A claim rebuilt by a repair
+        may be held by `unknown` (a boot gpuops did not start): then alice acts, as neither."""
+        owner = self.board().owner
+        owner = owner if owner in OPERATORS else "alice"
         return owner if holder else next(op for op in OPERATORS if op != owner)
 
     @rule(holder=_mostly, right_job=_mostly, typo=st.integers(0, 3).map(lambda n: n == 0))

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuops import timing
 from gpuops.errors import Refused, UsageError
-from gpuops.lane.board import CLAIMED, RUNNING, STARTING, Board
+from gpuops.lane.board import CLAIMED, FREE, RUNNING, STARTING, Board
 from gpuops.lane.script import MANIFEST_HEADER, STAGES
 
 # GCE statuses (provider-formats.md B.2) in the three groups the runner cares about.
@@ -278,7 +278,6 @@ def repaired(lane: str, instance: str, ev: Evidence, now: float) -> Board:
     ``unknown``), and running while the instance is not TERMINATED."""
     import dataclasses
 
-    from gpuops.lane.board import FREE
     from gpuops.lane.board import Board as B
 
     revision = ev.event_revision + 1
@@ -397,6 +396,17 @@ def check_epoch(board: Board, vm: VmClaim) -> None:
         f"{board.job!r}), but instance {board.instance}'s label says {_said(vm)}: a claim "
         "from a stale, repaired or lost board cannot take the VM",
     )
+
+
+def repair_epoch(board: Board, vm: VmClaim) -> int | None:
+    """The epoch a repair takes on the instance's label for the claim it rebuilds (L13), or
+    None when there is nothing to take: a free board, or a label that already holds a claim
+    (the board then carries that claim's epoch). A held board whose label holds nothing (a
+    boot gpuops did not start, a released label under live metadata) would otherwise be a
+    claim no label fences: a stale board on another host could take the VM under it."""
+    if board.state == FREE or vm.held:
+        return None
+    return max(vm.epoch, board.epoch) + 1
 
 
 def release_label(board: Board, vm: VmClaim) -> str | None:

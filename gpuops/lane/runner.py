@@ -166,7 +166,9 @@ class Lane:
         """What the instance (status, metadata, claim label) and the claim journal in the
         shared store say about a claim (L12, L13), board aside. No log is scanned: the
         journal is what every host sees. An unreadable journal is a sign of a claim."""
-        inst = self.gce.get(self.config.instance)
+        return self._evidence_of(self.gce.get(self.config.instance))
+
+    def _evidence_of(self, inst: LaneInstance) -> d.Evidence:
         ev = d.Evidence(
             inst.status_raw,
             metadata_job=inst.metadata.get(s.JOB_KEY) or None,
@@ -196,9 +198,7 @@ class Lane:
         got, problem = self._raw()
         if got is not None:
             return got[0], []  # readable: nothing to repair
-        ev = self.evidence()
-        signs = d.claim_signs(ev)
-        board = d.repaired(self.config.instance, self.config.instance, ev, self.clock.wall())
+        board, signs = self._repaired_and_fenced()
         stamp = b.stamp(self.clock.wall())
         line = f"{stamp} {self.operator}: repaired the state line from: " + (
             "; ".join(signs) if signs else "no sign of any claim"
@@ -219,6 +219,27 @@ class Lane:
             self.store.put(self.key, data, current.version)
         self._log_board(board, repaired=True)
         return board, signs
+
+    def _repaired_and_fenced(self) -> tuple[b.Board, list[str]]:
+        """The board rebuilt from the evidence, and the signs it was rebuilt from. A held board
+        whose instance label holds no claim takes the label first, for the claim it names,
+        under the label fingerprint (L13): from then on a stale board on any host is refused
+        by the VM itself. A lost race on the label reads the evidence again."""
+        for _ in range(METADATA_TRIES):
+            inst = self.gce.get(self.config.instance)
+            ev = self._evidence_of(inst)
+            board = d.repaired(self.config.instance, self.config.instance, ev, self.clock.wall())
+            epoch = d.repair_epoch(board, d.vm_claim(inst.labels))
+            if epoch is None:
+                return board, d.claim_signs(ev)
+            token = d.holder_token(board.owner, board.job)
+            labels = {**inst.labels, d.CLAIM_LABEL: d.claim_label(epoch, token)}
+            try:
+                self.gce.set_labels(self.config.instance, labels, inst.label_fingerprint)
+            except VersionConflict:
+                continue
+            return dataclasses.replace(board, epoch=epoch), d.claim_signs(ev)
+        raise StateError(f"instance {self.config.instance}: label fingerprint kept changing")
 
     def _log_board(self, board: b.Board, **extra: Any) -> None:
         """Every board write goes to the claim journal in the shared store (the evidence a
