@@ -8,7 +8,7 @@ from test_rent import World, request, scenario, world  # noqa: F401  (world is a
 
 from gpuops.errors import UsageError
 from gpuops.market.rent import RentRequest
-from gpuops.market.rentals import FAILED, LIVE
+from gpuops.market.rentals import LIVE
 
 
 def test_rent_with_a_lower_case_gpu_name_rents_the_market_spelling(world: World):
@@ -24,18 +24,23 @@ def test_rent_with_a_lower_case_gpu_name_rents_the_market_spelling(world: World)
 
 @pytest.mark.fault(
     "a GPU name typo (`RTX 9999`) looked like a stockout",
-    handled="usage error (exit 2) naming the nearest known GPUs; nothing is created",
+    handled="usage error (exit 2) naming the nearest known GPUs; nothing is created, no rental "
+    "is written and no guardian started",
 )
 def test_rent_with_a_gpu_name_no_offer_uses_is_a_usage_error_and_creates_nothing(world: World):
-    """M1: RTX 9999 is exit 2 listing RTX 4090; no create is sent and the rental is failed."""
+    """M1: RTX 9999 is exit 2 listing RTX 4090; no create is sent, no rental is written and
+    no owner is started (`on_race`, where the CLI spawns the guardian, never runs)."""
     market = world.market()
+    owners: list[str] = []
 
     with pytest.raises(UsageError, match=r"'RTX 9999' in any casing; nearest known: 'RTX 4090'"):
-        market.rent(RentRequest(name="job", gpu_name="RTX 9999", hours=2.0, race_k=3))
+        market.rent(
+            RentRequest(name="job", gpu_name="RTX 9999", hours=2.0, race_k=3),
+            on_race=lambda rental: owners.append(rental.name),
+        )
 
     assert world.creates() == 0 and world.alive() == []
-    rental = market.rentals.get("job")
-    assert rental is not None and rental.state == FAILED
+    assert market.rentals.get("job") is None and owners == []
 
 
 @pytest.mark.parametrize("world", [scenario()], indirect=True)

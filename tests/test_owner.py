@@ -439,19 +439,22 @@ def test_two_rents_sharing_one_state_never_both_race_one_name_m8(tmp_path):
         assert hosts[0].get(name).racer == won[0]
 
 
-def test_a_race_that_fails_before_its_first_create_frees_the_name_at_once_m8(world):
-    """M8: a race that ends in an error before any create (here the search answers 429 until
-    the retries run out) is marked failed, so the next rent races at once instead of waiting
-    a whole RACER_TTL_S for a racer that is gone."""
+def test_a_rent_whose_search_fails_writes_nothing_and_starts_no_owner_m8(world):
+    """M8/M13: a rent that ends in an error before any create (here the search answers 429
+    until the retries run out) writes no rental and starts no guardian (its offers are chosen
+    before anything is written), so the next rent races at once instead of waiting a whole
+    RACER_TTL_S for a racer that is gone."""
     from fakes.scenario import RateLimitBurst
 
     world.fake.add_rate_limit(RateLimitBurst(50, route="search"))
     market = world.market()
+    owners: list[str] = []
 
     with pytest.raises(GpuopsError):
-        market.rent(request(k=1))
+        market.rent(request(k=1), on_race=lambda rental: owners.append(rental.name))
 
-    assert market.rentals.get("job").state == FAILED
+    assert market.rentals.get("job") is None and owners == []
+    assert world.fake.instances == {}  # the fake's own record: no create was sent
     world.fake.clear_faults()
     started = world.fake.now()
     assert world.market().rent(request(k=1)).state == "live"

@@ -205,6 +205,30 @@ def test_renting_again_returns_the_live_box_and_never_creates(world):
     assert world.alive() == [int(first.instance_id)]
 
 
+@pytest.mark.fault(
+    "`rent NAME` rerun with another --gpu or --hours returned the old box as if it were asked for",
+    handled="refused (M8, exit 3) naming each difference; the box and its deadline are kept",
+)
+def test_renting_again_with_another_gpu_or_hours_is_refused_and_keeps_the_box_m8(world):
+    """M8: a rerun asking another GPU or other hours is refused naming what differs; the
+    same request, in another casing, still returns the box; the fake made no other box."""
+    first = world.market().rent(request())
+    creates = world.creates()
+
+    with pytest.raises(Refused) as gpu:
+        world.market().rent(RentRequest(name="job", gpu_name="RTX 3090", hours=2.0))
+    with pytest.raises(Refused) as hours:
+        world.market().rent(RentRequest(name="job", gpu_name="RTX 4090", hours=5.0))
+    again = world.market().rent(RentRequest(name="job", gpu_name="rtx 4090", hours=2.0))
+
+    assert gpu.value.rule == hours.value.rule == "M8" and gpu.value.exit_code == 3
+    assert "asks --gpu 'RTX 3090', not its 'RTX 4090'" in str(gpu.value)
+    assert "asks --hours 5, not its 2: one name, one box" in str(hours.value)
+    assert again.instance_id == first.instance_id
+    assert again.deadline_at == first.deadline_at
+    assert world.creates() == creates and world.alive() == [int(first.instance_id)]
+
+
 def test_another_operator_cannot_rent_or_destroy_the_name(world):
     """M3: bob can neither rent alice's name nor destroy her box."""
     world.market("alice").rent(request())

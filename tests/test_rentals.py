@@ -37,6 +37,7 @@ from gpuops.market.rentals import (
     results_key,
     rental_of,
     settled,
+    request_differs,
     this_host,
 )
 from gpuops.store.memory import MemoryStore
@@ -696,3 +697,41 @@ def test_a_lease_key_is_a_name_and_a_rental_id_or_a_usage_error_m16(key):
     if key.startswith("job+"):
         with pytest.raises(UsageError, match=re.escape(f"lease key {key!r}: ") + ".* is not a rental id"):
             check_lease_key(key)
+
+
+def test_a_race_records_the_hours_it_asked_for_first_and_when_restarted_m8(alice, bob, store):
+    """M8: the hours a race asked for are on its rental, a restart's and a new incarnation's
+    own (a rerun of `rent NAME` is compared with them)."""
+    assert alice.begin_race("job", hours=2.0).hours == 2.0
+    assert alice.begin_race("job", hours=3.5).hours == 3.5  # our restart asks again
+    alice.update("job", state=FAILED)
+    assert bob.begin_race("job", hours=0.5).hours == 0.5
+    assert stored(store, "job").hours == 0.5
+    assert alice.begin_race("other").hours is None
+
+
+@pytest.mark.parametrize(
+    ("had", "gpu", "hours", "differs"),
+    [
+        (Rental("j", "a", LIVE, 1, gpu_name="RTX 4090", hours=2.0), "RTX 4090", 2.0, []),
+        (Rental("j", "a", LIVE, 1, gpu_name="RTX 4090", hours=2.0), " rtx  4090", 2.0, []),
+        (
+            Rental("j", "a", LIVE, 1, gpu_name="RTX 3090", hours=0.1),
+            "RTX 4090",
+            5.0,
+            ["--gpu 'RTX 4090', not its 'RTX 3090'", "--hours 5, not its 0.1"],
+        ),
+        (Rental("j", "a", LIVE, 1, gpu_name="RTX 4090", hours=2.0), "RTX 4090", 2.5,
+         ["--hours 2.5, not its 2"]),
+        (Rental("j", "a", LIVE, 1, gpu_name="RTX 4090"), "RTX 4090", 9.0, []),  # hours unrecorded
+        (Rental("j", "a", LIVE, 1, hours=1.0), "RTX 3090", 1.0, []),  # no GPU recorded
+        (Rental("j", "a", LIVE, 1, gpu_name="RTX 4090", hours=1.0), "RTX 40900", 1.0,
+         ["--gpu 'RTX 40900', not its 'RTX 4090'"]),
+    ],
+)  # fmt: skip
+def test_a_rerun_of_rent_names_each_parameter_its_live_rental_was_not_rented_with_m8(
+    had, gpu, hours, differs
+):
+    """M8: GPU names compare case and spacing aside; hours exactly; what is not recorded is
+    not compared."""
+    assert request_differs(had, gpu, hours) == differs

@@ -22,7 +22,6 @@ from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
-    CapacityExhausted,
     GpuopsError,
     Interrupted,
     RateLimited,
@@ -65,6 +64,7 @@ from gpuops.market.rentals import (
     check_name,
     process_id,
     rental_of,
+    request_differs,
     this_host,
 )
 from gpuops.market.select import Filter, Selection, rented_out, resolve_gpu_name, select
@@ -94,6 +94,15 @@ class BudgetCheck(Protocol):
     def check_rent(
         self, name: str, usd_per_hr: float, hours: float, instances: Sequence[Instance] | None
     ) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a rent decided before writing anything: the request under the market's spelling
+    of its GPU, and the offers chosen to race."""
+
+    req: RentRequest
+    chosen: Selection
 
 
 @dataclass(frozen=True)
@@ -202,7 +211,7 @@ class Market:
         before any create: the CLI starts the rental's guardian there, so every box the race
         creates has a live owner from its first moment (M13)."""
         check_name(req.name)
-        keyed = False
+        planned: _Plan | None = None
         seen: tuple[str, int] | None = None  # the other racer's (id, beat), as last seen
         seen_since = 0.0
         while True:
@@ -213,19 +222,21 @@ class Market:
                 and existing.owner == self.ledger.operator
                 and self._still_live(existing)
             ):
+                self._same_request(existing, req)
                 self._destroy_losers(existing)
                 self.progress(f"{req.name}: already live as instance {existing.instance_id}")
                 return existing  # M8: never a second rental for one name
-            if not keyed:
+            if planned is None:  # refusals that need no rental: nothing written, no owner
                 self._check_key()
                 self._previous_incarnation_done(existing)
-                keyed = True
+                planned = self._plan(req)
+                req = planned.req
             now = self.clock.wall()
             deadline = now + req.hours * 3600.0
             stale = seen if seen and now - seen_since >= timing.RACER_TTL_S else None
             try:  # refuses another operator's name (M3) and a race in progress (M8)
                 rental = self.rentals.begin_race(
-                    req.name, deadline, racer=self.racer, takeover=stale
+                    req.name, deadline, racer=self.racer, takeover=stale, hours=req.hours
                 )
                 break
             except RaceInProgress as busy:
@@ -252,7 +263,7 @@ class Market:
                 raise
         with self._racing(rental):
             try:
-                return self._race(req, rental, deadline, now)
+                return self._race(req, planned.chosen, rental, deadline, now)
             except BaseException as exc:  # whatever ended it: its boxes go, the name is free
                 self._abandon(rental, exc)
                 raise
@@ -318,8 +329,10 @@ class Market:
         finally:
             stop.set()
 
-    def _race(self, req: RentRequest, rental: Rental, deadline: float, now: float) -> Rental:
-        self._clean_earlier_races(rental)
+    def _plan(self, req: RentRequest) -> _Plan:
+        """The offers this rent will race, chosen before anything is written: a misspelt GPU
+        (exit 2), no offer passing the filter (exit 4) and a budget's refusal (M15, exit 3) end
+        the command with no rental record, no guardian and no create."""
         offers = self.vast.search_offers(gpu_name=req.gpu_name, num_gpus=1)
         if not offers:  # a misspelt GPU is a usage error naming the known ones, not a stockout
             req, offers = self._respelled(req)
@@ -333,18 +346,32 @@ class Market:
         )
         self._log_selection(req, chosen)
         if not chosen.picks:
-            self.rentals.update(req.name, state=FAILED)
             raise Unavailable(
                 f"no {req.gpu_name} offer passes the filter ({len(chosen.removed)} removed, "
                 f"{chosen.quarantined} quarantined); see `gpuops offers --all`"
             )
         if self.budget is not None:  # M15: the dearest candidate for all its hours, kept or not
             worst = max(o.dph_total for o in chosen.candidates)
-            try:
-                self.budget.check_rent(req.name, worst, req.hours, self.vast.list_instances())
-            except Refused:
-                self.rentals.update(req.name, state=FAILED)
-                raise
+            self.budget.check_rent(req.name, worst, req.hours, self.vast.list_instances())
+        return _Plan(req, chosen)
+
+    def _same_request(self, live: Rental, req: RentRequest) -> None:
+        """M8: `rent NAME` of our live rental returns its box only when it asks what the box
+        was rented with; anything else is refused, never silently ignored."""
+        differs = request_differs(live, req.gpu_name, req.hours)
+        if differs:
+            raise Refused(
+                "M8",
+                f"{req.name!r} is already live as instance {live.instance_id}, and this rent "
+                f"asks {' and '.join(differs)}: one name, one box. Rerun it as rented to get "
+                f"the box back, move its deadline with `gpuops guard {req.name} --hours H`, "
+                f"or `gpuops destroy {req.name}` first",
+            )
+
+    def _race(
+        self, req: RentRequest, chosen: Selection, rental: Rental, deadline: float, now: float
+    ) -> Rental:
+        self._clean_earlier_races(rental)
         picked_ids = {p.offer.id for p in chosen.picks}
         spares = tuple((o.id, o.machine_id) for o in chosen.candidates if o.id not in picked_ids)
         state = r.Race(
@@ -668,11 +695,7 @@ class Market:
 
     def _respelled(self, req: RentRequest) -> tuple[RentRequest, list[Offer]]:
         """The request under the market's own spelling of its GPU, and that spelling's offers."""
-        try:
-            name = gpu_spelling(self.vast, req.gpu_name, num_gpus=1)
-        except (UsageError, CapacityExhausted):
-            self.rentals.update(req.name, state=FAILED)
-            raise
+        name = gpu_spelling(self.vast, req.gpu_name, num_gpus=1)
         if name is None or name == req.gpu_name:
             return req, []
         return replace(req, gpu_name=name), self.vast.search_offers(gpu_name=name, num_gpus=1)

@@ -73,9 +73,26 @@ class Rental:
     rental_id: str | None = None  # this incarnation of the name, minted at its first race (M16)
     results: str | None = None  # DELIVERED, MISSING or NO_RESULTS once a copy ended (M17)
     results_detail: str | None = None  # where they were delivered, or why they are missing
+    hours: float | None = None  # the hours its race asked for (M8: a rerun asks the same)
 
 
 CODEC = JsonCodec(Rental, "rental record")
+
+
+def request_differs(rental: Rental, gpu_name: str, hours: float) -> list[str]:
+    """What a rerun of `rent NAME` asks that its live rental was not rented with (M8): each as
+    "--flag asked, not had". GPU names compare case and spacing aside; a rental from before
+    its hours were recorded is compared on its GPU alone."""
+    differs = []
+    if rental.gpu_name is not None and _spelled(gpu_name) != _spelled(rental.gpu_name):
+        differs.append(f"--gpu {gpu_name!r}, not its {rental.gpu_name!r}")
+    if rental.hours is not None and hours != rental.hours:
+        differs.append(f"--hours {hours:g}, not its {rental.hours:g}")
+    return differs
+
+
+def _spelled(gpu_name: str) -> str:
+    return " ".join(gpu_name.split()).casefold()
 
 
 class Moved(StillRunning):
@@ -217,6 +234,7 @@ class Rentals:
         *,
         racer: str | None = None,
         takeover: tuple[str, int] | None = None,
+        hours: float | None = None,
     ) -> Rental:
         """Start (or restart) a race for ``name``: new, released and failed rentals of anyone,
         racing ones of ours. An active rental of another operator is refused (M3). The
@@ -235,6 +253,7 @@ class Rentals:
                     racer=racer,
                     deadline_host=host_of(racer),
                     rental_id=new_rental_id(),
+                    hours=hours,
                 )
             if current.state in (RACING, LIVE) and current.owner != self.operator:
                 raise NameTaken(name, current.owner)
@@ -254,6 +273,7 @@ class Rentals:
                 deadline_host=host_of(racer),
                 # a restart of our own race is the same incarnation; anything else a new one
                 rental_id=current.rental_id if current.state == RACING else new_rental_id(),
+                hours=hours,
             )
 
         return self._change(name, start)
