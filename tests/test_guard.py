@@ -488,6 +488,27 @@ def test_a_guardian_of_an_earlier_incarnation_never_ends_the_next_one_s_box_m16(
     assert new.run() == g.GONE and world.alive() == []
 
 
+def test_every_event_a_guardian_writes_names_the_incarnation_it_answers_for_m16(world):
+    """M16: the guardians of a name's two incarnations (both alice's) write every guard.*
+    event under their own rental id, from their start to their exit."""
+    market = world.rent(hours=1.0)
+    first_id = market.rentals.get("job").rental_id
+    old = _holding(world, "job", "alice/laptop/1/aa")
+    destroy_rental(market, "job")
+    world.rent(hours=1.0)
+    second_id = world.market().rentals.get("job").rental_id
+    assert old.run() == g.GONE
+    new = world.guardian(world.market(), "alice/pi/2/bb")
+    assert new.run() == g.GONE
+
+    by = {"alice/laptop/1/aa": first_id, "alice/pi/2/bb": second_id}
+    guard_events = [(k, p) for k, p in world.events.events if k.startswith("guard.")]
+    assert {k for k, _ in guard_events} >= {"guard.start", "guard.lease.taken", "guard.exit"}
+    assert first_id != second_id and all(
+        p.get("rental_id") == by[p["guardian"]] for _, p in guard_events
+    ), [(k, p.get("guardian"), p.get("rental_id")) for k, p in guard_events]
+
+
 def group_alive(pgid: int) -> bool:
     """Some process of group ``pgid`` still runs (a zombie waiting to be reaped does not).
     The kernel says first whether the group has any process at all; a pass over /proc, which

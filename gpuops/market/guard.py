@@ -183,7 +183,6 @@ class Guardian:
         self._log(
             "guard.start",
             deadline=utc_iso(rental.deadline_at),
-            rental_id=rental.rental_id,
             pid=os.getpid(),
             time_scale=g.NORMAL.heartbeat_s / self.clockwork.heartbeat_s,
         )
@@ -506,6 +505,10 @@ class Guardian:
         self.finished = FAULTED
 
     def _log(self, kind: str, **payload: object) -> None:
+        """A guard.* event: the rental's name and box, this guardian, and the incarnation it
+        answers for once it has read one (M16: a name's next incarnation is another rental)."""
+        if self.rental_id is not None:
+            payload.setdefault("rental_id", self.rental_id)
         self.events.append(
             kind, name=self.name, instance_id=self.instance_id, guardian=self.me, **payload
         )
