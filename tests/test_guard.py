@@ -179,6 +179,7 @@ def test_without_a_declared_job_the_guardian_destroys_without_copying(world):
         "name": "job",
         "instance_id": copied["instance_id"],
         "guardian": "alice/pi/1/aa",
+        "rental_id": world.market().rentals.get("job").rental_id,  # M16: its incarnation
         "ok": False,
         "detail": "no job declared results: nothing to copy",
     }

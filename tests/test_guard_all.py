@@ -176,7 +176,7 @@ def test_a_stopped_guardian_service_ends_every_copy_in_flight_and_records_result
     with pytest.raises(SystemExit):
         service.stop(signal.SIGTERM)
 
-    assert not group_alive(started["pid"])  # the ssh, and what it started in its group
+    wait_until("the copy's group to die", lambda: not group_alive(started["pid"]))  # SIGKILLed
     assert not Path(started["tarball"]).parent.exists()  # no partial tarball left
     why = "the copy was cut: stopped by SIGTERM (the guardian service)"
     after = market.rentals.get("job")

@@ -237,9 +237,9 @@ def test_with_no_offers_at_all_there_is_nothing_to_call_a_typo():
 
 def test_a_folded_gpu_name_has_single_spaces_and_no_case():
     """Any casing and any run of spaces fold to one spelling: `Rtx  4090 ` is `rtx 4090`."""
-    from gpuops.market.select import _folded
+    from gpuops.market.select import fold_gpu_name
 
-    assert _folded("  Rtx \t 4090 ") == "rtx 4090"
+    assert fold_gpu_name("  Rtx \t 4090 ") == "rtx 4090"
 
 
 def test_a_name_only_rented_offers_use_is_capacity_in_any_casing():

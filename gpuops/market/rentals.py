@@ -24,6 +24,7 @@ from gpuops.errors import (
     UsageError,
 )
 from gpuops.ledger import BoxState, Record
+from gpuops.market.select import fold_gpu_name
 from gpuops.store.base import Store
 from gpuops.store.records import JsonCodec, Records
 
@@ -84,15 +85,11 @@ def request_differs(rental: Rental, gpu_name: str, hours: float) -> list[str]:
     "--flag asked, not had". GPU names compare case and spacing aside; a rental from before
     its hours were recorded is compared on its GPU alone."""
     differs = []
-    if rental.gpu_name is not None and _spelled(gpu_name) != _spelled(rental.gpu_name):
+    if rental.gpu_name is not None and fold_gpu_name(gpu_name) != fold_gpu_name(rental.gpu_name):
         differs.append(f"--gpu {gpu_name!r}, not its {rental.gpu_name!r}")
     if rental.hours is not None and hours != rental.hours:
         differs.append(f"--hours {hours:g}, not its {rental.hours:g}")
     return differs
-
-
-def _spelled(gpu_name: str) -> str:
-    return " ".join(gpu_name.split()).casefold()
 
 
 class Moved(StillRunning):

@@ -157,7 +157,8 @@ def propensity_of(position: int, remaining: int, explore_rate: float) -> float:
     return share + (1.0 - explore_rate) if position == 0 else share
 
 
-def _folded(name: str) -> str:
+def fold_gpu_name(name: str) -> str:
+    """A GPU name as compared: casing and spacing aside (`rtx  4090` is `RTX 4090`)."""
     return " ".join(name.split()).casefold()
 
 
@@ -166,7 +167,7 @@ def rented_out(requested: str, rented: Iterable[str]) -> CapacityExhausted | Non
     all rented now: a known GPU with no rentable offer is not a typo (exit 2); None when no
     rented offer names it either (then it is the typo ``resolve_gpu_name`` said)."""
     for name in sorted(set(rented)):
-        if _folded(name) == _folded(requested):
+        if fold_gpu_name(name) == fold_gpu_name(requested):
             return CapacityExhausted(
                 "vast", f"every {name} offer is rented now; try again later, or another GPU"
             )
@@ -183,10 +184,12 @@ def resolve_gpu_name(requested: str, known: Iterable[str]) -> str | None:
     if not names:
         return None
     for name in names:
-        if _folded(name) == _folded(requested):
+        if fold_gpu_name(name) == fold_gpu_name(requested):
             return name
-    by_fold = {_folded(name): name for name in names}
-    near = difflib.get_close_matches(_folded(requested), list(by_fold), n=NEAREST_NAMES, cutoff=0)
+    by_fold = {fold_gpu_name(name): name for name in names}
+    near = difflib.get_close_matches(
+        fold_gpu_name(requested), list(by_fold), n=NEAREST_NAMES, cutoff=0
+    )
     raise UsageError(
         f"no offer names the GPU {requested!r} in any casing; nearest known: "
         + ", ".join(repr(by_fold[n]) for n in near)
