@@ -43,6 +43,7 @@ FLOORS: dict[str, float] = {
     "gpuops/store/s3.py": 90.0,
     "gpuops/store/records.py": 100.0,
     "gpuops/market/select.py": 100.0,
+    "gpuops/market/gpu_names.py": 100.0,
     "gpuops/market/race.py": 100.0,
     "gpuops/market/quarantine.py": 100.0,
     "gpuops/market/rentals.py": 100.0,
@@ -106,6 +107,7 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     # every record type goes through it: its own tests pin the loop and the codec
     "gpuops.store.records": ("tests/test_records.py",),
     "gpuops.market.select": ("tests/test_select.py",),
+    "gpuops.market.gpu_names": ("tests/test_select.py",),
     "gpuops.market.race": ("tests/test_race.py",),
     "gpuops.market.quarantine": ("tests/test_quarantine.py",),
     "gpuops.market.rentals": ("tests/test_rentals.py",),

@@ -5,8 +5,9 @@ fake's own instance list and by what the box's own process logged. And `gpuops g
 
 The fakes, their boxes and gpuops share one scaled clock (x600: a one-hour rental and its
 30-minute grace pass in nine seconds), so the box's clock is the renter's, as a datacenter's
-NTP-synced one would be. An hour, so a loaded machine's slow rent still kills the guardian long
-before it would have acted (600 s before the deadline).
+NTP-synced one would be. Two hours (the ceiling 15 s of wall time after the rent begins), so a
+loaded machine's slow race still keeps its box long before the box's own ceiling fires, and
+kills the guardian long before it would have acted.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def _rent_and_kill_its_guardian(world: Fakes, name: str, hours: str) -> dict[str
     handled="the box destroys itself at deadline + grace with its own per-instance key (M14)",
 )
 def test_with_every_guardian_dead_from_the_first_second_the_box_ends_itself_m14(world):
-    rental = _rent_and_kill_its_guardian(world, "lone", "1")
+    rental = _rent_and_kill_its_guardian(world, "lone", "2")
     instance = str(rental["instance_id"])
     assert [i["id"] for i in world.live_instances()] == [instance]
     world.wait_for("the box to end itself", lambda: world.live_instances() == [])
@@ -70,7 +71,7 @@ def test_with_every_guardian_dead_from_the_first_second_the_box_ends_itself_m14(
 
 
 def test_a_deadline_moved_later_moves_the_box_s_own_ceiling_first_m14(world):
-    rental = _rent_and_kill_its_guardian(world, "longer", "1")
+    rental = _rent_and_kill_its_guardian(world, "longer", "2")
     at_file = _sandbox(world, str(rental["instance_id"])) / AT_NAME
     assert int(at_file.read_text()) == ceiling_at(float(rental["deadline_at"]))
     world.gpuops("guard", "longer", "--hours", "3")

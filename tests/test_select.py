@@ -237,7 +237,7 @@ def test_with_no_offers_at_all_there_is_nothing_to_call_a_typo():
 
 def test_a_folded_gpu_name_has_single_spaces_and_no_case():
     """Any casing and any run of spaces fold to one spelling: `Rtx  4090 ` is `rtx 4090`."""
-    from gpuops.market.select import fold_gpu_name
+    from gpuops.market.gpu_names import fold_gpu_name
 
     assert fold_gpu_name("  Rtx \t 4090 ") == "rtx 4090"
 

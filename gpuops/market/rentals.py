@@ -24,7 +24,7 @@ from gpuops.errors import (
     UsageError,
 )
 from gpuops.ledger import BoxState, Record
-from gpuops.market.select import fold_gpu_name
+from gpuops.market.gpu_names import fold_gpu_name
 from gpuops.store.base import Store
 from gpuops.store.records import JsonCodec, Records
 

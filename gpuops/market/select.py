@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gpuops.errors import CapacityExhausted, UsageError
+from gpuops.market.gpu_names import fold_gpu_name
 
 MIN_RELIABILITY = 0.98
 MIN_DISK_MB_PER_S = 500.0
@@ -155,11 +156,6 @@ def propensity_of(position: int, remaining: int, explore_rate: float) -> float:
     among ``remaining`` offers."""
     share = explore_rate / remaining
     return share + (1.0 - explore_rate) if position == 0 else share
-
-
-def fold_gpu_name(name: str) -> str:
-    """A GPU name as compared: casing and spacing aside (`rtx  4090` is `RTX 4090`)."""
-    return " ".join(name.split()).casefold()
 
 
 def rented_out(requested: str, rented: Iterable[str]) -> CapacityExhausted | None:
