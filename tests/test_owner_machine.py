@@ -1,11 +1,16 @@
 """A Hypothesis state machine over rent, destroy, guardians and sweep with every fault FakeVast
-can script and a death or an interrupt at any provider call or store write (M13, M12, M4, H5).
+can script and a death or an interrupt at any provider call or store write (M13, M12, M4, H5),
+for a team: two operators (alice, bob) on two hosts over one state, host B's clock up to
+CLOCK_SKEW_S off the provider's, the names shared, so either may rent, destroy, guard or sweep
+a name the other holds or held (M3, M16, M17).
 
 After every step, asked of the fake: every box of ours that bills belongs to an active ledger
-record (owned), no stranger's box was destroyed, and nothing was released while its box billed.
-After `destroy` or a guardian says 0, nothing of that rental bills. When the owners act (the
-guardians that rent started, sweep for the rest) and the clock passes every deadline plus
-OWNER_GRACE_S, nothing of ours bills at all.
+record (owned), no stranger's box was destroyed, nothing was released while its box billed,
+and no kept box ended before its deadline as its renter's host saw it unless its owner
+destroyed it. A `destroy` by the other operator ends nothing; after `destroy` or a guardian
+says 0, nothing of that operator's rental bills. When the owners act (the guardians that rent
+started, each operator's sweep for the rest, from either host) and the clock passes every
+deadline plus OWNER_GRACE_S plus the skew, nothing of ours bills at all.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from gpuops.market.probe import Verdict
 from gpuops.market.ending import destroy_rental
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.sweep import sweep
-from gpuops.market.rentals import rental_of
+from gpuops.market.guardian import schedule
+from gpuops.market.rentals import Rentals, rental_of
 from gpuops.market.results import LocalResults
 from gpuops.market.teardown import exit_code, intent_of
 from gpuops.model import Instance
@@ -40,7 +46,26 @@ from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
 
 NAMES = ("job-a", "job-b")
-HOURS = 0.1
+OPERATORS = ("alice", "bob")
+HOSTS = ("hostA", "hostB")
+HOURS = 1.0  # longer than time passing between steps: an early end shows
+
+
+class Skewed:
+    """A host's clock: the fake's time ``skew_s`` off on the wall, the fake's monotonic time,
+    and waits that move the fake on."""
+
+    def __init__(self, fake: FakeVast, skew_s: float) -> None:
+        self.fake, self.skew_s = fake, skew_s
+
+    def wall(self) -> float:
+        return self.fake.now() + self.skew_s
+
+    def monotonic(self) -> float:
+        return self.fake.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.fake.advance(seconds)
 
 
 class Audit(Events):
@@ -69,12 +94,21 @@ class OwnerMachine(RuleBasedStateMachine):
         self.active: Any = None
         self.stranger = 0
         self.guarded: set[str] = set()
-        self.deadlines: dict[str, float] = {}
+        self.deadlines: dict[str, float] = {}  # each name's latest race, on the provider's clock
+        self.owners: dict[str, str] = {}  # who raced each name last
+        self.skew = {"hostA": 0.0, "hostB": 0.0}
+        # every kept box seen: its name, and its copy-then-destroy time on the provider's clock
+        self.kept: dict[int, tuple[str, float]] = {}
+        self.ended_by_owner: set[int] = set()  # kept boxes their owner's destroy was asked to end
         self.tmp = Path(tempfile.mkdtemp(prefix="gpuops-owner-machine-"))
 
     @precondition(lambda self: self.fake is None)
-    @rule(fates=st.lists(st.sampled_from(sorted(FATES)), min_size=2, max_size=5))
-    def open_market(self, fates: list[str]) -> None:
+    @rule(
+        fates=st.lists(st.sampled_from(sorted(FATES)), min_size=2, max_size=5),
+        skew_s=st.sampled_from([0.0, timing.CLOCK_SKEW_S, -timing.CLOCK_SKEW_S, 240.0]),
+    )
+    def open_market(self, fates: list[str], skew_s: float) -> None:
+        self.skew["hostB"] = skew_s
         offers = [
             {"id": 5000 + i, "machine_id": 600 + i, "gpu_name": "RTX 4090", "gpu_ram": 24564,
              "dph_total": 0.3 + i / 100, "reliability": 0.995, "disk_bw": 2000.0, "fate": fate}
@@ -92,9 +126,10 @@ class OwnerMachine(RuleBasedStateMachine):
         if self.active is not None:
             self.active.__exit__(None, None, None)
 
-    def market(self) -> Market:
+    def market(self, operator: str = "alice", host: str = "hostA") -> Market:
         assert self.fake is not None
         fake = self.fake
+        clock = Skewed(fake, self.skew[host])
 
         def probe(instance: Instance, box: str) -> Verdict:
             return FATES[fake.instances[int(instance.instance_id)].fate.kind]
@@ -104,15 +139,17 @@ class OwnerMachine(RuleBasedStateMachine):
         )
         return KilledMarket(
             WiredVast(adapter, self.wire),  # type: ignore[arg-type]
-            Ledger(self.store, self.audit, "alice", clock=fake.now),
+            Ledger(self.store, self.audit, operator, clock=clock.wall),
             self.audit,
             probe=probe,
             public_key=KEY,
-            clock=fake.ticking(),
+            clock=clock,
             rng=random.Random(1),
+            host=host,
         )
 
-    def billing(self, name: str | None = None) -> list[int]:
+    def billing(self, name: str | None = None, owner: str | None = None) -> list[int]:
+        """Our boxes the fake still bills: of one name (and one owner's records), or all."""
         assert self.fake is not None
         records = {r.intent_id: r for r in Ledger(self.store, Events(), "auditor").records()}
         out = []
@@ -120,9 +157,14 @@ class OwnerMachine(RuleBasedStateMachine):
             record = records.get(intent_of(box.label) or "")
             if box.id == self.stranger or intent_of(box.label) is None:
                 continue
+            if owner is not None and (record is None or record.owner != owner):
+                continue
             if name is None or (record is not None and rental_of(record.name) == name):
                 out.append(box.id)
         return out
+
+    def rental(self, name: str) -> Any:
+        return Rentals(self.store, "auditor").get(name)
 
     # --- the provider misbehaves ---------------------------------------------------------
     @precondition(lambda self: self.fake is not None)
@@ -163,6 +205,8 @@ class OwnerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.fake is not None)
     @rule(
         name=st.sampled_from(NAMES),
+        op=st.sampled_from(OPERATORS),
+        host=st.sampled_from(HOSTS),
         k=st.integers(1, 3),
         crash_at=st.one_of(st.none(), st.integers(1, 50)),
         after=st.booleans(),
@@ -170,23 +214,47 @@ class OwnerMachine(RuleBasedStateMachine):
         guarded=st.booleans(),
     )
     def rent(
-        self, name: str, k: int, crash_at: int | None, after: bool, how: str, guarded: bool
+        self,
+        name: str,
+        op: str,
+        host: str,
+        k: int,
+        crash_at: int | None,
+        after: bool,
+        how: str,
+        guarded: bool,
     ) -> None:
         def started(rental: Any) -> None:
-            self.deadlines[name] = rental.deadline_at
+            # its deadline on the provider's clock: the renter's host read it skewed
+            self.deadlines[name] = rental.deadline_at - self.skew[host]
+            self.owners[name] = op
             (self.guarded.add if guarded else self.guarded.discard)(name)
 
         request = RentRequest(name, "RTX 4090", HOURS, race_k=k)
-        self.attempt(crash_at, after, how, lambda: self.market().rent(request, on_race=started))
+        self.attempt(
+            crash_at, after, how, lambda: self.market(op, host).rent(request, on_race=started)
+        )
 
     @precondition(lambda self: self.fake is not None)
-    @rule(name=st.sampled_from(NAMES), crash_at=st.one_of(st.none(), st.integers(1, 8)))
-    def destroy(self, name: str, crash_at: int | None) -> None:
+    @rule(
+        name=st.sampled_from(NAMES),
+        op=st.sampled_from(OPERATORS),
+        host=st.sampled_from(HOSTS),
+        crash_at=st.one_of(st.none(), st.integers(1, 8)),
+    )
+    def destroy(self, name: str, op: str, host: str, crash_at: int | None) -> None:
+        current = self.rental(name)
+        theirs = current is not None and current.owner != op
+        before = self.billing(name)
+        if not theirs:
+            self.ended_by_owner |= {i for i, (n, _) in self.kept.items() if n == name}
         outcomes = self.attempt(
-            crash_at, False, "kill", lambda: destroy_rental(self.market(), name)
+            crash_at, False, "kill", lambda: destroy_rental(self.market(op, host), name)
         )
-        if outcomes is not None and exit_code(outcomes) == 0:
-            assert self.billing(name) == [], f"destroy {name} said 0 while it billed"
+        if theirs:  # M3: another operator's destroy ends nothing of the name
+            assert self.billing(name) == before, f"{op}'s destroy of {name} ended a box"
+        elif outcomes is not None and exit_code(outcomes) == 0:
+            assert self.billing(name, op) == [], f"destroy {name} said 0 while it billed"
 
     @precondition(lambda self: self.fake is not None)
     @rule(minutes=st.integers(1, 20))
@@ -203,27 +271,33 @@ class OwnerMachine(RuleBasedStateMachine):
         for name in sorted(self.deadlines):
             if name not in self.guarded:
                 continue
+            op = self.owners[name]
             for attempt in range(2):
+                host = HOSTS[(attempt + len(name)) % 2]  # killed on one host, its successor on the other
                 guardian = Guardian(
-                    self.market(), name,
+                    self.market(op, host), name,
                     shell=jobs.BoxShell(self.tmp / "local", self.tmp / "id", Settings.from_environ().ssh()),
                     results=LocalResults(self.tmp / "results"),
-                    me=f"alice/machine/{attempt}/{name}",
-                    clock=self.fake.ticking(), say=lambda line: None,
+                    me=f"{op}/{host}/{attempt}/{name}",
+                    clock=Skewed(self.fake, self.skew[host]), say=lambda line: None,
                 )  # fmt: skip
                 code = self.attempt(crash_at if attempt == 0 else None, True, "kill", guardian.run)
                 if code is None and attempt == 0:
                     continue  # killed: its successor takes over
                 if code == 0:
-                    assert self.billing(name) == [], f"guardian of {name} said 0 while it billed"
+                    assert self.billing(name, op) == [], f"guardian of {name} said 0 while it billed"
                 break
-        limit = max(self.deadlines.values()) + timing.OWNER_GRACE_S
+        # a host whose clock runs behind the renter's sees a deadline that much later (M17)
+        limit = max(self.deadlines.values()) + timing.OWNER_GRACE_S + abs(self.skew["hostB"])
         self.fake.advance(max(0.0, max(self.deadlines.values()) - self.fake.now()))
         self.fake.clear_faults()  # the provider recovers; the owners must not have given up
-        sweep(self.market())
-        if self.fake.now() < limit:
-            self.fake.advance(limit - self.fake.now())
-        assert self.billing() == [], f"billing past deadline + grace: {self.billing()}"
+        while True:  # cron's sweep, on each host, up to and at the limit
+            for op, host in zip(OPERATORS, reversed(HOSTS), strict=True):
+                sweep(self.market(op, host))
+            if self.fake.now() >= limit or not self.billing():
+                break
+            self.fake.advance(min(timing.OWNER_GRACE_S / 3, limit - self.fake.now()))
+        assert self.billing() == [], f"billing past deadline + grace + skew: {self.billing()}"
         self.deadlines.clear()
 
     # --- always ---------------------------------------------------------------------------
@@ -246,6 +320,23 @@ class OwnerMachine(RuleBasedStateMachine):
     @invariant()
     def nothing_is_released_while_its_box_bills(self) -> None:
         assert self.audit.premature == []
+
+    @invariant()
+    def no_kept_box_ends_before_its_deadline_as_its_renter_saw_it(self) -> None:
+        """M17: a guardian or a sweep on a host whose clock is off the renter's never ends a
+        kept box before its copy-then-destroy time; only its owner's `destroy` may."""
+        if self.fake is None:
+            return
+        for name, deadline in self.deadlines.items():  # remember each kept box as it is kept
+            rental = self.rental(name)
+            if rental is not None and rental.instance_id is not None and rental.started_at:
+                skew = deadline - rental.deadline_at  # the renter's host's, undone
+                copy_at, _ = schedule(rental.started_at + skew, deadline)
+                self.kept.setdefault(int(rental.instance_id), (name, copy_at))
+        for instance, (name, copy_at) in self.kept.items():
+            ended = self.fake.instances[instance].destroyed_at
+            if ended is not None and instance not in self.ended_by_owner:
+                assert ended >= copy_at, f"{name}'s box {instance} ended {copy_at - ended:.0f} s early"
 
 
 TestOwnerMachine = OwnerMachine.TestCase
