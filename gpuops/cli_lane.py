@@ -29,6 +29,18 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also ask GCE and the bucket: instance state, last log line, billing alarm",
     )
+    board.add_argument(
+        "--history",
+        action="store_true",
+        help="the board's past transitions and each job's outcome and cost, from the store",
+    )
+    board.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --history: the last N entries (default 20)",
+    )
     sub.add_parser(
         "repair",
         parents=[common],
@@ -107,6 +119,8 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
         disk_usd_per_day=getattr(args, "disk_usd_per_day", None),
         progress=progress,
     )
+    if command == "board" and (args.history or args.limit is not None):
+        return _history(lane, args, as_json)
     if command == "board":
         view = lane.view(live=args.live)
         if as_json:
@@ -152,11 +166,107 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
         from gpuops import timing
 
         timeout_s = timing.LANE_WATCH_TIMEOUT_S if args.timeout is None else args.timeout
-        verdict = lane.watch(args.job, timeout_s=timeout_s)
-        _out(as_json, {"job": args.job, "outcome": verdict.value}, f"{args.job}: {verdict.value}")
+        return _watched_out(as_json, args.job, lane.watch_job(args.job, timeout_s=timeout_s))
+    released = lane.release_job(args.job)
+    return _released_out(as_json, released)
+
+
+DEFAULT_HISTORY = 20
+
+
+def _history(lane: Any, args: argparse.Namespace, as_json: bool) -> int:
+    """`lane board --history`: the store's history entries, oldest first; a corrupt entry is
+    named on stderr and skipped, never in the way of the rest."""
+    import dataclasses
+
+    from gpuops.errors import UsageError
+    from gpuops.lane import history
+
+    if not args.history:
+        raise UsageError("--limit goes with --history")
+    if args.live:
+        raise UsageError("--history reads the store alone: leave out --live")
+    limit = DEFAULT_HISTORY if args.limit is None else args.limit
+    if limit < 1:
+        raise UsageError(f"--limit must be at least 1, not {limit}")
+    page = lane.history(limit)
+    for key, reason in page.corrupt:
+        print(f"history entry {key} is unreadable, skipped: {reason}", file=sys.stderr)
+    if as_json:
+        _print_json(
+            {
+                "lane": lane.config.instance,
+                "total": page.total,
+                "entries": [{"key": key, **dataclasses.asdict(e)} for key, e in page.entries],
+                "corrupt": [{"key": key, "reason": reason} for key, reason in page.corrupt],
+                "missing_revisions": list(page.missing),
+            }
+        )
         return 0
-    done = lane.release(args.job)
-    return _board_out(as_json, done, f"lane {done.lane} released; it is {done.state}")
+    print(
+        f"lane {lane.config.instance}: the last {page.window} of {page.total} history entries, "
+        "oldest first (times UTC, each writer's clock)"
+        if page.total
+        else f"lane {lane.config.instance}: no history entries yet"
+    )
+    for key, entry in page.entries:
+        print(f"  {history.line(key, entry)}")
+    if page.missing:
+        print(
+            "no entry for revision(s) "
+            + ", ".join(str(r) for r in page.missing)
+            + ": a write that stopped between the board and its history, or a board written "
+            "by hand"
+        )
+    if any(e.cost is not None for _, e in page.entries):
+        from gpuops.lane.cost import PRICE_NOTE
+
+        print(f"costs are {PRICE_NOTE}")
+    return 0
+
+
+def _watched_out(as_json: bool, job: str, watched: Any) -> int:
+    """The watched job's outcome, and its cost so far (the disk bills until the release)."""
+    verdict, cost = watched.verdict, watched.cost
+    _out(
+        as_json,
+        {"job": job, "outcome": verdict.value, "cost": None if cost is None else cost.to_json()},
+        f"{job}: {verdict.value}" + ("" if cost is None else f"; cost so far {cost.explained()}"),
+    )
+    return 0
+
+
+def _released_out(as_json: bool, released: Any) -> int:
+    from gpuops.lane.board import state_line
+    from gpuops.lane.cost import PRICE_NOTE
+
+    done, cost = released.board, released.cost
+    end = {
+        "job": released.job,
+        "outcome": released.outcome,
+        "attempts": released.attempts,
+        "stockouts": released.stockouts,
+        "waiting_s": released.waiting_s,
+        **cost.to_json(),
+    }
+    if as_json:
+        _print_json(
+            {
+                "state_line": state_line(done),
+                "state": done.state,
+                "job": done.job,
+                "attempt": done.attempt,
+                "stockouts": done.stockouts,
+                "job_end": end,
+            }
+        )
+        return 0
+    print(f"lane {done.lane} released; it is {done.state}")
+    print(
+        f"job {released.job}: {released.outcome} after {released.attempts} attempt(s), "
+        f"{released.stockouts} stockout(s); cost {cost.explained()} {PRICE_NOTE}"
+    )
+    return 0
 
 
 def _board_out(as_json: bool, board: Any, line: str) -> int:

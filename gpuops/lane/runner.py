@@ -17,7 +17,7 @@ import dataclasses
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuops import event_types as ev
 from gpuops import timing
@@ -43,8 +43,13 @@ from gpuops.lane import script as s
 from gpuops.lane.journal import CODEC as JOURNAL
 from gpuops.lane.journal import JournalEntry, journal_key
 from gpuops.providers.gce import LaneInstance
+from gpuops.secrets import scrub_text
 from gpuops.store.base import Store
 from gpuops.store.records import CAS_ATTEMPTS, NO_CHANGE, NoChange, Records
+
+if TYPE_CHECKING:  # imported where used: `lane board` needs neither
+    from gpuops.lane import history as h
+    from gpuops.lane.cost import JobCost, Released, Watched
 
 METADATA_TRIES = 3
 # A VM on its way to TERMINATED: `lane watch` waits these out before it exits, so that a
@@ -147,10 +152,18 @@ class Lane:
         )
 
     def _fresh(self) -> b.Board:
-        """A free board for a lane that has none, if the evidence allows it (L12)."""
-        fresh = b.Board(self.config.instance, self.config.instance, self.clock.wall())
-        d.check_claimable_without_board(self.evidence(), fresh.lane)
-        return fresh
+        """A free board for a lane that has none, if the evidence allows it (L12). It goes on
+        from the highest revision the journal or the history holds, so that its writes are
+        journalled (the journal never goes back a revision) and its history entries never
+        share a name with the lost board's."""
+        from gpuops.lane import history as h
+
+        ev = self.evidence()
+        d.check_claimable_without_board(ev, self.config.instance)
+        revision = max(ev.event_revision, h.last_revision(self.store, self.config.instance))
+        return b.Board(
+            self.config.instance, self.config.instance, self.clock.wall(), revision=revision
+        )
 
     def _raw(self) -> tuple[tuple[b.Board, list[str], str] | None, str | None]:
         """(the board, its history, its version) or None when absent; or the problem."""
@@ -199,10 +212,16 @@ class Lane:
         if got is not None:
             return got[0], []  # readable: nothing to repair
         board, signs = self._repaired_and_fenced()
+        from gpuops.lane import history as h
+
+        # past every revision the history holds too (the journal may be the part that is lost)
+        recorded = h.last_revision(self.store, self.config.instance)
+        board = dataclasses.replace(board, revision=max(board.revision, recorded + 1))
         stamp = b.stamp(self.clock.wall())
-        line = f"{stamp} {self.operator}: repaired the state line from: " + (
+        what = "repaired the state line from: " + (
             "; ".join(signs) if signs else "no sign of any claim"
         )
+        line = f"{stamp} {self.operator}: {what}"
         current = self.store.salvage(self.key)  # raw bytes, even past a corrupt envelope
         if current is not None:
             try:
@@ -217,7 +236,7 @@ class Lane:
             aside = f"{self.key}.corrupt-{stamp.replace(':', '').replace('-', '')}"
             self.store.create(aside, current.data)
             self.store.put(self.key, data, current.version)
-        self._log_board(board, repaired=True)
+        self._log_board(board, "repaired", what, repaired=True)
         return board, signs
 
     def _repaired_and_fenced(self) -> tuple[b.Board, list[str]]:
@@ -241,10 +260,21 @@ class Lane:
             return dataclasses.replace(board, epoch=epoch), d.claim_signs(ev)
         raise StateError(f"instance {self.config.instance}: label fingerprint kept changing")
 
-    def _log_board(self, board: b.Board, **extra: Any) -> None:
+    def _log_board(
+        self,
+        board: b.Board,
+        kind: str,
+        what: str,
+        *,
+        claim: b.Board | None = None,
+        ended: tuple[str, float, JobCost] | None = None,
+        repaired: bool = False,
+    ) -> None:
         """Every board write goes to the claim journal in the shared store (the evidence a
-        later repair reads, on any host: L12) and to the event log."""
-        self._journal(board, repaired=bool(extra.get("repaired")))
+        later repair reads, on any host: L12), to the lane's history there (``kind``, what it
+        did, the ``claim`` it concerned, a job's end and cost) and to the event log."""
+        self._journal(board, repaired=repaired)
+        self._record(board, kind, what, claim=claim, ended=ended)
         self.events.append(
             "lane.board",
             lane=board.lane,
@@ -253,8 +283,39 @@ class Lane:
             job=board.job,
             attempt=board.attempt,
             revision=board.revision,
-            **extra,
+            **({"repaired": True} if repaired else {}),
         )
+
+    def _record(
+        self,
+        board: b.Board,
+        kind: str,
+        what: str,
+        *,
+        claim: b.Board | None = None,
+        ended: tuple[str, float, JobCost] | None = None,
+        first: int = 0,
+    ) -> None:
+        """One history entry (create-if-absent, never over another's; history.py)."""
+        from gpuops.lane import history as h
+
+        entry = h.entry(
+            kind,
+            scrub_text(what),
+            board,
+            board if claim is None else claim,
+            self.clock.wall(),
+            self.operator,
+            ended,
+        )
+        h.append(self.store, self.config.instance, entry, first=first)
+
+    def history(self, limit: int) -> h.Page:
+        """The lane's last ``limit`` history entries, from the store alone (the board is not
+        read: a lost board's history stays readable)."""
+        from gpuops.lane import history as h
+
+        return h.read(self.store, self.config.instance, limit)
 
     def _journal(self, board: b.Board, *, repaired: bool) -> None:
         """The board's write, in the journal (compare-and-swap on the raw object, so an
@@ -294,11 +355,19 @@ class Lane:
         return self.key.removeprefix("lane/")
 
     def _transition(
-        self, change: Callable[[b.Board], b.Board], prose: str, fresh: b.Board | None = None
+        self,
+        change: Callable[[b.Board], b.Board],
+        prose: str,
+        fresh: b.Board | None = None,
+        *,
+        kind: str,
+        ended: tuple[str, float, JobCost] | None = None,
     ) -> b.Board:
         """Read, apply ``change``, compare-and-swap; a lost race re-reads and re-decides (L3).
         ``fresh``: the board an absent one starts from, when the caller already decided it may
-        (a claim that has just written its own epoch into the instance's label)."""
+        (a claim that has just written its own epoch into the instance's label). ``kind`` and
+        ``ended`` (a released job's outcome, wait and cost) go into the history entry, whose
+        claim is the board written, or the one it replaced when it holds none (a release)."""
         seen: list[b.Board] = []
 
         def step(current: BoardFile | None) -> BoardFile | NoChange:
@@ -325,8 +394,10 @@ class Lane:
             ) from None
         if not done.written or done.after is None:
             return seen[-1]
-        self._log_board(done.after.board)
-        return done.after.board
+        after = done.after.board
+        claim = after if after.job is not None else seen[-1]
+        self._log_board(after, kind, prose, claim=claim, ended=ended)
+        return after
 
     # --- commands -------------------------------------------------------------------------------
     def claim(self, job: str) -> b.Board:
@@ -342,6 +413,7 @@ class Lane:
             lambda bd: b.claim(bd, self.operator, job, self.clock.wall(), epoch),
             f"claimed the lane for {job} (epoch {epoch})",
             fresh=before if epoch is not None else None,
+            kind="claimed",
         )
         if after.revision != before.revision:
             self.events.append("lane.claim", lane=after.lane, job=job, revision=after.revision)
@@ -412,6 +484,11 @@ class Lane:
         self.events.append(
             "lane.install", lane=board.lane, job=job, chars=len(script_text), max_run_s=max_run_s
         )
+        what = (
+            f"installed the script for {job} ({len(script_text)} chars; "
+            f"run ceiling {max_run_s / 3600:g} h)"
+        )
+        self._record(board, "installed", what, first=1)  # after the board's own revision
 
     def _set_metadata(
         self, items: dict[str, str], *, need_terminated: bool, fence: b.Board | None = None
@@ -498,6 +575,7 @@ class Lane:
         board = self._transition(
             lambda bd: b.begin_attempt(bd, self.operator, job, boot, self.clock.wall()),
             f"start attempt for {job} (boot {boot})",
+            kind="attempt",
         )
         try:
             self._set_metadata(  # L2 and L13, just before
@@ -507,14 +585,18 @@ class Lane:
         except (CapacityExhausted, QuotaExceeded) as exc:
             outcome = "stockout" if isinstance(exc, CapacityExhausted) else "quota"
             change = b.stockout if outcome == "stockout" else b.attempt_failed
-            board = self._transition(lambda bd: change(bd, self.clock.wall()), f"{outcome}: {exc}")
+            board = self._transition(
+                lambda bd: change(bd, self.clock.wall()), f"{outcome}: {exc}", kind=outcome
+            )
             self._start_event(board, job, board.attempt, outcome)
             self.progress(f"attempt {board.attempt}: {outcome}; the claim is kept (L7)")
             return
         except GpuopsError as exc:
             outcome = "refused" if isinstance(exc, Refused) else "error"
             self._transition(
-                lambda bd: b.attempt_failed(bd, self.clock.wall()), f"{outcome}: {exc}"
+                lambda bd: b.attempt_failed(bd, self.clock.wall()),
+                f"{outcome}: {exc}",
+                kind=outcome,
             )
             self._start_event(board, job, board.attempt, outcome)
             raise
@@ -533,13 +615,16 @@ class Lane:
                 continue
             break
         if verdict is d.Boot.OURS:
-            done = self._transition(lambda bd: b.booted(bd, self.clock.wall()), f"{job} booted")
+            done = self._transition(
+                lambda bd: b.booted(bd, self.clock.wall()), f"{job} booted", kind="started"
+            )
             self._start_event(done, job, done.attempt, "started")
             self.progress(f"attempt {done.attempt}: boot marker {board.boot} seen; {job} runs")
             return done
         failed = self._transition(
             lambda bd: b.attempt_failed(bd, self.clock.wall()),
             f"attempt {board.attempt}: {verdict.value}",
+            kind=verdict.value,
         )
         self._start_event(failed, job, board.attempt, "noop" if verdict is d.Boot.NOOP else "error")
         if verdict is d.Boot.NOOP:
@@ -556,7 +641,13 @@ class Lane:
         self.events.append(start.KIND, **start.to_payload())
 
     def watch(self, job: str, *, timeout_s: float = timing.LANE_WATCH_TIMEOUT_S) -> d.Verdict:
-        """Report stages until the job ends; a timeout is StillRunning (exit 5), never failed.
+        """Report stages until the job ends; a timeout is StillRunning (exit 5), never failed."""
+        return self.watch_job(job, timeout_s=timeout_s).verdict
+
+    def watch_job(self, job: str, *, timeout_s: float = timing.LANE_WATCH_TIMEOUT_S) -> Watched:
+        """Report stages, with the job's cost so far, until the job ends; then its final cost
+        (running until its status file's last write). A timeout is StillRunning (exit 5),
+        never failed.
 
         The status is read again after the instance's state, so a job that ends between the
         two reads is judged by its final status, never reported as a breach (L9). A job that
@@ -577,17 +668,34 @@ class Lane:
             shown = (status.stage, status.reason) if status else None
             now = self.clock.wall()
             if shown != last or now - said >= timing.WATCH_POLL_S:
+                so_far = (
+                    f"; cost so far {self.job_cost(board, None, now).explained()}"
+                    if board.job == job
+                    else ""
+                )
                 self.progress(
-                    f"{job}: stage {shown[0]} {shown[1]}".rstrip() + f" (instance {inst})"
-                    if shown
-                    else f"{job}: no status file yet (instance {inst})"
+                    (
+                        f"{job}: stage {shown[0]} {shown[1]}".rstrip() + f" (instance {inst})"
+                        if shown
+                        else f"{job}: no status file yet (instance {inst})"
+                    )
+                    + so_far
                 )
                 last, said = shown, now
             if verdict in (d.Verdict.SUCCEEDED, d.Verdict.FAILED):
-                self._await_power_off(job, verdict, status)
+                from gpuops.lane.cost import PRICE_NOTE, Watched
+
+                ended_at = self._await_power_off(job, verdict, status)
+                cost = None
+                if board.job == job:
+                    cost = self.job_cost(board, ended_at, self.clock.wall())
+                    self.progress(
+                        f"{job}: {verdict.value}; cost {cost.explained()} {PRICE_NOTE}; "
+                        "the disk bills until `gpuops lane release`"
+                    )
                 if verdict is d.Verdict.FAILED:
                     raise JobFailed(self._failure(job, status, missing))
-                return verdict
+                return Watched(verdict, cost)
             if verdict is d.Verdict.UNKNOWN and inst == d.TERMINATED and not (attempt or status):
                 raise StillRunning(
                     f"job {job} was not started: the board has no attempt of it (lane "
@@ -637,11 +745,13 @@ class Lane:
         raw = self.gcs.read(f"jobs/{job}/status")
         return d.parse_status(raw.decode("utf-8", "replace")) if raw is not None else None
 
-    def _await_power_off(self, job: str, verdict: d.Verdict, status: d.Status | None) -> None:
+    def _await_power_off(
+        self, job: str, verdict: d.Verdict, status: d.Status | None
+    ) -> float | None:
         """After the job's end, its script powers the VM off; watch waits until TERMINATED
         (through STOPPING), so the release that follows is not refused. If it never powers
         off, say so loudly (gpuops never stops it, L1): a billing alarm, exit 5 (succeeded)
-        or 6 (failed)."""
+        or 6 (failed). When the job ended: its status file's last write."""
         ended = self.gcs.updated(f"jobs/{job}/status")
         stopping_since: float | None = None
         while True:
@@ -658,7 +768,7 @@ class Lane:
                 self.clock.sleep(timing.LANE_POLL_S)
                 continue
             if inst not in d.BOOTING:
-                return
+                return ended
             if d.billing_alarm(verdict, inst, ended, self.clock.wall()):
                 message = self._alarm(job, verdict, inst, ended)
                 self.events.append("lane.billing_alarm", lane=self.config.instance, job=job)
@@ -679,37 +789,47 @@ class Lane:
 
     def release(self, job: str) -> b.Board:
         """Only the claimant, only once the instance is TERMINATED (L1, L3)."""
+        return self.release_job(job).board
+
+    def release_job(self, job: str) -> Released:
+        """``release``, and the job it ended: outcome, attempts, and its cost, in the history
+        entry of the release and the lane.job_end event alike."""
         before, _, _ = self.read()
         inst = self.gce.get(self.config.instance).status_raw
         now = self.clock.wall()
         b.release(before, self.operator, job, inst == d.TERMINATED, now)  # refusals first
+        verdict = self._judge(job, self._status(job), before.boot, inst)[0].value
+        outcome = verdict if verdict in ("succeeded", "failed") else "unknown"
+        # A job that ended ran until its last status write, not until this release.
+        ended_at = self.gcs.updated(f"jobs/{job}/status") if verdict != "unknown" else None
+        cost = self.job_cost(before, ended_at, now)
+        waiting_s = (
+            0.0
+            if before.started is None or before.claimed is None
+            else before.started - before.claimed
+        )
         self._release_label(before)  # L13: the VM's label first; a rerun finishes the board
         after = self._transition(
             lambda bd: b.release(bd, self.operator, job, inst == d.TERMINATED, now),
             f"released the lane after {job}; back to free",
+            kind="released",
+            ended=(outcome, waiting_s, cost),
         )
         self._clear_job_metadata()
-        status = self._status(job)
-        outcome = self._judge(job, status, before.boot, inst)[0].value
-        # A job that ended ran until its last status write, not until this release.
-        end = self.gcs.updated(f"jobs/{job}/status") if outcome != "unknown" else None
-        until = now if end is None else min(now, end)
-        running_s = 0.0 if before.started is None else max(0.0, until - before.started)
-        held_s = 0.0 if before.claimed is None else now - before.claimed
         end_event = ev.LaneJobEnd(
             lane=before.lane,
             job=job,
             attempts=before.attempt,
             stockouts=before.stockouts,
-            waiting_s=0.0
-            if before.started is None or before.claimed is None
-            else before.started - before.claimed,
-            running_s=running_s,
-            cost_usd=self.cost(running_s, held_s),
-            outcome=outcome if outcome in ("succeeded", "failed") else "unknown",
+            waiting_s=waiting_s,
+            running_s=cost.running_s,
+            cost_usd=cost.cost_usd,
+            outcome=outcome,
         )
         self.events.append(end_event.KIND, **end_event.to_payload())
-        return after
+        from gpuops.lane.cost import Released
+
+        return Released(after, job, outcome, before.attempt, before.stockouts, waiting_s, cost)
 
     def _clear_job_metadata(self) -> None:
         """A released lane's instance names no job or attempt: its metadata is evidence of a
@@ -731,14 +851,37 @@ class Lane:
             disk_usd_per_day=self.config.disk_usd_per_day,
         )
 
+    @staticmethod
+    def _spent(board: b.Board, ended_at: float | None, now: float) -> tuple[float, float]:
+        """(running_s, held_s) of ``board``'s job by ``now``: running from the board's
+        ``started`` until the job ended (``ended_at``, its status file's last write) or
+        ``now``; held from ``claimed`` until ``now``."""
+        until = now if ended_at is None else min(now, ended_at)
+        running_s = 0.0 if board.started is None else max(0.0, until - board.started)
+        held_s = 0.0 if board.claimed is None else max(0.0, now - board.claimed)
+        return running_s, held_s
+
+    def job_cost(self, board: b.Board, ended_at: float | None, now: float) -> JobCost:
+        """What ``board``'s job cost by ``now`` (``_spent``) at the lane's configured prices
+        (``cost``), with the figures it came from."""
+        from gpuops.lane.cost import JobCost
+
+        running_s, held_s = self._spent(board, ended_at, now)
+        return JobCost(
+            running_s,
+            held_s,
+            self.config.usd_per_hour,
+            self.config.disk_usd_per_day,
+            self.cost(running_s, held_s),
+        )
+
     def view(self, *, live: bool = False) -> dict[str, Any]:
         """The board for humans and --json: the state line, STALE (L8), cost, history; with
         ``live``, the instance, the last log line and the billing alarm (L12) too. Without it
         nothing but the store is read (no provider call, no Google SDK import)."""
         board, history, _ = self.read()
         now = self.clock.wall()
-        running_s = 0.0 if board.started is None else now - board.started
-        held_s = 0.0 if board.claimed is None else now - board.claimed
+        running_s, held_s = self._spent(board, None, now)
         view: dict[str, Any] = {
             "state_line": b.state_line(board),
             "lane": board.lane,

@@ -8,6 +8,7 @@ alike; prints medians, min and max, and the load average before and after. Cases
 
 - `python -c pass`                       the interpreter alone, for scale
 - `lane board`                           reads the store only (no provider call, no SDK)
+- `lane board --history`                 the store's last 20 of HISTORY_ENTRIES entries
 - `lane claim` (refused, L3)             reads the store only
 - `lane board --live`                    + one instances.get, one status and one log read
 - the imports of `board --live` alone    what the command adds over its calls
@@ -31,6 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.benchmarks.common import load  # noqa: E402
 
+HISTORY_ENTRIES = 600  # about a hundred jobs' transitions
+
 IMPORTS = (
     "import gpuops.cli, gpuops.cli_lane, gpuops.lane.session, gpuops.providers.gce, "
     "gpuops.providers.gcs, requests, google.api_core.exceptions; "
@@ -43,6 +46,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser.add_argument("--runs", type=int, default=15)
     runs = parser.parse_args(argv).runs
     from gpuops.lane import board as b
+    from gpuops.lane import history as h
     from gpuops.store import open_store
     from tests.test_fakes_serve import Served
 
@@ -51,6 +55,9 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
         store = open_store(str(state))
         board = b.claim(b.Board("gpu-lane", "gpu-lane", 1.8e9), "alice", "portraits", 1.8e9)
         store.create("lane/gpu-lane/board", b.render(board, []).encode())
+        for revision in range(1, HISTORY_ENTRIES + 1):
+            past = b.Board("gpu-lane", "gpu-lane", 1.8e9, revision=revision)
+            h.append(store, "gpu-lane", h.entry("claimed", "x", past, past, 1.8e9, "alice"))
         served = Served()
         try:
             env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
@@ -59,6 +66,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             cases = {
                 "python -c pass": ([sys.executable, "-c", "pass"], {0}),
                 "lane board": ([*gpuops, "board"], {0}),
+                "lane board --history": ([*gpuops, "board", "--history"], {0}),
                 "lane claim (refused, L3)": ([*gpuops, "claim", "--job", "x"], {3}),
                 "lane board --live": ([*gpuops, "board", "--live"], {0}),
                 "imports of board --live": ([sys.executable, "-c", IMPORTS], {0}),
