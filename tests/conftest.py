@@ -16,6 +16,10 @@ from hypothesis import HealthCheck, Phase, settings
 # this file is read); the fake VM's boots set their own (fakes/gce/boot.py).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+# No test reads the config file of the person running the suite (~/.config/gpuops/config.toml
+# could send alarms to a real channel or name a real bucket): /dev/null is an empty config file.
+# A test of the file names its own, or passes its environment whole.
+os.environ["GPUOPS_CONFIG"] = os.devnull
 
 settings.register_profile("default", deadline=None)
 # mutmut re-runs the covering tests once per mutant: fewer examples keep the gate in budget,
