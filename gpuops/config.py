@@ -41,6 +41,9 @@ KEYS = {
 NUMBERS = frozenset({"time_scale", "time_origin"})  # a TOML integer or float
 URL_LISTS = frozenset({"notify"})  # a string of URLs, as the variable, or an array of them
 SECRETS = frozenset({"vast_api_key", "notify"})  # never quoted: a key, URLs with tokens
+# the secrets scrub takes out of every text, as it does VAST_API_KEY's (secrets.env_secrets:
+# notify's URLs are kept out by the alarms module instead, as GPUOPS_NOTIFY's are)
+SCRUBBED = frozenset({"vast_api_key"})
 # the variable each key stands for -> its key (settings.py names a file's value by its key)
 KEY_OF = {name: key for key, name in KEYS.items()}
 

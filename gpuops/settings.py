@@ -3,10 +3,10 @@ handed down.
 
 The CLI entry builds one ``Settings`` (``Settings.from_environ(environ, cli_options,
 config=read_config(environ))``) and passes it, or the values in it, to the constructors that
-need them. No other module of gpuops
-reads ``os.environ`` for a setting (tests/test_settings.py scans them; secrets.py reads it only
-to know which values to redact, H3); a child process gets an environment built from
-``Settings.environ`` (a copy taken with the rest). The variables, all optional:
+need them. No other module of gpuops reads ``os.environ`` for a setting (tests/test_settings.py
+scans them; secrets.py reads it only to know which values to redact, H3); a child process gets
+an environment built from ``Settings.environ`` (a copy taken with the rest). The variables, all
+optional:
 
     GPUOPS_STATE            the state store (--state wins): a directory or s3://bucket/prefix
     GPUOPS_OPERATOR         who is acting (--operator wins); default user@host
@@ -26,6 +26,7 @@ to know which values to redact, H3); a child process gets an environment built f
     GPUOPS_TIME_ORIGIN      the epoch at which the scaled clock and the real one agree
     NO_COLOR, TERM          colour only when NO_COLOR is unset and TERM is not dumb
     COLUMNS                 help width (ignored unless a positive integer, as shutil does)
+    GPUOPS_CONFIG           the config file to read (below) instead of the default one
 
 The config file (``read_config``): the file GPUOPS_CONFIG names (it must exist), else
 $XDG_CONFIG_HOME/gpuops/config.toml (default ~/.config/gpuops/config.toml; none there is fine),
@@ -35,9 +36,11 @@ Precedence: a command-line option, then the environment, then the file, then the
 
 A value that cannot be used is a ``UsageError`` naming the variable (or the file and its key)
 and what is wrong with it.
+
 Light on purpose: ``gpuops --help`` imports it before parsing (for COLUMNS), so at import it
 loads nothing that bare argparse has not (no dataclasses, typing or pathlib: those, and
-gpuops/clock.py, are imported when a Settings is built or a clock asked for).
+gpuops/clock.py, are imported when a Settings is built or a clock asked for; tomllib and
+gpuops/config.py only when a config file exists; and --help exits before any file is read).
 """
 
 from __future__ import annotations
@@ -192,7 +195,8 @@ def config_path(
         return os.path.abspath(os.path.expanduser(named)), True
     base = environ.get("XDG_CONFIG_HOME") or ""
     if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~") if home is None else os.fspath(home), ".config")
+        home = (environ.get("HOME") or os.path.expanduser("~")) if home is None else home
+        base = os.path.join(os.fspath(home), ".config")
     return os.path.join(base, "gpuops", "config.toml"), False
 
 
@@ -224,19 +228,24 @@ def read_config(
         raise UsageError(f"cannot read the config file {path}: {exc.strerror}") from None
     finally:
         os.close(fd)
-    from gpuops.config import KEY_OF, parse
+    data = b"".join(chunks)
+    parsed: dict[str, tuple[str, str]] = {}
+    keys: tuple[str, ...] = ()
+    if data.strip():  # an empty file (/dev/null) sets nothing, and costs no TOML parser
+        from gpuops.config import KEY_OF, SCRUBBED, parse
 
-    parsed = parse(b"".join(chunks), path)
+        parsed = parse(data, path)
+        keys = tuple(KEY_OF[name] for name in parsed)
+        if SCRUBBED.intersection(keys):  # only then the scrub's patterns (`boxes` never needs them)
+            from gpuops.secrets import remember
+
+            remember({name: value for name, (value, _) in parsed.items()})
     values = {name: value for name, (value, _) in parsed.items()}
-    if values:
-        from gpuops.secrets import remember
-
-        remember(values)
     return ConfigFile(
         path=path,
         named=named,
         mode=stat.S_IMODE(status.st_mode) if stat.S_ISREG(status.st_mode) else None,
-        keys=tuple(KEY_OF[name] for name in parsed),
+        keys=keys,
         values=tuple(values.items()),
         shown=tuple((name, shown) for name, (_, shown) in parsed.items()),
     )

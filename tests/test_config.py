@@ -158,9 +158,10 @@ SAME_IN_THE_ENVIRONMENT = {
     "GPUOPS_TIME_SCALE": "60",
     "GPUOPS_TIME_ORIGIN": "1000.5",
 }
-FIELDS = [
-    name for name in Settings.__slots__ if name not in ("config", "environ")
-] + ["vast_api_key", "notify_urls"]
+FIELDS = [name for name in Settings.__slots__ if name not in ("config", "environ")] + [
+    "vast_api_key",
+    "notify_urls",
+]
 
 
 def test_every_key_gives_what_its_variable_gives(tmp_path):
@@ -423,6 +424,16 @@ def test_the_file_s_secret_is_redacted_as_the_environment_s_would_be_h3(tmp_path
 
     assert scrub_text("refused key file-secret-4711x") == f"refused key {REDACTED}"
     assert "file-secret-4711x" not in repr(got) and "file-secret" not in repr(got.config)
+
+
+def test_the_keys_scrubbed_are_those_whose_variable_the_scrub_redacts():
+    """config.SCRUBBED is exactly the keys whose variable secrets.env_secrets treats as a
+    secret: a new secret-named variable's key cannot be forgotten."""
+    from gpuops.secrets import env_secrets
+
+    redacted = {key for key, name in config.KEYS.items() if env_secrets({name: "x" * 20})}
+
+    assert redacted == set(config.SCRUBBED) and config.SCRUBBED <= config.SECRETS
 
 
 def test_a_relative_named_file_reaches_a_child_as_an_absolute_path(tmp_path, monkeypatch):
