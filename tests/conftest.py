@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,11 @@ from hypothesis import HealthCheck, Phase, settings
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 # No test reads the config file of the person running the suite (~/.config/gpuops/config.toml
-# could send alarms to a real channel or name a real bucket): /dev/null is an empty config file.
-# A test of the file names its own, or passes its environment whole.
+# could send alarms to a real channel or name a real bucket), nor vastai's key file beside it:
+# /dev/null is an empty config file, and a test that drops every GPUOPS_* variable still finds
+# no file under an XDG_CONFIG_HOME that does not exist. A test of the file names its own.
 os.environ["GPUOPS_CONFIG"] = os.devnull
+os.environ["XDG_CONFIG_HOME"] = str(Path(tempfile.gettempdir(), "gpuops-tests-no-config-home"))
 
 settings.register_profile("default", deadline=None)
 # mutmut re-runs the covering tests once per mutant: fewer examples keep the gate in budget,
