@@ -3,6 +3,9 @@ and how to fix it.
 
 The checks, each a function of what it needs (tests give them fakes made to break each one):
 
+* **config** (only when a config file was read): nobody else may write it (it names the ssh
+  program, the state, where results go), and nobody else may read it when it holds a secret
+  (``vast_api_key``, ``notify``'s URLs); the fix is ``chmod 600``.
 * **store**: reachable, and it honours conditional writes. A self-test on a key of its own
   (``check/<nonce>``): a second create-if-absent must be refused, a put or a delete at a
   version that is no longer current must be refused, the current one accepted. S3-compatible
@@ -64,7 +67,7 @@ from gpuops.store.base import Store
 if TYPE_CHECKING:
     from gpuops.lane.board import Board
     from gpuops.providers.gce import LaneInstance
-    from gpuops.settings import Settings
+    from gpuops.settings import ConfigFile, Settings
 
 REFUSED, CONFIG, UNREACHABLE = 3, 2, 4
 _WORST_FIRST = (REFUSED, CONFIG, UNREACHABLE)
@@ -86,6 +89,35 @@ def exit_code(findings: Sequence[Finding]) -> int:
 
 def _unreachable(check: str, what: str, exc: Exception, fix: str) -> Finding:
     return Finding(check, False, f"{what}: {type(exc).__name__}: {exc}; {fix}", UNREACHABLE)
+
+
+# --- the config file -------------------------------------------------------------------------
+def check_config(config: ConfigFile | None) -> Finding | None:
+    """The config file's permissions; None when no file was read (no line)."""
+    if config is None:
+        return None
+    keys = ", ".join(config.keys) or "no keys"
+    if config.mode is None:  # /dev/null, a pipe: nothing on disk for another user to read
+        return Finding("config", True, f"{config.path} (not a regular file): {keys}")
+    mode, fix = f"mode {config.mode:04o}", f"chmod 600 {config.path}"
+    if config.mode & 0o022:
+        return Finding(
+            "config",
+            False,
+            f"{config.path} is writable by others ({mode}): whoever can write it chooses the "
+            f"ssh program, the state and where results go; {fix}",
+            CONFIG,
+        )
+    secrets_held = config.secret_keys()
+    if secrets_held and config.mode & 0o044:
+        return Finding(
+            "config",
+            False,
+            f"{config.path} holds {', '.join(secrets_held)} and is readable by others "
+            f"({mode}); {fix}",
+            CONFIG,
+        )
+    return Finding("config", True, f"{config.path} ({mode}): {keys}")
 
 
 # --- the store -------------------------------------------------------------------------------
@@ -455,11 +487,13 @@ def run_check(settings: Settings, as_json: bool) -> int:
         dates.append((response.headers.get("Date"), time.time()))
 
     try:
-        key = find_api_key(settings.environ)
+        key = find_api_key(settings.environ, settings.vast_api_key)
         vast: object = VastAdapter(api_key=key, base_url=settings.vast_url, observers=[seen])
     except UsageError as exc:
         vast = _NoKey(exc)
-    findings = run_checks(
+    config = check_config(settings.config)
+    findings = [config] if config is not None else []
+    findings += run_checks(
         store,
         vast,
         public_key,

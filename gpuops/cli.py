@@ -65,6 +65,7 @@ GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
     ),
 }
 _GLOBAL_VALUED = ("--state", "--operator")  # global options that take the next word
+SHELLS = ("bash", "zsh", "fish")  # what `gpuops completion SHELL` writes a script for
 
 
 def command_of(argv: Sequence[str]) -> str | None:
@@ -244,6 +245,12 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     serve.add_argument("--scenario", metavar="FILE")
     serve.add_argument("--port", type=int, default=0)
     serve.add_argument("--state-dir", metavar="DIR")
+    completion = commands.add_parser(
+        "completion", parents=[common], help="print a completion script for bash, zsh or fish"
+    )
+    completion.add_argument(
+        "shell", metavar="SHELL", choices=SHELLS, help="the shell: " + ", ".join(SHELLS)
+    )
     return parser
 
 
@@ -308,14 +315,19 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gpuops.settings import Settings, columns_of, environ_snapshot
+    from gpuops.settings import Settings, columns_of, environ_snapshot, read_config
 
     words = sys.argv[1:] if argv is None else argv
     environ = environ_snapshot()  # the one read of the environment; Settings holds the rest
     args = build_parser(only=command_of(words) or "", columns=columns_of(environ)).parse_args(words)
     try:
+        if args.command == "completion":  # reads no settings: a broken config file still completes
+            from gpuops.completion import script
+
+            sys.stdout.write(script(args.shell, build_parser()))
+            return 0
         options = {name: getattr(args, name, None) for name in ("state", "operator")}
-        settings = Settings.from_environ(environ, options)
+        settings = Settings.from_environ(environ, options, config=read_config(environ))
         check_args(args)
         return _dispatch(args, settings)
     except GpuopsError as exc:

@@ -10,6 +10,7 @@ row's evidence is the fake's own record of which boxes still bill.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -107,6 +108,9 @@ class _Fakes:
             "GPUOPS_OPERATOR": operator,
             "GPUOPS_RESULTS": str(self.results),
             "GPUOPS_EVENTS": str(self.events),
+            # its children read no config file, as its own Settings (below) read none: a
+            # person's file must not send the demo's alarms or results anywhere real
+            "GPUOPS_CONFIG": os.devnull,
         }
         self.settings = Settings.from_environ({**base, **self.env}, {"state": state_url})
 

@@ -216,7 +216,8 @@ def _recording_market(
     vastai_lazy.install()
     events = EventLog(settings.events_path, operator)
     adapter = VastAdapter(
-        api_key=find_api_key(settings.environ),  # VAST_API_KEY, else vastai's key files
+        # VAST_API_KEY, else the config file's vast_api_key, else vastai's key files
+        api_key=find_api_key(settings.environ, settings.vast_api_key),
         base_url=settings.vast_url,
         events=events,
         observers=(log,),

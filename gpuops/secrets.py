@@ -1,8 +1,8 @@
 """What a secret looks like, defined once, and ``scrub``, which takes every one out (rule H3).
 
 Owns: the names whose values are secrets (``api_key``, ``Authorization``, ``jupyter_token``,
-``X-Api-Key``...), the environment variables whose values are secrets (``VAST_API_KEY``...),
-the shapes that give a secret away on their own (a PEM private key, ``Bearer <token>``, AWS,
+``X-Api-Key``...), the environment variables whose values are secrets (``VAST_API_KEY``...,
+and the config file's values for them: ``remember``), the shapes that give a secret away on their own (a PEM private key, ``Bearer <token>``, AWS,
 Google and Vast.ai keys), and the placeholders that are not secrets (``api_key=...``).
 
 Everything that writes text a person or a file keeps uses this module: the event log scrubs
@@ -38,6 +38,7 @@ __all__ = [
     "env_secrets",
     "is_secret_env_name",
     "is_secret_name",
+    "remember",
     "scrub",
     "scrub_text",
 ]
@@ -144,18 +145,37 @@ def env_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     return tuple(sorted(found, key=lambda value: (-len(value), value)))
 
 
+# Secret values this process holds outside its environment: the config file's (settings.py's
+# read_config), redacted exactly as they would be had they come from the environment.
+_REMEMBERED: set[str] = set()
+
+
+def remember(values: Mapping[str, str]) -> None:
+    """From now on, redact the secrets among ``values`` (variable name -> value, as an
+    environment holds them) as if they were in this process's environment."""
+    _REMEMBERED.update(env_secrets(values))
+
+
+def _known_secrets() -> tuple[str, ...]:
+    found = env_secrets()
+    if not _REMEMBERED:
+        return found
+    return tuple(sorted({*found, *_REMEMBERED}, key=lambda value: (-len(value), value)))
+
+
 def scrub(value: object) -> object:
     """A copy of ``value`` with every secret replaced by REDACTED (rule H3).
 
     Walks mappings (returned as dicts), lists, tuples and strings; other values come back
-    unchanged. Reads the environment once per call for secret values; otherwise pure.
+    unchanged. Reads the environment once per call for secret values (and the config file's,
+    ``remember``); otherwise pure.
     """
-    return _scrub(value, env_secrets())
+    return _scrub(value, _known_secrets())
 
 
 def scrub_text(text: str) -> str:
     """``text`` with every secret replaced by REDACTED (rule H3); see ``scrub``."""
-    return _scrub_text(text, env_secrets())
+    return _scrub_text(text, _known_secrets())
 
 
 def _scrub(value: object, secrets: tuple[str, ...]) -> object:

@@ -1,10 +1,12 @@
-"""Everything gpuops takes from the environment, read once, checked once, handed down.
+"""Everything gpuops takes from the environment and its config file, read once, checked once,
+handed down.
 
-The CLI entry builds one ``Settings`` (``Settings.from_environ(environ, cli_options)``) and
-passes it, or the values in it, to the constructors that need them. No other module of gpuops
-reads ``os.environ`` for a setting (tests/test_settings.py scans them; secrets.py reads it only
-to know which values to redact, H3); a child process gets an environment built from
-``Settings.environ`` (a copy taken with the rest). The variables, all optional:
+The CLI entry builds one ``Settings`` (``Settings.from_environ(environ, cli_options,
+config=read_config(environ))``) and passes it, or the values in it, to the constructors that
+need them. No other module of gpuops reads ``os.environ`` for a setting (tests/test_settings.py
+scans them; secrets.py reads it only to know which values to redact, H3); a child process gets
+an environment built from ``Settings.environ`` (a copy taken with the rest). The variables, all
+optional:
 
     GPUOPS_STATE            the state store (--state wins): a directory or s3://bucket/prefix
     GPUOPS_OPERATOR         who is acting (--operator wins); default user@host
@@ -24,11 +26,21 @@ to know which values to redact, H3); a child process gets an environment built f
     GPUOPS_TIME_ORIGIN      the epoch at which the scaled clock and the real one agree
     NO_COLOR, TERM          colour only when NO_COLOR is unset and TERM is not dumb
     COLUMNS                 help width (ignored unless a positive integer, as shutil does)
+    GPUOPS_CONFIG           the config file to read (below) instead of the default one
 
-A value that cannot be used is a ``UsageError`` naming the variable and what is wrong with it.
+The config file (``read_config``): the file GPUOPS_CONFIG names (it must exist), else
+$XDG_CONFIG_HOME/gpuops/config.toml (default ~/.config/gpuops/config.toml; none there is fine),
+read once per command. Its keys are the variables above in lower case, less ``GPUOPS_``
+(gpuops/config.py holds them and parses the file); the terminal's three are not among them.
+Precedence: a command-line option, then the environment, then the file, then the default.
+
+A value that cannot be used is a ``UsageError`` naming the variable (or the file and its key)
+and what is wrong with it.
+
 Light on purpose: ``gpuops --help`` imports it before parsing (for COLUMNS), so at import it
 loads nothing that bare argparse has not (no dataclasses, typing or pathlib: those, and
-gpuops/clock.py, are imported when a Settings is built or a clock asked for).
+gpuops/clock.py, are imported when a Settings is built or a clock asked for; tomllib and
+gpuops/config.py only when a config file exists; and --help exits before any file is read).
 """
 
 from __future__ import annotations
@@ -151,6 +163,125 @@ class TimeScale(_Value):
         return ScaledClock(self.factor, origin=self.origin)
 
 
+class ConfigFile(_Value):
+    """The config file a command read: its absolute path, whether GPUOPS_CONFIG named it, its
+    permission bits (None when it is not a regular file, as /dev/null), the keys it sets, and
+    by variable name their values and how a message shows each, ``key = value`` (a secret's
+    hidden); those two are left out of repr."""
+
+    __slots__ = ("path", "named", "mode", "keys", "values", "shown")
+    _secret = ("values", "shown")
+    path: str
+    named: bool
+    mode: int | None
+    keys: tuple[str, ...]
+    values: tuple[tuple[str, str], ...]
+    shown: tuple[tuple[str, str], ...]
+
+    def secret_keys(self) -> tuple[str, ...]:
+        """The keys it sets whose values are secrets (an API key, URLs with tokens)."""
+        from gpuops.config import SECRETS
+
+        return tuple(key for key in self.keys if key in SECRETS)
+
+
+def config_path(
+    environ: Mapping[str, str], home: str | os.PathLike[str] | None = None
+) -> tuple[str, bool]:
+    """The config file's path, and whether GPUOPS_CONFIG named it. A relative XDG_CONFIG_HOME
+    is ignored, as the XDG spec asks."""
+    named = environ.get("GPUOPS_CONFIG") or None
+    if named is not None:
+        return os.path.abspath(os.path.expanduser(named)), True
+    base = environ.get("XDG_CONFIG_HOME") or ""
+    if not os.path.isabs(base):
+        home = (environ.get("HOME") or os.path.expanduser("~")) if home is None else home
+        base = os.path.join(os.fspath(home), ".config")
+    return os.path.join(base, "gpuops", "config.toml"), False
+
+
+def read_config(
+    environ: Mapping[str, str], home: str | os.PathLike[str] | None = None
+) -> ConfigFile | None:
+    """The config file, read once and checked; None when there is none at the default path.
+    A file GPUOPS_CONFIG names must exist. Its secrets are redacted from then on as the
+    environment's are (secrets.remember, H3). ``home``: the default's home (tests)."""
+    import stat
+
+    path, named = config_path(environ, home)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if named:
+            raise UsageError(f"GPUOPS_CONFIG names {path}, which does not exist") from None
+        return None
+    except OSError as exc:
+        raise UsageError(f"cannot read the config file {path}: {exc.strerror}") from None
+    try:
+        status = os.fstat(fd)
+        if stat.S_ISDIR(status.st_mode):
+            raise UsageError(f"the config file {path} is a directory")
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError as exc:
+        raise UsageError(f"cannot read the config file {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    parsed: dict[str, tuple[str, str]] = {}
+    keys: tuple[str, ...] = ()
+    if data.strip():  # an empty file (/dev/null) sets nothing, and costs no TOML parser
+        from gpuops.config import KEY_OF, SCRUBBED, parse
+
+        parsed = parse(data, path)
+        keys = tuple(KEY_OF[name] for name in parsed)
+        if SCRUBBED.intersection(keys):  # only then the scrub's patterns (`boxes` never needs them)
+            from gpuops.secrets import remember
+
+            remember({name: value for name, (value, _) in parsed.items()})
+    values = {name: value for name, (value, _) in parsed.items()}
+    return ConfigFile(
+        path=path,
+        named=named,
+        mode=stat.S_IMODE(status.st_mode) if stat.S_ISREG(status.st_mode) else None,
+        keys=keys,
+        values=tuple(values.items()),
+        shown=tuple((name, shown) for name, (_, shown) in parsed.items()),
+    )
+
+
+class _Layers:
+    """The environment over the config file: a variable's value (set but empty counts as
+    unset, in either), and how a message names where it came from."""
+
+    __slots__ = ("env", "file", "shown", "path")
+
+    def __init__(self, env: Mapping[str, str], config: ConfigFile | None) -> None:
+        self.env = env
+        self.file = dict(config.values) if config is not None else {}
+        self.shown = dict(config.shown) if config is not None else {}
+        self.path = config.path if config is not None else ""
+
+    def get(self, name: str) -> str | None:
+        return self.env.get(name) or self.file.get(name) or None
+
+    def from_file(self, name: str) -> bool:
+        return not self.env.get(name) and bool(self.file.get(name))
+
+    def where(self, name: str) -> str:
+        """``NAME``, or ``FILE: key`` for a value the file gave."""
+        if self.from_file(name):
+            return f"{self.path}: {self.shown[name].partition(' = ')[0]}"
+        return name
+
+    def show(self, name: str) -> str:
+        """``NAME='value'``, or ``FILE: key = value`` for a value the file gave."""
+        if self.from_file(name):
+            return f"{self.path}: {self.shown[name]}"
+        return f"{name}={self.env.get(name)!r}"
+
+
 class LaneSettings(_Value):
     __slots__ = ("project", "zone", "instance", "bucket")
     project: str
@@ -185,6 +316,7 @@ class Settings(_Value):
         "notify_urls",  # GPUOPS_NOTIFY, each an apprise URL (tokens in it: never shown)
         "colour",  # NO_COLOR unset and TERM not dumb (a terminal is still needed)
         "columns",
+        "config",  # the config file read (ConfigFile), or None
         "environ",
     )
     _secret = ("vast_api_key", "notify_urls", "environ")
@@ -206,6 +338,7 @@ class Settings(_Value):
     notify_urls: tuple[str, ...]
     colour: bool
     columns: int | None
+    config: ConfigFile | None
     environ: Mapping[str, str]
 
     @classmethod
@@ -216,17 +349,20 @@ class Settings(_Value):
         *,
         home: Path | None = None,
         clock: Clock | None = None,
+        config: ConfigFile | None = None,
     ) -> Settings:
-        """Every value, from ``environ`` (default: a snapshot of this process's) and the
-        CLI's global options (``state``, ``operator``; absent or None: not given). ``home``
+        """Every value, from the CLI's global options (``state``, ``operator``; absent or
+        None: not given), then ``environ`` (default: a snapshot of this process's), then
+        ``config`` (the file ``read_config`` read; None: none), then the defaults. ``home``
         and ``clock`` (the origin of a time scale given without one) are for tests."""
         from pathlib import Path
 
         env = environ_snapshot() if environ is None else dict(environ)
+        if config is not None and config.named:
+            env["GPUOPS_CONFIG"] = config.path  # absolute: a guardian runs from /
         options = cli_options or {}
-
-        def value(name: str) -> str | None:
-            return env.get(name) or None  # set but empty counts as unset, as it always has
+        layers = _Layers(env, config)
+        value = layers.get
 
         home_dir = Path.home() if home is None else home
         user_dir = Path(value("XDG_STATE_HOME") or str(home_dir / ".local" / "state")) / "gpuops"
@@ -235,19 +371,22 @@ class Settings(_Value):
         operator = _option(options, "operator")
         if operator is not None:
             check_operator(operator)
-        elif value("GPUOPS_OPERATOR") is not None:
+        elif (given := value("GPUOPS_OPERATOR")) is not None:
             try:
-                operator = check_operator(env["GPUOPS_OPERATOR"])
+                operator = check_operator(given)
             except UsageError as exc:
-                raise UsageError(f"GPUOPS_OPERATOR: {exc}") from None
+                raise UsageError(f"{layers.where('GPUOPS_OPERATOR')}: {exc}") from None
         events = value("GPUOPS_EVENTS")
         results = value("GPUOPS_RESULTS") or str(local_dir / "results")
         if results.startswith("s3://") and not results.removeprefix("s3://").partition("/")[0]:
-            raise UsageError(f"GPUOPS_RESULTS={results!r} names no bucket (s3://bucket/prefix)")
+            raise UsageError(
+                f"{layers.show('GPUOPS_RESULTS')} names no bucket (s3://bucket/prefix)"
+            )
         ssh_key = value("GPUOPS_SSH_KEY")
         if ssh_key is not None and not ssh_key.endswith(".pub"):
             raise UsageError(
-                f"GPUOPS_SSH_KEY={ssh_key!r} must name the public half of the key (a .pub file)"
+                f"{layers.show('GPUOPS_SSH_KEY')} must name the public half of the key "
+                "(a .pub file)"
             )
         term = env.get("TERM")
         return cls(
@@ -259,16 +398,17 @@ class Settings(_Value):
             ssh_key=Path(ssh_key or str(home_dir / ".ssh" / "id_ed25519.pub")).expanduser(),
             ssh_program=value("GPUOPS_SSH") or "ssh",
             operator=operator,
-            vast_url=_endpoint(env, "VAST_URL"),
+            vast_url=_endpoint(layers, "VAST_URL"),
             vast_api_key=value("VAST_API_KEY"),
-            gce_endpoint=_endpoint(env, "GPUOPS_GCE_ENDPOINT"),
+            gce_endpoint=_endpoint(layers, "GPUOPS_GCE_ENDPOINT"),
             storage_emulator_host=value("STORAGE_EMULATOR_HOST"),
-            s3_endpoint=_endpoint(env, "GPUOPS_S3_ENDPOINT"),
-            lane_values=tuple((n, env[n]) for n in LANE_VARIABLES if value(n) is not None),
-            time_scale=_time_scale(env, clock),
-            notify_urls=notify_urls(env.get("GPUOPS_NOTIFY", "")),
+            s3_endpoint=_endpoint(layers, "GPUOPS_S3_ENDPOINT"),
+            lane_values=tuple((n, v) for n in LANE_VARIABLES if (v := value(n)) is not None),
+            time_scale=_time_scale(layers, clock),
+            notify_urls=notify_urls(value("GPUOPS_NOTIFY") or "", layers.where("GPUOPS_NOTIFY")),
             colour="NO_COLOR" not in env and term != "dumb",
             columns=columns_of(env),
+            config=config,
             environ=env,
         )
 
@@ -287,7 +427,11 @@ class Settings(_Value):
         given = dict(self.lane_values)
         missing = [name for name in LANE_VARIABLES if name not in given]
         if missing:
-            raise UsageError(f"the lane needs {', '.join(missing)} in the environment")
+            keys = ", ".join(name.removeprefix("GPUOPS_").lower() for name in missing)
+            raise UsageError(
+                f"the lane needs {', '.join(missing)} in the environment "
+                f"(or {keys} in the config file)"
+            )
         return LaneSettings(*(given[name] for name in LANE_VARIABLES))
 
     def lane_bucket(self) -> str | None:
@@ -330,18 +474,18 @@ def _local_dir(state_url: str, user_dir: Path) -> Path:
     return type(user_dir)(state_url.removeprefix("file://")).expanduser()
 
 
-def _endpoint(env: Mapping[str, str], name: str) -> str | None:
+def _endpoint(layers: _Layers, name: str) -> str | None:
     """An http(s)://host[:port][/path] URL, or None when unset."""
-    url = env.get(name) or None
+    url = layers.get(name)
     if url is None:
         return None
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in ("http", "https") or not rest.split("/")[0]:
-        raise UsageError(f"{name}={url!r} must be an http:// or https:// URL with a host")
+        raise UsageError(f"{layers.show(name)} must be an http:// or https:// URL with a host")
     return url
 
 
-def notify_urls(raw: str) -> tuple[str, ...]:
+def notify_urls(raw: str, where: str = "GPUOPS_NOTIFY") -> tuple[str, ...]:
     """GPUOPS_NOTIFY's URLs: words split on spaces, and on a comma that starts another URL (a
     comma inside one, as in mailto's ``?to=a@x,b@x``, stays); each ``scheme://...`` with an
     alphanumeric scheme. Which schemes apprise knows is its own to say, when it sends. A bad one
@@ -359,39 +503,41 @@ def notify_urls(raw: str) -> tuple[str, ...]:
                 urls[-1] += "," + piece  # a comma inside the URL before it
             else:
                 raise UsageError(
-                    f"GPUOPS_NOTIFY: URL {len(urls) + 1} is not a notification URL: give "
+                    f"{where}: URL {len(urls) + 1} is not a notification URL: give "
                     "scheme://..., e.g. json://host:port/path or ntfy://topic (apprise's syntax)"
                 )
             starts = False
     return tuple(urls)
 
 
-def _number(env: Mapping[str, str], name: str) -> float | None:
-    raw = env.get(name) or None
+def _number(layers: _Layers, name: str) -> float | None:
+    raw = layers.get(name)
     if raw is None:
         return None
     try:
         number = float(raw)
     except ValueError:
-        raise UsageError(f"{name}={raw!r} is not a number") from None
+        raise UsageError(f"{layers.show(name)} is not a number") from None
     if not math.isfinite(number):
-        raise UsageError(f"{name}={raw!r} must be a finite number")
+        raise UsageError(f"{layers.show(name)} must be a finite number")
     return number
 
 
-def _time_scale(env: Mapping[str, str], clock: Clock | None) -> TimeScale | None:
-    factor = _number(env, "GPUOPS_TIME_SCALE")
-    origin = _number(env, "GPUOPS_TIME_ORIGIN")
+def _time_scale(layers: _Layers, clock: Clock | None) -> TimeScale | None:
+    factor = _number(layers, "GPUOPS_TIME_SCALE")
+    origin = _number(layers, "GPUOPS_TIME_ORIGIN")
     for old in ("GPUOPS_LANE_TIME_SCALE", "GPUOPS_GUARD_TIME_SCALE", "GPUOPS_LANE_TIME_ORIGIN"):
-        if env.get(old):
+        if layers.env.get(old):
             new = old.replace("_LANE", "").replace("_GUARD", "")
             raise UsageError(f"{old} is no longer read: set {new} (one scale for everything)")
     if factor is None:
         if origin is not None:
-            raise UsageError("GPUOPS_TIME_ORIGIN is set without GPUOPS_TIME_SCALE")
+            raise UsageError(
+                f"{layers.where('GPUOPS_TIME_ORIGIN')} is set without GPUOPS_TIME_SCALE"
+            )
         return None
     if not factor > 0:
-        raise UsageError(f"GPUOPS_TIME_SCALE={env['GPUOPS_TIME_SCALE']!r} must be positive")
+        raise UsageError(f"{layers.show('GPUOPS_TIME_SCALE')} must be positive")
     if origin is None:
         from gpuops.clock import SYSTEM
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,12 @@ from hypothesis import HealthCheck, Phase, settings
 # this file is read); the fake VM's boots set their own (fakes/gce/boot.py).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+# No test reads the config file of the person running the suite (~/.config/gpuops/config.toml
+# could send alarms to a real channel or name a real bucket), nor vastai's key file beside it:
+# /dev/null is an empty config file, and a test that drops every GPUOPS_* variable still finds
+# no file under an XDG_CONFIG_HOME that does not exist. A test of the file names its own.
+os.environ["GPUOPS_CONFIG"] = os.devnull
+os.environ["XDG_CONFIG_HOME"] = str(Path(tempfile.gettempdir(), "gpuops-tests-no-config-home"))
 
 settings.register_profile("default", deadline=None)
 # mutmut re-runs the covering tests once per mutant: fewer examples keep the gate in budget,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -81,7 +82,11 @@ def test_help_and_rules_import_no_other_command_s_modules():
             capture_output=True,
             text=True,
             check=True,
-            env={"GPUOPS_STATE": "/nonexistent-gpuops-state", "PATH": "/usr/bin:/bin"},
+            env={
+                "GPUOPS_STATE": "/nonexistent-gpuops-state",
+                "PATH": "/usr/bin:/bin",
+                "GPUOPS_CONFIG": os.devnull,  # not the config file of whoever runs the suite
+            },
         ).stdout
         loaded = set(json.loads(out.splitlines()[-1]))
         assert not loaded & unwanted, argv
@@ -129,7 +134,7 @@ def loaded_modules(argv: list[str], env: dict[str, str]) -> set[str]:
         capture_output=True,
         text=True,
         check=True,
-        env={"PATH": "/usr/bin:/bin", **env},
+        env={"PATH": "/usr/bin:/bin", "GPUOPS_CONFIG": os.devnull, **env},
     ).stdout
     code, modules = json.loads(out.splitlines()[-1])
     assert code == 0
@@ -159,3 +164,18 @@ def test_boxes_over_a_live_rental_loads_no_event_type_probe_or_socket(tmp_path):
 
     assert "gpuops.market.rentals" in loaded and "gpuops.market.leases" in loaded
     assert not loaded & {"gpuops.event_types", "gpuops.market.probe", "socket", "random"}
+
+
+@pytest.mark.process
+def test_a_config_file_adds_only_its_parser_to_what_boxes_loads(tmp_path):
+    """With a config file, `boxes` loads gpuops/config.py and tomllib besides the pinned set;
+    an empty one (/dev/null) loads neither."""
+    path = tmp_path / "config.toml"
+    path.write_text(f'state = "{tmp_path / "state"}"\noperator = "a@host"\n')
+
+    with_file = loaded_modules(["boxes"], {"GPUOPS_CONFIG": str(path)})
+    empty = loaded_modules(["boxes", "--state", str(tmp_path / "s")], {"GPUOPS_OPERATOR": "a"})
+
+    assert {m for m in with_file if m.split(".")[0] == "gpuops"} == BOXES_GPUOPS | {"gpuops.config"}
+    assert "tomllib" in with_file and not with_file & BOXES_NEVER
+    assert "tomllib" not in empty and "gpuops.config" not in empty

@@ -320,7 +320,7 @@ def test_a_missing_lane_variable_is_named():
 
     assert str(raised.value) == (
         "the lane needs GPUOPS_LANE_PROJECT, GPUOPS_LANE_INSTANCE, GPUOPS_LANE_BUCKET "
-        "in the environment"
+        "in the environment (or lane_project, lane_instance, lane_bucket in the config file)"
     )
 
 

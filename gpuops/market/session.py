@@ -92,7 +92,8 @@ def open_market(
     # one call budget: a sweep's threads and the adapter's 429 waits
     pace = Pace(clock=WithSleep(SYSTEM, retry_sleep))
     vast = VastAdapter(
-        api_key=find_api_key(settings.environ),  # VAST_API_KEY, else vastai's key files
+        # VAST_API_KEY, else the config file's vast_api_key, else vastai's key files
+        api_key=find_api_key(settings.environ, settings.vast_api_key),
         base_url=settings.vast_url,
         events=events,
         clock=WithSleep(SYSTEM, pace.hold),  # real time; every wait is a place in the budget

@@ -745,10 +745,11 @@ def _checked_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def find_api_key(env: Mapping[str, str]) -> str:
-    """VAST_API_KEY in ``env``, else vastai's own key files under its HOME/XDG_CONFIG_HOME
-    (the caller passes the environment: no adapter reads os.environ)."""
-    return _resolve_api_key(None, env)
+def find_api_key(env: Mapping[str, str], configured: str | None = None) -> str:
+    """``configured`` (Settings.vast_api_key: VAST_API_KEY, else the config file's), else
+    VAST_API_KEY in ``env``, else vastai's own key files under its HOME/XDG_CONFIG_HOME (the
+    caller passes the environment: no adapter reads os.environ)."""
+    return _resolve_api_key(configured, env)
 
 
 def _resolve_api_key(api_key: str | None, env: Mapping[str, str]) -> str:
