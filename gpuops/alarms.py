@@ -273,12 +273,13 @@ class AppriseEndpoint:
         try:
             import logging
 
-            import apprise
-
             # apprise logs through `logging`; unconfigured, Python would print its warnings
-            # (which may name the URL) on stderr
+            # (which may name the URL) on stderr. Quiet before the import: apprise logs while
+            # it loads too (its locale, read from LC_ALL/LANG on the first import)
             logging.getLogger("apprise").addHandler(logging.NullHandler())
             logging.getLogger("apprise").propagate = False
+
+            import apprise
             # in this thread, bounded by the URL's own cto/rto: apprise's worker pools refuse
             # work once the interpreter is exiting, which is when a guardian's last alarm goes
             asset = apprise.AppriseAsset(

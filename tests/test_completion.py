@@ -120,7 +120,7 @@ def test_bash_follows_subcommands_past_global_options_and_their_values():
     assert out == [
         "complete -o default -F _gpuops gpuops",
         "board",
-        "--live",
+        "--live --limit",  # lane board's own options: --live, and --history's --limit
         "set",
         "boxes budget",
     ]

@@ -7,7 +7,10 @@ for a job its installer has not claimed (L4), nor while the instance's own claim
 anyone else's claim (L13, judged from FakeGCE's labels); the board always parses to exactly one
 state (L3) and, when present, agrees with the label (a held board's epoch is the label's, a
 free board's label holds nothing); no retry is lost to a crash (L11): the board's attempt count
-is every attempt begun. The board can be lost at any step and repaired by either operator.
+is every attempt begun. The board can be lost or edited by hand (a byte changed, garbage) at
+any step and repaired by either operator; storage can refuse the job's result uploads for a
+while. Asked of FakeGCE: a job `lane watch` calls succeeded has every result it made in the
+bucket (L9), and hours after any step the VM is off, whatever path its boot took (L12).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from fakes.gce.inprocess import activate
 from fakes.gce.server import serve_http
 from fakes.vast.clock import FakeClock
 from gpuops.errors import GpuopsError, Refused
+import dataclasses
+
 from gpuops.events import read_events
 from gpuops.lane import board as b
 from gpuops.lane import decide as d
@@ -34,6 +39,8 @@ from tests.lane_world import BASE, World
 
 OPERATORS = ("alice", "bob")
 JOBS = ("portraits", "validation")
+RESULTS = 2  # the files each job's workload uploads (LaneScenario.results)
+COMMAND = 'python3 "$WORK/job.py"'  # the fake VM's workload: writes RESULTS result files
 
 
 # Mostly True: most steps are the holder's, right-job, well-formed, so runs reach deep states.
@@ -51,7 +58,7 @@ class LaneMachine(RuleBasedStateMachine):
         os.environ["STORAGE_EMULATOR_HOST"] = BASE
         self._tmp = tempfile.TemporaryDirectory()
         clock = FakeClock()
-        fake = FakeGCE(LaneScenario(job_runtime_s=90.0, results=2), clock)
+        fake = FakeGCE(LaneScenario(job_runtime_s=90.0, results=RESULTS), clock)
         self._server = serve_http(fake, ticker=False, boot_root=Path(self._tmp.name) / "boots")
         self._mock = activate(fake, BASE)
         self._mock.__enter__()
@@ -79,7 +86,7 @@ class LaneMachine(RuleBasedStateMachine):
     def alice_holds_the_lane_with_a_script(self, job: str) -> None:
         """Every run starts where the interesting steps are: a claim with a script."""
         self.lanes["alice"].claim(job)
-        self.lanes["alice"].install(job, script.render(job, "gpuops-lane-jobs", "true"))
+        self.lanes["alice"].install(job, script.render(job, "gpuops-lane-jobs", COMMAND))
 
     def board(self) -> b.Board:
         """The board; a lost one not yet repaired reads as a free placeholder here (the rules
@@ -95,6 +102,52 @@ class LaneMachine(RuleBasedStateMachine):
         got = self.world.store.get(self.lanes["alice"].key)
         if got is not None:
             self.world.store.delete(got.key, got.version)
+
+    @rule(garbage=st.booleans(), at=st.integers(0, 400))
+    def the_board_is_edited_by_hand(self, garbage: bool, at: int) -> None:
+        """One byte of the stored board changed, or garbage put in its place, past gpuops (a
+        hand in an editor, a careless script): every command must read it as unknown (L12)."""
+        got = self.world.store.get(self.lanes["alice"].key)
+        if got is None:
+            return
+        data = bytearray(got.data)
+        if garbage or not data:
+            data = bytearray(b"\x00garbage\xff")
+        else:
+            data[at % len(data)] ^= 0x01
+        self.world.store.put(got.key, bytes(data), got.version)
+
+    @rule(seconds=st.sampled_from([60.0, 600.0]))
+    def storage_refuses_result_uploads_for_a_while(self, seconds: float) -> None:
+        """Every write under jobs/ is answered 503 for a while, from the next one on (L9)."""
+        fake = self.world.fake
+        fake.scenario = dataclasses.replace(
+            fake.scenario, gcs_write_outage_prefix="jobs/", gcs_write_outage_s=seconds
+        )
+        fake._outage_from = None
+
+    @rule(op=st.sampled_from(OPERATORS))
+    def watch(self, op: str) -> None:
+        """L9: a job watch calls succeeded has every result its workload made in the bucket,
+        as FakeGCE's own objects show."""
+        job = self.board().job
+        if job is None:
+            return
+        try:
+            verdict = self.lanes[op].watch(job, timeout_s=300.0)
+        except GpuopsError:
+            return
+        if verdict is d.Verdict.SUCCEEDED:
+            prefix = f"jobs/{job}/results/"
+            stored = [n for n in self.world.fake.objects if n.startswith(prefix)]
+            assert len(stored) >= RESULTS, f"succeeded with {len(stored)} of {RESULTS} results"
+
+    @rule()
+    def hours_pass(self) -> None:
+        """L12: whatever path the last boot took (a crash, a typo refused, a failed upload, a
+        third operator's job), hours later the VM is off: nothing bills unwatched."""
+        self.world.advance(3 * 3600.0)
+        assert self.world.fake.status == "TERMINATED", self.world.fake.status
 
     @rule(op=st.sampled_from(OPERATORS))
     def repair(self, op: str) -> None:
@@ -122,7 +175,7 @@ class LaneMachine(RuleBasedStateMachine):
         op = self.who(holder)
         held = self.board().job or "portraits"
         job = held if right_job else next(j for j in JOBS if j != held)
-        text = script.render(job, "gpuops-lane-jobs", "true")
+        text = script.render(job, "gpuops-lane-jobs", COMMAND)
         if typo:
             text = text.replace(f'JOB="{job}"', f'JOB="{job}x"')
         before = dict(self.world.fake.metadata)
@@ -184,19 +237,20 @@ class LaneMachine(RuleBasedStateMachine):
     @invariant()
     def the_board_parses_to_exactly_one_state(self) -> None:
         """L3: the stored board parses (a missing one is judged by L12, never assumed free)."""
-        got = self.world.store.get(self.lanes["alice"].key)
-        if got is not None:
-            board, _ = b.parse(got.data.decode("utf-8"))
-            assert board.state in b.STATES
+        try:
+            board = self.lanes["alice"].read()[0]
+        except Refused:
+            return  # missing or edited by hand: unknown, every command refuses (L12)
+        assert board.state in b.STATES
 
     @invariant()
     def the_board_agrees_with_the_instances_claim_label(self) -> None:
         """L13: a held board's epoch is the one the label holds; a free board's label holds
         no claim (a lost board is judged by L12 instead)."""
-        got = self.world.store.get(self.lanes["alice"].key)
-        if got is None:
-            return
-        board, _ = b.parse(got.data.decode("utf-8"))
+        try:
+            board = self.lanes["alice"].read()[0]
+        except Refused:
+            return  # missing or unreadable: judged by L12 instead
         label = d.vm_claim(self.world.fake.labels)
         if board.state == b.FREE:
             assert not label.held, (board, label)
