@@ -280,6 +280,7 @@ class AppriseEndpoint:
             logging.getLogger("apprise").propagate = False
 
             import apprise
+
             # in this thread, bounded by the URL's own cto/rto: apprise's worker pools refuse
             # work once the interpreter is exiting, which is when a guardian's last alarm goes
             asset = apprise.AppriseAsset(

@@ -137,6 +137,28 @@ def test_an_inconsistent_state_line_is_corrupt(line):
     )
 
 
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [("since", "2026-02-30T09:12:05Z"), ("claimed", "2026-11-30T25:13:05Z"),
+     ("started", "2026-13-30T09:14:05Z")],
+)  # fmt: skip
+@pytest.mark.fault(
+    "one character of the board changed by hand into a time that does not exist",
+    handled="corrupt, naming the field (L12): never an untyped error that stops every command",
+)
+def test_a_board_time_that_names_no_instant_is_corrupt_naming_the_field_l12(field, bad):
+    """L12: a time the state line's pattern accepts but no calendar has is corrupt."""
+    held = _held(state=b.RUNNING, boot="x", started=T0 + 120.0)
+    line = b.state_line(held)
+    good = line.split(f"{field}=")[1].split(" ")[0]
+
+    with pytest.raises(CorruptState) as raised:
+        b.parse(line.replace(f"{field}={good}", f"{field}={bad}"), "lane/gpu-lane/board")
+
+    assert raised.value.where == "lane/gpu-lane/board"
+    assert raised.value.reason == f"{field}={bad} is not a UTC time"
+
+
 def test_a_corrupt_first_line_names_where_and_shows_its_start():
     """Bad input: the error says where, and quotes the first 120 characters only."""
     with pytest.raises(CorruptState) as named:

@@ -94,8 +94,14 @@ def stamp(when: float) -> str:
     return datetime.fromtimestamp(int(when), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _epoch(text: str) -> float:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+def _epoch(text: str, field: str, where: str) -> float:
+    """A board time; one that names no real instant (a hand's edit: February 30th, hour 25)
+    is a corrupt board naming the field, never an untyped error (L12)."""
+    try:
+        when = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        raise CorruptState(where, f"{field}={text} is not a UTC time") from None
+    return when.replace(tzinfo=UTC).timestamp()
 
 
 def state_line(board: Board) -> str:
@@ -133,14 +139,14 @@ def parse(text: str, where: str = "lane board") -> tuple[Board, list[str]]:
     board = Board(
         lane=f["lane"],
         instance=f["instance"],
-        since=_epoch(f["since"]),
+        since=_epoch(f["since"], "since", where),
         state=f["state"],
         owner=_opt(f["owner"]),
         job=_opt(f["job"]),
         attempt=int(f["attempt"]),
         stockouts=int(f["stockouts"]),
-        claimed=None if f["claimed"] == NONE else _epoch(f["claimed"]),
-        started=None if f["started"] == NONE else _epoch(f["started"]),
+        claimed=None if f["claimed"] == NONE else _epoch(f["claimed"], "claimed", where),
+        started=None if f["started"] == NONE else _epoch(f["started"], "started", where),
         boot=_opt(f["boot"]),
         revision=int(f["revision"]),
         epoch=int(f["epoch"]),
