@@ -56,6 +56,14 @@ GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
         ("run", "start a job detached under tmux on a box: run NAME -- CMD"),
         ("watch", "running, dead (a fact), stalled (alert only) or unknown"),
     ),
+    "daily": (
+        ("cost", "what was spent, per operator or per day, week or month: market and lane (M15)"),
+        (
+            "logs",
+            "a job's log from its box (or --lane JOB's from the bucket); --follow until it ends",
+        ),
+        ("ssh", "ssh to your live rental's box with its pinned host key, or print a config stanza"),
+    ),
     "lane": (("lane", "the shared single-GPU GCE lane (no stop, no delete)"),),
     "learn": (
         ("stats", "the seed's table of figures from the event log"),
@@ -97,6 +105,10 @@ def _group(
         from gpuops.cli_guard import add_parsers
 
         add_parsers(commands, common)
+    elif name == "daily":
+        from gpuops.cli_daily import add_parsers as add_daily_parsers
+
+        add_daily_parsers(commands, common)
     elif name == "lane":
         from gpuops.cli_lane import add_lane_parser
 
@@ -230,6 +242,7 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     )
     limits.add_argument("--usd-per-day", type=float, metavar="X")
     limits.add_argument("--usd-per-month", type=float, metavar="Y")
+    _group("daily", commands, common, only)
     commands.add_parser(
         "compact",
         parents=[common],
@@ -392,6 +405,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from gpuops.cli_budget import run_budget
 
         return run_budget(args, settings, operator, as_json)
+    if args.command in ("cost", "logs", "ssh"):
+        from gpuops.cli_daily import run_daily
+
+        return run_daily(args, settings, operator, as_json)
     if args.command == "check":
         from gpuops.check import run_check
 

@@ -47,6 +47,9 @@ STALL_THRESHOLD_S = 1800.0
 WATCH_POLL_S = 10.0
 # `gpuops watch` watches this long before it exits 5: still running, not failed (M10, L9).
 WATCH_TIMEOUT_S = 3600.0
+# `gpuops logs --follow` looks at the job's log on the box this often (one ssh connection for
+# the whole follow: the look is a `wc -c` on the box, so a second costs nothing but latency).
+LOGS_FOLLOW_POLL_S = 1.0
 
 # --- starting guardians (M5) ---------------------------------------------------------------
 # `gpuops guard` waits this long for the detached guardian it started to report in: a loaded

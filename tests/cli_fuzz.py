@@ -18,11 +18,13 @@ COMMANDS = [
     ["rules"], ["boxes"], ["stats"], ["incident", "list"], ["incident", "add"],
     ["policy", "eval"], ["rent", "box"], ["offers"], ["guard"], ["watch", "box"],
     ["destroy", "box"], ["lane", "board"], ["lane", "claim"], ["record", "vast"],
+    ["logs", "box"], ["logs"], ["ssh", "box"], ["cost"],
 ]  # fmt: skip
 OPTIONS = [
     "--hours", "--race", "--vram-gb", "--disk-gb", "--gpu", "--json", "--all", "--since",
     "--log", "--policy", "--date", "--what", "--cost-usd", "--rule", "--timeout", "--once",
     "--job", "--max-usd", "--operator", "--deadline", "--print-systemd-unit", "-h",
+    "--lines", "--follow", "--lane", "--by", "--print-config",
 ]  # fmt: skip
 VALUES = st.one_of(
     st.sampled_from(["nan", "inf", "-inf", "-1", "0", "1e9", "1e308", "0.1", "3", "2026-13-40",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import getopt
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ class Invocation:
     command: str
     options: dict[str, str] = field(default_factory=dict)  # -o, keys lower-cased, first wins
     identities: list[str] = field(default_factory=list)
+    config: str | None = None  # -F FILE: resolved by OpenSSH itself (``configured``)
 
 
 def parse(argv: list[str]) -> Invocation:
@@ -54,9 +56,11 @@ def parse(argv: list[str]) -> Invocation:
     if not rest:
         raise FakeSshError("no destination given")
     options: dict[str, str] = {}
-    identities, port, user = [], 22, None
+    identities, port, user, config = [], 22, None, None
     for flag, value in opts:
-        if flag == "-o":
+        if flag == "-F":
+            config = value
+        elif flag == "-o":
             name, _, setting = value.replace("=", " ", 1).partition(" ")
             options.setdefault(name.lower(), setting.strip())
         elif flag == "-p":
@@ -72,7 +76,51 @@ def parse(argv: list[str]) -> Invocation:
     command = " ".join(rest[1:])
     if not command:
         raise FakeSshError("interactive sessions are not modelled; give a command")
-    return Invocation(host, port, login or user or "root", command, options, identities)
+    call = Invocation(host, port, login or user or "root", command, options, identities, config)
+    return call if config is None else configured(call, argv)
+
+
+def configured(call: Invocation, argv: list[str]) -> Invocation:
+    """The call as OpenSSH itself reads it with ``-F FILE``: the real ``ssh -G`` (which only
+    prints the configuration it would use, and connects nowhere) resolves the destination's
+    ``Host`` stanza, the command line first, as OpenSSH orders them; the fake then goes where
+    that says (HostName, Port, User, IdentityFile, UserKnownHostsFile and every other option).
+    Default identities (``~/.ssh/id_*``, listed when the file names none) are not offered, and
+    a known_hosts file the stanza does not name is refused as without ``-F``."""
+    resolved = _openssh_config(argv)
+    defaults = _openssh_config(["-F", "none", "--", "localhost"])
+    options = {k: v[0] for k, v in resolved.items()}
+    if resolved.get("userknownhostsfile") == defaults.get("userknownhostsfile"):
+        options.pop("userknownhostsfile", None)  # not named: the user's own known_hosts
+    elif " " in options.get("userknownhostsfile", ""):
+        raise FakeSshError("several UserKnownHostsFile files are not modelled; name one")
+    identities = [i for i in resolved.get("identityfile", []) if not i.startswith("~")]
+    return Invocation(
+        options.get("hostname", call.host),
+        int(options.get("port", call.port)),
+        options.get("user", call.user),
+        call.command,
+        options,
+        identities,
+        call.config,
+    )
+
+
+def _openssh_config(argv: list[str]) -> dict[str, list[str]]:
+    """``ssh -G ARGV``'s answer: each keyword (lower-case) with its values in order."""
+    openssh = shutil.which("ssh")
+    if openssh is None:
+        raise FakeSshError("-F needs the real OpenSSH client (ssh -G reads the file); none on PATH")
+    done = subprocess.run(
+        [openssh, "-G", *argv], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    if done.returncode != 0:
+        raise FakeSshError(f"ssh -G refused the configuration: {done.stderr.strip()}")
+    found: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        found.setdefault(key.lower(), []).append(value.strip())
+    return found
 
 
 def _emit(stdout: str, stderr: str) -> None:

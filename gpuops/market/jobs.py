@@ -209,10 +209,16 @@ class Jobs:
 
 def owned_live(rental: Rental | None, name: str, operator: str) -> Rental:
     """The live rental ``name`` of this operator, or a clear refusal (M3)."""
+    if rental is not None and rental.owner != operator:
+        raise NotOwned(name, rental.owner, operator)
+    return live(rental, name)
+
+
+def live(rental: Rental | None, name: str) -> Rental:
+    """The live rental ``name``, whoever owns it (for what only reads its box, such as
+    `gpuops logs`), or a usage error naming it: no such rental, or not live (no box)."""
     if rental is None:
         raise UsageError(f"no rental named {name!r}; rent it first (gpuops rent {name} ...)")
-    if rental.owner != operator:
-        raise NotOwned(name, rental.owner, operator)
     if rental.state != LIVE or rental.instance_id is None:
         raise UsageError(f"{name!r} is {rental.state}, not live")
     return rental

@@ -84,32 +84,65 @@ def _plain(path: Path, what: str) -> str:
     return text
 
 
+def box_options(known_hosts: Path, *, person: bool = False) -> list[tuple[str, str]]:
+    """The OpenSSH options every connection to a box carries, as (keyword, value) in order:
+    the argv's ``-o`` options and the lines of :func:`config_stanza` alike. ``person``: a
+    person at a terminal (`gpuops ssh`, the printed config): a key's passphrase may be asked
+    for (BatchMode=no), and the agent is never forwarded to a rented box."""
+    options = [
+        ("BatchMode", "no" if person else "yes"),
+        ("ConnectTimeout", str(int(timing.SSH_CONNECT_TIMEOUT_S))),
+        ("StrictHostKeyChecking", "accept-new"),
+        ("UserKnownHostsFile", _plain(known_hosts, "known_hosts")),
+        ("LogLevel", "ERROR"),
+        # Only our key: agent keys tried first would use up the server's MaxAuthTries and turn
+        # a good key into "Too many authentication failures".
+        ("IdentitiesOnly", "yes"),
+    ]
+    return [*options, ("ForwardAgent", "no")] if person else options
+
+
 def ssh_argv(
     endpoint: SshEndpoint,
-    command: str,
+    command: str | None,
     *,
     identity_file: Path,
     known_hosts: Path,
     program: str,
+    person: bool = False,
 ) -> list[str]:
-    """The argv that runs ``command`` on the box: batch mode, pinned host key, bounded connect.
+    """The argv that runs ``command`` on the box (None: a login shell): batch mode, pinned
+    host key, bounded connect (``person``: see :func:`box_options`).
     ``program``: the ssh client (``SshClient.program``: GPUOPS_SSH, the fake in tests, or ssh)."""
-    return [
-        program,
-        "-o", "BatchMode=yes",
-        "-o", f"ConnectTimeout={int(timing.SSH_CONNECT_TIMEOUT_S)}",
-        "-o", "StrictHostKeyChecking=accept-new",
-        "-o", f"UserKnownHostsFile={_plain(known_hosts, 'known_hosts')}",
-        "-o", "LogLevel=ERROR",
-        # Only our key: agent keys tried first would use up the server's MaxAuthTries and turn
-        # a good key into "Too many authentication failures".
-        "-o", "IdentitiesOnly=yes",
+    argv = [program]
+    for keyword, value in box_options(known_hosts, person=person):
+        argv += ["-o", f"{keyword}={value}"]
+    argv += [
         "-p", str(endpoint.port),
         "-i", _plain(identity_file, "identity file"),
         "--",
         f"{endpoint.user}@{endpoint.host}",
-        command,
     ]  # fmt: skip
+    return argv if command is None else [*argv, command]
+
+
+def config_stanza(
+    alias: str, endpoint: SshEndpoint, *, identity_file: Path, known_hosts: Path
+) -> str:
+    """An OpenSSH config ``Host`` stanza for the box under ``alias``, with the options
+    :func:`ssh_argv` gives a person (so `ssh -F FILE ALIAS`, scp and rsync connect as
+    `gpuops ssh` does: our key only, the box's own pinned known_hosts). Pure."""
+    if not _BOX_ID.fullmatch(alias):
+        raise UsageError(f"ssh host alias {alias!r} must be letters, digits and _.-")
+    lines = [
+        f"Host {alias}",
+        f"  HostName {endpoint.host}",
+        f"  Port {endpoint.port}",
+        f"  User {endpoint.user}",
+        f"  IdentityFile {_plain(identity_file, 'identity file')}",
+    ]
+    lines += [f"  {k} {v}" for k, v in box_options(known_hosts, person=True)]
+    return "\n".join(lines) + "\n"
 
 
 def child_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -126,7 +159,13 @@ class SshClient:
     environ: Mapping[str, str]
 
     def argv(
-        self, endpoint: SshEndpoint, command: str, *, identity_file: Path, known_hosts: Path
+        self,
+        endpoint: SshEndpoint,
+        command: str | None,
+        *,
+        identity_file: Path,
+        known_hosts: Path,
+        person: bool = False,
     ) -> list[str]:
         return ssh_argv(
             endpoint,
@@ -134,6 +173,7 @@ class SshClient:
             identity_file=identity_file,
             known_hosts=known_hosts,
             program=self.program,
+            person=person,
         )
 
     def run(self, argv: Sequence[str], timeout_s: float) -> StepOutput:
