@@ -88,14 +88,14 @@ _LANE = tuple(
     )
 )  # fmt: skip
 OWN_TESTS: dict[str, tuple[str, ...]] = {
-    "gpuops.settings": ("tests/test_settings.py",),
+    "gpuops.settings": ("tests/test_settings.py", "tests/test_config.py"),
     "gpuops.clock": ("tests/test_clock.py",),
     "gpuops.ledger": ("tests/test_ledger.py", "tests/test_ledger_machine.py"),
     "gpuops.events": ("tests/test_events.py",),
     # every reader and writer goes through it: its own tests pin each field's check
     "gpuops.event_types": ("tests/test_event_types.py",),
     # what a secret looks like: pinned directly and through the event log's leak tests
-    "gpuops.secrets": ("tests/test_secrets.py", "tests/test_events.py"),
+    "gpuops.secrets": ("tests/test_secrets.py", "tests/test_events.py", "tests/test_config.py"),
     "gpuops.store.base": (
         "tests/test_store_contract.py",
         "tests/test_store_local.py",
