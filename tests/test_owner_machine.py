@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from soak import BASE, FATES, KEY, Disk, Killed, KilledMarket, Tripwire, WiredStore, WiredVast
 from store_fakes import Events
+from test_guard import Skewed
 
 from fakes.scenario import DestroyFailure, LostCreate, RateLimitBurst, parse_scenario
 from fakes.vast import FakeClock, FakeVast
@@ -49,23 +50,6 @@ NAMES = ("job-a", "job-b")
 OPERATORS = ("alice", "bob")
 HOSTS = ("hostA", "hostB")
 HOURS = 1.0  # longer than time passing between steps: an early end shows
-
-
-class Skewed:
-    """A host's clock: the fake's time ``skew_s`` off on the wall, the fake's monotonic time,
-    and waits that move the fake on."""
-
-    def __init__(self, fake: FakeVast, skew_s: float) -> None:
-        self.fake, self.skew_s = fake, skew_s
-
-    def wall(self) -> float:
-        return self.fake.now() + self.skew_s
-
-    def monotonic(self) -> float:
-        return self.fake.now()
-
-    def sleep(self, seconds: float) -> None:
-        self.fake.advance(seconds)
 
 
 class Audit(Events):

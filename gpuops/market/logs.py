@@ -150,17 +150,9 @@ def stream(
     (LineChunks), and its stderr kept. ``timeout_s`` None: until it ends. The ssh runs in a
     session of its own; whatever stops this call (a time limit, Ctrl-C, a signal turned into an
     exception) kills its process group and reaps it first."""
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(environ),
-            start_new_session=True,
-        )
-    except FileNotFoundError as exc:
-        raise UsageError(f"the ssh program {argv[0]!r} was not found (set GPUOPS_SSH)") from exc
+    from gpuops.providers.ssh import spawn
+
+    proc = spawn(argv, environ)
     assert proc.stdout is not None and proc.stderr is not None
     err = bytearray()
     expired = threading.Event()

@@ -183,11 +183,11 @@ class SshClient:
         return child_env(self.environ)
 
 
-def run_command(argv: Sequence[str], timeout_s: float, environ: Mapping[str, str]) -> StepOutput:
-    """Run one ssh command in (a scrubbed copy of) ``environ``; a timeout kills its whole
-    process group and is reported, not raised."""
+def spawn(argv: Sequence[str], environ: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start one ssh in a session of its own (so its whole process group can be killed), in a
+    scrubbed copy of ``environ``, its output piped; a missing ssh program is a usage error."""
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             list(argv),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -199,6 +199,12 @@ def run_command(argv: Sequence[str], timeout_s: float, environ: Mapping[str, str
         raise UsageError(
             f"the ssh program {argv[0]!r} was not found (set {SSH_PROGRAM_ENV})"
         ) from exc
+
+
+def run_command(argv: Sequence[str], timeout_s: float, environ: Mapping[str, str]) -> StepOutput:
+    """Run one ssh command in (a scrubbed copy of) ``environ``; a timeout kills its whole
+    process group and is reported, not raised."""
+    proc = spawn(argv, environ)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
