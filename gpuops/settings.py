@@ -210,25 +210,17 @@ def read_config(
 
     path, named = config_path(environ, home)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        with open(path, "rb") as file:  # one open: what was checked is what is read
+            status = os.fstat(file.fileno())
+            data = file.read()
     except FileNotFoundError:
         if named:
             raise UsageError(f"GPUOPS_CONFIG names {path}, which does not exist") from None
         return None
+    except IsADirectoryError:
+        raise UsageError(f"the config file {path} is a directory") from None
     except OSError as exc:
         raise UsageError(f"cannot read the config file {path}: {exc.strerror}") from None
-    try:
-        status = os.fstat(fd)
-        if stat.S_ISDIR(status.st_mode):
-            raise UsageError(f"the config file {path} is a directory")
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-    except OSError as exc:
-        raise UsageError(f"cannot read the config file {path}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
     parsed: dict[str, tuple[str, str]] = {}
     keys: tuple[str, ...] = ()
     if data.strip():  # an empty file (/dev/null) sets nothing, and costs no TOML parser
@@ -485,7 +477,7 @@ def _endpoint(layers: _Layers, name: str) -> str | None:
     return url
 
 
-def notify_urls(raw: str, where: str = "GPUOPS_NOTIFY") -> tuple[str, ...]:
+def notify_urls(raw: str, where: str) -> tuple[str, ...]:
     """GPUOPS_NOTIFY's URLs: words split on spaces, and on a comma that starts another URL (a
     comma inside one, as in mailto's ``?to=a@x,b@x``, stays); each ``scheme://...`` with an
     alphanumeric scheme. Which schemes apprise knows is its own to say, when it sends. A bad one

@@ -150,7 +150,7 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.alarms": ("tests/test_alarms_unit.py", "tests/test_alarms.py"),
     # every line against fakes made to break it, and the command in-process (its process test
     # runs a real `gpuops check`, which mutmut cannot see)
-    "gpuops.check": ("tests/test_check.py", "tests/test_check_lane.py"),
+    "gpuops.check": ("tests/test_check.py", "tests/test_check_lane.py", "tests/test_config.py"),
 }
 
 

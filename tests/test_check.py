@@ -672,3 +672,25 @@ def test_the_clock_is_judged_on_the_last_answer_and_only_when_the_vast_key_works
     assert seen[3].ok and seen[3].detail == "this host's clock is +1 s from the provider's"
     assert seen[5] is lane
     assert unseen[3] is c.NO_DATE
+
+
+def test_the_vast_key_may_come_from_the_config_file_and_the_file_gets_a_line_first(
+    command, capsys, tmp_path
+):
+    """The config file's vast_api_key is the key checked (none in the environment), and a
+    file that was read gets the first line, its permissions judged."""
+    from gpuops.settings import Settings, read_config
+
+    path = tmp_path / "config.toml"
+    path.write_text('vast_api_key = "k-test"\n')
+    path.chmod(0o600)
+    env = {k: v for k, v in command.items() if k != "VAST_API_KEY"} | {"GPUOPS_CONFIG": str(path)}
+    settings = Settings.from_environ(env, config=read_config(env))
+
+    code = c.run_check(settings, False)
+    out = capsys.readouterr().out
+
+    lines = out.splitlines()
+    assert code == 0, out
+    assert lines[0] == f"ok   config: {path} (mode 0600): vast_api_key"
+    assert lines[2].startswith("ok   vast key: ")

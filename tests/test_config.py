@@ -447,19 +447,29 @@ def test_a_relative_named_file_reaches_a_child_as_an_absolute_path(tmp_path, mon
     assert got.operator == "bob"
 
 
-@pytest.mark.parametrize(
-    "text, mode, ok",
-    [
-        ('vast_api_key = "k-12345678"\n', 0o600, True),
-        ('vast_api_key = "k-12345678"\n', 0o640, False),
-        ('notify = "ntfy://t"\n', 0o604, False),
-        ('state = "/s"\n', 0o644, True),  # no secret: others may read it
-        ('state = "/s"\n', 0o620, False),  # others may write it: the ssh program, the state
-        ('state = "/s"\n', 0o602, False),
-    ],
+_WRITABLE = (
+    "{path} is writable by others (mode {mode}): whoever can write it chooses the ssh "
+    "program, the state and where results go; chmod 600 {path}"
 )
+
+
+@pytest.mark.parametrize(
+    "text, mode, ok, detail",
+    [
+        ('vast_api_key = "k-12345678"\n', 0o600, True, "{path} (mode 0600): vast_api_key"),
+        ('vast_api_key = "k-12345678"\n', 0o640, False,
+         "{path} holds vast_api_key and is readable by others (mode 0640); chmod 600 {path}"),
+        ('notify = "ntfy://t"\nvast_api_key = "k-12345678"\n', 0o604, False,
+         "{path} holds notify, vast_api_key and is readable by others (mode 0604); "
+         "chmod 600 {path}"),
+        ('state = "/s"\noperator = "a"\n', 0o644, True, "{path} (mode 0644): state, operator"),
+        ('state = "/s"\n', 0o620, False, _WRITABLE),  # the ssh program, the state
+        ('state = "/s"\n', 0o602, False, _WRITABLE),
+        ("", 0o600, True, "{path} (mode 0600): no keys"),
+    ],
+)  # fmt: skip
 def test_check_fails_a_file_others_can_write_or_read_when_it_holds_a_secret(
-    tmp_path, text, mode, ok
+    tmp_path, text, mode, ok, detail
 ):
     """`gpuops check`'s config line: writable by others is exit 2, and so is readable by others
     with a secret in it; the fix is chmod 600."""
@@ -469,8 +479,7 @@ def test_check_fails_a_file_others_can_write_or_read_when_it_holds_a_secret(
 
     assert finding is not None and finding.check == "config" and finding.ok is ok
     assert finding.code == (0 if ok else check.CONFIG)
-    assert (f"chmod 600 {path}" in finding.detail) is not ok
-    assert f"mode {mode:04o}" in finding.detail
+    assert finding.detail == detail.format(path=path, mode=f"{mode:04o}")
 
 
 def test_check_has_no_config_line_without_a_file_and_an_ok_one_for_dev_null():
@@ -478,7 +487,8 @@ def test_check_has_no_config_line_without_a_file_and_an_ok_one_for_dev_null():
     finding = check.check_config(build({"GPUOPS_CONFIG": os.devnull}).config)
 
     assert check.check_config(build({}).config) is None
-    assert finding is not None and finding.ok and finding.detail.endswith("no keys")
+    assert finding is not None and finding.ok
+    assert finding.detail == f"{os.devnull} (not a regular file): no keys"
 
 
 # --- start-up: the file is read once, and never for --help -----------------------------------
@@ -512,3 +522,84 @@ def test_a_command_reads_the_file_once_and_help_never(tmp_path):
 
     assert run("boxes") == [0, 1, True]
     assert run("--help") == [0, 0, False]
+
+
+# --- pinned: where the default file is, how it is read, what a file's value is called -----------
+def test_the_default_file_is_under_the_environment_s_home_else_this_user_s(monkeypatch):
+    """With no home given, ~ is the environment's HOME, else the user's own."""
+    monkeypatch.setenv("HOME", "/root-of-this-process")
+
+    assert config_path({"HOME": "/h"}) == ("/h/.config/gpuops/config.toml", False)
+    assert config_path({}) == ("/root-of-this-process/.config/gpuops/config.toml", False)
+    assert config_path({"HOME": ""}, home="/given") == ("/given/.config/gpuops/config.toml", False)
+
+
+def test_the_default_file_is_read_from_the_home_given(tmp_path):
+    """read_config finds the default file under the home it is given (no GPUOPS_CONFIG)."""
+    write(tmp_path / ".config" / "gpuops" if _mkdirs(tmp_path) else tmp_path, 'operator = "o"\n')
+
+    found = read_config({}, home=tmp_path)
+
+    assert found is not None and found.keys == ("operator",) and not found.named
+    assert found.path == str(tmp_path / ".config" / "gpuops" / "config.toml")
+
+
+def _mkdirs(home: Path) -> bool:
+    (home / ".config" / "gpuops").mkdir(parents=True)
+    return True
+
+
+def test_a_config_path_that_cannot_be_opened_is_a_usage_error_saying_why(tmp_path):
+    """A named path under a regular file, and a directory: exit 2, naming the path."""
+    under_a_file = str(write(tmp_path, "") / "config.toml")
+    with pytest.raises(UsageError) as not_dir:
+        read_config(named(Path(under_a_file)))
+    with pytest.raises(UsageError) as a_dir:
+        read_config(named(tmp_path))
+
+    assert str(not_dir.value) == f"cannot read the config file {under_a_file}: Not a directory"
+    assert str(a_dir.value) == f"the config file {tmp_path} is a directory"
+
+
+def test_a_secret_only_the_file_holds_is_redacted_from_then_on_h3(tmp_path, monkeypatch):
+    """H3: a key read from the file (and nowhere in the environment) is scrubbed like the
+    environment's; what is not a secret stays."""
+    import gpuops.secrets as secrets
+
+    monkeypatch.setattr(secrets, "_REMEMBERED", set())
+    key = "k-only-in-the-file-0123456789abcdef"
+    path = write(tmp_path, f'vast_api_key = "{key}"\noperator = "alice-op"\n')
+    assert scrub_text(f"x {key} y") == f"x {key} y"  # not known before the file is read
+
+    read_config(named(path))
+
+    assert scrub_text(f"x {key} y alice-op") == f"x {REDACTED} y alice-op"
+
+
+def test_a_value_the_environment_sets_is_named_as_the_variable_even_if_the_file_sets_it(
+    tmp_path,
+):
+    """The environment wins, and an error names where the value came from: the variable
+    when the environment gave it, `FILE: key = value` when the file did."""
+    path = write(tmp_path, 'ssh_key = "/from/the/file"\n')
+    with pytest.raises(UsageError) as from_env:
+        build({"GPUOPS_SSH_KEY": "/from/the/env"}, path)
+    with pytest.raises(UsageError) as from_file:
+        build({}, path)
+
+    assert str(from_env.value) == (
+        "GPUOPS_SSH_KEY='/from/the/env' must name the public half of the key (a .pub file)"
+    )
+    assert str(from_file.value) == (
+        f"{path}: ssh_key = '/from/the/file' must name the public half of the key (a .pub file)"
+    )
+
+
+def test_a_file_value_holding_an_equals_sign_is_named_by_its_key_alone(tmp_path):
+    """`FILE: key`, cut at the first ` = `: a value may hold one too."""
+    path = write(tmp_path, 'operator = "a = b"\n')
+
+    with pytest.raises(UsageError) as raised:
+        build({}, path)
+
+    assert str(raised.value).startswith(f"{path}: operator: ")

@@ -230,7 +230,7 @@ def test_a_notification_url_s_token_never_appears_in_a_repr_o1():
 def test_notification_urls_split_on_spaces_and_on_a_comma_that_starts_one_o1(raw, urls):
     """O1: GPUOPS_NOTIFY's URLs, apprise's syntax; a comma inside one (mailto's ?to=) stays."""
     assert build({"GPUOPS_NOTIFY": raw}).notify_urls == urls
-    assert s.notify_urls(raw) == urls
+    assert s.notify_urls(raw, "GPUOPS_NOTIFY") == urls
 
 
 @pytest.mark.parametrize(
