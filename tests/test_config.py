@@ -466,6 +466,7 @@ _WRITABLE = (
         ('state = "/s"\n', 0o620, False, _WRITABLE),  # the ssh program, the state
         ('state = "/s"\n', 0o602, False, _WRITABLE),
         ("", 0o600, True, "{path} (mode 0600): no keys"),
+        ('vast_api_key = "k-12345678"\n', 0o601, True, "{path} (mode 0601): vast_api_key"),
     ],
 )  # fmt: skip
 def test_check_fails_a_file_others_can_write_or_read_when_it_holds_a_secret(
@@ -487,7 +488,7 @@ def test_check_has_no_config_line_without_a_file_and_an_ok_one_for_dev_null():
     finding = check.check_config(build({"GPUOPS_CONFIG": os.devnull}).config)
 
     assert check.check_config(build({}).config) is None
-    assert finding is not None and finding.ok
+    assert finding is not None and finding.ok and finding.check == "config"
     assert finding.detail == f"{os.devnull} (not a regular file): no keys"
 
 
@@ -603,3 +604,16 @@ def test_a_file_value_holding_an_equals_sign_is_named_by_its_key_alone(tmp_path)
         build({}, path)
 
     assert str(raised.value).startswith(f"{path}: operator: ")
+
+
+def test_a_file_secret_that_holds_an_environment_secret_is_redacted_whole_h3(monkeypatch):
+    """H3: of the environment's secrets and the file's, the longest is replaced first, so a
+    file key that extends an environment key leaves no tail behind."""
+    import gpuops.secrets as secrets
+
+    short = "k-shared-prefix-0123456789"
+    monkeypatch.setenv("VAST_API_KEY", short)
+    monkeypatch.setattr(secrets, "_REMEMBERED", set())
+    secrets.remember({"VAST_API_KEY": short + "-and-a-longer-tail"})
+
+    assert scrub_text(f"a {short}-and-a-longer-tail b {short} c") == f"a {REDACTED} b {REDACTED} c"
