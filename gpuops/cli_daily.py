@@ -181,8 +181,10 @@ def scrubbed(stream: IO[bytes] | None = None) -> Callable[[bytes], None]:
 
 @contextmanager
 def _signals_interrupt(follow: bool) -> Iterator[None]:
-    """While a follow runs: SIGTERM and SIGHUP stop it as Ctrl-C does (the ssh child's process
-    group killed and reaped on the way out, never left to follow alone), exit 128 + the signal."""
+    """While a follow runs: Ctrl-C, SIGTERM and SIGHUP stop it (the ssh child's process group
+    killed and reaped on the way out, never left to follow alone), exit 128 + the signal.
+    SIGINT is handled here too, not left to Python's default: a process started where SIGINT
+    is ignored (a shell's background job) has no KeyboardInterrupt, and would follow on."""
     if not follow:
         yield
         return
@@ -190,7 +192,7 @@ def _signals_interrupt(follow: bool) -> Iterator[None]:
     def stop(signum: int, frame: object) -> None:
         raise Interrupted(signum)
 
-    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    before = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
