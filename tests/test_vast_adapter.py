@@ -932,6 +932,8 @@ def test_the_api_key_comes_from_the_argument_the_environment_or_vastais_key_file
     assert VastAdapter(api_key=" arg-key\n")._api_key == "arg-key"
     assert find_api_key({"VAST_API_KEY": " env-key\n", **home}) == "env-key"
     assert find_api_key(home) == "from-file-key"
+    # the configured key (VAST_API_KEY, else the config file's) wins over both
+    assert find_api_key({"VAST_API_KEY": "env-key", **home}, " configured\n") == "configured"
     with pytest.raises(UsageError, match="no Vast.ai API key"):
         find_api_key({"HOME": str(tmp_path / "empty")})
 
