@@ -114,3 +114,50 @@ def test_each_adapter_sends_every_request_through_its_observed_session(tmp_path)
         f"{BASE}/compute/v1/projects/p/zones/z/instances/i/serialPort",
         f"{BASE}/download/storage/v1/b/b/o/x%2Fy",
     ]
+
+
+def test_the_environment_s_proxies_and_ca_bundle_are_requests_own_answer_read_once_per_host(
+    monkeypatch,
+):
+    """requests reads the proxy variables and the CA bundle from the environment on every
+    request; a gpuops session asks once per scheme and host and gives requests' own answer
+    (``no_proxy`` honoured per host), the same on every later request to that host."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,metadata.google.internal")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/team-ca.pem")
+    plain = requests.Session()
+    session = new_session()
+    urls = (
+        "https://console.vast.ai/api/v0/instances/",
+        "https://console.vast.ai/api/v0/instances/7/?owner=me",
+        "http://127.0.0.1:9/a",
+        "http://metadata.google.internal/computeMetadata/v1/",
+    )
+    for url in urls:
+        ours = session.merge_environment_settings(url, {}, None, None, None)
+        assert ours == plain.merge_environment_settings(url, {}, None, None, None)
+    vast = session.merge_environment_settings(urls[0], {}, None, None, None)
+    assert vast["proxies"]["https"] == "http://proxy.example:3128"
+    assert vast["verify"] == "/etc/ssl/team-ca.pem"
+    assert "http" not in session.merge_environment_settings(urls[2], {}, None, None, None)[
+        "proxies"
+    ]
+
+    calls = []
+    real = requests.utils.get_environ_proxies
+
+    def counted(url, no_proxy=None):
+        calls.append(url)
+        return real(url, no_proxy=no_proxy)
+
+    monkeypatch.setattr(requests.sessions, "get_environ_proxies", counted)
+    monkeypatch.setenv("HTTPS_PROXY", "http://elsewhere.example:1")
+    again = session.merge_environment_settings(urls[1], {}, None, None, None)
+    assert calls == [] and again == vast  # asked once: the answer kept for the host
+    again["proxies"]["https"] = "changed"  # each caller gets its own copy
+    assert session.merge_environment_settings(urls[0], {}, None, None, None) == vast
+    fresh = new_session().merge_environment_settings(urls[0], {}, None, None, None)
+    assert calls == [urls[0]] and fresh["proxies"]["https"] == "http://elsewhere.example:1"
+    own = session.merge_environment_settings(urls[0], {"https": "http://own:1"}, None, None, None)
+    assert own["proxies"]["https"] == "http://own:1"  # a request's own settings merge afresh

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 # An observer sees each response (with its ``.request``) as the session received it.
 Observer = Callable[[Any], None]
@@ -40,10 +41,37 @@ def new_session(observers: Sequence[Observer] = (), base: Any = None) -> Any:
     subclass) with each observer on its response hook."""
     import requests
 
-    session = requests.Session() if base is None else base
+    session: Any = requests.Session() if base is None else base
     for observer in observers:
         session.hooks["response"].append(_hook(observer))
+    session.merge_environment_settings = _read_once_per_host(session.merge_environment_settings)
     return session
+
+
+def _read_once_per_host(merge: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """``merge`` (a session's ``merge_environment_settings``) asked once per scheme and host.
+
+    requests reads the proxy variables and the CA bundle from the environment on every request,
+    walking the whole environment twice per call (about a fifth of an exchange with an
+    in-process fake). The answer depends only on the URL's scheme and host (``no_proxy``) and
+    on the environment, which a gpuops process never changes after start-up, so each host's
+    answer is kept: the same answer requests would give, read once. A request that passes its
+    own proxies, stream, verify or cert is merged afresh, as requests would."""
+    kept: dict[tuple[str, str], dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    def merge_once(url: str, proxies: Any, stream: Any, verify: Any, cert: Any) -> dict[str, Any]:
+        if proxies or stream is not None or verify is not None or cert is not None:
+            return merge(url, proxies, stream, verify, cert)
+        parts = urlsplit(url)
+        key = (parts.scheme, parts.netloc)
+        with lock:
+            found = kept.get(key)
+            if found is None:
+                found = kept[key] = merge(url, {}, None, None, None)
+        return {**found, "proxies": dict(found["proxies"])}
+
+    return merge_once
 
 
 def _hook(observer: Observer) -> Callable[..., None]:
