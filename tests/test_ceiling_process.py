@@ -5,9 +5,9 @@ fake's own instance list and by what the box's own process logged. And `gpuops g
 
 The fakes, their boxes and gpuops share one scaled clock (x600: a one-hour rental and its
 30-minute grace pass in nine seconds), so the box's clock is the renter's, as a datacenter's
-NTP-synced one would be. Two hours (the ceiling 15 s of wall time after the rent begins), so a
-loaded machine's slow race still keeps its box long before the box's own ceiling fires, and
-kills the guardian long before it would have acted.
+NTP-synced one would be. Two hours (the ceiling 15 s of wall time after the rent begins), and
+three where the ceiling is moved, so a loaded machine's slow race still keeps its box and
+kills the guardian long before the ceiling or the guardian would have acted.
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ def _rent_and_kill_its_guardian(world: Fakes, name: str, hours: str) -> dict[str
 def test_with_every_guardian_dead_from_the_first_second_the_box_ends_itself_m14(world):
     rental = _rent_and_kill_its_guardian(world, "lone", "2")
     instance = str(rental["instance_id"])
-    assert [i["id"] for i in world.live_instances()] == [instance]
+    # No check that the box still runs here: on a loaded machine the rent and the kill can take
+    # the 15 s of wall time to the ceiling. The box's own log below is the proof that its own
+    # process, and nothing else, ended it, and at its ceiling by its own clock, never earlier.
     world.wait_for("the box to end itself", lambda: world.live_instances() == [])
     log = (_sandbox(world, instance) / "gpuops-ceiling.log").read_text()
     asked = [line for line in log.splitlines() if line.endswith(f"destroying {instance}")]
@@ -71,10 +73,11 @@ def test_with_every_guardian_dead_from_the_first_second_the_box_ends_itself_m14(
 
 
 def test_a_deadline_moved_later_moves_the_box_s_own_ceiling_first_m14(world):
-    rental = _rent_and_kill_its_guardian(world, "longer", "2")
+    # three hours: the ceiling 21 s of wall time away, so a loaded machine moves it in time
+    rental = _rent_and_kill_its_guardian(world, "longer", "3")
     at_file = _sandbox(world, str(rental["instance_id"])) / AT_NAME
     assert int(at_file.read_text()) == ceiling_at(float(rental["deadline_at"]))
-    world.gpuops("guard", "longer", "--hours", "3")
+    world.gpuops("guard", "longer", "--hours", "4.5")
     (moved,) = world.json("boxes")["rentals"]
     assert float(moved["deadline_at"]) > float(rental["deadline_at"]) + 3600
     assert int(at_file.read_text()) == ceiling_at(float(moved["deadline_at"]))
