@@ -39,6 +39,7 @@ import signal
 import tempfile
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,6 +286,13 @@ class Tally:
     s3_lifecycles: int = 0  # over an S3 state, a client per host
     crashed: int = 0  # a lifecycle an exception escaped (a bug: counted bad, with its seed)
     lost_answers: int = 0  # conditional S3 writes that landed and whose answer was lost
+    # the protocol's rare paths, each counted as reached
+    lost_creates: int = 0  # a create whose answer was lost (closed or 5xx), made or not
+    never_found: int = 0  # an unclear create never found by its label, recorded so (M13)
+    takeovers: int = 0  # a guardian took the lease another guardian had held
+    sweep_finished: int = 0  # a sweep ended a destroy that something else began
+    # rent killed (SIGKILL) right after alice's ledger wrote this transition ("none": before any)
+    kills_after: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)  # the first few, with their seeds
 
     def bad(self) -> int:
@@ -305,13 +313,31 @@ class Audit:
 
     def __init__(self, fake: FakeVast, tally: Tally, seed: int) -> None:
         self.fake, self.tally, self.seed = fake, tally, seed
+        self.last = "none"  # alice's last ledger transition, before -> after
+        self.sweeping = False  # a sweep is running (set around each call)
 
     def append(self, kind: str, /, **payload: Any) -> None:
+        if kind == "ledger.transition" and payload.get("owner") == "alice":
+            self.last = f"{payload.get('before')}->{payload.get('after')}"
+            if self.sweeping and payload.get("before") == "destroying":
+                self.tally.sweep_finished += 1
+        elif kind == "ledger.never_found":
+            self.tally.never_found += 1
+        elif kind == "guard.lease.taken" and payload.get("previous"):
+            self.tally.takeovers += 1
         if kind == "ledger.transition" and payload.get("after") == "released":
             instance_id = payload.get("instance_id")
             if instance_id and self.fake.show(int(instance_id)) is not None:
                 self.tally.premature_releases += 1
                 self.note(f"released {payload['name']} while instance {instance_id} billed")
+
+    @contextlib.contextmanager
+    def in_sweep(self) -> Any:
+        self.sweeping = True
+        try:
+            yield
+        finally:
+            self.sweeping = False
 
     def note(self, what: str) -> None:
         if len(self.tally.failures) < 10:
@@ -456,11 +482,14 @@ def lifecycle(seed: int, tally: Tally, tmp: Path, s3: S3World | None = None) -> 
                 kept = (int(rental.instance_id), schedule(rental.started_at, deadline)[0])
         except Killed:
             tally.killed += 1
+            tally.kills_after[audit.last] += 1
         except Interrupted:
             tally.interrupted += 1
         except GpuopsError:
             pass  # refused, unavailable, unresolved: the owner still ends what exists
         wire.arm(None, False, Killed)
+        # the fake's own count of the lost creates it answered during her race
+        tally.lost_creates += sum(entry.spec.count - entry.left for entry in fake._lost)
 
         if bobs is not None and rng.random() < 0.15:  # bob's record edited by hand
             tally.others_corrupt += 1
@@ -492,7 +521,7 @@ def lifecycle(seed: int, tally: Tally, tmp: Path, s3: S3World | None = None) -> 
             fake.advance(max(0.0, deadline - fake.now()) + rng.uniform(0, 60.0))
             # the allowance for another host's clock is part of the grace (timing.py)
             while fake.now() < deadline + timing.OWNER_GRACE_S + abs(skew_s):
-                with contextlib.suppress(StoreUnavailable):  # a full disk: sweep says so
+                with contextlib.suppress(StoreUnavailable), audit.in_sweep():  # a full disk
                     sweep(market("alice", owner_host, skew_s))
                 fake.advance(CRON_S)
 
@@ -533,7 +562,7 @@ def _reuse(
     tally.names_reused += 1
     disk.full = False
     fake.advance(timing.UNCLEAR_CREATE_WINDOW_S)
-    with contextlib.suppress(GpuopsError):
+    with contextlib.suppress(GpuopsError), audit.in_sweep():
         sweep(market())
     try:
         rental = market("bob", "hostB", 0.0).rent(RentRequest("job", "RTX 4090", HOURS, race_k=1))

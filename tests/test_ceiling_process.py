@@ -6,7 +6,7 @@ fake's own instance list and by what the box's own process logged. And `gpuops g
 The fakes, their boxes and gpuops share one scaled clock (x600: a one-hour rental and its
 30-minute grace pass in nine seconds), so the box's clock is the renter's, as a datacenter's
 NTP-synced one would be. Two hours (the ceiling 15 s of wall time after the rent begins), and
-three where the ceiling is moved, so a loaded machine's slow race still keeps its box and
+eight where the ceiling is moved, so a loaded machine's slow race still keeps its box and
 kills the guardian long before the ceiling or the guardian would have acted.
 """
 
@@ -73,11 +73,12 @@ def test_with_every_guardian_dead_from_the_first_second_the_box_ends_itself_m14(
 
 
 def test_a_deadline_moved_later_moves_the_box_s_own_ceiling_first_m14(world):
-    # three hours: the ceiling 21 s of wall time away, so a loaded machine moves it in time
-    rental = _rent_and_kill_its_guardian(world, "longer", "3")
+    # eight hours: the ceiling 51 s of wall time away, so even a machine at load 18 moves it
+    # in time (at two hours, the box had ended itself by its ceiling before `guard --hours`)
+    rental = _rent_and_kill_its_guardian(world, "longer", "8")
     at_file = _sandbox(world, str(rental["instance_id"])) / AT_NAME
     assert int(at_file.read_text()) == ceiling_at(float(rental["deadline_at"]))
-    world.gpuops("guard", "longer", "--hours", "4.5")
+    world.gpuops("guard", "longer", "--hours", "9.5")
     (moved,) = world.json("boxes")["rentals"]
     assert float(moved["deadline_at"]) > float(rental["deadline_at"]) + 3600
     assert int(at_file.read_text()) == ceiling_at(float(moved["deadline_at"]))

@@ -39,6 +39,9 @@ def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_
     assert tally.skewed_owners > 0 and tally.others_corrupt > 0
     assert tally.own_corrupt > 0 and tally.full_disks > 0
     assert tally.names_reused > 0 and tally.names_left_unusable == 0  # M16
+    # the protocol's rare paths (the full run asserts every one, never_found included)
+    assert tally.lost_creates > 0 and tally.takeovers > 0 and tally.sweep_finished > 0
+    assert len(tally.kills_after) >= 4  # rent killed after at least four kinds of ledger write
 
 
 def test_over_an_s3_state_with_a_client_per_host_and_lost_answers_the_same_verdicts_hold_m17():

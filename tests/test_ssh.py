@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -433,3 +436,35 @@ def test_the_cuda_check_program_judges_a_stub_driver(stub_libcuda, env, cause, l
 
     assert result.cause is cause, done.stderr
     assert line in done.stdout
+
+
+def test_a_signal_while_the_ssh_starts_never_leaves_the_child_running(monkeypatch):
+    """A follow's Ctrl-C or SIGTERM raises from its handler on the main thread; arriving while
+    the ssh child is being started (after the fork, before Popen returns), it must not leave
+    the child running with nobody holding it: spawn ends the child's group, then re-raises."""
+    main = threading.get_ident()
+    made: list[subprocess.Popen[bytes]] = []
+
+    class Stop(Exception):
+        pass
+
+    def stop(signum, frame):
+        raise Stop
+
+    class Interrupted(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+            signal.pthread_kill(main, signal.SIGUSR1)  # the child exists: now the signal
+            time.sleep(0.2)  # where a handler on this thread would raise, inside Popen
+
+    before = signal.signal(signal.SIGUSR1, stop)
+    monkeypatch.setattr(ssh.subprocess, "Popen", Interrupted)
+    try:
+        with pytest.raises(Stop):
+            ssh.spawn(["sleep", "30"], {"PATH": os.environ["PATH"]})
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+    (child,) = made
+    assert child.returncode is not None  # killed and reaped before the exception went on
+    assert not Path(f"/proc/{child.pid}").exists()

@@ -17,9 +17,7 @@ never decoded here: a log that is not UTF-8 comes back as it is.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -150,9 +148,15 @@ def stream(
     (LineChunks), and its stderr kept. ``timeout_s`` None: until it ends. The ssh runs in a
     session of its own; whatever stops this call (a time limit, Ctrl-C, a signal turned into an
     exception) kills its process group and reaps it first."""
-    from gpuops.providers.ssh import spawn
+    from gpuops.providers.ssh import end_group, spawn
 
-    proc = spawn(argv, environ)
+    started: list[subprocess.Popen[bytes]] = []
+    try:  # a signal at any point from here on ends the child (spawn puts it in ``started``)
+        proc = spawn(argv, environ, started)
+    except BaseException:
+        for child in started:
+            end_group(child)
+        raise
     assert proc.stdout is not None and proc.stderr is not None
     err = bytearray()
     expired = threading.Event()
@@ -164,7 +168,7 @@ def stream(
 
             def expire() -> None:
                 expired.set()
-                _kill(proc)
+                end_group(proc)
 
             timer = threading.Timer(timeout_s, expire)
             timer.daemon = True
@@ -175,7 +179,7 @@ def stream(
         write(chunks.flush())
         code = proc.wait()
     except BaseException:
-        _kill(proc)
+        end_group(proc)
         raise
     finally:
         if timer is not None:
@@ -193,14 +197,6 @@ def _drain(pipe: IO[bytes], into: bytearray) -> None:
     while data := os.read(pipe.fileno(), CHUNK_BYTES):
         into += data
         del into[:-CHUNK_BYTES]
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    if proc.returncode is None:  # never a group whose leader was reaped: its id may be reused
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=timing.GUARD_STOP_WAIT_S)
 
 
 def judged(name: str, out: Streamed, known_hosts: Path) -> str | None:

@@ -14,14 +14,17 @@ child gets an environment without API keys or tokens (H3), and nothing here logs
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuops import timing
 from gpuops.errors import UsageError
@@ -183,22 +186,67 @@ class SshClient:
         return child_env(self.environ)
 
 
-def spawn(argv: Sequence[str], environ: Mapping[str, str]) -> subprocess.Popen[bytes]:
+def spawn(
+    argv: Sequence[str], environ: Mapping[str, str], started: list[Any] | None = None
+) -> subprocess.Popen[bytes]:
     """Start one ssh in a session of its own (so its whole process group can be killed), in a
-    scrubbed copy of ``environ``, its output piped; a missing ssh program is a usage error."""
+    scrubbed copy of ``environ``, its output piped; a missing ssh program is a usage error.
+
+    The child is started on a helper thread, and put in ``started`` (the caller's, to kill on
+    its way out) before this returns: a signal whose handler raises (a follow's Ctrl-C or
+    SIGTERM) arrives on the main thread, never inside ``Popen`` between the fork and its
+    return, where the child would be left running with nobody holding it. Interrupted while
+    the child starts, this waits for the start, kills the child's group and reaps it, then lets
+    the exception go on."""
+    kept: list[Any] = [] if started is None else started
+    failed: list[BaseException] = []
+    done = threading.Event()  # not Thread.join: a join a signal interrupted marks it ended
+
+    def start() -> None:
+        try:
+            kept.append(
+                subprocess.Popen(
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=child_env(environ),
+                    start_new_session=True,
+                )
+            )
+        except BaseException as exc:  # handed to the caller's thread below
+            failed.append(exc)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=start, name="ssh-spawn", daemon=True)
     try:
-        return subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=child_env(environ),
-            start_new_session=True,
-        )
-    except FileNotFoundError as exc:
-        raise UsageError(
-            f"the ssh program {argv[0]!r} was not found (set {SSH_PROGRAM_ENV})"
-        ) from exc
+        worker.start()  # it may be interrupted here already: the thread runs at once
+        done.wait()
+    except BaseException:  # interrupted while it started: the child is never left behind
+        if worker.ident is not None:
+            done.wait()
+        for child in kept:
+            end_group(child)
+        raise
+    if failed:
+        if isinstance(failed[0], FileNotFoundError):
+            raise UsageError(
+                f"the ssh program {argv[0]!r} was not found (set {SSH_PROGRAM_ENV})"
+            ) from failed[0]
+        raise failed[0]
+    started_proc: subprocess.Popen[bytes] = kept[-1]
+    return started_proc
+
+
+def end_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a spawned ssh's whole process group and reap it (never a group whose leader was
+    reaped already: its id may have been reused)."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=timing.GUARD_STOP_WAIT_S)
 
 
 def run_command(argv: Sequence[str], timeout_s: float, environ: Mapping[str, str]) -> StepOutput:

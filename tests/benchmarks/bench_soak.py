@@ -8,7 +8,10 @@ Every ``--s3-every``-th lifecycle (default 20; 0: none) runs over an S3 state (m
 behind a proxy that may lose one conditional write's answer), each host with its own client.
 
 Prints lifecycles per second, the machine's load, and every count tests/soak.py keeps; exits 1
-if any of leaked boxes, wrong destroys, premature releases or exit-0-while-billing is not 0.
+if any of leaked boxes, wrong destroys, premature releases or exit-0-while-billing is not 0,
+or if a rare path was never reached: each team path, a lost create, an unclear create recorded
+as never found, a guardian's takeover, a sweep finishing a pending destroy, and rent killed
+right after each ledger transition a rent writes (REACHED, KILL_POINTS).
 """
 
 from __future__ import annotations
@@ -27,6 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from soak import Tally, run  # noqa: E402
 
 CHUNK = 250
+# Every count that must be above 0 in a full run, and every ledger transition rent must have
+# been killed right after ("none": before its first write).
+REACHED = ("kept", "killed", "interrupted", "guardians_killed", "guardians_terminated",
+           "unguarded", "skewed_owners", "others_corrupt", "own_corrupt", "full_disks",
+           "names_reused", "lost_creates", "never_found", "takeovers",
+           "sweep_finished")  # fmt: skip
+KILL_POINTS = ("none", "None->intent", "intent->live", "intent->gone-confirmed",
+               "live->destroying", "destroying->gone-confirmed",
+               "gone-confirmed->released")  # fmt: skip
 
 
 def _chunk(args: tuple[int, int, int]) -> Tally:
@@ -58,6 +70,8 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             for f in fields(Tally):
                 if f.name == "failures":
                     total.failures.extend(tally.failures)
+                elif f.name == "kills_after":
+                    total.kills_after.update(tally.kills_after)
                 else:
                     setattr(total, f.name, getattr(total, f.name) + getattr(tally, f.name))
     wall = time.perf_counter() - started
@@ -67,11 +81,17 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
         f"load {load_before:.2f} before, {os.getloadavg()[0]:.2f} after)"
     )
     for name, value in asdict(total).items():
-        if name != "failures":
+        if name not in ("failures", "kills_after"):
             print(f"  {name:<22} {value}")
+    for point, count in sorted(total.kills_after.items()):
+        print(f"  rent killed after {point:<28} {count}")
     for failure in total.failures[:10]:
         print(f"  FAILED {failure}")
-    if total.bad():
+    unreached = [n for n in REACHED if not getattr(total, n)]
+    unreached += [f"a kill after {p}" for p in KILL_POINTS if not total.kills_after[p]]
+    if unreached:
+        print(f"  NEVER REACHED: {', '.join(unreached)}")
+    if total.bad() or unreached:
         raise SystemExit(1)
     rate = total.lifecycles / wall
     return [(f"soak {total.lifecycles:,} lifecycles", f"{rate:.1f}/s",
