@@ -194,16 +194,35 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     offers.add_argument("--gpu", metavar="MODEL", help="GPU model, e.g. 'RTX 4090'")
     offers.add_argument("--vram-gb", type=float, default=8.0, help="VRAM floor (default 8)")
     offers.add_argument("--all", action="store_true", help="also show what the filter removed")
+    offers.add_argument(
+        "--filter",
+        action="append",
+        metavar="QUERY",
+        help="vastai's query syntax, e.g. 'reliability>0.99 geolocation in [US,CA] cuda_vers>=12'"
+        " (repeatable; every term must hold)",
+    )
+    offers.add_argument("--max-dph", type=float, metavar="USD", help=MAX_DPH_HELP)
     rent = commands.add_parser(
         "rent", parents=[common], help="rent a healthy box: race offers, probe, keep one"
     )
-    rent.add_argument("name", metavar="NAME")
-    rent.add_argument("--gpu", metavar="MODEL", required=True)
+    rent.add_argument(
+        "name", metavar="NAME", help="the rental's name: 1-64 letters, digits, '_' or '-'"
+    )
+    rent.add_argument("--gpu", metavar="MODEL", required=True, help="GPU model, e.g. 'RTX 4090'")
     rent.add_argument("--hours", type=float, required=True, help="billing ceiling in hours")
     rent.add_argument("--race", type=int, default=3, metavar="K", help="offers raced (default 3)")
-    rent.add_argument("--vram-gb", type=float, default=8.0)
-    rent.add_argument("--disk-gb", type=float, default=20.0)
-    rent.add_argument("--image", default="vastai/base-image:@vastai-automatic-tag")
+    rent.add_argument(
+        "--vram-gb", type=float, default=8.0, metavar="G", help="VRAM floor in GB (default 8)"
+    )
+    rent.add_argument(
+        "--disk-gb", type=float, default=20.0, metavar="G", help="the box's disk in GB (default 20)"
+    )
+    rent.add_argument(
+        "--image",
+        default="vastai/base-image:@vastai-automatic-tag",
+        help="the Docker image the box runs (default vastai/base-image:@vastai-automatic-tag)",
+    )
+    rent.add_argument("--max-dph", type=float, metavar="USD", help=MAX_DPH_HELP)
     rent.add_argument(
         "--no-guard", action="store_true", help="do not start a guardian (the box has no ceiling)"
     )
@@ -267,6 +286,7 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     return parser
 
 
+MAX_DPH_HELP = "leave out offers dearer than USD per hour (dph_total; default: no cap)"
 # `rent --race K`: at least one offer, and no more boxes than a person would pay for at once
 # (the 20 September leak was ten boxes; a race is a handful of probes, not a fleet).
 MAX_RACE = 8
@@ -321,6 +341,13 @@ def check_args(args: argparse.Namespace) -> None:
         if floor is not None and not 0 <= floor <= MAX_FLOOR_GB:
             flag = "--" + option.replace("_", "-")
             raise UsageError(f"{flag} must be between 0 and {MAX_FLOOR_GB:g}, not {floor:g}")
+    max_dph = getattr(args, "max_dph", None)
+    if max_dph is not None and max_dph <= 0:
+        raise UsageError(f"--max-dph must be more than 0 USD per hour, not {max_dph:g}")
+    if getattr(args, "filter", None):
+        from gpuops.market.offer_query import parse_query
+
+        parse_query(args.filter)  # a bad term is exit 2 before any search
     _check_create_args(args)
     timeout = getattr(args, "timeout", None)
     if timeout is not None and timeout < 0:
