@@ -510,6 +510,8 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
             + (f"  guard {row['guard']}" if row["state"] == "live" else "")
             + _results_of(row)
         )
+    if rows:
+        print(_total_line(rows))
     for record in candidates:
         print(
             f"CANDIDATE {record['name']} ({record['state']}) instance "
@@ -524,6 +526,16 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
         print("no boxes")
 
 
+def _total_line(rows: list[dict[str, Any]]) -> str:
+    """The listing's total: what the live rentals burn per hour and what the rentals shown
+    have spent (history included)."""
+    live = [r for r in rows if r["state"] == "live" and r["dph_total"] is not None]
+    burn = sum(r["dph_total"] for r in live)
+    spent = sum(r["spend_usd"] or 0.0 for r in rows)
+    label = f"TOTAL ({_count(len(rows), 'rental')}, {len(live)} live)"
+    return f"{label:<42} {_usd(burn, 4):>9} {_usd(spent, 4):>9}"
+
+
 def _results_of(row: dict[str, Any]) -> str:
     """How the rental's results copy ended, as its guardian recorded it on the rental (M17):
     "results delivered (where)", "results MISSING (why)", "results none (why)"; nothing while
@@ -535,9 +547,19 @@ def _results_of(row: dict[str, Any]) -> str:
 
 
 def _record_row(record: Any) -> dict[str, Any]:
+    """A box record as `boxes --json` shows it: its times in epoch seconds, as every rental's
+    (the record keeps ISO 8601 strings; one listing speaks one format)."""
     row = dataclasses.asdict(record)
     row["state"] = record.state.value
+    for name in ("updated_at", "deadline_at"):
+        row[name] = _epoch(row[name])
     return row
+
+
+def _epoch(stamp: str | None) -> float | None:
+    from datetime import datetime
+
+    return None if stamp is None else datetime.fromisoformat(stamp).timestamp()
 
 
 _BOXES_HEADER = (
@@ -563,6 +585,8 @@ def _when(epoch_s: float | None) -> str:
 
     local = datetime.fromtimestamp(epoch_s).astimezone()
     utc = datetime.fromtimestamp(epoch_s, UTC)
+    if local.utcoffset() == utc.utcoffset():  # the reader's zone is UTC: said once
+        return f"{utc:%Y-%m-%d %H:%M:%S} UTC"
     return f"{local:%Y-%m-%d %H:%M:%S %Z} / {utc:%H:%M:%S} UTC"
 
 
@@ -585,6 +609,8 @@ def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
     except CorruptState as exc:  # blocks only this rental's guard column; named after the list
         market.ledger.corrupt[exc.where] = exc
         return {"guardian": None, "guard": "UNREADABLE lease (named below)"}
+    if lease is None and rental.state == "failed":  # no box was kept: nothing to guard
+        return {"guardian": None, "guard": "none (its race kept no box)"}
     if lease is None:
         return {"guardian": None, "guard": "NONE (no ceiling: gpuops guard NAME)"}
     from gpuops.market.rentals import this_host
