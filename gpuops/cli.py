@@ -232,7 +232,7 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     destroy = commands.add_parser(
         "destroy", parents=[common], help="destroy a box you own and confirm it gone"
     )
-    destroy.add_argument("name", metavar="NAME")
+    destroy.add_argument("name", metavar="NAME", help="your rental: every box of it is destroyed")
     commands.add_parser(
         "sweep",
         parents=[common],
@@ -252,15 +252,30 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     limits = budget_commands.add_parser(
         "set", help="set limits in USD: the team's, or one operator's with --operator ID"
     )
-    limits.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
-    limits.add_argument("--state", metavar="URL", default=argparse.SUPPRESS)
-    limits.add_argument("--team-usd-per-day", type=float, metavar="X")
-    limits.add_argument("--team-usd-per-month", type=float, metavar="Y")
+    limits.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    limits.add_argument(
+        "--state",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="state store: a directory or s3://bucket/prefix (env GPUOPS_STATE)",
+    )
+    limits.add_argument(
+        "--team-usd-per-day", type=float, metavar="X", help="the whole team's daily limit, USD"
+    )
+    limits.add_argument(
+        "--team-usd-per-month", type=float, metavar="Y", help="the whole team's monthly limit, USD"
+    )
     limits.add_argument(
         "--operator", dest="limit_operator", metavar="ID", help="whose limits --usd-per-* set"
     )
-    limits.add_argument("--usd-per-day", type=float, metavar="X")
-    limits.add_argument("--usd-per-month", type=float, metavar="Y")
+    limits.add_argument(
+        "--usd-per-day", type=float, metavar="X", help="with --operator: that one's daily limit"
+    )
+    limits.add_argument(
+        "--usd-per-month", type=float, metavar="Y", help="with --operator: that one's monthly limit"
+    )
     _group("daily", commands, common, only)
     commands.add_parser(
         "compact",
@@ -274,9 +289,17 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     serve = fake_commands.add_parser(
         "serve", help="serve the fakes on loopback; prints export lines first"
     )
-    serve.add_argument("--scenario", metavar="FILE")
-    serve.add_argument("--port", type=int, default=0)
-    serve.add_argument("--state-dir", metavar="DIR")
+    serve.add_argument(
+        "--scenario",
+        metavar="FILE",
+        help="what the fakes do (default fakes/scenarios/default.yaml)",
+    )
+    serve.add_argument(
+        "--port", type=int, default=0, help="FakeVast's loopback port (default 0: any free one)"
+    )
+    serve.add_argument(
+        "--state-dir", metavar="DIR", help="where the fakes keep their state (default: a temp dir)"
+    )
     completion = commands.add_parser(
         "completion", parents=[common], help="print a completion script for bash, zsh or fish"
     )
