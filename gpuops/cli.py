@@ -66,7 +66,7 @@ GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "lane": (("lane", "the shared single-GPU GCE lane (no stop, no delete)"),),
     "learn": (
-        ("stats", "the seed's table of figures from the event log"),
+        ("stats", "figures from the event log: create failures, probe verdicts, spend"),
         ("policy", "score a selection policy from the log, renting nothing"),
         ("record", "a one-cent rental that captures raw provider output"),
         ("incident", "the incident register: add, update, list, observe"),

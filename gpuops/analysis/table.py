@@ -1,4 +1,4 @@
-"""The stats report as the seed's sentences: plain text for a terminal."""
+"""The stats report as sentences: plain text for a terminal."""
 
 from __future__ import annotations
 
