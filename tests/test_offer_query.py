@@ -91,7 +91,23 @@ def test_the_issue_s_query_reads_as_three_terms_with_vastai_s_alias():
         ("verified notin [true]", False),
         ("reliability=any", True),  # vastai's wildcard drops the term
         ("reliability=*", True),
+        ("reliability=?", True),
+        ("gpu_name in [any]", False),  # in a list, `any` is a name like another
         ("", True),
+        ("reliability>0.99 ", True),  # trailing and leading space
+        ("  num_gpus=1", True),
+        ("host_id=104522", True),
+        ("host_id=104523", False),
+        ("inet_down>848", True),
+        ("inet_down>849", False),
+        ("gpu_ram>=24.56", True),  # 24560 <= 24564 MB: exactly vastai's x1000
+        ("gpu_ram>=24.57", False),
+        ('geolocation in [DE, "US"]', True),  # a quoted item after a space
+        ("geolocation in [DE,US,]", True),  # an empty item is no value
+        ("machine_id=31218.0", True),
+        ('gpu_name="rtx  4090"', True),  # spacing folded as gpu_names folds it
+        ("verification=X", False),
+        ("gpu_name in [X]", False),
     ],
 )
 def test_each_operator_and_field_holds_as_vastai_defines_it(query, expected):
@@ -126,13 +142,17 @@ def test_several_filters_all_hold_and_each_failure_is_listed():
 @pytest.mark.parametrize(
     ("query", "message"),
     [
-        ("rentable=true", r"'rentable=true' names no offer field gpuops reads; known: cuda_max"),
+        ("rentable=true", r"'rentable=true' names no offer field gpuops reads; known: cuda_max_good, cuda_vers, disk_bw, "),
         ("reliability", r"cannot read 'reliability': each term is FIELD OP VALUE"),
         ("reliability>0.99 ~~", r"cannot read '~~'"),
         ("reliability>high", r"'reliability>high': 'high' is not a number"),
         ("reliability>nan", r"'reliability>nan': 'nan' is not a finite number"),
         ("dph<inf", r"'dph<inf': 'inf' is not a finite number"),
         ("gpu_name>RTX", r"'gpu_name>RTX': gpu_name is text; it takes =, !=, in or notin"),
+        ("geolocation>=US", r"geolocation is text; it takes"),
+        ("verification<x", r"verification is text; it takes"),
+        ("gpu_name lte x", r"gpu_name is text; it takes"),
+        ("verified gt true", r"verified is text; it takes"),
         ("geolocation=[US]", r"'geolocation=\[US\]': a list \[..\] takes `in` or `notin`"),
         ("geolocation in []", r"'geolocation in \[\]' has no value"),
         ("reliability>any", r"'reliability>any': a wildcard only makes sense with ="),
@@ -175,3 +195,29 @@ def test_the_documented_examples_parse():
         queries = [words[i + 1] for i, word in enumerate(words) if word == "--filter"]
         assert queries and parse_query(queries)
     assert re.search(r"`rentable`", section)  # the refusal of vastai fields we do not read
+
+
+def test_a_location_s_country_is_the_part_after_its_last_comma():
+    """`CA` matches `Montreal, Quebec, CA`; the whole quoted text is one value, not a list."""
+    assert passes("geolocation=CA", O(geolocation="Montreal, Quebec, CA"))
+    assert not passes("geolocation=Quebec", O(geolocation="Montreal, Quebec, CA"))
+    assert not passes('geolocation="Texas, US"', O(geolocation="Ohio, US"))
+
+
+def test_verified_reads_as_the_verification_term_it_stands_for():
+    """vastai's `verified=BOOL` is `verification` equal (or not) to `verified`."""
+    assert parse_query(["verified=false", "verified in [true]"]) == (
+        Term("verification", "neq", ("verified",), "verified=false"),
+        Term("verification", "eq", ("verified",), "verified in [true]"),
+    )
+
+
+def test_an_unreadable_query_is_shown_an_example_of_one_that_reads():
+    """The whole message, example included."""
+    with pytest.raises(UsageError) as caught:
+        parse_query(["reliability"])
+
+    assert str(caught.value) == (
+        "--filter: cannot read 'reliability': each term is FIELD OP VALUE, e.g. "
+        "'reliability>0.99 geolocation in [US,CA] cuda_vers>=12'"
+    )

@@ -105,7 +105,7 @@ def _term(field: str, op_text: str, raw: str, text: str) -> Term | None:
     listed = raw.startswith("[")
     if listed and op not in ("in", "notin"):
         raise UsageError(f"--filter: {text!r}: a list [..] takes `in` or `notin`")
-    words = [w.strip().strip('"') for w in raw.strip("[]").split(",")] if listed else [raw]
+    words = [w.strip() for w in raw.strip("[]").split(",")] if listed else [raw]
     words = [w.replace("_", " ").strip('"').strip() for w in words]
     words = [w for w in words if w]
     if not words:
