@@ -11,7 +11,9 @@ from typing import Any
 
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     stats = commands.add_parser(
-        "stats", parents=[common], help="figures from the event log: create failures, probe verdicts, spend"
+        "stats",
+        parents=[common],
+        help="figures from the event log: create failures, probe verdicts, spend",
     )
     stats.add_argument("--since", metavar="DATE", help="only events at or after DATE (UTC)")
     stats.add_argument("--log", metavar="FILE", help="event log (default: the state's)")
