@@ -66,7 +66,7 @@ GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "lane": (("lane", "the shared single-GPU GCE lane (no stop, no delete)"),),
     "learn": (
-        ("stats", "the seed's table of figures from the event log"),
+        ("stats", "figures from the event log: create failures, probe verdicts, spend"),
         ("policy", "score a selection policy from the log, renting nothing"),
         ("record", "a one-cent rental that captures raw provider output"),
         ("incident", "the incident register: add, update, list, observe"),
@@ -194,16 +194,35 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     offers.add_argument("--gpu", metavar="MODEL", help="GPU model, e.g. 'RTX 4090'")
     offers.add_argument("--vram-gb", type=float, default=8.0, help="VRAM floor (default 8)")
     offers.add_argument("--all", action="store_true", help="also show what the filter removed")
+    offers.add_argument(
+        "--filter",
+        action="append",
+        metavar="QUERY",
+        help="vastai's query syntax, e.g. 'reliability>0.99 geolocation in [US,CA] cuda_vers>=12'"
+        " (repeatable; every term must hold)",
+    )
+    offers.add_argument("--max-dph", type=float, metavar="USD", help=MAX_DPH_HELP)
     rent = commands.add_parser(
         "rent", parents=[common], help="rent a healthy box: race offers, probe, keep one"
     )
-    rent.add_argument("name", metavar="NAME")
-    rent.add_argument("--gpu", metavar="MODEL", required=True)
+    rent.add_argument(
+        "name", metavar="NAME", help="the rental's name: 1-64 letters, digits, '_' or '-'"
+    )
+    rent.add_argument("--gpu", metavar="MODEL", required=True, help="GPU model, e.g. 'RTX 4090'")
     rent.add_argument("--hours", type=float, required=True, help="billing ceiling in hours")
     rent.add_argument("--race", type=int, default=3, metavar="K", help="offers raced (default 3)")
-    rent.add_argument("--vram-gb", type=float, default=8.0)
-    rent.add_argument("--disk-gb", type=float, default=20.0)
-    rent.add_argument("--image", default="vastai/base-image:@vastai-automatic-tag")
+    rent.add_argument(
+        "--vram-gb", type=float, default=8.0, metavar="G", help="VRAM floor in GB (default 8)"
+    )
+    rent.add_argument(
+        "--disk-gb", type=float, default=20.0, metavar="G", help="the box's disk in GB (default 20)"
+    )
+    rent.add_argument(
+        "--image",
+        default="vastai/base-image:@vastai-automatic-tag",
+        help="the Docker image the box runs (default vastai/base-image:@vastai-automatic-tag)",
+    )
+    rent.add_argument("--max-dph", type=float, metavar="USD", help=MAX_DPH_HELP)
     rent.add_argument(
         "--no-guard", action="store_true", help="do not start a guardian (the box has no ceiling)"
     )
@@ -213,7 +232,7 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     destroy = commands.add_parser(
         "destroy", parents=[common], help="destroy a box you own and confirm it gone"
     )
-    destroy.add_argument("name", metavar="NAME")
+    destroy.add_argument("name", metavar="NAME", help="your rental: every box of it is destroyed")
     commands.add_parser(
         "sweep",
         parents=[common],
@@ -233,15 +252,30 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     limits = budget_commands.add_parser(
         "set", help="set limits in USD: the team's, or one operator's with --operator ID"
     )
-    limits.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
-    limits.add_argument("--state", metavar="URL", default=argparse.SUPPRESS)
-    limits.add_argument("--team-usd-per-day", type=float, metavar="X")
-    limits.add_argument("--team-usd-per-month", type=float, metavar="Y")
+    limits.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    limits.add_argument(
+        "--state",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="state store: a directory or s3://bucket/prefix (env GPUOPS_STATE)",
+    )
+    limits.add_argument(
+        "--team-usd-per-day", type=float, metavar="X", help="the whole team's daily limit, USD"
+    )
+    limits.add_argument(
+        "--team-usd-per-month", type=float, metavar="Y", help="the whole team's monthly limit, USD"
+    )
     limits.add_argument(
         "--operator", dest="limit_operator", metavar="ID", help="whose limits --usd-per-* set"
     )
-    limits.add_argument("--usd-per-day", type=float, metavar="X")
-    limits.add_argument("--usd-per-month", type=float, metavar="Y")
+    limits.add_argument(
+        "--usd-per-day", type=float, metavar="X", help="with --operator: that one's daily limit"
+    )
+    limits.add_argument(
+        "--usd-per-month", type=float, metavar="Y", help="with --operator: that one's monthly limit"
+    )
     _group("daily", commands, common, only)
     commands.add_parser(
         "compact",
@@ -255,9 +289,17 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     serve = fake_commands.add_parser(
         "serve", help="serve the fakes on loopback; prints export lines first"
     )
-    serve.add_argument("--scenario", metavar="FILE")
-    serve.add_argument("--port", type=int, default=0)
-    serve.add_argument("--state-dir", metavar="DIR")
+    serve.add_argument(
+        "--scenario",
+        metavar="FILE",
+        help="what the fakes do (default fakes/scenarios/default.yaml)",
+    )
+    serve.add_argument(
+        "--port", type=int, default=0, help="FakeVast's loopback port (default 0: any free one)"
+    )
+    serve.add_argument(
+        "--state-dir", metavar="DIR", help="where the fakes keep their state (default: a temp dir)"
+    )
     completion = commands.add_parser(
         "completion", parents=[common], help="print a completion script for bash, zsh or fish"
     )
@@ -267,6 +309,7 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     return parser
 
 
+MAX_DPH_HELP = "leave out offers dearer than USD per hour (dph_total; default: no cap)"
 # `rent --race K`: at least one offer, and no more boxes than a person would pay for at once
 # (the 20 September leak was ten boxes; a race is a handful of probes, not a fleet).
 MAX_RACE = 8
@@ -321,6 +364,13 @@ def check_args(args: argparse.Namespace) -> None:
         if floor is not None and not 0 <= floor <= MAX_FLOOR_GB:
             flag = "--" + option.replace("_", "-")
             raise UsageError(f"{flag} must be between 0 and {MAX_FLOOR_GB:g}, not {floor:g}")
+    max_dph = getattr(args, "max_dph", None)
+    if max_dph is not None and max_dph <= 0:
+        raise UsageError(f"--max-dph must be more than 0 USD per hour, not {max_dph:g}")
+    if getattr(args, "filter", None):
+        from gpuops.market.offer_query import parse_query
+
+        parse_query(args.filter)  # a bad term is exit 2 before any search
     _check_create_args(args)
     timeout = getattr(args, "timeout", None)
     if timeout is not None and timeout < 0:

@@ -357,7 +357,9 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="start a detached guardian: copy results off, destroy at the deadline",
     )
-    guard.add_argument("name", metavar="NAME", nargs="?")
+    guard.add_argument(
+        "name", metavar="NAME", nargs="?", help="the rental to guard (not with --all)"
+    )
     when = guard.add_mutually_exclusive_group()
     when.add_argument("--hours", type=float, help="set the deadline this many hours from now")
     when.add_argument("--deadline", metavar="ISO", help="set the deadline (ISO-8601 with zone)")
@@ -384,16 +386,18 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     run = commands.add_parser(
         "run", parents=[common], help="start a job detached under tmux on a box: run NAME -- CMD"
     )
-    run.add_argument("name", metavar="NAME")
+    run.add_argument("name", metavar="NAME", help="your live rental to run the job on")
     run.add_argument(
         "--results",
         default="results",
         help="results directory, relative to the job's (default results)",
     )
-    run.add_argument("job", nargs=argparse.REMAINDER, metavar="-- CMD")
+    run.add_argument(
+        "job", nargs=argparse.REMAINDER, metavar="-- CMD", help="the job's command, after --"
+    )
     watch = commands.add_parser(
         "watch", parents=[common], help="running, dead (a fact), stalled (alert only) or unknown"
     )
-    watch.add_argument("name", metavar="NAME")
+    watch.add_argument("name", metavar="NAME", help="the rental whose job to watch")
     watch.add_argument("--once", action="store_true", help="look once and exit")
     watch.add_argument("--timeout", type=float, metavar="SECONDS", help="default one hour")

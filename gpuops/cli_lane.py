@@ -55,12 +55,36 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         ("release", "hand the lane back: claimant only, instance TERMINATED"),
     ):
         p = sub.add_parser(name, parents=[common], help=text)
-        p.add_argument("--job", required=True, metavar="NAME")
+        p.add_argument("--job", required=True, metavar="NAME", help="the lane job's name")
         if name == "script":
-            p.add_argument("--command", dest="job_command", default='python3 "$WORK/job.py"')
-            p.add_argument("--input", action="append", default=[], metavar="NAME")
-            p.add_argument("--import", dest="imports", action="append", default=[])
-            p.add_argument("--min-free-gb", type=int, default=20)
+            p.add_argument(
+                "--command",
+                dest="job_command",
+                default='python3 "$WORK/job.py"',
+                help='the job\'s command on the VM (default: python3 "$WORK/job.py")',
+            )
+            p.add_argument(
+                "--input",
+                action="append",
+                default=[],
+                metavar="NAME",
+                help="a staged input the script fetches from the bucket's inputs/ (repeatable)",
+            )
+            p.add_argument(
+                "--import",
+                dest="imports",
+                action="append",
+                default=[],
+                metavar="MODULE",
+                help="a Python module the preflight gate imports before work (default torch)",
+            )
+            p.add_argument(
+                "--min-free-gb",
+                type=int,
+                default=20,
+                metavar="G",
+                help="the disk gate: free GB the VM must have before work (default 20)",
+            )
             p.add_argument(
                 "--max-hours",
                 type=float,
@@ -68,7 +92,7 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                 help="declare the job's length: `lane install` sets GCE's run ceiling from it",
             )
         if name == "install":
-            p.add_argument("file", metavar="FILE", type=Path)
+            p.add_argument("file", metavar="FILE", type=Path, help="the startup script to install")
             p.add_argument(
                 "--max-hours",
                 type=float,
@@ -78,12 +102,31 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                 "in the script), else 6",
             )
         if name == "start":
-            p.add_argument("--max-attempts", type=int, default=20)
+            p.add_argument(
+                "--max-attempts",
+                type=int,
+                default=20,
+                metavar="N",
+                help="starts tried through stockouts, the claim held (default 20)",
+            )
         if name in ("watch", "release"):
-            p.add_argument("--usd-per-hour", type=float, default=None)
-            p.add_argument("--disk-usd-per-day", type=float, default=None)
+            p.add_argument(
+                "--usd-per-hour", type=float, default=None, help="the VM's price (default 0.70)"
+            )
+            p.add_argument(
+                "--disk-usd-per-day",
+                type=float,
+                default=None,
+                help="the disk's price per day (default 0.83)",
+            )
         if name == "watch":
-            p.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
+            p.add_argument(
+                "--timeout",
+                type=float,
+                default=None,
+                metavar="SECONDS",
+                help="stop watching after this long (exit 5, the job runs on)",
+            )
 
 
 def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:

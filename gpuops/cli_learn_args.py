@@ -11,7 +11,9 @@ from typing import Any
 
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     stats = commands.add_parser(
-        "stats", parents=[common], help="the seed's table of figures from the event log"
+        "stats",
+        parents=[common],
+        help="figures from the event log: create failures, probe verdicts, spend",
     )
     stats.add_argument("--since", metavar="DATE", help="only events at or after DATE (UTC)")
     stats.add_argument("--log", metavar="FILE", help="event log (default: the state's)")
@@ -40,7 +42,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     vast = record_commands.add_parser(
         "vast", parents=[common], help="rent the cheapest box under the cap, probe, destroy"
     )
-    vast.add_argument("--gpu", metavar="MODEL", required=True)
+    vast.add_argument("--gpu", metavar="MODEL", required=True, help="GPU model, e.g. 'RTX 4090'")
     vast.add_argument("--max-usd", type=float, default=0.05, help="hard spend cap (default 0.05)")
     vast.add_argument("--yes-spend", action="store_true", help="without it, nothing is spent")
     vast.add_argument("--out", metavar="DIR", help="recordings root (default: the checkout's)")
@@ -58,23 +60,25 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         dest="incident_command", metavar="COMMAND", required=True
     )
     add = incident_commands.add_parser("add", parents=[common], help="record an incident today")
-    add.add_argument("--date", required=True, metavar="YYYY-MM-DD")
+    add.add_argument("--date", required=True, metavar="YYYY-MM-DD", help="when it happened")
     add.add_argument("--what", required=True, help="what happened")
-    add.add_argument("--cost-usd", type=float, metavar="USD")
+    add.add_argument("--cost-usd", type=float, metavar="USD", help="what it cost")
     add.add_argument("--cause", help="the cause, once known")
     add.add_argument("--rule", metavar="ID", help="the prevention rule it led to")
     update = incident_commands.add_parser(
         "update", parents=[common], help="add the cause, rule or cost once known"
     )
-    update.add_argument("id", metavar="ID")
-    update.add_argument("--cost-usd", type=float, metavar="USD")
-    update.add_argument("--cause")
-    update.add_argument("--rule", metavar="ID")
+    update.add_argument("id", metavar="ID", help="the incident's id (incident list shows it)")
+    update.add_argument("--cost-usd", type=float, metavar="USD", help="what it cost")
+    update.add_argument("--cause", help="the cause, once known")
+    update.add_argument("--rule", metavar="ID", help="the prevention rule it led to")
     incident_commands.add_parser("list", parents=[common], help="every incident, oldest first")
     observe = incident_commands.add_parser(
         "observe", parents=[common], help="record a rule seen working on a real job or a drill"
     )
-    observe.add_argument("--rule", required=True, metavar="ID")
-    observe.add_argument("--date", required=True, metavar="YYYY-MM-DD")
-    observe.add_argument("--kind", required=True, choices=("real", "drill"))
+    observe.add_argument("--rule", required=True, metavar="ID", help="the rule seen working")
+    observe.add_argument("--date", required=True, metavar="YYYY-MM-DD", help="when it was seen")
+    observe.add_argument(
+        "--kind", required=True, choices=("real", "drill"), help="on a real job or in a drill"
+    )
     observe.add_argument("--what", required=True, help="what was seen")

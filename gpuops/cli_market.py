@@ -216,47 +216,85 @@ def _say_skipped(market: Any) -> int:
 def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
     import random
 
+    from gpuops.market.offer_query import failed_terms, parse_query
     from gpuops.market.rent import gpu_spelling
     from gpuops.market.select import Filter, select
 
+    terms = parse_query(args.filter or ())
     offers = market.vast.search_offers(gpu_name=args.gpu)
     if args.gpu and not offers:  # a misspelt GPU is named as such, never shown as "0 offers"
         known = gpu_spelling(market.vast, args.gpu)
         if known is not None and known != args.gpu:
             offers = market.vast.search_offers(gpu_name=known)
     rates = market.pass_rates(offers) if market.pass_rates else {}
+    trials = dict(getattr(market.pass_rates, "trials", {}))
     chosen = select(
         offers,
         k=1,
         rng=random.Random(0),
-        rules=Filter(vram_floor_mb=vram_mb),
+        rules=Filter(vram_floor_mb=vram_mb, max_dph=args.max_dph),
         quarantined=market.quarantine.machines(),
         explore_rate=0.0,
         pass_rate=rates,
     )
-    rows = [{**_offer_row(o), "pass_rate": rates.get(o.machine_id)} for o in chosen.candidates]
-    removed = [{**_offer_row(x.offer), "removed": list(x.reasons)} for x in chosen.removed]
+
+    def row(offer: Any) -> dict[str, Any]:
+        return {
+            **_offer_row(offer),
+            "pass_rate": rates.get(offer.machine_id),
+            "pass_trials": trials.get(offer.machine_id),
+        }
+
+    rows = []
+    removed = [{**row(x.offer), "removed": [*x.reasons, *failed_terms(x.offer, terms)]}
+               for x in chosen.removed]  # fmt: skip
+    for offer in chosen.candidates:
+        failed = failed_terms(offer, terms)
+        if failed:
+            removed.append({**row(offer), "removed": failed})
+        else:
+            rows.append(row(offer))
     skipped = _say_skipped(market)
     if as_json:
         payload: dict[str, Any] = {
             "offers": rows,
             "quarantined": chosen.quarantined,
             "skipped_events": skipped,
+            "filter": [term.text for term in terms],
+            "max_dph": args.max_dph,
         }
         if args.all:
             payload["removed"] = removed
         _print_json(payload)
         return 0
-    for row in rows:
-        print(_offer_line(row))
+    if rows or (args.all and removed):
+        print(_OFFERS_HEADER)
+    for line in rows:
+        print(_offer_line(line))
     print(
-        f"{len(rows)} offers pass the filter; {len(removed)} removed "
-        f"({chosen.quarantined} quarantined){'' if args.all else '; --all shows them'}"
+        f"{_count(len(rows), 'offer')} {'passes' if len(rows) == 1 else 'pass'} the filter; "
+        f"{len(removed)} removed ({chosen.quarantined} quarantined)"
+        f"{'' if args.all or not removed else '; --all shows them'}"
     )
     if args.all:
-        for row in removed:
-            print(f"{_offer_line(row)}  REMOVED: {', '.join(row['removed'])}")
+        for line in removed:
+            print(f"{_offer_line(line)}  REMOVED: {', '.join(line['removed'])}")
+    if rows or (args.all and removed):
+        print(PASS_MEANING)
     return 0
+
+
+# What the PASS column means, printed under the table (docs/cli.md says the same).
+PASS_MEANING = (
+    "PASS (n): the chance a box on that machine passes gpuops' health probe: this team's n "
+    "probes of it,\nshrunk toward its GPU model's rate (n 0: the model's rate alone). Ranked by "
+    "$/HOUR / PASS, the expected price of a healthy box."
+)
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 offer``, ``2 offers``, ``0 offers``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _rent(
@@ -280,6 +318,7 @@ def _rent(
         vram_floor_mb=vram_mb,
         image=args.image,
         disk_gb=args.disk_gb,
+        max_dph=args.max_dph,
     )
     with interrupts_raised():
         rental = market.rent(request, on_race=on_race)
@@ -471,6 +510,8 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
             + (f"  guard {row['guard']}" if row["state"] == "live" else "")
             + _results_of(row)
         )
+    if rows:
+        print(_total_line(rows))
     for record in candidates:
         print(
             f"CANDIDATE {record['name']} ({record['state']}) instance "
@@ -485,6 +526,16 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
         print("no boxes")
 
 
+def _total_line(rows: list[dict[str, Any]]) -> str:
+    """The listing's total: what the live rentals burn per hour and what the rentals shown
+    have spent (history included)."""
+    live = [r for r in rows if r["state"] == "live" and r["dph_total"] is not None]
+    burn = sum(r["dph_total"] for r in live)
+    spent = sum(r["spend_usd"] or 0.0 for r in rows)
+    label = f"TOTAL ({_count(len(rows), 'rental')}, {len(live)} live)"
+    return f"{label:<42} {_usd(burn, 4):>9} {_usd(spent, 4):>9}"
+
+
 def _results_of(row: dict[str, Any]) -> str:
     """How the rental's results copy ended, as its guardian recorded it on the rental (M17):
     "results delivered (where)", "results MISSING (why)", "results none (why)"; nothing while
@@ -496,9 +547,19 @@ def _results_of(row: dict[str, Any]) -> str:
 
 
 def _record_row(record: Any) -> dict[str, Any]:
+    """A box record as `boxes --json` shows it: its times in epoch seconds, as every rental's
+    (the record keeps ISO 8601 strings; one listing speaks one format)."""
     row = dataclasses.asdict(record)
     row["state"] = record.state.value
+    for name in ("updated_at", "deadline_at"):
+        row[name] = _epoch(row[name])
     return row
+
+
+def _epoch(stamp: str | None) -> float | None:
+    from datetime import datetime
+
+    return None if stamp is None else datetime.fromisoformat(stamp).timestamp()
 
 
 _BOXES_HEADER = (
@@ -524,6 +585,8 @@ def _when(epoch_s: float | None) -> str:
 
     local = datetime.fromtimestamp(epoch_s).astimezone()
     utc = datetime.fromtimestamp(epoch_s, UTC)
+    if local.utcoffset() == utc.utcoffset():  # the reader's zone is UTC: said once
+        return f"{utc:%Y-%m-%d %H:%M:%S} UTC"
     return f"{local:%Y-%m-%d %H:%M:%S %Z} / {utc:%H:%M:%S} UTC"
 
 
@@ -546,6 +609,8 @@ def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
     except CorruptState as exc:  # blocks only this rental's guard column; named after the list
         market.ledger.corrupt[exc.where] = exc
         return {"guardian": None, "guard": "UNREADABLE lease (named below)"}
+    if lease is None and rental.state == "failed":  # no box was kept: nothing to guard
+        return {"guardian": None, "guard": "none (its race kept no box)"}
     if lease is None:
         return {"guardian": None, "guard": "NONE (no ceiling: gpuops guard NAME)"}
     from gpuops.market.rentals import this_host
@@ -566,20 +631,35 @@ def _offer_row(offer: Any) -> dict[str, Any]:
         "id": offer.id,
         "machine_id": offer.machine_id,
         "gpu_name": offer.gpu_name,
+        "num_gpus": offer.num_gpus,
         "gpu_ram": offer.gpu_ram,
         "dph_total": offer.dph_total,
         "reliability": offer.reliability,
         "disk_bw": offer.disk_bw,
+        "inet_down": offer.inet_down,
         "geolocation": offer.geolocation,
+        "cuda_max_good": offer.cuda_max_good,
+        "verification": offer.verification,
     }
 
 
+_OFFERS_HEADER = (
+    f"{'ID':>10}  {'GPU':<18} {'VRAM GB':>7} {'$/HOUR':>8} {'RELIAB':>7} {'PASS (n)':>10} "
+    f"{'DISK MB/s':>9} {'CUDA':>5}  LOCATION"
+)
+
+
 def _offer_line(row: dict[str, Any]) -> str:
+    gpus = f"{row['num_gpus']}x {row['gpu_name']}" if row["num_gpus"] != 1 else row["gpu_name"]
+    rate, trials = row.get("pass_rate"), row.get("pass_trials")
+    passed = "-" if rate is None else f"{rate:.2f} ({_text(trials)})"
+    reliability = "-" if row["reliability"] is None else f"{row['reliability']:.4f}"
+    disk = "-" if row["disk_bw"] is None else f"{row['disk_bw']:.0f}"
+    cuda = "-" if row["cuda_max_good"] is None else f"{row['cuda_max_good']:g}"
     return (
-        f"{row['id']:>10}  {row['gpu_name']:<14} {row['gpu_ram']:>6} MB  "
-        f"{_usd(row['dph_total'], 4)}/h  rel {_text(row['reliability'])}  "
-        f"disk {_text(row['disk_bw'])} MB/s"
-        + (f"  pass {row['pass_rate']:.3f}" if row.get("pass_rate") is not None else "")
+        f"{row['id']:>10}  {gpus:<18} {row['gpu_ram'] / 1024:>7.1f} "
+        f"{_usd(row['dph_total'], 4):>8} {reliability:>7} {passed:>10} {disk:>9} {cuda:>5}  "
+        f"{_text(row['geolocation'])}"
     )
 
 

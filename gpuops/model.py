@@ -3,7 +3,7 @@
 Nothing here does I/O or reads a dict from the wire: ``gpuops.providers.vast`` parses raw JSON
 into these types in one place and everything above it sees only these. Numbers are the
 provider's, untouched, in its units: ``gpu_ram`` MB, ``disk_bw`` MB/s, ``dph_total`` $/hour,
-``reliability`` 0..1, ``start_date`` epoch seconds (shared/reference/provider-formats.md A.3);
+``reliability`` 0..1, ``start_date`` epoch seconds (recordings/vast/search_offers.yaml's provenance);
 ``inet_down`` as Vast reports it (its unit is not stated in the sources we hold).
 """
 

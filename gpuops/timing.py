@@ -1,7 +1,7 @@
 """Every duration gpuops uses, in seconds; nothing else under gpuops/ may hold one (rule M6).
 
 On 20 September three timing constants in three modules disagreed, every guardian decided it
-had been superseded and exited 0, and ten boxes billed until a human noticed (seeds/001).
+had been superseded and exited 0, and ten boxes billed until a human noticed (docs/rules.md, M5).
 So: one module, one name per duration, a one-line reason beside each, and tests in
 tests/test_timing.py that pin every value and every relation safety depends on. The
 supersession check and the heartbeat must read the same constants from here.

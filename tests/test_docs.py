@@ -23,6 +23,26 @@ def test_no_page_points_outside_the_repository_or_names_an_issue(page):
     assert found == []
 
 
+CITES_OUTSIDE = re.compile(r"seeds/\d|shared/reference|shared/DESIGN|\.\./shared")
+
+
+def test_no_code_help_or_scenario_cites_a_document_outside_the_repository():
+    """gpuops/ and fakes/ (code, help text, scenarios, their READMEs) cite only what a clone
+    holds: no `seeds/000`, no reference notes kept beside the repository. Recordings keep
+    their provenance, which names their public sources."""
+    files = [p for top in ("gpuops", "fakes") for p in (ROOT / top).rglob("*")
+             if p.suffix in (".py", ".md", ".yaml") and "__pycache__" not in p.parts]  # fmt: skip
+    cited = {
+        p.relative_to(ROOT).as_posix(): CITES_OUTSIDE.findall(p.read_text(encoding="utf-8"))
+        for p in files
+    }
+
+    assert {path: found for path, found in cited.items() if found} == {}
+    assert CITES_OUTSIDE.findall("see seeds/001 and shared/reference/x.md") == [
+        "seeds/0", "shared/reference",
+    ]  # fmt: skip
+
+
 ISSUE = re.compile(r"\bissues? #?\d+", re.I)
 SOURCES = ("gpuops", "fakes", "tests", "recordings", "mutation", "docs")
 

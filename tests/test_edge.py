@@ -217,8 +217,9 @@ def test_text_output_shows_a_dash_for_unknown_values_never_none():
     """`boxes` and `offers` text never prints None or $None; money has its unit and places."""
     from gpuops.cli_market import _offer_line, _text, _usd
 
-    row = {"id": 1, "gpu_name": "RTX 4090", "gpu_ram": 24564, "dph_total": 0.3712,
-           "reliability": None, "disk_bw": None}  # fmt: skip
+    row = {"id": 1, "gpu_name": "RTX 4090", "num_gpus": 1, "gpu_ram": 24564, "dph_total": 0.3712,
+           "reliability": None, "disk_bw": None, "cuda_max_good": None, "geolocation": None,
+           "pass_rate": None, "pass_trials": None}  # fmt: skip
 
     assert (_text(None), _usd(None, 4), _usd(0.3712, 4)) == ("-", "-", "$0.3712")
     assert "None" not in _offer_line(row)

@@ -1043,7 +1043,7 @@ def default_account(sleeps: list[float]) -> tuple[FakeVast, VastAdapter]:
 
 
 def test_the_default_scenario_races_a_taken_an_ssh_auth_and_a_healthy_offer(sleeps):
-    """seeds/001: the three best picks under the default filter are taken, ssh-auth, healthy."""
+    """The market's incident (docs/rules.md, M1): the three best picks under the default filter are taken, ssh-auth, healthy."""
     fake, vast = default_account(sleeps)
     with fake.activate(BASE):
         offers = vast.search_offers("RTX 4090")

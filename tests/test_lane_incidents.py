@@ -1,4 +1,4 @@
-"""Every incident of the lane seed (seeds/000), replayed against FakeGCE through the real
+"""Every incident of the lane seed (docs/rules.md), replayed against FakeGCE through the real
 google SDK clients: each ends as the seed's prevention rule says (refused, loud, recovered).
 
     the stop that stopped the wrong job (2 Nov)   ..._refused_and_nothing_is_stopped_l2,

@@ -75,6 +75,22 @@ def test_each_filter_reason_is_named(offer, reasons):
     assert reasons_to_remove(offer, Filter(), frozenset({7})) == reasons
 
 
+@pytest.mark.parametrize(
+    ("price", "cap", "reasons"),
+    [
+        (0.40, 0.40, []),
+        (0.4001, 0.40, ["price $0.4001/h > --max-dph $0.4000"]),
+        (1e9, None, []),
+        (0.0, 0.0, []),
+    ],
+)
+def test_a_price_cap_removes_only_the_dearer_offers_and_says_so(price, cap, reasons):
+    """`--max-dph`: an offer at the cap passes, one a hundredth of a cent dearer is removed
+    naming both prices; no cap (the default) removes nothing however dear."""
+    assert Filter().max_dph is None
+    assert reasons_to_remove(O(1, dph_total=price), Filter(max_dph=cap), frozenset()) == reasons
+
+
 def test_candidates_are_ranked_cheapest_then_most_reliable_then_by_id():
     """Ranking is total and stable; an unknown reliability ranks as the least reliable."""
     a = O(3, dph_total=0.5, reliability=0.99)

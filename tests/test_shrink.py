@@ -304,3 +304,19 @@ def test_rates_use_the_machine_s_model_then_the_asked_model_then_the_pool():
     assert rates.rate(99, "Z") == pytest.approx(rates.pooled.mean)
     assert rates.rate(4, "A") == pytest.approx(rates.pooled.shrunk(0, 4))
     assert (rates.raw(2), rates.raw(99)) == (0.75, None)
+
+
+def test_the_ranker_tells_how_many_probes_each_rate_rests_on(tmp_path: Path):
+    """`offers` prints PASS (n): n is the machine's judged probes in the log, 0 for a machine
+    never judged (its rate is then the GPU model's alone)."""
+    log = tmp_path / "events.jsonl"
+    simulate_market(log, rentals=10, seed=2)
+    learned = pass_rates_from_log(log)
+    seen = max(learned.counts, key=lambda m: learned.counts[m][1])
+    rank = ranker(log)
+
+    assert rank.trials == {}
+    rank([Offer(1, seen, 0.5), Offer(2, 999_999, 0.4)])
+
+    assert rank.trials == {seen: learned.counts[seen][1], 999_999: 0}
+    assert rank.trials[seen] >= 1

@@ -356,7 +356,7 @@ def test_gpuops_stats_prints_the_table_writes_json_and_an_html_report(tmp_path):
 
     assert text.returncode == 0, text.stderr
     assert "create calls failed: 40.0% (offers taken 20.0%, rate limits 20.0%" in text.stdout
-    assert "of 1 machines that failed on SSH, 1 passed at another time" in text.stdout
+    assert "of 1 machine that failed on SSH, 1 passed at another time" in text.stdout
     assert "guardian firings 2, 1 after the deadline" in text.stdout
     assert json.loads(as_json.stdout)["lane"]["jobs"] == 2
     page = html.read_text()

@@ -7,7 +7,7 @@ the recordings reads the fake's answers unchanged. The recorded ids (offer 12345
 
 The only bodies not from a recording are the fake's own loud errors (``fake_vast_*``: an
 unknown route, a request no real client sends) and ``invalid_request``, whose shape is quoted
-in shared/reference/provider-formats.md A.3/A.6 but not yet recorded.
+in Vast's public documentation but not yet recorded.
 """
 
 from __future__ import annotations

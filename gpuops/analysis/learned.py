@@ -39,12 +39,15 @@ class Ranker:
     brought up to date when asked (so a long-lived process sees what was learned since it
     started); without a store, an in-memory index that lives as long as the ranker.
     ``skipped`` is how many lines of the log the last answer could not read (they are left out
-    of the rates, never fatal); ``offers`` and ``rent`` say so."""
+    of the rates, never fatal); ``offers`` and ``rent`` say so. ``trials`` is how many probes
+    of each offer's machine the last answer's rate rests on (0: its GPU model's rate alone),
+    which ``offers`` prints beside the rate."""
 
     def __init__(self, path: Path, store: Store | None = None) -> None:
         self.path = path
         self.store: Store = store if store is not None else MemoryStore()
         self.skipped = 0
+        self.trials: dict[int, int] = {}
 
     def __call__(self, offers: Sequence[OfferOfMachine]) -> dict[int, float]:
         from gpuops.analysis.index import machine_counts
@@ -52,6 +55,7 @@ class Ranker:
         counts = machine_counts(self.path, self.store)
         self.skipped = counts.skipped
         learned = PassRates.from_counts(counts)
+        self.trials = {o.machine_id: learned.counts.get(o.machine_id, (0, 0))[1] for o in offers}
         return {o.machine_id: learned.rate(o.machine_id, o.gpu_name) for o in offers}
 
 

@@ -1,4 +1,4 @@
-"""The seed's table of figures, folded from the event log one event at a time (M11).
+"""The stats figures, folded from the event log one event at a time (M11).
 
 Pure: ``Stats.add(ts, kind, payload)`` for each event (or ``add_event`` with the typed event a
 scan decoded), then ``Stats.report()``. Every payload is read through ``event_types``: one that

@@ -1,1 +1,2 @@
-"""The shared single-GPU GCE lane (seeds/000): board, runner decisions, startup-script contract."""
+"""The shared single-GPU GCE lane (docs/rules.md, L1-L13): board, runner decisions, startup-script
+contract."""

@@ -1,7 +1,7 @@
 """The lane board (L3): one machine-readable state line, then prose history nobody parses.
 
 On 12 November an operator read "back to free" inside a prose entry, took it for the lane's
-state and overwrote another session's startup script (seeds/000). So the board's state is
+state and overwrote another session's startup script (docs/rules.md, L3). So the board's state is
 the first line and only the first line, in one strict format; everything under it is
 history for humans and is never read by any code. ``parse`` refuses a first line that is
 not exactly a state line (CorruptState) instead of guessing.

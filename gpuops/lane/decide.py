@@ -22,7 +22,8 @@ TERMINATED = "TERMINATED"
 BOOTING = frozenset({"PROVISIONING", "STAGING", "RUNNING", "PENDING", "REPAIRING"})
 STOPPING = frozenset({"STOPPING", "PENDING_STOP", "SUSPENDING", "SUSPENDED"})
 
-# The seed's figures (seeds/000, Methods): about $0.70/h running, about $0.83/day disk.
+# The lane's own figures (docs/rules.md, where the rules come from): about $0.70/h running,
+# about $0.83/day disk.
 RUNNING_USD_PER_HOUR = 0.70
 DISK_USD_PER_DAY = 0.83
 
@@ -84,7 +85,7 @@ def boot_verdict(marker_seen: bool, waited_s: float, instance_status: str) -> Bo
     ``waited_s`` counts from the attempt's board write, so a resumed process keeps the window.
     A TERMINATED instance without the marker never booted for this attempt (a stockout or a
     start never sent before a crash): try again. A running one without it, past the window,
-    is somebody else's boot: the silent no-op of seeds/000.
+    is somebody else's boot: the silent no-op of docs/rules.md, L2.
     """
     if marker_seen:
         return Boot.OURS

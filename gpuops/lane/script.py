@@ -1,7 +1,7 @@
 """The startup-script contract (L5, L6), its template, and the linter `lane install` runs.
 
 A lane job is a startup script attached as instance metadata: the machine boots, runs it,
-uploads results and powers itself off. Every failure in seeds/000 that "looked like
+uploads results and powers itself off. Every lane incident (docs/rules.md) that "looked like
 nothing" was a script that broke the contract: reports uploaded under a misspelt job name,
 an import that failed a whole boot later, a reused script fetching inputs never staged. So
 the script is checked *before anything boots*: ``lint`` returns every breach, each naming

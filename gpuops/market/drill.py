@@ -1,6 +1,6 @@
 """The fire drill (M5): rent a box briefly, let a detached guardian destroy it, record it.
 
-Until 20 September the backstop had never once fired (seeds/001). A drill proves it fires end
+Until 20 September the backstop had never once fired (docs/rules.md, M5). A drill proves it fires end
 to end: a real rental (a one-cent box on Vast, or a fake box on the loopback fakes), a real
 detached guardian process, and the provider asked afterwards whether the box is gone. The
 result is kept in the state store under ``drills/``, with whether it ran against the fakes or

@@ -4,7 +4,7 @@ Pure: plain values in, one action out; ``market/guard.py`` performs it and repor
 
 On 20 September every guardian decided it had been superseded and exited 0, because three
 timing constants in three modules disagreed; the backstop never fired and ten boxes billed
-until a human noticed (seeds/001). So here:
+until a human noticed (docs/rules.md, M5, M7). So here:
 
 - every duration comes from :mod:`gpuops.timing`, through one :class:`Clockwork`;
 - a guardian is *responsible* only while it holds the box's lease; a newcomer that finds a

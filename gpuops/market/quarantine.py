@@ -2,7 +2,7 @@
 
 The pool heals because entries expire (timing.QUARANTINE_TTL_S). An SSH *auth* failure is
 never a host fault: on 20 September an unregistered key made most probes fail on auth and
-innocent hosts were quarantined while the race burned through offers (seeds/001).
+innocent hosts were quarantined while the race burned through offers (docs/rules.md, M2).
 Entries live in the state store at ``market/quarantine/<machine_id>``, shared by every
 operator and host.
 """

@@ -115,6 +115,7 @@ class RentRequest:
     image: str = "vastai/base-image:@vastai-automatic-tag"
     disk_gb: float = 20.0
     max_creates: int = 0  # 0: 2k + 2
+    max_dph: float | None = None  # `--max-dph`: offers dearer per hour are not raced
 
 
 def gpu_spelling(vast: Vast, requested: str, num_gpus: int | None = None) -> str | None:
@@ -340,7 +341,7 @@ class Market:
             offers,
             k=req.race_k,
             rng=self.rng,
-            rules=Filter(vram_floor_mb=req.vram_floor_mb),
+            rules=Filter(vram_floor_mb=req.vram_floor_mb, max_dph=req.max_dph),
             quarantined=self.quarantine.machines(),
             pass_rate=self.pass_rates(offers) if self.pass_rates else None,
         )
@@ -348,7 +349,8 @@ class Market:
         if not chosen.picks:
             raise Unavailable(
                 f"no {req.gpu_name} offer passes the filter ({len(chosen.removed)} removed, "
-                f"{chosen.quarantined} quarantined); see `gpuops offers --all`"
+                f"{chosen.quarantined} quarantined); see `gpuops offers --all"
+                + (f" --max-dph {req.max_dph:g}`" if req.max_dph is not None else "`")
             )
         if self.budget is not None:  # M15: the dearest candidate for all its hours, kept or not
             worst = max(o.dph_total for o in chosen.candidates)

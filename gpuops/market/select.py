@@ -48,6 +48,7 @@ class Filter:
     min_reliability: float = MIN_RELIABILITY
     min_disk_mb_per_s: float = MIN_DISK_MB_PER_S
     vram_floor_mb: float = DEFAULT_VRAM_FLOOR_MB
+    max_dph: float | None = None  # `--max-dph`: the most $/hour an offer may cost; None: no cap
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,8 @@ def reasons_to_remove(offer: OfferLike, rules: Filter, quarantined: frozenset[in
         reasons.append(f"disk {offer.disk_bw:.0f} MB/s < {rules.min_disk_mb_per_s:.0f}")
     if offer.gpu_ram < rules.vram_floor_mb:
         reasons.append(f"vram {offer.gpu_ram:.0f} MB < {rules.vram_floor_mb:.0f}")
+    if rules.max_dph is not None and offer.dph_total > rules.max_dph:
+        reasons.append(f"price ${offer.dph_total:.4f}/h > --max-dph ${rules.max_dph:.4f}")
     return reasons
 
 

@@ -22,7 +22,7 @@ Why it is shaped this way:
   path without query, status, duration, attempt). The API key lives only in the client's
   Authorization header: it is never logged, never put in an error, never in ``repr`` (H3).
 
-Shapes follow ``recordings/vast/`` (H1); see ``shared/reference/provider-formats.md`` section A.
+Shapes follow ``recordings/vast/`` (H1), each file with its provenance.
 """
 
 from __future__ import annotations
