@@ -57,7 +57,7 @@ LONG_S = {
     "test_check_process.py::": 14,  # fakes serve with its S3 stand-in, three `gpuops check`
     "test_alarms_process.py::": 8,  # rent, a guardian, two sweeps
     "test_guard_all_process.py::": 13,  # two guardian services, deadlines 8 to 10 s away
-    "test_ceiling_process.py::": 16,  # two rented hours and their 30-minute grace at x600
+    "test_ceiling_process.py::": 22,  # three rented hours and their 30-minute grace at x600
     "test_soak.py::test_over_an_s3_state": 8,  # moto's server behind a proxy, 4 lifecycles
 }
 LONG_DEFAULT_S = 5  # any other process or soak test

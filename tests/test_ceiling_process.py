@@ -5,9 +5,10 @@ fake's own instance list and by what the box's own process logged. And `gpuops g
 
 The fakes, their boxes and gpuops share one scaled clock (x600: a one-hour rental and its
 30-minute grace pass in nine seconds), so the box's clock is the renter's, as a datacenter's
-NTP-synced one would be. Two hours (the ceiling 15 s of wall time after the rent begins), and
-eight where the ceiling is moved, so a loaded machine's slow race still keeps its box and
-kills the guardian long before the ceiling or the guardian would have acted.
+NTP-synced one would be. Three hours (the ceiling 21 s of wall time after the rent begins; at
+two, a race at load 18 was still probing when the ceiling fired), and eight where the ceiling
+is moved, so a loaded machine's slow race still keeps its box and kills the guardian long
+before the ceiling or the guardian would have acted.
 """
 
 from __future__ import annotations
@@ -58,10 +59,10 @@ def _rent_and_kill_its_guardian(world: Fakes, name: str, hours: str) -> dict[str
     handled="the box destroys itself at deadline + grace with its own per-instance key (M14)",
 )
 def test_with_every_guardian_dead_from_the_first_second_the_box_ends_itself_m14(world):
-    rental = _rent_and_kill_its_guardian(world, "lone", "2")
+    rental = _rent_and_kill_its_guardian(world, "lone", "3")
     instance = str(rental["instance_id"])
     # No check that the box still runs here: on a loaded machine the rent and the kill can take
-    # the 15 s of wall time to the ceiling. The box's own log below is the proof that its own
+    # the 21 s of wall time to the ceiling. The box's own log below is the proof that its own
     # process, and nothing else, ended it, and at its ceiling by its own clock, never earlier.
     world.wait_for("the box to end itself", lambda: world.live_instances() == [])
     log = (_sandbox(world, instance) / "gpuops-ceiling.log").read_text()
