@@ -205,7 +205,9 @@ RULES: tuple[Rule, ...] = (
         scope="one lease per box with a heartbeat; standbys take over only a lease seen "
         "standing still for its TTL on their own clock (never another host's); "
         "supersession (exit 7) only after the successor is seen renewing; the 20 September "
-        "test runs ten real guardian processes (tests/test_guard_process.py)",
+        "test runs ten real guardian processes (tests/test_guard_process.py); the decisions "
+        "explored exhaustively over small scopes (guardians started, killed and stalled on "
+        "skewed hosts, cron's sweep: tests/test_protocol.py)",
     ),
     Rule(
         "M8",
