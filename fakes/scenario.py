@@ -177,6 +177,12 @@ class VastScenario:
     create_pacing: CreatePacing | None = None
     host_key_changes: tuple[HostKeyChange, ...] = ()
     instances: tuple[RentedBox, ...] = ()  # rented before the fake started, in this order
+    # Vast accepts a second purchase of an offer one of our boxes already holds and launches
+    # both; the later box never comes up (skypilot-org/skypilot#9117). False: refused, 410.
+    duplicate_purchases: bool = False
+    # Offers search lists twice, as Vast's search "sometimes returns duplicate machines"
+    # (vast-ai/vast-cli#260).
+    duplicate_listings: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -227,6 +233,7 @@ def _parse_vast(r: _Reader) -> VastScenario:
     r.only(
         "api_key", "boot", "first_instance_id", "destroy_gone_error", "destroy_lag_s",
         "list_lag_s", "show_lag_s", "ssh_keys", "offers", "faults", "instances",
+        "duplicate_purchases",
     )  # fmt: skip
     d = VastScenario()
     boot = r.section("boot")
@@ -242,8 +249,17 @@ def _parse_vast(r: _Reader) -> VastScenario:
     faults = r.section("faults")
     faults.only(
         "rate_limits", "destroy_failures", "lost_creates", "empty_list", "create_pacing",
-        "host_key_changes",
+        "host_key_changes", "duplicate_listings",
     )  # fmt: skip
+    duplicates = r.raw("duplicate_purchases", d.duplicate_purchases)
+    if not isinstance(duplicates, bool):
+        r.fail("duplicate_purchases", f"{duplicates!r} is not true or false")
+    listed_twice = faults.raw("duplicate_listings", [])
+    if not isinstance(listed_twice, list):
+        faults.fail("duplicate_listings", f"{listed_twice!r} is not a list of offer ids")
+    for index, offer_id in enumerate(listed_twice):
+        if offer_id not in ids:
+            faults.fail(f"duplicate_listings[{index}]", f"no offer {offer_id!r}")
     scenario = VastScenario(
         api_key=api_key,
         provisioning_s=boot.number("provisioning_s", d.provisioning_s, minimum=0),
@@ -264,6 +280,8 @@ def _parse_vast(r: _Reader) -> VastScenario:
         create_pacing=_parse_pacing(faults.optional_section("create_pacing")),
         host_key_changes=tuple(_parse_rekey(item) for item in faults.items("host_key_changes")),
         instances=tuple(_parse_rented(item) for item in r.items("instances")),
+        duplicate_purchases=duplicates,
+        duplicate_listings=tuple(int(offer_id) for offer_id in listed_twice),
     )
     rented: set[int] = set()
     for index, box in enumerate(scenario.instances):

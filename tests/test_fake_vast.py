@@ -221,6 +221,48 @@ def test_a_rented_offer_leaves_the_search_and_comes_back_after_destroy(make, vas
     assert during == [2] and sorted(after) == [1, 2]
 
 
+def test_a_second_purchase_of_one_offer_is_accepted_and_that_box_never_runs_h6(make, vast):
+    """skypilot-org/skypilot#9117: Vast accepts two purchases of one offer and launches both;
+    the later box loads, then exits (its failure never reaches the client); the first runs
+    and keeps the offer held."""
+    fake = make(scenario(offer(1), duplicate_purchases=True))
+    with fake.activate(BASE):
+        first = rent(vast, 1)
+        second = rent(vast, 1, label="gpuops:intent-bb22")
+        fake.advance(BOOT_S - 1)
+        loading = vast.show(second).actual_status
+        fake.advance(1)
+        statuses = (vast.show(first).actual_status, vast.show(second).actual_status)
+        listed = [o.id for o in vast.search_offers()]
+
+    assert first != second
+    assert fake.instances[int(second)].duplicate_of == int(first)
+    assert fake.instances[int(first)].duplicate_of is None
+    assert loading is InstanceStatus.LOADING
+    assert statuses == (InstanceStatus.RUNNING, InstanceStatus.EXITED)
+    assert fake.offers[1].held_by == int(first) and listed == []
+
+
+def test_without_duplicate_purchases_a_held_offer_is_no_such_ask_410(make, vast):
+    """The scenario's default keeps the old refusal: a held offer's second create is 410."""
+    fake = make(scenario(offer(1)))
+    with fake.activate(BASE):
+        rent(vast, 1)
+        with pytest.raises(OfferTaken) as taken:
+            rent(vast, 1)
+
+    assert taken.value.status == 410 and len(fake.instances) == 1
+
+
+def test_an_offer_in_duplicate_listings_is_listed_twice_by_search_h6(make, vast):
+    """vast-ai/vast-cli#260: search "sometimes returns duplicate machines"."""
+    fake = make(scenario(offer(1), offer(2), faults={"duplicate_listings": [2]}))
+    with fake.activate(BASE):
+        listed = [o.id for o in vast.search_offers()]
+
+    assert sorted(listed) == [1, 2, 2]
+
+
 # --- search ---------------------------------------------------------------------------------------
 def test_search_applies_the_filters_order_and_limit_the_sdk_sends(make, vast):
     """gpu_name, reliability and price filters, score order and limit, as Vast would."""
@@ -1095,6 +1137,15 @@ def test_the_default_scenario_has_offers_the_default_filter_removes(sleeps):
             r"instances\[1\]\.offer: offer 1 is already rented above",
         ),
         ({"vast": {"offers": [offer(1)], "instances": [{"label": "x"}]}}, r"offer: is required"),
+        ({"vast": {"duplicate_purchases": "yes"}}, r"duplicate_purchases: 'yes' is not true"),
+        (
+            {"vast": {"faults": {"duplicate_listings": 7}}},
+            r"faults\.duplicate_listings: 7 is not a list of offer ids",
+        ),
+        (
+            {"vast": {"offers": [offer(1)], "faults": {"duplicate_listings": [1, 9]}}},
+            r"duplicate_listings\[1\]: no offer 9",
+        ),
         (
             {"vast": {"offers": [offer(1)], "instances": [{"offer": 1, "label": 7}]}},
             r"instances\[0\]\.label: 7 is not a string",

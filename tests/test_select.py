@@ -17,6 +17,7 @@ from gpuops.market.select import (
     MIN_DISK_MB_PER_S,
     MIN_RELIABILITY,
     Filter,
+    distinct,
     pick,
     propensity_of,
     rank_key,
@@ -100,6 +101,39 @@ def test_selection_reports_removed_offers_and_counts_quarantine():
     ]
     assert chosen.quarantined == 2
     assert [p.offer.id for p in chosen.picks] == [4]
+
+
+def test_one_machine_listed_twice_is_raced_once_by_its_best_ranked_offer():
+    """vast-cli#260 and skypilot#9117: one candidate per offer and per machine, the first
+    ranked kept; a repeated offer is "listed twice", another offer on a machine already
+    held names the offer that ranks first; the rest keep their order."""
+    pool = [
+        O(1, dph_total=0.30, machine_id=7),
+        O(1, dph_total=0.30, machine_id=7),  # the same offer, listed twice
+        O(2, dph_total=0.31, machine_id=8),
+        O(3, dph_total=0.32, machine_id=7),  # another offer on machine 7
+        O(2, dph_total=0.33, machine_id=9),  # offer 2 again, under another machine
+        O(4, dph_total=0.34, machine_id=9),
+    ]
+
+    chosen = select(pool, k=8, rng=random.Random(1), explore_rate=0)
+
+    assert [(o.id, o.machine_id) for o in chosen.candidates] == [(1, 7), (2, 8), (4, 9)]
+    assert [(r.offer.id, r.reasons) for r in chosen.removed] == [
+        (1, ("listed twice",)),
+        (3, ("machine 7 is offer 1's, ranked first",)),
+        (2, ("listed twice",)),
+    ]
+    assert [p.offer.id for p in chosen.picks] == [1, 2, 4]
+    assert chosen.quarantined == 0
+
+
+def test_distinct_keeps_what_it_is_given_when_nothing_repeats():
+    """Distinct offers on distinct machines pass through as they are, in their order."""
+    pool = [O(5, machine_id=1), O(3, machine_id=2)]
+
+    assert distinct(pool) == (tuple(pool), [])
+    assert distinct([]) == ((), [])
 
 
 def test_without_exploration_the_top_k_are_picked_in_order_with_certainty():

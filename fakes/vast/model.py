@@ -165,6 +165,11 @@ class InstanceState:
     # "can only start, stop, or destroy that specific instance" (docs.vast.ai api-reference/
     # hello-world); FakeVast lets it destroy its own box and refuses it anything else.
     instance_key: str = ""
+    # The box of ours that already held its offer when this one was bought: Vast accepts the
+    # second purchase and launches both, and "all but one of the conflicting instances will
+    # then either fail to fully start or raise an error" that never reaches the client
+    # (skypilot-org/skypilot#9117). Such a box loads, then exits instead of running.
+    duplicate_of: int | None = None
 
 
 @dataclass
@@ -333,6 +338,8 @@ class FakeVast:
             return None
         if age_s < boot_s:
             return "loading"
+        if box.duplicate_of is not None:
+            return "exited"  # the later of two purchases of one offer never runs (#9117)
         if box.fate.kind == "dies-after" and age_s >= boot_s + box.fate.minutes * MINUTE_S:
             return "exited"
         return "running"
@@ -441,7 +448,10 @@ class FakeVast:
         self.calls.append(call)
 
     def searchable(self) -> list[OfferState]:
-        return list(self.offers.values())
+        """The offers search looks at: each once, and the scenario's ``duplicate_listings``
+        twice (vast-ai/vast-cli#260: search "sometimes returns duplicate machines")."""
+        listed = list(self.offers.values())
+        return listed + [self.offers[i] for i in self.scenario.duplicate_listings]
 
     def create(self, offer_id: int, payload: Mapping[str, Any]) -> InstanceState:
         """Rent ``offer_id``. A taken offer raises NoSuchAsk; a lost create raises after the
@@ -458,14 +468,15 @@ class FakeVast:
         if offer.fate.kind == "taken" or offer.taken:
             offer.taken = True
             raise NoSuchAsk(offer_id, offer.taken_status)
-        if offer.held_by is not None:
+        held = offer.held_by
+        if held is not None and not self.scenario.duplicate_purchases:
             raise NoSuchAsk(offer_id, 410)
         for entry in self._lost:  # a failure before anything was created
             if entry.spec.offer == offer_id and entry.left > 0 and not entry.spec.creates:
                 entry.left -= 1
                 self.tick()
                 self._lose(offer_id, entry.spec.answer)
-        box = self._add_box(offer, payload, now)
+        box = self._add_box(offer, payload, now, duplicate_of=held)
         self.tick()
         for entry in self._lost:
             if entry.spec.offer == offer_id and entry.left > 0 and entry.spec.creates:
@@ -489,10 +500,18 @@ class FakeVast:
                 raise ValueError(f"offer {offer.id} is taken: no box of ours can be on it")
             self._add_box(offer, {"label": rented.label}, running_at)
 
-    def _add_box(self, offer: OfferState, payload: Mapping[str, Any], at: float) -> InstanceState:
+    def _add_box(
+        self,
+        offer: OfferState,
+        payload: Mapping[str, Any],
+        at: float,
+        duplicate_of: int | None = None,
+    ) -> InstanceState:
         """A new box on ``offer``, created at fake time ``at``; its ssh entries due now, its
-        status changes on the heap."""
+        status changes on the heap. ``duplicate_of``: the box that already holds the offer
+        (a second purchase Vast accepted); the offer stays held by that one."""
         box = self._new_box(offer, payload, at)
+        box.duplicate_of = duplicate_of
         self.instances[box.id] = box
         self._by_instance_key[box.instance_key] = box.id
         if self.box_table is not None and self.box_clock is not None and box.onstart:
@@ -503,7 +522,8 @@ class FakeVast:
                 instance_key=box.instance_key,
                 clock=self.box_clock,
             )
-        offer.held_by = box.id
+        if duplicate_of is None:
+            offer.held_by = box.id
         self._changed_box(box)
         if self.box_table is not None:
             for when in self._transitions(box):

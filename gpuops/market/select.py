@@ -127,10 +127,34 @@ def select(
             removed.append(Removed(offer, tuple(why)))
         else:
             kept.append(offer)
-    ranked = tuple(sorted(kept, key=lambda offer: rank_key(offer, pass_rate)))
+    ranked, repeated = distinct(sorted(kept, key=lambda offer: rank_key(offer, pass_rate)))
+    removed += repeated
     picks = pick(ranked, k=k, rng=rng, explore_rate=explore_rate)
     in_quarantine = sum(1 for r in removed if "quarantined" in r.reasons)
     return Selection(ranked, tuple(removed), in_quarantine, picks)
+
+
+def distinct(ranked: Iterable[OfferLike]) -> tuple[tuple[OfferLike, ...], list[Removed]]:
+    """One candidate per offer and per machine, the best-ranked kept: search can list one
+    machine twice (vast-ai/vast-cli#260), and Vast accepts two purchases of one offer and
+    launches both, the later failing where the client never hears it
+    (skypilot-org/skypilot#9117). So the race never creates twice on one offer or machine."""
+    kept: list[OfferLike] = []
+    removed: list[Removed] = []
+    ids: set[int] = set()
+    by_machine: dict[int, OfferLike] = {}
+    for offer in ranked:
+        if offer.id in ids:
+            removed.append(Removed(offer, ("listed twice",)))
+            continue
+        ids.add(offer.id)
+        first = by_machine.setdefault(offer.machine_id, offer)
+        if first is offer:
+            kept.append(offer)
+        else:
+            why = f"machine {offer.machine_id} is offer {first.id}'s, ranked first"
+            removed.append(Removed(offer, (why,)))
+    return tuple(kept), removed
 
 
 def pick(
