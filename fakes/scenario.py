@@ -45,7 +45,7 @@ _TRANSIENT = re.compile(r"ssh-auth-transient:([0-9]+)")
 _DIES = re.compile(r"dies-after:([0-9]+(?:\.[0-9]+)?)")
 # Fields every scenario offer must give; any other field of the recorded offer may be added.
 REQUIRED_OFFER_FIELDS = ("id", "machine_id", "gpu_name", "gpu_ram", "dph_total", "reliability")
-OFFER_CONTROL_FIELDS = ("fate", "taken_status", "box_gpu")
+OFFER_CONTROL_FIELDS = ("fate", "taken_status", "box_gpu", "contract_days")
 # Recorded offer fields the fake owns: the id's twin and whether one of our boxes holds it.
 OFFER_STATE_FIELDS = ("ask_contract_id", "rented")
 
@@ -96,6 +96,9 @@ class OfferSpec:
     fields: Mapping[str, object]
     taken_status: int = 410
     box_gpu: Mapping[str, object] | None = None
+    # Days from when the offer joins the market to its contract's end (its ``end_date``);
+    # None: ``end_date`` as given, or the recorded offer's distance from its own listing.
+    contract_days: float | None = None
 
 
 @dataclass(frozen=True)
@@ -335,7 +338,17 @@ def _parse_offer(r: _Reader) -> OfferSpec:
         fields=fields,
         taken_status=taken_status,
         box_gpu=_parse_box_gpu(r.optional_section("box_gpu")),
+        contract_days=_parse_contract_days(r, fields),
     )
+
+
+def _parse_contract_days(r: _Reader, fields: Mapping[str, object]) -> float | None:
+    """``contract_days``, positive, and never with an ``end_date`` of its own."""
+    if not r.has("contract_days"):
+        return None
+    if "end_date" in fields:
+        r.fail("contract_days", "give either 'contract_days' or 'end_date', not both")
+    return r.number("contract_days", 0.0, positive=True)
 
 
 def _parse_box_gpu(r: _Reader | None) -> Mapping[str, object] | None:

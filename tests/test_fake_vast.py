@@ -263,6 +263,71 @@ def test_an_offer_in_duplicate_listings_is_listed_twice_by_search_h6(make, vast)
     assert sorted(listed) == [1, 2, 2]
 
 
+def test_at_its_contract_end_a_box_is_stopped_then_deleted_48_hours_later_h6(make, vast):
+    """vast.ai/docs/introduction/overview: "Once an instance hits its end date it expires and
+    is automatically stopped ... may be deleted 48 hours after expiration". The box's end_date
+    is its offer's; stopped, it is still shown and listed (and may be destroyed); 48 h on, it
+    is gone, and the ended offer has left the search."""
+    from fakes.vast.clock import RECORDED_EPOCH
+
+    end = RECORDED_EPOCH + 3600.0
+    fake = make(scenario(offer(1, end_date=end), offer(2, contract_days=2.0)))
+    with fake.activate(BASE):
+        listed = {o.id: o.end_date for o in vast.search_offers()}
+        box = rent(vast, 1)
+        fake.advance(BOOT_S)
+        running = vast.show(box)
+        fake.advance(3600.0 - BOOT_S)
+        stopped = vast.show(box)
+        listed_then = [i.instance_id for i in vast.list_instances()]
+        searched = [o.id for o in vast.search_offers()]
+        fake.advance(48 * 3600.0 - 1)
+        still = vast.show(box)
+        fake.advance(1)
+        gone = vast.show(box), vast.list_instances()
+
+    assert listed == {1: end, 2: RECORDED_EPOCH + 2 * 86400.0}
+    assert running.actual_status is InstanceStatus.RUNNING
+    assert (
+        stopped.actual_status is InstanceStatus.STOPPED and stopped.actual_status_raw == "stopped"
+    )
+    assert listed_then == [box] and searched == [2]
+    assert still is not None and still.actual_status is InstanceStatus.STOPPED
+    assert gone == (None, [])
+    assert list(fake.boxes()) == []
+
+
+def test_an_expired_box_may_be_destroyed_and_a_deleted_one_is_gone_h6(make, vast):
+    """A stopped (expired) box is destroyed like any other; once deleted, a destroy is 404."""
+    from fakes.vast.clock import RECORDED_EPOCH
+
+    fake = make(
+        scenario(
+            offer(1, end_date=RECORDED_EPOCH + 600.0), offer(2, end_date=RECORDED_EPOCH + 600.0)
+        )
+    )
+    with fake.activate(BASE):
+        first, second = rent(vast, 1), rent(vast, 2, label="gpuops:intent-cc33")
+        fake.advance(600.0)
+        vast.destroy(first)
+        fake.advance(48 * 3600.0)
+        shown = vast.show(first), vast.show(second)
+
+    assert fake.instances[int(first)].destroyed_at == RECORDED_EPOCH + 600.0
+    assert shown == (None, None)
+    with fake.activate(BASE):
+        vast.destroy(second)  # the adapter reads the 404 as already gone
+    assert (fake.calls[-1].route, fake.calls[-1].status) == ("destroy", 404)
+
+
+def test_a_scenario_offer_gives_contract_days_or_end_date_never_both():
+    """contract_days and an explicit end_date contradict each other: refused by name."""
+    with pytest.raises(ScenarioError, match=r"contract_days: give either"):
+        parse_scenario(scenario(offer(1, end_date=1.0, contract_days=1)))
+    with pytest.raises(ScenarioError, match=r"contract_days: 0 must be positive"):
+        parse_scenario(scenario(offer(1, contract_days=0)))
+
+
 # --- search ---------------------------------------------------------------------------------------
 def test_search_applies_the_filters_order_and_limit_the_sdk_sends(make, vast):
     """gpu_name, reliability and price filters, score order and limit, as Vast would."""

@@ -36,6 +36,7 @@ class O:
     disk_bw: float | None = 2000.0
     gpu_ram: float = 24564.0
     machine_id: int = 0
+    end_date: float | None = None
 
 
 def offers(n: int) -> list[O]:
@@ -101,6 +102,50 @@ def test_selection_reports_removed_offers_and_counts_quarantine():
     ]
     assert chosen.quarantined == 2
     assert [p.offer.id for p in chosen.picks] == [4]
+
+
+@pytest.mark.parametrize(
+    ("end_date", "reasons"),
+    [
+        (5000.0, []),
+        (4000.0, []),  # ends exactly when needed: enough
+        (3999.0, ["contract end 0.0 h too soon"]),
+        (4000.0 - 5400.0, ["contract end 1.5 h too soon"]),
+        (None, ["contract end unknown"]),
+    ],
+)
+def test_an_offer_whose_contract_ends_before_it_is_needed_is_removed_h6(end_date, reasons):
+    """Vast stops a box at its contract's end: an offer must outlast contract_ends_after, and
+    one whose end the provider left out fails (missing is never passing)."""
+    rules = Filter(contract_ends_after=4000.0)
+
+    assert reasons_to_remove(O(1, end_date=end_date), rules, frozenset()) == reasons
+
+
+def test_without_a_contract_end_to_outlast_no_end_date_is_read():
+    """Filter() checks no contract end: an offer with none still passes."""
+    assert Filter().contract_ends_after is None
+    assert reasons_to_remove(O(1, end_date=None), Filter(), frozenset()) == []
+
+
+def test_selection_counts_the_offers_left_out_for_their_contract_end_h6():
+    """The count `offers` and `rent` report: each offer with a contract reason, once."""
+    pool = [
+        O(1, end_date=100.0, machine_id=1),
+        O(2, end_date=None, machine_id=2, reliability=0.5),
+        O(3, end_date=9000.0, machine_id=3, reliability=0.5),
+        O(4, end_date=9000.0, machine_id=4),
+    ]
+
+    chosen = select(pool, k=1, rng=random.Random(1), rules=Filter(contract_ends_after=5000.0))
+
+    assert [o.id for o in chosen.candidates] == [4]
+    assert chosen.contract_ended == 2
+    assert [r.reasons for r in chosen.removed][1] == (
+        "reliability 0.5000 < 0.98",
+        "contract end unknown",
+    )
+    assert select(pool, k=1, rng=random.Random(1)).contract_ended == 0
 
 
 def test_one_machine_listed_twice_is_raced_once_by_its_best_ranked_offer():

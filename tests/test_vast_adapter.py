@@ -186,6 +186,7 @@ def test_search_parses_every_recorded_offer(http, vast):
         cuda_max_good=12.4,
         geolocation="Texas, US",
         verification="verified",
+        end_date=1798761600.0,
     )
     assert offers[0].raw["score"] == 201.4
     assert (offers[1].reliability, offers[2].disk_bw) == (0.9121, 182.6)

@@ -26,6 +26,8 @@ EXPLORE_RATE = 0.10
 NEAREST_NAMES = 3
 # A machine's pass rate divides its price; a machine that never passed still has a finite cost.
 MIN_PASS_RATE = 0.01
+# How every contract-end reason starts, so the ones left out for it are counted.
+CONTRACT_END = "contract end"
 
 
 class OfferLike(Protocol):
@@ -41,6 +43,8 @@ class OfferLike(Protocol):
     def gpu_ram(self) -> float: ...
     @property
     def dph_total(self) -> float: ...
+    @property
+    def end_date(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,9 @@ class Filter:
     min_reliability: float = MIN_RELIABILITY
     min_disk_mb_per_s: float = MIN_DISK_MB_PER_S
     vram_floor_mb: float = DEFAULT_VRAM_FLOOR_MB
+    # Epoch s the offer's contract must outlast (the rental's deadline plus
+    # timing.CONTRACT_END_MARGIN_S): Vast stops a box at its contract's end. None: not checked.
+    contract_ends_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class Selection:
     removed: tuple[Removed, ...]  # by the filter or quarantine, with reasons
     quarantined: int  # how many offers were left out because their machine is quarantined
     picks: tuple[Pick, ...]
+    contract_ended: int = 0  # how many were left out because their contract ends too soon
 
 
 def reasons_to_remove(offer: OfferLike, rules: Filter, quarantined: frozenset[int]) -> list[str]:
@@ -88,6 +96,13 @@ def reasons_to_remove(offer: OfferLike, rules: Filter, quarantined: frozenset[in
         reasons.append(f"disk {offer.disk_bw:.0f} MB/s < {rules.min_disk_mb_per_s:.0f}")
     if offer.gpu_ram < rules.vram_floor_mb:
         reasons.append(f"vram {offer.gpu_ram:.0f} MB < {rules.vram_floor_mb:.0f}")
+    needed = rules.contract_ends_after
+    if needed is not None:
+        if offer.end_date is None:
+            reasons.append(f"{CONTRACT_END} unknown")
+        elif offer.end_date < needed:
+            short_h = (needed - offer.end_date) / 3600.0
+            reasons.append(f"{CONTRACT_END} {short_h:.1f} h too soon")
     return reasons
 
 
@@ -131,7 +146,8 @@ def select(
     removed += repeated
     picks = pick(ranked, k=k, rng=rng, explore_rate=explore_rate)
     in_quarantine = sum(1 for r in removed if "quarantined" in r.reasons)
-    return Selection(ranked, tuple(removed), in_quarantine, picks)
+    ended = sum(1 for r in removed if any(x.startswith(CONTRACT_END) for x in r.reasons))
+    return Selection(ranked, tuple(removed), in_quarantine, picks, ended)
 
 
 def distinct(ranked: Iterable[OfferLike]) -> tuple[tuple[OfferLike, ...], list[Removed]]:
