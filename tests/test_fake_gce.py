@@ -467,3 +467,43 @@ def test_a_preset_run_ceiling_is_rendered_as_lane_install_leaves_it_l12():
     assert preset["maxRunDuration"] == {"seconds": "3600"}
     assert preset["instanceTerminationAction"] == "STOP"
     assert "maxRunDuration" not in none and "instanceTerminationAction" not in none
+
+
+def test_max_run_duration_rearms_at_every_start_and_its_termination_timestamp_clears_on_stop_l12():
+    """H6/L12: Compute Engine sets resourceStatus.scheduling.terminationTimestamp whenever a VM
+    with a time limit enters RUNNING and clears it whenever the VM stops ("Limit the run time of
+    a VM"); maxRunDuration is "not a one time intent" (GoogleCloudPlatform/magic-modules#10683):
+    each start runs the whole ceiling afresh, counted from its own RUNNING."""
+    import json
+    from datetime import datetime
+
+    fake, clock = _fake()
+    s = fake.scenario
+    path = "/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane"
+
+    def stamp() -> float | None:
+        body = json.loads(dispatch(fake, Request("GET", path, {}, {})).body)
+        text = body.get("resourceStatus", {}).get("scheduling", {}).get("terminationTimestamp")
+        return None if text is None else datetime.fromisoformat(text).timestamp()
+
+    fake.set_scheduling(600.0, "STOP")
+    before = stamp()
+    fake.start()
+    fake.advance(s.provisioning_s + s.staging_s)
+    first_running = clock.wall()
+    first = stamp()
+    fake.advance(600.0)
+    stopping, cleared = fake.status, stamp()
+    fake.advance(s.stopping_s + 7200.0)  # TERMINATED for two hours
+    fake.start()
+    fake.advance(s.provisioning_s + s.staging_s)
+    second_running = clock.wall()
+    second = stamp()
+    fake.advance(599.0)
+    still = fake.status
+    fake.advance(1.0)
+
+    assert before is None and first == pytest.approx(first_running + 600.0, abs=0.001)
+    assert (stopping, cleared) == ("STOPPING", None)
+    assert second == pytest.approx(second_running + 600.0, abs=0.001)
+    assert still == "RUNNING" and fake.status == "STOPPING" and stamp() is None

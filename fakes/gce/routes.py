@@ -73,6 +73,14 @@ def _instance(fake: FakeGCE, m: Mapping[str, str]) -> Reply | None:
     return None
 
 
+def _rfc3339(epoch_s: float) -> str:
+    """A GCE timestamp as the recordings write them: "2026-11-14T07:02:41.601-08:00"."""
+    from datetime import datetime, timedelta, timezone
+
+    zone = timezone(timedelta(hours=-8))  # the recordings' offset (US Pacific, standard time)
+    return datetime.fromtimestamp(epoch_s, zone).isoformat(timespec="milliseconds")
+
+
 def get_instance(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     if (missing := _instance(fake, m)) is not None:
         return missing
@@ -82,6 +90,9 @@ def get_instance(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         body["scheduling"] = _recorded("gce", "instance_scheduling_max_run")["scheduling"]
         body["scheduling"]["maxRunDuration"] = {"seconds": str(int(fake.max_run_s))}
         body["scheduling"]["instanceTerminationAction"] = fake.termination_action
+    if fake.termination_at is not None:  # while RUNNING under a run ceiling, until stopped
+        stamp = _rfc3339(fake.clock.epoch_of(fake.termination_at))
+        body["resourceStatus"] = {"scheduling": {"terminationTimestamp": stamp}}
     if fake.labels:  # GCE leaves ``labels`` out of an instance that has none
         body["labels"] = dict(sorted(fake.labels.items()))
     body["labelFingerprint"] = fake.label_fingerprint
