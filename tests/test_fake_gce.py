@@ -368,7 +368,9 @@ def test_a_scripted_storage_outage_refuses_writes_under_its_prefix_for_its_time_
 
     def write(name: str) -> int:
         query = {"uploadType": "media", "name": name}
-        reply = dispatch(fake, Request("POST", "/upload/storage/v1/b/gpuops-lane-jobs/o", query, {}, b"x"))
+        reply = dispatch(
+            fake, Request("POST", "/upload/storage/v1/b/gpuops-lane-jobs/o", query, {}, b"x")
+        )
         if reply.status != 200:
             assert json.loads(reply.body)["error"]["errors"][0]["reason"] == "backendError"
         return reply.status
@@ -507,3 +509,43 @@ def test_max_run_duration_rearms_at_every_start_and_its_termination_timestamp_cl
     assert (stopping, cleared) == ("STOPPING", None)
     assert second == pytest.approx(second_running + 600.0, abs=0.001)
     assert still == "RUNNING" and fake.status == "STOPPING" and stamp() is None
+
+
+@pytest.mark.parametrize(
+    ("items", "status"),
+    [
+        ({"startup-script": "x" * 262144}, 200),
+        ({"startup-script": "x" * 262145}, 400),
+        ({"a": "x" * 262144, "b": "y" * 262141}, 200),  # 524287 bytes in all
+        ({"a": "x" * 262144, "b": "y" * 262142}, 400),  # 524288: not less than 512 KB
+        ({"k" * 127: "v"}, 200),
+        ({"k" * 128: "v"}, 400),
+        ({"startup-script": "é" * 131073}, 400),  # 262146 bytes: sizes are UTF-8 bytes
+    ],
+)
+def test_set_metadata_refuses_what_gce_s_metadata_limits_refuse_and_changes_nothing_h6(
+    items, status
+):
+    """H6: compute/v1 Metadata: a value at most 262144 bytes, keys and values together under
+    512 KB, a key under 128 bytes; over them setMetadata is a 400 and nothing changes."""
+    import json
+
+    fake, _ = _fake()
+    before = (dict(fake.metadata), fake.fingerprint)
+    path = "/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane/setMetadata"
+    sent = {
+        "fingerprint": fake.fingerprint,
+        "items": [{"key": k, "value": v} for k, v in items.items()],
+    }
+
+    reply = dispatch(fake, Request("POST", path, {}, {}, json.dumps(sent).encode()))
+
+    assert reply.status == status
+    if status == 400:
+        error = json.loads(reply.body)["error"]
+        assert (
+            error["code"] == 400 and error["errors"][0]["reason"] == "fake_gce_metadata_too_large"
+        )
+        assert (dict(fake.metadata), fake.fingerprint) == before
+    else:
+        assert fake.metadata == items

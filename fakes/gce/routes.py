@@ -73,7 +73,7 @@ def _instance(fake: FakeGCE, m: Mapping[str, str]) -> Reply | None:
     return None
 
 
-def _rfc3339(epoch_s: float) -> str:
+def _gce_timestamp(epoch_s: float) -> str:
     """A GCE timestamp as the recordings write them: "2026-11-14T07:02:41.601-08:00"."""
     from datetime import datetime, timedelta, timezone
 
@@ -91,7 +91,7 @@ def get_instance(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         body["scheduling"]["maxRunDuration"] = {"seconds": str(int(fake.max_run_s))}
         body["scheduling"]["instanceTerminationAction"] = fake.termination_action
     if fake.termination_at is not None:  # while RUNNING under a run ceiling, until stopped
-        stamp = _rfc3339(fake.clock.epoch_of(fake.termination_at))
+        stamp = _gce_timestamp(fake.clock.epoch_of(fake.termination_at))
         body["resourceStatus"] = {"scheduling": {"terminationTimestamp": stamp}}
     if fake.labels:  # GCE leaves ``labels`` out of an instance that has none
         body["labels"] = dict(sorted(fake.labels.items()))
@@ -173,10 +173,34 @@ def set_metadata(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         return missing
     sent = json.loads(req.body or b"{}")
     items = {str(i["key"]): str(i.get("value", "")) for i in sent.get("items") or []}
+    too_large = _metadata_breach(items)
+    if too_large is not None:  # nothing changes: GCE refuses the whole write
+        return _fake_gce_error(400, "fake_gce_metadata_too_large", too_large)
     op = fake.set_metadata(str(sent.get("fingerprint", "")), items)
     if op is None:
         return _error("set_metadata_412")
     return _json(200, _op_body(fake, op.name))
+
+
+# The Metadata resource's limits (Compute Engine API reference, compute/v1 Metadata): each value
+# at most 262144 bytes (256 KiB), all keys and values together less than 512 KB, each key less
+# than 128 bytes. Over them setMetadata is a 400 (the googleapis error envelope; the exact reason
+# and message GCE sends were never captured, so they are the fake's own).
+METADATA_VALUE_MAX = 262144
+METADATA_TOTAL_MAX = 512 * 1024
+METADATA_KEY_MAX = 128
+
+
+def _metadata_breach(items: Mapping[str, str]) -> str | None:
+    for key, value in items.items():
+        if len(key.encode()) >= METADATA_KEY_MAX:
+            return f"key {key[:40]!r}... is {len(key.encode())} bytes, the limit is under 128"
+        if len(value.encode()) > METADATA_VALUE_MAX:
+            return f"{key}: {len(value.encode())} bytes, the limit is {METADATA_VALUE_MAX}"
+    total = sum(len(k.encode()) + len(v.encode()) for k, v in items.items())
+    if total >= METADATA_TOTAL_MAX:
+        return f"{total} bytes of keys and values, the limit is under {METADATA_TOTAL_MAX}"
+    return None
 
 
 def set_labels(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
