@@ -549,3 +549,39 @@ def test_set_metadata_refuses_what_gce_s_metadata_limits_refuse_and_changes_noth
         assert (dict(fake.metadata), fake.fingerprint) == before
     else:
         assert fake.metadata == items
+
+
+def test_objects_list_pages_items_and_prefixes_together_by_max_results_h6():
+    """H6: maxResults caps items and prefixes together on a page; nextPageToken continues
+    after the page's last entry and is absent on the last page; a token or maxResults the
+    fake never made is a loud 400."""
+    import json
+
+    fake, _ = _fake()
+    for name in ("a/1", "a/2", "b", "c/1", "d", "e"):
+        fake.put(f"jobs/{name}", b"x")
+    path = "/storage/v1/b/gpuops-lane-jobs/o"
+
+    def page(**query: str) -> dict:
+        reply = dispatch(fake, Request("GET", path, query, {}))
+        assert reply.status == 200, reply.body
+        return json.loads(reply.body)
+
+    seen, token, bodies = [], "", []
+    while True:
+        query = {"prefix": "jobs/", "delimiter": "/", "maxResults": "2"}
+        body = page(**query, **({"pageToken": token} if token else {}))
+        bodies.append(body)
+        seen += body.get("prefixes", []) + [i["name"] for i in body.get("items", [])]
+        token = body.get("nextPageToken", "")
+        if not token:
+            break
+    bad = [
+        dispatch(fake, Request("GET", path, q, {})).status
+        for q in ({"maxResults": "0"}, {"maxResults": "x"}, {"pageToken": "%%%"})
+    ]
+
+    assert sorted(seen) == ["jobs/a/", "jobs/b", "jobs/c/", "jobs/d", "jobs/e"]
+    assert [len(b.get("prefixes", []) + b.get("items", [])) for b in bodies] == [2, 2, 1]
+    assert "nextPageToken" not in bodies[-1] and bad == [400, 400, 400]
+    assert len(page(prefix="jobs/")["items"]) == 6  # no maxResults: up to 1,000 a page

@@ -366,19 +366,47 @@ def list_objects(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
             return _fake_gcs_error(400, "fake_gcs_unmodelled", f"objects.list {unmodelled}")
     prefix = req.query.get("prefix", "")
     delimiter = req.query.get("delimiter", "")
-    names, prefixes = [], set()
+    page_size = req.query.get("maxResults", str(LIST_PAGE_MAX))
+    if not page_size.isdigit() or int(page_size) < 1:
+        return _fake_gcs_error(400, "fake_gcs_bad_max_results", f"maxResults={page_size!r}")
+    after = _page_after(req.query.get("pageToken", ""))
+    if after is None:
+        return _fake_gcs_error(400, "fake_gcs_bad_page_token", "pageToken is not one of ours")
+    entries: dict[str, bool] = {}  # name or rolled-up prefix -> whether it is a prefix
     for name in sorted(n for n in fake.objects if n.startswith(prefix)):
         rest = name[len(prefix) :]
         if delimiter and delimiter in rest:
-            prefixes.add(prefix + rest[: rest.index(delimiter) + len(delimiter)])
+            entries[prefix + rest[: rest.index(delimiter) + len(delimiter)]] = True
         else:
-            names.append(name)
+            entries[name] = False
+    listed = sorted(e for e in entries if e > after)
+    page = listed[: min(int(page_size), LIST_PAGE_MAX)]
     body: dict[str, Any] = {"kind": "storage#objects"}
+    if len(page) < len(listed):  # more after this page: the last entry it holds, opaque
+        body["nextPageToken"] = base64.urlsafe_b64encode(page[-1].encode()).decode()
+    prefixes = [e for e in page if entries[e]]
+    names = [e for e in page if not entries[e]]
     if prefixes:
-        body["prefixes"] = sorted(prefixes)
+        body["prefixes"] = prefixes
     if names:
         body["items"] = [_object(fake, n, fake.live(n)) for n in names]  # type: ignore[arg-type]
     return _json(200, body)
+
+
+# objects.list answers at most this many entries (items and prefixes together) a page, fewer
+# when maxResults asks ("the service uses this parameter or 1,000 items, whichever is smaller",
+# Cloud Storage JSON API reference, objects.list), with a nextPageToken while more remain.
+LIST_PAGE_MAX = 1000
+
+
+def _page_after(token: str) -> str | None:
+    """The entry a pageToken of ours continues after ("": from the first); None: not ours."""
+    if not token:
+        return ""
+    try:
+        return base64.b64decode(token.encode(), altchars=b"-_", validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def _readable(
