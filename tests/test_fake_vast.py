@@ -1428,3 +1428,27 @@ def test_a_list_page_body_is_the_envelope_json_dumps_gives_whichever_way_counts_
     encoded = wire.page(rows, total=3, label_counts=json.dumps(counts), next_token=None).body
 
     assert given == encoded == json.dumps(envelope)
+
+
+def test_the_default_scenario_spreads_host_ram_cpu_and_contract_ends_h6(sleeps):
+    """The default market is no copy of one offer: its hosts' RAM and CPUs are the recording's
+    spread, so some pass SkyPilot's catalog cut (cpu_ram >= 65,536 MB) and some do not, and a
+    few contracts end within days, so `rent --hours` beyond them skips those offers."""
+    from fakes.vast.clock import RECORDED_EPOCH
+
+    fake, vast = default_account(sleeps)
+    with fake.activate(BASE):
+        offers = vast.search_offers()
+    in_recording = {int(o["cpu_ram"]) for o in recorded("search_offers")["offers"]}
+
+    rams = [int(str(o.raw["cpu_ram"])) for o in offers]
+    assert set(rams) <= in_recording and len(set(rams)) >= 4
+    assert 0 < sum(ram >= 65536 for ram in rams) < len(rams)
+    assert len({o.raw["cpu_cores_effective"] for o in offers}) >= 3
+    days = sorted(round((o.end_date - RECORDED_EPOCH) / 86400.0, 1) for o in offers if o.end_date)
+    assert days[:3] == [1.0, 3.0, 7.0] and days[3] > 30
+    healthy_big = [
+        o.id for o in offers if int(str(o.raw["cpu_ram"])) >= 65536
+        and fake.offers[o.id].fate.kind in ("ssh-auth-transient", "dies-after")
+    ]
+    assert healthy_big  # a peer that cuts on RAM still has an offer that comes up
