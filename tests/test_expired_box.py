@@ -109,3 +109,34 @@ def test_boxes_marks_a_live_rental_whose_contract_has_ended_as_expired_h6(
     assert rows == {"ended": True, "running": False, "unsaid": False}
     (line,) = [line for line in text.splitlines() if "EXPIRED" in line]
     assert line.startswith("ended ") and "its contract ended" in line
+
+
+def test_offers_leaves_out_an_offer_whose_contract_ends_within_the_margin_and_says_so_h6(
+    tmp_path, monkeypatch, capfdbinary
+):
+    """`offers` reads the real clock: an offer whose contract ends within
+    CONTRACT_END_MARGIN_S is left out, counted in its own line (and `contract_ended` in JSON),
+    its reason shown by --all; one whose contract runs a day more is listed."""
+    import json
+    import time
+
+    from test_daily import gpuops as run_cli
+    from test_daily import offers
+    from test_daily import world as daily_world
+
+    from fakes.vast import FakeClock
+
+    doc = offers(0.30, 0.40)
+    doc["vast"]["offers"][0]["end_date"] = time.time() + timing.CONTRACT_END_MARGIN_S - 600.0
+    doc["vast"]["offers"][1]["end_date"] = time.time() + 86400.0
+    with daily_world(tmp_path, monkeypatch, doc, FakeClock()) as day:
+        code, out, err = run_cli(capfdbinary, "offers", "--all", state=day.state)
+        json_code, json_out, _ = run_cli(capfdbinary, "--json", "offers", state=day.state)
+
+    text = out.decode()
+    assert code == 0 and json_code == 0, err
+    assert "1 left out for their contract end (within 1 h)" in text
+    assert "REMOVED: contract end 0.2 h too soon" in text
+    listed = json.loads(json_out)
+    assert [o["id"] for o in listed["offers"]] == [doc["vast"]["offers"][1]["id"]]
+    assert listed["contract_ended"] == 1
