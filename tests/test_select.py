@@ -111,6 +111,7 @@ def test_selection_reports_removed_offers_and_counts_quarantine():
         (4000.0, []),  # ends exactly when needed: enough
         (3999.0, ["contract end 0.0 h too soon"]),
         (4000.0 - 5400.0, ["contract end 1.5 h too soon"]),
+        (4000.0 - 360 * 3600.0, ["contract end 360.0 h too soon"]),  # hours of 3600 s
         (None, ["contract end unknown"]),
     ],
 )

@@ -1400,6 +1400,12 @@ def test_the_list_is_asked_in_id_order_from_the_first_page(http, vast):
         (1, "id", True, "offers[1]: field 'id' is a boolean True, expected an integer"),
         (1, "dph_total", None, "offers[1]: field 'dph_total' is null"),
         (1, "gpu_ram", {}, "offers[1]: field 'gpu_ram' is an object {}, expected an integer"),
+        (
+            2,
+            "end_date",
+            "2027-01-01",
+            "offers[2]: field 'end_date' is a string '2027-01-01', expected a number",
+        ),
     ],
 )
 def test_a_drifted_offer_is_named_exactly(http, vast, index, field, value, problem):
