@@ -414,3 +414,18 @@ def test_gcs_listing_follows_every_page_of_a_bucket_longer_than_one_h6():
 
     assert names == made and sorted(sizes) == made
     assert len(pages) == 6 and sum("pageToken=" in url for url in pages) == 4
+
+
+def test_set_metadata_over_gces_limits_is_a_usage_error_before_any_call_h6(gce):
+    """Whatever writes the metadata (the script and every key kept beside it), items GCE would
+    refuse for their size are exit 2 naming the size and the limit, and nothing is sent."""
+    from gpuops.errors import UsageError
+
+    with responses.RequestsMock() as mock, pytest.raises(UsageError) as refused:
+        gce.set_metadata("gpu-lane", {"a": "x" * 262144, "b": "y" * 262142}, "fp")
+
+    assert refused.value.exit_code == 2 and len(mock.calls) == 0
+    assert str(refused.value) == (
+        "setMetadata gpu-lane: the metadata's keys and values are 524288 bytes together; "
+        "GCE takes less than 524288 bytes (512 KB)"
+    )
