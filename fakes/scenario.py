@@ -45,7 +45,7 @@ _TRANSIENT = re.compile(r"ssh-auth-transient:([0-9]+)")
 _DIES = re.compile(r"dies-after:([0-9]+(?:\.[0-9]+)?)")
 # Fields every scenario offer must give; any other field of the recorded offer may be added.
 REQUIRED_OFFER_FIELDS = ("id", "machine_id", "gpu_name", "gpu_ram", "dph_total", "reliability")
-OFFER_CONTROL_FIELDS = ("fate", "taken_status", "box_gpu")
+OFFER_CONTROL_FIELDS = ("fate", "taken_status", "box_gpu", "contract_days")
 # Recorded offer fields the fake owns: the id's twin and whether one of our boxes holds it.
 OFFER_STATE_FIELDS = ("ask_contract_id", "rented")
 
@@ -96,6 +96,9 @@ class OfferSpec:
     fields: Mapping[str, object]
     taken_status: int = 410
     box_gpu: Mapping[str, object] | None = None
+    # Days from when the offer joins the market to its contract's end (its ``end_date``);
+    # None: ``end_date`` as given, or the recorded offer's distance from its own listing.
+    contract_days: float | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,12 @@ class VastScenario:
     create_pacing: CreatePacing | None = None
     host_key_changes: tuple[HostKeyChange, ...] = ()
     instances: tuple[RentedBox, ...] = ()  # rented before the fake started, in this order
+    # Vast accepts a second purchase of an offer one of our boxes already holds and launches
+    # both; the later box never comes up (skypilot-org/skypilot#9117). False: refused, 410.
+    duplicate_purchases: bool = False
+    # Offers search lists twice, as Vast's search "sometimes returns duplicate machines"
+    # (vast-ai/vast-cli#260).
+    duplicate_listings: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -227,6 +236,7 @@ def _parse_vast(r: _Reader) -> VastScenario:
     r.only(
         "api_key", "boot", "first_instance_id", "destroy_gone_error", "destroy_lag_s",
         "list_lag_s", "show_lag_s", "ssh_keys", "offers", "faults", "instances",
+        "duplicate_purchases",
     )  # fmt: skip
     d = VastScenario()
     boot = r.section("boot")
@@ -242,8 +252,17 @@ def _parse_vast(r: _Reader) -> VastScenario:
     faults = r.section("faults")
     faults.only(
         "rate_limits", "destroy_failures", "lost_creates", "empty_list", "create_pacing",
-        "host_key_changes",
+        "host_key_changes", "duplicate_listings",
     )  # fmt: skip
+    duplicates = r.raw("duplicate_purchases", d.duplicate_purchases)
+    if not isinstance(duplicates, bool):
+        r.fail("duplicate_purchases", f"{duplicates!r} is not true or false")
+    listed_twice = faults.raw("duplicate_listings", [])
+    if not isinstance(listed_twice, list):
+        faults.fail("duplicate_listings", f"{listed_twice!r} is not a list of offer ids")
+    for index, offer_id in enumerate(listed_twice):
+        if offer_id not in ids:
+            faults.fail(f"duplicate_listings[{index}]", f"no offer {offer_id!r}")
     scenario = VastScenario(
         api_key=api_key,
         provisioning_s=boot.number("provisioning_s", d.provisioning_s, minimum=0),
@@ -264,6 +283,8 @@ def _parse_vast(r: _Reader) -> VastScenario:
         create_pacing=_parse_pacing(faults.optional_section("create_pacing")),
         host_key_changes=tuple(_parse_rekey(item) for item in faults.items("host_key_changes")),
         instances=tuple(_parse_rented(item) for item in r.items("instances")),
+        duplicate_purchases=duplicates,
+        duplicate_listings=tuple(int(offer_id) for offer_id in listed_twice),
     )
     rented: set[int] = set()
     for index, box in enumerate(scenario.instances):
@@ -317,7 +338,17 @@ def _parse_offer(r: _Reader) -> OfferSpec:
         fields=fields,
         taken_status=taken_status,
         box_gpu=_parse_box_gpu(r.optional_section("box_gpu")),
+        contract_days=_parse_contract_days(r, fields),
     )
+
+
+def _parse_contract_days(r: _Reader, fields: Mapping[str, object]) -> float | None:
+    """``contract_days``, positive, and never with an ``end_date`` of its own."""
+    if not r.has("contract_days"):
+        return None
+    if "end_date" in fields:
+        r.fail("contract_days", "give either 'contract_days' or 'end_date', not both")
+    return r.number("contract_days", 0.0, positive=True)
 
 
 def _parse_box_gpu(r: _Reader | None) -> Mapping[str, object] | None:

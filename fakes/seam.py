@@ -24,7 +24,7 @@ import re
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -39,6 +39,8 @@ LOOPBACK = "127.0.0.1"
 # The largest request body any fake reads: no call gpuops or a provider's client makes comes
 # close (a Vast call is a few KiB; the lane's uploads are small result files).
 MAX_BODY_BYTES = 8 << 20
+# The longest chunk-size line (or trailer line) a chunked request body may have.
+MAX_CHUNK_LINE = 4096
 # Real seconds between two applications of the clock by a server's ticker.
 TICK_S = 0.2
 # How often serve_forever looks for a shutdown request: close() waits at most this long.
@@ -263,16 +265,24 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 length = -1
             parts = urlsplit(self.path)
+            chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
+            body: bytes | None = b""
+            if chunked:  # a body sent in chunks has no Content-Length (RFC 9112, 7.1)
+                body = self._chunks()
+                length = -1 if body is None else len(body)
             if not 0 <= length <= MAX_BODY_BYTES:  # never read: the connection closes after
                 self.close_connection = True
                 self._send(too_large(site.name, length))
                 return
+            if not chunked:
+                body = self.rfile.read(length) if length else b""
+            assert body is not None
             request = Request(
                 method=self.command,
                 path=parts.path,
                 query=dict(parse_qsl(parts.query, keep_blank_values=True)),
                 headers={k.lower(): v for k, v in self.headers.items()},
-                body=self.rfile.read(length) if length else b"",
+                body=body,
             )
             try:
                 reply = answer(site, request)
@@ -286,6 +296,25 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True  # no status line: the answer is lost
                 return
             self._send(reply)
+
+        def _chunks(self) -> bytes | None:
+            """A chunked body, chunk by chunk up to the last (size 0) and its trailers; None
+            when it is malformed or grows over MAX_BODY_BYTES (answered 413, never dispatched)."""
+            data = bytearray()
+            while True:
+                line = self.rfile.readline(MAX_CHUNK_LINE)
+                try:
+                    size = int(line.split(b";")[0].strip(), 16)
+                except ValueError:
+                    return None
+                if size == 0:
+                    while self.rfile.readline(MAX_CHUNK_LINE).strip():
+                        pass  # trailer fields, none of which a fake reads
+                    return bytes(data)
+                if size < 0 or len(data) + size > MAX_BODY_BYTES:
+                    return None
+                data += self.rfile.read(size)
+                self.rfile.readline(MAX_CHUNK_LINE)  # the CRLF after each chunk
 
         def _send(self, reply: Reply) -> None:
             data = reply.data
@@ -340,12 +369,29 @@ def activate(
         yield fresh
 
 
+def _body_bytes(body: object) -> bytes:
+    """A prepared body as the bytes it sends: text, bytes, a file (read whole), or an iterable
+    of chunks (what requests sends chunked), never silently empty."""
+    if body is None:
+        return b""
+    if isinstance(body, str):
+        return body.encode()
+    if isinstance(body, bytes | bytearray | memoryview):
+        return bytes(body)
+    read = getattr(body, "read", None)
+    if callable(read):
+        data = read()
+        return data.encode() if isinstance(data, str) else bytes(data)
+    if isinstance(body, Iterable):
+        return b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in body)
+    raise TypeError(f"a request body of type {type(body).__name__} cannot be sent")
+
+
 def _in_process(site: Site, prepared: requests.PreparedRequest) -> Answer:
     import requests
 
     parts = urlsplit(str(prepared.url))
-    body = prepared.body
-    raw = body.encode() if isinstance(body, str) else body if isinstance(body, bytes) else b""
+    raw = _body_bytes(prepared.body)
     request = Request(
         method=str(prepared.method),
         path=parts.path,

@@ -216,6 +216,7 @@ def _say_skipped(market: Any) -> int:
 def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
     import random
 
+    from gpuops import timing
     from gpuops.market.offer_query import failed_terms, parse_query
     from gpuops.market.rent import gpu_spelling
     from gpuops.market.select import Filter, select
@@ -232,7 +233,11 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
         offers,
         k=1,
         rng=random.Random(0),
-        rules=Filter(vram_floor_mb=vram_mb, max_dph=args.max_dph),
+        rules=Filter(  # an offer whose contract ends within the margin serves no rental
+            vram_floor_mb=vram_mb,
+            max_dph=args.max_dph,
+            contract_ends_after=market.clock.wall() + timing.CONTRACT_END_MARGIN_S,
+        ),
         quarantined=market.quarantine.machines(),
         explore_rate=0.0,
         pass_rate=rates,
@@ -259,6 +264,7 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
         payload: dict[str, Any] = {
             "offers": rows,
             "quarantined": chosen.quarantined,
+            "contract_ended": chosen.contract_ended,
             "skipped_events": skipped,
             "filter": [term.text for term in terms],
             "max_dph": args.max_dph,
@@ -276,6 +282,9 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
         f"{len(removed)} removed ({chosen.quarantined} quarantined)"
         f"{'' if args.all or not removed else '; --all shows them'}"
     )
+    if chosen.contract_ended:
+        margin_h = timing.CONTRACT_END_MARGIN_S / 3600.0
+        print(f"{chosen.contract_ended} left out for their contract end (within {margin_h:g} h)")
     if args.all:
         for line in removed:
             print(f"{_offer_line(line)}  REMOVED: {', '.join(line['removed'])}")
@@ -400,7 +409,11 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
             until = rental.ended_at if rental.ended_at is not None else now
             spend = round(rental.dph_total * max(0.0, until - rental.started_at) / 3600.0, 4)
         # vars, not dataclasses.asdict: a rental is scalars, so its fields are its __dict__
-        rows.append({**vars(rental), "spend_usd": spend, **_guard_of(market, rental)})
+        end = rental.contract_end_at  # Vast stops a box at its contract's end (expired)
+        expired = rental.state == "live" and end is not None and end <= now
+        rows.append(
+            {**vars(rental), "spend_usd": spend, "expired": expired, **_guard_of(market, rental)}
+        )
     pending = [_record_row(r) for r in records if r.state.value == "destroying"]
     kept = {row["box"] for row in rows}
     # M13: every box that may bill, racing candidates included, not just the kept ones
@@ -509,6 +522,12 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
             f"{row['owner']}"
             + (f"  guard {row['guard']}" if row["state"] == "live" else "")
             + _results_of(row)
+            + (
+                f"  EXPIRED: its contract ended {_when(row['contract_end_at'])}; Vast stopped "
+                "the box and may delete it 48 h later"
+                if row["expired"]
+                else ""
+            )
         )
     if rows:
         print(_total_line(rows))

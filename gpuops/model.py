@@ -96,6 +96,7 @@ class Offer:
     ``reliability2`` when the body has it, else ``reliability``. Fields that are ``None`` were
     absent or null in the body (vastai's own ``data/offer.py`` marks them optional): a selector
     must treat a missing filter field as failing that filter, never as passing it.
+    ``end_date`` is when its contract ends (epoch seconds), None when the body does not say.
     ``raw`` is the offer exactly as received, for the decision log (M11); it takes no part in
     equality, hashing or repr.
     """
@@ -113,6 +114,10 @@ class Offer:
     cuda_max_good: float | None
     geolocation: str | None
     verification: str | None
+    # When the offer's contract ends (epoch s; null or absent: not said): the rental's end is
+    # locked at rent, and at this date Vast stops the box ("Once an instance hits its end date
+    # it expires and is automatically stopped", vast.ai/docs/introduction/overview).
+    end_date: float | None = None
     raw: dict[str, object] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
 

@@ -381,7 +381,14 @@ RULES: tuple[Rule, ...] = (
         scope="Vast only: every request and body of a tour of all nine FakeVast routes and "
         "their answers, and of the vastai CLI's story, judged against facts extracted from "
         "vast-cli's OpenAPI yamls with the official client's sourced patches "
-        "(recordings/contracts/); rent's disk and image refused at the edge; Google's "
+        "(recordings/contracts/); rent's disk and image refused at the edge; the published "
+        "behaviours FakeVast now models and gpuops is tested against: a second purchase of "
+        "one offer accepted (the later box exits), one machine listed twice, and a contract's "
+        "end (the box stopped, deleted 48 h later): the race creates once per offer and "
+        "machine and skips contracts ending before the deadline plus a margin; FakeGCE holds "
+        "to the Metadata resource's size limits (gpuops refuses a larger script first), "
+        "re-arms maxRunDuration at every start with its terminationTimestamp, and the fake "
+        "GCS pages listings and reads chunked bodies; Google's "
         "discovery documents (FakeGCE, the fake GCS) and the S3 conditional-write rules are "
         "not yet checked",
     ),

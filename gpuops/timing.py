@@ -106,6 +106,10 @@ SSH_COMMAND_TIMEOUT_S = 60.0
 RACE_POLL_S = 5.0
 # A box that has not reached "running" within this is treated as a failed candidate.
 BOOT_TIMEOUT_S = 600.0
+# An offer is raced only when its contract ends at least this long after the rental's deadline:
+# Vast stops the box at the contract's end, and the box's own ceiling (BOX_CEILING_GRACE_S past
+# the deadline) and a guardian's last destroy attempts must all fall inside the contract.
+CONTRACT_END_MARGIN_S = 3600.0
 # Minimum spacing between two create calls: back-to-back creates drew 429s (M12).
 CREATE_PACING_S = 2.0
 # Exponential backoff for 429s and unavailable providers starts here...

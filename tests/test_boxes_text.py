@@ -63,7 +63,7 @@ def test_boxes_json_has_one_time_format_and_text_a_total_row(daily: Daily, capfd
     (rental,) = json.loads(out)["rentals"]
     assert code == 0
     stamps = {k: v for k, v in rental.items() if k.endswith("_at") and v is not None}
-    assert set(stamps) == {"started_at", "deadline_at"}
+    assert set(stamps) == {"started_at", "deadline_at", "contract_end_at"}
     assert all(isinstance(v, float) for v in stamps.values())
     code, out, _ = gpuops(capfdbinary, "boxes", state=daily.state)
     lines = out.decode().splitlines()

@@ -368,7 +368,9 @@ def test_a_scripted_storage_outage_refuses_writes_under_its_prefix_for_its_time_
 
     def write(name: str) -> int:
         query = {"uploadType": "media", "name": name}
-        reply = dispatch(fake, Request("POST", "/upload/storage/v1/b/gpuops-lane-jobs/o", query, {}, b"x"))
+        reply = dispatch(
+            fake, Request("POST", "/upload/storage/v1/b/gpuops-lane-jobs/o", query, {}, b"x")
+        )
         if reply.status != 200:
             assert json.loads(reply.body)["error"]["errors"][0]["reason"] == "backendError"
         return reply.status
@@ -467,3 +469,119 @@ def test_a_preset_run_ceiling_is_rendered_as_lane_install_leaves_it_l12():
     assert preset["maxRunDuration"] == {"seconds": "3600"}
     assert preset["instanceTerminationAction"] == "STOP"
     assert "maxRunDuration" not in none and "instanceTerminationAction" not in none
+
+
+def test_max_run_duration_rearms_at_every_start_and_its_termination_timestamp_clears_on_stop_l12():
+    """H6/L12: Compute Engine sets resourceStatus.scheduling.terminationTimestamp whenever a VM
+    with a time limit enters RUNNING and clears it whenever the VM stops ("Limit the run time of
+    a VM"); maxRunDuration is "not a one time intent" (GoogleCloudPlatform/magic-modules#10683):
+    each start runs the whole ceiling afresh, counted from its own RUNNING."""
+    import json
+    from datetime import datetime
+
+    fake, clock = _fake()
+    s = fake.scenario
+    path = "/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane"
+
+    def stamp() -> float | None:
+        body = json.loads(dispatch(fake, Request("GET", path, {}, {})).body)
+        text = body.get("resourceStatus", {}).get("scheduling", {}).get("terminationTimestamp")
+        return None if text is None else datetime.fromisoformat(text).timestamp()
+
+    fake.set_scheduling(600.0, "STOP")
+    before = stamp()
+    fake.start()
+    fake.advance(s.provisioning_s + s.staging_s)
+    first_running = clock.wall()
+    first = stamp()
+    fake.advance(600.0)
+    stopping, cleared = fake.status, stamp()
+    fake.advance(s.stopping_s + 7200.0)  # TERMINATED for two hours
+    fake.start()
+    fake.advance(s.provisioning_s + s.staging_s)
+    second_running = clock.wall()
+    second = stamp()
+    fake.advance(599.0)
+    still = fake.status
+    fake.advance(1.0)
+
+    assert before is None and first == pytest.approx(first_running + 600.0, abs=0.001)
+    assert (stopping, cleared) == ("STOPPING", None)
+    assert second == pytest.approx(second_running + 600.0, abs=0.001)
+    assert still == "RUNNING" and fake.status == "STOPPING" and stamp() is None
+
+
+@pytest.mark.parametrize(
+    ("items", "status"),
+    [
+        ({"startup-script": "x" * 262144}, 200),
+        ({"startup-script": "x" * 262145}, 400),
+        ({"a": "x" * 262144, "b": "y" * 262141}, 200),  # 524287 bytes in all
+        ({"a": "x" * 262144, "b": "y" * 262142}, 400),  # 524288: not less than 512 KB
+        ({"k" * 127: "v"}, 200),
+        ({"k" * 128: "v"}, 400),
+        ({"startup-script": "é" * 131073}, 400),  # 262146 bytes: sizes are UTF-8 bytes
+    ],
+)
+def test_set_metadata_refuses_what_gce_s_metadata_limits_refuse_and_changes_nothing_h6(
+    items, status
+):
+    """H6: compute/v1 Metadata: a value at most 262144 bytes, keys and values together under
+    512 KB, a key under 128 bytes; over them setMetadata is a 400 and nothing changes."""
+    import json
+
+    fake, _ = _fake()
+    before = (dict(fake.metadata), fake.fingerprint)
+    path = "/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane/setMetadata"
+    sent = {
+        "fingerprint": fake.fingerprint,
+        "items": [{"key": k, "value": v} for k, v in items.items()],
+    }
+
+    reply = dispatch(fake, Request("POST", path, {}, {}, json.dumps(sent).encode()))
+
+    assert reply.status == status
+    if status == 400:
+        error = json.loads(reply.body)["error"]
+        assert (
+            error["code"] == 400 and error["errors"][0]["reason"] == "fake_gce_metadata_too_large"
+        )
+        assert (dict(fake.metadata), fake.fingerprint) == before
+    else:
+        assert fake.metadata == items
+
+
+def test_objects_list_pages_items_and_prefixes_together_by_max_results_h6():
+    """H6: maxResults caps items and prefixes together on a page; nextPageToken continues
+    after the page's last entry and is absent on the last page; a token or maxResults the
+    fake never made is a loud 400."""
+    import json
+
+    fake, _ = _fake()
+    for name in ("a/1", "a/2", "b", "c/1", "d", "e"):
+        fake.put(f"jobs/{name}", b"x")
+    path = "/storage/v1/b/gpuops-lane-jobs/o"
+
+    def page(**query: str) -> dict:
+        reply = dispatch(fake, Request("GET", path, query, {}))
+        assert reply.status == 200, reply.body
+        return json.loads(reply.body)
+
+    seen, token, bodies = [], "", []
+    while True:
+        query = {"prefix": "jobs/", "delimiter": "/", "maxResults": "2"}
+        body = page(**query, **({"pageToken": token} if token else {}))
+        bodies.append(body)
+        seen += body.get("prefixes", []) + [i["name"] for i in body.get("items", [])]
+        token = body.get("nextPageToken", "")
+        if not token:
+            break
+    bad = [
+        dispatch(fake, Request("GET", path, q, {})).status
+        for q in ({"maxResults": "0"}, {"maxResults": "x"}, {"pageToken": "%%%"})
+    ]
+
+    assert sorted(seen) == ["jobs/a/", "jobs/b", "jobs/c/", "jobs/d", "jobs/e"]
+    assert [len(b.get("prefixes", []) + b.get("items", [])) for b in bodies] == [2, 2, 1]
+    assert "nextPageToken" not in bodies[-1] and bad == [400, 400, 400]
+    assert len(page(prefix="jobs/")["items"]) == 6  # no maxResults: up to 1,000 a page

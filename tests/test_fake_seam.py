@@ -213,3 +213,51 @@ def test_a_bug_in_a_fake_is_a_loud_500_over_http():
     assert answer.status_code == 500
     assert answer.json()["error"] == "fake_internal_error"
     assert answer.json()["msg"] == "FakeToy: KeyError: 'oops'"
+
+
+@pytest.mark.parametrize("serving", ["http", "in-process"])
+def test_a_chunked_upload_is_stored_whole_in_both_servings_h6(serving):
+    """H6: a body sent chunked (Transfer-Encoding: chunked, no Content-Length: what requests
+    does with a generator) is read chunk by chunk, never as empty: a chunked GCS upload stored
+    0 bytes with a 200 before."""
+    gce = _gce()
+    parts = [bytes(range(256)), b"", b"x" * 70000, b"end"]
+    path = "/upload/storage/v1/b/gpuops-lane-jobs/o?uploadType=media&name=jobs/x/chunked"
+
+    def chunks() -> Iterator[bytes]:
+        yield from parts
+
+    if serving == "http":
+        server = serve_gce(gce, ticker=False)
+        try:
+            sent = requests.post(f"{server.url}{path}", data=chunks(), timeout=30)
+        finally:
+            server.close()
+    else:
+        with gce_inprocess.activate(gce, "https://gce.invalid"):
+            sent = requests.post(f"https://gce.invalid{path}", data=chunks())
+
+    assert sent.status_code == 200, sent.text
+    assert gce.objects["jobs/x/chunked"] == b"".join(parts)
+    assert sent.request.headers.get("Transfer-Encoding") == "chunked"
+
+
+def test_a_chunked_body_over_the_limit_or_malformed_is_refused_unread_h6():
+    """A chunked body is held to the one limit too, and a chunk size that is not hex is 413."""
+    import socket
+
+    server = serve_gce(_gce(), ticker=False)
+    host, port = server.url.removeprefix("http://").split(":")
+    answers = []
+    try:
+        for body in (f"{seam.MAX_BODY_BYTES + 1:x}\r\n".encode(), b"zz\r\n"):
+            with socket.create_connection((host, int(port)), timeout=30) as conn:
+                conn.sendall(
+                    b"POST /upload/storage/v1/b/gpuops-lane-jobs/o?uploadType=media&name=a "
+                    b"HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+                )
+                answers.append(conn.recv(65536).split(b"\r\n", 1)[0])
+    finally:
+        server.close()
+
+    assert len(answers) == 2 and all(b" 413 " in answer for answer in answers)

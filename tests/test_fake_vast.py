@@ -221,6 +221,113 @@ def test_a_rented_offer_leaves_the_search_and_comes_back_after_destroy(make, vas
     assert during == [2] and sorted(after) == [1, 2]
 
 
+def test_a_second_purchase_of_one_offer_is_accepted_and_that_box_never_runs_h6(make, vast):
+    """skypilot-org/skypilot#9117: Vast accepts two purchases of one offer and launches both;
+    the later box loads, then exits (its failure never reaches the client); the first runs
+    and keeps the offer held."""
+    fake = make(scenario(offer(1), duplicate_purchases=True))
+    with fake.activate(BASE):
+        first = rent(vast, 1)
+        second = rent(vast, 1, label="gpuops:intent-bb22")
+        fake.advance(BOOT_S - 1)
+        loading = vast.show(second).actual_status
+        fake.advance(1)
+        statuses = (vast.show(first).actual_status, vast.show(second).actual_status)
+        listed = [o.id for o in vast.search_offers()]
+
+    assert first != second
+    assert fake.instances[int(second)].duplicate_of == int(first)
+    assert fake.instances[int(first)].duplicate_of is None
+    assert loading is InstanceStatus.LOADING
+    assert statuses == (InstanceStatus.RUNNING, InstanceStatus.EXITED)
+    assert fake.offers[1].held_by == int(first) and listed == []
+
+
+def test_without_duplicate_purchases_a_held_offer_is_no_such_ask_410(make, vast):
+    """The scenario's default keeps the old refusal: a held offer's second create is 410."""
+    fake = make(scenario(offer(1)))
+    with fake.activate(BASE):
+        rent(vast, 1)
+        with pytest.raises(OfferTaken) as taken:
+            rent(vast, 1)
+
+    assert taken.value.status == 410 and len(fake.instances) == 1
+
+
+def test_an_offer_in_duplicate_listings_is_listed_twice_by_search_h6(make, vast):
+    """vast-ai/vast-cli#260: search "sometimes returns duplicate machines"."""
+    fake = make(scenario(offer(1), offer(2), faults={"duplicate_listings": [2]}))
+    with fake.activate(BASE):
+        listed = [o.id for o in vast.search_offers()]
+
+    assert sorted(listed) == [1, 2, 2]
+
+
+def test_at_its_contract_end_a_box_is_stopped_then_deleted_48_hours_later_h6(make, vast):
+    """vast.ai/docs/introduction/overview: "Once an instance hits its end date it expires and
+    is automatically stopped ... may be deleted 48 hours after expiration". The box's end_date
+    is its offer's; stopped, it is still shown and listed (and may be destroyed); 48 h on, it
+    is gone, and the ended offer has left the search."""
+    from fakes.vast.clock import RECORDED_EPOCH
+
+    end = RECORDED_EPOCH + 3600.0
+    fake = make(scenario(offer(1, end_date=end), offer(2, contract_days=2.0)))
+    with fake.activate(BASE):
+        listed = {o.id: o.end_date for o in vast.search_offers()}
+        box = rent(vast, 1)
+        fake.advance(BOOT_S)
+        running = vast.show(box)
+        fake.advance(3600.0 - BOOT_S)
+        stopped = vast.show(box)
+        listed_then = [i.instance_id for i in vast.list_instances()]
+        searched = [o.id for o in vast.search_offers()]
+        fake.advance(48 * 3600.0 - 1)
+        still = vast.show(box)
+        fake.advance(1)
+        gone = vast.show(box), vast.list_instances()
+
+    assert listed == {1: end, 2: RECORDED_EPOCH + 2 * 86400.0}
+    assert running.actual_status is InstanceStatus.RUNNING
+    assert (
+        stopped.actual_status is InstanceStatus.STOPPED and stopped.actual_status_raw == "stopped"
+    )
+    assert listed_then == [box] and searched == [2]
+    assert still is not None and still.actual_status is InstanceStatus.STOPPED
+    assert gone == (None, [])
+    assert list(fake.boxes()) == []
+
+
+def test_an_expired_box_may_be_destroyed_and_a_deleted_one_is_gone_h6(make, vast):
+    """A stopped (expired) box is destroyed like any other; once deleted, a destroy is 404."""
+    from fakes.vast.clock import RECORDED_EPOCH
+
+    fake = make(
+        scenario(
+            offer(1, end_date=RECORDED_EPOCH + 600.0), offer(2, end_date=RECORDED_EPOCH + 600.0)
+        )
+    )
+    with fake.activate(BASE):
+        first, second = rent(vast, 1), rent(vast, 2, label="gpuops:intent-cc33")
+        fake.advance(600.0)
+        vast.destroy(first)
+        fake.advance(48 * 3600.0)
+        shown = vast.show(first), vast.show(second)
+
+    assert fake.instances[int(first)].destroyed_at == RECORDED_EPOCH + 600.0
+    assert shown == (None, None)
+    with fake.activate(BASE):
+        vast.destroy(second)  # the adapter reads the 404 as already gone
+    assert (fake.calls[-1].route, fake.calls[-1].status) == ("destroy", 404)
+
+
+def test_a_scenario_offer_gives_contract_days_or_end_date_never_both():
+    """contract_days and an explicit end_date contradict each other: refused by name."""
+    with pytest.raises(ScenarioError, match=r"contract_days: give either"):
+        parse_scenario(scenario(offer(1, end_date=1.0, contract_days=1)))
+    with pytest.raises(ScenarioError, match=r"contract_days: 0 must be positive"):
+        parse_scenario(scenario(offer(1, contract_days=0)))
+
+
 # --- search ---------------------------------------------------------------------------------------
 def test_search_applies_the_filters_order_and_limit_the_sdk_sends(make, vast):
     """gpu_name, reliability and price filters, score order and limit, as Vast would."""
@@ -1095,6 +1202,15 @@ def test_the_default_scenario_has_offers_the_default_filter_removes(sleeps):
             r"instances\[1\]\.offer: offer 1 is already rented above",
         ),
         ({"vast": {"offers": [offer(1)], "instances": [{"label": "x"}]}}, r"offer: is required"),
+        ({"vast": {"duplicate_purchases": "yes"}}, r"duplicate_purchases: 'yes' is not true"),
+        (
+            {"vast": {"faults": {"duplicate_listings": 7}}},
+            r"faults\.duplicate_listings: 7 is not a list of offer ids",
+        ),
+        (
+            {"vast": {"offers": [offer(1)], "faults": {"duplicate_listings": [1, 9]}}},
+            r"duplicate_listings\[1\]: no offer 9",
+        ),
         (
             {"vast": {"offers": [offer(1)], "instances": [{"offer": 1, "label": 7}]}},
             r"instances\[0\]\.label: 7 is not a string",
@@ -1312,3 +1428,27 @@ def test_a_list_page_body_is_the_envelope_json_dumps_gives_whichever_way_counts_
     encoded = wire.page(rows, total=3, label_counts=json.dumps(counts), next_token=None).body
 
     assert given == encoded == json.dumps(envelope)
+
+
+def test_the_default_scenario_spreads_host_ram_cpu_and_contract_ends_h6(sleeps):
+    """The default market is no copy of one offer: its hosts' RAM and CPUs are the recording's
+    spread, so some pass SkyPilot's catalog cut (cpu_ram >= 65,536 MB) and some do not, and a
+    few contracts end within days, so `rent --hours` beyond them skips those offers."""
+    from fakes.vast.clock import RECORDED_EPOCH
+
+    fake, vast = default_account(sleeps)
+    with fake.activate(BASE):
+        offers = vast.search_offers()
+    in_recording = {int(o["cpu_ram"]) for o in recorded("search_offers")["offers"]}
+
+    rams = [int(str(o.raw["cpu_ram"])) for o in offers]
+    assert set(rams) <= in_recording and len(set(rams)) >= 4
+    assert 0 < sum(ram >= 65536 for ram in rams) < len(rams)
+    assert len({o.raw["cpu_cores_effective"] for o in offers}) >= 3
+    days = sorted(round((o.end_date - RECORDED_EPOCH) / 86400.0, 1) for o in offers if o.end_date)
+    assert days[:3] == [1.0, 3.0, 7.0] and days[3] > 30
+    healthy_big = [
+        o.id for o in offers if int(str(o.raw["cpu_ram"])) >= 65536
+        and fake.offers[o.id].fate.kind in ("ssh-auth-transient", "dies-after")
+    ]
+    assert healthy_big  # a peer that cuts on RAM still has an offer that comes up

@@ -335,7 +335,9 @@ def test_gcs_objects_give_each_results_size_and_md5_and_refuse_one_that_does_not
             gcs.objects("jobs/portraits/inputs/")
 
     assert recorded == {"jobs/portraits/inputs/ref-1.png": (48211, None)}
-    assert with_md5 == {"jobs/portraits/inputs/ref-1.png": (48211, "0cc175b9c0f1b6a831c399e269772661")}
+    assert with_md5 == {
+        "jobs/portraits/inputs/ref-1.png": (48211, "0cc175b9c0f1b6a831c399e269772661")
+    }
 
 
 def test_the_adapter_reads_labels_and_a_stale_label_fingerprint_is_a_version_conflict_l13(gce):
@@ -346,7 +348,10 @@ def test_the_adapter_reads_labels_and_a_stale_label_fingerprint_is_a_version_con
     body = _body("instance_get_terminated")
     body.update(labels={"gpuops-claim": "3-free"}, labelFingerprint="42WmSpB8rSM=")
     with responses.RequestsMock() as mock:
-        mock.get(f"{BASE}/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane", json=body)
+        mock.get(
+            f"{BASE}/compute/v1/projects/gpuops-lane/zones/us-central1-b/instances/gpu-lane",
+            json=body,
+        )
         mock.add(load_recording("gce", "set_labels_412").to_response(BASE))
         found = gce.get("gpu-lane")
         with pytest.raises(VersionConflict):
@@ -356,3 +361,71 @@ def test_the_adapter_reads_labels_and_a_stale_label_fingerprint_is_a_version_con
     assert parse_instance({**body, "labels": None}).labels == {}
     with pytest.raises(UnexpectedResponse):
         parse_instance({**body, "labels": {"gpuops-claim": 3}})
+
+
+@pytest.mark.parametrize(
+    ("items", "said"),
+    [
+        ({"startup-script": "x" * 262144, "job": "p"}, None),
+        (
+            {"startup-script": "x" * 262145},
+            "'startup-script' is 262145 bytes; GCE takes at most 262144",
+        ),
+        ({"s": "é" * 131073}, "'s' is 262146 bytes"),  # UTF-8 bytes, not characters
+        ({"a": "x" * 262144, "b": "y" * 262142}, None),  # 524288 bytes: the total's turn
+        ({"a": "x" * 262144, "b": "y" * 262141}, None),  # 524287 bytes: fits
+    ],
+)
+def test_metadata_too_large_names_the_size_and_the_limit_gce_documents_h6(items, said):
+    """compute/v1 Metadata: each value at most 262144 bytes, keys and values under 512 KB."""
+    from gpuops.providers.gce import metadata_too_large
+
+    found = metadata_too_large(items)
+    total = sum(len(k.encode()) + len(v.encode()) for k, v in items.items())
+    if said is not None:
+        assert found is not None and said in found
+    elif total >= 512 * 1024:
+        assert found == (
+            f"the metadata's keys and values are {total} bytes together; GCE takes less than "
+            "524288 bytes (512 KB)"
+        )
+    else:
+        assert found is None
+
+
+def test_gcs_listing_follows_every_page_of_a_bucket_longer_than_one_h6():
+    """H6: objects.list answers at most 1,000 entries a page with a nextPageToken (Cloud
+    Storage JSON API); FakeGCS pages so, and the adapter's paging loop reads all 2,345 names
+    in three pages, each token sent back, nothing repeated or lost."""
+    from fakes.gce import FakeGCE, LaneScenario
+    from fakes.gce.inprocess import activate
+    from fakes.vast.clock import FakeClock
+
+    fake = FakeGCE(LaneScenario(), FakeClock())
+    made = [f"jobs/p/results/r-{i:05d}.txt" for i in range(2345)]
+    for name in made:
+        fake.put(name, b"x")
+    fake.put("jobs/other/status", b"x")
+    gcs = GcsAdapter("gpuops-lane-jobs", "gpuops-lane", endpoint=BASE)
+    with activate(fake, BASE) as mock:
+        names = gcs.list("jobs/p/")
+        sizes = gcs.objects("jobs/p/")
+        pages = [c.request.url for c in mock.calls if "/o?" in (c.request.url or "")]
+
+    assert names == made and sorted(sizes) == made
+    assert len(pages) == 6 and sum("pageToken=" in url for url in pages) == 4
+
+
+def test_set_metadata_over_gces_limits_is_a_usage_error_before_any_call_h6(gce):
+    """Whatever writes the metadata (the script and every key kept beside it), items GCE would
+    refuse for their size are exit 2 naming the size and the limit, and nothing is sent."""
+    from gpuops.errors import UsageError
+
+    with responses.RequestsMock() as mock, pytest.raises(UsageError) as refused:
+        gce.set_metadata("gpu-lane", {"a": "x" * 262144, "b": "y" * 262142}, "fp")
+
+    assert refused.value.exit_code == 2 and len(mock.calls) == 0
+    assert str(refused.value) == (
+        "setMetadata gpu-lane: the metadata's keys and values are 524288 bytes together; "
+        "GCE takes less than 524288 bytes (512 KB)"
+    )

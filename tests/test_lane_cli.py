@@ -111,7 +111,9 @@ def test_a_failed_import_powers_the_vm_off_and_a_moved_board_is_repaired_l12(bro
     assert gpuops(env, "alice", "lane", "claim", "--job", "portraits").returncode == 0
     text = gpuops(env, "alice", "lane", "script", "--job", "portraits").stdout
     (tmp_path / "job.sh").write_text(text)
-    installed = gpuops(env, "alice", "lane", "install", "--job", "portraits", str(tmp_path / "job.sh"))
+    installed = gpuops(
+        env, "alice", "lane", "install", "--job", "portraits", str(tmp_path / "job.sh")
+    )
     started = gpuops(env, "alice", "lane", "start", "--job", "portraits")
     watched = gpuops(env, "alice", "lane", "watch", "--job", "portraits")
     board = gpuops(env, "alice", "lane", "board", "--live")
@@ -162,7 +164,12 @@ def test_fakes_serve_exiting_leaves_no_boot_process_behind(tmp_path):
         assert gpuops(env, "alice", "lane", "claim", "--job", "portraits").returncode == 0
         text = gpuops(env, "alice", "lane", "script", "--job", "portraits").stdout
         (tmp_path / "job.sh").write_text(text)
-        assert gpuops(env, "alice", "lane", "install", "--job", "portraits", str(tmp_path / "job.sh")).returncode == 0
+        assert (
+            gpuops(
+                env, "alice", "lane", "install", "--job", "portraits", str(tmp_path / "job.sh")
+            ).returncode
+            == 0
+        )
         started = gpuops(env, "alice", "lane", "start", "--job", "portraits")
         assert started.returncode == 0, started.stderr
         running = _boot_processes(served.env["GPUOPS_GCE_ENDPOINT"])
@@ -196,3 +203,28 @@ def test_lane_install_refuses_max_hours_outside_gces_bounds_with_exit_2_l12(tmp_
 
     assert done.returncode == 2, done.stderr
     assert "--max-hours" in done.stderr and "30 s to 120 days" in done.stderr
+
+
+def test_lane_install_refuses_a_startup_script_over_gces_metadata_limit_with_exit_2_h6(tmp_path):
+    """H6: GCE takes at most 262144 bytes a metadata value; a larger startup script is refused
+    with exit 2, naming its size and the limit, before anything is sent (the endpoints here
+    refuse every connection, so any call would end in exit 4, not 2)."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n" + "# padding\n" * 26300)  # 263012 bytes
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
+    env.update(
+        GPUOPS_STATE=str(tmp_path / "state"),
+        XDG_STATE_HOME=str(tmp_path),
+        GPUOPS_GCE_ENDPOINT="http://127.0.0.1:9",
+        STORAGE_EMULATOR_HOST="http://127.0.0.1:9",
+        GPUOPS_LANE_PROJECT="gpuops-lane",
+        GPUOPS_LANE_ZONE="us-central1-b",
+        GPUOPS_LANE_INSTANCE="gpu-lane",
+        GPUOPS_LANE_BUCKET="gpuops-lane-jobs",
+    )
+
+    done = gpuops(env, "alice", "lane", "install", "--job", "p", str(script))
+
+    assert done.returncode == 2, done.stderr
+    assert "'startup-script' is 263012 bytes" in done.stderr
+    assert "at most 262144 bytes (256 KiB)" in done.stderr

@@ -64,7 +64,8 @@ def test_offers_json_keeps_its_shape_and_adds_the_new_columns(daily, capfdbinary
 
     payload = json.loads(out)
     assert code == 0
-    assert set(payload) == {"offers", "quarantined", "skipped_events", "removed", "filter", "max_dph"}
+    assert set(payload) == {"offers", "quarantined", "contract_ended", "skipped_events", "removed", "filter",
+                            "max_dph"}
     assert (payload["filter"], payload["max_dph"], payload["removed"]) == ([], None, [])
     first = payload["offers"][0]
     assert set(first) == {
@@ -148,6 +149,6 @@ def test_rent_with_a_cap_under_every_offer_is_capacity_and_creates_nothing(daily
     )  # fmt: skip
 
     assert (code, out) == (4, "")
-    assert "no RTX 4090 offer passes the filter (3 removed, 0 quarantined)" in err
+    assert "no RTX 4090 offer passes the filter (3 removed, 0 quarantined, 0 for a contract" in err
     assert "see `gpuops offers --all --max-dph 0.1`" in err
     assert daily.fake.instances == {}

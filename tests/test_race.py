@@ -155,6 +155,22 @@ def test_a_spare_added_to_an_empty_race_takes_slot_zero():
     assert grown.spare_offers == ()
 
 
+def test_a_spare_on_an_offer_or_machine_the_race_holds_is_never_added():
+    """skypilot#9117: never two creates on one offer or one machine; a spare whose offer or
+    machine a candidate already has is skipped, and none left leaves no spares."""
+    state = update(race(Phase.DESTROYED), 0, cause="no-gpu")  # offer 100 on machine 200
+    spares = ((100, 71), (9, 200), (8, 80), (7, 70))
+    grown = add_spare(Race(state.candidates, spare_offers=spares, max_creates=4))
+
+    assert grown.candidates[-1] == Candidate(1, 8, 80)
+    assert grown.spare_offers == ((7, 70),)
+    used = Race(state.candidates, spare_offers=((100, 71), (9, 200)), max_creates=4)
+    spent = add_spare(used)
+    assert spent.candidates == state.candidates and spent.spare_offers == ()
+    [stop] = decide(spent, T)
+    assert stop == Stop("no candidate passed its probe and no offers are left to try")
+
+
 def test_a_race_out_of_creates_or_offers_stops_without_a_winner():
     """No winner and nothing left to try is a stop with a reason, never a silent end."""
     state = update(race(Phase.DESTROYED), 0, cause="no-gpu")

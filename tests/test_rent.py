@@ -360,6 +360,40 @@ def test_creates_are_paced_never_back_to_back(world):
     assert all(b - a >= timing.CREATE_PACING_S for a, b in zip(times, times[1:], strict=False))
 
 
+def _one_machine_twice() -> dict[str, Any]:
+    """A market where search lists offer 1002 twice (vast-cli#260), offers 1000 and 1001 are
+    on one machine, and Vast accepts a second purchase of one offer (skypilot#9117)."""
+    doc = scenario("ssh-auth", "ssh-auth", "no-gpu", "healthy", "healthy")
+    offers = doc["vast"]["offers"]
+    offers[1]["machine_id"] = offers[0]["machine_id"]
+    offers[2]["dph_total"] = 0.10  # the cheapest, listed twice
+    doc["vast"]["duplicate_purchases"] = True
+    doc["vast"]["faults"] = {"duplicate_listings": [1002]}
+    return doc
+
+
+@pytest.mark.parametrize("world", [_one_machine_twice()], indirect=True)
+@pytest.mark.fault(
+    "search lists one machine twice; Vast accepts two purchases of one offer, the later failing unseen",
+    handled="the race keeps one candidate per offer and per machine: never two creates on either",
+)
+def test_the_race_never_creates_twice_on_one_offer_or_one_machine_h6(world):
+    """vast-cli#260, skypilot#9117: with an offer listed twice and two offers on one machine,
+    every create is on a distinct offer and a distinct machine, so no purchase is doubled."""
+    rental = world.market().rent(request(k=3))
+
+    boxes = list(world.fake.instances.values())
+    offers = [box.offer_id for box in boxes]
+    machines = [box.offer_row["machine_id"] for box in boxes]
+    assert rental.state == LIVE and rental.offer_id == 1003
+    assert world.creates() == len(boxes) == 3
+    assert len(set(offers)) == len(offers) and len(set(machines)) == len(machines)
+    assert all(box.duplicate_of is None for box in boxes)
+    removed = world.events.kinds("market.selection")[0]["removed"]
+    assert {"id": 1002, "reasons": ["listed twice"]} in removed
+    assert {"id": 1001, "reasons": ["machine 500 is offer 1000's, ranked first"]} in removed
+
+
 @pytest.mark.parametrize("world", [scenario("no-gpu")], indirect=True)
 def test_a_race_with_no_winner_fails_loudly_and_leaves_nothing(world):
     """No healthy box: exit 4 with a reason, every box destroyed, nothing left active."""

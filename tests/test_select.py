@@ -17,6 +17,7 @@ from gpuops.market.select import (
     MIN_DISK_MB_PER_S,
     MIN_RELIABILITY,
     Filter,
+    distinct,
     pick,
     propensity_of,
     rank_key,
@@ -35,6 +36,7 @@ class O:
     disk_bw: float | None = 2000.0
     gpu_ram: float = 24564.0
     machine_id: int = 0
+    end_date: float | None = None
 
 
 def offers(n: int) -> list[O]:
@@ -116,6 +118,84 @@ def test_selection_reports_removed_offers_and_counts_quarantine():
     ]
     assert chosen.quarantined == 2
     assert [p.offer.id for p in chosen.picks] == [4]
+
+
+@pytest.mark.parametrize(
+    ("end_date", "reasons"),
+    [
+        (5000.0, []),
+        (4000.0, []),  # ends exactly when needed: enough
+        (3999.0, ["contract end 0.0 h too soon"]),
+        (4000.0 - 5400.0, ["contract end 1.5 h too soon"]),
+        (4000.0 - 360 * 3600.0, ["contract end 360.0 h too soon"]),  # hours of 3600 s
+        (None, ["contract end unknown"]),
+    ],
+)
+def test_an_offer_whose_contract_ends_before_it_is_needed_is_removed_h6(end_date, reasons):
+    """Vast stops a box at its contract's end: an offer must outlast contract_ends_after, and
+    one whose end the provider left out fails (missing is never passing)."""
+    rules = Filter(contract_ends_after=4000.0)
+
+    assert reasons_to_remove(O(1, end_date=end_date), rules, frozenset()) == reasons
+
+
+def test_without_a_contract_end_to_outlast_no_end_date_is_read():
+    """Filter() checks no contract end: an offer with none still passes."""
+    assert Filter().contract_ends_after is None
+    assert reasons_to_remove(O(1, end_date=None), Filter(), frozenset()) == []
+
+
+def test_selection_counts_the_offers_left_out_for_their_contract_end_h6():
+    """The count `offers` and `rent` report: each offer with a contract reason, once."""
+    pool = [
+        O(1, end_date=100.0, machine_id=1),
+        O(2, end_date=None, machine_id=2, reliability=0.5),
+        O(3, end_date=9000.0, machine_id=3, reliability=0.5),
+        O(4, end_date=9000.0, machine_id=4),
+    ]
+
+    chosen = select(pool, k=1, rng=random.Random(1), rules=Filter(contract_ends_after=5000.0))
+
+    assert [o.id for o in chosen.candidates] == [4]
+    assert chosen.contract_ended == 2
+    assert [r.reasons for r in chosen.removed][1] == (
+        "reliability 0.5000 < 0.98",
+        "contract end unknown",
+    )
+    assert select(pool, k=1, rng=random.Random(1)).contract_ended == 0
+
+
+def test_one_machine_listed_twice_is_raced_once_by_its_best_ranked_offer():
+    """vast-cli#260 and skypilot#9117: one candidate per offer and per machine, the first
+    ranked kept; a repeated offer is "listed twice", another offer on a machine already
+    held names the offer that ranks first; the rest keep their order."""
+    pool = [
+        O(1, dph_total=0.30, machine_id=7),
+        O(1, dph_total=0.30, machine_id=7),  # the same offer, listed twice
+        O(2, dph_total=0.31, machine_id=8),
+        O(3, dph_total=0.32, machine_id=7),  # another offer on machine 7
+        O(2, dph_total=0.33, machine_id=9),  # offer 2 again, under another machine
+        O(4, dph_total=0.34, machine_id=9),
+    ]
+
+    chosen = select(pool, k=8, rng=random.Random(1), explore_rate=0)
+
+    assert [(o.id, o.machine_id) for o in chosen.candidates] == [(1, 7), (2, 8), (4, 9)]
+    assert [(r.offer.id, r.reasons) for r in chosen.removed] == [
+        (1, ("listed twice",)),
+        (3, ("machine 7 is offer 1's, ranked first",)),
+        (2, ("listed twice",)),
+    ]
+    assert [p.offer.id for p in chosen.picks] == [1, 2, 4]
+    assert chosen.quarantined == 0
+
+
+def test_distinct_keeps_what_it_is_given_when_nothing_repeats():
+    """Distinct offers on distinct machines pass through as they are, in their order."""
+    pool = [O(5, machine_id=1), O(3, machine_id=2)]
+
+    assert distinct(pool) == (tuple(pool), [])
+    assert distinct([]) == ((), [])
 
 
 def test_without_exploration_the_top_k_are_picked_in_order_with_certainty():

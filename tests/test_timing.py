@@ -67,6 +67,7 @@ PINNED = {
     "BOOT_TIMEOUT_S": 600.0,
     "RACE_POLL_S": 5.0,
     "CREATE_PACING_S": 2.0,
+    "CONTRACT_END_MARGIN_S": 3600.0,
     "BACKOFF_BASE_S": 1.0,
     "BACKOFF_MAX_S": 60.0,
     "HTTP_TIMEOUT_S": 20.0,
@@ -414,3 +415,9 @@ def test_the_box_s_own_ceiling_fires_after_its_owner_s_bound_even_on_a_fast_box_
     even if the box's clock runs CLOCK_SKEW_S ahead; and it asks again many times an hour."""
     assert timing.BOX_CEILING_GRACE_S - timing.CLOCK_SKEW_S >= timing.OWNER_GRACE_S
     assert timing.BOX_CEILING_POLL_S <= timing.OWNER_GRACE_S / 10
+
+
+def test_an_offer_s_contract_outlasts_the_box_s_own_ceiling_and_a_skewed_clock_h6():
+    """H6: Vast stops a box at its contract's end; an offer is raced only when that end comes
+    after the deadline plus the box's own ceiling grace, on a clock CLOCK_SKEW_S off."""
+    assert timing.CONTRACT_END_MARGIN_S >= timing.BOX_CEILING_GRACE_S + timing.CLOCK_SKEW_S

@@ -186,6 +186,7 @@ def test_search_parses_every_recorded_offer(http, vast):
         cuda_max_good=12.4,
         geolocation="Texas, US",
         verification="verified",
+        end_date=1798761600.0,
     )
     assert offers[0].raw["score"] == 201.4
     assert (offers[1].reliability, offers[2].disk_bw) == (0.9121, 182.6)
@@ -1399,6 +1400,12 @@ def test_the_list_is_asked_in_id_order_from_the_first_page(http, vast):
         (1, "id", True, "offers[1]: field 'id' is a boolean True, expected an integer"),
         (1, "dph_total", None, "offers[1]: field 'dph_total' is null"),
         (1, "gpu_ram", {}, "offers[1]: field 'gpu_ram' is an object {}, expected an integer"),
+        (
+            2,
+            "end_date",
+            "2027-01-01",
+            "offers[2]: field 'end_date' is a string '2027-01-01', expected a number",
+        ),
     ],
 )
 def test_a_drifted_offer_is_named_exactly(http, vast, index, field, value, problem):

@@ -150,6 +150,13 @@ class FakeGCE:
     boots: int = 0
     max_run_s: float | None = None  # scheduling.maxRunDuration, when set (setScheduling)
     termination_action: str = ""  # scheduling.instanceTerminationAction
+    # resourceStatus.scheduling.terminationTimestamp (fake time): "automatically defined by
+    # Compute Engine whenever a VM has a time limit and enters the RUNNING state" and
+    # "automatically cleared whenever a VM is stopped or suspended" (Compute Engine, "Limit the
+    # run time of a VM"); so maxRunDuration counts afresh from every start, not from the
+    # setScheduling call (GoogleCloudPlatform/magic-modules#10683: "max_run_duration is not a
+    # one time intent"). The field: google-cloud-compute 1.57's ResourceStatusScheduling.
+    termination_at: float | None = None
     processes: dict[int, real_boot.Boot] = field(default_factory=dict)  # boot number -> boot
 
     def __post_init__(self) -> None:
@@ -306,6 +313,7 @@ class FakeGCE:
 
     def _power_off(self) -> None:
         self.status = "STOPPING"
+        self.termination_at = None  # cleared whenever the VM is stopped
         self._serial("systemd-shutdown: powering off")
         self._at(self.scenario.stopping_s, self._terminated)
 
@@ -338,6 +346,7 @@ class FakeGCE:
         self.boots += 1
         if self.max_run_s is not None and self.termination_action == "STOP":
             self._at(self.max_run_s, partial(self._ceiling, number))  # counted from RUNNING
+            self.termination_at = self._now() + self.max_run_s  # re-armed at every start
         script = self.metadata.get("startup-script", "")
         if self._server is None or self._root is None:
             self.unattached.append(number)

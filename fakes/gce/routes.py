@@ -73,6 +73,14 @@ def _instance(fake: FakeGCE, m: Mapping[str, str]) -> Reply | None:
     return None
 
 
+def _gce_timestamp(epoch_s: float) -> str:
+    """A GCE timestamp as the recordings write them: "2026-11-14T07:02:41.601-08:00"."""
+    from datetime import datetime, timedelta, timezone
+
+    zone = timezone(timedelta(hours=-8))  # the recordings' offset (US Pacific, standard time)
+    return datetime.fromtimestamp(epoch_s, zone).isoformat(timespec="milliseconds")
+
+
 def get_instance(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
     if (missing := _instance(fake, m)) is not None:
         return missing
@@ -82,6 +90,9 @@ def get_instance(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         body["scheduling"] = _recorded("gce", "instance_scheduling_max_run")["scheduling"]
         body["scheduling"]["maxRunDuration"] = {"seconds": str(int(fake.max_run_s))}
         body["scheduling"]["instanceTerminationAction"] = fake.termination_action
+    if fake.termination_at is not None:  # while RUNNING under a run ceiling, until stopped
+        stamp = _gce_timestamp(fake.clock.epoch_of(fake.termination_at))
+        body["resourceStatus"] = {"scheduling": {"terminationTimestamp": stamp}}
     if fake.labels:  # GCE leaves ``labels`` out of an instance that has none
         body["labels"] = dict(sorted(fake.labels.items()))
     body["labelFingerprint"] = fake.label_fingerprint
@@ -162,10 +173,34 @@ def set_metadata(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
         return missing
     sent = json.loads(req.body or b"{}")
     items = {str(i["key"]): str(i.get("value", "")) for i in sent.get("items") or []}
+    too_large = _metadata_breach(items)
+    if too_large is not None:  # nothing changes: GCE refuses the whole write
+        return _fake_gce_error(400, "fake_gce_metadata_too_large", too_large)
     op = fake.set_metadata(str(sent.get("fingerprint", "")), items)
     if op is None:
         return _error("set_metadata_412")
     return _json(200, _op_body(fake, op.name))
+
+
+# The Metadata resource's limits (Compute Engine API reference, compute/v1 Metadata): each value
+# at most 262144 bytes (256 KiB), all keys and values together less than 512 KB, each key less
+# than 128 bytes. Over them setMetadata is a 400 (the googleapis error envelope; the exact reason
+# and message GCE sends were never captured, so they are the fake's own).
+METADATA_VALUE_MAX = 262144
+METADATA_TOTAL_MAX = 512 * 1024
+METADATA_KEY_MAX = 128
+
+
+def _metadata_breach(items: Mapping[str, str]) -> str | None:
+    for key, value in items.items():
+        if len(key.encode()) >= METADATA_KEY_MAX:
+            return f"key {key[:40]!r}... is {len(key.encode())} bytes, the limit is under 128"
+        if len(value.encode()) > METADATA_VALUE_MAX:
+            return f"{key}: {len(value.encode())} bytes, the limit is {METADATA_VALUE_MAX}"
+    total = sum(len(k.encode()) + len(v.encode()) for k, v in items.items())
+    if total >= METADATA_TOTAL_MAX:
+        return f"{total} bytes of keys and values, the limit is under {METADATA_TOTAL_MAX}"
+    return None
 
 
 def set_labels(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
@@ -331,19 +366,47 @@ def list_objects(fake: FakeGCE, req: Request, m: Mapping[str, str]) -> Reply:
             return _fake_gcs_error(400, "fake_gcs_unmodelled", f"objects.list {unmodelled}")
     prefix = req.query.get("prefix", "")
     delimiter = req.query.get("delimiter", "")
-    names, prefixes = [], set()
+    page_size = req.query.get("maxResults", str(LIST_PAGE_MAX))
+    if not page_size.isdigit() or int(page_size) < 1:
+        return _fake_gcs_error(400, "fake_gcs_bad_max_results", f"maxResults={page_size!r}")
+    after = _page_after(req.query.get("pageToken", ""))
+    if after is None:
+        return _fake_gcs_error(400, "fake_gcs_bad_page_token", "pageToken is not one of ours")
+    entries: dict[str, bool] = {}  # name or rolled-up prefix -> whether it is a prefix
     for name in sorted(n for n in fake.objects if n.startswith(prefix)):
         rest = name[len(prefix) :]
         if delimiter and delimiter in rest:
-            prefixes.add(prefix + rest[: rest.index(delimiter) + len(delimiter)])
+            entries[prefix + rest[: rest.index(delimiter) + len(delimiter)]] = True
         else:
-            names.append(name)
+            entries[name] = False
+    listed = sorted(e for e in entries if e > after)
+    page = listed[: min(int(page_size), LIST_PAGE_MAX)]
     body: dict[str, Any] = {"kind": "storage#objects"}
+    if len(page) < len(listed):  # more after this page: the last entry it holds, opaque
+        body["nextPageToken"] = base64.urlsafe_b64encode(page[-1].encode()).decode()
+    prefixes = [e for e in page if entries[e]]
+    names = [e for e in page if not entries[e]]
     if prefixes:
-        body["prefixes"] = sorted(prefixes)
+        body["prefixes"] = prefixes
     if names:
         body["items"] = [_object(fake, n, fake.live(n)) for n in names]  # type: ignore[arg-type]
     return _json(200, body)
+
+
+# objects.list answers at most this many entries (items and prefixes together) a page, fewer
+# when maxResults asks ("the service uses this parameter or 1,000 items, whichever is smaller",
+# Cloud Storage JSON API reference, objects.list), with a nextPageToken while more remain.
+LIST_PAGE_MAX = 1000
+
+
+def _page_after(token: str) -> str | None:
+    """The entry a pageToken of ours continues after ("": from the first); None: not ours."""
+    if not token:
+        return ""
+    try:
+        return base64.b64decode(token.encode(), altchars=b"-_", validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def _readable(

@@ -56,6 +56,11 @@ if TYPE_CHECKING:
 
 DEFAULT_BASE_URL = "https://console.vast.ai"
 MINUTE_S = 60.0
+# "Once an instance hits its end date it expires and is automatically stopped. Expired
+# instances can not restart while expired. Expired instances may be deleted 48 hours after
+# expiration" (vast.ai/docs/introduction/overview, "Rental contracts"): FakeVast deletes an
+# expired box this long after its contract's end.
+EXPIRED_DELETE_S = 48 * 3600.0
 # The first ids handed out: the key id of recordings/vast/ssh_keys_list.yaml, and proxy and
 # direct ports in the ranges the recordings show (ssh_port 30568, direct port 20000).
 FIRST_KEY_ID = 40211
@@ -73,15 +78,19 @@ class OfferState:
     taken_status: int
     held_by: int | None = None  # the instance of ours that rents it
     taken: bool = False  # rented by someone else: a create answered no_such_ask
+    contract_end: float | None = None  # fake time its contract ends (None: the row's end_date)
 
     @property
     def id(self) -> int:
         return self.spec.id
 
-    def row(self, now: float | None = None) -> dict[str, object]:
+    def row(
+        self, now: float | None = None, epoch: Callable[[float], float] | None = None
+    ) -> dict[str, object]:
         """The offer as search answers it: the recorded offer with the scenario's values, its
         derived prices made consistent, and ``duration`` (seconds it stays available) as of
-        ``now`` (search_offers.yaml's notes say how each is derived)."""
+        ``now`` (search_offers.yaml's notes say how each is derived); ``end_date`` is its
+        contract's end on the clock a client reads (``epoch``: the fake's ``wall``)."""
         row = recorded_offer()
         fields = dict(self.spec.fields)
         num_gpus = fields.get("num_gpus", 1)
@@ -96,8 +105,13 @@ class OfferState:
             row["driver_vers"] = driver_vers(fields["driver_version"])
         row.update(ask_contract_id=self.id, rented=self.held_by is not None or self.taken)
         _priced(row, explicit=fields)
+        end = self.contract_end
+        if end is not None:
+            row["end_date"] = end if epoch is None else epoch(end)
+        else:
+            end = float(row["end_date"])  # type: ignore[arg-type]
         if now is not None and "duration" not in fields:
-            row["duration"] = max(0.0, float(row["end_date"]) - now)  # type: ignore[arg-type]
+            row["duration"] = max(0.0, end - now)
         return row
 
 
@@ -165,6 +179,14 @@ class InstanceState:
     # "can only start, stop, or destroy that specific instance" (docs.vast.ai api-reference/
     # hello-world); FakeVast lets it destroy its own box and refuses it anything else.
     instance_key: str = ""
+    # The box of ours that already held its offer when this one was bought: Vast accepts the
+    # second purchase and launches both, and "all but one of the conflicting instances will
+    # then either fail to fully start or raise an error" that never reaches the client
+    # (skypilot-org/skypilot#9117). Such a box loads, then exits instead of running.
+    duplicate_of: int | None = None
+    # When its contract ends (fake time): the offer's end, locked at rent. Then Vast stops it
+    # (actual_status "stopped", never running again) and may delete it EXPIRED_DELETE_S later.
+    contract_end: float | None = None
 
 
 @dataclass
@@ -327,12 +349,17 @@ class FakeVast:
     def status(self, box: InstanceState, at: float | None = None) -> str | None:
         """The ``actual_status`` wire value now (or at fake time ``at``): null, loading,
         running or exited."""
-        age_s = (self.now() if at is None else at) - box.created_at
+        when = self.now() if at is None else at
+        if box.contract_end is not None and when >= box.contract_end:
+            return "stopped"  # expired: stopped by Vast at its contract's end
+        age_s = when - box.created_at
         boot_s = self.scenario.provisioning_s + self.scenario.loading_s
         if age_s < self.scenario.provisioning_s:
             return None
         if age_s < boot_s:
             return "loading"
+        if box.duplicate_of is not None:
+            return "exited"  # the later of two purchases of one offer never runs (#9117)
         if box.fate.kind == "dies-after" and age_s >= boot_s + box.fate.minutes * MINUTE_S:
             return "exited"
         return "running"
@@ -353,6 +380,8 @@ class FakeVast:
         if box.fate.kind == "dies-after":
             times.append(running_at + box.fate.minutes * MINUTE_S)
         times += [running_at + c.after_s for c in self._rekeys(box) if c.after_s is not None]
+        if box.contract_end is not None:
+            times.append(box.contract_end)
         return times
 
     def _rekeys(self, box: InstanceState) -> list[HostKeyChange]:
@@ -378,15 +407,35 @@ class FakeVast:
         """Whether show and list still report the box (a destroy lags ``destroy_lag_s``, and
         show ``show_lag_s`` more: pass it as ``lag_s``)."""
         if box.destroyed_at is None:
-            return True
+            return not self.deleted(box, lag_s)
         return self.now() - lag_s < box.destroyed_at + self.scenario.destroy_lag_s
+
+    def deleted(self, box: InstanceState, lag_s: float = 0.0) -> bool:
+        """Whether Vast deleted the box, EXPIRED_DELETE_S after its contract ended."""
+        end = box.contract_end
+        return end is not None and self.now() - lag_s >= end + EXPIRED_DELETE_S
 
     # --- scripting, for scenarios and tests ----------------------------------------------------
     def add_offer(self, spec: OfferSpec) -> None:
         """A new offer on the market (a scenario's offers are added this way at start)."""
         if spec.id in self.offers:
             raise ValueError(f"offer {spec.id} is already on the market")
-        self.offers[spec.id] = OfferState(spec, spec.fate, spec.taken_status)
+        self.offers[spec.id] = OfferState(
+            spec, spec.fate, spec.taken_status, contract_end=self._contract_end(spec)
+        )
+
+    def _contract_end(self, spec: OfferSpec) -> float:
+        """When ``spec``'s contract ends, in fake time: its ``end_date`` as given, else
+        ``contract_days`` from now, else as far from now as the recorded offer's end was from
+        its own listing (the recorded instance's start, RECORDED_EPOCH)."""
+        given = spec.fields.get("end_date")
+        if isinstance(given, int | float):
+            return float(given)
+        if spec.contract_days is not None:
+            return self.now() + spec.contract_days * 86400.0
+        recorded_end = recorded_offer()["end_date"]
+        assert isinstance(recorded_end, int | float)
+        return self.now() + (float(recorded_end) - RECORDED_EPOCH)
 
     def set_fate(self, offer_id: int, fate: str, *, taken_status: int | None = None) -> None:
         offer = self.offers[offer_id]
@@ -441,7 +490,14 @@ class FakeVast:
         self.calls.append(call)
 
     def searchable(self) -> list[OfferState]:
-        return list(self.offers.values())
+        """The offers search looks at: each once, and the scenario's ``duplicate_listings``
+        twice (vast-ai/vast-cli#260: search "sometimes returns duplicate machines"); an offer
+        whose contract has ended is no longer on the market."""
+        now = self.now()
+        listed = [o for o in self.offers.values() if o.contract_end is None or o.contract_end > now]
+        return listed + [
+            self.offers[i] for i in self.scenario.duplicate_listings if self.offers[i] in listed
+        ]
 
     def create(self, offer_id: int, payload: Mapping[str, Any]) -> InstanceState:
         """Rent ``offer_id``. A taken offer raises NoSuchAsk; a lost create raises after the
@@ -458,14 +514,15 @@ class FakeVast:
         if offer.fate.kind == "taken" or offer.taken:
             offer.taken = True
             raise NoSuchAsk(offer_id, offer.taken_status)
-        if offer.held_by is not None:
+        held = offer.held_by
+        if held is not None and not self.scenario.duplicate_purchases:
             raise NoSuchAsk(offer_id, 410)
         for entry in self._lost:  # a failure before anything was created
             if entry.spec.offer == offer_id and entry.left > 0 and not entry.spec.creates:
                 entry.left -= 1
                 self.tick()
                 self._lose(offer_id, entry.spec.answer)
-        box = self._add_box(offer, payload, now)
+        box = self._add_box(offer, payload, now, duplicate_of=held)
         self.tick()
         for entry in self._lost:
             if entry.spec.offer == offer_id and entry.left > 0 and entry.spec.creates:
@@ -489,10 +546,18 @@ class FakeVast:
                 raise ValueError(f"offer {offer.id} is taken: no box of ours can be on it")
             self._add_box(offer, {"label": rented.label}, running_at)
 
-    def _add_box(self, offer: OfferState, payload: Mapping[str, Any], at: float) -> InstanceState:
+    def _add_box(
+        self,
+        offer: OfferState,
+        payload: Mapping[str, Any],
+        at: float,
+        duplicate_of: int | None = None,
+    ) -> InstanceState:
         """A new box on ``offer``, created at fake time ``at``; its ssh entries due now, its
-        status changes on the heap."""
+        status changes on the heap. ``duplicate_of``: the box that already holds the offer
+        (a second purchase Vast accepted); the offer stays held by that one."""
         box = self._new_box(offer, payload, at)
+        box.duplicate_of = duplicate_of
         self.instances[box.id] = box
         self._by_instance_key[box.instance_key] = box.id
         if self.box_table is not None and self.box_clock is not None and box.onstart:
@@ -503,7 +568,8 @@ class FakeVast:
                 instance_key=box.instance_key,
                 clock=self.box_clock,
             )
-        offer.held_by = box.id
+        if duplicate_of is None:
+            offer.held_by = box.id
         self._changed_box(box)
         if self.box_table is not None:
             for when in self._transitions(box):
@@ -519,7 +585,8 @@ class FakeVast:
         return InstanceState(
             id=number,
             offer_id=offer.id,
-            offer_row=offer.row(now),
+            offer_row=offer.row(now, self.wall),
+            contract_end=offer.contract_end,
             fate=offer.fate,
             box_gpu=offer.spec.box_gpu,
             label=label if isinstance(label, str) else None,
@@ -577,6 +644,8 @@ class FakeVast:
                 continue
             if box.destroyed_at is not None:  # listed until its destroy lag is over
                 until = min(until, box.destroyed_at + self.scenario.destroy_lag_s)
+            elif box.contract_end is not None:  # listed until Vast deletes it, expired
+                until = min(until, box.contract_end + EXPIRED_DELETE_S)
             if lag_s != 0 and now - box.created_at < lag_s:
                 until = min(until, box.created_at + lag_s)  # listed from then on
                 continue
@@ -587,7 +656,7 @@ class FakeVast:
 
     def destroy(self, instance_id: int) -> None:
         box = self.instances.get(instance_id)
-        if box is None or box.destroyed_at is not None:
+        if box is None or box.destroyed_at is not None or self.deleted(box):
             raise NoSuchInstance(instance_id, self.scenario.destroy_gone_error)
         for entry in self._destroy_failures:
             failure = entry.spec
@@ -649,7 +718,9 @@ class FakeVast:
 
     def boxes(self) -> Iterator[InstanceState]:
         """Every box not destroyed (the truth, whatever the list answers)."""
-        return (b for b in self.instances.values() if b.destroyed_at is None)
+        return (
+            b for b in self.instances.values() if b.destroyed_at is None and not self.deleted(b)
+        )
 
 
 def _recorded_public_key() -> str:

@@ -122,7 +122,7 @@ def _search(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
         # the CLI's "550.54.15" -> 550054015 (vastai 1.9.1 vastai/api/query.py numeric_version)
         aliases["driver_version"] = lambda row: driver_vers(row.get("driver_version"))
     now = model.now()
-    rows = [offer.row(now) for offer in model.searchable()]
+    rows = [offer.row(now, model.wall) for offer in model.searchable()]
     rows = [row for row in rows if matches(row, filters, aliases)]
     rows = [dict(row) for row in ordered(rows, query.get("order", DEFAULT_ORDER))]
     limit = query.get("limit")
@@ -158,7 +158,12 @@ def _row(model: FakeVast, box: InstanceState, *, shown: bool = False) -> dict[st
     start = model.wall(box.created_at)
     age_s = model.wall(model.now()) - start
     status = model.shown_status(box) if shown else model.status(box)
-    return wire.instance_row(box, status, start_date=start, age_s=age_s)
+    row = wire.instance_row(box, status, start_date=start, age_s=age_s)
+    if box.contract_end is not None:  # the rental's end, locked at rent: its offer's end_date
+        row["end_date"] = model.wall(box.contract_end)
+    if status == "stopped":
+        row["cur_state"] = "stopped"  # expired: the host stopped it (vast.ai docs, overview)
+    return row
 
 
 def _show(model: FakeVast, _: Request, params: Mapping[str, str]) -> Reply:

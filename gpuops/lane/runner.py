@@ -34,6 +34,7 @@ from gpuops.errors import (
     StateError,
     StillRunning,
     Unavailable,
+    UsageError,
     VersionConflict,
 )
 from gpuops.events import EventLog
@@ -459,6 +460,11 @@ class Lane:
         script's declared length, else timing.DEFAULT_MAX_RUN_S) if its script never does. A
         ceiling outside GCE's bounds is a usage error before anything is read or sent."""
         max_run_s = d.run_ceiling_s(max_hours, s.declared_hours(script_text))
+        from gpuops.providers.gce import metadata_too_large  # GCE's size limits, before a call
+
+        too_large = metadata_too_large({s.SCRIPT_KEY: script_text, s.JOB_KEY: job})
+        if too_large is not None:
+            raise UsageError(f"the startup script cannot be installed: {too_large}")
         board, _, _ = self.read()
         if board.state != b.CLAIMED or board.owner != self.operator or board.job != job:
             raise Refused(

@@ -46,7 +46,7 @@ from gpuops.market.ending import (
     end_records,
     owned_records,
 )
-from gpuops.market.jobs import BoxShell, Copies, Jobs
+from gpuops.market.jobs import STOPPED_WHY, BoxShell, Copies, Jobs
 from gpuops.market.leases import Leases
 from gpuops.market.rent import Market
 from gpuops.market.rentals import (
@@ -63,6 +63,7 @@ from gpuops.market.rentals import (
 )
 from gpuops.market.results import Copied, Results, copy_results
 from gpuops.market.teardown import Ending, label_for
+from gpuops.model import InstanceStatus
 
 # exit code: every box confirmed gone, but the guardian's own work failed on the way (M17):
 # results not delivered, the store not writable, a record unreadable; loud, never 0
@@ -350,6 +351,11 @@ class Guardian:
             gone = "the box was already gone: its results were never copied"
             self._log("guard.copy", ok=False, detail=gone, results=MISSING)
             self._note_results(MISSING, gone)
+            return
+        if instance.actual_status is InstanceStatus.STOPPED:
+            stopped = f"the box is stopped ({STOPPED_WHY}): its results were never copied"
+            self._log("guard.copy", ok=False, detail=stopped, results=MISSING)
+            self._note_results(MISSING, stopped)
             return
         copied = copy_results(
             self.shell,

@@ -29,7 +29,7 @@ from gpuops.errors import (
 from gpuops.market import watchdog as w
 from gpuops.market.probe import StepOutput, Verdict, transport_verdict
 from gpuops.market.rentals import LIVE, Rental, check_name
-from gpuops.model import Instance
+from gpuops.model import Instance, InstanceStatus
 from gpuops.providers import ssh
 from gpuops.store.base import Store
 from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
@@ -259,6 +259,15 @@ def host_key_refused(name: str, known_hosts: Path) -> Refused:
     )
 
 
+# Why a Vast box is stopped, said wherever one is met (watch, the guardian's copy): "Once an
+# instance hits its end date it expires and is automatically stopped. Expired instances can not
+# restart while expired" (vast.ai/docs/introduction/overview); a stopped box runs nothing.
+STOPPED_WHY = (
+    "expired at its contract's end, or stopped on its host; nothing runs on it, and Vast may "
+    "delete an expired box 48 h later"
+)
+
+
 def observe(
     name: str, instance: Instance | None, shell: BoxShell, *, started: bool = True
 ) -> w.Status:
@@ -266,6 +275,8 @@ def observe(
     ``started``: whether a job record says a job was started on this box."""
     if instance is None:
         return w.Status(w.JobState.DEAD, "the box is gone (the provider no longer shows it)")
+    if instance.actual_status is InstanceStatus.STOPPED:  # a stopped box runs nothing: a fact
+        return w.Status(w.JobState.DEAD, f"the box is stopped: {STOPPED_WHY}")
     out = shell.run(instance, w.observe_script(name))
     if out.timed_out or out.exit_code != 0:
         return w.unreachable(_why(out))

@@ -322,8 +322,15 @@ def looked(race: Race, slot: int, now: float) -> Race:
 
 
 def add_spare(race: Race) -> Race:
-    """Move the next spare offer into the race as a new picked candidate."""
-    (offer_id, machine_id), rest = race.spare_offers[0], race.spare_offers[1:]
+    """Move the next spare offer into the race as a new picked candidate, skipping any whose
+    offer or machine the race already holds: never two creates on one offer or one machine
+    (Vast accepts both and the later fails unseen, skypilot-org/skypilot#9117)."""
+    offers = {c.offer_id for c in race.candidates}
+    machines = {c.machine_id for c in race.candidates}
+    fresh = [s for s in race.spare_offers if s[0] not in offers and s[1] not in machines]
+    if not fresh:
+        return replace(race, spare_offers=())
+    (offer_id, machine_id), rest = fresh[0], tuple(fresh[1:])
     slot = max((c.slot for c in race.candidates), default=-1) + 1
     return replace(
         race,

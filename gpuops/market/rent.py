@@ -337,11 +337,15 @@ class Market:
         offers = self.vast.search_offers(gpu_name=req.gpu_name, num_gpus=1)
         if not offers:  # a misspelt GPU is a usage error naming the known ones, not a stockout
             req, offers = self._respelled(req)
+        # Vast stops a box at its contract's end: the contract must outlast the deadline
+        ends_after = self.clock.wall() + req.hours * 3600.0 + timing.CONTRACT_END_MARGIN_S
         chosen = select(
             offers,
             k=req.race_k,
             rng=self.rng,
-            rules=Filter(vram_floor_mb=req.vram_floor_mb, max_dph=req.max_dph),
+            rules=Filter(
+                vram_floor_mb=req.vram_floor_mb, max_dph=req.max_dph, contract_ends_after=ends_after
+            ),
             quarantined=self.quarantine.machines(),
             pass_rate=self.pass_rates(offers) if self.pass_rates else None,
         )
@@ -349,7 +353,8 @@ class Market:
         if not chosen.picks:
             raise Unavailable(
                 f"no {req.gpu_name} offer passes the filter ({len(chosen.removed)} removed, "
-                f"{chosen.quarantined} quarantined); see `gpuops offers --all"
+                f"{chosen.quarantined} quarantined, {chosen.contract_ended} for a contract "
+                f"ending before the deadline); see `gpuops offers --all"
                 + (f" --max-dph {req.max_dph:g}`" if req.max_dph is not None else "`")
             )
         if self.budget is not None:  # M15: the dearest candidate for all its hours, kept or not
@@ -643,6 +648,7 @@ class Market:
             machine_id=cand.machine_id,
             gpu_name=offer.gpu_name if offer else req.gpu_name,
             dph_total=offer.dph_total if offer else None,
+            contract_end_at=offer.end_date if offer else None,
             started_at=self.clock.wall(),
         )
         done = ev.RentDone(

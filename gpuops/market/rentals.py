@@ -75,6 +75,8 @@ class Rental:
     results: str | None = None  # DELIVERED, MISSING or NO_RESULTS once a copy ended (M17)
     results_detail: str | None = None  # where they were delivered, or why they are missing
     hours: float | None = None  # the hours its race asked for (M8: a rerun asks the same)
+    # epoch s the kept offer's contract ends (its end_date): Vast stops the box then (expired)
+    contract_end_at: float | None = None
 
 
 CODEC = JsonCodec(Rental, "rental record")

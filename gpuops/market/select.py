@@ -26,6 +26,8 @@ EXPLORE_RATE = 0.10
 NEAREST_NAMES = 3
 # A machine's pass rate divides its price; a machine that never passed still has a finite cost.
 MIN_PASS_RATE = 0.01
+# How every contract-end reason starts, so the ones left out for it are counted.
+CONTRACT_END = "contract end"
 
 
 class OfferLike(Protocol):
@@ -41,6 +43,8 @@ class OfferLike(Protocol):
     def gpu_ram(self) -> float: ...
     @property
     def dph_total(self) -> float: ...
+    @property
+    def end_date(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class Filter:
     min_disk_mb_per_s: float = MIN_DISK_MB_PER_S
     vram_floor_mb: float = DEFAULT_VRAM_FLOOR_MB
     max_dph: float | None = None  # `--max-dph`: the most $/hour an offer may cost; None: no cap
+    # Epoch s the offer's contract must outlast (the rental's deadline plus
+    # timing.CONTRACT_END_MARGIN_S): Vast stops a box at its contract's end. None: not checked.
+    contract_ends_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,7 @@ class Selection:
     removed: tuple[Removed, ...]  # by the filter or quarantine, with reasons
     quarantined: int  # how many offers were left out because their machine is quarantined
     picks: tuple[Pick, ...]
+    contract_ended: int = 0  # how many were left out because their contract ends too soon
 
 
 def reasons_to_remove(offer: OfferLike, rules: Filter, quarantined: frozenset[int]) -> list[str]:
@@ -91,6 +99,13 @@ def reasons_to_remove(offer: OfferLike, rules: Filter, quarantined: frozenset[in
         reasons.append(f"vram {offer.gpu_ram:.0f} MB < {rules.vram_floor_mb:.0f}")
     if rules.max_dph is not None and offer.dph_total > rules.max_dph:
         reasons.append(f"price ${offer.dph_total:.4f}/h > --max-dph ${rules.max_dph:.4f}")
+    needed = rules.contract_ends_after
+    if needed is not None:
+        if offer.end_date is None:
+            reasons.append(f"{CONTRACT_END} unknown")
+        elif offer.end_date < needed:
+            short_h = (needed - offer.end_date) / 3600.0
+            reasons.append(f"{CONTRACT_END} {short_h:.1f} h too soon")
     return reasons
 
 
@@ -130,10 +145,35 @@ def select(
             removed.append(Removed(offer, tuple(why)))
         else:
             kept.append(offer)
-    ranked = tuple(sorted(kept, key=lambda offer: rank_key(offer, pass_rate)))
+    ranked, repeated = distinct(sorted(kept, key=lambda offer: rank_key(offer, pass_rate)))
+    removed += repeated
     picks = pick(ranked, k=k, rng=rng, explore_rate=explore_rate)
     in_quarantine = sum(1 for r in removed if "quarantined" in r.reasons)
-    return Selection(ranked, tuple(removed), in_quarantine, picks)
+    ended = sum(1 for r in removed if any(x.startswith(CONTRACT_END) for x in r.reasons))
+    return Selection(ranked, tuple(removed), in_quarantine, picks, ended)
+
+
+def distinct(ranked: Iterable[OfferLike]) -> tuple[tuple[OfferLike, ...], list[Removed]]:
+    """One candidate per offer and per machine, the best-ranked kept: search can list one
+    machine twice (vast-ai/vast-cli#260), and Vast accepts two purchases of one offer and
+    launches both, the later failing where the client never hears it
+    (skypilot-org/skypilot#9117). So the race never creates twice on one offer or machine."""
+    kept: list[OfferLike] = []
+    removed: list[Removed] = []
+    ids: set[int] = set()
+    by_machine: dict[int, OfferLike] = {}
+    for offer in ranked:
+        if offer.id in ids:
+            removed.append(Removed(offer, ("listed twice",)))
+            continue
+        ids.add(offer.id)
+        first = by_machine.setdefault(offer.machine_id, offer)
+        if first is offer:
+            kept.append(offer)
+        else:
+            why = f"machine {offer.machine_id} is offer {first.id}'s, ranked first"
+            removed.append(Removed(offer, (why,)))
+    return tuple(kept), removed
 
 
 def pick(

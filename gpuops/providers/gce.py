@@ -35,6 +35,7 @@ from gpuops.errors import (
     ProviderUnavailable,
     QuotaExceeded,
     UnexpectedResponse,
+    UsageError,
 )
 from gpuops.events import EventLog
 from gpuops.providers import google_errors
@@ -46,6 +47,32 @@ PROVIDER = "gce"
 CAPACITY_TEXT = "does not have enough resources available to fulfill the request"
 # An operation's name is a resource name: letters, digits, '-' and '_' (one path segment).
 _OPERATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+# The Metadata resource's limits (Compute Engine API reference, compute/v1 Metadata: a value's
+# "size must be less than or equal to 262144 bytes (256 KiB)", and "the total size of all keys
+# and values must be less than 512 KB"): setMetadata refuses more with a 400.
+METADATA_VALUE_MAX_BYTES = 262144
+METADATA_TOTAL_MAX_BYTES = 512 * 1024
+
+
+def metadata_too_large(items: Mapping[str, str]) -> str | None:
+    """Why GCE would refuse these metadata items for their size (each value, then all keys and
+    values together, in UTF-8 bytes, each size and its limit named); None when they fit."""
+    for key, value in sorted(items.items()):
+        size = len(value.encode())
+        if size > METADATA_VALUE_MAX_BYTES:
+            return (
+                f"metadata {key!r} is {size} bytes; GCE takes at most "
+                f"{METADATA_VALUE_MAX_BYTES} bytes (256 KiB) a value"
+            )
+    total = sum(len(k.encode()) + len(v.encode()) for k, v in items.items())
+    if total >= METADATA_TOTAL_MAX_BYTES:
+        return (
+            f"the metadata's keys and values are {total} bytes together; GCE takes less than "
+            f"{METADATA_TOTAL_MAX_BYTES} bytes (512 KB)"
+        )
+    return None
 
 
 class GceStatus(enum.Enum):
@@ -235,7 +262,11 @@ class GceAdapter:
 
     def set_metadata(self, instance: str, items: Mapping[str, str], fingerprint: str) -> None:
         """Replace the metadata items, only if they are still at ``fingerprint`` (412 ->
-        VersionConflict: someone else wrote first; re-read and decide again)."""
+        VersionConflict: someone else wrote first; re-read and decide again). Items GCE would
+        refuse for their size are a usage error before the call (exit 2)."""
+        too_large = metadata_too_large(items)
+        if too_large is not None:
+            raise UsageError(f"setMetadata {instance}: {too_large}")
         resource = {
             "fingerprint": fingerprint,
             "items": [{"key": k, "value": v} for k, v in sorted(items.items())],

@@ -551,6 +551,7 @@ def _parse_offer(row: object, where: str) -> Offer:
         cuda_max_good=_cuda(doc, where),
         geolocation=_opt_str(doc, "geolocation", where),
         verification=_opt_str(doc, "verification", where),
+        end_date=_opt_num(doc, "end_date", where),
         raw=dict(doc),
     )
 
