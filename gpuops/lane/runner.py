@@ -55,6 +55,9 @@ METADATA_TRIES = 3
 # A VM on its way to TERMINATED: `lane watch` waits these out before it exits, so that a
 # `lane release` right after it is not refused (L1: released only once TERMINATED).
 POWERING_OFF = frozenset({"STOPPING", "PENDING_STOP"})
+# The prose lines under the state line that `lane board` shows, the last ones: the board keeps
+# every line it was written with, and `lane board --history` is the whole record.
+BOARD_HISTORY_LINES = 5
 
 
 @dataclass(frozen=True)
@@ -876,7 +879,8 @@ class Lane:
         )
 
     def view(self, *, live: bool = False) -> dict[str, Any]:
-        """The board for humans and --json: the state line, STALE (L8), cost, history; with
+        """The board for humans and --json: the state line, STALE (L8), cost, the last
+        ``BOARD_HISTORY_LINES`` prose lines under the state line (and how many it holds); with
         ``live``, the instance, the last log line and the billing alarm (L12) too. Without it
         nothing but the store is read (no provider call, no Google SDK import)."""
         board, history, _ = self.read()
@@ -897,7 +901,8 @@ class Lane:
             "last_log_line": None,
             "billing_alarm": None,
             "job_outcome": None,
-            "history": history[-10:],
+            "history": history[-BOARD_HISTORY_LINES:],
+            "history_lines": len(history),
         }
         if not live:
             self._stale_alarm(board, view)
