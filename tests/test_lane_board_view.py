@@ -40,9 +40,7 @@ def test_a_stale_claim_is_printed_with_instance_retry_state_and_last_log_line_l8
 
 def test_a_fresh_claim_is_not_called_stale(capsys):
     """L8: no STALE line unless the decision says so."""
-    _print_board(
-        {**VIEW, "stale": False, "last_log_line": None, "history": [], "history_lines": 0}
-    )
+    _print_board({**VIEW, "stale": False, "last_log_line": None, "history": [], "history_lines": 0})
 
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and not any("STALE" in line for line in out)
