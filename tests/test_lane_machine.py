@@ -17,6 +17,7 @@ bucket (L9), and hours after any step the VM is off, whatever path its boot took
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -31,8 +32,6 @@ from fakes.gce.inprocess import activate
 from fakes.gce.server import serve_http
 from fakes.vast.clock import FakeClock
 from gpuops.errors import GpuopsError, Refused
-import dataclasses
-
 from gpuops.events import read_events
 from gpuops.lane import board as b
 from gpuops.lane import decide as d

@@ -27,6 +27,7 @@ from hypothesis.stateful import initialize, rule, run_state_machine_as_test
 
 from fakes.s3 import CREDENTIALS, REGION, serve_s3
 from gpuops.clock import Clock, WithSleep
+from gpuops.errors import GpuopsError
 from gpuops.events import EventLog
 from gpuops.lane.runner import Lane, LaneConfig
 from gpuops.providers.gce import GceAdapter
@@ -34,7 +35,6 @@ from gpuops.providers.gcs import GcsAdapter
 from gpuops.store.base import Store
 from gpuops.store.s3 import S3Store
 from tests.lane_world import BASE
-from gpuops.errors import GpuopsError
 from tests.test_lane_machine import JOBS, OPERATORS, REWRITTEN, LaneMachine
 
 HOSTS = {"alice": "a", "bob": "b"}
