@@ -19,9 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpuops import event_types as ev
 from gpuops import timing
-from gpuops.alarms import Alarms, lane_billing, lane_stale_claim, silent
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     AlreadyExists,
@@ -42,14 +40,15 @@ from gpuops.lane import decide as d
 from gpuops.lane import script as s
 from gpuops.lane.journal import CODEC as JOURNAL
 from gpuops.lane.journal import JournalEntry, journal_key
-from gpuops.providers.gce import LaneInstance
 from gpuops.secrets import scrub_text
 from gpuops.store.base import Store
 from gpuops.store.records import CAS_ATTEMPTS, NO_CHANGE, NoChange, Records
 
-if TYPE_CHECKING:  # imported where used: `lane board` needs neither
+if TYPE_CHECKING:  # imported where used: `lane board` needs none of them
+    from gpuops.alarms import Alarms
     from gpuops.lane import history as h
     from gpuops.lane.cost import JobCost, Released, Watched
+    from gpuops.providers.gce import LaneInstance
 
 METADATA_TRIES = 3
 # A VM on its way to TERMINATED: `lane watch` waits these out before it exits, so that a
@@ -126,7 +125,11 @@ class Lane:
         alarms: Alarms | None = None,
     ) -> None:
         self.store, self.events, self.operator = store, events, operator
-        self.alarms = alarms or silent(events)  # O1: heard by a person, never in the way
+        if alarms is None:
+            from gpuops.alarms import silent
+
+            alarms = silent(events)
+        self.alarms = alarms  # O1: heard by a person, never in the way
         self.gce, self.gcs, self.config = gce, gcs, config
         self.clock = clock  # board stamps and waits: wall time, and its sleep
         self.new_boot_id, self.progress = new_boot_id, progress
@@ -640,6 +643,8 @@ class Lane:
         return None
 
     def _start_event(self, board: b.Board, job: str, attempt: int, outcome: str) -> None:
+        from gpuops import event_types as ev
+
         start = ev.LaneStart(lane=board.lane, job=job, attempt=attempt, outcome=outcome)
         self.events.append(start.KIND, **start.to_payload())
 
@@ -775,6 +780,8 @@ class Lane:
             if d.billing_alarm(verdict, inst, ended, self.clock.wall()):
                 message = self._alarm(job, verdict, inst, ended)
                 self.events.append("lane.billing_alarm", lane=self.config.instance, job=job)
+                from gpuops.alarms import lane_billing
+
                 self.alarms.raise_alarm(lane_billing(self.config.instance, job, ended, message))
                 if verdict is d.Verdict.FAILED:
                     raise JobFailed(message)
@@ -819,6 +826,8 @@ class Lane:
             ended=(outcome, waiting_s, cost),
         )
         self._clear_job_metadata()
+        from gpuops import event_types as ev
+
         end_event = ev.LaneJobEnd(
             lane=before.lane,
             job=job,
@@ -918,6 +927,8 @@ class Lane:
             ended = self.gcs.updated(f"jobs/{board.job}/status")
             if d.billing_alarm(verdict, inst, ended, now):
                 view["billing_alarm"] = self._alarm(board.job, verdict, inst, ended)
+                from gpuops.alarms import lane_billing
+
                 self.alarms.raise_alarm(
                     lane_billing(self.config.instance, board.job, ended, view["billing_alarm"])
                 )
@@ -935,4 +946,6 @@ class Lane:
             f"last log line: {view['last_log_line']}"
         )
         owner, job = board.owner or "?", board.job or "?"
+        from gpuops.alarms import lane_stale_claim
+
         self.alarms.raise_alarm(lane_stale_claim(board.lane, owner, job, board.claimed, detail))
