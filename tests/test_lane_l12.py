@@ -428,3 +428,36 @@ def test_start_refuses_an_instance_whose_run_ceiling_is_not_set_l12(
         assert "run ceiling is not set" in str(refused.value)
         assert "POST start" not in world.fake.calls and world.fake.boots == 0
         assert (board.state, board.owner, board.attempt) == (b.CLAIMED, "alice", 0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a known gap: a board rewound to an earlier revision of the same claim parses, "
+    "and nothing compares it with the claim journal's later revision",
+)
+def test_an_old_copy_of_the_board_put_back_does_not_start_the_claim_s_job_again_l12(
+    tmp_path, monkeypatch
+):
+    """L12/L11: the board's bytes from before the start, put back after the job ended (a
+    backup restored, a sync tool's stale side), name the same claim, so the label's fence
+    lets it through; the journal beside it holds a later revision. A start from that board
+    must not boot the job a second time (found by the two-host lane machine)."""
+    with lane_world(tmp_path, monkeypatch, job_runtime_s=60.0) as world:
+        alice = world.lane("alice")
+        alice.claim("v")
+        alice.install("v", script.render("v", BUCKET, JOB_COMMAND))
+        kept = world.store.get(KEY)
+        assert kept is not None
+        alice.start("v")
+        alice.watch("v")
+        assert world.fake.boots == 1 and world.fake.status == "TERMINATED"
+        now = world.store.get(KEY)
+        assert now is not None
+        world.store.put(KEY, kept.data, now.version)  # the old copy, past gpuops
+
+        try:
+            alice.start("v")
+        except Refused:
+            pass
+
+        assert world.fake.boots == 1, "the claim's job booted again from a rewound board"
