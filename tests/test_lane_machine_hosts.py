@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, rule, run_state_machine_as_test
+from hypothesis.stateful import initialize, invariant, rule, run_state_machine_as_test
 
 from fakes.s3 import CREDENTIALS, REGION, serve_s3
 from gpuops.clock import Clock, WithSleep
@@ -101,6 +101,7 @@ class TwoHostLaneMachine(LaneMachine):
         its own store client, event log, adapters and boot ids."""
         self.tee: list[tuple[str, dict[str, Any]]] = []
         self.copies: list[bytes] = []  # the board's bytes as someone kept them
+        self.by_hand: bytes | None = None  # the bytes a person last put in the board's place
         self.clocks = {op: HostClock(self.world.clock, 0.0) for op in OPERATORS}
         stores = {"alice": self.world.store}
         return {op: self._host_lane(op, stores.get(op) or self.host_store()) for op in OPERATORS}
@@ -129,6 +130,15 @@ class TwoHostLaneMachine(LaneMachine):
 
     def logged(self) -> list[tuple[str, dict[str, Any]]]:
         return list(self.tee)
+
+    @invariant()
+    def the_board_agrees_with_the_instances_claim_label(self) -> None:
+        """As on one host, for every board gpuops wrote; a board a person put there (an old
+        copy, an owner changed by hand) may name any claim, and is judged by the fence."""
+        got = self.world.store.get(self.lanes["alice"].key)
+        if got is not None and got.data == self.by_hand:
+            return
+        super().the_board_agrees_with_the_instances_claim_label()
 
     def starters(self, attempt: str) -> tuple[str, ...]:
         """The operator whose host named the attempt (host a's ids start `a`, b's `b`)."""
@@ -161,6 +171,8 @@ class TwoHostLaneMachine(LaneMachine):
     def rewritten(self) -> None:
         """The board's bytes were replaced past gpuops: a board that parses now counts the
         attempts it says (an old copy rewinds its claim's count; see REWRITTEN)."""
+        got = self.world.store.get(self.lanes["alice"].key)
+        self.by_hand = None if got is None else got.data
         try:
             board = self.lanes["alice"].read()[0]
         except GpuopsError:
