@@ -45,7 +45,7 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     sub.add_parser(
         "repair",
         parents=[common],
-        help="rebuild a missing or corrupt board's state line from the evidence (L12)",
+        help="rebuild a missing, corrupt or rewound board's state line from the evidence (L12)",
     )
     for name, text in (
         ("claim", "claim the lane for a job (L3)"),

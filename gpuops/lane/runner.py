@@ -140,7 +140,8 @@ class Lane:
     # --- the board ------------------------------------------------------------------------------
     def read(self) -> tuple[b.Board, list[str], str | None]:
         """The board. Without a readable state line the lane is unknown, never free (L12):
-        a corrupt board is refused, and a missing one is a free lane only while nothing (the
+        a corrupt board is refused, as is one older than its claim journal (``_rewound``),
+        and a missing one is a free lane only while nothing (the
         instance, its metadata, a recent lane event) says somebody holds it."""
         got, problem = self._raw()
         if problem is not None:
@@ -179,7 +180,26 @@ class Lane:
             return None, f"lane board {self.key} has no readable state line ({exc.reason})"
         if got is None or version is None:
             return None, None
+        rewound = self._rewound(got.board)
+        if rewound is not None:
+            return None, rewound
         return (got.board, list(got.history), version), None
+
+    def _rewound(self, board: b.Board) -> str | None:
+        """Why a board that parses is still not the lane's state: its revision is older than
+        the claim journal's, the board's last write (an old copy put back, a hand's edit), so
+        its counts and its state may be a claim's past; None when it is not behind (L12)."""
+        try:
+            found = self.store.get(self.journal_key)
+            entry = None if found is None else JOURNAL.decode(found.key, found.data)
+        except CorruptState:
+            return None  # an unreadable journal says nothing of the board's age
+        if entry is None or entry.revision <= board.revision:
+            return None
+        return (
+            f"lane board {self.key} is revision {board.revision}, older than its claim "
+            f"journal's revision {entry.revision} (an old copy put back, or edited by hand)"
+        )
 
     def evidence(self) -> d.Evidence:
         """What the instance (status, metadata, claim label) and the claim journal in the
@@ -232,7 +252,8 @@ class Lane:
         if current is not None:
             try:
                 readable = BoardCodec().decode(self.key, current.data)
-                return readable.board, []  # repaired meanwhile: readable now, nothing to do
+                if self._rewound(readable.board) is None:
+                    return readable.board, []  # repaired meanwhile: readable now, nothing to do
             except CorruptState:
                 pass
         data = b.render(board, [line]).encode("utf-8")
