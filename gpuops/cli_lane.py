@@ -32,7 +32,8 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     board.add_argument(
         "--history",
         action="store_true",
-        help="the board's past transitions and each job's outcome and cost, from the store",
+        help="the board's past transitions and each job's outcome and cost, from the store "
+        "(without it, the board's last few lines)",
     )
     board.add_argument(
         "--limit",
@@ -44,7 +45,7 @@ def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     sub.add_parser(
         "repair",
         parents=[common],
-        help="rebuild a missing or corrupt board's state line from the evidence (L12)",
+        help="rebuild a missing, corrupt or rewound board's state line from the evidence (L12)",
     )
     for name, text in (
         ("claim", "claim the lane for a job (L3)"),
@@ -346,6 +347,9 @@ def _print_board(view: dict[str, Any]) -> None:
             f"instance {view['status']}; cost so far ${view['cost_usd']:.2f}; "
             f"last log line: {view['last_log_line'] or '-'}"
         )
+    earlier = view["history_lines"] - len(view["history"])
+    if earlier > 0:
+        print(f"  ({earlier} earlier line(s): gpuops lane board --history)")
     for line in view["history"]:
         print(f"  {line}")
 

@@ -51,6 +51,7 @@ LONG_S = {
     "test_guard_process.py::test_a_fire_drill": 10,
     "test_guard_process.py::test_a_guardian_stopped_mid_copy": 20,
     "test_lane_machine.py::": 20,  # 7 to 30 s: its examples are drawn afresh, boots run jobs
+    "test_lane_machine_hosts.py::": 12,  # 6 to 20 s: two hosts over moto's S3, boots run jobs
     "test_demo.py::test_ctrl_c_during_the_market_act": 9,
     "test_owner_process.py::test_two_rents": 8,
     "test_owner_process.py::test_a_rent_killed": 7,

@@ -180,3 +180,77 @@ def test_a_config_file_adds_only_its_parser_to_what_boxes_loads(tmp_path):
     assert {m for m in with_file if m.split(".")[0] == "gpuops"} == BOXES_GPUOPS | {"gpuops.config"}
     assert "tomllib" in with_file and not with_file & BOXES_NEVER
     assert "tomllib" not in empty and "gpuops.config" not in empty
+
+
+# What `gpuops lane board` (without --live) may load of gpuops: the store, the board and the
+# lane's pure decisions, the runner and its session, the event log it would write to; never
+# a provider adapter, the transport, the event types or the alarms (they load at first use:
+# lane/session.py's Deferred). Its start-up stays within 5x bare Python's, near `boxes`.
+LANE_BOARD_GPUOPS = {
+    "gpuops",
+    "gpuops.cli",
+    "gpuops.cli_lane",
+    "gpuops.clock",
+    "gpuops.errors",
+    "gpuops.events",  # the Lane's event log (opened, not written, by a board read)
+    "gpuops.lane",
+    "gpuops.lane.board",
+    "gpuops.lane.decide",  # L8's stale test and the cost: pure
+    "gpuops.lane.journal",
+    "gpuops.lane.runner",
+    "gpuops.lane.script",  # decide's stage names (imports shell.py, not tree-sitter)
+    "gpuops.lane.session",
+    "gpuops.lane.shell",
+    "gpuops.secrets",  # the event log's scrubbing
+    "gpuops.settings",
+    "gpuops.store",
+    "gpuops.store.base",
+    "gpuops.store.local",
+    "gpuops.store.opener",
+    "gpuops.store.records",
+    "gpuops.timing",
+}
+LANE_BOARD_NEVER = {
+    "gpuops.providers.gce",
+    "gpuops.providers.gcs",
+    "gpuops.providers.transport",
+    "gpuops.event_types",
+    "gpuops.alarms",
+    "gpuops.ledger",
+    "gpuops.market.probe",
+    "msgspec",
+    "requests",
+    "google",
+    "tree_sitter",
+    "socket",
+}
+
+
+@pytest.mark.process
+def test_lane_board_without_live_loads_no_provider_transport_event_types_or_alarms(tmp_path):
+    """`lane board` over a stored board reads the store alone: its import set is pinned, and
+    none of the Google stack, the event types or the alarms is among it."""
+    from gpuops.lane import board as b
+    from gpuops.store.local import LocalStore
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    held = b.Board(
+        "gpu-lane", "gpu-lane", 1.8e9, state=b.CLAIMED, owner="a", job="j", claimed=1.8e9, epoch=1
+    )
+    LocalStore(str(state)).create("lane/gpu-lane/board", b.render(held, ["a: claimed"]).encode())
+    lane = {
+        "GPUOPS_OPERATOR": "a",
+        "GPUOPS_LANE_PROJECT": "p",
+        "GPUOPS_LANE_ZONE": "us-central1-a",
+        "GPUOPS_LANE_INSTANCE": "gpu-lane",
+        "GPUOPS_LANE_BUCKET": "b",
+    }
+
+    loaded = loaded_modules(["--state", str(state), "lane", "board"], lane)
+
+    assert {m for m in loaded if m.split(".")[0] == "gpuops"} == LANE_BOARD_GPUOPS
+    assert (
+        not {m.split(".")[0] if m.startswith(("google", "requests")) else m for m in loaded}
+        & LANE_BOARD_NEVER
+    )

@@ -492,7 +492,7 @@ def test_gpuops_stats_reports_the_skipped_line(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["skipped_events"] == 1
     text = gpuops("stats", "--log", str(log))
-    assert "1 events skipped (did not decode): {'market.probe': 1}" in text.stdout
+    assert "1 event skipped (did not decode): {'market.probe': 1}" in text.stdout
 
 
 # --- fuzz: valid JSON, wrong content, through every reader ---------------------------------------

@@ -23,6 +23,22 @@ from tests.lane_world import BASE, World, lane_world
 BUCKET = "gpuops-lane-jobs"
 JOB_COMMAND = 'python3 "$WORK/job.py"'
 KEY = "lane/gpu-lane/board"
+JOURNAL_KEY = "lane/gpu-lane/journal"
+
+
+def _copy(world: World) -> dict[str, bytes]:
+    """The lane's board and claim journal as a backup holds them now."""
+    found = {key: world.store.get(key) for key in (KEY, JOURNAL_KEY)}
+    assert all(v is not None for v in found.values())
+    return {key: v.data for key, v in found.items() if v is not None}
+
+
+def _put_back(world: World, copy: dict[str, bytes]) -> None:
+    """The backup restored over both, past gpuops."""
+    for key, data in copy.items():
+        current = world.store.get(key)
+        assert current is not None
+        world.store.put(key, data, current.version)
 
 
 def _on_host(world: World, operator: str, host: str) -> Lane:
@@ -75,20 +91,18 @@ def test_a_claim_from_a_stale_board_cannot_install_over_the_current_claim_l13(
     tmp_path, monkeypatch
 ):
     """L13: bob claims (epoch 1) and releases; alice claims (epoch 2) and installs. An old
-    copy of the board naming bob's claim is put back: bob's install is refused, and alice's
+    copy of the lane's board and journal naming bob's claim is put back (the journal agrees
+    with the board, so only the VM's label knows): bob's install is refused, and alice's
     script stays on the instance."""
     with lane_world(tmp_path, monkeypatch, job_runtime_s=60.0) as world:
         bob = world.lane("bob")
         bob.claim("vids")
-        stale = world.store.get(KEY)
-        assert stale is not None
+        stale = _copy(world)
         bob.release("vids")
         alice = world.lane("alice")
         alice.claim("portraits")
         alice.install("portraits", script.render("portraits", BUCKET, JOB_COMMAND))
-        current = world.store.get(KEY)
-        assert current is not None
-        world.store.put(KEY, stale.data, current.version)  # the stale copy, put back
+        _put_back(world, stale)  # the stale copy, put back
 
         with pytest.raises(Refused) as install:
             bob.install("vids", script.render("vids", BUCKET, JOB_COMMAND))
@@ -178,21 +192,18 @@ def test_two_claims_from_one_reading_of_the_label_cannot_both_take_it_l13(tmp_pa
 
 def test_a_claim_from_a_stale_board_cannot_start_the_vm_l13(tmp_path, monkeypatch):
     """L13: alice's claim of `portraits` (epoch 1) is released and bob claims and installs the
-    same job name (epoch 2); an old copy of the board naming alice's claim is put back:
-    alice's start is refused before any start, and nothing boots."""
+    same job name (epoch 2); an old copy of the lane's board and journal naming alice's
+    claim is put back: alice's start is refused before any start, and nothing boots."""
     with lane_world(tmp_path, monkeypatch) as world:
         alice = world.lane("alice")
         alice.claim("portraits")
         alice.install("portraits", script.render("portraits", BUCKET, JOB_COMMAND))
-        stale = world.store.get(KEY)
-        assert stale is not None
+        stale = _copy(world)
         alice.release("portraits")
         bob = world.lane("bob")
         bob.claim("portraits")
         bob.install("portraits", script.render("portraits", BUCKET, JOB_COMMAND))
-        current = world.store.get(KEY)
-        assert current is not None
-        world.store.put(KEY, stale.data, current.version)
+        _put_back(world, stale)
 
         with pytest.raises(Refused) as start:
             alice.start("portraits")

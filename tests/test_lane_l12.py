@@ -428,3 +428,59 @@ def test_start_refuses_an_instance_whose_run_ceiling_is_not_set_l12(
         assert "run ceiling is not set" in str(refused.value)
         assert "POST start" not in world.fake.calls and world.fake.boots == 0
         assert (board.state, board.owner, board.attempt) == (b.CLAIMED, "alice", 0)
+
+
+@pytest.mark.fault(
+    "an old copy of the lane board put back within its claim (a backup, a sync tool)",
+    handled="older than the claim journal: refused as unknown, never started again; repair "
+    "rebuilds from the journal (L12)",
+)
+def test_an_old_copy_of_the_board_put_back_is_refused_and_repair_rebuilds_from_the_journal_l12(
+    tmp_path, monkeypatch
+):
+    """L12/L11: the board's bytes from before the start, put back after the job ended (a
+    backup restored, a sync tool's stale side), name the same claim, so the label's fence
+    lets them through; but they are older than the claim journal beside them. Every command
+    refuses them as unknown (a start never boots the job again), and repair rebuilds the
+    state line from the journal, keeping the old copy aside (found by the two-host machine)."""
+    with lane_world(tmp_path, monkeypatch, job_runtime_s=60.0) as world:
+        alice = world.lane("alice")
+        alice.claim("v")
+        alice.install("v", script.render("v", BUCKET, JOB_COMMAND))
+        kept = world.store.get(KEY)
+        assert kept is not None
+        alice.start("v")
+        alice.watch("v")
+        assert world.fake.boots == 1 and world.fake.status == "TERMINATED"
+        now = world.store.get(KEY)
+        assert now is not None
+        world.store.put(KEY, kept.data, now.version)  # the old copy, past gpuops
+
+        with pytest.raises(Refused) as refused:
+            alice.start("v")
+        board, signs = world.lane("bob").repair()
+
+        assert refused.value.rule == "L12"
+        assert "older than its claim journal's revision" in str(refused.value)
+        assert world.fake.boots == 1, "the claim's job booted again from a rewound board"
+        assert (board.state, board.owner, board.job, board.attempt) == (
+            b.CLAIMED,
+            "alice",
+            "v",
+            1,
+        )
+        assert signs
+        assert alice.read()[0] == board
+        aside = [k for k in world.store.list("lane/") if ".corrupt-" in k]
+        assert len(aside) == 1 and world.store.get(aside[0]).data == kept.data
+
+
+def test_a_board_as_new_as_its_journal_is_read_as_it_is_l12(tmp_path, monkeypatch):
+    """A board at the journal's revision (every write gpuops makes) reads, and repair leaves
+    it alone: only a board behind its journal is unknown."""
+    with lane_world(tmp_path, monkeypatch) as world:
+        alice = world.lane("alice")
+        claimed = alice.claim("v")
+
+        assert alice.read()[0] == claimed
+        assert alice.repair() == (claimed, [])

@@ -19,9 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpuops import event_types as ev
 from gpuops import timing
-from gpuops.alarms import Alarms, lane_billing, lane_stale_claim, silent
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     AlreadyExists,
@@ -43,19 +41,23 @@ from gpuops.lane import decide as d
 from gpuops.lane import script as s
 from gpuops.lane.journal import CODEC as JOURNAL
 from gpuops.lane.journal import JournalEntry, journal_key
-from gpuops.providers.gce import LaneInstance
 from gpuops.secrets import scrub_text
 from gpuops.store.base import Store
 from gpuops.store.records import CAS_ATTEMPTS, NO_CHANGE, NoChange, Records
 
-if TYPE_CHECKING:  # imported where used: `lane board` needs neither
+if TYPE_CHECKING:  # imported where used: `lane board` needs none of them
+    from gpuops.alarms import Alarms
     from gpuops.lane import history as h
     from gpuops.lane.cost import JobCost, Released, Watched
+    from gpuops.providers.gce import LaneInstance
 
 METADATA_TRIES = 3
 # A VM on its way to TERMINATED: `lane watch` waits these out before it exits, so that a
 # `lane release` right after it is not refused (L1: released only once TERMINATED).
 POWERING_OFF = frozenset({"STOPPING", "PENDING_STOP"})
+# The prose lines under the state line that `lane board` shows, the last ones: the board keeps
+# every line it was written with, and `lane board --history` is the whole record.
+BOARD_HISTORY_LINES = 5
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,11 @@ class Lane:
         alarms: Alarms | None = None,
     ) -> None:
         self.store, self.events, self.operator = store, events, operator
-        self.alarms = alarms or silent(events)  # O1: heard by a person, never in the way
+        if alarms is None:
+            from gpuops.alarms import silent
+
+            alarms = silent(events)
+        self.alarms = alarms  # O1: heard by a person, never in the way
         self.gce, self.gcs, self.config = gce, gcs, config
         self.clock = clock  # board stamps and waits: wall time, and its sleep
         self.new_boot_id, self.progress = new_boot_id, progress
@@ -135,7 +141,8 @@ class Lane:
     # --- the board ------------------------------------------------------------------------------
     def read(self) -> tuple[b.Board, list[str], str | None]:
         """The board. Without a readable state line the lane is unknown, never free (L12):
-        a corrupt board is refused, and a missing one is a free lane only while nothing (the
+        a corrupt board is refused, as is one older than its claim journal (``_rewound``),
+        and a missing one is a free lane only while nothing (the
         instance, its metadata, a recent lane event) says somebody holds it."""
         got, problem = self._raw()
         if problem is not None:
@@ -174,7 +181,26 @@ class Lane:
             return None, f"lane board {self.key} has no readable state line ({exc.reason})"
         if got is None or version is None:
             return None, None
+        rewound = self._rewound(got.board)
+        if rewound is not None:
+            return None, rewound
         return (got.board, list(got.history), version), None
+
+    def _rewound(self, board: b.Board) -> str | None:
+        """Why a board that parses is still not the lane's state: its revision is older than
+        the claim journal's, the board's last write (an old copy put back, a hand's edit), so
+        its counts and its state may be a claim's past; None when it is not behind (L12)."""
+        try:
+            found = self.store.get(self.journal_key)
+            entry = None if found is None else JOURNAL.decode(found.key, found.data)
+        except CorruptState:
+            return None  # an unreadable journal says nothing of the board's age
+        if entry is None or entry.revision <= board.revision:
+            return None
+        return (
+            f"lane board {self.key} is revision {board.revision}, older than its claim "
+            f"journal's revision {entry.revision} (an old copy put back, or edited by hand)"
+        )
 
     def evidence(self) -> d.Evidence:
         """What the instance (status, metadata, claim label) and the claim journal in the
@@ -227,7 +253,8 @@ class Lane:
         if current is not None:
             try:
                 readable = BoardCodec().decode(self.key, current.data)
-                return readable.board, []  # repaired meanwhile: readable now, nothing to do
+                if self._rewound(readable.board) is None:
+                    return readable.board, []  # repaired meanwhile: readable now, nothing to do
             except CorruptState:
                 pass
         data = b.render(board, [line]).encode("utf-8")
@@ -643,6 +670,8 @@ class Lane:
         return None
 
     def _start_event(self, board: b.Board, job: str, attempt: int, outcome: str) -> None:
+        from gpuops import event_types as ev
+
         start = ev.LaneStart(lane=board.lane, job=job, attempt=attempt, outcome=outcome)
         self.events.append(start.KIND, **start.to_payload())
 
@@ -778,6 +807,8 @@ class Lane:
             if d.billing_alarm(verdict, inst, ended, self.clock.wall()):
                 message = self._alarm(job, verdict, inst, ended)
                 self.events.append("lane.billing_alarm", lane=self.config.instance, job=job)
+                from gpuops.alarms import lane_billing
+
                 self.alarms.raise_alarm(lane_billing(self.config.instance, job, ended, message))
                 if verdict is d.Verdict.FAILED:
                     raise JobFailed(message)
@@ -822,6 +853,8 @@ class Lane:
             ended=(outcome, waiting_s, cost),
         )
         self._clear_job_metadata()
+        from gpuops import event_types as ev
+
         end_event = ev.LaneJobEnd(
             lane=before.lane,
             job=job,
@@ -882,7 +915,8 @@ class Lane:
         )
 
     def view(self, *, live: bool = False) -> dict[str, Any]:
-        """The board for humans and --json: the state line, STALE (L8), cost, history; with
+        """The board for humans and --json: the state line, STALE (L8), cost, the last
+        ``BOARD_HISTORY_LINES`` prose lines under the state line (and how many it holds); with
         ``live``, the instance, the last log line and the billing alarm (L12) too. Without it
         nothing but the store is read (no provider call, no Google SDK import)."""
         board, history, _ = self.read()
@@ -903,7 +937,8 @@ class Lane:
             "last_log_line": None,
             "billing_alarm": None,
             "job_outcome": None,
-            "history": history[-10:],
+            "history": history[-BOARD_HISTORY_LINES:],
+            "history_lines": len(history),
         }
         if not live:
             self._stale_alarm(board, view)
@@ -919,6 +954,8 @@ class Lane:
             ended = self.gcs.updated(f"jobs/{board.job}/status")
             if d.billing_alarm(verdict, inst, ended, now):
                 view["billing_alarm"] = self._alarm(board.job, verdict, inst, ended)
+                from gpuops.alarms import lane_billing
+
                 self.alarms.raise_alarm(
                     lane_billing(self.config.instance, board.job, ended, view["billing_alarm"])
                 )
@@ -936,4 +973,6 @@ class Lane:
             f"last log line: {view['last_log_line']}"
         )
         owner, job = board.owner or "?", board.job or "?"
+        from gpuops.alarms import lane_stale_claim
+
         self.alarms.raise_alarm(lane_stale_claim(board.lane, owner, job, board.claimed, detail))

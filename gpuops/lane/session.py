@@ -4,17 +4,39 @@ From settings.py: the lane's project, zone, instance and bucket (GPUOPS_LANE_*, 
 GCE endpoint (GPUOPS_GCE_ENDPOINT: an http:// loopback fake, anonymous credentials; else real
 GCE), and the clock: the real one, or under GPUOPS_TIME_SCALE the loopback fakes' scaled clock,
 so the runner's waits shrink with theirs and its times agree with the bucket's.
+
+The adapters and the alarms are built at their first use (``Deferred``): `lane board` without
+--live asks no provider and raises no alarm on a fresh claim, so it loads none of the Google
+stack, the transport, the event types or the alarms (tests/test_cli_startup.py pins it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
 
 from gpuops.events import EventLog
-from gpuops.lane.runner import Lane, LaneConfig
+from gpuops.lane.runner import Bucket, Compute, Lane, LaneConfig
 from gpuops.settings import Settings
 from gpuops.store import open_store
+
+if TYPE_CHECKING:
+    from gpuops.alarms import Alarms
+
+
+class Deferred:
+    """A collaborator built by ``build`` when one of its attributes is first asked for, then
+    that one object for every later use."""
+
+    def __init__(self, build: Callable[[], object]) -> None:
+        self._build = build
+        self._built: list[object] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if not self._built:
+            self._built.append(self._build())
+        return getattr(self._built[0], name)
 
 
 def open_lane(
@@ -25,38 +47,44 @@ def open_lane(
     disk_usd_per_day: float | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Lane:
-    from gpuops.providers.gce import GceAdapter
-    from gpuops.providers.gcs import GcsAdapter
-
     lane = settings.lane()
     clock = settings.clock()
     events = EventLog(
         settings.events_path, operator, clock=lambda: datetime.fromtimestamp(clock.wall(), UTC)
     )
-    gce = GceAdapter(
-        lane.project,
-        lane.zone,
-        events=events,
-        endpoint=settings.gce_endpoint,
-        clock=clock,
-    )
-    gcs = GcsAdapter(lane.bucket, lane.project, endpoint=settings.storage_emulator_host)
+
+    def gce() -> object:
+        from gpuops.providers.gce import GceAdapter
+
+        return GceAdapter(
+            lane.project, lane.zone, events=events, endpoint=settings.gce_endpoint, clock=clock
+        )
+
+    def gcs() -> object:
+        from gpuops.providers.gcs import GcsAdapter
+
+        return GcsAdapter(lane.bucket, lane.project, endpoint=settings.storage_emulator_host)
+
     config = LaneConfig(lane.instance, lane.bucket)
     if usd_per_hour is not None:
         config = LaneConfig(config.instance, config.bucket, usd_per_hour, config.disk_usd_per_day)
     if disk_usd_per_day is not None:
         config = LaneConfig(config.instance, config.bucket, config.usd_per_hour, disk_usd_per_day)
-    from gpuops.alarms import open_alarms
-
     store = open_store(settings.state_url, settings.s3_endpoint)
+
+    def alarms() -> object:
+        from gpuops.alarms import open_alarms
+
+        return open_alarms(settings, store, events, operator=operator, clock=clock)
+
     return Lane(
         store,
         events,
         operator,
-        gce,
-        gcs,
+        cast(Compute, Deferred(gce)),
+        cast(Bucket, Deferred(gcs)),
         config,
         clock=clock,
         progress=progress,
-        alarms=open_alarms(settings, store, events, operator=operator, clock=clock),
+        alarms=cast("Alarms", Deferred(alarms)),
     )
