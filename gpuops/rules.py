@@ -148,7 +148,9 @@ RULES: tuple[Rule, ...] = (
         "and start check the label before each metadata write and the start, but GCE has no "
         "write that is conditional on both labels and metadata, so a claim moving between "
         "that check and the write is not fenced; the L12 evidence in the shared state is the "
-        "label and the claim journal (tests/test_lane_epoch.py)",
+        "label and the claim journal (tests/test_lane_epoch.py); a board older than the "
+        "journal (an old copy put back) is unknown until repaired; the two-host machine over "
+        "s3:// checks every boot against the labels (tests/test_lane_machine_hosts.py)",
     ),
     Rule(
         "M1",
