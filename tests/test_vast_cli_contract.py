@@ -55,7 +55,7 @@ json.dump(results, sys.stdout)
 OFFER = 18432117  # the default scenario's healthy RTX 4090 in Texas, US
 FIRST_ID = 1234568
 # A real client must not be kept waiting by the fake; the story takes about 1.5 s here.
-STORY_TIMEOUT_S = 60
+STORY_TIMEOUT_S = 300  # a bound, not an expectation: at load 12 the story took over 60 s
 
 
 @dataclass(frozen=True)
