@@ -224,6 +224,30 @@ def test_sigterm_drops_the_guardians_lease_so_a_successor_takes_over_at_once_m17
     assert ended["code"] == 143 and "SIGTERM" in ended["reason"]
 
 
+def test_sigterm_inside_a_store_write_still_drops_the_lease_and_records_the_copy_cut_m17(
+    world, tmp_path
+):
+    """M17: SIGTERM lands while the guardian holds the store's lock (its heartbeat's renewal,
+    under load a wide window). The handler runs on that same thread: it must not wait on the
+    lock its own interrupted write holds. It records the cut copy as missing on the rental
+    and drops the lease, then exits 143 (a second flock waited out its 10 s and lost both)."""
+    store = LocalStore(tmp_path / "state")
+    local = World(world.fake, store, world.events, world.tmp)  # type: ignore[arg-type]
+    rent(local, "alice", "job")
+    first = guardian(local, market_of(local, "alice"), "job", "alice/h1/1/aa")
+    first.step()  # takes the lease
+    first.copying = True  # its results copy is under way
+
+    with pytest.raises(SystemExit) as stop, store._locked():  # mid-write
+        stopped(first, signal.SIGTERM)
+
+    assert stop.value.code == 128 + signal.SIGTERM
+    assert job_lease(store) == (None, None)
+    rental = market_of(local, "alice").rentals.get("job")
+    assert rental is not None and rental.results == "missing"
+    assert rental.results_detail == "the copy was cut: stopped by SIGTERM"
+
+
 def test_a_guardian_leaving_an_unclear_create_unresolved_is_heard_o1(world, monkeypatch):
     """O1/M13: when the core decides the guardian must leave with an unclear create still
     unresolved (exit 5), the shell raises the guardian-exit alarm, as for every loud exit."""

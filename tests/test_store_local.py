@@ -750,3 +750,22 @@ def test_a_repair_over_salvaged_bytes_on_a_full_disk_names_the_key_and_keeps_the
     with pytest.raises(StoreUnavailable, match="cannot write lane/b under"):
         store.put("lane/b", b"repaired\n", salvaged.version)
     assert path.read_bytes() == edited
+
+
+def test_the_thread_holding_the_lock_writes_under_it_and_another_thread_waits(tmp_path):
+    """A signal's handler runs on the thread it interrupted: holding the store's flock, it
+    writes under that lock at once (a second flock would wait on itself). Another thread still
+    waits until the holder lets go."""
+    store = LocalStore(tmp_path / "s")
+    order: list[str] = []
+    with store._locked():
+        store.create("a", b"1")  # the same thread: no wait on itself
+        order.append("held")
+        other = threading.Thread(target=lambda: (store.create("b", b"2"), order.append("other")))
+        other.start()
+        other.join(timeout=0.5)
+        assert other.is_alive()  # it waits for the lock this thread holds
+        order.append("released")
+    other.join()
+    assert order == ["held", "released", "other"]
+    assert store.get("a").data == b"1" and store.get("b").data == b"2"

@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -112,6 +113,7 @@ class LocalStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).expanduser().resolve()
         self.url = str(self.root)
+        self._holding = threading.local()  # whether this thread holds the store's flock
         try:
             _private_dirs(self.root, self.root.anchor)
         except OSError as exc:
@@ -229,6 +231,15 @@ class LocalStore:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
+        """The store's flock around one read-check-write. A thread that holds it already is a
+        signal's handler that interrupted this thread's own locked section (a guardian
+        stopped by SIGTERM drops its lease and records its results as missing, M17): it goes
+        on under the lock it holds, where a second flock would wait on itself until the
+        timeout. The handler ends the process, so the interrupted section never resumes;
+        another thread still waits for the lock as before."""
+        if getattr(self._holding, "held", False):
+            yield
+            return
         fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             deadline = time.monotonic() + timing.STORE_LOCK_TIMEOUT_S
@@ -242,7 +253,11 @@ class LocalStore:
                             f"could not lock {self.root} within {timing.STORE_LOCK_TIMEOUT_S} s"
                         ) from None
                     time.sleep(timing.STORE_LOCK_POLL_S)
-            yield
+            self._holding.held = True
+            try:
+                yield
+            finally:
+                self._holding.held = False
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
