@@ -187,17 +187,7 @@ def test_lane_install_refuses_max_hours_outside_gces_bounds_with_exit_2_l12(tmp_
     so any call would end in exit 4, not 2."""
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
-    env.update(
-        GPUOPS_STATE=str(tmp_path / "state"),
-        XDG_STATE_HOME=str(tmp_path),
-        GPUOPS_GCE_ENDPOINT="http://127.0.0.1:9",
-        STORAGE_EMULATOR_HOST="http://127.0.0.1:9",
-        GPUOPS_LANE_PROJECT="gpuops-lane",
-        GPUOPS_LANE_ZONE="us-central1-b",
-        GPUOPS_LANE_INSTANCE="gpu-lane",
-        GPUOPS_LANE_BUCKET="gpuops-lane-jobs",
-    )
+    env = _unreachable_lane(tmp_path)
 
     done = gpuops(env, "alice", "lane", "install", "--job", "p", "--max-hours", hours, str(script))
 
@@ -211,6 +201,18 @@ def test_lane_install_refuses_a_startup_script_over_gces_metadata_limit_with_exi
     refuse every connection, so any call would end in exit 4, not 2)."""
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n" + "# padding\n" * 26300)  # 263012 bytes
+    env = _unreachable_lane(tmp_path)
+
+    done = gpuops(env, "alice", "lane", "install", "--job", "p", str(script))
+
+    assert done.returncode == 2, done.stderr
+    assert "'startup-script' is 263012 bytes" in done.stderr
+    assert "at most 262144 bytes (256 KiB)" in done.stderr
+
+
+def _unreachable_lane(tmp_path: Path) -> dict[str, str]:
+    """An environment whose lane endpoints refuse every connection: any provider call would
+    end in exit 4, so an exit 2 proves the refusal came before anything was sent."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
     env.update(
         GPUOPS_STATE=str(tmp_path / "state"),
@@ -222,9 +224,4 @@ def test_lane_install_refuses_a_startup_script_over_gces_metadata_limit_with_exi
         GPUOPS_LANE_INSTANCE="gpu-lane",
         GPUOPS_LANE_BUCKET="gpuops-lane-jobs",
     )
-
-    done = gpuops(env, "alice", "lane", "install", "--job", "p", str(script))
-
-    assert done.returncode == 2, done.stderr
-    assert "'startup-script' is 263012 bytes" in done.stderr
-    assert "at most 262144 bytes (256 KiB)" in done.stderr
+    return env
