@@ -159,6 +159,18 @@ class RentedBox:
 
 
 @dataclass(frozen=True)
+class TeamMember:
+    """A member of the account's team with an API key of their own: Vast answers
+    ``/users/current/`` for that key with this member (its ``id``, ``username``, ``email``),
+    and, as on a Vast team, the key reaches every instance of the team (instances are shared)."""
+
+    username: str
+    api_key: str
+    id: int
+    email: str
+
+
+@dataclass(frozen=True)
 class VastScenario:
     api_key: str = "fake-vast-key"
     provisioning_s: float = 10.0
@@ -177,6 +189,7 @@ class VastScenario:
     create_pacing: CreatePacing | None = None
     host_key_changes: tuple[HostKeyChange, ...] = ()
     instances: tuple[RentedBox, ...] = ()  # rented before the fake started, in this order
+    members: tuple[TeamMember, ...] = ()  # team members with keys of their own
 
 
 @dataclass(frozen=True)
@@ -226,7 +239,7 @@ def parse_offer(doc: object, source: str = "<offer>") -> OfferSpec:
 def _parse_vast(r: _Reader) -> VastScenario:
     r.only(
         "api_key", "boot", "first_instance_id", "destroy_gone_error", "destroy_lag_s",
-        "list_lag_s", "show_lag_s", "ssh_keys", "offers", "faults", "instances",
+        "list_lag_s", "show_lag_s", "ssh_keys", "offers", "faults", "instances", "members",
     )  # fmt: skip
     d = VastScenario()
     boot = r.section("boot")
@@ -264,7 +277,16 @@ def _parse_vast(r: _Reader) -> VastScenario:
         create_pacing=_parse_pacing(faults.optional_section("create_pacing")),
         host_key_changes=tuple(_parse_rekey(item) for item in faults.items("host_key_changes")),
         instances=tuple(_parse_rented(item) for item in r.items("instances")),
+        members=tuple(_parse_member(i, item) for i, item in enumerate(r.items("members"))),
     )
+    keys, names = [api_key], []
+    for index, member in enumerate(scenario.members):
+        if member.api_key in keys:
+            r.fail(f"members[{index}].api_key", "is another key's too: each key is one holder's")
+        if member.username in names:
+            r.fail(f"members[{index}].username", f"{member.username!r} appears twice")
+        keys.append(member.api_key)
+        names.append(member.username)
     rented: set[int] = set()
     for index, box in enumerate(scenario.instances):
         if box.offer not in ids:
@@ -282,6 +304,22 @@ def _parse_vast(r: _Reader) -> VastScenario:
         if lost.offer not in ids:
             faults.fail(f"lost_creates[{index}].offer", f"no offer {lost.offer}")
     return scenario
+
+
+def _parse_member(index: int, r: _Reader) -> TeamMember:
+    r.only("username", "api_key", "id", "email")
+    r.require("username")
+    r.require("api_key")
+    username, api_key = r.text("username", ""), r.text("api_key", "")
+    for name, value in (("username", username), ("api_key", api_key)):
+        if not value or any(c.isspace() or not c.isprintable() for c in value):
+            r.fail(name, "must be a non-empty string with no whitespace")
+    return TeamMember(
+        username=username,
+        api_key=api_key,
+        id=r.integer("id", 101 + index, minimum=1),
+        email=r.text("email", f"{username}@example.com"),
+    )
 
 
 def _parse_rented(r: _Reader) -> RentedBox:

@@ -35,7 +35,7 @@ from gpuops.errors import (
     UsageError,
 )
 from gpuops.events import REDACTED, EventLog, read_events, scrub
-from gpuops.model import Instance, InstanceStatus, Offer, SshKey
+from gpuops.model import Instance, InstanceStatus, KeyHolder, Offer, SshKey
 from gpuops.providers import Recording, load_recording, recording_names
 from gpuops.providers.vast import (
     READ_ATTEMPTS,
@@ -125,7 +125,7 @@ def test_every_vast_recording_loads_with_honest_provenance():
         recording = load_recording("vast", name)
         assert recording.kind in providers.KINDS
         assert len(recording.source) > 10 and recording.notes
-        assert "2026-11-30" <= recording.date <= "2026-12-01"
+        assert "2026-11-30" <= recording.date <= "2026-12-02"
         assert recording.path.startswith("/api/v")
 
 
@@ -753,6 +753,42 @@ def test_destroy_answering_success_false_is_unexpected(http, vast):
 
     with pytest.raises(UnexpectedResponse, match="not accepted"):
         vast.destroy(BOX)
+
+
+# --- whose key (M3) ------------------------------------------------------------------------------
+def test_a_team_members_own_key_is_answered_with_the_members_id_and_username(http, vast):
+    """M3: /users/current for a member's key names the member: the operator id gpuops
+    derives from it."""
+    replay(http, rec("user_current_member"))
+
+    assert vast.current_user() == KeyHolder(user_id=101, username="alice")
+
+
+def test_the_shared_account_keys_answer_names_no_user(http, vast):
+    """M3: the recorded answer for the account's key has an id and no username: nothing
+    attests which person holds it."""
+    replay(http, rec("user_current"))
+
+    assert vast.current_user() == KeyHolder(user_id=318840, username=None)
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("[]", "body is a list, expected an object"),
+        ('{"username": "alice"}', "body: field 'id' is missing"),
+        ('{"id": 101, "username": 7}', "body: field 'username' is a int, expected a string"),
+    ],
+)
+def test_a_drifted_current_user_answer_is_named(http, vast, body, problem):
+    """M3: an answer that is not a user (a list, no id, a username that is not text) is
+    drift, named with the call, never an identity."""
+    replay(http, rec("user_current_member", body=body))
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.current_user()
+
+    assert str(caught.value).startswith(f"vast: current_user: {problem}")
 
 
 # --- ssh keys (M9) -------------------------------------------------------------------------------

@@ -185,7 +185,10 @@ def _manage(model: FakeVast, request: Request, params: Mapping[str, str]) -> Rep
     return wire.labelled(instance_id, label)
 
 
-def _current_user(model: FakeVast, _: Request, __: Mapping[str, str]) -> Reply:
+def _current_user(model: FakeVast, request: Request, __: Mapping[str, str]) -> Reply:
+    member = model.member_of_key(bearer(request))
+    if member is not None:  # the member behind their own key
+        return wire.current_member(member.id, member.username, member.email)
     live = [key.key for key in model.ssh_keys() if key.deleted_at is None]
     return wire.current_user(live[0] if live else None)
 
