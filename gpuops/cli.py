@@ -384,8 +384,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command in ("rent", "destroy", "run", "sweep", "guard"):
         from gpuops.identity import acts, attest
 
-        if acts(args):  # M3: whose key this is, asked once, before anything acts
-            identity = attest(settings, operator)
+        if acts(args) and _something_to_act_on(args, settings):
+            identity = attest(settings, operator)  # M3: whose key this is, asked once
             operator = identity.operator
             _log_identity(settings, identity)
     if args.command == "demo":
@@ -428,6 +428,19 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     from gpuops.cli_market import run_market
 
     return run_market(args, settings, operator, as_json)
+
+
+def _something_to_act_on(args: argparse.Namespace, settings: Settings) -> bool:
+    """`run NAME` and `guard NAME` act only on a rental that exists: for a name the state has
+    no rental of, their usage error comes first, without a provider call. Every other acting
+    command (rent creates; destroy also ends a name's orphaned records) always asks."""
+    if args.command not in ("run", "guard"):
+        return True
+    from gpuops.market.rentals import Rentals
+    from gpuops.store import open_store
+
+    store = open_store(settings.state_url, settings.s3_endpoint)
+    return Rentals(store, settings.acting_operator()).get(args.name) is not None
 
 
 def _log_identity(settings: Settings, identity: Identity) -> None:

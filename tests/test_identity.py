@@ -31,6 +31,7 @@ from gpuops.identity import Identity, acts, attest, decide
 from gpuops.ledger import Ledger
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
+from gpuops.market.rentals import Rentals
 from gpuops.model import KeyHolder
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
@@ -319,3 +320,35 @@ def test_only_commands_that_act_on_boxes_ask_whose_key_it_is(words, acting):
     """Identity is asked before rent, destroy, sweep, run and a person's guard; never for a
     read, nor for the guardian a command spawns or the host's guardian service."""
     assert acts(command(words)) is acting
+
+
+@pytest.mark.parametrize("argv", [["run", "nosuch", "--", "true"], ["guard", "nosuch"]])
+def test_run_or_guard_of_a_name_with_no_rental_is_a_usage_error_before_any_call(
+    team, capfd, monkeypatch, argv
+):
+    """A name the state has no rental of is exit 2 naming it, and Vast is not asked whose
+    key it is (nothing would be acted on)."""
+    code, err = gpuops(team, capfd, monkeypatch, "k-bob", *argv)
+
+    assert code == 2
+    assert "no rental named 'nosuch'" in err
+    assert team.asked() == 0
+
+
+@pytest.mark.parametrize(
+    "argv", [["run", "job", "--", "true"], ["guard", "job", "--hours", "5"], ["sweep"]]
+)
+def test_bobs_key_cannot_run_on_extend_or_sweep_alices_rental_declaring_alice_m3(
+    team, capfd, monkeypatch, argv
+):
+    """M3: bob's own key, declaring alice, is refused (exit 3) on `run`, `guard --hours` and
+    `sweep` too; alice's box still bills and its deadline is unmoved."""
+    box = team.rent("k-alice", "alice")
+    before = Rentals(LocalStore(str(team.state)), "alice").get("job")
+
+    code, err = gpuops(team, capfd, monkeypatch, "k-bob", "--operator", "alice", *argv)
+
+    assert code == 3, err
+    assert "refused (M3)" in err
+    assert team.billing() == [int(box)]
+    assert Rentals(LocalStore(str(team.state)), "alice").get("job") == before
