@@ -158,6 +158,13 @@ class RentedBox:
     label: str | None = None
 
 
+# Vast's permission categories of a scoped API key (vast-ai/docs api-reference/permissions.mdx).
+PERMISSION_CATEGORIES = (
+    "instance_read", "instance_write", "user_read", "user_write", "billing_read",
+    "billing_write", "machine_read", "machine_write", "misc", "team_read", "team_write",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class TeamMember:
     """A member of the account's team with an API key of their own: Vast answers
@@ -168,6 +175,7 @@ class TeamMember:
     api_key: str
     id: int
     email: str
+    permissions: tuple[str, ...] | None = None  # the key's categories; None: every one
 
 
 @dataclass(frozen=True)
@@ -307,18 +315,29 @@ def _parse_vast(r: _Reader) -> VastScenario:
 
 
 def _parse_member(index: int, r: _Reader) -> TeamMember:
-    r.only("username", "api_key", "id", "email")
+    r.only("username", "api_key", "id", "email", "permissions")
     r.require("username")
     r.require("api_key")
     username, api_key = r.text("username", ""), r.text("api_key", "")
     for name, value in (("username", username), ("api_key", api_key)):
         if not value or any(c.isspace() or not c.isprintable() for c in value):
             r.fail(name, "must be a non-empty string with no whitespace")
+    permissions = r.raw("permissions", None)
+    if permissions is not None:
+        if not isinstance(permissions, list):
+            r.fail("permissions", f"expected a list of categories, found {_kind(permissions)}")
+        for category in permissions:
+            if category not in PERMISSION_CATEGORIES:
+                r.fail(
+                    "permissions", f"{category!r} is not one of {', '.join(PERMISSION_CATEGORIES)}"
+                )
+        permissions = tuple(permissions)
     return TeamMember(
         username=username,
         api_key=api_key,
         id=r.integer("id", 101 + index, minimum=1),
         email=r.text("email", f"{username}@example.com"),
+        permissions=permissions,
     )
 
 

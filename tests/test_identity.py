@@ -14,6 +14,7 @@ import copy
 import json
 import os
 import random
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,14 +22,17 @@ from typing import Any
 
 import pytest
 from store_fakes import Events
-from test_guard import BASE, KEY, scenario
+from test_guard import BASE, FAKE_SSH, KEY, World, scenario
 
 from fakes.scenario import ScenarioError, parse_scenario
+from fakes.ssh import sandbox
+from fakes.ssh.boxes import write_identity
 from fakes.vast import FakeClock, FakeVast
 from gpuops import cli
-from gpuops.errors import Refused, UsageError
+from gpuops.errors import AuthFailed, Refused, UsageError
 from gpuops.identity import Identity, acts, attest, decide
 from gpuops.ledger import Ledger
+from gpuops.market import guardian as g
 from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import Rentals
@@ -36,6 +40,7 @@ from gpuops.model import KeyHolder
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
 from gpuops.store.local import LocalStore
+from gpuops.store.memory import MemoryStore
 
 SHARED = "k-test"  # the account's key: the fakes' default answer names no user
 MEMBERS = [
@@ -229,6 +234,8 @@ def test_a_members_key_reaches_every_instance_of_the_team_at_the_fake():
         ({"username": "alice", "api_key": "k-3"}, "username: 'alice' appears twice"),
         ({"username": "a b", "api_key": "k-3"}, "username: must be a non-empty string"),
         ({"username": "x", "api_key": "k-3", "role": "admin"}, "role: unknown field"),
+        ({"username": "x", "api_key": "k-3", "permissions": ["root"]}, "permissions: 'root' is"),
+        ({"username": "x", "api_key": "k-3", "permissions": "misc"}, "permissions: expected a"),
     ],
 )
 def test_a_malformed_team_member_is_named_by_the_scenario(member, problem):
@@ -352,3 +359,69 @@ def test_bobs_key_cannot_run_on_extend_or_sweep_alices_rental_declaring_alice_m3
     assert "refused (M3)" in err
     assert team.billing() == [int(box)]
     assert Rentals(LocalStore(str(team.state)), "alice").get("job") == before
+
+
+# --- least privilege: a guardian's key reads and destroys instances, nothing else ---------------
+READ_AND_DESTROY = {
+    "username": "guardian",
+    "api_key": "k-guardian",
+    "permissions": ["instance_read", "instance_write"],
+}
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    """test_guard's world (real jobs in the fake ssh's sandboxes), with a guardian's key."""
+    doc = copy.deepcopy(scenario())
+    doc["vast"]["members"] = [READ_AND_DESTROY]
+    fake_dir = tmp_path / "fake"
+    fake = FakeVast(parse_scenario(doc), clock=FakeClock(), state_dir=fake_dir)
+    monkeypatch.setenv("GPUOPS_SSH", str(FAKE_SSH))
+    monkeypatch.setenv("GPUOPS_FAKE_SSH_PYTHON", sys.executable)
+    monkeypatch.setenv("GPUOPS_FAKE_SSH_BOXES", str(fake_dir / "boxes.yaml"))
+    write_identity(tmp_path / "id_ed25519", KEY)
+    with fake.activate(BASE):
+        yield World(fake, MemoryStore(), Events(), tmp_path)
+    sandbox.stop_all(fake_dir / "boxes.yaml")
+
+
+def test_a_guardian_with_a_read_and_destroy_key_does_its_whole_job_m5(world):
+    """M5: alice rents with the account key; her guardian runs with a key scoped to
+    instance_read and instance_write: it copies the results off, destroys the box at the
+    deadline, confirms it gone (exit 0), and no call it made was refused."""
+    market = world.rent(hours=2.0)
+    world.run_job(market, "mkdir -p results && echo 42 > results/answer.txt")
+    scoped = Market(
+        VastAdapter(api_key="k-guardian", base_url=BASE, clock=world.fake.ticking()),
+        Ledger(world.store, world.events, "alice", clock=world.fake.now),
+        world.events,
+        probe=lambda instance, box: Verdict.PASS,
+        public_key=KEY,
+        clock=world.fake.ticking(),
+        rng=random.Random(3),
+    )
+    before = len(world.fake.calls)
+
+    code = world.guardian(scoped, "alice/svc/1/aa").run()
+
+    assert code == g.GONE
+    assert world.alive() == []
+    (answer,) = (world.tmp / "results" / "job").glob("*/answer.txt")
+    assert answer.read_text() == "42\n"
+    guarded = world.fake.calls[before:]
+    assert {call.route for call in guarded} >= {"show", "destroy"}
+    assert [call for call in guarded if call.status == 401] == []
+
+
+def test_the_read_and_destroy_key_is_refused_what_it_was_not_given(world):
+    """The fake holds a scoped key to its categories: searching offers (misc), reading the
+    account's user or its SSH keys (user_read) and registering a key (user_write) are
+    refused as a wrong key is (exit 2, AuthFailed); show and list are not."""
+    vast = VastAdapter(api_key="k-guardian", base_url=BASE, clock=world.fake.ticking())
+    refused = (vast.search_offers, vast.current_user, vast.list_ssh_keys)
+    for call in (*refused, lambda: vast.register_ssh_key(KEY)):
+        with pytest.raises(AuthFailed):
+            call()
+    box = vast.create(18432117, label="gpuops:x", image="img", disk_gb=20.0)  # instance_write
+    assert vast.show(box) is not None
+    assert [i.instance_id for i in vast.list_instances()] == [box]
