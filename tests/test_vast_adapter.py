@@ -905,6 +905,23 @@ def test_every_http_exchange_is_one_vast_call_event(http, vast, event_path):
     assert all(isinstance(c["duration_s"], float) and c["duration_s"] >= 0 for c in logged)
 
 
+def test_asking_whose_key_it_is_is_logged_as_current_user_and_never_logs_the_key(
+    http, vast, event_path
+):
+    """M3, H3: the identity question is one vast.call event named current_user; the key Vast
+    puts in that answer (its schema lists api_key) is parsed past and written nowhere."""
+    leaked = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    replay(http, rebody("user_current_member", lambda doc: doc.update(api_key=leaked)))
+
+    assert vast.current_user() == KeyHolder(user_id=101, username="alice")
+
+    logged = calls_of(event_path)
+    assert [(c["op"], c["method"], c["path"], c["status"]) for c in logged] == [
+        ("current_user", "GET", "/api/v0/users/current", 200),
+    ]
+    assert leaked not in event_path.read_text()
+
+
 def test_the_api_key_never_reaches_the_event_log_errors_or_repr(http, vast, event_path):
     """H3: after calls that succeed, fail and retry, the key appears nowhere we write."""
     replay(http, rec("create_success"), rec("auth_401"), rec("destroy_429"))
