@@ -161,6 +161,26 @@ class RentedBox:
     label: str | None = None
 
 
+# Vast's permission categories of a scoped API key (vast-ai/docs api-reference/permissions.mdx).
+PERMISSION_CATEGORIES = (
+    "instance_read", "instance_write", "user_read", "user_write", "billing_read",
+    "billing_write", "machine_read", "machine_write", "misc", "team_read", "team_write",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TeamMember:
+    """A member of the account's team with an API key of their own: Vast answers
+    ``/users/current/`` for that key with this member (its ``id``, ``username``, ``email``),
+    and, as on a Vast team, the key reaches every instance of the team (instances are shared)."""
+
+    username: str
+    api_key: str
+    id: int
+    email: str
+    permissions: tuple[str, ...] | None = None  # the key's categories; None: every one
+
+
 @dataclass(frozen=True)
 class VastScenario:
     api_key: str = "fake-vast-key"
@@ -186,6 +206,7 @@ class VastScenario:
     # Offers search lists twice, as Vast's search "sometimes returns duplicate machines"
     # (vast-ai/vast-cli#260).
     duplicate_listings: tuple[int, ...] = ()
+    members: tuple[TeamMember, ...] = ()  # team members with keys of their own
 
 
 @dataclass(frozen=True)
@@ -236,7 +257,7 @@ def _parse_vast(r: _Reader) -> VastScenario:
     r.only(
         "api_key", "boot", "first_instance_id", "destroy_gone_error", "destroy_lag_s",
         "list_lag_s", "show_lag_s", "ssh_keys", "offers", "faults", "instances",
-        "duplicate_purchases",
+        "duplicate_purchases", "members",
     )  # fmt: skip
     d = VastScenario()
     boot = r.section("boot")
@@ -285,7 +306,16 @@ def _parse_vast(r: _Reader) -> VastScenario:
         instances=tuple(_parse_rented(item) for item in r.items("instances")),
         duplicate_purchases=duplicates,
         duplicate_listings=tuple(int(offer_id) for offer_id in listed_twice),
+        members=tuple(_parse_member(i, item) for i, item in enumerate(r.items("members"))),
     )
+    keys, names = [api_key], []
+    for index, member in enumerate(scenario.members):
+        if member.api_key in keys:
+            r.fail(f"members[{index}].api_key", "is another key's too: each key is one holder's")
+        if member.username in names:
+            r.fail(f"members[{index}].username", f"{member.username!r} appears twice")
+        keys.append(member.api_key)
+        names.append(member.username)
     rented: set[int] = set()
     for index, box in enumerate(scenario.instances):
         if box.offer not in ids:
@@ -303,6 +333,33 @@ def _parse_vast(r: _Reader) -> VastScenario:
         if lost.offer not in ids:
             faults.fail(f"lost_creates[{index}].offer", f"no offer {lost.offer}")
     return scenario
+
+
+def _parse_member(index: int, r: _Reader) -> TeamMember:
+    r.only("username", "api_key", "id", "email", "permissions")
+    r.require("username")
+    r.require("api_key")
+    username, api_key = r.text("username", ""), r.text("api_key", "")
+    for name, value in (("username", username), ("api_key", api_key)):
+        if not value or any(c.isspace() or not c.isprintable() for c in value):
+            r.fail(name, "must be a non-empty string with no whitespace")
+    permissions = r.raw("permissions", None)
+    if permissions is not None:
+        if not isinstance(permissions, list):
+            r.fail("permissions", f"expected a list of categories, found {_kind(permissions)}")
+        for category in permissions:
+            if category not in PERMISSION_CATEGORIES:
+                r.fail(
+                    "permissions", f"{category!r} is not one of {', '.join(PERMISSION_CATEGORIES)}"
+                )
+        permissions = tuple(permissions)
+    return TeamMember(
+        username=username,
+        api_key=api_key,
+        id=r.integer("id", 101 + index, minimum=1),
+        email=r.text("email", f"{username}@example.com"),
+        permissions=permissions,
+    )
 
 
 def _parse_rented(r: _Reader) -> RentedBox:

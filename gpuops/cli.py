@@ -17,6 +17,7 @@ from gpuops.errors import GpuopsError, Interrupted, UsageError
 
 TYPE_CHECKING = False  # not typing's: importing typing is a cost `gpuops --help` would pay
 if TYPE_CHECKING:
+    from gpuops.identity import Identity
     from gpuops.settings import Settings
 
 EXIT_CODES = """exit codes:
@@ -430,6 +431,13 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
         return print_rules(as_json, settings.state_url, settings.s3_endpoint)
     operator = settings.acting_operator()
+    if args.command in ("rent", "destroy", "run", "sweep", "guard"):
+        from gpuops.identity import acts, attest
+
+        if acts(args) and _something_to_act_on(args, settings):
+            identity = attest(settings, operator)  # M3: whose key this is, asked once
+            operator = identity.operator
+            _log_identity(settings, identity)
     if args.command == "demo":
         from gpuops.demo import run_demo
 
@@ -470,6 +478,34 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     from gpuops.cli_market import run_market
 
     return run_market(args, settings, operator, as_json)
+
+
+def _something_to_act_on(args: argparse.Namespace, settings: Settings) -> bool:
+    """`run NAME` and `guard NAME` act only on a rental that exists: for a name the state has
+    no rental of, their usage error comes first, without a provider call. Every other acting
+    command (rent creates; destroy also ends a name's orphaned records) always asks."""
+    if args.command not in ("run", "guard"):
+        return True
+    from gpuops.market.rentals import Rentals
+    from gpuops.store import open_store
+
+    store = open_store(settings.state_url, settings.s3_endpoint)
+    return Rentals(store, settings.acting_operator()).get(args.name) is not None
+
+
+def _log_identity(settings: Settings, identity: Identity) -> None:
+    """The operator this command acts as, and how it was established, in the event log; an
+    attested one is said on stderr too (a declared one is every command's default)."""
+    from gpuops.events import EventLog
+
+    EventLog(settings.events_path, identity.operator).append(
+        "operator.identity",
+        operator=identity.operator,
+        attested=identity.attested,
+        user_id=identity.user_id,
+    )
+    if identity.attested:
+        print(f"gpuops: acting as {identity.describe()}", file=sys.stderr)
 
 
 def _compact(settings: Settings, as_json: bool) -> int:

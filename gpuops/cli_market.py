@@ -476,8 +476,10 @@ def _archive_in_background(settings: Settings, operator: str) -> None:
     import fcntl
     import os
 
-    folder = settings.local_dir  # per-host files: the state directory, or the user's for s3://
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    from gpuops.private import private_dirs
+
+    # per-host files: the state directory, or the user's for s3://
+    folder = private_dirs(settings.local_dir)
     log = folder / "compact.log"
     lock = os.open(folder / "compact.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:

@@ -37,6 +37,7 @@ KEYS = {
     "notify": "GPUOPS_NOTIFY",
     "time_scale": "GPUOPS_TIME_SCALE",
     "time_origin": "GPUOPS_TIME_ORIGIN",
+    "identity": "GPUOPS_IDENTITY",
 }
 NUMBERS = frozenset({"time_scale", "time_origin"})  # a TOML integer or float
 URL_LISTS = frozenset({"notify"})  # a string of URLs, as the variable, or an array of them

@@ -33,6 +33,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path, PurePath
 
 from gpuops.errors import CorruptState, StateError, UsageError
+from gpuops.private import private_dirs
 from gpuops.secrets import (
     REDACTED,
     REDACTED_PRIVATE_KEY,
@@ -156,7 +157,7 @@ class EventLog:
 
     def _write(self, line: bytes) -> None:
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dirs(self.path.parent)
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StateError(f"cannot open the event log {self.path}: {exc}") from exc

@@ -147,6 +147,16 @@ class Instance:
 
 
 @dataclass(frozen=True)
+class KeyHolder:
+    """Whose API key a call was made with, as the provider answers it: the user's id, and
+    their username where the answer names one (a team member's own key does; the shared
+    account key's answer, as recorded, does not)."""
+
+    user_id: int
+    username: str | None = None
+
+
+@dataclass(frozen=True)
 class SshKey:
     """An SSH public key registered with the account (M9)."""
 

@@ -173,7 +173,9 @@ RULES: tuple[Rule, ...] = (
         "tests/test_ledger.py::test_another_operator_cannot_move_a_record",
         scope="records name their owner and only the owner moves one; rent writes each intent "
         "before its create and labels the box with it; one instance has one record; sweep "
-        "reports unowned boxes and never touches them",
+        "reports unowned boxes and never touches them; with a team member's own Vast key the "
+        "operator id is the key's user (a declared one that disagrees is refused), with a "
+        "shared key it is declared",
     ),
     Rule(
         "M4",

@@ -10,6 +10,8 @@ optional:
 
     GPUOPS_STATE            the state store (--state wins): a directory or s3://bucket/prefix
     GPUOPS_OPERATOR         who is acting (--operator wins); default user@host
+    GPUOPS_IDENTITY         `key`: each operator holds a Vast key of their own, so the key's user
+                            is the operator (M3, docs/threat-model.md); default `declared`
     GPUOPS_EVENTS           the event log; default beside a local store, else per user
     XDG_STATE_HOME          the per-user directory's parent (default ~/.local/state)
     GPUOPS_RESULTS          where a guardian's results go (default <per-host dir>/results)
@@ -298,6 +300,7 @@ class Settings(_Value):
         "ssh_key",  # the public half; the private half is the same path without .pub
         "ssh_program",
         "operator",  # --operator or GPUOPS_OPERATOR; None: user@host when asked
+        "identity_by_key",  # GPUOPS_IDENTITY=key: the Vast key's user is the operator (M3)
         "vast_url",
         "vast_api_key",
         "gce_endpoint",
@@ -320,6 +323,7 @@ class Settings(_Value):
     ssh_key: Path
     ssh_program: str
     operator: str | None
+    identity_by_key: bool
     vast_url: str | None
     vast_api_key: str | None
     gce_endpoint: str | None
@@ -390,6 +394,7 @@ class Settings(_Value):
             ssh_key=Path(ssh_key or str(home_dir / ".ssh" / "id_ed25519.pub")).expanduser(),
             ssh_program=value("GPUOPS_SSH") or "ssh",
             operator=operator,
+            identity_by_key=_identity_by_key(layers),
             vast_url=_endpoint(layers, "VAST_URL"),
             vast_api_key=value("VAST_API_KEY"),
             gce_endpoint=_endpoint(layers, "GPUOPS_GCE_ENDPOINT"),
@@ -464,6 +469,18 @@ def _local_dir(state_url: str, user_dir: Path) -> Path:
     if "://" in state_url and not state_url.startswith("file://"):
         return user_dir
     return type(user_dir)(state_url.removeprefix("file://")).expanduser()
+
+
+def _identity_by_key(layers: _Layers) -> bool:
+    """GPUOPS_IDENTITY: ``key`` when every operator holds a Vast key of their own (the key's
+    user is then the operator, attested, M3); ``declared`` (the default) while a key may be
+    shared, as a small team's one account key is: Vast names the same user for everybody."""
+    raw = layers.get("GPUOPS_IDENTITY")
+    if raw in (None, "", "declared"):
+        return False
+    if raw == "key":
+        return True
+    raise UsageError(f"{layers.show('GPUOPS_IDENTITY')} must be `key` or `declared`")
 
 
 def _endpoint(layers: _Layers, name: str) -> str | None:

@@ -1,7 +1,7 @@
 """Runs `gpuops demo` (or a slice of it, or with one rule broken) as a child of a subreaper.
 
     python tests/demo_harness.py OUT.json [--acts A,B] [--break NAME] [--interrupt-on TEXT]
-                                 [--json]
+                                 [--keep DIR] [--json]
 
 Every process the demo starts that outlives it (a guardian in its own session, a daemonised
 tmux server, a fake boot) is re-parented here rather than to init, so what is still running
@@ -9,6 +9,9 @@ once the demo has exited is exactly what it left behind. Writes {"rc", "stdout",
 "left"} to OUT.json, then ends whatever was left, so a failing test leaves nothing either.
 With --interrupt-on, the demo runs in its own process group and gets SIGINT there (as a
 terminal's Ctrl-C sends it) as soon as a line of its output contains TEXT: an event, not a time.
+With --keep, the demo's scratch directory (its state, its results, its fakes' files) is DIR, an
+empty 0700 directory the caller made, and is left there to be judged; the demo runs under umask
+002 (a common login default: group-writable unless gpuops chose a mode itself).
 """
 
 from __future__ import annotations
@@ -37,15 +40,25 @@ BREAKS = {
     ),
 }
 
+# The demo's scratch directory is a given one, kept (not a temporary one, removed).
+KEEP = (
+    "import contextlib, os, types, gpuops.demo as d\n"
+    "os.umask(0o002)\n"
+    "d.tempfile = types.SimpleNamespace(\n"
+    "    TemporaryDirectory=lambda prefix: contextlib.nullcontext({keep!r}))\n"
+)
+
 
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
-    acts, broken, interrupt_on, rest = "lane,market", None, None, argv[1:]
-    while rest and rest[0] in ("--acts", "--break", "--interrupt-on"):
+    acts, broken, interrupt_on, keep, rest = "lane,market", None, None, None, argv[1:]
+    while rest and rest[0] in ("--acts", "--break", "--interrupt-on", "--keep"):
         if rest[0] == "--acts":
             acts = rest[1]
         elif rest[0] == "--break":
             broken = rest[1]
+        elif rest[0] == "--keep":
+            keep = rest[1]
         else:
             interrupt_on = rest[1]
         rest = rest[2:]
@@ -56,6 +69,7 @@ def main(argv: list[str]) -> int:
         "import signal, sys\n"
         + "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         + (BREAKS[broken] + "\n" if broken else "")
+        + (KEEP.format(keep=keep) if keep else "")
         + "from gpuops.demo import run_demo\n"
         + "from gpuops.settings import Settings\n"
         + "settings = Settings.from_environ()\n"

@@ -136,6 +136,7 @@ lane_bucket = "b"
 notify = ["json://127.0.0.1:9/alarms", "ntfy://topic"]
 time_scale = 60
 time_origin = 1000.5
+identity = "key"
 """
 SAME_IN_THE_ENVIRONMENT = {
     "GPUOPS_STATE": "/srv/state",
@@ -157,6 +158,7 @@ SAME_IN_THE_ENVIRONMENT = {
     "GPUOPS_NOTIFY": "json://127.0.0.1:9/alarms ntfy://topic",
     "GPUOPS_TIME_SCALE": "60",
     "GPUOPS_TIME_ORIGIN": "1000.5",
+    "GPUOPS_IDENTITY": "key",
 }
 FIELDS = [name for name in Settings.__slots__ if name not in ("config", "environ")] + [
     "vast_api_key",

@@ -11,6 +11,7 @@ destroys; and interrupted in each act.
 from __future__ import annotations
 
 import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -74,11 +75,28 @@ def test_ctrl_c_during_the_market_act_leaves_no_guardian_and_no_box(tmp_path):
     assert result["left"] == []
 
 
+def open_paths(*roots: Path) -> list[str]:
+    """Every path under ``roots`` (the roots included) that another user could read or list:
+    a directory not 0700, a file not 0600, anything else (a link, a socket) named as such."""
+    found = []
+    for root in roots:
+        for path in [root, *sorted(root.rglob("*"))]:
+            mode = path.lstat().st_mode
+            want = 0o700 if stat.S_ISDIR(mode) else 0o600 if stat.S_ISREG(mode) else None
+            if want is None or stat.S_IMODE(mode) != want:
+                found.append(f"{path.relative_to(root.parent)} {stat.filemode(mode)}")
+    return found
+
+
 @pytest.mark.timeout(300)
-def test_the_whole_demo_passes_in_a_minute_and_leaves_nothing(tmp_path):
+def test_the_whole_demo_passes_in_a_minute_and_leaves_nothing_running_or_open(tmp_path):
     """Both acts: PASSED, every row held (lane and market rules in order), exit 0, no process
-    left (guardians and fake boots included)."""
-    result = demo(tmp_path, "--json")
+    left (guardians and fake boots included); and, under umask 002, every directory gpuops
+    left (the state with its records, events, leases, known_hosts and guardians' logs; the
+    delivered results) is 0700 and every file in them 0600 (DESIGN's security bar)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(mode=0o700)
+    result = demo(tmp_path, "--keep", str(scratch), "--json")
 
     report = json.loads(result["stdout"])
     assert result["rc"] == 0, result["stderr"][-3000:]
@@ -86,6 +104,9 @@ def test_the_whole_demo_passes_in_a_minute_and_leaves_nothing(tmp_path):
     ids = [r["rule_id"] for r in report["rows"] if "boot processes" not in r["happened"]]
     assert ids == LANE_RULES[:-1] + MARKET_RULES
     assert result["left"] == []
+    assert (scratch / "results" / "training-run").is_dir()  # the results were delivered here
+    assert (scratch / "state" / "guardians").is_dir()  # and the guardians logged here
+    assert open_paths(scratch / "state", scratch / "results") == []
 
 
 @pytest.mark.timeout(300)

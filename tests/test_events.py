@@ -801,13 +801,20 @@ def test_the_log_is_private_to_its_user(log: EventLog) -> None:
 
 
 def test_an_append_creates_every_missing_directory_above_the_log(tmp_path: Path) -> None:
-    """A log three directories below anything that exists is created, its own one private."""
+    """A log three directories below anything that exists is created, and every directory made
+    for it is private (0700), not only its own one, even under umask 0."""
     path = tmp_path / "a" / "b" / "c" / "events.jsonl"
 
-    EventLog(path, "alice").append("first", n=1)
+    old = os.umask(0)
+    try:
+        EventLog(path, "alice").append("first", n=1)
+    finally:
+        os.umask(old)
 
     assert [e["payload"] for e in read_events(path)] == [{"n": 1}]
-    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    modes = [stat.S_IMODE((tmp_path / p).stat().st_mode) for p in ("a", "a/b", "a/b/c")]
+    assert modes == [0o700, 0o700, 0o700]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 def test_fsync_is_called_only_when_asked_for(

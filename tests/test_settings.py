@@ -458,3 +458,15 @@ def test_values_of_different_kinds_are_never_equal():
     assert TimeScale(1.0, 2.0) == TimeScale(1.0, 2.0) != TimeScale(1.0, 3.0)
     assert LaneSettings("a", "b", "c", "d") != TimeScale(1.0, 2.0)
     assert hash(TimeScale(1.0, 2.0)) == hash(TimeScale(1.0, 2.0)) == hash((1.0, 2.0))
+
+
+def test_gpuops_identity_is_key_or_declared_and_declared_by_default():
+    """M3: GPUOPS_IDENTITY=key (each operator holds a Vast key of their own) makes the key's
+    user the operator; unset, empty or `declared` keeps the declared id (a key may be shared);
+    anything else is a usage error naming the variable, never a silent default."""
+    assert build({"GPUOPS_IDENTITY": "key"}).identity_by_key is True
+    for value in ("declared", ""):
+        assert build({"GPUOPS_IDENTITY": value}).identity_by_key is False
+    assert build({}).identity_by_key is False
+    with pytest.raises(UsageError, match=r"GPUOPS_IDENTITY=.*must be `key` or `declared`"):
+        build({"GPUOPS_IDENTITY": "keys"})

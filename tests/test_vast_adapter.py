@@ -35,7 +35,7 @@ from gpuops.errors import (
     UsageError,
 )
 from gpuops.events import REDACTED, EventLog, read_events, scrub
-from gpuops.model import Instance, InstanceStatus, Offer, SshKey
+from gpuops.model import Instance, InstanceStatus, KeyHolder, Offer, SshKey
 from gpuops.providers import Recording, load_recording, recording_names
 from gpuops.providers.vast import (
     READ_ATTEMPTS,
@@ -125,7 +125,7 @@ def test_every_vast_recording_loads_with_honest_provenance():
         recording = load_recording("vast", name)
         assert recording.kind in providers.KINDS
         assert len(recording.source) > 10 and recording.notes
-        assert "2026-11-30" <= recording.date <= "2026-12-01"
+        assert "2026-11-30" <= recording.date <= "2026-12-02"
         assert recording.path.startswith("/api/v")
 
 
@@ -756,6 +756,42 @@ def test_destroy_answering_success_false_is_unexpected(http, vast):
         vast.destroy(BOX)
 
 
+# --- whose key (M3) ------------------------------------------------------------------------------
+def test_a_team_members_own_key_is_answered_with_the_members_id_and_username(http, vast):
+    """M3: /users/current for a member's key names the member: the operator id gpuops
+    derives from it."""
+    replay(http, rec("user_current_member"))
+
+    assert vast.current_user() == KeyHolder(user_id=101, username="alice")
+
+
+def test_the_shared_account_keys_answer_names_no_user(http, vast):
+    """M3: the recorded answer for the account's key has an id and no username: nothing
+    attests which person holds it."""
+    replay(http, rec("user_current"))
+
+    assert vast.current_user() == KeyHolder(user_id=318840, username=None)
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("[]", "body is a list, expected an object"),
+        ('{"username": "alice"}', "body: field 'id' is missing"),
+        ('{"id": 101, "username": 7}', "body: field 'username' is a int, expected a string"),
+    ],
+)
+def test_a_drifted_current_user_answer_is_named(http, vast, body, problem):
+    """M3: an answer that is not a user (a list, no id, a username that is not text) is
+    drift, named with the call, never an identity."""
+    replay(http, rec("user_current_member", body=body))
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        vast.current_user()
+
+    assert str(caught.value).startswith(f"vast: current_user: {problem}")
+
+
 # --- ssh keys (M9) -------------------------------------------------------------------------------
 def test_ssh_key_list_leaves_out_deleted_keys(http, vast):
     """M9: a key with deleted_at opens no box, so it never counts as registered."""
@@ -868,6 +904,23 @@ def test_every_http_exchange_is_one_vast_call_event(http, vast, event_path):
     ]
     assert logged[1]["error"] == "ConnectTimeout" and logged[2]["attempt"] == 1
     assert all(isinstance(c["duration_s"], float) and c["duration_s"] >= 0 for c in logged)
+
+
+def test_asking_whose_key_it_is_is_logged_as_current_user_and_never_logs_the_key(
+    http, vast, event_path
+):
+    """M3, H3: the identity question is one vast.call event named current_user; the key Vast
+    puts in that answer (its schema lists api_key) is parsed past and written nowhere."""
+    leaked = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    replay(http, rebody("user_current_member", lambda doc: doc.update(api_key=leaked)))
+
+    assert vast.current_user() == KeyHolder(user_id=101, username="alice")
+
+    logged = calls_of(event_path)
+    assert [(c["op"], c["method"], c["path"], c["status"]) for c in logged] == [
+        ("current_user", "GET", "/api/v0/users/current", 200),
+    ]
+    assert leaked not in event_path.read_text()
 
 
 def test_the_api_key_never_reaches_the_event_log_errors_or_repr(http, vast, event_path):

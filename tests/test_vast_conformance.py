@@ -25,6 +25,7 @@ from fakes.scenario import (
     DestroyFailure,
     LostCreate,
     RateLimitBurst,
+    TeamMember,
     load_scenario,
 )
 from fakes.seam import Reply, Request
@@ -94,7 +95,12 @@ class Judged:
 
 @pytest.fixture
 def judged() -> Iterator[Judged]:
-    fake = FakeVast(load_scenario(DEFAULT_SCENARIO), clock=FakeClock(1.8e9))
+    scenario = load_scenario(DEFAULT_SCENARIO)
+    member = TeamMember("alice", "k-alice", 101, "alice@example.com")  # a key of her own
+    scenario = dataclasses.replace(
+        scenario, vast=dataclasses.replace(scenario.vast, members=(member,))
+    )
+    fake = FakeVast(scenario, clock=FakeClock(1.8e9))
     with fake.activate(BASE):
         yield Judged(fake)
 
@@ -129,6 +135,8 @@ def tour(world: Judged) -> None:
     world.raw("PUT", f"/api/v0/instances/{box}/", {"label": "x" * 1025}, refused=True)
     world.raw("PUT", "/api/v0/instances/4242/", {"label": "nobody's"})  # no_such_instance
     world.raw("GET", "/api/v0/users/current/")
+    vast.current_user()  # the account's key: no username
+    world.adapter(api_key="k-alice").current_user()  # a member's own key: hers
     world.raw("POST", "/api/v0/ssh/", {"ssh_key": ""}, refused=True)
     world.raw("POST", "/api/v0/ssh/", {"ssh_key": "not a key"}, refused=True)
     world.raw("PUT", f"/api/v0/asks/{HEALTHY}/", {"image": "img", "disk": 4}, refused=True)

@@ -40,6 +40,7 @@ from fakes.scenario import (
     OfferSpec,
     RateLimitBurst,
     Scenario,
+    TeamMember,
     VastScenario,
     recorded_offer,
 )
@@ -468,7 +469,12 @@ class FakeVast:
 
     # --- requests --------------------------------------------------------------------------------
     def authorized(self, bearer: str | None) -> bool:
-        return bearer == self.api_key
+        """The account's key, or a team member's own (a team's instances are every member's)."""
+        return bearer == self.api_key or self.member_of_key(bearer) is not None
+
+    def member_of_key(self, bearer: str | None) -> TeamMember | None:
+        """The team member whose own key ``bearer`` is (None: the account's key, or no key)."""
+        return next((m for m in self.scenario.members if m.api_key == bearer), None)
 
     def instance_of_key(self, bearer: str | None) -> int | None:
         """The box whose per-instance key ``bearer`` is (None: no box's)."""

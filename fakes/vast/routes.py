@@ -190,7 +190,10 @@ def _manage(model: FakeVast, request: Request, params: Mapping[str, str]) -> Rep
     return wire.labelled(instance_id, label)
 
 
-def _current_user(model: FakeVast, _: Request, __: Mapping[str, str]) -> Reply:
+def _current_user(model: FakeVast, request: Request, __: Mapping[str, str]) -> Reply:
+    member = model.member_of_key(bearer(request))
+    if member is not None:  # the member behind their own key
+        return wire.current_member(member.id, member.username, member.email)
     live = [key.key for key in model.ssh_keys() if key.deleted_at is None]
     return wire.current_user(live[0] if live else None)
 
@@ -322,11 +325,31 @@ def dispatch(model: FakeVast, request: Request) -> Reply:
         return reply
 
 
+# The permission category each route needs (vast-ai/docs api-reference/permissions.mdx: its
+# endpoint reference by category; label is Manage Instance, the ssh key list Show SSH Keys).
+CATEGORY = {
+    "search": "misc",
+    "create": "instance_write",
+    "show": "instance_read",
+    "destroy": "instance_write",
+    "label": "instance_write",
+    "list": "instance_read",
+    "user": "user_read",
+    "ssh_keys": "user_read",
+    "register_ssh_key": "user_write",
+}
+assert set(CATEGORY) == set(ROUTE_NAMES), "a permission category for every route"
+
+
 def _answer(model: FakeVast, route: Route, params: Mapping[str, str], request: Request) -> Reply:
     key = bearer(request)
     if not model.authorized(key):
         own = model.instance_of_key(key)  # a box's own key destroys that box, and nothing else
         if own is None or route.name != "destroy" or params.get("id") != str(own):
+            return wire.unauthorized()
+    member = model.member_of_key(key)
+    if member is not None and member.permissions is not None:
+        if CATEGORY[route.name] not in member.permissions:  # a scoped key, outside its scope
             return wire.unauthorized()
     try:
         model.admit(route.name)

@@ -236,6 +236,13 @@ def current_user(ssh_key: str | None) -> Reply:
     return _reply("user_current", doc)
 
 
+def current_member(user_id: int, username: str, email: str) -> Reply:
+    """user_current_member: a team member's own key answers with that member."""
+    doc = recorded("user_current_member")
+    doc.update(id=user_id, username=username, email=email, sid=f"{user_id}-fake-sid")
+    return _reply("user_current_member", doc)
+
+
 def destroyed() -> Reply:
     return _reply("destroy_success")
 

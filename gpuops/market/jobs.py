@@ -30,6 +30,7 @@ from gpuops.market import watchdog as w
 from gpuops.market.probe import StepOutput, Verdict, transport_verdict
 from gpuops.market.rentals import LIVE, Rental, check_name
 from gpuops.model import Instance, InstanceStatus
+from gpuops.private import open_private
 from gpuops.providers import ssh
 from gpuops.store.base import Store
 from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
@@ -164,7 +165,7 @@ class BoxShell:
         was ended meanwhile: the ssh is killed and that is said). The ssh runs in a session of
         its own, registered in ``copies`` while it runs."""
         copies = Copies() if copies is None else copies
-        with target.open("wb") as out:
+        with os.fdopen(open_private(target, os.O_WRONLY | os.O_TRUNC), "wb") as out:
             proc = subprocess.Popen(
                 self.argv(instance, script),
                 stdin=subprocess.DEVNULL,

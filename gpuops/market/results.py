@@ -20,6 +20,7 @@ from gpuops.errors import GpuopsError, StoreUnavailable, UsageError
 from gpuops.market import watchdog as w
 from gpuops.market.jobs import BoxShell, Copies
 from gpuops.model import Instance
+from gpuops.private import extract_private
 
 RESULTS_ENV = "GPUOPS_RESULTS"  # where results go: a directory or s3://bucket/prefix
 # S3 error codes that mean the destination itself is wrong, not that it is down (the S3 API
@@ -39,9 +40,8 @@ class LocalResults:
 
     def deliver(self, name: str, tarball: Path) -> str:
         target = self.root / name
-        target.mkdir(mode=0o700, parents=True, exist_ok=True)
         with tarfile.open(tarball, "r:gz") as tar:
-            tar.extractall(target, filter="data")  # no absolute paths, no '..', no devices
+            extract_private(tar, target)  # 0700/0600; no absolute paths, no '..', no devices
         return str(target)
 
 

@@ -18,6 +18,7 @@ from gpuops import timing
 from gpuops.errors import GpuopsError
 from gpuops.market import guardian as g
 from gpuops.market.rentals import check_lease_key, check_name
+from gpuops.private import open_private, private_dirs
 from gpuops.settings import Settings
 
 
@@ -33,12 +34,11 @@ def spawn(name: str, settings: Settings, operator: str, key: str | None = None) 
     keys and time scale), and logs under the per-host directory. ``key``: the incarnation's
     lease key (rentals.lease_key), which names its pid file: a guardian still ending an
     earlier incarnation of the name never stands in for this one's (M16)."""
-    folder = settings.local_dir / "guardians"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder = private_dirs(settings.local_dir / "guardians")
     log = folder / f"{check_name(name)}.log"
     argv = [sys.executable, "-m", "gpuops", "guard", name, "--foreground"]
     argv += ["--state", settings.state_url, "--operator", operator]
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = open_private(log, os.O_WRONLY | os.O_APPEND)
     try:
         proc = subprocess.Popen(
             argv,
@@ -74,7 +74,7 @@ class GuardFailed(GpuopsError):
 def _write_pid(path: Path, pid: int) -> None:
     """Which guardian of a rental this host started last, written whole or not at all."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
     with os.fdopen(fd, "w") as fh:
         fh.write(f"{pid}\n")
     os.replace(tmp, path)

@@ -36,6 +36,7 @@ from gpuops.market.probe import (
     first_failure,
     judge,
 )
+from gpuops.private import open_private, private_dirs
 from gpuops.secrets import is_secret_env_name
 
 SSH_PROGRAM_ENV = "GPUOPS_SSH"
@@ -73,10 +74,8 @@ def known_hosts_path(state_dir: Path, box_id: str) -> Path:
     """The box's own known_hosts file under the state dir, created empty (0600) if absent."""
     if not _BOX_ID.fullmatch(box_id):
         raise UsageError(f"box id {box_id!r} must be letters, digits and _.- (an instance id)")
-    folder = state_dir / "ssh" / "known_hosts"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = folder / box_id
-    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    path = private_dirs(state_dir / "ssh" / "known_hosts") / box_id
+    os.close(open_private(path, os.O_WRONLY))
     return path
 
 

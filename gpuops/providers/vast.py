@@ -56,7 +56,7 @@ from gpuops.errors import (
     UsageError,
 )
 from gpuops.events import EventLog
-from gpuops.model import Instance, InstanceStatus, Offer, SshKey
+from gpuops.model import Instance, InstanceStatus, KeyHolder, Offer, SshKey
 from gpuops.providers.transport import Observer, new_session
 from gpuops.providers.vast_client import SessionClient
 from gpuops.secrets import scrub
@@ -220,6 +220,16 @@ class VastAdapter:
             _vastai("keys").show_ssh_keys(client)
 
         return self._parsed("list_ssh_keys", self._exchange("list_ssh_keys", call), _parse_keys)
+
+    def current_user(self) -> KeyHolder:
+        """Whose key this is (``GET /users/current``, which needs Vast's ``user_read``): the
+        user's id and, where the answer names one, their username. Vast's answer also carries
+        the key itself; it is parsed here and kept nowhere (H3)."""
+
+        def call(client: Any) -> None:
+            _vastai("billing").show_user(client)
+
+        return self._parsed("current_user", self._exchange("current_user", call), _parse_user)
 
     # --- writes --------------------------------------------------------------------------------
     def create(
@@ -636,6 +646,11 @@ def _parse_keys(doc: object) -> list[SshKey]:
         if entry.get("deleted_at") is None:
             keys.append(SshKey(id=_int(entry, "id", where), public_key=_str(entry, "key", where)))
     return keys
+
+
+def _parse_user(doc: object) -> KeyHolder:
+    body = _object(doc, "body")
+    return KeyHolder(user_id=_int(body, "id", "body"), username=_opt_str(body, "username", "body"))
 
 
 def _parse_registered(doc: object) -> SshKey:
