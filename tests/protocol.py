@@ -76,7 +76,9 @@ class Scope:
     kills: int = 1  # SIGKILLs of any guardian, at any moment
     destroy_failures: int = 1  # destroys the provider refuses
     copy_failures: int = 1  # results copies that fail
-    slow_copies: int = 1  # results copies that take their whole budget
+    # results copies that take their whole budget; the lease is renewed when one ends, so keep
+    # the budget (0.7 of a quarter of hours_s for a short rental) inside the lease's TTL
+    slow_copies: int = 1
     stalls: int = 1  # a guardian stopped (a suspended laptop) for longer than the lease's TTL
     by_hand: int = 0  # alice's own `gpuops destroy NAME`, at any moment
     cron: tuple[str, float] = (RENTER, 0.0)  # where alice's cron runs `gpuops sweep`

@@ -31,11 +31,13 @@ SCOPES = {
     "skewed": Scope(hosts=((RENTER, 0.0), ("B", -SKEW), ("C", SKEW)), cron=("C", SKEW),
                     copy_failures=0, slow_copies=0),  # fmt: skip
     # three guardians, two kills
-    "wide": Scope(starts=2, kills=2, stalls=1, destroy_failures=1, copy_failures=0,
-                  slow_copies=0),  # fmt: skip
-    # a rental long enough for the full ten-minute margin and seven-minute copy budget
-    "long": Scope(hours_s=3600.0, hosts=((RENTER, 0.0), ("B", -SKEW)), destroy_failures=1,
-                  copy_failures=1, slow_copies=1, stalls=0),  # fmt: skip
+    "wide": Scope(hours_s=60.0, starts=2, kills=2, stalls=0, destroy_failures=1,
+                  copy_failures=0, slow_copies=0),  # fmt: skip
+    # the longest rental whose slow copy still fits inside one lease TTL (the model renews the
+    # lease when a slow copy ends, where the real guardian beats through it: a budget longer
+    # than the TTL would show takeovers the real heartbeat prevents)
+    "long": Scope(hours_s=300.0, hosts=((RENTER, 0.0), ("B", -SKEW)), destroy_failures=1,
+                  copy_failures=1, slow_copies=1, stalls=0, starts=1, kills=1),  # fmt: skip
 }
 # the paths a scope must reach (each only where the scope allows it)
 PATHS = ("take", "takeover", "destroy", "leave 0", "sweep", "kill", "start")
