@@ -346,6 +346,9 @@ def terminal(scope: Scope, world: World, report: Report) -> None:
 
 def explore(scope: Scope, limit: int = 5_000_000) -> Report:
     """Breadth first over every state the scope reaches; each judged once."""
+    budget = g.schedule(T0, scope.deadline)[1]
+    if scope.slow_copies and budget >= scope.clock.lease_ttl_s:
+        raise ValueError(f"a {budget:g} s copy budget outlasts the lease's TTL: see slow_copies")
     report = Report()
     start = initial(scope)
     seen = {start.key()}
