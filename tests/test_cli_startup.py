@@ -201,6 +201,7 @@ LANE_BOARD_GPUOPS = {
     "gpuops.lane.script",  # decide's stage names (imports shell.py, not tree-sitter)
     "gpuops.lane.session",
     "gpuops.lane.shell",
+    "gpuops.private",  # the event log creates its folders 0700 and its file 0600
     "gpuops.secrets",  # the event log's scrubbing
     "gpuops.settings",
     "gpuops.store",
