@@ -476,7 +476,7 @@ def _identity_by_key(layers: _Layers) -> bool:
     user is then the operator, attested, M3); ``declared`` (the default) while a key may be
     shared, as a small team's one account key is: Vast names the same user for everybody."""
     raw = layers.get("GPUOPS_IDENTITY")
-    if raw in (None, "", "declared"):
+    if raw in (None, "declared"):  # an empty variable is unset (``_Layers.get``)
         return False
     if raw == "key":
         return True
