@@ -476,19 +476,19 @@ def _archive_in_background(settings: Settings, operator: str) -> None:
     import fcntl
     import os
 
-    from gpuops.private import private_dirs
+    from gpuops.private import open_private, private_dirs
 
     # per-host files: the state directory, or the user's for s3://
     folder = private_dirs(settings.local_dir)
     log = folder / "compact.log"
-    lock = os.open(folder / "compact.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    lock = open_private(folder / "compact.lock", os.O_RDWR)
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return  # a compaction is running: it moves these too
         os.set_inheritable(lock, True)  # the child's from here on: released when it exits
-        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        out = open_private(log, os.O_WRONLY | os.O_APPEND)
         try:
             pid = os.posix_spawn(
                 sys.executable,
