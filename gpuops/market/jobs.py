@@ -117,11 +117,7 @@ class Copies:
 def _end_copy(proc: subprocess.Popen[bytes], target: Path) -> None:
     """Kill a copy child's process group (it and whatever it started), reap it, and remove the
     partial tarball and its folder (made for this copy alone, so empty once it is gone)."""
-    if proc.returncode is None:  # never a group whose leader was reaped: its id may be reused
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=timing.GUARD_STOP_WAIT_S)
+    ssh.end_group(proc)
     target.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         target.parent.rmdir()
