@@ -16,7 +16,11 @@ clean-up runs). The verdicts ask the fake, never gpuops:
 - premature releases: a record released while the fake still showed its box;
 - exit 0 while billing: a guardian or `destroy` said "all gone" while a box of the rental billed;
 - early: the kept box ended before its owner's own guardian would begin its copy (no `destroy`
-  by hand), whichever host's clock judged it.
+  by hand), whichever host's clock judged it;
+- results overwritten: a kept box's job wrote results (half of them do), and what its guardian
+  delivered is not that incarnation's, whole, under ``<results>/job/<rental id>/`` (M16), or an
+  earlier incarnation's delivery there changed; every lifecycle of a run shares one results
+  folder and the name "job", so each delivery meets all the earlier ones.
 
 The world is a team (M17): a second operator, bob, rents on another host sharing the store,
 and his box must outlive everything alice's processes do (M3); alice's guardian may run on a
@@ -34,8 +38,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import random
 import signal
+import tarfile
 import tempfile
 import time
 import traceback
@@ -51,6 +57,7 @@ from gpuops import timing
 from gpuops.errors import GpuopsError, Interrupted, Refused, StillRunning, StoreUnavailable
 from gpuops.ledger import PREFIX, Ledger
 from gpuops.market import jobs
+from gpuops.market import watchdog as w
 from gpuops.market.guard import Guardian, stopped
 from gpuops.market.leases import Leases
 from gpuops.market.guardian import schedule
@@ -276,6 +283,9 @@ class Tally:
     leases_left_by_sigterm: int = 0  # ...and was not, with a store that could take the drop
     unguarded: int = 0  # --no-guard: sweep is the owner
     early: int = 0  # a kept box ended before its owner's own guardian would have begun to
+    jobs_run: int = 0  # a kept box's job wrote results for its guardian to copy
+    results_delivered: int = 0  # ...and they were delivered whole, under its incarnation
+    results_overwritten: int = 0  # a delivery not its incarnation's, or one that changed (M16)
     # the team's rare paths, each counted as reached (a run that never met one says so)
     skewed_owners: int = 0  # alice's guardian or cron sweep on a host whose clock is off hers
     others_corrupt: int = 0  # bob's box record edited into garbage
@@ -302,10 +312,94 @@ class Tally:
             + self.premature_releases
             + self.exit_0_while_billing
             + self.early
+            + self.results_overwritten
             + self.names_left_unusable
             + self.leases_left_by_sigterm
             + self.crashed
         )
+
+
+class BoxDisks:
+    """What the lifecycle's jobs wrote on their boxes' disks: each kept box whose job ran holds
+    a results folder (its rental id, and a checkpoint) that only that box has."""
+
+    def __init__(self) -> None:
+        self.files: dict[int, dict[str, bytes]] = {}
+
+    def write(self, instance_id: int, rental_id: str, rng: random.Random) -> None:
+        self.files[instance_id] = {
+            "rental_id": rental_id.encode(),
+            "ckpt/step-1.bin": rng.randbytes(rng.randint(1, 4096)),
+        }
+
+
+@dataclass(frozen=True)
+class SoakShell(jobs.BoxShell):
+    """The guardian's ssh to a box, on the fake's disks: the results script's tarball of the
+    job's folder, made here as tar would make it on the box, or its "no results directory" exit
+    when the job wrote none. Anything but the results script is refused (nothing else is asked
+    of a box in the soak)."""
+
+    disks: BoxDisks = field(default_factory=BoxDisks)
+
+    def stream_to(
+        self,
+        instance: Instance,
+        script: str,
+        target: Path,
+        budget_s: float,
+        copies: jobs.Copies | None = None,
+    ) -> tuple[str, int | None]:
+        if script != w.results_script("job", "results"):
+            raise AssertionError(f"the soak's boxes run only the results script, not {script!r}")
+        files = self.disks.files.get(int(instance.instance_id))
+        if files is None:
+            return "exit 19: gpuops: the job has no results directory results", w.NO_RESULTS
+        with tarfile.open(target, "w:gz") as tar:
+            for name, data in sorted(files.items()):
+                member = tarfile.TarInfo(f"./{name}")
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+        return "", 0
+
+
+class Deliveries:
+    """Judges every delivery a run's guardians made under one results folder (M16): each is a
+    folder named by a rental id holding exactly that incarnation's files, whole, and none
+    changes once seen, whichever lifecycle's guardian delivered later."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.seen: dict[str, dict[str, bytes] | None] = {}  # None: judged bad once already
+
+    def judge(self, tally: Tally, audit: Audit, expected: dict[str, dict[str, bytes]]) -> None:
+        """Judge the folder after a lifecycle whose jobs wrote ``expected`` (by rental id)."""
+        named = self.root / "job"
+        for entry in sorted(named.iterdir()) if named.is_dir() else []:
+            found = _files(entry) if entry.is_dir() else None
+            if entry.name in self.seen:
+                before = self.seen[entry.name]
+                if before is not None and found != before:
+                    tally.results_overwritten += 1
+                    self.seen[entry.name] = None
+                    audit.note(f"the results delivered under {entry.name} changed later")
+                continue
+            want = expected.get(entry.name)
+            if found is None or want is None or found != want:
+                tally.results_overwritten += 1
+                self.seen[entry.name] = None
+                audit.note(f"results/job/{entry.name} is not that incarnation's results")
+            else:
+                tally.results_delivered += 1
+                self.seen[entry.name] = found
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in folder.rglob("*")
+        if path.is_file()
+    }
 
 
 class Audit:
@@ -406,10 +500,21 @@ class Host:
         self._sleep(seconds)
 
 
-def lifecycle(seed: int, tally: Tally, tmp: Path, s3: S3World | None = None) -> None:
+def lifecycle(
+    seed: int,
+    tally: Tally,
+    tmp: Path,
+    s3: S3World | None = None,
+    deliveries: Deliveries | None = None,
+) -> None:
     """One faulty rent -> deadline lifecycle, judged by the fake; with ``s3``, over an S3
-    state that each host reaches with its own client, and that may lose one answer."""
+    state that each host reaches with its own client, and that may lose one answer. Its
+    guardians deliver results under ``tmp/results``, judged by ``deliveries`` (the run's)."""
     rng = random.Random(seed)
+    job_rng = random.Random(seed ^ 0x5EED)  # its own draws: the lifecycle's others unchanged
+    deliveries = Deliveries(tmp / "results") if deliveries is None else deliveries
+    disks = BoxDisks()
+    expected: dict[str, dict[str, bytes]] = {}
     fake = FakeVast(parse_scenario(_scenario(rng)), clock=FakeClock())
     wire = Tripwire()
     audit = Audit(fake, tally, seed)
@@ -488,6 +593,8 @@ def lifecycle(seed: int, tally: Tally, tmp: Path, s3: S3World | None = None) -> 
         except GpuopsError:
             pass  # refused, unavailable, unresolved: the owner still ends what exists
         wire.arm(None, False, Killed)
+        if kept is not None and job_rng.random() < 0.5:  # her job writes results as it runs
+            _run_job(market(), disks, expected, kept[0], job_rng, tally)
         # the fake's own count of the lost creates it answered during her race
         tally.lost_creates += sum(entry.spec.count - entry.left for entry in fake._lost)
 
@@ -516,7 +623,7 @@ def lifecycle(seed: int, tally: Tally, tmp: Path, s3: S3World | None = None) -> 
                 audit.note("destroy exited 0 while a box billed")
 
         if guarded:
-            _guard(fake, market, wire, rng, tally, audit, others, tmp, owner_host, skew_s)
+            _guard(fake, market, wire, rng, tally, audit, others, tmp, owner_host, skew_s, disks)
         else:  # cron's sweep, every CRON_S from the deadline: the owner with no guardian
             fake.advance(max(0.0, deadline - fake.now()) + rng.uniform(0, 60.0))
             # the allowance for another host's clock is part of the grace (timing.py)
@@ -542,10 +649,34 @@ def lifecycle(seed: int, tally: Tally, tmp: Path, s3: S3World | None = None) -> 
             if ended is not None and ended < kept[1]:
                 tally.early += 1
                 audit.note(f"instance {kept[0]} ended {kept[1] - ended:.0f} s before its copy")
+        deliveries.judge(tally, audit, expected)  # M16: each incarnation's results its own
         spoiled = tally.own_corrupt > own_before  # her own record awaits a person: not reused
         if not spoiled and rng.random() < 0.3:  # alice's processes have ended: bob takes it
             wire.arm(None, False, Killed)  # every process of hers has ended: no tripwire left
             _reuse(market, fake, disk, tally, audit, others)
+
+
+def _run_job(
+    market: Market,
+    disks: BoxDisks,
+    expected: dict[str, dict[str, bytes]],
+    instance_id: int,
+    rng: random.Random,
+    tally: Tally,
+) -> None:
+    """alice's job on her kept box: its record declares the results folder (as `gpuops run`
+    writes it) and the box's disk holds what the job wrote there."""
+    rental = market.rentals.get("job")
+    if rental is None or rental.rental_id is None or rental.instance_id != str(instance_id):
+        return
+    job = jobs.Job("job", "alice", str(instance_id), "train", "results", market.clock.wall())
+    try:
+        jobs.Jobs(market.ledger.store).put(job)
+    except GpuopsError:
+        return  # its record never landed: the guardian knows of no job, and copies nothing
+    disks.write(instance_id, rental.rental_id, rng)
+    expected[rental.rental_id] = disks.files[instance_id]
+    tally.jobs_run += 1
 
 
 def _reuse(
@@ -609,6 +740,7 @@ def _guard(
     tmp: Path,
     host: str,
     skew_s: float,
+    disks: BoxDisks,
 ) -> None:
     """The rental's guardian (started before the first create) runs to its exit, on ``host``
     whose clock is ``skew_s`` off the renter's; it may be killed at a random call, and then a
@@ -628,7 +760,9 @@ def _guard(
         guardian = Guardian(
             market("alice", host, skew_s),
             "job",
-            shell=jobs.BoxShell(tmp / "local", tmp / "id_ed25519", Settings.from_environ().ssh()),
+            shell=SoakShell(
+                tmp / "local", tmp / "id_ed25519", Settings.from_environ().ssh(), disks
+            ),
             results=LocalResults(tmp / "results"),
             me=f"alice/{host}/{attempt}/g",
             clock=Host(fake, skew_s, sleep),
@@ -687,11 +821,12 @@ def run(count: int, seed: int = 0, s3_every: int = 0) -> tuple[Tally, float]:
     s3 = S3World.start() if s3_every else None
     try:
         with tempfile.TemporaryDirectory(prefix="gpuops-soak-") as tmp:
+            deliveries = Deliveries(Path(tmp) / "results")  # one folder for every lifecycle
             for i in range(count):
                 over = s3 if s3 is not None and i % s3_every == 0 else None
                 one = seed * 1_000_003 + i
                 try:
-                    lifecycle(one, tally, Path(tmp), over)
+                    lifecycle(one, tally, Path(tmp), over, deliveries)
                 except Exception as exc:  # escaped every owner: a crash, counted with its seed
                     tally.crashed += 1
                     where = traceback.extract_tb(exc.__traceback__)[-3:]

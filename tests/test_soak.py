@@ -24,7 +24,7 @@ def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_
     guardian loops on past its deadline; in a team: bob's box on another host outlives all of
     alice's processes, and her owner, on a host whose clock is up to 15 minutes off, a full
     disk or a record of bob's or her own edited by hand, still ends hers in time and never
-    early (M17)."""
+    early (M17); and each kept job's results land whole under its own incarnation (M16)."""
     tally, _ = run(PER_SLICE, seed=1000 + part)
 
     assert tally.lifecycles == PER_SLICE
@@ -39,6 +39,8 @@ def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_
     assert tally.skewed_owners > 0 and tally.others_corrupt > 0
     assert tally.own_corrupt > 0 and tally.full_disks > 0
     assert tally.names_reused > 0 and tally.names_left_unusable == 0  # M16
+    # M16: every delivery is its incarnation's, whole, and none changes later
+    assert tally.results_delivered > 0 and tally.results_overwritten == 0
     # the protocol's rare paths (the full run asserts every one, never_found included)
     assert tally.lost_creates > 0 and tally.takeovers > 0 and tally.sweep_finished > 0
     assert len(tally.kills_after) >= 4  # rent killed after at least four kinds of ledger write
