@@ -301,8 +301,12 @@ RULES: tuple[Rule, ...] = (
         "answers for its own incarnation to the end: once the name is raced again it ends only "
         "its own records and leaves 0 (tests/test_guard.py ..._m16); the race's events (create, "
         "probe, rent done/stopped), every ledger transition and guard.start/confirmed_gone "
-        "name it; the racer's heartbeat is the rental record's own (which carries it); not "
-        "yet: the free-keyword guard.* events name only the rental",
+        "name it, as does every guard.* event a guardian writes (tests/test_guard.py) and "
+        "the guardian service's guard.all.left (tests/test_guard_all.py); the racer's "
+        "heartbeat is the rental record's own (which carries it); the team soak (tests/"
+        "soak.py) judges every results delivery its incarnation's, whole, never changed by a "
+        "later one; by design, a name is raced again while an ended incarnation's guardian "
+        "still runs (it ends only its own records and leaves)",
     ),
     Rule(
         "M17",

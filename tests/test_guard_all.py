@@ -103,6 +103,8 @@ def test_one_rentals_faults_block_only_itself_in_the_guardian_service_m17():
     assert ("gone", "id-gone") in service.done and ("bad", "id-bad") in service.retry_at
     assert ("unbuilt", "id-unbuilt") in service.retry_at
     assert sorted(started) == ["bad", "gone", "super", "super", "unbuilt"]  # again, at once
+    left = {p["name"]: p["rental_id"] for k, p in service.events.events if k == "guard.all.left"}
+    assert left == {n: f"id-{n}" for n in ("bad", "gone", "super", "unbuilt")}  # M16
 
 
 def test_a_stopped_guardian_service_gives_every_lease_up_and_exits_loudly_m7(world):

@@ -272,7 +272,13 @@ class Service:
                 del self.slots[name]
             code = 1 if slot.code is None else slot.code
             step = after_exit(code, slot.raised)
-            self._log("guard.all.left", name=name, code=code, then=step.value)
+            self._log(
+                "guard.all.left",
+                name=name,
+                rental_id=slot.incarnation[1],  # which incarnation left (M16)
+                code=code,
+                then=step.value,
+            )
             if step is Next.DONE:
                 self.done.add(slot.incarnation)
             elif step is Next.RETRY:
