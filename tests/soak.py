@@ -17,6 +17,9 @@ clean-up runs). The verdicts ask the fake, never gpuops:
 - exit 0 while billing: a guardian or `destroy` said "all gone" while a box of the rental billed;
 - early: the kept box ended before its owner's own guardian would begin its copy (no `destroy`
   by hand), whichever host's clock judged it;
+- left lying: once every process has ended, the disk has room and cron has swept past an
+  unclear create's window, alice's rental still says racing or live, or a box record of hers
+  is not released (her own record edited by hand is a person's to repair: not judged);
 - results overwritten: a kept box's job wrote results (half of them do), and what its guardian
   delivered is not that incarnation's, whole, under ``<results>/job/<rental id>/`` (M16), or an
   earlier incarnation's delivery there changed; every lifecycle of a run shares one results
@@ -65,6 +68,7 @@ from gpuops.market.probe import Verdict
 from gpuops.market.ending import destroy_rental
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.sweep import sweep
+from gpuops.market.rentals import LIVE, RACING
 from gpuops.market.results import LocalResults
 from gpuops.market.teardown import exit_code, intent_of
 from gpuops.model import Instance
@@ -293,6 +297,7 @@ class Tally:
     full_disks: int = 0  # the store refusing every write from some point on
     names_reused: int = 0  # bob rents alice's name once all her processes have ended
     names_left_unusable: int = 0  # ...and was refused or left unresolved (M16: a bug)
+    left_lying: int = 0  # settled, and her rental or a box record still claims a box (M13)
     s3_lifecycles: int = 0  # over an S3 state, a client per host
     crashed: int = 0  # a lifecycle an exception escaped (a bug: counted bad, with its seed)
     lost_answers: int = 0  # conditional S3 writes that landed and whose answer was lost
@@ -314,6 +319,7 @@ class Tally:
             + self.early
             + self.results_overwritten
             + self.names_left_unusable
+            + self.left_lying
             + self.leases_left_by_sigterm
             + self.crashed
         )
@@ -651,9 +657,38 @@ def lifecycle(
                 audit.note(f"instance {kept[0]} ended {kept[1] - ended:.0f} s before its copy")
         deliveries.judge(tally, audit, expected)  # M16: each incarnation's results its own
         spoiled = tally.own_corrupt > own_before  # her own record awaits a person: not reused
-        if not spoiled and rng.random() < 0.3:  # alice's processes have ended: bob takes it
-            wire.arm(None, False, Killed)  # every process of hers has ended: no tripwire left
-            _reuse(market, fake, disk, tally, audit, others)
+        if spoiled:
+            return
+        wire.arm(None, False, Killed)  # every process of hers has ended: no tripwire left
+        _settle(market, fake, disk, audit)
+        for lie in _lying(market()):
+            tally.left_lying += 1
+            audit.note(f"once every process had ended and cron had swept: {lie}")
+        if rng.random() < 0.3:  # bob takes her name
+            _reuse(market, fake, tally, audit, others)
+
+
+def _settle(market: Callable[..., Market], fake: FakeVast, disk: Disk, audit: Audit) -> None:
+    """Every process of alice's has ended: the disk has room again, and cron's sweep runs
+    once past any unclear create's window."""
+    disk.full = False
+    fake.advance(timing.UNCLEAR_CREATE_WINDOW_S)
+    with contextlib.suppress(GpuopsError), audit.in_sweep():
+        sweep(market())
+
+
+def _lying(market: Market) -> list[str]:
+    """What alice's state still claims once everything has settled (M13: none lies): her
+    rental racing or live, or a box record of hers not released. Her boxes no longer bill by
+    now (the leak verdict has passed), so each of these would be a claim no box stands for."""
+    lies: list[str] = []
+    rental = market.rentals.get("job")
+    if rental is not None and rental.owner == "alice" and rental.state in (RACING, LIVE):
+        lies.append(f"her rental still says {rental.state}")
+    for record in market.ledger.records(skip_corrupt=True):
+        if record.owner == "alice" and record.active:
+            lies.append(f"her box record {record.name} still says {record.state.value}")
+    return lies
 
 
 def _run_job(
@@ -682,19 +717,14 @@ def _run_job(
 def _reuse(
     market: Callable[..., Market],
     fake: FakeVast,
-    disk: Disk,
     tally: Tally,
     audit: Audit,
     others: set[int],
 ) -> None:
-    """bob rents "job" on host B once alice's lifecycle is over: the disk has room again and
-    cron's sweep has run past any unclear create's window. Her name must be usable (M16, M13:
-    no state left stuck), and his box ends by his own `destroy`."""
+    """bob rents "job" on host B once alice's lifecycle is over and settled (``_settle``). Her
+    name must be usable (M16, M13: no state left stuck), and his box ends by his own
+    `destroy`."""
     tally.names_reused += 1
-    disk.full = False
-    fake.advance(timing.UNCLEAR_CREATE_WINDOW_S)
-    with contextlib.suppress(GpuopsError), audit.in_sweep():
-        sweep(market())
     try:
         rental = market("bob", "hostB", 0.0).rent(RentRequest("job", "RTX 4090", HOURS, race_k=1))
     except (Refused, StillRunning) as exc:

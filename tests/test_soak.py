@@ -39,6 +39,7 @@ def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_
     assert tally.skewed_owners > 0 and tally.others_corrupt > 0
     assert tally.own_corrupt > 0 and tally.full_disks > 0
     assert tally.names_reused > 0 and tally.names_left_unusable == 0  # M16
+    assert tally.left_lying == 0  # settled: no rental or box record claims a gone box
     # M16: every delivery is its incarnation's, whole, and none changes later
     assert tally.results_delivered > 0 and tally.results_overwritten == 0
     # the protocol's rare paths (the full run asserts every one, never_found included)
