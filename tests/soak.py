@@ -17,6 +17,8 @@ clean-up runs). The verdicts ask the fake, never gpuops:
 - exit 0 while billing: a guardian or `destroy` said "all gone" while a box of the rental billed;
 - early: the kept box ended before its owner's own guardian would begin its copy (no `destroy`
   by hand), whichever host's clock judged it;
+- (reached, not judged) a guardian killed or stopped during its results copy: its successor
+  copies again, into the same incarnation's folder;
 - left lying: once every process has ended, the disk has room and cron has swept past an
   unclear create's window, alice's rental still says racing or live, or a box record of hers
   is not released (her own record edited by hand is a person's to repair: not judged);
@@ -288,6 +290,7 @@ class Tally:
     unguarded: int = 0  # --no-guard: sweep is the owner
     early: int = 0  # a kept box ended before its owner's own guardian would have begun to
     jobs_run: int = 0  # a kept box's job wrote results for its guardian to copy
+    killed_in_copy: int = 0  # a guardian killed or stopped mid-copy: streamed, never said
     results_delivered: int = 0  # ...and they were delivered whole, under its incarnation
     results_overwritten: int = 0  # a delivery not its incarnation's, or one that changed (M16)
     # the team's rare paths, each counted as reached (a run that never met one says so)
@@ -329,8 +332,12 @@ class BoxDisks:
     """What the lifecycle's jobs wrote on their boxes' disks: each kept box whose job ran holds
     a results folder (its rental id, and a checkpoint) that only that box has."""
 
-    def __init__(self) -> None:
+    def __init__(self, wire: Tripwire) -> None:
         self.files: dict[int, dict[str, bytes]] = {}
+        self.streams = 0  # results tarballs streamed off a box
+        self.wire = wire
+        self.copy_kill: str | None = None  # "kill" or "term": the guardian dies mid-copy
+        self.fire_in_copy: Callable[[], BaseException] | None = None  # ...armed by _guard
 
     def write(self, instance_id: int, rental_id: str, rng: random.Random) -> None:
         self.files[instance_id] = {
@@ -361,6 +368,10 @@ class SoakShell(jobs.BoxShell):
         files = self.disks.files.get(int(instance.instance_id))
         if files is None:
             return "exit 19: gpuops: the job has no results directory results", w.NO_RESULTS
+        self.disks.streams += 1
+        if self.disks.fire_in_copy is not None:  # dies at its next call: mid-copy
+            self.disks.wire.arm(1, False, self.disks.fire_in_copy)
+            self.disks.fire_in_copy = None
         with tarfile.open(target, "w:gz") as tar:
             for name, data in sorted(files.items()):
                 member = tarfile.TarInfo(f"./{name}")
@@ -415,6 +426,7 @@ class Audit:
         self.fake, self.tally, self.seed = fake, tally, seed
         self.last = "none"  # alice's last ledger transition, before -> after
         self.sweeping = False  # a sweep is running (set around each call)
+        self.copies_said = 0  # guard.copy events: copies that ran to their end
 
     def append(self, kind: str, /, **payload: Any) -> None:
         if kind == "ledger.transition" and payload.get("owner") == "alice":
@@ -425,6 +437,8 @@ class Audit:
             self.tally.never_found += 1
         elif kind == "guard.lease.taken" and payload.get("previous"):
             self.tally.takeovers += 1
+        elif kind == "guard.copy":  # a guardian's copy has ended, and said how
+            self.copies_said += 1
         if kind == "ledger.transition" and payload.get("after") == "released":
             instance_id = payload.get("instance_id")
             if instance_id and self.fake.show(int(instance_id)) is not None:
@@ -519,10 +533,10 @@ def lifecycle(
     rng = random.Random(seed)
     job_rng = random.Random(seed ^ 0x5EED)  # its own draws: the lifecycle's others unchanged
     deliveries = Deliveries(tmp / "results") if deliveries is None else deliveries
-    disks = BoxDisks()
     expected: dict[str, dict[str, bytes]] = {}
     fake = FakeVast(parse_scenario(_scenario(rng)), clock=FakeClock())
     wire = Tripwire()
+    disks = BoxDisks(wire)
     audit = Audit(fake, tally, seed)
     disk = Disk(wire)
     stores: dict[str, Any] = {}
@@ -601,6 +615,8 @@ def lifecycle(
         wire.arm(None, False, Killed)
         if kept is not None and job_rng.random() < 0.5:  # her job writes results as it runs
             _run_job(market(), disks, expected, kept[0], job_rng, tally)
+            if job_rng.random() < 0.3:  # ...and her guardian dies during its copy
+                disks.copy_kill = job_rng.choice(["kill", "term"])
         # the fake's own count of the lost creates it answered during her race
         tally.lost_creates += sum(entry.spec.count - entry.left for entry in fake._lost)
 
@@ -802,9 +818,21 @@ def _guard(
             sigterm = rng.random() < 0.4  # ...by SIGTERM (systemd's stop) or SIGKILL
             fire = functools.partial(_sigterm, guardian) if sigterm else Killed
             wire.arm(rng.randint(1, 30), rng.random() < 0.5, fire)
+        elif attempt == 0 and disks.copy_kill is not None:  # killed once its copy is under way
+            term = disks.copy_kill == "term"
+            disks.fire_in_copy = functools.partial(_sigterm, guardian) if term else Killed
+        else:
+            disks.fire_in_copy = None
+        streams, said = disks.streams, audit.copies_said
+
+        def mid_copy() -> None:  # streamed its results, never said how the copy ended
+            if disks.streams > streams and audit.copies_said == said:
+                tally.killed_in_copy += 1  # its successor copies again, into the same place
+
         try:
             code = guardian.run()
         except Terminated as stop:
+            mid_copy()
             tally.guardians_terminated += 1
             wire.arm(None, False, Killed)
             store = guardian.market.ledger.store
@@ -824,6 +852,7 @@ def _guard(
             audit.note("a guardian still looped a day past its deadline")
             return
         except Killed:
+            mid_copy()
             tally.guardians_killed += 1
             wire.arm(None, False, Killed)
             continue
