@@ -261,15 +261,21 @@ class Reaper:
 
 
 def _describe(argv: list[str]) -> str:
-    """A process in words: a guardian, a fake boot, a tmux server, or its program's name."""
-    text = " ".join(argv)
-    if " guard " in f" {text} ":
+    """A process in words, from its argv's shape (never a search of its text): a guardian
+    (gpuops' `guard` subcommand), a fake box's tmux server (the program tmux), a fake VM's
+    boot (bash running the fake's startup-script file), or its program's name."""
+    from fakes.gce.boot import STARTUP_SCRIPT
+
+    if not argv:
+        return "a process"
+    program = Path(argv[0]).name
+    if "guard" in argv[1:]:
         return "a guardian"
-    if "tmux" in text:
+    if program == "tmux":
         return "a fake box's tmux server"
-    if "startup" in text or "boot" in text:
+    if program == "bash" and len(argv) == 2 and Path(argv[1]).name == STARTUP_SCRIPT:
         return "a fake VM boot process"
-    return Path(argv[0]).name if argv else "a process"
+    return program
 
 
 def _check_fresh(state_url: str) -> None:

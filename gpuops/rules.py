@@ -416,10 +416,3 @@ RULES: tuple[Rule, ...] = (
         "(no budgets yet); never yet sent to a real ntfy, mail or Slack",
     ),
 )
-
-
-def by_id(rule_id: str) -> Rule:
-    for rule in RULES:
-        if rule.id == rule_id:
-            return rule
-    raise KeyError(rule_id)

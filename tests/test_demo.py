@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from gpuops import demo as demo_module
+
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,3 +124,22 @@ def test_a_fake_that_never_destroys_makes_the_demo_fail_loudly(tmp_path):
     assert "FAILED:" in text and "PASSED" not in text
     assert "STILL BILLS the box after its deadline, and the guardian's destroy, retried" in text
     assert result["left"] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["/v/bin/python", "-m", "gpuops", "guard", "job"], "a guardian"),
+        (["/usr/bin/tmux", "-S", "/tmp/s", "new-session", "-d"], "a fake box's tmux server"),
+        (["/bin/bash", "/tmp/vm-1/startup-script"], "a fake VM boot process"),
+        (["/bin/bash", "/tmp/boot-notes.sh"], "bash"),  # a name with "boot" in it is not one
+        (["/usr/bin/sleep", "600"], "sleep"),
+        (["/usr/bin/cat", "/tmp/tmux-1000/default"], "cat"),  # nor one with "tmux" in it
+        (["/v/bin/python", "-m", "gpuops", "rent", "guarded-job"], "python"),
+        ([], "a process"),
+    ],
+)
+def test_a_left_process_is_named_from_its_argv_s_shape_never_from_its_text(argv, said):
+    """What the demo says it ended is read from the process's program and arguments, not by
+    searching their text (a path that merely contains "tmux" or "boot" names nothing)."""
+    assert demo_module._describe(argv) == said

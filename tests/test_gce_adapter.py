@@ -17,7 +17,8 @@ from gpuops.errors import (
     VersionConflict,
 )
 from gpuops.events import EventLog, read_events
-from gpuops.providers import load_recording, recording_names
+from gpuops.providers import load_recording
+from oracles import recording_names
 from gpuops.providers.gce import GceAdapter, GceStatus, operation_error, parse_instance
 from gpuops.providers.gcs import GcsAdapter
 from fakes.vast.clock import FakeClock

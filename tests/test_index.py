@@ -10,7 +10,7 @@ import pytest
 from fakes.simulate import simulate_market
 from gpuops.analysis import index
 from gpuops.analysis.index import index_key, machine_counts
-from gpuops.analysis.learned import pass_rates_from_log
+from oracles import pass_rates_from_log
 from gpuops.analysis.shrink import MachineCounts
 from gpuops.analysis.scan import scan_events
 from gpuops.analysis.stats import KINDS, Stats

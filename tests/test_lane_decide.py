@@ -87,6 +87,13 @@ def test_stockout_retries_stop_at_the_limit_of_this_invocation_l7():
     assert not d.retry_stockout(5, 5)
 
 
+def test_a_start_waits_for_a_stopping_instance_up_to_the_operation_timeout_and_no_longer_l7():
+    """L1, L7: the wait for TERMINATED gives up exactly at GCE_OPERATION_TIMEOUT_S."""
+    limit = timing.GCE_OPERATION_TIMEOUT_S
+    assert not d.stop_wait_over(0.0) and not d.stop_wait_over(limit - 0.001)
+    assert d.stop_wait_over(limit) and d.stop_wait_over(limit + 1.0)
+
+
 @pytest.mark.parametrize(
     "text, parsed",
     [

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+import oracles
 from gpuops.lane import script as s
 
 CHECK_TIMEOUT_S = 10.0
@@ -17,7 +18,7 @@ TEMPLATE = s.render("portraits", "bkt", "python3 gen.py", inputs=("ref-1.png", "
 def test_the_template_keeps_the_whole_contract_l5():
     """L5/L6: the rendered script lints clean for its own job."""
     assert s.lint(TEMPLATE, "portraits") == []
-    assert s.job_names(TEMPLATE) == ["portraits"]
+    assert oracles.job_names(TEMPLATE) == ["portraits"]
 
 
 def test_a_job_name_mismatch_is_a_finding_naming_both_names_l4():
@@ -386,7 +387,7 @@ def test_every_way_of_setting_job_is_read_exactly_once_l4(line, names, finding):
     """L4: export, read, declare, readonly and a backtick substitution all set JOB."""
     body = TEMPLATE.replace('JOB="portraits"\n', f"{line}\n")
 
-    assert s.job_names(body) == names
+    assert oracles.job_names(body) == names
     expected = [] if finding is None else [s.Finding("L4", finding)]
     assert [f for f in s.lint(body, "portraits") if f.rule == "L4"] == expected
 

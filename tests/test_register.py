@@ -12,7 +12,8 @@ import pytest
 
 from gpuops.errors import UsageError
 from gpuops.register import Observation, Register, shown_status
-from gpuops.rules import Rule, by_id
+from gpuops.rules import Rule
+from oracles import rule as by_id
 from gpuops.store.memory import MemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent

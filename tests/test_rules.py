@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.rules import IMPLEMENTED, RULES, VERIFIED, WRITTEN, by_id
+from gpuops.rules import IMPLEMENTED, RULES, VERIFIED, WRITTEN
+from oracles import rule as by_id
 
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT.parent / "shared" / "DESIGN.md"

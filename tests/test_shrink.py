@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from fakes.simulate import simulate_market
-from gpuops.analysis.learned import pass_rates_from_log, ranker
+from gpuops.analysis.learned import ranker
+from oracles import pass_rates_from_log
 from gpuops.analysis.shrink import (
     MAX_STRENGTH,
     MIN_STRENGTH,

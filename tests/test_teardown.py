@@ -27,7 +27,6 @@ from gpuops.market.teardown import (
     confirm_and_release,
     destroy_box,
     intent_of,
-    is_pending,
     label_for,
     never_found,
 )
@@ -153,7 +152,7 @@ def test_a_destroyed_box_is_released_once_show_says_it_is_gone(ledger, clock):
     assert clock.slept == [timing.DESTROY_CONFIRM_POLL_S] * 2
     record = ledger.get(BOX)
     assert record.state is BoxState.RELEASED
-    assert not is_pending(record)
+    assert record.state is not BoxState.DESTROYING
     assert [p["after"] for _, p in ledger.events.events][-3:] == [
         "destroying",
         "gone-confirmed",
@@ -213,7 +212,7 @@ def test_a_failed_destroy_call_stays_on_the_retry_list_with_its_error(ledger, cl
     )
     assert vast.calls == [("destroy", "77")]
     record = ledger.get(BOX)
-    assert is_pending(record)
+    assert record.state is BoxState.DESTROYING
     assert (record.destroy_attempts, record.last_error) == (1, f"{type(error).__name__}: {error}")
     assert vast.alive == {"77"}
 
@@ -227,7 +226,7 @@ def test_an_error_the_destroy_cannot_judge_is_raised_with_the_box_still_pending(
     with pytest.raises(StillRunning):
         destroy(vast, ledger, clock)
 
-    assert is_pending(ledger.get(BOX))
+    assert ledger.get(BOX).state is BoxState.DESTROYING
 
 
 def test_a_box_that_will_not_go_is_asked_about_until_the_deadline_then_kept_pending(ledger, clock):
@@ -245,7 +244,7 @@ def test_a_box_that_will_not_go_is_asked_about_until_the_deadline_then_kept_pend
     assert vast.shows() == POLLS_IN_TIME
     assert clock.slept == [timing.DESTROY_CONFIRM_POLL_S] * (POLLS_IN_TIME - 1)
     record = ledger.get(BOX)
-    assert is_pending(record)
+    assert record.state is BoxState.DESTROYING
     assert record.last_error == "not confirmed gone in time: the provider still shows it"
 
 
@@ -305,14 +304,6 @@ def test_confirming_needs_an_instance(ledger, clock):
         confirm_and_release(Provider(), ledger, record, clock=clock, sleep=clock.sleep)
 
     assert str(caught.value) == f"{BOX!r} has no instance to confirm gone"
-
-
-@pytest.mark.parametrize("state", list(BoxState))
-def test_pending_means_exactly_a_destroy_not_yet_confirmed(ledger, state):
-    """M4: the retry list is the records in ``destroying``, and only those."""
-    record, _ = ledger.record_intent(BOX, "vast")
-
-    assert is_pending(replace(record, state=state)) is (state is BoxState.DESTROYING)
 
 
 def test_a_confirmation_whose_release_a_crash_cut_off_is_released_without_a_new_destroy(

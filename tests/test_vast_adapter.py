@@ -36,7 +36,8 @@ from gpuops.errors import (
 )
 from gpuops.events import REDACTED, EventLog, read_events, scrub
 from gpuops.model import Instance, InstanceStatus, KeyHolder, Offer, SshKey
-from gpuops.providers import Recording, load_recording, recording_names
+from gpuops.providers import Recording, load_recording
+from oracles import recording_names
 from gpuops.providers.vast import (
     READ_ATTEMPTS,
     VastAdapter,

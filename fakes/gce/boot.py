@@ -190,10 +190,13 @@ def make_sandbox(
     return sandbox
 
 
+STARTUP_SCRIPT = "startup-script"  # the boot runs `bash <sandbox>/startup-script`
+
+
 def spawn(
     sandbox: Path, number: int, script: str, *, server: str, disk_gb: int
 ) -> subprocess.Popen[bytes]:
-    path = sandbox / "startup-script"
+    path = sandbox / STARTUP_SCRIPT
     path.write_text(script)
     env = {
         "PATH": f"{sandbox / 'bin'}:/usr/local/bin:/usr/bin:/bin",

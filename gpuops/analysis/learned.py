@@ -1,10 +1,9 @@
 """What the market learns from its own log at rent time: shrunk pass rates for ranking.
 
 The shell around analysis/shrink.py: take the per-machine tallies (from the index in the state
-store, index.py, which folds only what the log gained since its checkpoint; or, for ``stats``
-and tests, from one full read of the log), fit the priors, and answer ``rates(offers)`` with a
-rate for every offer's machine (the GPU prior's mean for a machine never judged), as
-select.py's ``pass_rate`` wants.
+store, index.py, which folds only what the log gained since its checkpoint), fit the priors,
+and answer ``rates(offers)`` with a rate for every offer's machine (the GPU prior's mean for a
+machine never judged), as select.py's ``pass_rate`` wants.
 """
 
 from __future__ import annotations
@@ -13,8 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from gpuops.analysis.scan import scan_events
-from gpuops.analysis.shrink import KINDS, MachineCounts, PassRates
+from gpuops.analysis.shrink import PassRates
 from gpuops.store.base import Store
 from gpuops.store.memory import MemoryStore
 
@@ -24,14 +22,6 @@ class OfferOfMachine(Protocol):
     def machine_id(self) -> int: ...
     @property
     def gpu_name(self) -> str: ...
-
-
-def pass_rates_from_log(path: Path) -> PassRates:
-    counts = MachineCounts()
-    if path.is_file():
-        for *_, event in scan_events(path, kinds=KINDS):
-            counts.add_event(event)
-    return PassRates.from_counts(counts)
 
 
 class Ranker:

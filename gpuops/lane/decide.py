@@ -101,6 +101,13 @@ def retry_stockout(attempts_this_run: int, max_attempts: int) -> bool:
     return attempts_this_run < max_attempts
 
 
+def stop_wait_over(waited_s: float) -> bool:
+    """Whether a start that has waited ``waited_s`` for a stopping instance to reach TERMINATED
+    gives up: loudly, the claim kept, and the instance never stopped or reset by gpuops (L1,
+    L7); the next `lane start` waits again."""
+    return waited_s >= timing.GCE_OPERATION_TIMEOUT_S
+
+
 @dataclass(frozen=True)
 class Status:
     """The job's status file: ``<stage> <attempt> <reason...>``."""

@@ -560,7 +560,7 @@ class Lane:
                 return board
             if step is d.Step.WAIT_STOPPING:
                 waiting_since = self.clock.wall() if waiting_since is None else waiting_since
-                if self.clock.wall() - waiting_since >= timing.GCE_OPERATION_TIMEOUT_S:
+                if d.stop_wait_over(self.clock.wall() - waiting_since):
                     raise Unavailable(
                         f"instance {inst.name} stayed {inst.status_raw} for "
                         f"{timing.GCE_OPERATION_TIMEOUT_S:g} s; the claim is kept, and gpuops "
@@ -577,7 +577,7 @@ class Lane:
                     return result
                 tries += 1
                 continue
-            if tries >= max_attempts:
+            if not d.retry_stockout(tries, max_attempts):
                 raise Unavailable(
                     f"lane {board.lane}: no successful start in {tries} attempts; the claim is "
                     f"kept (attempt {board.attempt}, {board.stockouts} stockouts); run "
@@ -590,7 +590,7 @@ class Lane:
                 result = self._await_boot(job, board)
                 if result is not None:
                     return result
-            elif tries < max_attempts:
+            elif d.retry_stockout(tries, max_attempts):
                 self.progress(f"waiting {timing.STOCKOUT_RETRY_S:g} s before the next attempt")
                 self.clock.sleep(timing.STOCKOUT_RETRY_S)
 

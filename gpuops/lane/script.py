@@ -47,11 +47,6 @@ class Finding:
     message: str
 
 
-def job_names(script: str) -> list[str]:
-    """Every value the script gives JOB, in order ('?' for one that is not a literal)."""
-    return [value for value, _ in _job_values(parse(script))]
-
-
 def _all(parsed: Parsed) -> list[Command]:
     """Every command, top level and in every function body, with their substitutions."""
     out: list[Command] = []

@@ -199,8 +199,3 @@ def _released_meanwhile(ledger: Ledger, name: str) -> bool:
     record between our read and our write; the box is gone, which is all either wanted."""
     current = ledger.get(name)
     return current is not None and current.state is BoxState.RELEASED
-
-
-def is_pending(record: Record) -> bool:
-    """On the retry list: a destroy began and the box is not confirmed gone (M4)."""
-    return record.state is BoxState.DESTROYING

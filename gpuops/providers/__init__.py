@@ -76,11 +76,6 @@ class Recording:
         )
 
 
-def recording_names(provider: str) -> list[str]:
-    """Every recording of ``provider``, by name, sorted."""
-    return sorted(path.stem for path in (RECORDINGS / provider).glob("*.yaml"))
-
-
 def load_recording(provider: str, name: str, root: Path | None = None) -> Recording:
     """The recording ``recordings/<provider>/<name>.yaml``; a malformed one is a UsageError.
     ``root``: another recordings folder (one `gpuops record` just wrote, in a test)."""
