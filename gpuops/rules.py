@@ -412,7 +412,8 @@ RULES: tuple[Rule, ...] = (
         "create's exit 5), a destroy pending for rounds, a failed results copy, `watch` "
         "judging a job stalled or dead, `sweep` finding unowned, unresolved or unreadable "
         "records, and the lane's stale claim (L8) and billing alarm (L12) "
-        "(tests/test_lane_incidents.py, tests/test_lane_l12.py); not yet a budget threshold "
-        "(no budgets yet); never yet sent to a real ntfy, mail or Slack",
+        "(tests/test_lane_incidents.py, tests/test_lane_l12.py), and a budget's threshold "
+        "crossed, once per threshold per period (M15: tests/test_alarms_unit.py, "
+        "tests/test_budgets.py); never yet sent to a real ntfy, mail or Slack",
     ),
 )
