@@ -362,13 +362,16 @@ RULES: tuple[Rule, ...] = (
         "leaves running, the fake does too; what it does not model is a loud error.",
         IMPLEMENTED,
         "tests/test_vast_cli_contract.py::test_the_cli_creates_shows_labels_lists_and_destroys_a_box_h4",
-        scope="Vast only: FakeVast judged by the vastai 1.9.1 CLI over loopback (search with "
+        scope="FakeVast judged by the vastai 1.9.1 CLI over loopback (search with "
         "documented keys, create, show, label, list, destroy, user), documented 400s for "
         "unknown search keys and computed list filters, creates and key registers its "
         "published contract refuses, and ssh into a box only with a key the account held at "
         "its create (tests/test_fake_vast.py), unmodelled routes loud; S3 through "
-        "moto (boto3 conditional writes); FakeGCE and the fake GCS are not yet judged by "
-        "their real clients",
+        "moto (boto3 conditional writes); FakeGCE and the fake GCS judged by "
+        "google-cloud-compute's REST client (get, metadata, scheduling, start through its "
+        "ExtendedOperation, a stockout, a stale fingerprint's 412, serial output) and "
+        "google-cloud-storage (generation preconditions, reads by generation, listing with "
+        "a delimiter, resumable uploads, deletes) in-process (tests/test_fake_gce_contract.py)",
     ),
     Rule(
         "H5",
