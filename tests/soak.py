@@ -19,6 +19,9 @@ clean-up runs). The verdicts ask the fake, never gpuops:
   by hand), whichever host's clock judged it;
 - (reached, not judged) a guardian killed or stopped during its results copy: its successor
   copies again, into the same incarnation's folder;
+- a failed copy unheard: the guardian's results destination refused the delivery, and it
+  exited 0 (it must still destroy in time, judged by the leak and early verdicts, and exit
+  non-zero: M17);
 - left lying: once every process has ended, the disk has room and cron has swept past an
   unclear create's window, alice's rental still says racing or live, or a box record of hers
   is not released (her own record edited by hand is a person's to repair: not judged);
@@ -291,6 +294,8 @@ class Tally:
     early: int = 0  # a kept box ended before its owner's own guardian would have begun to
     jobs_run: int = 0  # a kept box's job wrote results for its guardian to copy
     killed_in_copy: int = 0  # a guardian killed or stopped mid-copy: streamed, never said
+    destinations_lost: int = 0  # the guardian's results destination refused (M17: it destroys)
+    copy_failures_unheard: int = 0  # ...and its guardian exited 0 all the same (M17: a bug)
     results_delivered: int = 0  # ...and they were delivered whole, under its incarnation
     results_overwritten: int = 0  # a delivery not its incarnation's, or one that changed (M16)
     # the team's rare paths, each counted as reached (a run that never met one says so)
@@ -323,6 +328,7 @@ class Tally:
             + self.results_overwritten
             + self.names_left_unusable
             + self.left_lying
+            + self.copy_failures_unheard
             + self.leases_left_by_sigterm
             + self.crashed
         )
@@ -337,6 +343,7 @@ class BoxDisks:
         self.streams = 0  # results tarballs streamed off a box
         self.wire = wire
         self.copy_kill: str | None = None  # "kill" or "term": the guardian dies mid-copy
+        self.no_destination = False  # the guardian's results destination refuses delivery
         self.fire_in_copy: Callable[[], BaseException] | None = None  # ...armed by _guard
 
     def write(self, instance_id: int, rental_id: str, rng: random.Random) -> None:
@@ -617,6 +624,9 @@ def lifecycle(
             _run_job(market(), disks, expected, kept[0], job_rng, tally)
             if job_rng.random() < 0.3:  # ...and her guardian dies during its copy
                 disks.copy_kill = job_rng.choice(["kill", "term"])
+            if job_rng.random() < 0.15:  # ...or its results destination is gone (M17)
+                disks.no_destination = True
+                tally.destinations_lost += 1
         # the fake's own count of the lost creates it answered during her race
         tally.lost_creates += sum(entry.spec.count - entry.left for entry in fake._lost)
 
@@ -809,7 +819,7 @@ def _guard(
             shell=SoakShell(
                 tmp / "local", tmp / "id_ed25519", Settings.from_environ().ssh(), disks
             ),
-            results=LocalResults(tmp / "results"),
+            results=LocalResults(_lost(tmp) if disks.no_destination else tmp / "results"),
             me=f"alice/{host}/{attempt}/g",
             clock=Host(fake, skew_s, sleep),
             say=lambda line: None,
@@ -860,10 +870,20 @@ def _guard(
             wire.arm(None, False, Killed)  # its tripwire never fired: nothing after it dies
             return  # e.g. no rental at all: rent died before writing one; nothing to own
         wire.arm(None, False, Killed)
+        if code == 0 and disks.no_destination and disks.streams > streams:
+            tally.copy_failures_unheard += 1  # its copy could not be delivered: loud (M17)
+            audit.note("a guardian whose results could not be delivered exited 0")
         if code == 0 and _ours_billing(fake, others):
             tally.exit_0_while_billing += 1
             audit.note("a guardian exited 0 while a box billed")
         return
+
+
+def _lost(tmp: Path) -> Path:
+    """A results destination that refuses every delivery: a folder under a plain file."""
+    blocker = tmp / "results-lost"
+    blocker.touch()
+    return blocker / "results"
 
 
 def _ours_billing(fake: FakeVast, others: int | set[int]) -> list[int]:

@@ -9,12 +9,12 @@ behind a proxy that may lose one conditional write's answer), each host with its
 
 Prints lifecycles per second, the machine's load, and every count tests/soak.py keeps; exits 1
 if any bad count (Tally.bad: leaked, wrong destroys, premature releases, exit 0 while billing,
-early ends, results overwritten, rentals left lying, ...) is not 0, or if a rare path was never
-reached: each team path, a lost create, an unclear create recorded as never found, a
-guardian's takeover, a sweep finishing a pending destroy, a guardian killed or stopped during
-its copy, a job's results delivered (judged: never another incarnation's, never changed
-later), and rent killed right after each ledger transition a rent writes (REACHED,
-KILL_POINTS).
+early ends, results overwritten, a failed copy unheard, rentals left lying, ...) is not 0, or if
+a rare path was never reached: each team path, a lost create, an unclear create recorded as
+never found, a guardian's takeover, a sweep finishing a pending destroy, a guardian killed or
+stopped during its copy, a results destination that refuses, a job's results delivered
+(judged: never another incarnation's, never changed later), and rent killed right after each
+ledger transition a rent writes (REACHED, KILL_POINTS).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ CHUNK = 250
 REACHED = ("kept", "killed", "interrupted", "guardians_killed", "guardians_terminated",
            "unguarded", "skewed_owners", "others_corrupt", "own_corrupt", "full_disks",
            "names_reused", "lost_creates", "never_found", "takeovers",
-           "sweep_finished", "results_delivered", "killed_in_copy")  # fmt: skip
+           "sweep_finished", "results_delivered", "killed_in_copy",
+           "destinations_lost")  # fmt: skip
 KILL_POINTS = ("none", "None->intent", "intent->live", "intent->gone-confirmed",
                "live->destroying", "destroying->gone-confirmed",
                "gone-confirmed->released")  # fmt: skip
