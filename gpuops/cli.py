@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
-from gpuops.errors import GpuopsError, Interrupted, UsageError
+from gpuops.errors import ExitCode, GpuopsError, Interrupted, UsageError
 
 TYPE_CHECKING = False  # not typing's: importing typing is a cost `gpuops --help` would pay
 if TYPE_CHECKING:
@@ -402,19 +403,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except BrokenPipeError:  # the reader left (`gpuops rules | head`): not our failure
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+        return ExitCode.BROKEN_PIPE
     except Interrupted as exc:
         print(f"gpuops: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gpuops: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.signalled(signal.SIGINT)
     except Exception:  # the last line of defence: loud, with the traceback, exit 1
         import traceback
 
         print(_scrubbed(traceback.format_exc()), file=sys.stderr, end="")
         print("gpuops: unexpected error (a bug): see the traceback above", file=sys.stderr)
-        return 1
+        return ExitCode.ERROR
 
 
 def _scrubbed(text: str) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
-from gpuops.errors import GpuopsError, Interrupted, Unavailable, UsageError
+from gpuops.errors import ExitCode, GpuopsError, Interrupted, Unavailable, UsageError
 from gpuops.settings import Settings
 
 DEFAULT_LINES = 100
@@ -260,7 +260,7 @@ def run_ssh(argv: list[str], environ: dict[str, str]) -> int:
             code = proc.wait()
         except KeyboardInterrupt:
             continue  # the terminal sent it to ssh too; ssh decides, its exit code is ours
-        return 128 - code if code < 0 else code
+        return ExitCode.signalled(-code) if code < 0 else code  # ssh's own, or its signal
 
 
 # --- cost ---------------------------------------------------------------------------------

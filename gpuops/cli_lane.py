@@ -173,7 +173,9 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
             _print_board(view)
         if view["billing_alarm"]:
             print(view["billing_alarm"], file=sys.stderr)
-            return 6 if view["job_outcome"] == "failed" else 5
+            from gpuops.lane import decide as d
+
+            return d.billing_exit(d.Verdict(view["job_outcome"]))
         return 0
     if command == "repair":
         board, signs = lane.repair()

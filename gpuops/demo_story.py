@@ -4,10 +4,12 @@ narration, the closing table and the verdict. Used by gpuops/demo.py and both ac
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import textwrap
 from dataclasses import asdict, dataclass
 
+from gpuops.errors import ExitCode
 from gpuops.progress import colour_on, paint
 
 WIDTH = 96
@@ -94,8 +96,8 @@ class Story:
             colour = "green" if self.passed else "red"
             print(f"\n{paint(verdict, colour, self.colour)}  ({seconds:.0f} s)", flush=True)
         if self.passed:
-            return 0
-        return 130 if self.interrupted else 1
+            return ExitCode.OK
+        return ExitCode.signalled(signal.SIGINT) if self.interrupted else ExitCode.ERROR
 
     def _table(self) -> None:
         print("\n" + paint("What happened, the rule that held, and the evidence", "bold",

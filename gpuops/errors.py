@@ -38,23 +38,45 @@ adapter catches a foreign exception.
 
 from __future__ import annotations
 
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Every exit code gpuops gives (DESIGN §3), in one place: a command returns one of these,
+    an error carries one, and a signal's exit is ``ExitCode.signalled(signum)``."""
+
+    OK = 0
+    ERROR = 1  # unexpected: a bug or an unknown failure
+    USAGE = 2  # bad arguments or input, or configuration (the message names the fix)
+    REFUSED = 3  # a safety rule said no; the message names the rule
+    UNAVAILABLE = 4  # capacity or a provider unavailable after retries; any claim kept
+    UNKNOWN = 5  # still running, or unknown (a watch that timed out): not a failure (L9)
+    FAILED = 6  # the job failed or died (M10)
+    SUPERSEDED = 7  # a guardian that saw its successor renew the lease leaves (M7)
+    BROKEN_PIPE = 141  # stdout closed under us (128 + SIGPIPE): a pager quit early
+
+    @staticmethod
+    def signalled(signum: int) -> int:
+        """128 + the signal's number, as a shell reports a process a signal ended."""
+        return 128 + signum
+
 
 class GpuopsError(Exception):
     """Base of every error gpuops raises on purpose."""
 
-    exit_code = 1
+    exit_code: int = ExitCode.ERROR
 
 
 class UsageError(GpuopsError):
     """Bad arguments or input; the message names what was wrong."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class Refused(GpuopsError):
     """A safety rule refused the action. ``rule`` is the rule id (DESIGN §1)."""
 
-    exit_code = 3
+    exit_code = ExitCode.REFUSED
 
     def __init__(self, rule: str, message: str) -> None:
         super().__init__(f"refused ({rule}): {message}")
@@ -93,7 +115,7 @@ class IllegalTransition(Refused):
 class Unavailable(GpuopsError):
     """Capacity or a provider was unavailable after retries; any claim is kept."""
 
-    exit_code = 4
+    exit_code = ExitCode.UNAVAILABLE
 
 
 class StoreUnavailable(Unavailable):
@@ -104,7 +126,7 @@ class StoreMissing(StoreUnavailable):
     """The state store's bucket does not exist: a configuration error (exit 2) naming the fix.
     Still a StoreUnavailable, so a guardian whose bucket vanished keeps its box's deadline."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class _FromProvider:
@@ -185,7 +207,7 @@ class AuthFailed(ProviderError):
     """The provider refused our credentials (401/403, ``auth_error``): configuration, exit 2
     (exit 1 is a bug's). ``fix`` says where the provider's credentials come from."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
     @property
     def fix(self) -> str:
@@ -207,13 +229,13 @@ class UnexpectedResponse(ProviderError):
 class StillRunning(GpuopsError):
     """Still running, or state unknown: a watcher that timed out. Not a failure (L9)."""
 
-    exit_code = 5
+    exit_code = ExitCode.UNKNOWN
 
 
 class JobFailed(GpuopsError):
     """The job failed or died: a fact (M10)."""
 
-    exit_code = 6
+    exit_code = ExitCode.FAILED
 
 
 class StateError(GpuopsError):
@@ -260,4 +282,4 @@ class Interrupted(BaseException):
 
     @property
     def exit_code(self) -> int:
-        return 128 + self.signum
+        return ExitCode.signalled(self.signum)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuops import timing
-from gpuops.errors import Refused, UsageError
+from gpuops.errors import ExitCode, Refused, UsageError
 from gpuops.lane.board import CLAIMED, FREE, RUNNING, STARTING, Board
 from gpuops.lane.script import MANIFEST_HEADER, STAGES
 
@@ -427,6 +427,12 @@ def release_label(board: Board, vm: VmClaim) -> str | None:
 
 
 # --- the job ended, the VM did not (L1, L12) ------------------------------------------------
+def billing_exit(verdict: Verdict) -> ExitCode:
+    """`lane board --live` with the billing alarm raised: the job's own end decides it, 6 for
+    a failed job (M10), else 5 (its VM still bills; not a failure of the job, L9)."""
+    return ExitCode.FAILED if verdict is Verdict.FAILED else ExitCode.UNKNOWN
+
+
 def billing_alarm(
     verdict: Verdict, instance_status: str, ended_at: float | None, now: float
 ) -> bool:

@@ -28,6 +28,7 @@ from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock, WithSleep
 from gpuops.errors import (
+    ExitCode,
     GpuopsError,
     NotOwned,
     StateError,
@@ -67,7 +68,7 @@ from gpuops.model import InstanceStatus
 
 # exit code: every box confirmed gone, but the guardian's own work failed on the way (M17):
 # results not delivered, the store not writable, a record unreadable; loud, never 0
-FAULTED = 1
+FAULTED = ExitCode.ERROR  # gone, but a fault of our own work is named (M17)
 
 
 def guardian_id(operator: str) -> str:

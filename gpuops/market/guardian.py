@@ -25,10 +25,11 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from gpuops import timing
+from gpuops.errors import ExitCode
 
-GONE = 0  # exit code: the box is confirmed gone
-UNKNOWN = 5  # exit code: an intent still unresolved long past the deadline; sweep goes on
-SUPERSEDED = 7  # exit code: a successor was seen renewing the lease (verified, M7)
+GONE = ExitCode.OK  # the box is confirmed gone
+UNKNOWN = ExitCode.UNKNOWN  # an intent still unresolved long past the deadline; sweep goes on
+SUPERSEDED = ExitCode.SUPERSEDED  # a successor was seen renewing the lease (verified, M7)
 
 
 @dataclass(frozen=True)

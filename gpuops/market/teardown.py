@@ -16,7 +16,14 @@ from enum import Enum
 from typing import Protocol
 
 from gpuops import timing
-from gpuops.errors import GpuopsError, IllegalTransition, NotOwned, ProviderError, Unavailable
+from gpuops.errors import (
+    ExitCode,
+    GpuopsError,
+    IllegalTransition,
+    NotOwned,
+    ProviderError,
+    Unavailable,
+)
 from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger, Record
 from gpuops.model import Instance
 
@@ -78,12 +85,12 @@ def exit_code(outcomes: Iterable[Outcome]) -> int:
     record is left (its boxes gone, the record for a person to repair)."""
     endings = {outcome.ending for outcome in outcomes}
     if Ending.PENDING in endings:
-        return 4
+        return ExitCode.UNAVAILABLE
     if Ending.UNRESOLVED in endings:
-        return 5
+        return ExitCode.UNKNOWN
     if Ending.UNREADABLE in endings:
-        return 1
-    return 0
+        return ExitCode.ERROR
+    return ExitCode.OK
 
 
 def destroy_box(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from gpuops import timing
-from gpuops.errors import UsageError
+from gpuops.errors import ExitCode, UsageError
 
 JOBS_DIR = "gpuops"  # under the box user's $HOME
 DEFAULT_RESULTS = "results"
@@ -245,5 +245,5 @@ def settled(status: Status) -> bool:
 def watch_exit_code(status: Status) -> int:
     """`gpuops watch`: 0 a job that succeeded, 6 a dead job otherwise, 5 anything still open."""
     if status.state is JobState.DEAD:
-        return 0 if status.exit_code == 0 else 6
-    return 5
+        return ExitCode.OK if status.exit_code == 0 else ExitCode.FAILED
+    return ExitCode.UNKNOWN
