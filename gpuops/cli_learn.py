@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -114,13 +115,22 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
 
     counts = ScanCounts()
     stats = Stats()
+    renter = None
+    if args.html:  # the report's timelines need every transition, not just the gone ones
+        from gpuops.analysis import report as r
+
+        renter = r.Report()
     for ts, kind, event in scan_events(
         log_path(args, settings),
-        kinds=KINDS,
+        kinds=KINDS if renter is None else KINDS | r.KINDS,
         since=since_stamp(args.since),
         counts=counts,
-        needles=NEEDLES,
+        needles=NEEDLES if renter is None else None,
     ):
+        if renter is not None:
+            renter.add_event(ts, kind, event)
+            if kind not in KINDS or not _stats_wants(event):
+                continue
         stats.add_event(ts, kind, event)
     report = stats.report()
     first_bad = [f"line {b.lineno}: {b.reason}" for b in counts.bad_lines]
@@ -133,7 +143,8 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
     if args.html:
         from gpuops.analysis.page import render
 
-        Path(args.html).write_text(render(report, scanned), encoding="utf-8")
+        figures = None if renter is None else renter.figures(time.time())
+        Path(args.html).write_text(render(report, scanned, figures), encoding="utf-8")
     if as_json:
         _print_json({**report, "scanned": scanned})
         return 0
@@ -143,6 +154,14 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
     for bad in first_bad:
         print(f"unreadable: {bad}", file=sys.stderr)
     return 0
+
+
+def _stats_wants(event: object) -> bool:
+    """What stats' own scan yields: of the transitions, only those to gone-confirmed (its
+    NEEDLES), so the figures are the same with or without --html."""
+    from gpuops.event_types import Transition
+
+    return not isinstance(event, Transition) or event.after == "gone-confirmed"
 
 
 def _print_json(value: Any) -> None:
