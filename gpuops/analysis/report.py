@@ -29,6 +29,7 @@ budget is budget.py's, from the provider's own state transitions.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -105,20 +106,29 @@ class Report:
             return
         self.first = when if self.first is None else min(self.first, when)
         self.last = when if self.last is None else max(self.last, when)
+        try:  # a whole number past float range (a dph_total of 10**400): counted, as in stats
+            said = _said(event)
+            self._spend(when, event)
+        except OverflowError:
+            self.skipped += 1
+            return
         self.counts.add_event(event)
-        self._spend(when, event)
         if isinstance(event, ev.Quarantine):
             self.quarantine[event.machine_id] = event
         elif isinstance(event, ev.LaneJobEnd):
             self.jobs_total += 1
             self.jobs = [*self.jobs[-(JOBS_KEPT - 1) :], event]
-        self._timeline(ts, kind, event)
+        if said is not None:
+            self._timeline(ts, kind, event, said)
 
     # --- spend ---------------------------------------------------------------------------
     def _spend(self, when: float, event: ev.Event) -> None:
+        """Raises OverflowError, having changed nothing, for a number past float range."""
         if isinstance(event, ev.Selection):
-            for c in event.candidates:
-                self.prices[(event.name, c.id)] = float(c.dph_total)
+            prices = {(event.name, c.id): float(c.dph_total) for c in event.candidates}
+            self.prices.update(prices)
+        elif isinstance(event, ev.Quarantine):
+            float(event.until)  # read as a float by figures()
         elif isinstance(event, ev.Create):
             if event.outcome in CREATE_OK and event.instance_id is not None:
                 price = self.prices.get((event.name, event.offer_id))
@@ -142,14 +152,11 @@ class Report:
                 (box.started, max(when, box.started), box.dph_total * hours, "market")
             )
         elif isinstance(event, ev.LaneJobEnd):
-            start = when - max(0.0, float(event.running_s))
-            self.spans.append((start, when, float(event.cost_usd), "lane"))
+            figures = [float(event.waiting_s), float(event.running_s), float(event.cost_usd)]
+            self.spans.append((when - max(0.0, figures[1]), when, figures[2], "lane"))
 
     # --- timelines -----------------------------------------------------------------------
-    def _timeline(self, ts: str, kind: str, event: ev.Event) -> None:
-        said = _said(event)
-        if said is None:
-            return
+    def _timeline(self, ts: str, kind: str, event: ev.Event, said: tuple[str, str]) -> None:
         actor, what = said
         entry = Entry(ts, actor, kind, what)
         if isinstance(event, ev.Selection):  # no rental id yet: it joins the race's rental
@@ -238,7 +245,9 @@ class Report:
         end = max(s[1] for s in self.spans)
         width = next((w for w in BIN_WIDTHS if (end - start) / w < MAX_BINS), BIN_WIDTHS[-1])
         origin = start - start % width
-        n = max(1, int((end - origin) // width) + 1)
+        n = max(
+            1, math.ceil((end - origin) / width)
+        )  # a span ending on an edge: no empty bin after
         market, lane = [0.0] * n, [0.0] * n
         for lo, hi, usd, source in self.spans:
             into = market if source == "market" else lane
