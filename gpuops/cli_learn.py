@@ -145,8 +145,8 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
 
         figures = None if renter is None else renter.figures(time.time())
         Path(args.html).write_text(render(report, scanned, figures), encoding="utf-8")
-    if as_json:
-        _print_json({**report, "scanned": scanned})
+    if as_json:  # the log's first and last stamps as epoch seconds, as every --json has times
+        _print_json({**report, "span": _epoch_span(report["span"]), "scanned": scanned})
         return 0
     from gpuops.analysis.table import lines
 
@@ -154,6 +154,20 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
     for bad in first_bad:
         print(f"unreadable: {bad}", file=sys.stderr)
     return 0
+
+
+def _epoch_span(span: Any) -> dict[str, float | None]:
+    """The span's stamps in epoch seconds; None for none, or for a stamp of the log's width
+    that names no real time (the scan passes those through to the fold, which counts them)."""
+    from gpuops.analysis.stats import moment
+
+    def epoch(stamp: str | None) -> float | None:
+        try:
+            return None if stamp is None else moment(stamp).timestamp()
+        except ValueError:
+            return None
+
+    return {"first": epoch(span["first"]), "last": epoch(span["last"])}
 
 
 def _stats_wants(event: object) -> bool:
