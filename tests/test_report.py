@@ -18,6 +18,7 @@ from gpuops.analysis.learned import pass_rates_from_log
 from gpuops.analysis.page import render
 from gpuops.analysis.scan import scan_events
 from gpuops.analysis.stats import KINDS, Stats
+from gpuops.events import EventLog
 from gpuops.market.probe import Verdict
 
 
@@ -176,11 +177,16 @@ def test_an_event_that_did_not_decode_or_has_no_utc_stamp_is_counted_not_fatal()
 
 def test_stats_html_writes_the_page_and_leaves_the_stats_figures_as_they_were(story, tmp_path,
                                                                               capsys):  # fmt: skip
-    """`stats --html` reads every transition for the timelines; its --json stays the same."""
-    assert cli.main(["stats", "--log", str(story.log), "--json"]) == 0
+    """`stats --html` reads every transition for the timelines; its --json stays the same
+    (here, for a log whose first line is a transition stats' own scan never reads)."""
+    log = tmp_path / "events.jsonl"
+    intent = ev.Transition(name="x+1-0", after="intent", rental_id="r")
+    EventLog(log, "alice").append(intent.KIND, **intent.to_payload())
+    log.write_bytes(log.read_bytes() + story.log.read_bytes())
+    assert cli.main(["stats", "--log", str(log), "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)
     page = tmp_path / "report.html"
-    assert cli.main(["stats", "--log", str(story.log), "--json", "--html", str(page)]) == 0
+    assert cli.main(["stats", "--log", str(log), "--json", "--html", str(page)]) == 0
     assert json.loads(capsys.readouterr().out) == plain
     text = page.read_text()
     for section in ("spend", "gpus", "machines", "quarantine", "lane-jobs", "timelines"):
@@ -218,3 +224,33 @@ def test_a_number_past_float_range_is_counted_and_changes_nothing():
     assert figures["skipped_events"] == len(events)
     assert report.prices == {} and figures["quarantine"] == [] and figures["lane_jobs"] == []
     assert figures["timelines"] == [] and figures["spend"]["lane_usd"] == 0
+
+
+def test_the_rentals_kept_are_those_heard_from_last_not_those_first_seen():
+    """A rental seen first but heard from again after the others stays; the quietest goes."""
+    report = r.Report()
+
+    def probe(i: int, second: int) -> None:
+        event = ev.Probe(name=f"n{i}", offer_id=1, machine_id=1, verdict=Verdict.PASS,
+                         rental_id=f"r{i}")  # fmt: skip
+        report.add_event(f"2026-07-18T00:00:{second:02d}.000000Z", event.KIND, event)
+
+    for i in range(r.RENTALS_KEPT):
+        probe(i, i)
+    probe(0, 50)  # r0 again: now the latest
+    probe(r.RENTALS_KEPT, 51)  # one more: the quietest, r1, is the one left out
+    kept = [t["rental"] for t in report.figures(now=0.0)["timelines"]]
+    assert "r1" not in kept and kept[-2:] == ["r0", f"r{r.RENTALS_KEPT}"]
+    assert len(kept) == r.RENTALS_KEPT
+
+
+def test_a_lane_job_that_ran_no_time_still_charts_its_cost_in_its_bin():
+    """A job ending with running_s 0 (its cost all disk) is one zero-length span: whole, in
+    the bin of its end."""
+    report = r.Report()
+    end = ev.LaneJobEnd(lane="g2", job="j", attempts=1, stockouts=0, waiting_s=0, running_s=0,
+                        cost_usd=0.5, outcome="failed")  # fmt: skip
+    report.add_event("2026-07-18T00:05:00.000000Z", end.KIND, end)
+    spend = report.figures(now=0.0)["spend"]
+    assert [b["lane_usd"] for b in spend["bins"]] == [0.5]
+    assert spend["lane_usd"] == 0.5
