@@ -146,7 +146,7 @@ def spend_chart(spend: dict[str, Any]) -> str:
         f'<text x="{_LEFT - 6}" y="{_PLOT_H + 5}" text-anchor="end">$0</text>',
     ]
     running, points = 0.0, []
-    step = max(1, len(bins) // 6)
+    step = max(1, -(-len(bins) // 6))  # at most six labels along the axis
     for i, b in enumerate(bins):
         x = _LEFT + i * width
         y = _PLOT_H + 5.0
