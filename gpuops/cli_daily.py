@@ -295,15 +295,9 @@ def cost_report(
     return cost_view(cost.lines(now.spends, by, now.now_s), by, now.now_s)
 
 
-def iso(epoch_s: float) -> str:
-    """The one timestamp form of `cost --json`: ISO 8601, UTC, to the second (...Z)."""
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def cost_view(rows: list[Any], by: str, now_s: float) -> dict[str, Any]:
-    """The report as plain values (`--json`): its rows, their total, when it was made."""
+    """The report as plain values (`--json`): its rows, their total, when it was made; every
+    time in epoch seconds, as every command's --json has them (docs/cli.md)."""
     from gpuops.market import cost
 
     def usd(line: Any) -> dict[str, float]:
@@ -318,10 +312,10 @@ def cost_view(rows: list[Any], by: str, now_s: float) -> dict[str, Any]:
         item: dict[str, Any] = {"operator": row.operator, **usd(row)}
         if row.start_s is not None:
             item["period"] = cost.label(by, row.start_s)
-            item["period_start"] = iso(row.start_s)
-            item["period_end"] = iso(row.end_s)
+            item["period_start"] = row.start_s
+            item["period_end"] = row.end_s
         shown.append(item)
-    return {"by": by, "as_of": iso(now_s), "rows": shown, "total": usd(cost.total(rows))}
+    return {"by": by, "as_of": now_s, "rows": shown, "total": usd(cost.total(rows))}
 
 
 def cost_text(view: dict[str, Any]) -> str:

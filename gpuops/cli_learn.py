@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -114,13 +115,22 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
 
     counts = ScanCounts()
     stats = Stats()
+    renter = None
+    if args.html:  # the report's timelines need every transition, not just the gone ones
+        from gpuops.analysis import report as r
+
+        renter = r.Report()
     for ts, kind, event in scan_events(
         log_path(args, settings),
-        kinds=KINDS,
+        kinds=KINDS if renter is None else KINDS | r.KINDS,
         since=since_stamp(args.since),
         counts=counts,
-        needles=NEEDLES,
+        needles=NEEDLES if renter is None else None,
     ):
+        if renter is not None:
+            renter.add_event(ts, kind, event)
+            if kind not in KINDS or not _stats_wants(event):
+                continue
         stats.add_event(ts, kind, event)
     report = stats.report()
     first_bad = [f"line {b.lineno}: {b.reason}" for b in counts.bad_lines]
@@ -133,9 +143,10 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
     if args.html:
         from gpuops.analysis.page import render
 
-        Path(args.html).write_text(render(report, scanned), encoding="utf-8")
-    if as_json:
-        _print_json({**report, "scanned": scanned})
+        figures = None if renter is None else renter.figures(time.time())
+        Path(args.html).write_text(render(report, scanned, figures), encoding="utf-8")
+    if as_json:  # the log's first and last stamps as epoch seconds, as every --json has times
+        _print_json({**report, "span": _epoch_span(report["span"]), "scanned": scanned})
         return 0
     from gpuops.analysis.table import lines
 
@@ -143,6 +154,28 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
     for bad in first_bad:
         print(f"unreadable: {bad}", file=sys.stderr)
     return 0
+
+
+def _epoch_span(span: Any) -> dict[str, float | None]:
+    """The span's stamps in epoch seconds; None for none, or for a stamp of the log's width
+    that names no real time (the scan passes those through to the fold, which counts them)."""
+    from gpuops.analysis.stats import moment
+
+    def epoch(stamp: str | None) -> float | None:
+        try:
+            return None if stamp is None else moment(stamp).timestamp()
+        except ValueError:
+            return None
+
+    return {"first": epoch(span["first"]), "last": epoch(span["last"])}
+
+
+def _stats_wants(event: object) -> bool:
+    """What stats' own scan yields: of the transitions, only those to gone-confirmed (its
+    NEEDLES), so the figures are the same with or without --html."""
+    from gpuops.event_types import Transition
+
+    return not isinstance(event, Transition) or event.after == "gone-confirmed"
 
 
 def _print_json(value: Any) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "KINDS",
     "ConfirmedGone",
     "Create",
+    "GuardDestroy",
     "LaneJobEnd",
     "LaneStart",
     "Offered",
@@ -46,6 +47,7 @@ __all__ = [
     "RentDone",
     "RentStopped",
     "Selection",
+    "SweepEnded",
     "Transition",
     "decode",
     "decode_line",
@@ -214,6 +216,31 @@ class ConfirmedGone(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class GuardDestroy(_Payload):
+    """``guard.destroy``: a guardian begins ending its rental's boxes at (or past) ``deadline``."""
+
+    KIND: ClassVar[str] = "guard.destroy"
+    name: str
+    instance_id: str | None = None
+    guardian: str = ""
+    deadline: str = ""
+    rental_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepEnded(_Payload):
+    """``market.sweep.ended``: `gpuops sweep` ended one box record (``ending``: teardown.Ending's
+    value); ``retried``: a pending destroy retried, else a record past its rental's deadline."""
+
+    KIND: ClassVar[str] = "market.sweep.ended"
+    name: str
+    instance_id: str | None = None
+    ending: str
+    retried: bool
+    rental_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class LaneStart(_Payload):
     KIND: ClassVar[str] = "lane.start"
     lane: str
@@ -244,6 +271,8 @@ _TYPES = (
     Quarantine,
     Transition,
     ConfirmedGone,
+    GuardDestroy,
+    SweepEnded,
     LaneStart,
     LaneJobEnd,
 )
@@ -260,6 +289,8 @@ Event = (
     | Quarantine
     | Transition
     | ConfirmedGone
+    | GuardDestroy
+    | SweepEnded
     | LaneStart
     | LaneJobEnd
 )

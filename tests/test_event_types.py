@@ -17,6 +17,7 @@ from gpuops import event_types as ev
 from gpuops.analysis.index import machine_counts
 from gpuops.analysis.ope import Candidate, Decision, Decisions, evaluate, greedy
 from gpuops.analysis.shrink import KINDS, MachineCounts
+from gpuops.analysis.report import Report
 from gpuops.analysis.stats import Stats
 from gpuops.events import EventLog, read_events
 from gpuops.market.probe import Verdict
@@ -75,6 +76,20 @@ VALID: dict[str, dict[str, object]] = {
         "delay_s": 1.5,
         "rental_id": "aaaaaaaaaaaa",
     },  # fmt: skip
+    "guard.destroy": {
+        "name": "r",
+        "instance_id": "900",
+        "guardian": "g",
+        "deadline": "d",
+        "rental_id": "aaaaaaaaaaaa",
+    },  # fmt: skip
+    "market.sweep.ended": {
+        "name": "r+1-0",
+        "instance_id": "900",
+        "ending": "gone",
+        "retried": False,
+        "rental_id": "aaaaaaaaaaaa",
+    },  # fmt: skip
     "lane.start": {"lane": "g2", "job": "j", "attempt": 1, "outcome": "started"},
     "lane.job_end": {
         "lane": "g2",
@@ -118,7 +133,7 @@ def test_every_typed_kind_decodes_and_writes_back_the_same_json():
 @pytest.mark.parametrize(
     "kind",
     ["market.create", "market.probe", "market.rent.done", "market.rent.stopped",
-     "ledger.transition", "guard.confirmed_gone"],
+     "ledger.transition", "guard.confirmed_gone", "guard.destroy", "market.sweep.ended"],
 )  # fmt: skip
 def test_a_line_from_before_rental_ids_reads_as_naming_no_incarnation_m16(kind):
     """M16: these kinds name the incarnation; a line written before they did still decodes,
@@ -527,12 +542,15 @@ def wrong_payloads(draw) -> tuple[str, object]:
 
 
 def fold_all(events: list[tuple[str, object]]) -> tuple[int, int, int]:
-    stats, counts, decisions = Stats(), MachineCounts(), Decisions()
+    stats, counts, decisions, renter = Stats(), MachineCounts(), Decisions(), Report()
     for kind, payload in events:
         stats.add(TS, kind, payload)  # type: ignore[arg-type]
         counts.add(kind, payload)  # type: ignore[arg-type]
         decisions.add(TS, kind, payload)  # type: ignore[arg-type]
+        renter.add_event(TS, kind, ev.decode(kind, payload))
     stats.report()
+    # the HTML report reads every typed kind: it skips exactly what stats skips
+    assert renter.figures(now=0.0)["skipped_events"] == stats.report()["skipped_events"]
     return stats.report()["skipped_events"], counts.skipped, decisions.skipped  # type: ignore[return-value]
 
 

@@ -247,6 +247,8 @@ def test_a_fire_drill_on_the_fakes_rents_guards_destroys_and_records_itself(fake
 
     assert result["passed"] is True and result["target"] == "fakes"
     assert result["delay_s"] <= timing.DESTROY_CONFIRM_TIMEOUT_S
+    # epoch seconds, as every --json has its times (tests/test_json_times.py)
+    assert result["confirmed_at"] - result["deadline_at"] == pytest.approx(result["delay_s"], abs=1e-3)
     assert fakes.live_instances() == []
     drills = sorted((fakes.state / "drills").iterdir())
     assert len(drills) == 1

@@ -360,7 +360,8 @@ def test_gpuops_stats_prints_the_table_writes_json_and_an_html_report(tmp_path):
     assert "guardian firings 2, 1 after the deadline" in text.stdout
     assert json.loads(as_json.stdout)["lane"]["jobs"] == 2
     page = html.read_text()
-    assert page.count("<svg") == 7 and "Probe verdicts" in page
+    # the seven failure charts, then the renter's: spend, GPU priors, machines, lane job costs
+    assert page.count("<svg") == 11 and "Probe verdicts" in page
     assert bad.returncode == 2 and "--since 'yesterday' is not a date" in bad.stderr
 
 

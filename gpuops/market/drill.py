@@ -81,8 +81,8 @@ def drill(
         "target": target,
         "name": name,
         "instance_id": rental.instance_id,
-        "deadline": utc_iso(rental.deadline_at),
-        "confirmed_at": utc_iso(confirmed_at) if confirmed_at else None,
+        "deadline_at": rental.deadline_at,  # epoch seconds, as every command's --json
+        "confirmed_at": confirmed_at,
         "delay_s": round(confirmed_at - rental.deadline_at, 3) if confirmed_at else None,
         "passed": passed,
         "guardian_pid": spawned.pid,

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuops import event_types as ev
 from gpuops.ledger import (
     PREFIX,
     BoxState,
@@ -74,8 +75,16 @@ def sweep(market: MarketContext, *, workers: int = 1, pace: Pace | None = None) 
     due = due_records(records, rentals, me, now, market.host)  # (record, a retry)
     outcomes = _end_all(market, [record for record, _ in due], workers, pace)
     report = SweepReport([], [], [])
-    for (_, retried), outcome in zip(due, outcomes, strict=True):
+    for (record, retried), outcome in zip(due, outcomes, strict=True):
         (report.retried if retried else report.expired).append(outcome)
+        ended = ev.SweepEnded(  # the report's per-rental timeline: what this sweep ended
+            name=record.name,
+            instance_id=record.instance_id,
+            ending=outcome.ending.value,
+            retried=retried,
+            rental_id=record.rental_id,
+        )
+        market.events.append(ended.KIND, **ended.to_payload())
     for box in unreadable:  # ours when its rental is: ended once that rental is due
         rental = rentals.get(rental_of(box))
         if rental is not None and now >= enforce_at(rental, None, market.host):
