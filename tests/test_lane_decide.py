@@ -658,3 +658,13 @@ def test_a_repair_fences_the_claim_it_rebuilds_on_the_label_when_the_label_holds
 ):
     """L13: a held board whose label holds no claim takes the label one epoch past both."""
     assert d.repair_epoch(board, vm) == epoch
+
+
+def test_a_billing_alarm_exits_6_for_a_failed_job_and_5_otherwise_m10_l9():
+    """`lane board --live` with the billing alarm: a failed job is exit 6, any other end 5."""
+    from gpuops.errors import ExitCode
+
+    assert d.billing_exit(d.Verdict.FAILED) is ExitCode.FAILED
+    for verdict in d.Verdict:
+        if verdict is not d.Verdict.FAILED:
+            assert d.billing_exit(verdict) is ExitCode.UNKNOWN

@@ -14,7 +14,7 @@ from report_story import HOSTILE, LANE_JOBS, write_story
 from gpuops import cli
 from gpuops import event_types as ev
 from gpuops.analysis import report as r
-from gpuops.analysis.learned import pass_rates_from_log
+from oracles import pass_rates_from_log
 from gpuops.analysis.page import render
 from gpuops.analysis.scan import scan_events
 from gpuops.analysis.stats import KINDS, Stats

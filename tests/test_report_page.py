@@ -18,7 +18,7 @@ import pytest
 from report_story import HOSTILE, HOSTILE_OWNER, LANE_JOBS, write_story
 
 from gpuops import cli
-from gpuops.analysis.learned import pass_rates_from_log
+from oracles import pass_rates_from_log
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BROWSER_LIMIT_S = 120  # a bound on one headless render, never a wait for something to happen
