@@ -228,7 +228,8 @@ def test_every_request_the_cli_sent_and_every_answer_it_got_keep_vasts_published
     assert story[0]  # the story ran
 
     assert BREACHES == []
-    assert REFUSED == ["search request.no_such_field: a field the contract lacks"]
+    # the same request each time the CLI sent it (it retries the default scenario's 429s)
+    assert set(REFUSED) == {"search request.no_such_field: a field the contract lacks"}
 
 
 def test_the_cli_finds_offers_by_driver_version_and_ubuntu_version_as_vast_does_h6(story):
