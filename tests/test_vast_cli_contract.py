@@ -116,8 +116,10 @@ def story() -> Iterator[tuple[dict[str, Said], FakeVast, float, float]]:
 
     def judged(route: str, request: Request, reply: Reply) -> None:
         found = judge.judge(route, request, reply)
-        refused = reply.status >= 400 and found and not any(
-            b.startswith(f"{route} {reply.status}") for b in found
+        refused = (
+            reply.status >= 400
+            and found
+            and not any(b.startswith(f"{route} {reply.status}") for b in found)
         )
         (REFUSED if refused else BREACHES).extend(found)
 

@@ -255,8 +255,13 @@ def _show_reply(judged: Judged) -> dict[str, object]:
         (lambda row: row.update(image_args="bash"), "instances.image_args: a string 'bash'"),
         (lambda row: row.pop("start_date"), "instances.start_date: required, missing"),
     ],
-    ids=["unknown field", "wrong type", "null where not nullable", "string for a list",
-         "required field missing"],
+    ids=[
+        "unknown field",
+        "wrong type",
+        "null where not nullable",
+        "string for a list",
+        "required field missing",
+    ],
 )
 def test_the_judge_names_each_way_a_rendered_body_breaks_the_contract_h6(judged, edit, breach):
     """H6: one changed field of a real show answer is named, with its path and the rule."""
@@ -330,8 +335,9 @@ def test_every_contract_patch_names_its_source_and_the_openapi_facts_name_their_
     openapi = yaml.safe_load(contract.OPENAPI.read_text(encoding="utf-8"))
     client = yaml.safe_load(contract.CLIENT.read_text(encoding="utf-8"))
 
-    assert "vast-ai/vast-cli @ e2aeac9868348f66298ded9be1495c6e11125dca" in (
-        openapi["provenance"]["source"]
+    assert (
+        "vast-ai/vast-cli @ e2aeac9868348f66298ded9be1495c6e11125dca"
+        in (openapi["provenance"]["source"])
     )
     assert all(op["source"].startswith("openapi/yaml/") for op in openapi["operations"].values())
     assert all(len(patch["source"]) > 20 for patch in client["patches"])
@@ -361,3 +367,16 @@ def test_the_limits_gpuops_refuses_at_the_edge_are_the_contracts_own_h6():
     assert cli.VAST_IMAGE_MAX_CHARS == rules["image"]["max_length"]
     assert vast.LABEL_MAX_CHARS == rules["label"]["max_length"]
     cli.check_args(argparse.Namespace(disk_gb=8.0, image="i" * 1024, hours=1.0, race=3))
+
+
+def test_gpuops_paces_creates_at_least_vasts_documented_create_interval_m12_h6():
+    """M12/H6: the race's create spacing is no shorter than create_instance.yaml's x-rate-limit
+    threshold (a minimum interval per key), the interval the default scenario enforces."""
+    from fakes.scenario import contract_intervals
+    from gpuops import timing
+
+    intervals = dict(contract_intervals())
+
+    assert intervals["create"] == 4.5
+    assert timing.CREATE_PACING_S >= intervals["create"]
+    assert dict(load_scenario(DEFAULT_SCENARIO).vast.endpoint_intervals) == intervals
