@@ -207,6 +207,30 @@ class VastScenario:
     # (vast-ai/vast-cli#260).
     duplicate_listings: tuple[int, ...] = ()
     members: tuple[TeamMember, ...] = ()  # team members with keys of their own
+    # Vast's per-endpoint rate limits: a minimum interval (fake seconds) between two requests to
+    # one route by one identity (the key); closer is a 429 "API requests too frequent: endpoint
+    # threshold=T" with no Retry-After (docs.vast.ai/api-reference/rate-limits-and-errors). The
+    # refused request counts for nothing. Empty: none. ``contract`` in a scenario file: each
+    # route's x-rate-limit from recordings/contracts/vast-openapi.yaml (endpoint_intervals()).
+    endpoint_intervals: tuple[tuple[str, float], ...] = ()
+
+
+def contract_intervals() -> tuple[tuple[str, float], ...]:
+    """Each route's documented minimum interval: vast-cli's x-rate-limit ``threshold`` (per
+    request; read as seconds, as the 429 names it and the docs advise retrying after it), or
+    ``requests`` per ``minute`` as 60/requests (search: 10 a minute per IP, 6 s)."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "recordings" / "contracts" / "vast-openapi.yaml"
+    ops = yaml.safe_load(path.read_text(encoding="utf-8"))["operations"]
+    out: list[tuple[str, float]] = []
+    for name, op in ops.items():
+        limit = op.get("rate_limit") or {}
+        if "threshold" in limit:
+            out.append((name, float(limit["threshold"])))
+        elif limit.get("per") == "minute" and limit.get("requests"):
+            out.append((name, 60.0 / float(limit["requests"])))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -257,7 +281,7 @@ def _parse_vast(r: _Reader) -> VastScenario:
     r.only(
         "api_key", "boot", "first_instance_id", "destroy_gone_error", "destroy_lag_s",
         "list_lag_s", "show_lag_s", "ssh_keys", "offers", "faults", "instances",
-        "duplicate_purchases", "members",
+        "duplicate_purchases", "members", "endpoint_intervals",
     )  # fmt: skip
     d = VastScenario()
     boot = r.section("boot")
@@ -307,6 +331,7 @@ def _parse_vast(r: _Reader) -> VastScenario:
         duplicate_purchases=duplicates,
         duplicate_listings=tuple(int(offer_id) for offer_id in listed_twice),
         members=tuple(_parse_member(i, item) for i, item in enumerate(r.items("members"))),
+        endpoint_intervals=_parse_intervals(r),
     )
     keys, names = [api_key], []
     for index, member in enumerate(scenario.members):
@@ -497,6 +522,24 @@ def _parse_empty_list(faults: _Reader) -> int | None:
     section.only("count")
     section.require("count")
     return section.integer("count", 1, minimum=1)
+
+
+def _parse_intervals(r: _Reader) -> tuple[tuple[str, float], ...]:
+    raw = r.raw("endpoint_intervals", {})
+    if raw == "contract":
+        return contract_intervals()
+    if not isinstance(raw, Mapping):
+        r.fail("endpoint_intervals", f"{raw!r} is not 'contract' or a mapping of route to seconds")
+    out: list[tuple[str, float]] = []
+    for route, seconds in raw.items():
+        if route not in ROUTE_NAMES:
+            r.fail(
+                "endpoint_intervals", f"{route!r} is not a route; known: {', '.join(ROUTE_NAMES)}"
+            )
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            r.fail(f"endpoint_intervals.{route}", f"{seconds!r} is not a number of seconds >= 0")
+        out.append((str(route), float(seconds)))
+    return tuple(out)
 
 
 def _parse_pacing(r: _Reader | None) -> CreatePacing | None:

@@ -58,6 +58,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         raise NotOwned(args.name, rental.owner, operator)
     deadline = _deadline(args, market.clock.wall())
     if deadline is not None:
+        _within_contract(rental, deadline)
         _move_box_ceiling(market, rental, deadline, box_shell(settings))
         market.rentals.update(args.name, deadline_at=deadline, deadline_host=market.host)
     if args.foreground:
@@ -103,6 +104,24 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         [f"{args.name}: guardian pid {spawned.pid} is running detached; log {spawned.log}"],
     )
     return 0
+
+
+def _within_contract(rental: Any, deadline: float) -> None:
+    """A deadline past the box's contract end (less the margin) is refused, naming that end:
+    Vast stops the box there, before its guardian could copy and destroy it (M13)."""
+    from gpuops import timing
+    from gpuops.errors import Refused
+    from gpuops.ledger import utc_iso
+    from gpuops.market.rentals import past_contract
+
+    if past_contract(rental, deadline):
+        raise Refused(
+            "M13",
+            f"{rental.name}: the deadline {utc_iso(deadline)} is past its box's contract end "
+            f"{utc_iso(rental.contract_end_at)} less {timing.CONTRACT_END_MARGIN_S / 3600:g} h "
+            "(Vast stops the box at that end); the deadline stays "
+            f"{utc_iso(rental.deadline_at) if rental.deadline_at else 'as it was'}",
+        )
 
 
 def _move_box_ceiling(market: Any, rental: Any, deadline: float, shell: Any) -> None:

@@ -210,8 +210,8 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
 
     # gpuops' own waits (the race's polls, and the adapter's backoff before it retries a 503
     # the fake answers) shrink with the fake's clock, on the one scaled clock
-    # (gpuops/clock.py); every deadline stays on the real clock, and so does create pacing
-    # (M12: a create is due CREATE_PACING_S of real time after the last)
+    # (gpuops/clock.py), and so does create pacing (M12: Vast's create interval, on the fake's
+    # clock: CREATE_PACING_S of fake time); every deadline stays on the real clock
     scaled = ScaledClock(TIME_SCALE)
     market = open_market(
         fakes.settings,
@@ -220,6 +220,7 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         rng=random.Random(SEED),
         sleep=scaled.sleep,
         retry_sleep=scaled.sleep,
+        create_pacing_s=timing.CREATE_PACING_S / TIME_SCALE,
     )
     guarded: dict[str, Any] = {}
 

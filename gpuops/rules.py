@@ -389,19 +389,25 @@ RULES: tuple[Rule, ...] = (
         "validated against the providers' machine-readable references.",
         IMPLEMENTED,
         "tests/test_vast_conformance.py::test_every_exchange_of_a_tour_of_fakevast_keeps_vasts_published_contract_h6",
-        scope="Vast only: every request and body of a tour of all nine FakeVast routes and "
-        "their answers, and of the vastai CLI's story, judged against facts extracted from "
+        scope="Vast: every request and body of a tour of all nine FakeVast routes and their "
+        "answers, and of the vastai CLI's story, judged against facts extracted from "
         "vast-cli's OpenAPI yamls with the official client's sourced patches "
-        "(recordings/contracts/); rent's disk and image refused at the edge; the published "
-        "behaviours FakeVast now models and gpuops is tested against: a second purchase of "
-        "one offer accepted (the later box exits), one machine listed twice, and a contract's "
-        "end (the box stopped, deleted 48 h later): the race creates once per offer and "
-        "machine and skips contracts ending before the deadline plus a margin; FakeGCE holds "
-        "to the Metadata resource's size limits (gpuops refuses a larger script first), "
-        "re-arms maxRunDuration at every start with its terminationTimestamp, and the fake "
-        "GCS pages listings and reads chunked bodies; Google's "
-        "discovery documents (FakeGCE, the fake GCS) and the S3 conditional-write rules are "
-        "not yet checked",
+        "(recordings/contracts/), including each route's documented rate limit, which the "
+        "default scenario enforces per key (429, no Retry-After) beside small destroy, list "
+        "and show lags, and gpuops paces its creates to create's interval; rent's disk and "
+        "image refused at the edge; a second purchase of one offer, one machine listed twice "
+        "and a contract's end modelled, the race creating once per offer and machine and "
+        "skipping contracts ending before the deadline plus a margin, and `guard --hours` "
+        "refusing a deadline past it. Google: every request gpuops' GCE and GCS adapters and "
+        "google-cloud-storage send, and every 2xx body FakeGCE and its bucket render, on a "
+        "tour of all their Compute and Storage routes, judged against the compute v1 and "
+        "storage v1 discovery documents google-api-python-client 2.202.0 ships (error bodies, "
+        "which no discovery schema describes, are not); FakeGCE's Metadata limits, "
+        "maxRunDuration re-armed at every start, GCS paging and chunked bodies. S3: every "
+        "conditional request the state store sends, on each of its paths, judged against "
+        "AWS's conditional-write rules by the stand-in's front, which also answers 409 "
+        "ConditionalRequestConflict and loses answers; moto's own answers are not judged, and "
+        "FakeVast's rendered times follow the real clock, not a scaled gpuops process's",
     ),
     Rule(
         "O1",

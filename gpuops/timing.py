@@ -110,8 +110,10 @@ BOOT_TIMEOUT_S = 600.0
 # Vast stops the box at the contract's end, and the box's own ceiling (BOX_CEILING_GRACE_S past
 # the deadline) and a guardian's last destroy attempts must all fall inside the contract.
 CONTRACT_END_MARGIN_S = 3600.0
-# Minimum spacing between two create calls: back-to-back creates drew 429s (M12).
-CREATE_PACING_S = 2.0
+# Minimum spacing between two create calls: back-to-back creates drew 429s (M12), and Vast
+# documents create's own rate limit as a minimum interval per key of 4.5 s (vast-cli's
+# create_instance.yaml x-rate-limit threshold; recordings/contracts/vast-openapi.yaml).
+CREATE_PACING_S = 4.5
 # Exponential backoff for 429s and unavailable providers starts here...
 BACKOFF_BASE_S = 1.0
 # ...and is capped here, the longest Retry-After the vastai client honours (tooling.md §2).

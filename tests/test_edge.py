@@ -242,3 +242,35 @@ def test_a_deadline_is_shown_in_local_time_and_utc(monkeypatch):
     assert shown == "2026-11-30 18:12:05 JST / 09:12:05 UTC"
     assert _when(None) == "-"
     assert "DEADLINE (local / UTC)" in _BOXES_HEADER and "$/HOUR" in _BOXES_HEADER
+
+
+@pytest.mark.fault(
+    "`guard --hours` moved a deadline past the box's contract end (Vast stops the box there)",
+    handled="refused, exit 3 naming the contract end; the deadline stays where it was (M13)",
+)
+@pytest.mark.parametrize("when", [["--hours", "3"], ["--deadline", "2099-01-01T00:00:00Z"]])
+def test_guard_refuses_a_deadline_past_the_boxs_contract_end_less_the_margin_m13(
+    bare, capsys, monkeypatch, when
+):
+    """M13: a rental whose box's contract ends in 3.5 h keeps its deadline when asked to move it
+    3 h out (inside the 1 h margin) or past the end: exit 3, one line naming the contract's
+    end, before any provider call (the Vast endpoint here answers nothing)."""
+    import time
+
+    from gpuops.ledger import utc_iso
+    from gpuops.market.rentals import LIVE, Rental, Rentals
+
+    monkeypatch.setenv("VAST_API_KEY", "k-test")
+    monkeypatch.setenv("VAST_URL", "http://127.0.0.2:9")
+    now = time.time()
+    end, deadline = now + 3.5 * 3600.0, now + 1800.0
+    rentals = Rentals(LocalStore(bare / "state"), "alice")
+    rentals.records.update("job", lambda _: Rental(
+        name="job", owner="alice", state=LIVE, race=1, instance_id="77", deadline_at=deadline,
+        contract_end_at=end,
+    ))  # fmt: skip
+
+    code, err = one_line_exit(capsys, ["guard", "job", *when])
+
+    assert code == 3 and "(M13)" in err and f"contract end {utc_iso(end)}" in err, err
+    assert rentals.get("job").deadline_at == deadline  # type: ignore[union-attr]

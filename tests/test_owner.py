@@ -347,11 +347,16 @@ def test_a_race_makes_no_create_once_its_guardian_starts_ending_it_m13(world):
     [
         {
             **scenario(2),
-            "vast": {**scenario(2)["vast"], "boot": {"provisioning_s": 3, "loading_s": 1}},
+            # a boot longer than the creates' spacing and shorter than it plus a poll: the
+            # first box is not up when the second is created, and both are at the next poll
+            "vast": {**scenario(2)["vast"], "boot": {
+                "provisioning_s": (timing.CREATE_PACING_S + timing.RACE_POLL_S) / 2 - 1,
+                "loading_s": 1,
+            }},
         }
     ],
     indirect=True,
-)
+)  # fmt: skip
 def test_boxes_that_are_up_together_are_probed_together_m1(world):
     """M1: two candidates up in the same round are probed at once, not one after the other:
     each probe waits for the other to start (it would time out if they ran in turn)."""

@@ -78,9 +78,7 @@ class World:
             )
             return FATES[kind]
 
-        vast = VastAdapter(
-            api_key="k-test", base_url=BASE, clock=self.fake.ticking()
-        )
+        vast = VastAdapter(api_key="k-test", base_url=BASE, clock=self.fake.ticking())
         ledger = Ledger(self.store, self.events, operator, clock=self.fake.now)
         return Market(
             vast,
@@ -358,6 +356,28 @@ def test_creates_are_paced_never_back_to_back(world):
     times = [call.at for call in world.fake.calls if call.route == "create"]
     assert len(times) == 3
     assert all(b - a >= timing.CREATE_PACING_S for a, b in zip(times, times[1:], strict=False))
+
+
+@pytest.mark.parametrize(
+    "world",
+    [scenario("taken", "healthy", "healthy", "healthy", endpoint_intervals="contract")],
+    indirect=True,
+)
+@pytest.mark.fault(
+    "Vast's per-endpoint rate limits (a minimum interval per key, 429 with no Retry-After)",
+    handled="creates are paced to create's documented interval; reads retried after a 429",
+)
+def test_a_race_under_vasts_documented_endpoint_intervals_never_draws_a_429_on_create_m12_h6(
+    world,
+):
+    """M12/H6: against every route's documented minimum interval (create 4.5 s, show 2 s, ...),
+    a race of three sends its three creates spaced at least create's interval, and
+    none is answered 429 (a create is never retried: a 429 would lose a candidate)."""
+    rental = world.market().rent(request())
+
+    creates = [call for call in world.fake.calls if call.route == "create"]
+    assert rental.state == LIVE
+    assert [call.status for call in creates] == [410, 200, 200]
 
 
 def _one_machine_twice() -> dict[str, Any]:

@@ -33,6 +33,7 @@ from gpuops.market.rentals import (
     host_of,
     lease_key,
     new_rental_id,
+    past_contract,
     process_id,
     results_key,
     rental_of,
@@ -735,3 +736,25 @@ def test_a_rerun_of_rent_names_each_parameter_its_live_rental_was_not_rented_wit
     """M8: GPU names compare case and spacing aside; hours exactly; what is not recorded is
     not compared."""
     assert request_differs(had, gpu, hours) == differs
+
+
+@pytest.mark.parametrize(
+    ("end", "deadline", "past"),
+    [
+        (None, 1e12, False),
+        (100_000.0, 100_000.0 - timing.CONTRACT_END_MARGIN_S, False),
+        (100_000.0, 100_000.0 - timing.CONTRACT_END_MARGIN_S + 1.0, True),
+        (100_000.0, 100_000.0 - timing.CONTRACT_END_MARGIN_S - 1.0, False),
+        (100_000.0, 100_000.0 + 1.0, True),
+    ],
+    ids=["no contract end", "exactly the margin", "a second into it", "a second short",
+         "past the end"],
+)  # fmt: skip
+def test_a_deadline_is_past_the_contract_once_it_leaves_less_than_the_margin_before_its_end_m13(
+    end, deadline, past
+):
+    """M13: `guard --hours` may move a deadline up to the box's contract end less
+    CONTRACT_END_MARGIN_S, not a second further; a rental with no recorded end is never past."""
+    rental = Rental(name="job", owner="alice", state=LIVE, race=1, contract_end_at=end)
+
+    assert past_contract(rental, deadline) is past

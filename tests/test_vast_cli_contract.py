@@ -116,8 +116,10 @@ def story() -> Iterator[tuple[dict[str, Said], FakeVast, float, float]]:
 
     def judged(route: str, request: Request, reply: Reply) -> None:
         found = judge.judge(route, request, reply)
-        refused = reply.status >= 400 and found and not any(
-            b.startswith(f"{route} {reply.status}") for b in found
+        refused = (
+            reply.status >= 400
+            and found
+            and not any(b.startswith(f"{route} {reply.status}") for b in found)
         )
         (REFUSED if refused else BREACHES).extend(found)
 
@@ -228,7 +230,8 @@ def test_every_request_the_cli_sent_and_every_answer_it_got_keep_vasts_published
     assert story[0]  # the story ran
 
     assert BREACHES == []
-    assert REFUSED == ["search request.no_such_field: a field the contract lacks"]
+    # the same request each time the CLI sent it (it retries the default scenario's 429s)
+    assert set(REFUSED) == {"search request.no_such_field: a field the contract lacks"}
 
 
 def test_the_cli_finds_offers_by_driver_version_and_ubuntu_version_as_vast_does_h6(story):

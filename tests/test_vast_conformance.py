@@ -44,6 +44,13 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBgSW+HOidJG9/iTqjNqG8vhBeCqekf7IOQtV
 OPERATIONS = {"search", "create", "show", "destroy", "label", "list", "user", "ssh_keys",
               "register_ssh_key"}  # fmt: skip
 MIN_FIELDS = 440
+# Every answer the tour means to reach (a 429 where another is meant would hide it).
+STATUSES = {
+    "create 200", "create 400", "create 404", "create 410", "create 429", "create 503",
+    "destroy 200", "destroy 404", "destroy 503", "label 200", "label 400", "label 404",
+    "list 200", "list 429", "register_ssh_key 200", "register_ssh_key 400", "search 200",
+    "search 429", "show 200", "show 401", "show 429", "ssh_keys 200", "user 200",
+}  # fmt: skip
 
 
 @dataclass
@@ -78,7 +85,14 @@ class Judged:
 
     def adapter(self, api_key: str | None = None) -> VastAdapter:
         key = self.fake.api_key if api_key is None else api_key
-        return VastAdapter(api_key=key, base_url=BASE, clock=WithSleep(SYSTEM, lambda s: None))
+        # the adapter's retry waits move the fake on: a read it retried after the default
+        # scenario's endpoint interval gets through, as it would for real
+        return VastAdapter(api_key=key, base_url=BASE, clock=WithSleep(SYSTEM, self.fake.advance))
+
+    def spaced(self) -> None:
+        """Let the longest endpoint interval pass (the default scenario's rate limits), so the
+        next call is answered as the tour means it, not 429."""
+        self.fake.advance(max((s for _, s in self.fake.scenario.endpoint_intervals), default=0))
 
     def raw(
         self, method: str, path: str, body: object = None, *, refused: bool = False
@@ -86,6 +100,7 @@ class Judged:
         """A plain requests client, for routes gpuops never calls (label, user) and requests
         sent to be refused (``refused``: the contract refuses them, and so must the fake)."""
         headers = {"Authorization": f"Bearer {self.fake.api_key}"}
+        self.spaced()
         self._refusing = refused
         try:
             return requests.request(method, BASE + path, json=body, headers=headers, timeout=5)
@@ -113,11 +128,15 @@ def _quietly(call: Callable[[], object]) -> None:
 
 def tour(world: Judged) -> None:
     """Every route FakeVast serves, and every kind of answer it gives, once at least."""
-    fake, vast = world.fake, world.adapter()
+    fake, vast, spaced = world.fake, world.adapter(), world.spaced
     vast.search_offers(
         "RTX 4090", 1, min_reliability=0.98, min_disk_bw=500.0, max_dph_total=2.0, limit=8
     )
     box = vast.create(HEALTHY, label="gpuops:tour", image="img", disk_gb=20.0, onstart="echo hi")
+    # the default scenario's endpoint interval: a second create at once is 429 with the
+    # endpoint's threshold (never retried: a retry could rent a second box, M12)
+    _quietly(lambda: vast.create(HEALTHY, label="gpuops:t", image="img", disk_gb=20.0))
+    fake.advance(fake.scenario.show_lag_s)  # show answers a moment behind
     vast.show(box)  # provisioning
     fake.advance(fake.scenario.provisioning_s)
     vast.show(box)  # loading
@@ -126,8 +145,9 @@ def tour(world: Judged) -> None:
     for n in range(30):  # more boxes than a page holds: the list pages through next_token
         fake.add_offer(dataclasses.replace(fake.offers[HEALTHY].spec, id=9000 + n))
         fake.create(9000 + n, {"label": f"gpuops:n{n}"})
+    fake.advance(fake.scenario.list_lag_s)  # the list leaves out a box younger than this
     vast.list_instances()
-    vast.list_instances(label="gpuops:tour")
+    vast.list_instances(label="gpuops:tour")  # at once: 429, retried after the interval
     world.raw("GET", '/api/v1/instances/?select_cols=["id","nope"]')  # unknown: null
     vast.list_ssh_keys()
     vast.register_ssh_key(KEY)
@@ -141,26 +161,38 @@ def tour(world: Judged) -> None:
     world.raw("POST", "/api/v0/ssh/", {"ssh_key": "not a key"}, refused=True)
     world.raw("PUT", f"/api/v0/asks/{HEALTHY}/", {"image": "img", "disk": 4}, refused=True)
     # --- faults, each answered as its recording says
+    spaced()
     _quietly(lambda: vast.create(TAKEN, label="gpuops:t", image="img", disk_gb=20.0))  # 410
     for status in (400, 404):
         fake.set_fate(TAKEN, "taken", taken_status=status)
+        spaced()
         _quietly(lambda: vast.create(TAKEN, label="gpuops:t", image="img", disk_gb=20.0))
+    spaced()
     _quietly(lambda: vast.create(7, label="gpuops:t", image="img", disk_gb=20.0))  # no offer
     for body in ("plain", "json", "json-error"):
         fake.add_rate_limit(RateLimitBurst(count=1, route="create", body=body))
+        spaced()
         _quietly(lambda: vast.create(HEALTHY, label="gpuops:t", image="img", disk_gb=20.0))
+    spaced()
     fake.add_rate_limit(RateLimitBurst(count=1, route="search", body="search-quota"))
     _quietly(vast.search_offers)
+    spaced()
     fake.add_rate_limit(RateLimitBurst(count=1, route="show", body="json", retry_after_s=1.0))
     vast.show(box)
+    spaced()
     _quietly(lambda: world.adapter(api_key="wrong-key").show(box))  # auth_401
     spare = 9100
     fake.add_offer(dataclasses.replace(fake.offers[HEALTHY].spec, id=spare))
     fake.add_lost_create(LostCreate(offer=spare, answer=503))
+    spaced()
     _quietly(lambda: vast.create(spare, label="gpuops:lost", image="img", disk_gb=20.0))
     fake.add_destroy_failure(DestroyFailure(count=1, instance=int(box), status=503))
-    vast.destroy(box)  # a 503, retried, then destroyed
+    spaced()
+    vast.destroy(box)  # a 503, retried after the interval, then destroyed
+    spaced()
+    fake.advance(fake.scenario.destroy_lag_s + fake.scenario.show_lag_s)  # asynchronous
     vast.destroy(box)  # gone: 404 no_such_instance or not_found
+    spaced()
     vast.show(box)  # {"instances": null}
 
 
@@ -171,7 +203,11 @@ def test_every_exchange_of_a_tour_of_fakevast_keeps_vasts_published_contract_h6(
 
     assert judged.breaches == []
     assert len(judged.refused) == 4 and all(judged.refused)
+    assert judged.judge.coverage.statuses >= STATUSES
+    limited = [c.route for c in judged.fake.calls if c.status == 429]
+    assert limited.count("create") == 4 and "list" in limited, limited  # 3 + the interval
     counts = judged.judge.coverage.counts()
+    print(f"vast H6: {judged.exchanges} exchanges, {counts}")
     assert judged.judge.coverage.operations == OPERATIONS
     assert counts["fields"] >= MIN_FIELDS, counts
 
@@ -219,8 +255,13 @@ def _show_reply(judged: Judged) -> dict[str, object]:
         (lambda row: row.update(image_args="bash"), "instances.image_args: a string 'bash'"),
         (lambda row: row.pop("start_date"), "instances.start_date: required, missing"),
     ],
-    ids=["unknown field", "wrong type", "null where not nullable", "string for a list",
-         "required field missing"],
+    ids=[
+        "unknown field",
+        "wrong type",
+        "null where not nullable",
+        "string for a list",
+        "required field missing",
+    ],
 )
 def test_the_judge_names_each_way_a_rendered_body_breaks_the_contract_h6(judged, edit, breach):
     """H6: one changed field of a real show answer is named, with its path and the rule."""
@@ -294,8 +335,9 @@ def test_every_contract_patch_names_its_source_and_the_openapi_facts_name_their_
     openapi = yaml.safe_load(contract.OPENAPI.read_text(encoding="utf-8"))
     client = yaml.safe_load(contract.CLIENT.read_text(encoding="utf-8"))
 
-    assert "vast-ai/vast-cli @ e2aeac9868348f66298ded9be1495c6e11125dca" in (
-        openapi["provenance"]["source"]
+    assert (
+        "vast-ai/vast-cli @ e2aeac9868348f66298ded9be1495c6e11125dca"
+        in (openapi["provenance"]["source"])
     )
     assert all(op["source"].startswith("openapi/yaml/") for op in openapi["operations"].values())
     assert all(len(patch["source"]) > 20 for patch in client["patches"])
@@ -325,3 +367,16 @@ def test_the_limits_gpuops_refuses_at_the_edge_are_the_contracts_own_h6():
     assert cli.VAST_IMAGE_MAX_CHARS == rules["image"]["max_length"]
     assert vast.LABEL_MAX_CHARS == rules["label"]["max_length"]
     cli.check_args(argparse.Namespace(disk_gb=8.0, image="i" * 1024, hours=1.0, race=3))
+
+
+def test_gpuops_paces_creates_at_least_vasts_documented_create_interval_m12_h6():
+    """M12/H6: the race's create spacing is no shorter than create_instance.yaml's x-rate-limit
+    threshold (a minimum interval per key), the interval the default scenario enforces."""
+    from fakes.scenario import contract_intervals
+    from gpuops import timing
+
+    intervals = dict(contract_intervals())
+
+    assert intervals["create"] == 4.5
+    assert timing.CREATE_PACING_S >= intervals["create"]
+    assert dict(load_scenario(DEFAULT_SCENARIO).vast.endpoint_intervals) == intervals

@@ -28,10 +28,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fakes.gce import boot as real_boot
 from fakes.gce.scenario import LaneScenario
 from fakes.vast.clock import Clock
+
+if TYPE_CHECKING:
+    from fakes.seam import Reply, Request
 
 # The JSON API's object preconditions (query parameters), each an int64.
 PRECONDITIONS = (
@@ -146,6 +150,8 @@ class FakeGCE:
     serial: str = ""
     operations: dict[str, Operation] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)  # "METHOD route" of every request, in order
+    # Each sees every routed exchange (request, reply), as FakeVast's taps (the H6 judge).
+    taps: list[Callable[[Request, Reply], None]] = field(default_factory=list)
     updated: dict[str, float] = field(default_factory=dict)  # object name -> last write time
     boots: int = 0
     max_run_s: float | None = None  # scheduling.maxRunDuration, when set (setScheduling)

@@ -665,7 +665,10 @@ def dispatch(fake: FakeGCE, req: Request) -> Reply:
         if found is not None:
             route, groups = found
             fake.calls.append(f"{route.method} {route.handler.__name__}")
-            return route.handler(fake, req, groups)
+            reply = route.handler(fake, req, groups)
+            for tap in fake.taps:
+                tap(req, reply)
+            return reply
         fake.calls.append(f"{req.method} {req.path}")
     raise UnknownRoute(req.method, req.path)
 

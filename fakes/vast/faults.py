@@ -15,9 +15,11 @@ class Fault(Exception):
 class RateLimit(Fault):
     """429, with one of the recorded bodies (scenario ``body``) and maybe a Retry-After."""
 
-    def __init__(self, body: str, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self, body: str, retry_after_s: float | None = None, *, threshold: float | None = None
+    ) -> None:
         super().__init__(f"429 ({body})")
-        self.body, self.retry_after_s = body, retry_after_s
+        self.body, self.retry_after_s, self.threshold = body, retry_after_s, threshold
 
 
 class Unavailable(Fault):

@@ -286,6 +286,9 @@ class FakeVast:
         self._key_ids = itertools.count(FIRST_KEY_ID)
         self._counters = _Counters()
         self._bursts: list[_Burst] = []
+        # per-endpoint minimum intervals, and when each (route, identity) was last let through
+        self._intervals: dict[str, float] = dict(self.scenario.endpoint_intervals)
+        self._last_asked: dict[tuple[str, str | None], float] = {}
         self._destroy_failures: list[_Left[DestroyFailure]] = []
         self._lost: list[_Left[LostCreate]] = []
         self._empty_lists_left = self.scenario.empty_list
@@ -462,6 +465,7 @@ class FakeVast:
         self._lost.clear()
         self._empty_lists_left = 0
         self._pacing = None
+        self._intervals = {}
 
     def answer_lists_empty(self, count: int | None = None) -> None:
         """The next ``count`` list calls (None: all) answer an empty page."""
@@ -480,8 +484,17 @@ class FakeVast:
         """The box whose per-instance key ``bearer`` is (None: no box's)."""
         return None if bearer is None else self._by_instance_key.get(bearer)
 
-    def admit(self, route: str) -> None:
-        """Count one authorized call on ``route``; raise RateLimit if a burst covers it."""
+    def admit(self, route: str, identity: str | None = None) -> None:
+        """Count one authorized call on ``route``; raise RateLimit if a burst covers it, or if
+        ``identity`` (the request's key) asked ``route`` less than its endpoint interval ago
+        (the refused call counts for nothing)."""
+        interval = self._intervals.get(route)
+        if interval is not None:
+            last = self._last_asked.get((route, identity))
+            now = self.now()
+            if last is not None and now - last < interval:
+                raise RateLimit("threshold", threshold=interval)
+            self._last_asked[(route, identity)] = now
         self._counters.total += 1
         self._counters.per_route[route] = self._route_count(route) + 1
         for burst in self._bursts:

@@ -352,7 +352,7 @@ def _answer(model: FakeVast, route: Route, params: Mapping[str, str], request: R
         if CATEGORY[route.name] not in member.permissions:  # a scoped key, outside its scope
             return wire.unauthorized()
     try:
-        model.admit(route.name)
+        model.admit(route.name, key)
         return route.handler(model, request, params)
     except Fault as fault:
         return _render(model, fault)
@@ -372,7 +372,12 @@ def bearer(request: Request) -> str | None:
 
 def _render(model: FakeVast, fault: Fault) -> Reply:
     if isinstance(fault, RateLimit):
-        return wire.rate_limited(fault.body, now=model.now(), retry_after_s=fault.retry_after_s)
+        return wire.rate_limited(
+            fault.body,
+            now=model.now(),
+            retry_after_s=fault.retry_after_s,
+            threshold=fault.threshold,
+        )
     if isinstance(fault, Unavailable):
         return wire.unavailable(fault.status)
     if isinstance(fault, Dropped):

@@ -292,9 +292,16 @@ def unauthorized() -> Reply:
     return _reply("auth_401")
 
 
-def rate_limited(body: str, *, now: float, retry_after_s: float | None = None) -> Reply:
+def rate_limited(
+    body: str, *, now: float, retry_after_s: float | None = None, threshold: float | None = None
+) -> Reply:
     """A 429: ``plain`` (create_429_plain), ``json`` (create_429_detail), ``json-error``
-    (destroy_429) or ``search-quota`` (search_quota_exceeded, reset at the next UTC midnight)."""
+    (destroy_429), ``search-quota`` (search_quota_exceeded, reset at the next UTC midnight) or
+    ``threshold`` (endpoint_429_threshold: an endpoint's minimum interval, ``threshold``)."""
+    if body == "threshold":
+        rec = recording("endpoint_429_threshold")
+        text = rec.body if threshold is None else rec.body.replace("4.5", f"{threshold:g}")
+        return Reply(rec.status, rec.headers, text)
     names = {
         "plain": "create_429_plain",
         "json": "create_429_detail",

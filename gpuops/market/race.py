@@ -73,6 +73,9 @@ class Race:
     max_creates: int = 0  # 0: no replacements beyond the first picks
     # No create after this (epoch s): the rental's guardian starts ending it then (M13).
     stop_creating_at: float | None = None
+    # The least time between two creates (M12): the provider's documented create interval,
+    # on the provider's clock (a loopback fake's scaled one shortens it).
+    create_pacing_s: float = timing.CREATE_PACING_S
 
 
 # --- actions ------------------------------------------------------------------------------
@@ -223,7 +226,7 @@ def _pacing(race: Race, now: float) -> float:
     """Seconds to wait before the next create: never back-to-back (M12)."""
     if race.last_create_at is None:
         return 0.0
-    return max(0.0, race.last_create_at + timing.CREATE_PACING_S - now)
+    return max(0.0, race.last_create_at + race.create_pacing_s - now)
 
 
 # --- applying outcomes (pure state updates the shell calls) -------------------------------

@@ -153,12 +153,15 @@ class Market:
         pace: Pace | None = None,
         host: str | None = None,
         budget: BudgetCheck | None = None,
+        create_pacing_s: float = timing.CREATE_PACING_S,
     ) -> None:
         """``clock``: the market's time and its waits (race polls, destroy confirmation);
         ``pass_rates``: machine id -> shrunk pass rate for these offers (analysis/shrink.py),
         None to rank by price only; ``pace``: the call budget a sweep's threads share with the
         adapter's 429 waits (session.py), None to leave calls unpaced; ``budget``: asked before
-        a race's first create (M15), None for no limits."""
+        a race's first create (M15), None for no limits; ``create_pacing_s``: the least time
+        between two creates (M12: Vast's documented create interval; shorter only for a
+        loopback fake whose clock runs faster)."""
         self.vast = vast
         self.ledger = ledger
         self.events = events
@@ -171,6 +174,7 @@ class Market:
         self.pace = pace
         self.host = host or this_host()  # whose wall clock this market reads (M17)
         self.budget = budget
+        self.create_pacing_s = create_pacing_s
         self.racer = process_id(ledger.operator, self.host)  # this process, when it races (M8)
         self.rentals = Rentals(ledger.store, ledger.operator)
         self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock.wall)
@@ -204,6 +208,7 @@ class Market:
             pace=self.pace,
             host=self.host,
             budget=self.budget,
+            create_pacing_s=self.create_pacing_s,
         )
 
     # --- rent ----------------------------------------------------------------------------
@@ -388,6 +393,7 @@ class Market:
             spare_offers=spares,
             max_creates=req.max_creates or 2 * req.race_k + 2,
             stop_creating_at=schedule(now, deadline)[0],
+            create_pacing_s=self.create_pacing_s,
         )
         # select ranks the Offers it is given: its candidates are those Offers
         offer_by_id = {o.id: cast(Offer, o) for o in chosen.candidates}

@@ -82,6 +82,15 @@ class Rental:
 CODEC = JsonCodec(Rental, "rental record")
 
 
+def past_contract(rental: Rental, deadline_at: float) -> bool:
+    """Whether a deadline moved to ``deadline_at`` leaves less than CONTRACT_END_MARGIN_S
+    before the kept box's contract ends: Vast stops the box at that end, so its own ceiling and
+    a guardian's copy and destroy would fall outside the contract (`guard --hours` refuses it).
+    A rental with no recorded contract end: never."""
+    end = rental.contract_end_at
+    return end is not None and deadline_at > end - timing.CONTRACT_END_MARGIN_S
+
+
 def request_differs(rental: Rental, gpu_name: str, hours: float) -> list[str]:
     """What a rerun of `rent NAME` asks that its live rental was not rented with (M8): each as
     "--flag asked, not had". GPU names compare case and spacing aside; a rental from before

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuops import timing
 from gpuops.clock import SYSTEM, WithSleep
 from gpuops.errors import UsageError
 from gpuops.events import EventLog
@@ -72,11 +73,13 @@ def open_market(
     rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
     retry_sleep: Callable[[float], None] = time.sleep,
+    create_pacing_s: float | None = None,
 ) -> Market:
     """``sleep``: the market's waits (race polls, destroy confirmation), shortened by
     GPUOPS_TIME_SCALE when it is set (the loopback fakes run that much faster); ``retry_sleep``:
     the adapter's backoff between retried calls (a 503, a 429) and its pacing. Both keep the
-    real clock's time: every deadline is real."""
+    real clock's time: every deadline is real. ``create_pacing_s``: the least time between two
+    creates (None: Vast's documented interval, timing.CREATE_PACING_S)."""
     if sleep is time.sleep and settings.time_scale is not None:
         sleep = settings.clock().sleep
     from gpuops.providers import vastai_lazy
@@ -121,6 +124,7 @@ def open_market(
         budget=Budgets(
             store, operator, alarms=open_alarms(settings, store, events, operator=operator)
         ),
+        create_pacing_s=timing.CREATE_PACING_S if create_pacing_s is None else create_pacing_s,
     )
 
 

@@ -136,6 +136,9 @@ def operation(text: str, method: str, path: str) -> dict[str, Any]:
     if "x-input-validation" in doc:
         fields = out.get("request", {}).get("fields", {})
         out["input_validation"] = limits(doc["x-input-validation"], fields)
+    if "x-rate-limit" in doc:  # the numbers only: threshold, penalty, requests, per
+        kept = ("threshold", "penalty", "requests", "per")
+        out["rate_limit"] = {k: doc["x-rate-limit"][k] for k in kept if k in doc["x-rate-limit"]}
     responses = {}
     for status, answer in op.get("responses", {}).items():
         content = (answer.get("content") or {}).get("application/json")
@@ -174,7 +177,8 @@ def main(git_dir: str, commit: str) -> None:
             "notes": (
                 "Facts only, extracted by recordings/contracts/extract_vast.py: paths, "
                 "parameters, request fields, types, enums, defaults, required fields, "
-                "x-input-validation limits and response fields per status. No description is "
+                "x-input-validation limits, x-rate-limit numbers and response fields per status. "
+                "No description is "
                 "copied; three facts are read from description text: search's operator table, "
                 "the fields a 'Combined length of' limit counts, and that a registered key must "
                 "be a valid SSH public key. Types marked 'from: example' are read off the "
