@@ -360,7 +360,7 @@ class SoakShell(jobs.BoxShell):
     when the job wrote none. Anything but the results script is refused (nothing else is asked
     of a box in the soak)."""
 
-    disks: BoxDisks = field(default_factory=BoxDisks)
+    disks: BoxDisks  # the lifecycle's: its boxes' files and the tripwire a copy may arm
 
     def stream_to(
         self,
