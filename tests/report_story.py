@@ -12,44 +12,23 @@ as text."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from fakes.scenario import parse_scenario
-from fakes.vast import FakeClock, FakeVast
+from market_world import build_market, fake_vast, request, scenario
+
+from fakes.vast import FakeVast
 from gpuops import event_types as ev
 from gpuops.events import EventLog
-from gpuops.ledger import Ledger
 from gpuops.market.ending import destroy_rental
 from gpuops.market.probe import Verdict
-from gpuops.market.rent import Market, RentRequest
 from gpuops.market.sweep import sweep
-from gpuops.model import Instance
-from gpuops.providers.vast import VastAdapter
 from gpuops.store.memory import MemoryStore
 
-BASE = "https://console.vast.ai"
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsTestKeyForRentTests000000000000000 test"
-FATES = {"healthy": Verdict.PASS, "slow-disk": Verdict.SLOW_DISK}
 HOSTILE = "<script>document.body.setAttribute('data-pwned','1')</script>"
 HOSTILE_OWNER = "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">"
 LANE_JOBS = (("train-lane", 1.25, 3600.0), ("eval-lane", 0.5, 1800.0))  # job, cost, running
-
-
-def _offer(i: int, fate: str, price: float) -> dict[str, Any]:
-    return {
-        "id": 1000 + i,
-        "machine_id": 500 + i,
-        "gpu_name": "RTX 4090",
-        "gpu_ram": 24564,
-        "dph_total": price,
-        "reliability": 0.995,
-        "disk_bw": 2000.0,
-        "fate": fate,
-    }
 
 
 @dataclass
@@ -62,31 +41,10 @@ class Story:
 
 
 def write_story(log: Path) -> Story:
-    fates = ("taken", "slow-disk", "healthy", "healthy")
-    doc = {
-        "vast": {
-            "api_key": "k-test",
-            "ssh_keys": [KEY],
-            "offers": [_offer(i, f, 0.30 + i / 100) for i, f in enumerate(fates)],
-        }
-    }
-    fake = FakeVast(parse_scenario(doc), clock=FakeClock())
-    with fake.activate(BASE):
+    with fake_vast(scenario("taken", "slow-disk", "healthy", "healthy")) as fake:
         events = EventLog(log, "alice", clock=lambda: datetime.fromtimestamp(fake.now(), UTC))
-
-        def probe(instance: Instance, box: str) -> Verdict:
-            return FATES[fake.instances[int(instance.instance_id)].fate.kind]
-
-        market = Market(
-            VastAdapter(api_key="k-test", base_url=BASE, clock=fake.ticking()),
-            Ledger(MemoryStore(), events, "alice", clock=fake.now),
-            events,
-            probe=probe,
-            public_key=KEY,
-            clock=fake.ticking(),
-            rng=random.Random(7),
-        )
-        train = market.rent(RentRequest(name="train", gpu_name="RTX 4090", hours=2.0, race_k=3))
+        market = build_market(fake, MemoryStore(), events)
+        train = market.rent(request("train"))
         fake.advance(3600.0)
         destroying = ev.GuardDestroy(
             name="train",
@@ -106,9 +64,7 @@ def write_story(log: Path) -> Story:
             rental_id=train.rental_id,
         )
         events.append(gone.KIND, **gone.to_payload())
-        evaluation = market.rent(
-            RentRequest(name="eval", gpu_name="RTX 4090", hours=0.5, race_k=1)
-        )
+        evaluation = market.rent(request("eval", k=1, hours=0.5))
         fake.advance(2 * 3600.0)  # past its deadline and the grace: sweep's to end
         sweep(market)
         for job, cost, running in LANE_JOBS:

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 from alarm_receiver import Receiver
+from market_world import BASE, FAKE_SSH, KEY
 from store_fakes import Events
-from test_guard import BASE, FAKE_SSH, KEY, OFFER, World, scenario
+from test_guard import OFFER, World, scenario
 
 from fakes.scenario import parse_scenario
 from fakes.ssh import sandbox

@@ -3,24 +3,15 @@ one state, and bob's box counts against the team's limit when alice rents."""
 
 from __future__ import annotations
 
-import copy
-import random
 from collections.abc import Iterator
 
 import pytest
-from store_fakes import Events
-from test_rent import BASE, FATES, KEY, World, request, scenario
+from market_world import BASE, World, fake_vast, request, scenario
 
-from fakes.scenario import parse_scenario
-from fakes.vast import FakeClock, FakeVast
 from gpuops.errors import Refused
-from gpuops.ledger import Ledger
 from gpuops.market.budgets import Budgets
 from gpuops.market.rent import Market
-from gpuops.market.rentals import FAILED
-from gpuops.model import Instance
 from gpuops.providers.vast import VastAdapter
-from gpuops.store.memory import MemoryStore
 
 
 class Heard:
@@ -34,29 +25,15 @@ class Heard:
 class BudgetWorld(World):
     heard: Heard
 
-    def market(self, operator: str = "alice") -> Market:
-        def probe(instance: Instance, box: str) -> object:
-            return FATES[self.fake.instances[int(instance.instance_id)].fate.kind]
-
+    def market(self, operator: str = "alice", **kwargs: object) -> Market:
         budgets = Budgets(self.store, operator, clock=self.fake.ticking(), alarms=self.heard)
-        return Market(
-            VastAdapter(api_key="k-test", base_url=BASE, clock=self.fake.ticking()),
-            Ledger(self.store, self.events, operator, clock=self.fake.now),
-            self.events,
-            probe=probe,  # type: ignore[arg-type]
-            public_key=KEY,
-            clock=self.fake.ticking(),
-            rng=random.Random(7),
-            budget=budgets,
-        )
+        return super().market(operator, budget=budgets, **kwargs)
 
 
 @pytest.fixture
 def world() -> Iterator[BudgetWorld]:
-    doc = copy.deepcopy(scenario("healthy", "healthy", "healthy"))
-    fake = FakeVast(parse_scenario(doc), clock=FakeClock())
-    with fake.activate(BASE):
-        w = BudgetWorld(fake, MemoryStore(), Events(), [])
+    with fake_vast(scenario("healthy", "healthy", "healthy")) as fake:
+        w = BudgetWorld(fake)
         w.heard = Heard()
         yield w
 

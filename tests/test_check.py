@@ -12,13 +12,20 @@ from typing import Any
 
 import pytest
 from alarm_receiver import Receiver
-from test_guard import BASE, KEY, scenario
+from market_world import BASE, KEY
+from test_guard import scenario
 
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops import check as c
 from gpuops.alarms import AppriseEndpoint
-from gpuops.errors import AlreadyExists, AuthFailed, ProviderUnavailable, StoreUnavailable, VersionConflict
+from gpuops.errors import (
+    AlreadyExists,
+    AuthFailed,
+    ProviderUnavailable,
+    StoreUnavailable,
+    VersionConflict,
+)
 from gpuops.market.results import LocalResults
 from gpuops.providers.vast import VastAdapter
 from gpuops.store.base import Versioned

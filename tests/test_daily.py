@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import os
-import random
 import re
 import shutil
 import signal
@@ -24,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from market_world import BASE, FAKE_SSH, KEY, build_market
 from store_fakes import Events
-from test_guard import BASE, FAKE_SSH, KEY, OFFER, scenario, wait_until
+from test_guard import OFFER, scenario, wait_until
 
 from fakes.scenario import parse_scenario
 from fakes.ssh import sandbox
@@ -33,7 +33,6 @@ from fakes.ssh.boxes import TableState, write_identity
 from fakes.vast import FakeClock, FakeVast
 from gpuops import cli, timing
 from gpuops.cli_daily import box_logs, cost_report, scrubbed
-from gpuops.ledger import Ledger
 from gpuops.market import jobs
 from gpuops.market import logs as box
 from gpuops.market.budgets import Budgets
@@ -43,7 +42,6 @@ from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import Rental
 from gpuops.model import Instance
 from gpuops.providers.ssh import SshEndpoint, ssh_argv
-from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
 from gpuops.store.local import LocalStore
 
@@ -77,14 +75,8 @@ class Daily:
 
     def market(self, operator: str = "alice") -> Market:
         store = LocalStore(str(self.state))  # the store the command line opens with --state
-        return Market(
-            VastAdapter(api_key="k-test", base_url=BASE, clock=self.fake.ticking()),
-            Ledger(store, self.events, operator, clock=self.fake.now),
-            self.events,
-            probe=lambda instance, box: Verdict.PASS,
-            public_key=KEY,
-            clock=self.fake.ticking(),
-            rng=random.Random(3),
+        return build_market(
+            self.fake, store, self.events, operator, probe=lambda i, box: Verdict.PASS, seed=3
         )
 
     def rent(self, name: str = "job", operator: str = "alice") -> tuple[Market, Rental]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import random
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,8 @@ from hypothesis import strategies as st
 from gpuops import event_types as ev
 from gpuops.analysis.index import machine_counts
 from gpuops.analysis.ope import Candidate, Decision, Decisions, evaluate, greedy
-from gpuops.analysis.shrink import KINDS, MachineCounts
 from gpuops.analysis.report import Report
+from gpuops.analysis.shrink import KINDS, MachineCounts
 from gpuops.analysis.stats import Stats
 from gpuops.events import EventLog, read_events
 from gpuops.market.probe import Verdict
@@ -361,36 +360,19 @@ def test_the_bad_probe_line_is_skipped_and_counted_by_shrink_and_the_index(tmp_p
 def test_a_race_ranked_from_a_log_with_the_bad_line_still_rents(tmp_path: Path):
     """Market.rent ranks with the pass-rate index over a log holding the bad line: the rental
     goes live (it stayed racing when the ranker crashed)."""
-    from fakes.scenario import parse_scenario
-    from fakes.simulate import BASE, KEY, VERDICT_OF
-    from fakes.vast import FakeClock, FakeVast
-    from gpuops.analysis.learned import ranker
-    from gpuops.ledger import Ledger
-    from gpuops.market.rent import Market, RentRequest
-    from gpuops.providers.vast import VastAdapter
+    from market_world import KEY, build_market, fake_vast, offer, request
 
-    offers = [{"id": 1000, "machine_id": 500, "gpu_name": "RTX 4090", "gpu_ram": 24564,
-               "dph_total": 0.3, "reliability": 0.99, "disk_bw": 1500.0,
-               "fate": "healthy"}]  # fmt: skip
-    fake = FakeVast(
-        parse_scenario({"vast": {"api_key": "k", "ssh_keys": [KEY], "offers": offers}}),
-        clock=FakeClock(),
-    )
+    from gpuops.analysis.learned import ranker
+
+    doc = {"vast": {"api_key": "k", "ssh_keys": [KEY], "offers": [offer(0, price=0.3)]}}
     events = EventLog(tmp_path / "events.jsonl", "alice")
     events.append("market.probe", **BAD_PROBE)
-    with fake.activate(BASE):
-        vast = VastAdapter(api_key="k", base_url=BASE, clock=fake.ticking())
-        market = Market(
-            vast,
-            Ledger(MemoryStore(), events, "alice", clock=fake.now),
-            events,
-            probe=lambda i, box: VERDICT_OF[fake.instances[int(i.instance_id)].fate.kind],
-            public_key=KEY,
-            clock=fake.ticking(),
-            rng=random.Random(1),
+    with fake_vast(doc) as fake:
+        market = build_market(
+            fake, MemoryStore(), events, api_key="k", seed=1,
             pass_rates=ranker(events.path, MemoryStore()),
-        )
-        rental = market.rent(RentRequest(name="job", gpu_name="RTX 4090", hours=1.0, race_k=1))
+        )  # fmt: skip
+        rental = market.rent(request(k=1, hours=1.0))
 
     assert rental.state == "live" and rental.offer_id == 1000
     typed = [e for e in read_events(events.path) if e["kind"] in ev.KINDS]

@@ -4,7 +4,8 @@ error listing the nearest names (exit 2), never a stockout (exit 4) retried in v
 from __future__ import annotations
 
 import pytest
-from test_rent import World, request, scenario, world  # noqa: F401  (world is a fixture)
+from market_world import World, request, scenario  # noqa: F401
+from test_rent import world  # noqa: F401  (world is a fixture)
 
 from gpuops.errors import UsageError
 from gpuops.market.rent import RentRequest

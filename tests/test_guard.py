@@ -6,44 +6,33 @@ copy run for real in the fake box's sandbox through the fake ssh program and a r
 
 from __future__ import annotations
 
-import copy
-import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import market_world
 import pytest
-from store_fakes import Events
+from market_world import KEY, fake_vast, ssh_boxes
 
-from fakes.scenario import parse_scenario
-from fakes.ssh import sandbox
-from fakes.ssh.boxes import write_identity
-from fakes.vast import FakeClock, FakeVast
+from fakes.vast import FakeVast
 from gpuops import timing
 from gpuops.errors import NotOwned, StoreUnavailable
-from gpuops.ledger import BoxState, Ledger
+from gpuops.ledger import BoxState
 from gpuops.market import guardian as g
 from gpuops.market import jobs
+from gpuops.market.ending import destroy_rental
 from gpuops.market.guard import Guardian
 from gpuops.market.leases import Leases
 from gpuops.market.probe import Verdict
-from gpuops.market.ending import destroy_rental
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import RELEASED
 from gpuops.market.results import LocalResults
-from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
-from gpuops.store.memory import MemoryStore
 
-ROOT = Path(__file__).resolve().parent.parent
-FAKE_SSH = ROOT / "fakes" / "ssh" / "ssh"
-BASE = "https://console.vast.ai"
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsTestKeyForRentTests000000000000000 test"
 OFFER = 18432117
 
 
@@ -65,25 +54,11 @@ def scenario(**faults: Any) -> dict[str, Any]:
 
 
 @dataclass
-class World:
-    fake: FakeVast
-    store: MemoryStore
-    events: Events
-    tmp: Path
-
-    def market(self, operator: str = "alice") -> Market:
-        vast = VastAdapter(
-            api_key="k-test", base_url=BASE, clock=self.fake.ticking()
-        )
-        return Market(
-            vast,
-            Ledger(self.store, self.events, operator, clock=self.fake.now),
-            self.events,
-            probe=lambda instance, box: Verdict.PASS,
-            public_key=KEY,
-            clock=self.fake.ticking(),
-            rng=random.Random(3),
-        )
+class World(market_world.World):
+    def market(self, operator: str = "alice", **kwargs: Any) -> Market:
+        kwargs.setdefault("probe", lambda instance, box: Verdict.PASS)
+        kwargs.setdefault("seed", 3)
+        return super().market(operator, **kwargs)
 
     def rent(self, hours: float = 2.0) -> Market:
         market = self.market()
@@ -107,9 +82,6 @@ class World:
             **kwargs,
         )
 
-    def alive(self) -> list[int]:
-        return sorted(box.id for box in self.fake.boxes())
-
     def run_job(self, market: Market, command: str) -> None:
         rental = market.rentals.get("job")
         assert rental is not None and rental.instance_id is not None
@@ -128,16 +100,9 @@ class World:
 
 @pytest.fixture
 def world(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch) -> Iterator[World]:
-    doc = copy.deepcopy(getattr(request, "param", scenario()))
-    fake_dir = tmp_path / "fake"
-    fake = FakeVast(parse_scenario(doc), clock=FakeClock(), state_dir=fake_dir)
-    monkeypatch.setenv("GPUOPS_SSH", str(FAKE_SSH))
-    monkeypatch.setenv("GPUOPS_FAKE_SSH_PYTHON", sys.executable)
-    monkeypatch.setenv("GPUOPS_FAKE_SSH_BOXES", str(fake_dir / "boxes.yaml"))
-    write_identity(tmp_path / "id_ed25519", KEY)  # the key the account (and each box) holds
-    with fake.activate(BASE):
-        yield World(fake, MemoryStore(), Events(), tmp_path)
-    sandbox.stop_all(fake_dir / "boxes.yaml")
+    doc = getattr(request, "param", scenario())
+    with ssh_boxes(tmp_path, monkeypatch) as fake_dir, fake_vast(doc, fake_dir) as fake:
+        yield World(fake, tmp=tmp_path)
 
 
 def test_the_guardian_copies_results_destroys_at_the_deadline_and_exits_0(world):

@@ -13,18 +13,19 @@ import signal
 from pathlib import Path
 
 import pytest
-from test_guard import BASE, KEY, OFFER, World, scenario, world  # noqa: F401  (the fixture)
+from market_world import BASE, KEY
+from test_guard import OFFER, World, scenario, world  # noqa: F401  (the fixture)
 
 from gpuops.errors import StateError
 from gpuops.ledger import PREFIX
 from gpuops.market import guardian as g
+from gpuops.market.ending import destroy_rental
 from gpuops.market.guard import FAULTED, Guardian, stopped
 from gpuops.market.leases import Leases
-from gpuops.market.ending import destroy_rental
 from gpuops.market.rent import Market, RentRequest
-from gpuops.market.sweep import sweep
 from gpuops.market.rentals import LIVE, RELEASED
 from gpuops.market.results import LocalResults, S3Results
+from gpuops.market.sweep import sweep
 from gpuops.market.teardown import Ending, exit_code
 from gpuops.store.local import LocalStore
 

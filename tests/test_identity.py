@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from market_world import BASE, FAKE_SSH, KEY
 from store_fakes import Events
-from test_guard import BASE, FAKE_SSH, KEY, World, scenario
+from test_guard import World, scenario
 
 from fakes.scenario import ScenarioError, parse_scenario
 from fakes.ssh import sandbox

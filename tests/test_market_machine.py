@@ -14,31 +14,20 @@ from typing import Any
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from market_world import BASE, KEY, build_market, offer
 
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops.errors import GpuopsError
 from gpuops.ledger import BoxState, Ledger
-from gpuops.market.probe import Verdict
 from gpuops.market.ending import destroy_rental
 from gpuops.market.rent import Market, RentRequest
-from gpuops.market.sweep import sweep
 from gpuops.market.rentals import LIVE, rental_of
+from gpuops.market.sweep import sweep
 from gpuops.market.teardown import intent_of
-from gpuops.model import Instance
-from gpuops.providers.vast import VastAdapter
 from gpuops.store.memory import MemoryStore
 
-BASE = "https://console.vast.ai"
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsMachineTestKey00000000000000000000000 m"
 FATES = ["healthy", "healthy", "ssh-auth", "slow-disk", "no-gpu", "taken"]
-VERDICT = {
-    "healthy": Verdict.PASS,
-    "ssh-auth": Verdict.SSH_AUTH,
-    "slow-disk": Verdict.SLOW_DISK,
-    "no-gpu": Verdict.NO_GPU,
-    "taken": Verdict.PASS,
-}
 OPERATORS = ("alice", "bob")
 NAMES = ("job-a", "job-b")
 
@@ -100,19 +89,7 @@ class MarketMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.fake is None)
     @rule(fates=st.lists(st.sampled_from(FATES), min_size=2, max_size=5))
     def open_market(self, fates: list[str]) -> None:
-        offers = [
-            {
-                "id": 2000 + i,
-                "machine_id": 700 + i,
-                "gpu_name": "RTX 4090",
-                "gpu_ram": 24564,
-                "dph_total": 0.3 + i / 100,
-                "reliability": 0.995,
-                "disk_bw": 2000.0,
-                "fate": fate,
-            }
-            for i, fate in enumerate(fates)
-        ]
+        offers = [offer(i, fate, first_id=2000, first_machine=700) for i, fate in enumerate(fates)]
         stranger = {**offers[0], "id": 2999, "machine_id": 799, "fate": "healthy"}
         doc = {"vast": {"api_key": "k-m", "ssh_keys": [KEY], "offers": [*offers, stranger]}}
         self.fake = FakeVast(parse_scenario(doc), clock=FakeClock())
@@ -126,21 +103,7 @@ class MarketMachine(RuleBasedStateMachine):
 
     def market(self, operator: str) -> Market:
         assert self.fake is not None
-        fake = self.fake
-
-        def probe(instance: Instance, box: str) -> Verdict:
-            return VERDICT[fake.instances[int(instance.instance_id)].fate.kind]
-
-        vast = VastAdapter(api_key="k-m", base_url=BASE, clock=fake.ticking())
-        return Market(
-            vast,
-            Ledger(self.store, self.log, operator, clock=fake.now),
-            self.log,
-            probe=probe,
-            public_key=KEY,
-            clock=fake.ticking(),
-            rng=random.Random(1),
-        )
+        return build_market(self.fake, self.store, self.log, operator, api_key="k-m", seed=1)
 
     def attempt(self, crash_at: int | None, after: bool, action: Any) -> None:
         self.store.countdown, self.store.after = crash_at, after

@@ -12,104 +12,50 @@
 
 from __future__ import annotations
 
-import copy
 import os
-import random
 import shutil
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import market_world
 import pytest
-from store_fakes import Events
+from market_world import fake_vast, request, ssh_boxes
 
-from fakes.scenario import parse_scenario
-from fakes.ssh import sandbox
-from fakes.ssh.boxes import TableState, write_identity
-from fakes.vast import FakeClock, FakeVast
+from fakes.ssh.boxes import TableState
 from gpuops import timing
 from gpuops.errors import StillRunning
-from gpuops.ledger import BoxState, Ledger
-from gpuops.market import guardian as g
+from gpuops.ledger import BoxState
 from gpuops.market import jobs
-from gpuops.market.guard import FAULTED, Guardian
 from gpuops.market.ending import destroy_rental
+from gpuops.market.guard import FAULTED, Guardian
 from gpuops.market.rent import Market, RentRequest
-from gpuops.market.sweep import sweep
 from gpuops.market.rentals import LIVE, RELEASED
 from gpuops.market.results import LocalResults
 from gpuops.market.session import ssh_prober
+from gpuops.market.sweep import sweep
 from gpuops.market.teardown import Ending, exit_code
-from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
-from gpuops.store.memory import MemoryStore
-
-ROOT = Path(__file__).resolve().parent.parent
-FAKE_SSH = ROOT / "fakes" / "ssh" / "ssh"
-BASE = "https://console.vast.ai"
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsTestKeyForRentTests000000000000000 test"
-
-
-def offer(i: int) -> dict[str, Any]:
-    return {
-        "id": 1000 + i,
-        "machine_id": 500 + i,
-        "gpu_name": "RTX 4090",
-        "gpu_ram": 24564,
-        "dph_total": 0.30 + i / 100,
-        "reliability": 0.995,
-        "disk_bw": 2000.0,
-    }
 
 
 def scenario(offers: int = 1, **vast: Any) -> dict[str, Any]:
-    return {
-        "vast": {
-            "api_key": "k-test",
-            "ssh_keys": [KEY],
-            "offers": [offer(i) for i in range(offers)],
-            **vast,
-        }
-    }
+    return market_world.scenario(*["healthy"] * offers, **vast)
 
 
 @dataclass
-class World:
-    fake: FakeVast
-    store: MemoryStore
-    events: Events
-    tmp: Path
-
-    def market(self, operator: str = "alice") -> Market:
-        vast = VastAdapter(
-            api_key="k-test", base_url=BASE, clock=self.fake.ticking()
-        )
-        identity = self.tmp / "id_ed25519"  # written by the world fixture, with KEY
-        return Market(
-            vast,
-            Ledger(self.store, self.events, operator, clock=self.fake.now),
-            self.events,
-            probe=ssh_prober(
-                self.tmp / "local", identity, 8192, Settings.from_environ().ssh()
-            ),  # the real probe, over ssh
-            public_key=KEY,
-            clock=self.fake.ticking(),
-            rng=random.Random(5),
-        )
+class World(market_world.World):
+    def market(self, operator: str = "alice", **kwargs: Any) -> Market:
+        assert self.tmp is not None
+        identity = self.tmp / "id_ed25519"  # written by ssh_boxes, with KEY
+        probe = ssh_prober(self.tmp / "local", identity, 8192, Settings.from_environ().ssh())
+        return super().market(operator, probe=probe, seed=5, **kwargs)  # the real probe, over ssh
 
     def rent(self, k: int = 1, hours: float = 2.0) -> tuple[Market, Any]:
         market = self.market()
-        rental = market.rent(RentRequest(name="job", gpu_name="RTX 4090", hours=hours, race_k=k))
+        rental = market.rent(request(k=k, hours=hours))
         return market, rental
-
-    def alive(self) -> list[int]:
-        return sorted(box.id for box in self.fake.boxes())
-
-    def creates(self) -> int:
-        return sum(1 for call in self.fake.calls if call.route == "create")
 
     def shows_of(self, instance_id: int) -> list[float]:
         path = f"/api/v0/instances/{instance_id}/"
@@ -118,16 +64,9 @@ class World:
 
 @pytest.fixture
 def world(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch) -> Iterator[World]:
-    doc = copy.deepcopy(getattr(request, "param", scenario()))
-    fake_dir = tmp_path / "fake"
-    fake = FakeVast(parse_scenario(doc), clock=FakeClock(), state_dir=fake_dir)
-    monkeypatch.setenv("GPUOPS_SSH", str(FAKE_SSH))
-    monkeypatch.setenv("GPUOPS_FAKE_SSH_PYTHON", sys.executable)
-    monkeypatch.setenv("GPUOPS_FAKE_SSH_BOXES", str(fake_dir / "boxes.yaml"))
-    write_identity(tmp_path / "id_ed25519", KEY)  # the key the account (and each box) holds
-    with fake.activate(BASE):
-        yield World(fake, MemoryStore(), Events(), tmp_path)
-    sandbox.stop_all(fake_dir / "boxes.yaml")
+    doc = getattr(request, "param", scenario())
+    with ssh_boxes(tmp_path, monkeypatch) as fake_dir, fake_vast(doc, fake_dir) as fake:
+        yield World(fake, tmp=tmp_path)
 
 
 # --- a lagging show: confirm before release -----------------------------------------------------

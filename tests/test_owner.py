@@ -9,8 +9,6 @@ after a SIGKILL (tests/test_owner_process.py does the same to real processes).
 
 from __future__ import annotations
 
-import copy
-import random
 import signal
 import threading
 from collections.abc import Iterator
@@ -18,31 +16,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import market_world
 import pytest
-from store_fakes import Events
+from market_world import API_KEY, KEY, fake_vast, offer
 
-from fakes.scenario import parse_scenario
-from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
 from gpuops.errors import GpuopsError, Interrupted, StillRunning
-from gpuops.ledger import BoxState, Ledger
+from gpuops.ledger import BoxState
 from gpuops.market import guardian as g
 from gpuops.market import jobs
+from gpuops.market.ending import destroy_rental
 from gpuops.market.guard import Guardian
 from gpuops.market.probe import Verdict
-from gpuops.market.ending import destroy_rental
 from gpuops.market.rent import Market, RentRequest
-from gpuops.market.sweep import sweep
 from gpuops.market.rentals import FAILED, LIVE, RACING, RELEASED
 from gpuops.market.results import LocalResults
+from gpuops.market.sweep import sweep
 from gpuops.market.teardown import Ending, exit_code
 from gpuops.model import Instance
-from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
-from gpuops.store.memory import MemoryStore
 
-BASE = "https://console.vast.ai"
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsTestKeyForOwnerTests00000000000000 test"
 HOURS = 0.5
 
 
@@ -50,48 +43,22 @@ class Killed(BaseException):
     """The rent process died here (SIGKILL): nothing after this line of it runs."""
 
 
-def offer(i: int) -> dict[str, Any]:
-    return {
-        "id": 3000 + i,
-        "machine_id": 800 + i,
-        "gpu_name": "RTX 4090",
-        "gpu_ram": 24564,
-        "dph_total": 0.30 + i / 100,
-        "reliability": 0.995,
-        "disk_bw": 2000.0,
-        "fate": "healthy",
-    }
-
-
 def scenario(n: int = 3, **faults: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "vast": {"api_key": "k-o", "ssh_keys": [KEY], "offers": [offer(i) for i in range(n)]}
-    }
+    offers = [offer(i, first_id=3000, first_machine=800) for i in range(n)]
+    doc: dict[str, Any] = {"vast": {"api_key": API_KEY, "ssh_keys": [KEY], "offers": offers}}
     if faults:
         doc["vast"]["faults"] = faults
     return doc
 
 
 @dataclass
-class World:
-    fake: FakeVast
-    store: MemoryStore
-    events: Events
-    tmp: Path
+class World(market_world.World):
     said: list[str] = field(default_factory=list)
 
-    def market(self, probe: Any = None) -> Market:
-        vast = VastAdapter(
-            api_key="k-o", base_url=BASE, clock=self.fake.ticking()
-        )
-        return Market(
-            vast,
-            Ledger(self.store, self.events, "alice", clock=self.fake.now),
-            self.events,
+    def market(self, probe: Any = None) -> Market:  # type: ignore[override]
+        return super().market(
             probe=probe or (lambda instance, box: Verdict.PASS),
-            public_key=KEY,
-            clock=self.fake.ticking(),
-            rng=random.Random(5),
+            seed=5,
             progress=self.said.append,
         )
 
@@ -120,20 +87,11 @@ class World:
             say=self.said.append,
         )
 
-    def billing(self) -> list[int]:
-        """The fake's own record: every box that still bills."""
-        return sorted(box.id for box in self.fake.boxes())
-
-    def creates(self) -> list[Any]:
-        return [call for call in self.fake.calls if call.route == "create"]
-
 
 @pytest.fixture
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
-    doc = copy.deepcopy(getattr(request, "param", scenario()))
-    fake = FakeVast(parse_scenario(doc), clock=FakeClock())
-    with fake.activate(BASE):
-        yield World(fake, MemoryStore(), Events(), tmp_path)
+    with fake_vast(getattr(request, "param", scenario())) as fake:
+        yield World(fake, tmp=tmp_path)
 
 
 def request(name: str = "job", k: int = 3) -> RentRequest:
@@ -147,7 +105,7 @@ def test_the_deadline_is_written_before_the_first_create_and_the_owner_runs_then
     market = world.market()
 
     market.rent(
-        request(), on_race=lambda r: seen.append((r.state, r.deadline_at, len(world.creates())))
+        request(), on_race=lambda r: seen.append((r.state, r.deadline_at, len(world.create_calls())))
     )
 
     ((state, deadline, creates),) = seen
@@ -266,7 +224,7 @@ def test_an_unclear_create_never_found_stops_rent_with_exit_5_and_its_owner_keep
     with pytest.raises(StillRunning, match="unresolved after 4 look-ups"):
         market.rent(request(k=3))
 
-    assert len(world.creates()) == 1
+    assert len(world.create_calls()) == 1
     assert len(world.billing()) == 1  # the unclear box bills
     guardian = world.guardian(world.market())
     for _ in range(50):  # well past the deadline: still looking, never a clean exit
@@ -338,7 +296,7 @@ def test_a_race_makes_no_create_once_its_guardian_starts_ending_it_m13(world):
     with pytest.raises(Exception, match="deadline is near"):
         world.market(probe).rent(request(k=1))
 
-    assert len(world.creates()) == 1
+    assert len(world.create_calls()) == 1
     assert world.billing() == []
 
 
@@ -483,7 +441,7 @@ def test_destroy_during_a_race_stops_it_before_its_next_create_m13(world):
 
     assert stopped.value.exit_code == 3
     assert [o.ending for o in destroyed[0]] == [Ending.GONE]
-    assert len(world.creates()) == 1  # no create after the destroy
+    assert len(world.create_calls()) == 1  # no create after the destroy
     assert world.billing() == []
     assert world.market().rentals.get("job").state == RELEASED
 
@@ -516,7 +474,7 @@ def test_a_create_that_made_nothing_blocks_its_name_only_for_a_bounded_time_m13(
     races the name again; nothing ever billed, by the fake's own record."""
     with pytest.raises(StillRunning):
         world.market().rent(request(k=1))
-    assert world.billing() == [] and len(world.creates()) == 1
+    assert world.billing() == [] and len(world.create_calls()) == 1
 
     assert exit_code(destroy_rental(world.market(), "job")) == 5  # still looking
     world.fake.advance(timing.UNCLEAR_CREATE_WINDOW_S)

@@ -7,106 +7,27 @@ tested on recordings in test_probe.py and through the fake ssh in test_ssh.py).
 
 from __future__ import annotations
 
-import copy
-import random
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from store_fakes import Events
+from market_world import World, fake_vast, request, scenario
 
-from fakes.scenario import parse_scenario
-from fakes.vast import FakeClock, FakeVast
+from fakes.vast import FakeClock
 from gpuops.clock import WithSleep
 from gpuops.errors import NameTaken, NotOwned, Refused, Unavailable
-from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger
-from gpuops.market.probe import Verdict
+from gpuops.ledger import GONE_BY_SHOW, BoxState
 from gpuops.market.ending import destroy_rental
-from gpuops.market.rent import Market, RentRequest
-from gpuops.market.sweep import sweep
+from gpuops.market.rent import RentRequest
 from gpuops.market.rentals import LIVE, RELEASED
+from gpuops.market.sweep import sweep
 from gpuops.market.teardown import Ending, Outcome, exit_code
-from gpuops.model import Instance
-from gpuops.providers.vast import VastAdapter
-from gpuops.store.memory import MemoryStore
-
-BASE = "https://console.vast.ai"
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsTestKeyForRentTests000000000000000 test"
-FATES = {
-    "healthy": Verdict.PASS,
-    "ssh-auth": Verdict.SSH_AUTH,
-    "slow-disk": Verdict.SLOW_DISK,
-    "no-gpu": Verdict.NO_GPU,
-    "unreachable": Verdict.SSH_UNREACHABLE,
-}
-
-
-def offer(i: int, fate: str, price: float) -> dict[str, Any]:
-    return {
-        "id": 1000 + i,
-        "machine_id": 500 + i,
-        "gpu_name": "RTX 4090",
-        "gpu_ram": 24564,
-        "dph_total": price,
-        "reliability": 0.995,
-        "disk_bw": 2000.0,
-        "fate": fate,
-    }
-
-
-def scenario(*fates: str, **vast: Any) -> dict[str, Any]:
-    offers = [offer(i, fate, 0.30 + i / 100) for i, fate in enumerate(fates)]
-    return {"vast": {"api_key": "k-test", "ssh_keys": [KEY], "offers": offers, **vast}}
-
-
-@dataclass
-class World:
-    fake: FakeVast
-    store: MemoryStore
-    events: Events
-    probed: list[int]
-
-    def market(self, operator: str = "alice") -> Market:
-        fates = {box.id: box.fate.kind for box in self.fake.instances.values()}
-
-        def probe(instance: Instance, box: str) -> Verdict:
-            self.probed.append(instance.machine_id or 0)
-            kind = (
-                fates.get(int(instance.instance_id))
-                or self.fake.instances[int(instance.instance_id)].fate.kind
-            )
-            return FATES[kind]
-
-        vast = VastAdapter(api_key="k-test", base_url=BASE, clock=self.fake.ticking())
-        ledger = Ledger(self.store, self.events, operator, clock=self.fake.now)
-        return Market(
-            vast,
-            ledger,
-            self.events,
-            probe=probe,
-            public_key=KEY,
-            clock=self.fake.ticking(),
-            rng=random.Random(7),
-        )
-
-    def alive(self) -> list[int]:
-        return sorted(box.id for box in self.fake.boxes())
-
-    def creates(self) -> int:
-        return sum(1 for call in self.fake.calls if call.route == "create")
 
 
 @pytest.fixture
 def world(request: pytest.FixtureRequest) -> Iterator[World]:
-    doc = copy.deepcopy(getattr(request, "param", scenario("taken", "ssh-auth", "healthy")))
-    fake = FakeVast(parse_scenario(doc), clock=FakeClock())
-    with fake.activate(BASE):
-        yield World(fake, MemoryStore(), Events(), [])
-
-
-def request(name: str = "job", k: int = 3) -> RentRequest:
-    return RentRequest(name=name, gpu_name="RTX 4090", hours=2.0, race_k=k)
+    with fake_vast(getattr(request, "param", scenario("taken", "ssh-auth", "healthy"))) as fake:
+        yield World(fake)
 
 
 @pytest.mark.fault(

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from oracles import pass_rates_from_log
 
 from fakes.simulate import simulate_market
 from gpuops.analysis.learned import ranker
-from oracles import pass_rates_from_log
 from gpuops.analysis.shrink import (
     MAX_STRENGTH,
     MIN_STRENGTH,
@@ -194,47 +194,20 @@ def test_rent_ranking_learns_from_a_simulated_log_against_the_fakes(tmp_path: Pa
 def test_rent_ranks_its_candidates_by_the_market_s_learned_pass_rates(tmp_path: Path):
     """The rent shell passes Market.pass_rates to select: a cheap machine known to fail goes
     behind a dearer one known to pass, in the logged candidate set too (M11)."""
-    from fakes.scenario import parse_scenario
-    from fakes.simulate import BASE, KEY, VERDICT_OF
-    from fakes.vast import FakeClock, FakeVast
+    from market_world import KEY, build_market, fake_vast, offer, request
+
     from gpuops.events import EventLog, read_events
-    from gpuops.ledger import Ledger
-    from gpuops.market.rent import Market, RentRequest
-    from gpuops.providers.vast import VastAdapter
     from gpuops.store.memory import MemoryStore
 
-    offers = [
-        {
-            "id": 1000 + i,
-            "machine_id": 500 + i,
-            "gpu_name": "RTX 4090",
-            "gpu_ram": 24564,
-            "dph_total": price,
-            "reliability": 0.99,
-            "disk_bw": 1500.0,
-            "fate": "healthy",
-        }
-        for i, price in enumerate((0.30, 0.40))
-    ]
-    fake = FakeVast(
-        parse_scenario({"vast": {"api_key": "k", "ssh_keys": [KEY], "offers": offers}}),
-        clock=FakeClock(),
-    )
+    offers = [offer(0, price=0.30), offer(1, price=0.40)]
+    doc = {"vast": {"api_key": "k", "ssh_keys": [KEY], "offers": offers}}
     events = EventLog(tmp_path / "events.jsonl", "alice")
-    with fake.activate(BASE):
-        vast = VastAdapter(api_key="k", base_url=BASE, clock=fake.ticking())
-        market = Market(
-            vast,
-            Ledger(MemoryStore(), events, "alice", clock=fake.now),
-            events,
-            probe=lambda i, box: VERDICT_OF[fake.instances[int(i.instance_id)].fate.kind],
-            public_key=KEY,
-            clock=fake.ticking(),
-            rng=random.Random(1),
+    with fake_vast(doc) as fake:
+        market = build_market(
+            fake, MemoryStore(), events, api_key="k", seed=1,
             pass_rates=lambda found: {500: 0.3, 501: 0.95},
-        )
-
-        rental = market.rent(RentRequest(name="job", gpu_name="RTX 4090", hours=1.0, race_k=1))
+        )  # fmt: skip
+        rental = market.rent(request(k=1, hours=1.0))
 
     [selection] = [e for e in read_events(events.path) if e["kind"] == "market.selection"]
     assert [c["id"] for c in selection["payload"]["candidates"]] == [1001, 1000]

@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import random
 
 import pytest
-from test_guard import BASE, KEY, Skewed, World, scenario, world  # noqa: F401  (the fixture)
+from test_guard import Skewed, World, scenario, world  # noqa: F401  (the fixture)
 
 from gpuops import timing
 from gpuops.clock import WithSleep
-from gpuops.ledger import Ledger
 from gpuops.market import guardian as g
 from gpuops.market.guard import Guardian
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
-from gpuops.market.sweep import sweep
 from gpuops.market.results import LocalResults
-from gpuops.providers.vast import VastAdapter
+from gpuops.market.sweep import sweep
 
 SKEW_S = 600.0  # host B's clock runs ten minutes ahead of host A's
 
@@ -32,16 +28,8 @@ SKEW_S = 600.0  # host B's clock runs ten minutes ahead of host A's
 def market_on(world: World, host: str, skew_s: float) -> Market:
     """alice's client on ``host``, whose wall clock is ``skew_s`` off the provider's."""
     clock = Skewed(world.fake, skew_s)
-    vast = VastAdapter(api_key="k-test", base_url=BASE, clock=world.fake.ticking())
-    return Market(
-        vast,
-        Ledger(world.store, world.events, "alice", clock=clock.wall),
-        world.events,
-        probe=lambda instance, box: Verdict.PASS,
-        public_key=KEY,
-        clock=WithSleep(clock, world.fake.advance),
-        rng=random.Random(9),
-        host=host,
+    return world.market(
+        ledger_clock=clock.wall, clock=WithSleep(clock, world.fake.advance), seed=9, host=host
     )
 
 
@@ -219,8 +207,8 @@ def test_a_name_whose_previous_rental_still_has_a_box_is_refused_to_another_oper
     X` is refused (exit 3, M16, naming alice and the record), creates nothing, and once her
     box is confirmed gone he rents X, his own incarnation with its own id."""
     from gpuops.errors import Refused
-    from gpuops.market.probe import Verdict as V
     from gpuops.market.ending import destroy_rental
+    from gpuops.market.probe import Verdict as V
     from gpuops.market.rentals import FAILED, LIVE
     from gpuops.market.teardown import exit_code
 
@@ -232,15 +220,7 @@ def test_a_name_whose_previous_rental_still_has_a_box_is_refused_to_another_oper
     assert mine is not None and mine.state == FAILED and world.alive()  # her box still bills
     creates = len([c for c in world.fake.calls if c.route == "create"])
 
-    bob = Market(
-        VastAdapter(api_key="k-test", base_url=BASE, clock=world.fake.ticking()),
-        Ledger(world.store, world.events, "bob", clock=world.fake.now),
-        world.events,
-        probe=lambda instance, box: Verdict.PASS,
-        public_key=KEY,
-        clock=world.fake.ticking(),
-        rng=random.Random(2),
-    )
+    bob = world.market("bob")
     with pytest.raises(Refused, match="M16.*alice's, still has 1 box record") as refused:
         bob.rent(RentRequest(name="X", gpu_name="RTX 4090", hours=1.0, race_k=1))
     assert refused.value.exit_code == 3
@@ -259,8 +239,8 @@ def test_a_name_whose_previous_rental_still_has_a_box_is_refused_to_another_oper
 def test_two_incarnations_of_one_name_deliver_their_results_apart_m16(world, tmp_path):
     """M16: results land under NAME/<rental id>/: a later rental of the same name (here
     alice's own) never overwrites or mixes with the earlier one's."""
-    from gpuops.market.results import LocalResults
     from gpuops.market.rentals import results_key
+    from gpuops.market.results import LocalResults
 
     first = world.rent(hours=1.0)
     world.run_job(first, "mkdir -p results && echo one > results/a.txt && echo keep > results/b.txt")
