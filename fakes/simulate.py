@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 from fakes.scenario import parse_offer, parse_scenario
@@ -93,10 +92,7 @@ def simulate_market(
     store = MemoryStore()
     next_offer = [10_000]
 
-    def now_utc() -> datetime:
-        return datetime.fromtimestamp(fake.now(), UTC)
-
-    events = EventLog(log_path, "sim@fakes", clock=now_utc)
+    events = EventLog(log_path, "sim@fakes", clock=fake.clock)
 
     def probe(instance: Instance, box: str) -> Verdict:
         truth.probed_true_rates.append(truth.machines[instance.machine_id or 0].pass_rate)
@@ -107,7 +103,7 @@ def simulate_market(
 
     with fake.activate(BASE):
         vast = VastAdapter(api_key="k-sim", base_url=BASE, clock=fake.ticking())
-        ledger = Ledger(store, events, "sim@fakes", clock=fake.now)
+        ledger = Ledger(store, events, "sim@fakes", clock=fake.clock)
         market = Market(
             vast,
             ledger,

@@ -10,7 +10,6 @@ what is in its metadata and its bucket, which boot processes still run.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,9 +90,7 @@ class _World:
         from gpuops.store import open_store
 
         s = self.fake.scenario
-        log = EventLog(
-            self.events, operator, clock=lambda: datetime.fromtimestamp(self.clock.wall(), UTC)
-        )
+        log = EventLog(self.events, operator, clock=self.clock)
         gce = GceAdapter(
             s.project, s.zone, events=log, endpoint=self.url,
             clock=WithSleep(self.clock, self.fake.advance),

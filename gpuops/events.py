@@ -28,10 +28,11 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path, PurePath
 
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import CorruptState, StateError, UsageError
 from gpuops.private import private_dirs
 from gpuops.secrets import (
@@ -100,10 +101,6 @@ def _key(key: object, where: str) -> str:
 
 
 # --- writing ------------------------------------------------------------------------------------
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 class EventLog:
     """Appends scrubbed events to one JSONL file; safe with many writer processes.
 
@@ -119,7 +116,7 @@ class EventLog:
         operator: str,
         *,
         fsync: bool = False,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Clock = SYSTEM,
     ) -> None:
         if not isinstance(operator, str) or not operator.strip():
             raise UsageError("an event log needs a non-empty operator id")
@@ -146,10 +143,7 @@ class EventLog:
         return event
 
     def _stamp(self) -> str:
-        now = self._clock()
-        if now.tzinfo is None:
-            raise UsageError("the event clock returned a naive datetime; it must be UTC-aware")
-        now = now.astimezone(UTC)
+        now = datetime.fromtimestamp(self._clock.wall(), UTC)
         if self._last_ts is not None and now <= self._last_ts:
             now = self._last_ts + timedelta(microseconds=1)
         self._last_ts = now

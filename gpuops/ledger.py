@@ -20,13 +20,12 @@ and a released name may start a new intent. The rules this module enforces:
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Protocol
 
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     CorruptState,
     IllegalTransition,
@@ -205,7 +204,7 @@ class Ledger:
         store: Store,
         events: EventSink,
         operator: str,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM,
     ) -> None:
         if not operator:
             raise UsageError("an operator id is required: every record names its owner")
@@ -263,7 +262,7 @@ class Ledger:
                 intent_id=secrets.token_hex(8),
                 provider=provider,
                 revision=1,
-                updated_at=utc_iso(self.clock()),
+                updated_at=utc_iso(self.clock.wall()),
                 deadline_at=deadline_at,
                 rental_id=rental_id,
             )
@@ -361,7 +360,7 @@ class Ledger:
                 current,
                 to,
                 operator=self.operator,
-                now_iso=utc_iso(self.clock()),
+                now_iso=utc_iso(self.clock.wall()),
                 instance_id=instance_id,
                 error=None if error is None else str(scrub(error)),  # records sync to S3 (H3)
                 evidence=evidence,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import UsageError
 from gpuops.events import EventLog
 from gpuops.market.select import DEFAULT_VRAM_FLOOR_MB
@@ -152,14 +153,14 @@ def record_vast(
     max_usd: float,
     yes_spend: bool,
     root: Path,
-    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    clock: Clock = SYSTEM,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Captured:
     max_dph = max_price_per_hour(max_usd, yes_spend)  # before any network call
     from gpuops.market.ending import destroy_rental
     from gpuops.market.rent import RentRequest
 
-    started = now()
+    started = datetime.fromtimestamp(clock.wall(), UTC)
     stamp = started.strftime("%Y%m%dT%H%M%S")
     captured = Captured(f"record-{stamp}")
     steps: list[tuple[str, Any, Any]] = []  # (step, argv, StepOutput) in order

@@ -111,13 +111,12 @@ def record_gce(
     usd_per_hour: float = decide.RUNNING_USD_PER_HOUR,
     endpoint: str | None = None,
     clock: Clock = SYSTEM,
-    now: Callable[[], datetime] = lambda: datetime.now(UTC),
     progress: Callable[[str], None] = lambda line: None,
 ) -> CapturedGce:
     cost = check_spend(max_usd, yes_spend, usd_per_hour)  # before any network call
     from gpuops.providers.gce import GceAdapter
 
-    started = now()
+    started = datetime.fromtimestamp(clock.wall(), UTC)
     stamp = started.strftime("%Y%m%dT%H%M%S")
     captured = CapturedGce(f"record-gce-{stamp}", cost)
     checks: list[tuple[int, str, Any]] = []  # (exchange index, op, parsed answer)

@@ -9,10 +9,8 @@ deadline decides anything; every boot's processes are killed when the world clos
 
 from __future__ import annotations
 
-import re
-
 import itertools
-from datetime import UTC, datetime
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,12 +20,12 @@ from fakes.gce import FakeGCE, LaneScenario
 from fakes.gce.inprocess import activate
 from fakes.gce.server import serve_http
 from fakes.vast.clock import FakeClock
+from gpuops.clock import WithSleep
 from gpuops.events import EventLog, read_events
 from gpuops.lane.runner import Lane, LaneConfig
 from gpuops.providers.gce import GceAdapter
 from gpuops.providers.gcs import GcsAdapter
 from gpuops.store.memory import MemoryStore
-from gpuops.clock import WithSleep
 
 BASE = "http://127.0.0.1:9"
 
@@ -45,7 +43,7 @@ class World:
         events = EventLog(
             self.events_path,
             operator,
-            clock=lambda: datetime.fromtimestamp(self.clock.wall(), UTC),
+            clock=self.clock,
         )
         s = self.fake.scenario
         gce = GceAdapter(

@@ -101,14 +101,14 @@ def build_market(
     api_key: str = API_KEY,
     seed: int = 7,
     clock: Clock | None = None,
-    ledger_clock: Callable[[], float] | None = None,
+    ledger_clock: Clock | None = None,
     **extra: Any,
 ) -> Market:
     """A `Market` for ``operator`` on the fake: the real adapter and ledger, the fake's clock
     (or ``clock``), and ``extra`` passed through (progress, budget, pass_rates, host...)."""
     return Market(
         VastAdapter(api_key=api_key, base_url=BASE, clock=fake.ticking()),
-        Ledger(store, events, operator, clock=ledger_clock or fake.now),
+        Ledger(store, events, operator, clock=ledger_clock or fake.clock),
         events,
         probe=probe or scripted_probe(fake),
         public_key=KEY,

@@ -13,7 +13,6 @@ as text."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from market_world import build_market, fake_vast, request, scenario
@@ -42,7 +41,7 @@ class Story:
 
 def write_story(log: Path) -> Story:
     with fake_vast(scenario("taken", "slow-disk", "healthy", "healthy")) as fake:
-        events = EventLog(log, "alice", clock=lambda: datetime.fromtimestamp(fake.now(), UTC))
+        events = EventLog(log, "alice", clock=fake.clock)
         market = build_market(fake, MemoryStore(), events)
         train = market.rent(request("train"))
         fake.advance(3600.0)

@@ -59,6 +59,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from s3_proxy import LossyProxy
+
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
@@ -66,22 +68,21 @@ from gpuops.errors import GpuopsError, Interrupted, Refused, StillRunning, Store
 from gpuops.ledger import PREFIX, Ledger
 from gpuops.market import jobs
 from gpuops.market import watchdog as w
-from gpuops.market.guard import Guardian, stopped
-from gpuops.market.leases import Leases
-from gpuops.market.guardian import schedule
-from gpuops.market.probe import Verdict
 from gpuops.market.ending import destroy_rental
+from gpuops.market.guard import Guardian, stopped
+from gpuops.market.guardian import schedule
+from gpuops.market.leases import Leases
+from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
-from gpuops.market.sweep import sweep
 from gpuops.market.rentals import LIVE, RACING
 from gpuops.market.results import LocalResults
+from gpuops.market.sweep import sweep
 from gpuops.market.teardown import exit_code, intent_of
 from gpuops.model import Instance
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
 from gpuops.store.memory import MemoryStore
 from gpuops.store.s3 import S3Store
-from s3_proxy import LossyProxy
 
 BASE = "https://console.vast.ai"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsSoakTestKey000000000000000000000000 soak"
@@ -577,7 +578,7 @@ def lifecycle(
             )
             return KilledMarket(
                 WiredVast(adapter, wire),  # type: ignore[arg-type]
-                Ledger(store_of(host), audit, operator, clock=clock.wall),
+                Ledger(store_of(host), audit, operator, clock=clock),
                 audit,
                 probe=probe,
                 public_key=KEY,

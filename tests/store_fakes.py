@@ -47,3 +47,20 @@ class Events:
 
     def kinds(self, kind: str) -> list[dict[str, Any]]:
         return [p for k, p in self.events if k == kind]
+
+
+class WallOf:
+    """A Clock whose wall time is ``read()``, a test's scripted reading (a counter, a list of
+    instants); its monotonic time is the same reading, and it is never waited on."""
+
+    def __init__(self, read: Callable[[], float]) -> None:
+        self.read = read
+
+    def wall(self) -> float:
+        return float(self.read())
+
+    def monotonic(self) -> float:
+        return self.wall()
+
+    def sleep(self, seconds: float) -> None:
+        raise AssertionError(f"a scripted clock is never waited on ({seconds} s)")

@@ -11,6 +11,7 @@ import time
 import pytest
 from store_fakes import Events
 
+from fakes.vast.clock import FakeClock
 from gpuops import cli, timing
 from gpuops.archive import Compaction, archived, compact, due
 from gpuops.ledger import GONE_BY_SHOW, Ledger
@@ -26,7 +27,7 @@ RECENT = NOW - timing.ARCHIVE_AFTER_S + 60.0
 
 def box(store, name: str, at: float, *, release: bool = True, operator: str = "alice") -> None:
     """A ledger record taken through its life at ``at``; released unless told otherwise."""
-    ledger = Ledger(store, Events(), operator, clock=lambda: at)
+    ledger = Ledger(store, Events(), operator, clock=FakeClock(at))
     ledger.record_intent(name, "vast")
     ledger.mark_live(name, f"i-{name}")
     if release:
@@ -167,7 +168,7 @@ def test_a_record_reused_while_it_is_archived_stays_live():
         def create(self, key: str, data: bytes) -> str:
             version = super().create(key, data)
             if key.startswith("ledger/archive/"):
-                Ledger(self, Events(), "alice", clock=lambda: NOW).record_intent("old+1-0", "vast")
+                Ledger(self, Events(), "alice", clock=FakeClock(NOW)).record_intent("old+1-0", "vast")
             return version
 
     store = Reuse()

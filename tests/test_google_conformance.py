@@ -18,7 +18,6 @@ import io
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -70,7 +69,7 @@ class Judged:
 
     def gce(self) -> GceAdapter:
         events = EventLog(
-            self.events, "alice", clock=lambda: datetime.fromtimestamp(self.clock.wall(), UTC)
+            self.events, "alice", clock=self.clock
         )
         return GceAdapter(
             S.project, S.zone, events=events, endpoint=BASE,

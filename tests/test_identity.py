@@ -64,7 +64,7 @@ class Team:
         events = Events()
         market = Market(
             VastAdapter(api_key=key, base_url=BASE, clock=self.fake.ticking()),
-            Ledger(LocalStore(str(self.state)), events, operator, clock=self.fake.now),
+            Ledger(LocalStore(str(self.state)), events, operator, clock=self.fake.clock),
             events,
             probe=lambda instance, box: Verdict.PASS,
             public_key=KEY,
@@ -400,7 +400,7 @@ def test_a_guardian_with_a_read_and_destroy_key_does_its_whole_job_m5(world):
     world.run_job(market, "mkdir -p results && echo 42 > results/answer.txt")
     scoped = Market(
         VastAdapter(api_key="k-guardian", base_url=BASE, clock=world.fake.ticking()),
-        Ledger(world.store, world.events, "alice", clock=world.fake.now),
+        Ledger(world.store, world.events, "alice", clock=world.fake.clock),
         world.events,
         probe=lambda instance, box: Verdict.PASS,
         public_key=KEY,

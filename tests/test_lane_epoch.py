@@ -5,16 +5,14 @@ its labels, metadata and boots."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
+from gpuops.clock import WithSleep
 from gpuops.errors import Refused
 from gpuops.events import EventLog, read_events
 from gpuops.lane import board as b
 from gpuops.lane import decide as d
 from gpuops.lane import script
-from gpuops.clock import WithSleep
 from gpuops.lane.runner import Lane, LaneConfig
 from gpuops.providers.gce import GceAdapter
 from gpuops.providers.gcs import GcsAdapter
@@ -47,7 +45,7 @@ def _on_host(world: World, operator: str, host: str) -> Lane:
     events = EventLog(
         world.events_path.with_name(f"events-{host}.jsonl"),
         operator,
-        clock=lambda: datetime.fromtimestamp(world.clock.wall(), UTC),
+        clock=world.clock,
     )
     s = world.fake.scenario
     clock = WithSleep(world.clock, world.advance)

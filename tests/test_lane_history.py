@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 import pytest
 
@@ -40,7 +39,7 @@ def _on_host(
     events = EventLog(
         world.events_path.with_name(f"events-{host}.jsonl"),
         operator,
-        clock=lambda: datetime.fromtimestamp(world.clock.wall(), UTC),
+        clock=world.clock,
     )
     s = world.fake.scenario
     clock = WithSleep(world.clock, world.advance)

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from store_fakes import WallOf
 
 from gpuops.errors import (
     CorruptState,
@@ -67,7 +68,7 @@ def record(state: BoxState = BoxState.LIVE, **changes: Any) -> Record:
 @pytest.fixture
 def clock() -> Any:
     ticks = itertools.count()
-    return lambda: T0 + next(ticks)
+    return WallOf(lambda: T0 + next(ticks))
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from store_fakes import WallOf
 
 from fakes.simulate import simulate_market
 from gpuops.analysis.ope import (
@@ -96,7 +97,7 @@ def simulated_log(path: Path, races: int, seed: int) -> list[list[Offer]]:
     """The same races written by the real EventLog, one second apart."""
     events, contexts = simulated_races(races, seed)
     clock = iter(datetime(2026, 7, 18, tzinfo=UTC) + timedelta(seconds=s) for s in range(10**7))
-    log = EventLog(path, "sim", clock=lambda: next(clock))
+    log = EventLog(path, "sim", clock=WallOf(lambda: next(clock).timestamp()))
     for kind, payload in events:
         log.append(kind, **payload)
     return contexts

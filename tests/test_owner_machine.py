@@ -33,14 +33,14 @@ from gpuops import timing
 from gpuops.errors import GpuopsError, Interrupted
 from gpuops.ledger import Ledger
 from gpuops.market import jobs
-from gpuops.market.guard import Guardian
-from gpuops.market.probe import Verdict
 from gpuops.market.ending import destroy_rental
-from gpuops.market.rent import Market, RentRequest
-from gpuops.market.sweep import sweep
+from gpuops.market.guard import Guardian
 from gpuops.market.guardian import schedule
+from gpuops.market.probe import Verdict
+from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import Rentals, rental_of
 from gpuops.market.results import LocalResults
+from gpuops.market.sweep import sweep
 from gpuops.market.teardown import exit_code, intent_of
 from gpuops.model import Instance
 from gpuops.providers.vast import VastAdapter
@@ -123,7 +123,7 @@ class OwnerMachine(RuleBasedStateMachine):
         )
         return KilledMarket(
             WiredVast(adapter, self.wire),  # type: ignore[arg-type]
-            Ledger(self.store, self.audit, operator, clock=clock.wall),
+            Ledger(self.store, self.audit, operator, clock=clock),
             self.audit,
             probe=probe,
             public_key=KEY,

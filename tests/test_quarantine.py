@@ -9,15 +9,15 @@ from gpuops.errors import CorruptState, VersionConflict
 from gpuops.ledger import CAS_ATTEMPTS
 from gpuops.market.quarantine import HOST_FAULTS, PREFIX, Quarantine, is_host_fault
 from gpuops.store.memory import MemoryStore
-from tests.store_fakes import Events, Interleaved
+from tests.store_fakes import Events, Interleaved, WallOf
 
 
-class Clock:
+class Clock(WallOf):
+    """Wall time ``now``, moved by hand."""
+
     def __init__(self) -> None:
+        super().__init__(lambda: self.now)
         self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -226,7 +226,7 @@ def test_a_renewal_never_shortens_an_entry_another_writer_renewed_meanwhile(cloc
     (a compare-and-swap that decides from what it read, not last-writer-wins)."""
     store = Interleaved()
     behind = Quarantine(store, Events(), "alice", clock=clock)
-    ahead = Quarantine(store, Events(), "bob", clock=lambda: clock() + 600.0)
+    ahead = Quarantine(store, Events(), "bob", clock=WallOf(lambda: clock.now + 600.0))
     behind.add(42, "slow-disk")
     store.calls.clear()
     store.before["put"].append(lambda: ahead.add(42, "no-gpu"))
@@ -234,7 +234,7 @@ def test_a_renewal_never_shortens_an_entry_another_writer_renewed_meanwhile(cloc
     entry = behind.add(42, "cuda-broken")
 
     assert store.calls == ["get", "put", "get", "put", "get", "put"]  # bob's renewal between
-    assert entry.until == clock() + 600.0 + timing.QUARANTINE_TTL_S
+    assert entry.until == clock.now + 600.0 + timing.QUARANTINE_TTL_S
     assert behind.entries() == [entry]
     assert (entry.cause, entry.by) == ("cuda-broken", "alice")
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from store_fakes import WallOf
 
 from fakes.simulate import simulate_market
 from gpuops.analysis.scan import ScanCounts, scan_events
@@ -22,7 +23,7 @@ START = datetime(2026, 7, 18, tzinfo=UTC)
 def write_log(path: Path, events: list[tuple[float, str, dict[str, object]]]) -> Path:
     """Events at START + minutes, written by the real EventLog."""
     at = iter([START + timedelta(minutes=m) for m, _, _ in events])
-    log = EventLog(path, "tester", clock=lambda: next(at))
+    log = EventLog(path, "tester", clock=WallOf(lambda: next(at).timestamp()))
     for _, kind, payload in events:
         log.append(kind, **payload)
     return path

@@ -29,7 +29,7 @@ def market_on(world: World, host: str, skew_s: float) -> Market:
     """alice's client on ``host``, whose wall clock is ``skew_s`` off the provider's."""
     clock = Skewed(world.fake, skew_s)
     return world.market(
-        ledger_clock=clock.wall, clock=WithSleep(clock, world.fake.advance), seed=9, host=host
+        ledger_clock=clock, clock=WithSleep(clock, world.fake.advance), seed=9, host=host
     )
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 import pytest
 from store_fakes import Events, Interleaved
 
+from fakes.vast.clock import FakeClock
 from gpuops import timing
 from gpuops.errors import (
     AuthFailed,
@@ -20,12 +21,12 @@ from gpuops.errors import (
 )
 from gpuops.ledger import CREATE_REFUSED, GONE_BY_SHOW, BoxState, Ledger
 from gpuops.market.teardown import (
-    Ending,
-    exit_code,
     LABEL_PREFIX,
+    Ending,
     Outcome,
     confirm_and_release,
     destroy_box,
+    exit_code,
     intent_of,
     label_for,
     never_found,
@@ -38,13 +39,16 @@ POLLS_IN_TIME = int(timing.DESTROY_CONFIRM_TIMEOUT_S / timing.DESTROY_CONFIRM_PO
 
 
 class Clock:
-    """Fake monotonic time that moves only when something sleeps."""
+    """Fake time that moves only when something sleeps."""
 
     def __init__(self) -> None:
         self.now = 5_000.0
         self.slept: list[float] = []
 
-    def __call__(self) -> float:
+    def wall(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
         return self.now
 
     def sleep(self, seconds: float) -> None:
@@ -117,7 +121,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def ledger() -> Ledger:
-    return Ledger(MemoryStore(), Events(), "alice", clock=lambda: 1_800_000_000.0)
+    return Ledger(MemoryStore(), Events(), "alice", clock=FakeClock(1_800_000_000.0))
 
 
 def live(ledger: Ledger, instance_id: str = "77", name: str = BOX) -> None:
@@ -127,7 +131,7 @@ def live(ledger: Ledger, instance_id: str = "77", name: str = BOX) -> None:
 
 def destroy(vast: Provider, ledger: Ledger, clock: Clock, name: str = BOX) -> Outcome:
     vast.clock = clock
-    return destroy_box(vast, ledger, name, clock=clock, sleep=clock.sleep)
+    return destroy_box(vast, ledger, name, clock=clock)
 
 
 def test_a_label_carries_the_intent_id_and_only_ours_give_one_back():
@@ -186,7 +190,7 @@ def test_an_intent_with_no_instance_is_left_an_intent_for_its_look_up_by_label(l
 def test_another_operators_intent_is_refused_not_reported_m3(ledger, clock):
     """M3: even an intent with no instance is only ever acted on by its owner."""
     ledger.record_intent(BOX, "vast")
-    bob = Ledger(ledger.store, Events(), "bob", clock=lambda: 1_800_000_000.0)
+    bob = Ledger(ledger.store, Events(), "bob", clock=FakeClock(1_800_000_000.0))
 
     with pytest.raises(NotOwned) as caught:
         destroy(Provider("77"), bob, clock)
@@ -301,7 +305,7 @@ def test_confirming_needs_an_instance(ledger, clock):
     record, _ = ledger.record_intent(BOX, "vast")
 
     with pytest.raises(ValueError) as caught:
-        confirm_and_release(Provider(), ledger, record, clock=clock, sleep=clock.sleep)
+        confirm_and_release(Provider(), ledger, record, clock=clock)
 
     assert str(caught.value) == f"{BOX!r} has no instance to confirm gone"
 
@@ -345,7 +349,7 @@ def test_finishing_a_cut_off_release_is_refused_to_another_operator(ledger, cloc
     live(ledger)
     ledger.begin_destroy(BOX)
     ledger.confirm_gone(BOX, GONE_BY_SHOW)
-    bob = Ledger(ledger.store, Events(), "bob", clock=lambda: 1_800_000_000.0)
+    bob = Ledger(ledger.store, Events(), "bob", clock=FakeClock(1_800_000_000.0))
 
     with pytest.raises(NotOwned):
         destroy(Provider(), bob, clock)
@@ -377,8 +381,8 @@ def test_two_destroys_of_one_box_at_once_both_end_gone_m4(clock):
     call lands while the first confirms and releases; the second, finding the record released
     when it confirms, ends GONE too (never a refusal of a box that is gone)."""
     store = MemoryStore()
-    first = Ledger(store, Events(), "alice", clock=lambda: 1_800_000_000.0)
-    second = Ledger(store, Events(), "alice", clock=lambda: 1_800_000_000.0)
+    first = Ledger(store, Events(), "alice", clock=FakeClock(1_800_000_000.0))
+    second = Ledger(store, Events(), "alice", clock=FakeClock(1_800_000_000.0))
     live(first)
     vast = Provider("77")
     ended: list[Outcome] = []
@@ -387,12 +391,12 @@ def test_two_destroys_of_one_box_at_once_both_end_gone_m4(clock):
         def destroy(self, instance_id: str) -> None:
             vast.destroy(instance_id)
             if not ended:  # the first process runs its whole destroy now
-                ended.append(destroy_box(vast, first, BOX, clock=clock, sleep=clock.sleep))
+                ended.append(destroy_box(vast, first, BOX, clock=clock))
 
         def show(self, instance_id: str) -> Instance | None:
             return vast.show(instance_id)
 
-    outcome = destroy_box(Meanwhile(), second, BOX, clock=clock, sleep=clock.sleep)
+    outcome = destroy_box(Meanwhile(), second, BOX, clock=clock)
 
     assert [o.ending for o in ended] == [Ending.GONE]
     assert outcome == Outcome(
@@ -405,13 +409,13 @@ def test_a_destroy_that_finds_its_box_released_before_it_began_ends_gone_m4(cloc
     """M4: the other destroy finished between this one's read of the record and its move to
     destroying: GONE, with no destroy call of its own."""
     store = Interleaved()
-    first = Ledger(store, Events(), "alice", clock=lambda: 1_800_000_000.0)
-    second = Ledger(store, Events(), "alice", clock=lambda: 1_800_000_000.0)
+    first = Ledger(store, Events(), "alice", clock=FakeClock(1_800_000_000.0))
+    second = Ledger(store, Events(), "alice", clock=FakeClock(1_800_000_000.0))
     live(first)
     vast = Provider("77")
-    store.before["put"].append(lambda: destroy_box(vast, first, BOX, clock=clock, sleep=clock.sleep))
+    store.before["put"].append(lambda: destroy_box(vast, first, BOX, clock=clock))
 
-    outcome = destroy_box(vast, second, BOX, clock=clock, sleep=clock.sleep)
+    outcome = destroy_box(vast, second, BOX, clock=clock)
 
     assert outcome == Outcome(BOX, Ending.GONE, "already confirmed gone and released by another")
     assert vast.calls.count(("destroy", "77")) == 1  # the first's only
@@ -421,7 +425,7 @@ def test_a_destroy_whose_record_became_something_else_is_still_refused_m4(clock)
     """M4: only a released record excuses a refused move: a record another operator took
     over meanwhile is still an IllegalTransition, never called gone."""
     store = Interleaved()
-    mine = Ledger(store, Events(), "alice", clock=lambda: 1_800_000_000.0)
+    mine = Ledger(store, Events(), "alice", clock=FakeClock(1_800_000_000.0))
     live(mine)
     mine.begin_destroy(BOX)
     mine.confirm_gone(BOX, GONE_BY_SHOW)
@@ -431,7 +435,7 @@ def test_a_destroy_whose_record_became_something_else_is_still_refused_m4(clock)
     mine.record_intent(BOX, "vast")  # the released name starts a new intent
 
     with pytest.raises(IllegalTransition):
-        confirm_and_release(vast, mine, record, clock=clock, sleep=clock.sleep)
+        confirm_and_release(vast, mine, record, clock=clock)
     assert mine.get(BOX).state is BoxState.INTENT
 
 

@@ -13,7 +13,6 @@ stack, the transport, the event types or the alarms (tests/test_cli_startup.py p
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from gpuops.events import EventLog
@@ -49,9 +48,7 @@ def open_lane(
 ) -> Lane:
     lane = settings.lane()
     clock = settings.clock()
-    events = EventLog(
-        settings.events_path, operator, clock=lambda: datetime.fromtimestamp(clock.wall(), UTC)
-    )
+    events = EventLog(settings.events_path, operator, clock=clock)
 
     def gce() -> object:
         from gpuops.providers.gce import GceAdapter

@@ -88,8 +88,7 @@ def end_record(market: MarketContext, record: Record) -> Outcome:
             market.vast,
             market.ledger,
             record.name,
-            clock=market.clock.wall,
-            sleep=market.clock.sleep,
+            clock=market.clock,
         )
     return Outcome(record.name, Ending.UNRESOLVED, f"left as it is ({record.state.value})")
 
@@ -218,9 +217,7 @@ def end_instance(market: MarketContext, instance_id: str) -> str | None:
         market.vast.destroy(instance_id)
     except (Unavailable, UnexpectedResponse) as exc:
         return f"destroy failed: {exc}"
-    last = poll_gone(
-        market.vast, instance_id, clock=market.clock.monotonic, sleep=market.clock.sleep
-    )
+    last = poll_gone(market.vast, instance_id, clock=market.clock)
     return None if last is None else f"not confirmed gone yet: {last}"
 
 

@@ -9,12 +9,11 @@ operator and host.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpuops import event_types as ev
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import CorruptState
 from gpuops.ledger import EventSink
 from gpuops.market.probe import Verdict
@@ -60,7 +59,7 @@ class Quarantine:
         store: Store,
         events: EventSink,
         operator: str,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
         self.events = events
@@ -78,7 +77,7 @@ class Quarantine:
         the expired entry we read) is read again and decided again, never overwritten."""
         if not is_host_fault(cause):
             return None
-        fault = Entry(machine_id, cause, self.clock() + timing.QUARANTINE_TTL_S, self.operator)
+        fault = Entry(machine_id, cause, self.clock.wall() + timing.QUARANTINE_TTL_S, self.operator)
         entry = self.records.update(str(machine_id), lambda current: renewed(current, fault))
         written: Entry = entry.after  # type: ignore[assignment]
         self.events.append(
@@ -89,7 +88,7 @@ class Quarantine:
 
     def entries(self) -> list[Entry]:
         """Entries still in force."""
-        now = self.clock()
+        now = self.clock.wall()
         return [entry for entry in self.records.all() if entry.until > now]
 
     def machines(self) -> frozenset[int]:
@@ -97,7 +96,7 @@ class Quarantine:
 
     def sweep(self) -> int:
         """Delete expired entries (renewed meanwhile: it stays); returns how many went."""
-        now = self.clock()
+        now = self.clock.wall()
         return sum(
             self.records.remove(name, lambda e: e.until <= now)
             for name, entry, _ in self.records.entries()

@@ -177,7 +177,7 @@ class Market:
         self.create_pacing_s = create_pacing_s
         self.racer = process_id(ledger.operator, self.host)  # this process, when it races (M8)
         self.rentals = Rentals(ledger.store, ledger.operator)
-        self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock.wall)
+        self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock)
 
     def on(
         self,
@@ -628,9 +628,7 @@ class Market:
         box = box_name(rental.name, rental.race, action.slot)
         record = self.ledger.get(box)
         if record is not None and record.state is not BoxState.RELEASED:
-            outcome = destroy_box(
-                self.vast, self.ledger, box, clock=self.clock.wall, sleep=self.clock.sleep
-            )
+            outcome = destroy_box(self.vast, self.ledger, box, clock=self.clock)
             self._say(rental, state, action.slot, f"destroyed: {outcome.detail}")
         cause = cand.cause or ("boot-timeout" if cand.phase is r.Phase.BOOTING else "lost race")
         return r.update(state, action.slot, phase=r.Phase.DESTROYED, cause=cause)
@@ -687,13 +685,7 @@ class Market:
                 and record.owner == self.ledger.operator
                 and record.state in (BoxState.LIVE, BoxState.DESTROYING)
             ):
-                destroy_box(
-                    self.vast,
-                    self.ledger,
-                    record.name,
-                    clock=self.clock.wall,
-                    sleep=self.clock.sleep,
-                )
+                destroy_box(self.vast, self.ledger, record.name, clock=self.clock)
 
     def _clean_earlier_races(self, rental: Rental) -> None:
         """Candidates of an earlier race (one that crashed or was interrupted) are ended before

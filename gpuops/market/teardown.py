@@ -8,14 +8,14 @@ will not confirm gone in time, stays on the ledger's retry list for ``gpuops swe
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Protocol
 
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     ExitCode,
     GpuopsError,
@@ -98,8 +98,7 @@ def destroy_box(
     ledger: Ledger,
     name: str,
     *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM,
 ) -> Outcome:
     """Destroy the box behind ledger record ``name`` and release it once confirmed gone.
 
@@ -136,7 +135,7 @@ def destroy_box(
     except (Unavailable, ProviderError) as exc:
         ledger.destroy_failed(name, f"{type(exc).__name__}: {exc}")
         return Outcome(name, Ending.PENDING, f"destroy failed, kept on the retry list: {exc}")
-    return confirm_and_release(vast, ledger, record, clock=clock, sleep=sleep)
+    return confirm_and_release(vast, ledger, record, clock=clock)
 
 
 def confirm_and_release(
@@ -144,13 +143,12 @@ def confirm_and_release(
     ledger: Ledger,
     record: Record,
     *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM,
 ) -> Outcome:
     """Ask for this very instance until it is gone, then confirm and release (M4)."""
     if record.instance_id is None:
         raise ValueError(f"{record.name!r} has no instance to confirm gone")
-    last = poll_gone(vast, record.instance_id, clock=clock, sleep=sleep)
+    last = poll_gone(vast, record.instance_id, clock=clock)
     if last is not None:
         ledger.destroy_failed(record.name, f"not confirmed gone in time: {last}")
         return Outcome(
@@ -171,12 +169,11 @@ def poll_gone(
     vast: Destroyer,
     instance_id: str,
     *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM,
 ) -> str | None:
     """Ask for this very instance every DESTROY_CONFIRM_POLL_S until the provider says it is
     gone (M4): None then; what it last said when DESTROY_CONFIRM_TIMEOUT_S ran out first."""
-    deadline = clock() + timing.DESTROY_CONFIRM_TIMEOUT_S
+    deadline = clock.monotonic() + timing.DESTROY_CONFIRM_TIMEOUT_S
     while True:
         try:
             shown = vast.show(instance_id)
@@ -186,9 +183,9 @@ def poll_gone(
             if shown is None:
                 return None
             last = "the provider still shows it"
-        if clock() >= deadline:
+        if clock.monotonic() >= deadline:
             return last
-        sleep(timing.DESTROY_CONFIRM_POLL_S)
+        clock.sleep(timing.DESTROY_CONFIRM_POLL_S)
 
 
 def never_found(record: Record, now: float) -> bool:

@@ -331,7 +331,7 @@ def run_trial(p: Params, trial: int, k: int, mode: str = "parallel") -> Result:
         vast = VastAdapter(
             api_key=API_KEY, base_url=BASE, clock=fake.ticking()
         )
-        ledger = Ledger(MemoryStore(), events, "bench", clock=fake.now)
+        ledger = Ledger(MemoryStore(), events, "bench", clock=fake.clock)
         market = Market(
             vast,
             ledger,
