@@ -390,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gpuops.completion import script
 
             sys.stdout.write(script(args.shell, build_parser()))
-            return 0
+            return ExitCode.OK
         options = {name: getattr(args, name, None) for name in ("state", "operator")}
         settings = Settings.from_environ(environ, options, config=read_config(environ))
         check_args(args)
@@ -534,7 +534,7 @@ def _compact(settings: Settings, as_json: bool) -> int:
         )
     for key in done.unreadable:
         print(f"gpuops: skipped the unreadable record {key!r}; it stays live", file=sys.stderr)
-    return 1 if done.unreadable else 0
+    return ExitCode.ERROR if done.unreadable else ExitCode.OK
 
 
 def _print_json(value: object) -> None:

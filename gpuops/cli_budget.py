@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from gpuops.errors import GpuopsError, UsageError
+from gpuops.errors import ExitCode, GpuopsError, UsageError
 from gpuops.settings import Settings
 
 
@@ -77,7 +77,7 @@ def run_budget(args: argparse.Namespace, settings: Settings, operator: str, as_j
 
     if budgets.alarms is not None:
         budgets.alarms.flush(timing.ALARM_FLUSH_S)
-    return 0
+    return ExitCode.OK
 
 
 def budget_view(now: Any) -> dict[str, Any]:

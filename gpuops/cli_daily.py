@@ -107,7 +107,7 @@ def _logs(args: argparse.Namespace, settings: Settings, operator: str) -> int:
                 write=write,
                 say=_stderr,
             )
-            return 0
+            return ExitCode.OK
         return box_logs(settings, operator, args.name, lines=lines, follow=args.follow, write=write)
 
 
@@ -146,7 +146,7 @@ def box_logs(
     ended = box.judged(name, out, shell.known_hosts(instance))
     if follow:
         _stderr(f"gpuops logs {name}: {ended or 'the job is no longer running'}")
-    return 0
+    return ExitCode.OK
 
 
 def _box_of(market: Any, rental: Any) -> Any:
@@ -235,7 +235,7 @@ def _ssh(args: argparse.Namespace, settings: Settings, operator: str) -> int:
             ),
             end="",
         )
-        return 0
+        return ExitCode.OK
     command = None if not remote else remote[0] if len(remote) == 1 else shlex.join(remote)
     argv = shell.client.argv(
         endpoint,
@@ -274,7 +274,7 @@ def _cost(args: argparse.Namespace, settings: Settings, operator: str, as_json: 
         sys.stdout.write("\n")
     else:
         print(cost_text(view))
-    return 0
+    return ExitCode.OK
 
 
 def cost_report(

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuops.errors import UsageError
+from gpuops.errors import ExitCode, UsageError
 from gpuops.settings import Settings
 
 
@@ -36,7 +36,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
 
         unit = service_unit if args.all else systemd_unit
         print(unit(settings.state_url, operator), end="")
-        return 0
+        return ExitCode.OK
     if args.all:
         return _guard_all(args, settings, operator)
     if args.name is None:
@@ -46,7 +46,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
 
         result = drill(settings, operator, args.name, args.gpu, args.hours, say=_stderr)
         _out(as_json, result, [result["summary"]])
-        return 0 if result["passed"] else 1
+        return ExitCode.OK if result["passed"] else ExitCode.ERROR
     from gpuops.errors import NotOwned
     from gpuops.market.session import box_shell, open_market
 
@@ -95,7 +95,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
             {"name": args.name, "pid": None, "guardian": holder, "deadline_at": deadline},
             [f"{args.name}: {why}{moved}"],
         )
-        return 0
+        return ExitCode.OK
 
     spawned = spawn(args.name, settings, operator, key)
     _out(
@@ -103,7 +103,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         {"name": args.name, "pid": spawned.pid, "log": str(spawned.log), "deadline_at": deadline},
         [f"{args.name}: guardian pid {spawned.pid} is running detached; log {spawned.log}"],
     )
-    return 0
+    return ExitCode.OK
 
 
 def _within_contract(rental: Any, deadline: float) -> None:
@@ -258,7 +258,7 @@ def _run(market: Any, rental: Any, shell: Any, args: argparse.Namespace, as_json
             f"{job.instance_id}; log {where}/log, results {where}/{job.results}"
         ],
     )
-    return 0
+    return ExitCode.OK
 
 
 def _watch(

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpuops.errors import ExitCode
 from gpuops.settings import Settings
 
 COMMANDS = ("board", "claim", "script", "install", "start", "watch", "release", "repair")
@@ -150,7 +151,7 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
             ),
             end="",
         )
-        return 0
+        return ExitCode.OK
     from gpuops.lane.session import open_lane
 
     def progress(line: str) -> None:
@@ -176,7 +177,7 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
             from gpuops.lane import decide as d
 
             return d.billing_exit(d.Verdict(view["job_outcome"]))
-        return 0
+        return ExitCode.OK
     if command == "repair":
         board, signs = lane.repair()
         from gpuops.lane.board import state_line
@@ -189,7 +190,7 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
             if not signs:
                 print("evidence: none (the state line was readable, or nothing says it is held)")
             print(state_line(board))
-        return 0
+        return ExitCode.OK
     if command == "claim":
         done = lane.claim(args.job)
         return _board_out(as_json, done, f"lane {done.lane} claimed by {done.owner} for {done.job}")
@@ -202,7 +203,7 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
             raise UsageError("--max-hours must be positive")
         lane.install(args.job, text, max_hours=args.max_hours)
         _out(as_json, {"job": args.job, "installed": True}, f"installed the script for {args.job}")
-        return 0
+        return ExitCode.OK
     if command == "start":
         if args.max_attempts < 1:
             raise UsageError("--max-attempts must be at least 1")
@@ -248,7 +249,7 @@ def _history(lane: Any, args: argparse.Namespace, as_json: bool) -> int:
                 "missing_revisions": list(page.missing),
             }
         )
-        return 0
+        return ExitCode.OK
     print(
         f"lane {lane.config.instance}: the last {page.window} of {page.total} history entries, "
         "oldest first (times UTC, each writer's clock)"
@@ -268,7 +269,7 @@ def _history(lane: Any, args: argparse.Namespace, as_json: bool) -> int:
         from gpuops.lane.cost import PRICE_NOTE
 
         print(f"costs are {PRICE_NOTE}")
-    return 0
+    return ExitCode.OK
 
 
 def _watched_out(as_json: bool, job: str, watched: Any) -> int:
@@ -279,7 +280,7 @@ def _watched_out(as_json: bool, job: str, watched: Any) -> int:
         {"job": job, "outcome": verdict.value, "cost": None if cost is None else cost.to_json()},
         f"{job}: {verdict.value}" + ("" if cost is None else f"; cost so far {cost.explained()}"),
     )
-    return 0
+    return ExitCode.OK
 
 
 def _released_out(as_json: bool, released: Any) -> int:
@@ -306,13 +307,13 @@ def _released_out(as_json: bool, released: Any) -> int:
                 "job_end": end,
             }
         )
-        return 0
+        return ExitCode.OK
     print(f"lane {done.lane} released; it is {done.state}")
     print(
         f"job {released.job}: {released.outcome} after {released.attempts} attempt(s), "
         f"{released.stockouts} stockout(s); cost {cost.explained()} {PRICE_NOTE}"
     )
-    return 0
+    return ExitCode.OK
 
 
 def _board_out(as_json: bool, board: Any, line: str) -> int:
@@ -329,7 +330,7 @@ def _board_out(as_json: bool, board: Any, line: str) -> int:
         },
         line,
     )
-    return 0
+    return ExitCode.OK
 
 
 def _print_board(view: dict[str, Any]) -> None:

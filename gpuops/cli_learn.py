@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuops.errors import UsageError
+from gpuops.errors import ExitCode, UsageError
 from gpuops.settings import Settings
 
 
@@ -89,7 +89,7 @@ def _policy_eval(args: argparse.Namespace, settings: Settings, as_json: bool) ->
     }
     if as_json:
         _print_json(doc)
-        return 0
+        return ExitCode.OK
     print(
         f"policy {args.policy} over {result.decisions} logged races ({result.matched} "
         f"matched, effective n {result.effective_n:.1f}):"
@@ -106,7 +106,7 @@ def _policy_eval(args: argparse.Namespace, settings: Settings, as_json: bool) ->
             f"  skipped events that did not decode: {decisions.skipped} for the decisions, "
             f"{counts.skipped} for the pass rates"
         )
-    return 0
+    return ExitCode.OK
 
 
 def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
@@ -147,13 +147,13 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
         Path(args.html).write_text(render(report, scanned, figures), encoding="utf-8")
     if as_json:  # the log's first and last stamps as epoch seconds, as every --json has times
         _print_json({**report, "span": _epoch_span(report["span"]), "scanned": scanned})
-        return 0
+        return ExitCode.OK
     from gpuops.analysis.table import lines
 
     print("\n".join(lines(report, scanned)))
     for bad in first_bad:
         print(f"unreadable: {bad}", file=sys.stderr)
-    return 0
+    return ExitCode.OK
 
 
 def _epoch_span(span: Any) -> dict[str, float | None]:
@@ -205,7 +205,7 @@ def _incident(args: argparse.Namespace, settings: Settings, operator: str, as_js
                 print("no incidents recorded")
         for key, exc in sorted(register.corrupt.items()):  # each blocks only itself
             print(f"gpuops: skipped the unreadable register entry {key!r}: {exc}", file=sys.stderr)
-        return 1 if register.corrupt else 0
+        return ExitCode.ERROR if register.corrupt else ExitCode.OK
     if command == "add":
         entry: Any = register.add(
             on=args.date, what=args.what, cost_usd=args.cost_usd, cause=args.cause, rule=args.rule
@@ -218,7 +218,7 @@ def _incident(args: argparse.Namespace, settings: Settings, operator: str, as_js
         _print_json(dataclasses.asdict(entry))
     else:
         print(f"{command}: {entry.id}")
-    return 0
+    return ExitCode.OK
 
 
 def _record(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
@@ -285,4 +285,4 @@ def _record_gce(args: argparse.Namespace, settings: Settings, operator: str, as_
         print(f"{captured.name}: {len(captured.files)} files, started: {captured.started}")
         for path in doc["files"]:
             print(f"  wrote {path}")
-    return 0
+    return ExitCode.OK

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpuops.errors import ExitCode
 from gpuops.settings import Settings
 
 
@@ -31,7 +32,7 @@ def run_market(args: argparse.Namespace, settings: Settings, operator: str, as_j
         view = _state_view(settings, operator)
         if _boxes(view, args, as_json):
             _archive_in_background(settings, operator)
-        return _name_corrupt(view, 0)
+        return _name_corrupt(view, ExitCode.OK)
     from gpuops.market.session import open_market
 
     if args.command == "destroy":
@@ -91,7 +92,7 @@ def _name_corrupt(market: Any, code: int) -> int:
             "replaces or removes it)",
             file=sys.stderr,
         )
-    return code if code or not unreadable else 1
+    return code if code or not unreadable else ExitCode.ERROR
 
 
 _KINDS = {"market/rentals": "rental", "ledger/boxes": "box record", "market/leases": "lease"}
@@ -272,7 +273,7 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
         if args.all:
             payload["removed"] = removed
         _print_json(payload)
-        return 0
+        return ExitCode.OK
     if rows or (args.all and removed):
         print(_OFFERS_HEADER)
     for line in rows:
@@ -290,7 +291,7 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
             print(f"{_offer_line(line)}  REMOVED: {', '.join(line['removed'])}")
     if rows or (args.all and removed):
         print(PASS_MEANING)
-    return 0
+    return ExitCode.OK
 
 
 # What the PASS column means, printed under the table (docs/cli.md says the same).
@@ -347,7 +348,7 @@ def _rent(
         row["guardian"] = guarded or _guarded(market, rental, settings)
         lines.append(f"{rental.name}: {row['guardian']['detail']}")
     _out(as_json, row, lines)
-    return 0
+    return ExitCode.OK
 
 
 @contextlib.contextmanager

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpuops.errors import ExitCode
+
 
 def print_rules(as_json: bool, state_url: str | None, s3_endpoint: str | None = None) -> int:
     """`gpuops rules`: verified only from a dated observation (rules.py or the register)."""
@@ -20,7 +22,7 @@ def print_rules(as_json: bool, state_url: str | None, s3_endpoint: str | None = 
             status, seen = shown_status(rule, observed)
             rows.append({**rule.__dict__, "status": status.split(" ")[0], "observed": seen})
         _print_json(rows)
-        return 0
+        return ExitCode.OK
     for rule in RULES:
         status, seen = shown_status(rule, observed)
         print(f"{rule.id:<4} {status:<22} {rule.summary}")
@@ -30,7 +32,7 @@ def print_rules(as_json: bool, state_url: str | None, s3_endpoint: str | None = 
             print(f"{'':28}scope: {rule.scope}")
         if seen:
             print(f"{'':28}observed: {seen}")
-    return 0
+    return ExitCode.OK
 
 
 def _observations(state_url: str | None, s3_endpoint: str | None = None) -> list[Any]:

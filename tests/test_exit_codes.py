@@ -84,3 +84,36 @@ def test_the_scan_sees_a_bare_exit_code():
     tree = ast.parse("def watch_exit_code(s):\n    return 0 if s else 5\n")
     (ret,) = [n for n in ast.walk(tree) if isinstance(n, ast.Return)]
     assert _bare(ret.value)
+
+
+def _cli_modules() -> list[str]:
+    package = ROOT / "gpuops"
+    names = [*package.glob("cli*.py"), *package.glob("demo*.py"), package / "check.py"]
+    return sorted(path.relative_to(ROOT).as_posix() for path in names)
+
+
+# functions of the CLI's modules that return a number that is not an exit code
+NOT_EXIT_CODES = {"_columns"}  # cli.py: the terminal's width for help
+
+
+@pytest.mark.parametrize("path", _cli_modules())
+def test_no_command_returns_a_bare_number(path):
+    """The CLI's commands return exit codes: every one is ExitCode's member, or what another
+    command or an error gave; no function in the CLI's modules returns a bare number."""
+    tree = ast.parse((ROOT / path).read_text())
+    bare = [
+        f"{func.name}:{node.lineno}"
+        for func in ast.walk(tree)
+        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef)
+        and func.name not in NOT_EXIT_CODES
+        for node in ast.walk(func)
+        if isinstance(node, ast.Return) and _bare(node.value)
+    ]
+    assert bare == [], f"{path}: a bare number returned: {bare}"
+
+
+def test_the_cli_scan_sees_a_bare_return():
+    source = "def run():\n    if x:\n        return 3\n    return ExitCode.OK if y else 1\n"
+    returns = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Return)]
+    assert [_bare(n.value) for n in returns] == [True, True]
+    assert _bare(ast.parse("def f():\n    return ExitCode.OK\n").body[0].body[0].value) is False
