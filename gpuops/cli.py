@@ -512,12 +512,11 @@ def _log_identity(settings: Settings, identity: Identity) -> None:
 def _compact(settings: Settings, as_json: bool) -> int:
     """`gpuops compact`: archive what can never bill again; an unreadable record is named and
     left where it is (exit 1), as every listing does."""
-    import time
-
     from gpuops.archive import compact
+    from gpuops.clock import SYSTEM
     from gpuops.store import open_store
 
-    done = compact(open_store(settings.state_url, settings.s3_endpoint), time.time())
+    done = compact(open_store(settings.state_url, settings.s3_endpoint), SYSTEM.wall())
     if as_json:
         _print_json(
             {

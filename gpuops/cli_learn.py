@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpuops.clock import SYSTEM
 from gpuops.errors import ExitCode, UsageError
 from gpuops.settings import Settings
 
@@ -143,7 +143,7 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
     if args.html:
         from gpuops.analysis.page import render
 
-        figures = None if renter is None else renter.figures(time.time())
+        figures = None if renter is None else renter.figures(SYSTEM.wall())
         Path(args.html).write_text(render(report, scanned, figures), encoding="utf-8")
     if as_json:  # the log's first and last stamps as epoch seconds, as every --json has times
         _print_json({**report, "span": _epoch_span(report["span"]), "scanned": scanned})

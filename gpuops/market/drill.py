@@ -10,7 +10,6 @@ a real provider; only a drill on a real box may make M5 ``verified``.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -61,14 +60,15 @@ def drill(
     (spawned,) = guardians
     say(f"guardian pid {spawned.pid} started; the deadline is {utc_iso(rental.deadline_at)}")
     give_up = rental.deadline_at + timing.DESTROY_CONFIRM_TIMEOUT_S + timing.LEASE_TTL_S
+    clock = market.clock  # the deadline's clock; its waits shortened on the loopback fakes
     confirmed_at = None
-    while time.time() < give_up:
+    while clock.wall() < give_up:
         current = market.rentals.get(name)
         released = current is not None and current.state == RELEASED
         if released and market.vast.show(rental.instance_id) is None:
-            confirmed_at = time.time()
+            confirmed_at = clock.wall()
             break
-        time.sleep(timing.DRILL_POLL_S)
+        clock.sleep(timing.DRILL_POLL_S)
     passed = confirmed_at is not None
     cleanup: list[str] = []
     if not passed:  # a failed drill leaves nothing billing: end its box here (M13)
@@ -76,8 +76,9 @@ def drill(
 
         cleanup = [f"{o.name}: {o.detail}" for o in destroy_rental(market, name)]
         say(f"the drill FAILED; its box ended by hand: {'; '.join(cleanup) or 'nothing left'}")
+    now = datetime.fromtimestamp(clock.wall(), UTC)
     result: dict[str, Any] = {
-        "date": datetime.now(UTC).date().isoformat(),
+        "date": now.date().isoformat(),
         "target": target,
         "name": name,
         "instance_id": rental.instance_id,
@@ -89,7 +90,7 @@ def drill(
         "guardian_log": str(spawned.log),
         "cleanup": cleanup,
     }
-    key = f"{DRILLS}{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{name}"
+    key = f"{DRILLS}{now.strftime('%Y%m%dT%H%M%SZ')}-{name}"
     market.ledger.store.create(key, json.dumps(result, sort_keys=True).encode())
     market.events.append("guard.drill", **result)
     if passed and target == "vast":  # only a real box's drill may make M5 verified
