@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -113,7 +112,7 @@ class TwoHostLaneMachine(LaneMachine):
             self.tee,
             self.world.events_path.with_name(f"events-{host}.jsonl"),
             operator,
-            clock=lambda: datetime.fromtimestamp(clock.wall(), UTC),
+            clock=clock,
         )
         boots = itertools.count(1)
         return Lane(
