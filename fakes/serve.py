@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -77,10 +76,12 @@ def main(argv: list[str]) -> int:
 
     owned = args.state_dir is None
     state_dir = Path(tempfile.mkdtemp(prefix="gpuops-fakes-")) if owned else args.state_dir
-    stop = threading.Event()
+    # A signal only flips this flag. Setting a threading.Event from the handler could deadlock:
+    # the handler runs on the main thread, which may hold the Event's lock in its own wait.
+    stopping: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        stopping.append(signum)
 
     previous: dict[signal.Signals, SignalHandler] = {
         sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
@@ -144,8 +145,8 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
             flush=True,
         )
-        while not stop.wait(SIGNAL_POLL_S):
-            pass
+        while not stopping:
+            time.sleep(SIGNAL_POLL_S)
     finally:
         server.close()
         gce.close()
