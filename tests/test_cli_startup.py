@@ -197,8 +197,9 @@ LANE_BOARD_GPUOPS = {
     "gpuops.lane.board",
     "gpuops.lane.decide",  # L8's stale test and the cost: pure
     "gpuops.lane.journal",
+    "gpuops.lane.protocol",  # decide's stage names and the manifest's first word
     "gpuops.lane.runner",
-    "gpuops.lane.script",  # decide's stage names (imports shell.py, not tree-sitter)
+    "gpuops.lane.script",  # the runner's metadata keys (imports shell.py, not tree-sitter)
     "gpuops.lane.session",
     "gpuops.lane.shell",
     "gpuops.private",  # the event log creates its folders 0700 and its file 0600

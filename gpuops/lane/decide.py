@@ -15,7 +15,7 @@ from typing import Any
 from gpuops import timing
 from gpuops.errors import ExitCode, Refused, UsageError
 from gpuops.lane.board import CLAIMED, FREE, RUNNING, STARTING, Board
-from gpuops.lane.script import MANIFEST_HEADER, STAGES
+from gpuops.lane.protocol import MANIFEST_HEADER, STAGES
 
 # GCE statuses (provider-formats.md B.2) in the three groups the runner cares about.
 TERMINATED = "TERMINATED"

@@ -14,7 +14,7 @@ ended while its VM runs on is a billing alarm, never silence.
 from __future__ import annotations
 
 import dataclasses
-import secrets
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -121,7 +121,7 @@ class Lane:
         config: LaneConfig,
         *,
         clock: Clock = SYSTEM,
-        new_boot_id: Callable[[], str] = lambda: secrets.token_hex(6),
+        new_boot_id: Callable[[], str] = lambda: os.urandom(6).hex(),
         progress: Callable[[str], None] = lambda line: None,
         alarms: Alarms | None = None,
     ) -> None:

@@ -24,12 +24,10 @@ from dataclasses import dataclass
 
 from gpuops.lane.shell import Command, Parsed, parse
 
-STAGES = ("booted", "preflight", "fetching", "running", "uploading", "succeeded", "failed")
 ATTEMPT_KEY = "gpuops-attempt"
 JOB_KEY = "gpuops-job"
 SCRIPT_KEY = "startup-script"
 MANIFEST = "manifest"  # jobs/<job>/manifest: the results as the script uploaded them (L9)
-MANIFEST_HEADER = "gpuops-manifest"
 
 # Commands that declare or assign a variable named by an argument (L4 counts JOB in them).
 _DECLARERS = frozenset({"export", "declare", "typeset", "readonly", "local"})
