@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from gpuops.errors import ExitCode, GpuopsError, Interrupted, UsageError
+from gpuops.output import print_json
 
 TYPE_CHECKING = False  # not typing's: importing typing is a cost `gpuops --help` would pay
 if TYPE_CHECKING:
@@ -518,7 +519,7 @@ def _compact(settings: Settings, as_json: bool) -> int:
 
     done = compact(open_store(settings.state_url, settings.s3_endpoint), SYSTEM.wall())
     if as_json:
-        _print_json(
+        print_json(
             {
                 "archived_boxes": done.boxes,
                 "archived_rentals": done.rentals,
@@ -534,13 +535,6 @@ def _compact(settings: Settings, as_json: bool) -> int:
     for key in done.unreadable:
         print(f"gpuops: skipped the unreadable record {key!r}; it stays live", file=sys.stderr)
     return ExitCode.ERROR if done.unreadable else ExitCode.OK
-
-
-def _print_json(value: object) -> None:
-    import json
-
-    json.dump(value, sys.stdout, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
 
 
 if __name__ == "__main__":  # pragma: no cover

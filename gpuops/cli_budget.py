@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from gpuops.errors import ExitCode, GpuopsError, UsageError
+from gpuops.output import out
 from gpuops.settings import Settings
 
 
@@ -68,11 +68,7 @@ def run_budget(args: argparse.Namespace, settings: Settings, operator: str, as_j
     now = budgets.snapshot()
     budgets.raise_alarms(now)
     view = budget_view(now)
-    if as_json:
-        json.dump(view, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-    else:
-        print(budget_text(view))
+    out(as_json, view, budget_text(view))
     from gpuops import timing
 
     if budgets.alarms is not None:

@@ -9,7 +9,6 @@ market/cost.py (M15's spend records, split by period).
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import signal
 import subprocess
@@ -19,6 +18,7 @@ from contextlib import contextmanager
 from typing import IO, Any
 
 from gpuops.errors import ExitCode, GpuopsError, Interrupted, Unavailable, UsageError
+from gpuops.output import out
 from gpuops.settings import Settings
 
 DEFAULT_LINES = 100
@@ -269,11 +269,7 @@ def _cost(args: argparse.Namespace, settings: Settings, operator: str, as_json: 
 
     market = open_market(settings, operator, need_key=False)
     view = cost_report(market.budget, market.vast, args.by, say=_stderr)
-    if as_json:
-        json.dump(view, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-    else:
-        print(cost_text(view))
+    out(as_json, view, cost_text(view))
     return ExitCode.OK
 
 

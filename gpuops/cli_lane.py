@@ -6,12 +6,12 @@ There is no stop and no delete command (L1): the lane's jobs power themselves of
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from gpuops.errors import ExitCode
+from gpuops.output import out, print_json
 from gpuops.settings import Settings
 
 COMMANDS = ("board", "claim", "script", "install", "start", "watch", "release", "repair")
@@ -169,7 +169,7 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
     if command == "board":
         view = lane.view(live=args.live)
         if as_json:
-            _print_json(view)
+            print_json(view)
         else:
             _print_board(view)
         if view["billing_alarm"]:
@@ -183,7 +183,7 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
         from gpuops.lane.board import state_line
 
         if as_json:
-            _print_json({"state_line": state_line(board), "evidence": signs})
+            print_json({"state_line": state_line(board), "evidence": signs})
         else:
             for sign in signs:
                 print(f"evidence: {sign}")
@@ -202,7 +202,7 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
         if args.max_hours is not None and not args.max_hours > 0:
             raise UsageError("--max-hours must be positive")
         lane.install(args.job, text, max_hours=args.max_hours)
-        _out(as_json, {"job": args.job, "installed": True}, f"installed the script for {args.job}")
+        out(as_json, {"job": args.job, "installed": True}, f"installed the script for {args.job}")
         return ExitCode.OK
     if command == "start":
         if args.max_attempts < 1:
@@ -240,7 +240,7 @@ def _history(lane: Any, args: argparse.Namespace, as_json: bool) -> int:
     for key, reason in page.corrupt:
         print(f"history entry {key} is unreadable, skipped: {reason}", file=sys.stderr)
     if as_json:
-        _print_json(
+        print_json(
             {
                 "lane": lane.config.instance,
                 "total": page.total,
@@ -275,7 +275,7 @@ def _history(lane: Any, args: argparse.Namespace, as_json: bool) -> int:
 def _watched_out(as_json: bool, job: str, watched: Any) -> int:
     """The watched job's outcome, and its cost so far (the disk bills until the release)."""
     verdict, cost = watched.verdict, watched.cost
-    _out(
+    out(
         as_json,
         {"job": job, "outcome": verdict.value, "cost": None if cost is None else cost.to_json()},
         f"{job}: {verdict.value}" + ("" if cost is None else f"; cost so far {cost.explained()}"),
@@ -297,7 +297,7 @@ def _released_out(as_json: bool, released: Any) -> int:
         **cost.to_json(),
     }
     if as_json:
-        _print_json(
+        print_json(
             {
                 "state_line": state_line(done),
                 "state": done.state,
@@ -319,7 +319,7 @@ def _released_out(as_json: bool, released: Any) -> int:
 def _board_out(as_json: bool, board: Any, line: str) -> int:
     from gpuops.lane.board import state_line
 
-    _out(
+    out(
         as_json,
         {
             "state_line": state_line(board),
@@ -355,15 +355,3 @@ def _print_board(view: dict[str, Any]) -> None:
         print(f"  ({earlier} earlier line(s): gpuops lane board --history)")
     for line in view["history"]:
         print(f"  {line}")
-
-
-def _out(as_json: bool, payload: Any, line: str) -> None:
-    if as_json:
-        _print_json(payload)
-    else:
-        print(line)
-
-
-def _print_json(value: Any) -> None:
-    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
-    sys.stdout.write("\n")

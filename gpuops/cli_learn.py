@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 from gpuops.clock import SYSTEM
 from gpuops.errors import ExitCode, UsageError
+from gpuops.output import print_json
 from gpuops.settings import Settings
 
 
@@ -88,7 +88,7 @@ def _policy_eval(args: argparse.Namespace, settings: Settings, as_json: bool) ->
         },
     }
     if as_json:
-        _print_json(doc)
+        print_json(doc)
         return ExitCode.OK
     print(
         f"policy {args.policy} over {result.decisions} logged races ({result.matched} "
@@ -146,7 +146,7 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
         figures = None if renter is None else renter.figures(SYSTEM.wall())
         Path(args.html).write_text(render(report, scanned, figures), encoding="utf-8")
     if as_json:  # the log's first and last stamps as epoch seconds, as every --json has times
-        _print_json({**report, "span": _epoch_span(report["span"]), "scanned": scanned})
+        print_json({**report, "span": _epoch_span(report["span"]), "scanned": scanned})
         return ExitCode.OK
     from gpuops.analysis.table import lines
 
@@ -178,11 +178,6 @@ def _stats_wants(event: object) -> bool:
     return not isinstance(event, Transition) or event.after == "gone-confirmed"
 
 
-def _print_json(value: Any) -> None:
-    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
-    sys.stdout.write("\n")
-
-
 def _incident(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
     import dataclasses
 
@@ -194,7 +189,7 @@ def _incident(args: argparse.Namespace, settings: Settings, operator: str, as_js
     if command == "list":
         rows = [dataclasses.asdict(i) for i in register.incidents()]
         if as_json:
-            _print_json(rows)
+            print_json(rows)
         else:
             for row in rows:
                 cost = "cost unknown" if row["cost_usd"] is None else f"${row['cost_usd']:.2f}"
@@ -215,7 +210,7 @@ def _incident(args: argparse.Namespace, settings: Settings, operator: str, as_js
     else:
         entry = register.observe(rule=args.rule, on=args.date, kind=args.kind, what=args.what)
     if as_json:
-        _print_json(dataclasses.asdict(entry))
+        print_json(dataclasses.asdict(entry))
     else:
         print(f"{command}: {entry.id}")
     return ExitCode.OK
@@ -247,7 +242,7 @@ def _record(args: argparse.Namespace, settings: Settings, operator: str, as_json
     doc = summary(captured)
     code = exit_code(captured.destroyed)  # M13: from the outcomes' types, not their text
     if as_json:
-        _print_json({**doc, "all_confirmed_gone": code == 0})
+        print_json({**doc, "all_confirmed_gone": code == 0})
     else:
         print(f"{captured.name}: probe verdict {captured.verdict}; {len(captured.files)} files")
         for line in doc["destroyed"]:
@@ -280,7 +275,7 @@ def _record_gce(args: argparse.Namespace, settings: Settings, operator: str, as_
     )
     doc = summary(captured)
     if as_json:
-        _print_json(doc)
+        print_json(doc)
     else:
         print(f"{captured.name}: {len(captured.files)} files, started: {captured.started}")
         for path in doc["files"]:

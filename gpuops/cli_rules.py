@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from gpuops.errors import ExitCode
+from gpuops.output import print_json
 
 
 def print_rules(as_json: bool, state_url: str | None, s3_endpoint: str | None = None) -> int:
@@ -21,7 +20,7 @@ def print_rules(as_json: bool, state_url: str | None, s3_endpoint: str | None = 
         for rule in RULES:
             status, seen = shown_status(rule, observed)
             rows.append({**rule.__dict__, "status": status.split(" ")[0], "observed": seen})
-        _print_json(rows)
+        print_json(rows)
         return ExitCode.OK
     for rule in RULES:
         status, seen = shown_status(rule, observed)
@@ -47,8 +46,3 @@ def _observations(state_url: str | None, s3_endpoint: str | None = None) -> list
     from gpuops.store import open_store
 
     return Register(open_store(state_url, s3_endpoint), "reader").observations()
-
-
-def _print_json(value: Any) -> None:
-    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
-    sys.stdout.write("\n")

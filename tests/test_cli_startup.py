@@ -104,6 +104,7 @@ BOXES_GPUOPS = {
     "gpuops.cli_market",
     "gpuops.clock",  # SYSTEM, the clock `boxes` reads (imports only math, time, typing)
     "gpuops.errors",
+    "gpuops.output",  # printing: JSON or lines
     "gpuops.ledger",
     "gpuops.market",
     "gpuops.market.budget",  # M15: the burn line's arithmetic (pure: datetime, math)
@@ -192,6 +193,7 @@ LANE_BOARD_GPUOPS = {
     "gpuops.cli_lane",
     "gpuops.clock",
     "gpuops.errors",
+    "gpuops.output",  # printing: JSON or lines
     "gpuops.events",  # the Lane's event log (opened, not written, by a board read)
     "gpuops.lane",
     "gpuops.lane.board",
