@@ -30,7 +30,7 @@ from fakes.ssh.boxes import write_identity
 from fakes.vast import FakeClock, FakeVast
 from gpuops import cli
 from gpuops.errors import AuthFailed, Refused, UsageError
-from gpuops.identity import Identity, acts, attest, decide
+from gpuops.identity import Identity, acts, attest, decide, key_holder
 from gpuops.ledger import Ledger
 from gpuops.market import guardian as g
 from gpuops.market.probe import Verdict
@@ -38,7 +38,7 @@ from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import Rentals
 from gpuops.model import KeyHolder
 from gpuops.providers.vast import VastAdapter
-from gpuops.settings import Settings
+from gpuops.settings import Settings, read_config
 from gpuops.store.local import LocalStore
 from gpuops.store.memory import MemoryStore
 
@@ -282,9 +282,27 @@ def test_a_declared_id_the_key_disagrees_with_is_refused_with_exit_3_m3():
 
 
 def test_a_username_that_cannot_be_an_operator_id_is_a_usage_error():
-    """A username outside the operator id's characters is named, not mangled."""
-    with pytest.raises(UsageError, match="the Vast key's user 'a b' cannot be an operator id"):
+    """A username outside the operator id's characters is named, not mangled, with the fix."""
+    with pytest.raises(UsageError) as caught:
         decide("alice", False, KeyHolder(7, "a b"))
+
+    assert str(caught.value) == (
+        "the Vast key's user 'a b' cannot be an operator id (letters, digits and _.@+-); use "
+        "a key whose username can"
+    )
+
+
+def test_the_key_holder_is_asked_with_the_configured_key_at_the_configured_vast(team):
+    """key_holder asks VAST_URL (the fake's, not Vast's own) with the key the settings carry,
+    the config file's here (no VAST_API_KEY in the environment): alice's key names alice."""
+    config = team.tmp / "config.toml"
+    config.write_text('vast_api_key = "k-alice"\n', encoding="utf-8")
+    config.chmod(0o600)
+    env = {"VAST_URL": BASE, "GPUOPS_CONFIG": str(config), "HOME": str(team.tmp)}
+    settings = Settings.from_environ(env, config=read_config(env))
+
+    assert key_holder(settings) == KeyHolder(101, "alice")
+    assert team.asked() == 1
 
 
 def test_attest_asks_once_and_knows_whether_the_id_was_declared():
