@@ -174,7 +174,6 @@ def check_store(store: Store) -> Finding:
 
 # --- the state bucket's policy ----------------------------------------------------------------
 POLICY_DOC = "docs/s3-state.md"
-_PUT = "s3:PutObject"
 _NULL_KEYS = ("s3:if-match", "s3:if-none-match")  # the condition keys, lower-case, sorted
 _EVERYONE = ("*", {"AWS": "*"})
 
@@ -221,19 +220,16 @@ def policy_gap(policy: str, target: str) -> str | None:
         doc = json.loads(policy)
     except ValueError:
         return "has a bucket policy that is not JSON"
-    statements = doc.get("Statement", []) if isinstance(doc, dict) else []
-    enforced = False
-    for statement in statements if isinstance(statements, list) else [statements]:
-        keys = _denied_without(statement, target)
-        if keys is not None and len(keys) == 1:
-            (key,) = keys
-            return (
-                f"denies every s3:PutObject on {target} without {key}, gpuops' own "
-                "compare-and-swap among them (a create carries If-None-Match, a change "
-                "If-Match): deny only when both are null"
-            )
-        enforced = enforced or keys == _NULL_KEYS
-    if enforced:
+    statements = doc.get("Statement") if isinstance(doc, dict) else None
+    found = [_denied_without(statement, target) for statement in _listed(statements or [])]
+    single = next((keys[0] for keys in found if keys is not None and len(keys) == 1), None)
+    if single is not None:
+        return (
+            f"denies every s3:PutObject on {target} without {single}, gpuops' own "
+            "compare-and-swap among them (a create carries If-None-Match, a change "
+            "If-Match): deny only when both are null"
+        )
+    if _NULL_KEYS in found:
         return None
     return f"has no statement denying an unconditional s3:PutObject on {target} to every principal"
 
@@ -246,9 +242,11 @@ def _denied_without(statement: object, target: str) -> tuple[str, ...] | None:
         return None
     if statement.get("Principal") not in _EVERYONE:
         return None
-    if not any(_glob(a, _PUT, case=False) for a in _listed(statement.get("Action"))):
+    actions = [a.lower() for a in _listed(statement.get("Action")) if isinstance(a, str)]
+    if not any(_glob(action, "s3:putobject") for action in actions):  # actions: any case
         return None
-    if not any(_glob(r, target, case=True) for r in _listed(statement.get("Resource"))):
+    resources = [r for r in _listed(statement.get("Resource")) if isinstance(r, str)]
+    if not any(_glob(resource, target) for resource in resources):
         return None
     condition = statement.get("Condition")
     if not isinstance(condition, dict) or list(condition) != ["Null"]:
@@ -266,15 +264,12 @@ def _listed(value: object) -> list[object]:
     return value if isinstance(value, list) else [value]
 
 
-def _glob(pattern: object, text: str, *, case: bool) -> bool:
-    """An IAM wildcard match of ``text`` (``*`` any run, ``?`` any one character); a pattern
-    that is not text matches nothing."""
+def _glob(pattern: str, text: str) -> bool:
+    """An IAM wildcard match of ``text``: ``*`` any run of characters, ``?`` any one."""
     import re
 
-    if not isinstance(pattern, str):
-        return False
     parts = (".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.fullmatch("".join(parts), text, 0 if case else re.IGNORECASE) is not None
+    return re.fullmatch("".join(parts), text) is not None
 
 
 def _refused(act: Callable[[], object], refusal: type[Exception], what: str) -> str | None:

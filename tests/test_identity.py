@@ -294,17 +294,25 @@ def test_a_username_that_cannot_be_an_operator_id_is_a_usage_error():
     )
 
 
-def test_the_key_holder_is_asked_with_the_configured_key_at_the_configured_vast(team):
-    """key_holder asks VAST_URL (the fake's, not Vast's own) with the key the settings carry,
-    the config file's here (no VAST_API_KEY in the environment): alice's key names alice."""
-    config = team.tmp / "config.toml"
+def test_the_key_holder_is_asked_with_the_configured_key_at_the_configured_vast(tmp_path):
+    """key_holder asks VAST_URL (a fake elsewhere than Vast's own address) with the key the
+    settings carry, the config file's here (no VAST_API_KEY in the environment): alice's key
+    names alice."""
+    elsewhere = "http://vast.invalid"
+    doc = copy.deepcopy(scenario())
+    doc["vast"]["members"] = MEMBERS
+    fake = FakeVast(parse_scenario(doc), clock=FakeClock())
+    config = tmp_path / "config.toml"
     config.write_text('vast_api_key = "k-alice"\n', encoding="utf-8")
     config.chmod(0o600)
-    env = {"VAST_URL": BASE, "GPUOPS_CONFIG": str(config), "HOME": str(team.tmp)}
+    env = {"VAST_URL": elsewhere, "GPUOPS_CONFIG": str(config), "HOME": str(tmp_path)}
     settings = Settings.from_environ(env, config=read_config(env))
 
-    assert key_holder(settings) == KeyHolder(101, "alice")
-    assert team.asked() == 1
+    with fake.activate(elsewhere):
+        holder = key_holder(settings)
+
+    assert holder == KeyHolder(101, "alice")
+    assert [call.route for call in fake.calls] == ["user"]
 
 
 def test_attest_asks_once_and_knows_whether_the_id_was_declared():
