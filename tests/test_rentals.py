@@ -773,6 +773,8 @@ def test_a_race_records_whether_its_owner_was_attested_or_declared_m3(store):
     assert first == Rental("job", "alice", RACING, race=1, rental_id=first.rental_id, attested=True)
     assert kept == first
     assert again.attested is False and stored(store, "job") == again
+    assert attested.begin_race("job").attested is True  # and back, on the next restart
+    assert stored(store, "job").attested is True
     assert Rentals(store, "bob").attested is False
 
 
