@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 BUCKET = "gpuops-fakes"
+STATE_PREFIX = "state"  # `fakes serve` protects it: writes there must be conditional
 REGION = "us-east-1"
 # moto accepts any credentials; these say what they are (never a real key, H3).
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "fake-s3-access-key", "AWS_SECRET_ACCESS_KEY": "fake-s3-secret"}
@@ -28,11 +29,13 @@ class S3Unavailable(RuntimeError):
 
 @dataclass
 class FakeS3:
-    """A running moto server on 127.0.0.1; ``url`` is its endpoint."""
+    """A running moto server on 127.0.0.1; ``url`` is its endpoint (the policy front's, when
+    the bucket is protected: ``front``)."""
 
     server: Any
     url: str
     bucket: str = BUCKET
+    front: S3Front | None = None
 
     def exports(self) -> dict[str, str]:
         return {
@@ -44,11 +47,18 @@ class FakeS3:
         }
 
     def close(self) -> None:
+        if self.front is not None:
+            self.front.close()
         self.server.stop()
 
 
-def serve_s3(host: str = "127.0.0.1", bucket: str = BUCKET) -> FakeS3:
-    """Start moto's S3 on ``host`` (loopback only) on a free port, with ``bucket`` created."""
+def serve_s3(
+    host: str = "127.0.0.1", bucket: str = BUCKET, *, protect: str | None = None
+) -> FakeS3:
+    """Start moto's S3 on ``host`` (loopback only) on a free port, with ``bucket`` created.
+    ``protect``: a prefix whose writes must be conditional; the stand-in is then moto behind an
+    :class:`S3Front`, which enforces bucket policies, with :func:`conditional_writes_policy`
+    set on that prefix (``url`` is the front's)."""
     if not ipaddress.ip_address(host).is_loopback:
         raise ValueError(f"the S3 stand-in binds loopback only, not {host}")
     try:
@@ -72,7 +82,41 @@ def serve_s3(host: str = "127.0.0.1", bucket: str = BUCKET) -> FakeS3:
         aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
     )
     client.create_bucket(Bucket=bucket)
+    if protect is None:
+        return fake
+    import json
+
+    fake.front = S3Front(fake.url)
+    fake.url = fake.front.url
+    policy = json.dumps(conditional_writes_policy(bucket, protect))
+    boto3.client(  # through the front, which keeps what it enforces
+        "s3",
+        endpoint_url=fake.url,
+        region_name=REGION,
+        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    ).put_bucket_policy(Bucket=bucket, Policy=policy)
     return fake
+
+
+def conditional_writes_policy(bucket: str, prefix: str) -> dict[str, Any]:
+    """AWS's documented way to require conditional writes (S3 user guide, "Enforce conditional
+    writes on Amazon S3 buckets"): deny every PutObject under ``prefix`` that carries neither
+    an ``If-None-Match`` nor an ``If-Match`` header (the ``s3:if-none-match`` and
+    ``s3:if-match`` condition keys, both null)."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "GpuopsStateConditionalWritesOnly",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:PutObject",
+                "Resource": f"arn:aws:s3:::{bucket}/{prefix.strip('/')}/*",
+                "Condition": {"Null": {"s3:if-none-match": "true", "s3:if-match": "true"}},
+            }
+        ],
+    }
 
 
 # --- AWS's conditional-write rules, judged on every request the front forwards (H6) -----------
@@ -132,6 +176,104 @@ def conditional_breaches(
     return out
 
 
+# --- bucket policies: the part of AWS's evaluation the stand-in enforces (H4) -----------------
+# moto keeps a bucket's policy but enforces none of it. The front enforces the Deny statements
+# of the policies set through it, as AWS does (IAM JSON policy reference): an explicit Deny wins
+# when its Action, its Resource and every one of its Conditions match; under one condition
+# operator, several keys must all hold. ``s3:if-none-match`` and ``s3:if-match`` are present
+# when the request carries the ``If-None-Match`` / ``If-Match`` header (S3 user guide,
+# "Enforce conditional writes on Amazon S3 buckets"); a PutObject, a copy, a part upload or a
+# multipart completion is the ``s3:PutObject`` action. The stand-in has one caller, so it
+# models only Principal ``"*"``; a policy with anything it does not model (another principal,
+# NotAction, NotResource, a condition operator other than Null, another condition key) is
+# refused when it is set (501 NotImplemented), never half-enforced.
+POLICY_KEYS = {"s3:if-none-match": "if-none-match", "s3:if-match": "if-match"}
+_STATEMENT_FIELDS = {"Sid", "Effect", "Principal", "Action", "Resource", "Condition"}
+DENIED_BODY = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code><Message>Access '
+    "Denied: an explicit deny in the bucket policy</Message></Error>"
+)  # AWS's code and status for an explicit deny; the message is the stand-in's own
+
+
+def _error(code: str, message: str, bucket: str) -> bytes:
+    """An S3 error body (AWS's codes; the messages of the policy calls are AWS's own words
+    where the stand-in knows them, else its own)."""
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}'
+        f"</Message><BucketName>{bucket}</BucketName></Error>"
+    ).encode()
+
+
+class UnmodelledPolicy(ValueError):
+    """A bucket policy with something the front does not enforce."""
+
+
+def _listed(value: object) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def deny_statements(policy: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The Deny statements of a policy document, each checked to be one the front models;
+    UnmodelledPolicy naming what is not."""
+    out: list[Mapping[str, Any]] = []
+    for statement in _listed(policy.get("Statement", [])):
+        if not isinstance(statement, dict):
+            raise UnmodelledPolicy(f"a statement that is not an object: {statement!r}")
+        extra = set(statement) - _STATEMENT_FIELDS
+        if extra:
+            raise UnmodelledPolicy(f"the statement field {min(extra)}")
+        if statement.get("Effect") != "Deny":
+            continue  # its one caller owns the bucket: an Allow grants nothing it lacks
+        if statement.get("Principal") not in ("*", {"AWS": "*"}):
+            raise UnmodelledPolicy(f"the principal {statement.get('Principal')!r}")
+        for operator, keys in dict(statement.get("Condition", {})).items():
+            if operator != "Null":
+                raise UnmodelledPolicy(f"the condition operator {operator}")
+            for key, value in dict(keys).items():
+                if key.lower() not in POLICY_KEYS:
+                    raise UnmodelledPolicy(f"the condition key {key}")
+                if str(value).lower() not in ("true", "false"):
+                    raise UnmodelledPolicy(f"the Null value {value!r}")
+        out.append(statement)
+    return out
+
+
+def _glob(pattern: str, text: str, *, case: bool) -> bool:
+    """An IAM wildcard match: ``*`` any run of characters, ``?`` any one."""
+    parts = (".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch("".join(parts), text, 0 if case else re.IGNORECASE) is not None
+
+
+def denied(
+    statements: list[Mapping[str, Any]], action: str, resource: str, headers: Mapping[str, str]
+) -> bool:
+    """Whether a Deny statement refuses ``action`` on ``resource`` (an ARN) for a request
+    with these (lower-case) headers."""
+    for statement in statements:
+        if not any(_glob(a, action, case=False) for a in _listed(statement.get("Action"))):
+            continue
+        if not any(_glob(r, resource, case=True) for r in _listed(statement.get("Resource"))):
+            continue
+        nulls = dict(statement.get("Condition", {})).get("Null", {})
+        if all(
+            (POLICY_KEYS[key.lower()] not in headers) == (str(value).lower() == "true")
+            for key, value in nulls.items()
+        ):
+            return True
+    return False
+
+
+def object_action(method: str, query: Mapping[str, str]) -> str | None:
+    """The IAM action of a request on an object, or None for one the front does not judge."""
+    if method == "PUT" or (method == "POST" and ("uploads" in query or "uploadId" in query)):
+        return "s3:PutObject"  # a put, a copy, a part, a multipart start or completion
+    if method == "DELETE" and "uploadId" not in query:
+        return "s3:DeleteObject"
+    if method in ("GET", "HEAD"):
+        return "s3:GetObject"
+    return None
+
+
 class S3Front:
     """A loopback HTTP front for the S3 stand-in, for what moto never does.
 
@@ -146,14 +288,21 @@ class S3Front:
       409 ConditionalRequestConflict and do not land;
     - ``blind=True``: a store that ignores preconditions (``If-Match``/``If-None-Match``
       stripped before forwarding, as some S3-compatible stores silently do).
+
+    Bucket policies are the front's own (``PutBucketPolicy``, ``GetBucketPolicy``, whose
+    answer is NoSuchBucketPolicy while none is set, ``DeleteBucketPolicy``; moto never sees
+    them, as its own evaluation misjudges the conditional-write keys): one is enforced on every
+    object request after it (``deny_statements``, ``denied``), and what a Deny statement
+    refuses is answered 403 AccessDenied and does not land (``denied`` lists them).
     """
 
     def __init__(self, upstream: str, *, blind: bool = False) -> None:
         import http.client
+        import json
         import socket
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-        from urllib.parse import parse_qsl, urlsplit
+        from urllib.parse import parse_qsl, unquote, urlsplit
 
         parts = urlsplit(upstream)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
@@ -165,6 +314,9 @@ class S3Front:
         self.conflicted: list[tuple[str, str]] = []  # (method, path) answered 409
         self.breaches: list[str] = []
         self.judged = 0  # conditional requests judged
+        # bucket -> its policy's text and its Deny statements (``deny_statements``)
+        self.policies: dict[str, tuple[str, list[Mapping[str, Any]]]] = {}
+        self.denied: list[tuple[str, str]] = []  # (method, path) refused by a bucket policy
         front = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -192,9 +344,22 @@ class S3Front:
             def _forward(self) -> None:
                 body = self._body()
                 lower = {k.lower(): v for k, v in self.headers.items()}
+                url = urlsplit(self.path)
+                query = dict(parse_qsl(url.query, keep_blank_values=True))
+                bucket, _, key = unquote(url.path).lstrip("/").partition("/")
+                if not key and "policy" in query:
+                    self._policy(bucket, body)
+                    return
+                action = object_action(self.command, query) if key else None
+                with front.lock:
+                    statements = front.policies.get(bucket, ("", []))[1]
+                if action and denied(statements, action, f"arn:aws:s3:::{bucket}/{key}", lower):
+                    with front.lock:
+                        front.denied.append((self.command, self.path))
+                    self._reply(403, [("Content-Type", "application/xml")], DENIED_BODY.encode())
+                    return
                 conditional = any(lower.get(name) for name in CONDITIONS)
                 if conditional:
-                    query = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
                     found = conditional_breaches(self.command, query, lower)
                     with front.lock:
                         front.judged += 1
@@ -223,6 +388,38 @@ class S3Front:
                     self.close_connection = True  # it landed; the answer is lost
                     return
                 self._reply(answer.status, answer.getheaders(), payload)
+
+            def _policy(self, bucket: str, body: bytes) -> None:
+                """PutBucketPolicy, GetBucketPolicy, DeleteBucketPolicy, kept here: moto
+                judges policies itself, and misjudges the conditional-write keys."""
+                xml = [("Content-Type", "application/xml")]
+                if self.command == "GET":
+                    with front.lock:
+                        kept = front.policies.get(bucket)
+                    if kept is None:
+                        self._reply(404, xml, _error("NoSuchBucketPolicy", "The bucket "
+                                    "policy does not exist", bucket))  # fmt: skip
+                    else:
+                        self._reply(200, [("Content-Type", "application/json")], kept[0].encode())
+                    return
+                if self.command == "DELETE":
+                    with front.lock:
+                        front.policies.pop(bucket, None)
+                    self._reply(204, [], b"")
+                    return
+                try:
+                    statements = deny_statements(json.loads(body))
+                except UnmodelledPolicy as exc:
+                    self._reply(501, xml, _error("NotImplemented", f"the S3 stand-in does "
+                                f"not model {exc}", bucket))  # fmt: skip
+                    return
+                except (ValueError, AttributeError, TypeError):
+                    self._reply(400, xml, _error("MalformedPolicy", "Policies must be valid "
+                                "JSON and the first byte must be '{'", bucket))  # fmt: skip
+                    return
+                with front.lock:
+                    front.policies[bucket] = (body.decode(), statements)
+                self._reply(204, [], b"")
 
             def _reply(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
                 self.send_response(status)

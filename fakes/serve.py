@@ -158,11 +158,13 @@ def main(argv: list[str]) -> int:
 
 
 def _start_s3() -> tuple[Any, str]:
-    """The S3 stand-in (fakes/s3.py), or None and why, when moto's server is not installed."""
-    from fakes.s3 import S3Unavailable, serve_s3
+    """The S3 stand-in (fakes/s3.py), its bucket's ``state/`` prefix protected by the policy
+    that requires conditional writes (docs/s3-state.md), or None and why, when moto's server
+    is not installed."""
+    from fakes.s3 import STATE_PREFIX, S3Unavailable, serve_s3
 
     try:
-        return serve_s3(), ""
+        return serve_s3(protect=STATE_PREFIX), ""
     except S3Unavailable as exc:
         return None, f"S3 stand-in absent: {exc}"
 

@@ -11,7 +11,14 @@ The checks, each a function of what it needs (tests give them fakes made to brea
   version that is no longer current must be refused, the current one accepted. S3-compatible
   stores exist that accept every write whatever its precondition; on one, every compare-and-
   swap in gpuops (the ledger, the leases, the lane's board) is a blind overwrite.
+* **state policy** (``s3://`` state only): the bucket's policy requires conditional writes on
+  the state's prefix, as docs/s3-state.md sets it: a Deny of every ``s3:PutObject`` there, to
+  every principal, when ``s3:if-none-match`` and ``s3:if-match`` are both null. Without it an
+  old or careless client overwrites a record unconditionally; a Deny on one key alone refuses
+  gpuops' own compare-and-swap too.
 * **vast key**: the Vast API answers with our key (the account's SSH keys are read).
+* **key scope**: what the key may do, as far as Vast says: it does not (its key list carries no
+  permissions), so the line says so and where the recipe for a narrower key is.
 * **ssh key**: our SSH public key is registered with the account (M9): without it every probe
   fails on auth and innocent hosts look guilty.
 * **clock**: this host's clock against the provider's ``Date`` header on that same call,
@@ -58,6 +65,8 @@ from gpuops.errors import (
     ProviderError,
     Refused,
     StateError,
+    StoreForbidden,
+    StoreMissing,
     Unavailable,
     UsageError,
     VersionConflict,
@@ -163,6 +172,106 @@ def check_store(store: Store) -> Finding:
     return Finding("store", True, f"{store.url} is reachable and honours conditional writes")
 
 
+# --- the state bucket's policy ----------------------------------------------------------------
+POLICY_DOC = "docs/s3-state.md"
+_NULL_KEYS = ("s3:if-match", "s3:if-none-match")  # the condition keys, lower-case, sorted
+_EVERYONE = ("*", {"AWS": "*"})
+
+
+def check_state_policy(store: Store) -> Finding | None:
+    """Whether the ``s3://`` state's bucket policy requires conditional writes on its prefix;
+    None for a store with no bucket policy to read (a local directory: no line)."""
+    read = getattr(store, "bucket_policy", None)
+    if read is None:
+        return None
+    bucket, prefix = store.bucket, store.prefix  # type: ignore[attr-defined]
+    target = f"arn:aws:s3:::{bucket}/{prefix}/*" if prefix else f"arn:aws:s3:::{bucket}/*"
+    fix = (
+        f"set the bucket policy of {POLICY_DOC} (Deny s3:PutObject on {target} when "
+        "s3:if-none-match and s3:if-match are both null)"
+    )
+    try:
+        policy = read()
+    except (StoreForbidden, StoreMissing) as exc:
+        return Finding("state policy", False, f"{exc}; ask the bucket's owner to check it, or "
+                       f"grant s3:GetBucketPolicy; {fix}", CONFIG)  # fmt: skip
+    except Unavailable as exc:
+        return _unreachable("state policy", f"cannot read the policy of {bucket}", exc, fix)
+    gap = "has no bucket policy" if policy is None else policy_gap(policy, target)
+    if gap is not None:
+        return Finding(
+            "state policy",
+            False,
+            f"{bucket} {gap}: any client that may write {store.url} can overwrite a record "
+            f"unconditionally (M3, M4); {fix}",
+            CONFIG,
+        )
+    return Finding("state policy", True, f"{bucket}'s policy refuses unconditional writes to "
+                   f"{target}")  # fmt: skip
+
+
+def policy_gap(policy: str, target: str) -> str | None:
+    """None when the policy denies, to every principal, each ``s3:PutObject`` on ``target``
+    (``arn:aws:s3:::BUCKET/PREFIX/*``) that carries neither If-None-Match nor If-Match, and
+    denies nothing gpuops writes there; else what it lacks, in words."""
+    import json
+
+    try:
+        doc = json.loads(policy)
+    except ValueError:
+        return "has a bucket policy that is not JSON"
+    statements = doc.get("Statement") if isinstance(doc, dict) else None
+    found = [_denied_without(statement, target) for statement in _listed(statements or [])]
+    single = next((keys[0] for keys in found if keys is not None and len(keys) == 1), None)
+    if single is not None:
+        return (
+            f"denies every s3:PutObject on {target} without {single}, gpuops' own "
+            "compare-and-swap among them (a create carries If-None-Match, a change "
+            "If-Match): deny only when both are null"
+        )
+    if _NULL_KEYS in found:
+        return None
+    return f"has no statement denying an unconditional s3:PutObject on {target} to every principal"
+
+
+def _denied_without(statement: object, target: str) -> tuple[str, ...] | None:
+    """The conditional-write keys whose absence makes ``statement`` deny every principal's
+    ``s3:PutObject`` on ``target``, sorted; None when it is no such Deny (another effect,
+    principal, action, resource, or a condition beyond Null on those keys)."""
+    if not isinstance(statement, dict) or statement.get("Effect") != "Deny":
+        return None
+    if statement.get("Principal") not in _EVERYONE:
+        return None
+    actions = [a.lower() for a in _listed(statement.get("Action")) if isinstance(a, str)]
+    if not any(_glob(action, "s3:putobject") for action in actions):  # actions: any case
+        return None
+    resources = [r for r in _listed(statement.get("Resource")) if isinstance(r, str)]
+    if not any(_glob(resource, target) for resource in resources):
+        return None
+    condition = statement.get("Condition")
+    if not isinstance(condition, dict) or list(condition) != ["Null"]:
+        return None
+    nulls = condition["Null"]
+    if not isinstance(nulls, dict):
+        return None
+    keys = tuple(sorted(key.lower() for key in nulls))
+    if not set(keys) <= set(_NULL_KEYS) or any(str(v).lower() != "true" for v in nulls.values()):
+        return None
+    return keys
+
+
+def _listed(value: object) -> list[object]:
+    return value if isinstance(value, list) else [value]
+
+
+def _glob(pattern: str, text: str) -> bool:
+    """An IAM wildcard match of ``text``: ``*`` any run of characters, ``?`` any one."""
+    import re
+
+    parts = (".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch("".join(parts), text) is not None
+
+
 def _refused(act: Callable[[], object], refusal: type[Exception], what: str) -> str | None:
     """None when ``act`` raised ``refusal`` as it must; else what was wrongly accepted."""
     try:
@@ -209,6 +318,15 @@ def check_vast(vast: object, public_key: str | Finding | None) -> list[Finding]:
             REFUSED,
         ),
     ]
+
+
+KEY_SCOPE = Finding(
+    "key scope",
+    True,
+    "not known: Vast does not tell a key what it may do (its list of API keys carries no "
+    "permissions), so gpuops cannot name a key broader than its use needs. A guardian host "
+    "needs only instance_read and instance_write: docs/threat-model.md has the recipe",
+)
 
 
 def _unread_or(public_key: str | Finding | None, detail: str, code: int) -> Finding:
@@ -450,11 +568,15 @@ def run_checks(
     clock = []
     if dates is not None and provider[0].ok:
         clock = [check_clock(*dates[-1]) if dates else NO_DATE]
+    scope = [KEY_SCOPE] if provider[0].ok else []
+    policy = check_state_policy(store)
     lanes = [] if lane is None else [lane] if isinstance(lane, Finding) else check_lane(lane)
     return [
         check_store(store),
+        *([] if policy is None else [policy]),
         *provider,
         *clock,
+        *scope,
         check_results(results, results_where),
         *lanes,
         *check_notify(endpoints),

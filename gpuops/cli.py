@@ -433,12 +433,13 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
         return print_rules(as_json, settings.state_url, settings.s3_endpoint)
     operator = settings.acting_operator()
+    attested = False  # declared, unless the provider says whose key this is (M3)
     if args.command in ("rent", "destroy", "run", "sweep", "guard"):
         from gpuops.identity import acts, attest
 
         if acts(args) and _something_to_act_on(args, settings):
             identity = attest(settings, operator)  # M3: whose key this is, asked once
-            operator = identity.operator
+            operator, attested = identity.operator, identity.attested
             _log_identity(settings, identity)
     if args.command == "demo":
         from gpuops.demo import run_demo
@@ -479,7 +480,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return run_learn(args, settings, as_json, operator)
     from gpuops.cli_market import run_market
 
-    return run_market(args, settings, operator, as_json)
+    return run_market(args, settings, operator, as_json, attested=attested)
 
 
 def _something_to_act_on(args: argparse.Namespace, settings: Settings) -> bool:

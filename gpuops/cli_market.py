@@ -19,7 +19,17 @@ from gpuops.errors import ExitCode
 from gpuops.settings import Settings
 
 
-def run_market(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
+def run_market(
+    args: argparse.Namespace,
+    settings: Settings,
+    operator: str,
+    as_json: bool,
+    *,
+    attested: bool = False,
+) -> int:
+    """The market's commands; ``attested``: the operator's id was attested by the provider
+    (identity.py), recorded on the rentals `rent` races for (M3)."""
+
     def progress(line: str) -> None:
         # rent's progress goes to stderr even with --json: what an interrupt destroyed, or
         # whose race a second rent waits for, must reach the person at the terminal
@@ -40,7 +50,12 @@ def run_market(args: argparse.Namespace, settings: Settings, operator: str, as_j
     need_key = args.command == "rent"
     vram_mb = int(getattr(args, "vram_gb", 8.0) * 1024)
     market = open_market(
-        settings, operator, vram_floor_mb=vram_mb, progress=progress, need_key=need_key
+        settings,
+        operator,
+        vram_floor_mb=vram_mb,
+        progress=progress,
+        need_key=need_key,
+        attested=attested,
     )
     code = _market_command(market, args, vram_mb, as_json, settings)
     return _name_corrupt(market, code)
@@ -522,7 +537,7 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
             f"{row['name']:<20} {row['state']:<9} {_text(row['instance_id']):<11} "
             f"{_usd(row['dph_total'], 4):>9} {_usd(row['spend_usd'], 4):>9}  "
             f"{_when(row['deadline_at']) if row['state'] in ('live', 'racing') else '-':<42}  "
-            f"{row['owner']}"
+            f"{row['owner']} ({'attested' if row['attested'] else 'declared'})"
             + (f"  guard {row['guard']}" if row["state"] == "live" else "")
             + _results_of(row)
             + (

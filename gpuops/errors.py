@@ -129,6 +129,13 @@ class StoreMissing(StoreUnavailable):
     exit_code = ExitCode.USAGE
 
 
+class StoreForbidden(StoreUnavailable):
+    """The state store refused these credentials an operation (S3's AccessDenied): a
+    configuration error (exit 2); still a StoreUnavailable, as StoreMissing is."""
+
+    exit_code = ExitCode.USAGE
+
+
 class _FromProvider:
     """Mixin: which provider answered, the HTTP status, and a short (scrubbed) body."""
 

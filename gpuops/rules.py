@@ -175,7 +175,9 @@ RULES: tuple[Rule, ...] = (
         "before its create and labels the box with it; one instance has one record; sweep "
         "reports unowned boxes and never touches them; with a team member's own Vast key the "
         "operator id is the key's user (a declared one that disagrees is refused), with a "
-        "shared key it is declared",
+        "shared key it is declared, and every rental and `boxes` say which; `check` names an "
+        "s3:// state whose bucket policy does not refuse unconditional writes to its prefix "
+        "(the S3 stand-in enforces such a policy)",
     ),
     Rule(
         "M4",

@@ -71,6 +71,7 @@ FLOORS: dict[str, float] = {
     # forked runner; see mutation/survivors.md's note.
     "gpuops/alarms.py": 97.0,
     "gpuops/check.py": 100.0,
+    "gpuops/identity.py": 100.0,
 }
 
 # Per-module test selection: a mutant of a module listed here runs only that module's own tests
@@ -153,6 +154,8 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     # every line against fakes made to break it, and the command in-process (its process test
     # runs a real `gpuops check`, which mutmut cannot see)
     "gpuops.check": ("tests/test_check.py", "tests/test_check_lane.py", "tests/test_config.py"),
+    # whose key this is (M3): the pure decision and the one call, pinned by their own tests
+    "gpuops.identity": ("tests/test_identity.py",),
 }
 
 

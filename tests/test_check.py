@@ -19,13 +19,7 @@ from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops import check as c
 from gpuops.alarms import AppriseEndpoint
-from gpuops.errors import (
-    AlreadyExists,
-    AuthFailed,
-    ProviderUnavailable,
-    StoreUnavailable,
-    VersionConflict,
-)
+from gpuops.errors import AlreadyExists, AuthFailed, ProviderUnavailable, StoreForbidden, StoreMissing, StoreUnavailable, VersionConflict
 from gpuops.market.results import LocalResults
 from gpuops.providers.vast import VastAdapter
 from gpuops.store.base import Versioned
@@ -145,7 +139,9 @@ def test_a_sound_setup_passes_every_check_and_a_person_gets_the_test_notificatio
     """M9/O1: the store, the Vast key, our SSH key, the results and the endpoint: all ok, 0."""
     findings = checks(tmp_path, vast, receiver)
 
-    assert [f.check for f in findings][:4] == ["store", "vast key", "ssh key", "results"]
+    assert [f.check for f in findings][:5] == [
+        "store", "vast key", "ssh key", "key scope", "results"
+    ]  # fmt: skip
     assert all(f.ok for f in findings) and c.exit_code(findings) == 0
     assert receiver.titles() == ["gpuops check: a test notification"]
     assert (tmp_path / "results" / "gpuops-check" / "gpuops-check.txt").exists()
@@ -265,7 +261,9 @@ def test_the_clock_is_checked_on_the_vast_answer_s_date_and_only_when_vast_answe
     judged = checks(tmp_path, vast, receiver, dates=seen)
     refused = checks(tmp_path, VastAdapter(api_key="k-wrong", base_url=BASE), receiver, dates=[])
 
-    assert [f.check for f in judged][:5] == ["store", "vast key", "ssh key", "clock", "results"]
+    assert [f.check for f in judged][:6] == [
+        "store", "vast key", "ssh key", "clock", "key scope", "results"
+    ]  # fmt: skip
     assert all(f.ok for f in judged)
     assert "clock" not in [f.check for f in refused]
 
@@ -339,8 +337,8 @@ def test_the_command_prints_one_ok_line_per_check_in_order_and_exits_0_o1(comman
     names = [line.partition(": ")[0] for line in out.splitlines()]
     assert code == 0, out
     assert names[:-1] == [
-        "ok   store", "ok   vast key", "ok   ssh key", "ok   clock", "ok   results",
-        "ok   lane vm", "ok   lane ceiling", "ok   lane bucket",
+        "ok   store", "ok   vast key", "ok   ssh key", "ok   clock", "ok   key scope",
+        "ok   results", "ok   lane vm", "ok   lane ceiling", "ok   lane bucket",
     ]  # fmt: skip
     assert names[-1].startswith("ok   notify json-")
     assert "ok   clock: this host's clock is " in out
@@ -358,10 +356,10 @@ def test_the_command_s_json_lists_every_check_with_the_exit_code(command, capsys
 
     assert code == 2 and doc["exit_code"] == 2
     assert unread["checks"][2]["check"] == "ssh key" and unread["checks"][2]["ok"] is False
-    assert [row["check"] for row in doc["checks"]][5:8] == ["lane vm", "lane ceiling", "lane bucket"]
-    assert [row["ok"] for row in doc["checks"]][5:8] == [False, False, True]
+    assert [row["check"] for row in doc["checks"]][6:9] == ["lane vm", "lane ceiling", "lane bucket"]
+    assert [row["ok"] for row in doc["checks"]][6:9] == [False, False, True]
     assert set(doc["checks"][0]) == {"check", "ok", "detail"}
-    assert "GPUOPS_LANE_INSTANCE" in doc["checks"][5]["detail"]
+    assert "GPUOPS_LANE_INSTANCE" in doc["checks"][6]["detail"]
 
 
 def test_without_a_lane_configured_the_command_has_no_lane_line(command, capsys):
@@ -371,7 +369,7 @@ def test_without_a_lane_configured_the_command_has_no_lane_line(command, capsys)
 
     assert code == 0, out
     assert not [line for line in out.splitlines() if line.split(":")[0].endswith(("lane vm", "lane ceiling", "lane bucket", " lane"))]
-    assert len(out.splitlines()) == 6
+    assert len(out.splitlines()) == 7
 
 
 def test_an_unreadable_ssh_key_file_is_exit_2_whether_or_not_vast_answers_m9(command, capsys, tmp_path):
@@ -404,7 +402,7 @@ def test_the_command_reaches_an_s3_store_and_s3_results_through_gpuops_s3_endpoi
     from fakes.s3 import CREDENTIALS, REGION, S3Unavailable, serve_s3
 
     try:
-        s3 = serve_s3()
+        s3 = serve_s3(protect="state")
     except S3Unavailable:
         pytest.skip("the S3 stand-in is not installed")
     for name, value in {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
@@ -423,6 +421,10 @@ def test_the_command_reaches_an_s3_store_and_s3_results_through_gpuops_s3_endpoi
 
     assert code == 0, out
     assert f"ok   store: s3://{s3.bucket}/state is reachable" in out
+    assert (
+        f"ok   state policy: {s3.bucket}'s policy refuses unconditional writes to "
+        f"arn:aws:s3:::{s3.bucket}/state/*"
+    ) in out.splitlines()[1]
     assert f"ok   results: s3://{s3.bucket}/results takes results" in out
 
 
@@ -674,10 +676,10 @@ def test_the_clock_is_judged_on_the_last_answer_and_only_when_the_vast_key_works
     unseen = c.run_checks(MemoryStore(), Keys(), KEY, results, "r", [Recording()], [], None)
 
     assert [f.check for f in seen] == [
-        "store", "vast key", "ssh key", "clock", "results", "lane", "notify json-rec"
+        "store", "vast key", "ssh key", "clock", "key scope", "results", "lane", "notify json-rec"
     ]  # fmt: skip
     assert seen[3].ok and seen[3].detail == "this host's clock is +1 s from the provider's"
-    assert seen[5] is lane
+    assert seen[4] is c.KEY_SCOPE and seen[6] is lane
     assert unseen[3] is c.NO_DATE
 
 
@@ -701,3 +703,187 @@ def test_the_vast_key_may_come_from_the_config_file_and_the_file_gets_a_line_fir
     assert code == 0, out
     assert lines[0] == f"ok   config: {path} (mode 0600): vast_api_key"
     assert lines[2].startswith("ok   vast key: ")
+
+
+# --- the state bucket's policy (s3:// state) ---------------------------------------------------
+TARGET = "arn:aws:s3:::b/state/*"
+ENFORCING = {
+    "Effect": "Deny",
+    "Principal": "*",
+    "Action": "s3:PutObject",
+    "Resource": "arn:aws:s3:::b/state/*",
+    "Condition": {"Null": {"s3:if-none-match": "true", "s3:if-match": "true"}},
+}
+NONE_OF_IT = f"has no statement denying an unconditional s3:PutObject on {TARGET} to every principal"
+
+
+def policy(*statements: object, **doc: object) -> str:
+    import json
+
+    return json.dumps({"Version": "2012-10-17", "Statement": list(statements), **doc})
+
+
+@pytest.mark.parametrize(
+    ("text", "gap"),
+    [
+        (policy(ENFORCING), None),
+        (policy(ENFORCING | {"Principal": {"AWS": "*"}}), None),
+        (policy(ENFORCING | {"Action": ["s3:GetObject", "s3:put*"]}), None),  # case aside
+        (policy(ENFORCING | {"Action": "s3:*", "Resource": "arn:aws:s3:::b/*"}), None),
+        (policy(ENFORCING | {"Resource": ["arn:aws:s3:::other/*", "arn:aws:s3:::b/st?te/*"]}), None),
+        (policy(ENFORCING | {"Condition": {"Null": {"S3:If-Match": True, "s3:if-none-match": "TRUE"}}}), None),
+        ("{not json", "has a bucket policy that is not JSON"),
+        ('["a list"]', NONE_OF_IT),
+        (policy(), NONE_OF_IT),
+        ('{"Statement": {"Effect": "Deny", "Principal": "*", "Action": "s3:PutObject", '
+         '"Resource": "arn:aws:s3:::b/state/*", "Condition": {"Null": {"s3:if-none-match": '
+         '"true", "s3:if-match": "true"}}}}', None),  # one statement, not in a list
+        (policy("a statement that is text"), NONE_OF_IT),
+        (policy(ENFORCING | {"Effect": "Allow"}), NONE_OF_IT),
+        (policy(ENFORCING | {"Principal": {"AWS": "arn:aws:iam::1:user/alice"}}), NONE_OF_IT),
+        (policy(ENFORCING | {"Action": "s3:GetObject"}), NONE_OF_IT),
+        (policy(ENFORCING | {"Action": "s3:putobjectx"}), NONE_OF_IT),
+        (policy(ENFORCING | {"Action": 7}), NONE_OF_IT),
+        (policy(ENFORCING | {"Resource": "arn:aws:s3:::b/state/ledger/*"}), NONE_OF_IT),
+        (policy(ENFORCING | {"Resource": "arn:aws:s3:::B/state/*"}), NONE_OF_IT),  # case counts
+        (policy(ENFORCING | {"Resource": "xarn:aws:s3:::b/state/*"}), NONE_OF_IT),
+        (policy({k: v for k, v in ENFORCING.items() if k != "Condition"}), NONE_OF_IT),
+        (policy(ENFORCING | {"Condition": {"Null": {"s3:if-none-match": "true", "s3:if-match": "true"},
+                                           "Bool": {"aws:SecureTransport": "false"}}}), NONE_OF_IT),
+        (policy(ENFORCING | {"Condition": {"StringEquals": {"s3:if-match": "x"}}}), NONE_OF_IT),
+        (policy(ENFORCING | {"Condition": {"Null": ["s3:if-match"]}}), NONE_OF_IT),
+        (policy(ENFORCING | {"Condition": {"Null": {"s3:if-none-match": "true", "s3:if-match": "false"}}}), NONE_OF_IT),
+        (policy(ENFORCING | {"Condition": {"Null": {"s3:if-none-match": "true", "aws:userid": "true"}}}), NONE_OF_IT),
+        (policy(ENFORCING | {"Condition": {"Null": {}}}), NONE_OF_IT),
+        (policy(ENFORCING | {"Condition": {"Null": {"s3:if-none-match": "true"}}}),
+         f"denies every s3:PutObject on {TARGET} without s3:if-none-match, gpuops' own "
+         "compare-and-swap among them (a create carries If-None-Match, a change If-Match): "
+         "deny only when both are null"),
+        (policy(ENFORCING, ENFORCING | {"Condition": {"Null": {"s3:if-match": "true"}}}),
+         f"denies every s3:PutObject on {TARGET} without s3:if-match, gpuops' own "
+         "compare-and-swap among them (a create carries If-None-Match, a change If-Match): "
+         "deny only when both are null"),
+        (policy({"Effect": "Allow"}, ENFORCING), None),
+    ],
+)
+def test_a_bucket_policy_requires_conditional_writes_only_as_documented_m3(text, gap):
+    """M3/M4: the policy must deny every principal's PutObject on the whole prefix when both
+    conditional-write keys are null, and nothing more; a Deny on one key alone refuses gpuops'
+    own writes, and is named so."""
+    assert c.policy_gap(text, TARGET) == gap
+
+
+class Bucket:
+    """A store with a bucket policy to read (as S3Store has): its text, None, or an error."""
+
+    url = "s3://b/state"
+    bucket, prefix = "b", "state"
+
+    def __init__(self, answer: str | Exception | None) -> None:
+        self.answer = answer
+
+    def bucket_policy(self) -> str | None:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+FIX = (
+    "set the bucket policy of docs/s3-state.md (Deny s3:PutObject on arn:aws:s3:::b/state/* "
+    "when s3:if-none-match and s3:if-match are both null)"
+)
+
+
+def test_the_state_policy_line_names_a_bucket_with_no_policy_or_a_policy_that_does_not_enforce():
+    """A policy-less bucket and a non-enforcing one are configuration faults (2) naming the
+    bucket, what any writer could do and the fix; an enforcing one is ok; no line for a store
+    with no bucket policy (a local directory)."""
+    missing = c.check_state_policy(Bucket(None))  # type: ignore[arg-type]
+    lax = c.check_state_policy(Bucket(policy(ENFORCING | {"Effect": "Allow"})))  # type: ignore[arg-type]
+    sound = c.check_state_policy(Bucket(policy(ENFORCING)))  # type: ignore[arg-type]
+
+    assert missing == c.Finding(
+        "state policy", False, "b has no bucket policy: any client that may write s3://b/state "
+        f"can overwrite a record unconditionally (M3, M4); {FIX}", 2,
+    )  # fmt: skip
+    assert lax == c.Finding(
+        "state policy", False, f"b {NONE_OF_IT}: any client that may write s3://b/state can "
+        f"overwrite a record unconditionally (M3, M4); {FIX}", 2,
+    )  # fmt: skip
+    assert sound == c.Finding(
+        "state policy", True, "b's policy refuses unconditional writes to arn:aws:s3:::b/state/*"
+    )
+    assert c.check_state_policy(MemoryStore()) is None
+
+
+def test_a_policy_on_a_bucket_with_no_prefix_covers_the_whole_bucket():
+    """State at the bucket's root: the policy must cover every key of the bucket."""
+    root = Bucket(policy(ENFORCING | {"Resource": "arn:aws:s3:::b/*"}))
+    root.prefix = ""
+    narrow = Bucket(policy(ENFORCING))
+    narrow.prefix = ""
+
+    assert c.check_state_policy(root).ok  # type: ignore[arg-type, union-attr]
+    assert "arn:aws:s3:::b/*" in c.check_state_policy(narrow).detail  # type: ignore[arg-type, union-attr]
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "detail"),
+    [
+        (StoreForbidden("S3 refused to show the bucket policy of 'b': AccessDenied"), 2,
+         "S3 refused to show the bucket policy of 'b': AccessDenied; ask the bucket's owner to "
+         f"check it, or grant s3:GetBucketPolicy; {FIX}"),
+        (StoreMissing("S3 refused 'the bucket policy': NoSuchBucket"), 2,
+         "S3 refused 'the bucket policy': NoSuchBucket; ask the bucket's owner to check it, or "
+         f"grant s3:GetBucketPolicy; {FIX}"),
+        (StoreUnavailable("no route"), 4,
+         f"cannot read the policy of b: StoreUnavailable: no route; {FIX}"),
+    ],
+)
+def test_a_policy_that_cannot_be_read_is_named_with_why(error, code, detail):
+    """Credentials that may not read the policy (or a bucket that is not there): 2; S3 not
+    answering: 4; each with the fix."""
+    assert c.check_state_policy(Bucket(error)) == c.Finding("state policy", False, detail, code)  # type: ignore[arg-type]
+
+
+def test_the_command_names_a_state_bucket_without_the_policy_and_exits_2(command, capsys, monkeypatch):
+    """A real S3Store on the stand-in without the policy: the state policy line FAILs naming
+    the bucket, and the command exits 2 (everything else ok)."""
+    from fakes.s3 import CREDENTIALS, REGION, S3Unavailable, serve_s3
+
+    try:
+        s3 = serve_s3()
+    except S3Unavailable:
+        pytest.skip("the S3 stand-in is not installed")
+    for name, value in {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    try:
+        code, out = run(command, capsys, GPUOPS_STATE=f"s3://{s3.bucket}/state", GPUOPS_S3_ENDPOINT=s3.url)
+    finally:
+        s3.close()
+
+    failing = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert code == 2, out
+    assert failing == [
+        f"FAIL state policy: {s3.bucket} has no bucket policy: any client that may write "
+        f"s3://{s3.bucket}/state can overwrite a record unconditionally (M3, M4); set the bucket "
+        f"policy of docs/s3-state.md (Deny s3:PutObject on arn:aws:s3:::{s3.bucket}/state/* when "
+        "s3:if-none-match and s3:if-match are both null)"
+    ]
+
+
+def test_the_key_scope_line_says_vast_does_not_tell_and_only_when_the_key_works(tmp_path, vast, receiver):
+    """What a key may do is not readable from Vast: one ok line saying so and where the
+    guardian's recipe is, after the Vast lines; none when the key itself failed."""
+    works = checks(tmp_path, vast, receiver)
+    refused = checks(tmp_path, VastAdapter(api_key="k-wrong", base_url=BASE), receiver)
+
+    assert c.KEY_SCOPE in works
+    assert c.KEY_SCOPE.detail == (
+        "not known: Vast does not tell a key what it may do (its list of API keys carries no "
+        "permissions), so gpuops cannot name a key broader than its use needs. A guardian host "
+        "needs only instance_read and instance_write: docs/threat-model.md has the recipe"
+    )
+    assert (c.KEY_SCOPE.check, c.KEY_SCOPE.ok) == ("key scope", True)
+    assert "key scope" not in [f.check for f in refused]

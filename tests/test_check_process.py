@@ -1,9 +1,10 @@
 """`gpuops check` as a real process against `gpuops fakes serve` (its Vast, its GCE and GCS,
 its S3 stand-in) and a real notification receiver: every check passes on a sound setup (the
-lane's VM TERMINATED with its run ceiling, its bucket writable); with the state on an S3
-endpoint that ignores preconditions (tests/s3_proxy.py, blind) the store's self-test fails
-and the command exits 3; with GPUOPS_LANE_INSTANCE naming no VM the lane vm line fails and it
-exits 2."""
+lane's VM TERMINATED with its run ceiling, its bucket writable, its state prefix protected by
+the conditional-writes policy); with the state on an S3 endpoint that ignores preconditions
+(tests/s3_proxy.py, blind), under a prefix the policy does not cover, the store's self-test
+fails, the state policy line names the prefix and the command exits 3; with
+GPUOPS_LANE_INSTANCE naming no VM the lane vm line fails and it exits 2."""
 
 from __future__ import annotations
 
@@ -77,7 +78,15 @@ def test_check_passes_on_the_fakes_and_fails_with_3_on_a_store_that_ignores_prec
     blind = LossyProxy(served["GPUOPS_S3_ENDPOINT"], blind=True)
     try:
         sound = check(served, GPUOPS_NOTIFY=receiver.url)
-        ignoring = check(served, GPUOPS_NOTIFY=receiver.url, GPUOPS_S3_ENDPOINT=blind.url)
+        # under `state/` the stand-in's policy refuses the blind writes (403) before they
+        # land; elsewhere nothing stops them
+        elsewhere = f"s3://{served['GPUOPS_FAKE_S3_BUCKET']}/elsewhere"
+        ignoring = check(
+            served,
+            GPUOPS_NOTIFY=receiver.url,
+            GPUOPS_S3_ENDPOINT=blind.url,
+            GPUOPS_STATE=elsewhere,
+        )
         no_vm = check(served, GPUOPS_NOTIFY=receiver.url, GPUOPS_LANE_INSTANCE="no-such-vm")
     finally:
         blind.close()
@@ -85,6 +94,7 @@ def test_check_passes_on_the_fakes_and_fails_with_3_on_a_store_that_ignores_prec
 
     assert sound.returncode == 0, sound.stdout + sound.stderr
     assert any(line.startswith("ok   clock: ") for line in sound.stdout.splitlines())
+    assert sound.stdout.splitlines()[1].startswith("ok   state policy: ")
     assert all(line.startswith("ok") for line in sound.stdout.splitlines()), sound.stdout
     for lane in ("lane vm: gpu-lane is TERMINATED", "lane ceiling: ", "lane bucket: "):
         assert any(line.startswith(f"ok   {lane}") for line in sound.stdout.splitlines())
@@ -96,5 +106,7 @@ def test_check_passes_on_the_fakes_and_fails_with_3_on_a_store_that_ignores_prec
     assert ignoring.returncode == 3, ignoring.stdout + ignoring.stderr
     (store,) = [line for line in ignoring.stdout.splitlines() if " store: " in line]
     assert store.startswith("FAIL") and "does not honour conditional writes" in store
-    others = [line for line in ignoring.stdout.splitlines() if " store: " not in line]
+    (policy,) = [line for line in ignoring.stdout.splitlines() if " state policy: " in line]
+    assert policy.startswith("FAIL") and "/elsewhere/*" in policy
+    others = [line for line in ignoring.stdout.splitlines() if line not in (store, policy)]
     assert all(line.startswith("ok") for line in others), ignoring.stdout

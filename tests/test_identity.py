@@ -31,7 +31,7 @@ from fakes.ssh.boxes import write_identity
 from fakes.vast import FakeClock, FakeVast
 from gpuops import cli
 from gpuops.errors import AuthFailed, Refused, UsageError
-from gpuops.identity import Identity, acts, attest, decide
+from gpuops.identity import Identity, acts, attest, decide, key_holder
 from gpuops.ledger import Ledger
 from gpuops.market import guardian as g
 from gpuops.market.probe import Verdict
@@ -39,7 +39,7 @@ from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import Rentals
 from gpuops.model import KeyHolder
 from gpuops.providers.vast import VastAdapter
-from gpuops.settings import Settings
+from gpuops.settings import Settings, read_config
 from gpuops.store.local import LocalStore
 from gpuops.store.memory import MemoryStore
 
@@ -59,8 +59,9 @@ class Team:
     def state(self) -> Path:
         return self.tmp / "state"
 
-    def rent(self, key: str, operator: str) -> str:
-        """``operator`` rents `job` with ``key`` (the market library, as `rent` runs it)."""
+    def rent(self, key: str, operator: str, *, attested: bool = False) -> str:
+        """``operator`` rents `job` with ``key`` (the market library, as `rent` runs it);
+        ``attested``: as `rent` does when the provider attested the operator."""
         events = Events()
         market = Market(
             VastAdapter(api_key=key, base_url=BASE, clock=self.fake.ticking()),
@@ -70,6 +71,7 @@ class Team:
             public_key=KEY,
             clock=self.fake.ticking(),
             rng=random.Random(3),
+            attested=attested,
         )
         market.rent(RentRequest(name="job", gpu_name="RTX 4090", hours=2.0, race_k=1))
         rental = market.rentals.get("job")
@@ -283,9 +285,35 @@ def test_a_declared_id_the_key_disagrees_with_is_refused_with_exit_3_m3():
 
 
 def test_a_username_that_cannot_be_an_operator_id_is_a_usage_error():
-    """A username outside the operator id's characters is named, not mangled."""
-    with pytest.raises(UsageError, match="the Vast key's user 'a b' cannot be an operator id"):
+    """A username outside the operator id's characters is named, not mangled, with the fix."""
+    with pytest.raises(UsageError) as caught:
         decide("alice", False, KeyHolder(7, "a b"))
+
+    assert str(caught.value) == (
+        "the Vast key's user 'a b' cannot be an operator id (letters, digits and _.@+-); use "
+        "a key whose username can"
+    )
+
+
+def test_the_key_holder_is_asked_with_the_configured_key_at_the_configured_vast(tmp_path):
+    """key_holder asks VAST_URL (a fake elsewhere than Vast's own address) with the key the
+    settings carry, the config file's here (no VAST_API_KEY in the environment): alice's key
+    names alice."""
+    elsewhere = "http://vast.invalid"
+    doc = copy.deepcopy(scenario())
+    doc["vast"]["members"] = MEMBERS
+    fake = FakeVast(parse_scenario(doc), clock=FakeClock())
+    config = tmp_path / "config.toml"
+    config.write_text('vast_api_key = "k-alice"\n', encoding="utf-8")
+    config.chmod(0o600)
+    env = {"VAST_URL": elsewhere, "GPUOPS_CONFIG": str(config), "HOME": str(tmp_path)}
+    settings = Settings.from_environ(env, config=read_config(env))
+
+    with fake.activate(elsewhere):
+        holder = key_holder(settings)
+
+    assert holder == KeyHolder(101, "alice")
+    assert [call.route for call in fake.calls] == ["user"]
 
 
 def test_attest_asks_once_and_knows_whether_the_id_was_declared():
@@ -449,3 +477,65 @@ def test_a_team_that_may_share_a_key_is_never_asked_whose_it_is_and_stays_declar
     assert team.asked() == 0 and team.billing() == []
     (said,) = [e for e in team.events() if e["kind"] == "operator.identity"]
     assert said["payload"]["attested"] is False and said["payload"]["operator"] == "alice"
+
+
+# --- every record and `boxes` say how the owner was established ---------------------------------
+@pytest.mark.parametrize(("attested", "said"), [(True, "attested"), (False, "declared")])
+def test_boxes_says_whether_each_rentals_owner_was_attested_or_declared_m3(
+    team, capfd, monkeypatch, attested, said
+):
+    """M3: the rental records how its owner was established when its race began; `boxes`
+    shows it beside the owner, and `--json` as `attested`."""
+    team.rent("k-alice", "alice", attested=attested)
+
+    monkeypatch.setenv("VAST_API_KEY", "k-alice")
+    capfd.readouterr()
+    code = cli.main(["--state", str(team.state), "--operator", "alice", "boxes"])
+    out = capfd.readouterr().out
+    cli.main(["--state", str(team.state), "--operator", "alice", "--json", "boxes"])
+    doc = json.loads(capfd.readouterr().out)
+
+    assert code == 0, out
+    (row,) = [line for line in out.splitlines() if line.startswith("job ")]
+    assert f" alice ({said})  guard " in row
+    assert [r["attested"] for r in doc["rentals"]] == [attested]
+    rental = Rentals(LocalStore(str(team.state)), "alice").get("job")
+    assert rental is not None and rental.attested is attested
+
+
+def test_the_market_records_the_attested_operator_it_was_opened_for_m3(team):
+    """open_market carries the command's identity to the rentals it races for."""
+    from gpuops.market.session import open_market
+
+    settings = Settings.from_environ(
+        {"VAST_URL": BASE, "VAST_API_KEY": "k-alice", "HOME": str(team.tmp)},
+        {"state": str(team.state), "operator": "alice"},
+    )
+    assert open_market(settings, "alice", need_key=False, attested=True).rentals.attested
+    assert not open_market(settings, "alice", need_key=False).rentals.attested
+
+
+def test_the_command_line_hands_the_attested_identity_to_rent_m3(team, capfd, monkeypatch):
+    """`rent` with alice's own key opens its market as attested (the identity asked once);
+    with the shared key, as declared. The market is stopped at its opening (a bug's exit 1:
+    nothing is rented)."""
+    from gpuops.market import session
+
+    opened: list[bool] = []
+
+    class Opened(Exception):
+        pass
+
+    def opening(settings: Settings, operator: str, **options: Any) -> Market:
+        opened.append(options["attested"])
+        raise Opened
+
+    monkeypatch.setattr(session, "open_market", opening)
+    codes = [
+        gpuops(team, capfd, monkeypatch, key, "--operator", "alice", "rent", "job",
+               "--gpu", "RTX 4090", "--hours", "1")[0]
+        for key in ("k-alice", SHARED)
+    ]  # fmt: skip
+
+    assert opened == [True, False] and codes == [1, 1]
+    assert team.billing() == []

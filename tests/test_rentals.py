@@ -758,3 +758,54 @@ def test_a_deadline_is_past_the_contract_once_it_leaves_less_than_the_margin_bef
     rental = Rental(name="job", owner="alice", state=LIVE, race=1, contract_end_at=end)
 
     assert past_contract(rental, deadline) is past
+
+
+# --- how the owner was established (M3) ---------------------------------------------------------
+def test_a_race_records_whether_its_owner_was_attested_or_declared_m3(store):
+    """M3: a race begun by an attested operator says so on the rental, a restart of it by the
+    same operator declared says that instead (each race records how it began); by default an
+    operator is declared."""
+    attested = Rentals(store, "alice", attested=True)
+    first = attested.begin_race("job")
+    kept = stored(store, "job")
+    again = Rentals(store, "alice").begin_race("job")
+
+    assert first == Rental("job", "alice", RACING, race=1, rental_id=first.rental_id, attested=True)
+    assert kept == first
+    assert again.attested is False and stored(store, "job") == again
+    assert attested.begin_race("job").attested is True  # and back, on the next restart
+    assert stored(store, "job").attested is True
+    assert Rentals(store, "bob").attested is False
+
+
+def test_every_other_change_keeps_how_the_owner_was_established_m3():
+    """Only a race's beginning records it: an update, a heartbeat and a failed race keep it."""
+    store = MemoryStore()
+    alice = Rentals(store, "alice", attested=True)
+    alice.begin_race("job", racer="r")
+    alice.beat("job", "r")
+    alice.update("job", instance_id="77")
+
+    assert Rentals(store, "alice").get("job").attested is True  # type: ignore[union-attr]
+    assert Rentals(store, "alice").abandon_race("job", "r", 1)
+    assert Rentals(store, "alice").get("job").attested is True  # type: ignore[union-attr]
+
+
+def test_a_rental_from_before_the_field_reads_as_declared_m3(store):
+    """A record written before rentals said how their owner was established still loads: its
+    owner reads as declared."""
+    old = asdict(Rental("job", "alice", LIVE, race=1))
+    del old["attested"]
+    MemoryStore.create(store, PREFIX + "job", json.dumps(old, sort_keys=True).encode())
+
+    assert Rentals(store, "alice").get("job") == Rental("job", "alice", LIVE, race=1)
+    assert Rentals(store, "alice").get("job").attested is False  # type: ignore[union-attr]
+
+
+def test_an_attested_field_that_is_not_a_boolean_is_corrupt(store):
+    """The field is a JSON boolean: anything else names the record and the field."""
+    bad = asdict(Rental("job", "alice", LIVE, race=1)) | {"attested": "yes"}
+    MemoryStore.create(store, PREFIX + "job", json.dumps(bad).encode())
+
+    with pytest.raises(CorruptState, match="field 'attested' must be a boolean"):
+        Rentals(store, "alice").get("job")

@@ -203,3 +203,99 @@ def test_what_aws_documents_passes_the_conditional_write_rules_h6(method, header
     """H6: the documented forms (If-None-Match '*', If-Match a quoted ETag, a delete's '*',
     a conditional read, no condition at all) are no breach."""
     assert conditional_breaches(method, {}, SIGNED | headers) == []
+
+
+# --- a bucket policy that requires conditional writes (docs/s3-state.md) -------------------------
+@pytest.fixture
+def protected() -> Iterator[FakeS3]:
+    """The stand-in as `gpuops fakes serve` starts it: `state/` protected by the policy."""
+    server = serve_s3(protect="state")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def client_of(url: str) -> object:
+    return boto3.client(
+        "s3", endpoint_url=url, region_name=REGION,
+        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    )  # fmt: skip
+
+
+@pytest.mark.fault(
+    "an old or careless client writes the shared state unconditionally",
+    handled="the bucket policy refuses it (403 AccessDenied) and gpuops' own writes land",
+)
+def test_an_old_clients_unconditional_write_is_refused_and_gpuops_writes_land_m3(protected):
+    """M3/M4: with the policy, a plain put_object under `state/` (an old client) is AWS's 403
+    AccessDenied and does not land; gpuops' own store (If-None-Match, If-Match, a delete)
+    works there as before, and writes outside the prefix stay unconditional."""
+    old = client_of(protected.url)
+    store = S3Store(protected.bucket, "state", client=old)
+    version = store.create("ledger/job", b"alice's")
+
+    with pytest.raises(ClientError) as refused:
+        old.put_object(Bucket=protected.bucket, Key="state/ledger/job", Body=b"bob's")  # type: ignore[attr-defined]
+    with pytest.raises(ClientError):
+        old.copy_object(  # type: ignore[attr-defined]
+            Bucket=protected.bucket, Key="state/ledger/job",
+            CopySource={"Bucket": protected.bucket, "Key": "results/x"},
+        )  # fmt: skip
+    changed = store.put("ledger/job", b"alice's, changed", version)
+    old.put_object(Bucket=protected.bucket, Key="results/job/out.txt", Body=b"done")  # type: ignore[attr-defined]
+    store.delete("ledger/job", changed)
+
+    error = refused.value.response
+    assert (error["Error"]["Code"], error["ResponseMetadata"]["HTTPStatusCode"]) == ("AccessDenied", 403)
+    assert protected.front is not None
+    assert protected.front.denied == [("PUT", f"/{protected.bucket}/state/ledger/job")] * 2
+    assert store.get("ledger/job") is None and protected.front.breaches == []
+
+
+def test_the_policy_is_read_back_and_lifted_like_s3s(protected):
+    """GetBucketPolicy gives the document set; DeleteBucketPolicy lifts it (then an
+    unconditional write lands, and GetBucketPolicy is NoSuchBucketPolicy)."""
+    import json
+
+    from fakes.s3 import conditional_writes_policy
+
+    old = client_of(protected.url)
+    kept = json.loads(old.get_bucket_policy(Bucket=protected.bucket)["Policy"])  # type: ignore[attr-defined]
+    old.delete_bucket_policy(Bucket=protected.bucket)  # type: ignore[attr-defined]
+    old.put_object(Bucket=protected.bucket, Key="state/x", Body=b"1")  # type: ignore[attr-defined]
+    with pytest.raises(ClientError) as none:
+        old.get_bucket_policy(Bucket=protected.bucket)  # type: ignore[attr-defined]
+
+    assert kept == conditional_writes_policy(protected.bucket, "state")
+    assert none.value.response["Error"]["Code"] == "NoSuchBucketPolicy"
+
+
+@pytest.mark.parametrize(
+    ("statement", "what"),
+    [
+        ({"Principal": {"AWS": "arn:aws:iam::111122223333:user/Alice"}}, "the principal"),
+        ({"Condition": {"StringEquals": {"s3:if-match": "x"}}}, "the condition operator"),
+        ({"Condition": {"Null": {"s3:ObjectCreationOperation": "true"}}}, "the condition key"),
+        ({"Condition": {"Null": {"s3:if-match": "maybe"}}}, "the Null value"),
+        ({"NotAction": "s3:GetObject"}, "the statement field NotAction"),
+    ],
+)
+def test_a_policy_the_stand_in_cannot_enforce_is_refused_loudly_h4(protected, statement, what):
+    """H4: what the stand-in does not model is a loud error (501), never a policy half
+    enforced; the one set before stays."""
+    import json
+
+    from fakes.s3 import conditional_writes_policy
+
+    doc = conditional_writes_policy(protected.bucket, "state")
+    doc["Statement"][0] |= statement
+    old = client_of(protected.url)
+    with pytest.raises(ClientError) as refused:
+        old.put_bucket_policy(Bucket=protected.bucket, Policy=json.dumps(doc))  # type: ignore[attr-defined]
+
+    assert refused.value.response["Error"]["Code"] == "NotImplemented"
+    assert what in refused.value.response["Error"]["Message"]
+    with pytest.raises(ClientError):
+        old.put_object(Bucket=protected.bucket, Key="state/y", Body=b"1")  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ in for answers moto never gives (409 conflicts, numeric HEAD-style codes, Access
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import boto3
@@ -16,6 +17,7 @@ from gpuops import timing
 from gpuops.errors import (
     AlreadyExists,
     StateError,
+    StoreForbidden,
     StoreMissing,
     StoreUnavailable,
     UsageError,
@@ -652,3 +654,38 @@ def test_a_missing_bucket_is_named_when_s3_names_it(error, named) -> None:
         f"S3 refused 'board': NoSuchBucket: the state bucket{named} does not exist; create it "
         "(`aws s3 mb s3://BUCKET`) or point --state / GPUOPS_STATE at one that does"
     )
+
+
+# --- the bucket's policy (what `gpuops check` reads) ------------------------------------------
+def test_the_bucket_policy_is_its_text_and_none_when_the_bucket_has_none(store: S3Store, s3) -> None:
+    """GetBucketPolicy's document as S3 gives it; NoSuchBucketPolicy is None, not an error."""
+    assert store.bucket_policy() is None
+    text = (
+        '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": "*", '
+        f'"Action": "s3:GetObject", "Resource": "arn:aws:s3:::{BUCKET}/*"}}]}}'
+    )
+    s3.put_bucket_policy(Bucket=BUCKET, Policy=text)
+
+    assert json.loads(store.bucket_policy() or "") == json.loads(text)
+
+
+@pytest.mark.parametrize(("code", "status"), [("AccessDenied", 403), ("403", 403)])
+def test_a_policy_these_credentials_may_not_read_is_store_forbidden(stubbed, code, status) -> None:
+    """AccessDenied to GetBucketPolicy: StoreForbidden naming the bucket and the code (exit 2)."""
+    store, stubber = stubbed
+    stubber.add_client_error("get_bucket_policy", service_error_code=code, http_status_code=status)
+    with pytest.raises(StoreForbidden) as caught:
+        store.bucket_policy()
+
+    assert str(caught.value) == f"S3 refused to show the bucket policy of {BUCKET!r}: {code}"
+    assert caught.value.exit_code == 2
+
+
+def test_a_policy_read_of_a_missing_bucket_or_an_unreachable_s3_is_translated(
+    s3, unreachable_client
+) -> None:
+    """NoSuchBucket is StoreMissing; no answer at all is StoreUnavailable (the one translator)."""
+    with pytest.raises(StoreMissing, match="NoSuchBucket"):
+        S3Store("no-such-bucket", "team/state", client=s3).bucket_policy()
+    with pytest.raises(StoreUnavailable, match="S3 unreachable for 'the bucket policy'"):
+        S3Store(BUCKET, "team/state", client=unreachable_client).bucket_policy()

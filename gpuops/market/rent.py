@@ -154,6 +154,7 @@ class Market:
         host: str | None = None,
         budget: BudgetCheck | None = None,
         create_pacing_s: float = timing.CREATE_PACING_S,
+        attested: bool = False,
     ) -> None:
         """``clock``: the market's time and its waits (race polls, destroy confirmation);
         ``pass_rates``: machine id -> shrunk pass rate for these offers (analysis/shrink.py),
@@ -176,7 +177,8 @@ class Market:
         self.budget = budget
         self.create_pacing_s = create_pacing_s
         self.racer = process_id(ledger.operator, self.host)  # this process, when it races (M8)
-        self.rentals = Rentals(ledger.store, ledger.operator)
+        self.attested = attested  # the operator's id was attested by the provider (M3)
+        self.rentals = Rentals(ledger.store, ledger.operator, attested=attested)
         self.quarantine = Quarantine(ledger.store, events, ledger.operator, clock=clock)
 
     def on(
@@ -209,6 +211,7 @@ class Market:
             host=self.host,
             budget=self.budget,
             create_pacing_s=self.create_pacing_s,
+            attested=self.attested,
         )
 
     # --- rent ----------------------------------------------------------------------------

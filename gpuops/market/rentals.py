@@ -77,6 +77,10 @@ class Rental:
     hours: float | None = None  # the hours its race asked for (M8: a rerun asks the same)
     # epoch s the kept offer's contract ends (its end_date): Vast stops the box then (expired)
     contract_end_at: float | None = None
+    # how its owner was established when its race began (M3): True, attested by the provider
+    # (the Vast key's user, GPUOPS_IDENTITY=key); False, declared. A record from before the
+    # field reads as declared.
+    attested: bool = False
 
 
 CODEC = JsonCodec(Rental, "rental record")
@@ -217,10 +221,12 @@ def rental_of(box: str) -> str:
 
 
 class Rentals:
-    """Compare-and-swap access to rental records."""
+    """Compare-and-swap access to rental records. ``attested``: whether ``operator`` was
+    attested by the provider (identity.py), recorded on each race this begins (M3)."""
 
-    def __init__(self, store: Store, operator: str) -> None:
+    def __init__(self, store: Store, operator: str, *, attested: bool = False) -> None:
         self.operator = operator
+        self.attested = attested
         self.records = Records(store, PREFIX, CODEC, check_name=check_name)
 
     @property
@@ -262,6 +268,7 @@ class Rentals:
                     deadline_host=host_of(racer),
                     rental_id=new_rental_id(),
                     hours=hours,
+                    attested=self.attested,
                 )
             if current.state in (RACING, LIVE) and current.owner != self.operator:
                 raise NameTaken(name, current.owner)
@@ -282,6 +289,7 @@ class Rentals:
                 # a restart of our own race is the same incarnation; anything else a new one
                 rental_id=current.rental_id if current.state == RACING else new_rental_id(),
                 hours=hours,
+                attested=self.attested,
             )
 
         return self._change(name, start)

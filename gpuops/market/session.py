@@ -74,12 +74,15 @@ def open_market(
     sleep: Callable[[float], None] = time.sleep,
     retry_sleep: Callable[[float], None] = time.sleep,
     create_pacing_s: float | None = None,
+    attested: bool = False,
 ) -> Market:
     """``sleep``: the market's waits (race polls, destroy confirmation), shortened by
     GPUOPS_TIME_SCALE when it is set (the loopback fakes run that much faster); ``retry_sleep``:
     the adapter's backoff between retried calls (a 503, a 429) and its pacing. Both keep the
     real clock's time: every deadline is real. ``create_pacing_s``: the least time between two
-    creates (None: Vast's documented interval, timing.CREATE_PACING_S)."""
+    creates (None: Vast's documented interval, timing.CREATE_PACING_S). ``attested``: the
+    operator's id was attested by the provider (identity.py), recorded on each rental it
+    races for (M3)."""
     if sleep is time.sleep and settings.time_scale is not None:
         sleep = settings.clock().sleep
     from gpuops.providers import vastai_lazy
@@ -125,6 +128,7 @@ def open_market(
             store, operator, alarms=open_alarms(settings, store, events, operator=operator)
         ),
         create_pacing_s=timing.CREATE_PACING_S if create_pacing_s is None else create_pacing_s,
+        attested=attested,
     )
 
 

@@ -22,6 +22,7 @@ from gpuops import timing
 from gpuops.errors import (
     AlreadyExists,
     StateError,
+    StoreForbidden,
     StoreMissing,
     StoreUnavailable,
     UsageError,
@@ -35,6 +36,7 @@ _RETRY_CODES = {"ConditionalRequestConflict", "409"}  # "try again": retried bef
 _CONFLICT_ATTEMPTS = 4  # tries of one conditional write that keeps meeting a 409
 T = TypeVar("T")
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+_DENIED_CODES = {"AccessDenied", "403"}
 
 
 class _Lost(Exception):
@@ -132,6 +134,21 @@ class S3Store:
         except _boto_errors() as exc:
             raise _translate(exc, prefix, None) from exc
         return sorted(keys)
+
+    def bucket_policy(self) -> str | None:
+        """The bucket's policy document (its JSON text), or None when it has none
+        (NoSuchBucketPolicy). These credentials may not read it: StoreForbidden."""
+        try:
+            answer = self._s3().get_bucket_policy(Bucket=self.bucket)
+        except _boto_errors() as exc:
+            if _is_client_error(exc) and _code(exc) == "NoSuchBucketPolicy":
+                return None
+            if _is_client_error(exc) and _code(exc) in _DENIED_CODES:
+                raise StoreForbidden(
+                    f"S3 refused to show the bucket policy of {self.bucket!r}: {_code(exc)}"
+                ) from exc
+            raise _translate(exc, "the bucket policy", None) from exc
+        return str(answer["Policy"])
 
     # --- internals ---------------------------------------------------------------------------
     def _sent(
