@@ -25,6 +25,7 @@ import pytest
 from store_fakes import Events
 
 from fakes.scenario import parse_scenario
+from fakes.simulate import VERDICT_OF
 from fakes.ssh import sandbox
 from fakes.ssh.boxes import write_identity
 from fakes.vast import FakeClock, FakeVast
@@ -43,14 +44,8 @@ BASE = "https://console.vast.ai"
 API_KEY = "k-test"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsTestKeyForRentTests000000000000000 test"
 GPU = "RTX 4090"
-# The verdict a healthy probe would reach on a box of each scripted fate.
-FATES = {
-    "healthy": Verdict.PASS,
-    "ssh-auth": Verdict.SSH_AUTH,
-    "slow-disk": Verdict.SLOW_DISK,
-    "no-gpu": Verdict.NO_GPU,
-    "unreachable": Verdict.SSH_UNREACHABLE,
-}
+# The verdict the probe reaches on a box of each scripted fate (the simulation's own table).
+FATES = VERDICT_OF
 
 Probe = Callable[[Instance, str], Verdict]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -394,21 +395,31 @@ def test_an_unreadable_ssh_key_file_is_exit_2_whether_or_not_vast_answers_m9(com
     assert "not checked" not in out_without and "clock" not in out_without
 
 
-def test_the_command_reaches_an_s3_store_and_s3_results_through_gpuops_s3_endpoint(
-    command, capsys, monkeypatch
-):
-    """GPUOPS_S3_ENDPOINT carries the state store's and the results' S3 (an S3-compatible
-    store on loopback): the self-test and a delivery pass there, and nothing reaches AWS."""
+@contextmanager
+def s3_stand_in(monkeypatch: pytest.MonkeyPatch, **options: Any) -> Iterator[Any]:
+    """The S3 stand-in on loopback (``serve_s3(**options)``) with its credentials in the
+    environment and no AWS_ENDPOINT_URL: only GPUOPS_S3_ENDPOINT may point at it."""
     from fakes.s3 import CREDENTIALS, REGION, S3Unavailable, serve_s3
 
     try:
-        s3 = serve_s3(protect="state")
+        s3 = serve_s3(**options)
     except S3Unavailable:
         pytest.skip("the S3 stand-in is not installed")
     for name, value in {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     try:
+        yield s3
+    finally:
+        s3.close()
+
+
+def test_the_command_reaches_an_s3_store_and_s3_results_through_gpuops_s3_endpoint(
+    command, capsys, monkeypatch
+):
+    """GPUOPS_S3_ENDPOINT carries the state store's and the results' S3 (an S3-compatible
+    store on loopback): the self-test and a delivery pass there, and nothing reaches AWS."""
+    with s3_stand_in(monkeypatch, protect="state") as s3:
         code, out = run(
             command,
             capsys,
@@ -416,8 +427,6 @@ def test_the_command_reaches_an_s3_store_and_s3_results_through_gpuops_s3_endpoi
             GPUOPS_RESULTS=f"s3://{s3.bucket}/results",
             GPUOPS_S3_ENDPOINT=s3.url,
         )
-    finally:
-        s3.close()
 
     assert code == 0, out
     assert f"ok   store: s3://{s3.bucket}/state is reachable" in out
@@ -849,19 +858,8 @@ def test_a_policy_that_cannot_be_read_is_named_with_why(error, code, detail):
 def test_the_command_names_a_state_bucket_without_the_policy_and_exits_2(command, capsys, monkeypatch):
     """A real S3Store on the stand-in without the policy: the state policy line FAILs naming
     the bucket, and the command exits 2 (everything else ok)."""
-    from fakes.s3 import CREDENTIALS, REGION, S3Unavailable, serve_s3
-
-    try:
-        s3 = serve_s3()
-    except S3Unavailable:
-        pytest.skip("the S3 stand-in is not installed")
-    for name, value in {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    try:
+    with s3_stand_in(monkeypatch) as s3:
         code, out = run(command, capsys, GPUOPS_STATE=f"s3://{s3.bucket}/state", GPUOPS_S3_ENDPOINT=s3.url)
-    finally:
-        s3.close()
 
     failing = [line for line in out.splitlines() if line.startswith("FAIL")]
     assert code == 2, out
