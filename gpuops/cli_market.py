@@ -306,6 +306,22 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def _sync_every(args: argparse.Namespace) -> float:
+    """`--sync-every MINUTES` in seconds; absent: timing.py's default."""
+    from gpuops import timing
+    from gpuops.market.sync_plan import sync_every_s
+
+    if args.sync_every is None:
+        return timing.RESULTS_SYNC_EVERY_S
+    return sync_every_s(args.sync_every)
+
+
+def _sync_said(every_s: float | None) -> str:
+    if not every_s:
+        return "results copied off once, before the deadline (--sync-every 0)"
+    return f"results synced every {every_s / 60:g} min while the job runs, and before the deadline"
+
+
 def _rent(
     market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
@@ -328,6 +344,7 @@ def _rent(
         image=args.image,
         disk_gb=args.disk_gb,
         max_dph=args.max_dph,
+        sync_every_s=_sync_every(args),
     )
     with interrupts_raised():
         rental = market.rent(request, on_race=on_race)
@@ -337,6 +354,7 @@ def _rent(
         f"{rental.name}: live as instance {rental.instance_id} "
         f"({rental.gpu_name}, {_usd(rental.dph_total, 4)}/h)",
         f"{rental.name}: deadline {_when(rental.deadline_at)}",
+        f"{rental.name}: " + _sync_said(rental.sync_every_s),
     ]
     if args.no_guard:
         row["guardian"] = None
