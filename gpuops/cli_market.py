@@ -430,7 +430,13 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
         end = rental.contract_end_at  # Vast stops a box at its contract's end (expired)
         expired = rental.state == "live" and end is not None and end <= now
         rows.append(
-            {**vars(rental), "spend_usd": spend, "expired": expired, **_guard_of(market, rental)}
+            {
+                **vars(rental),
+                "spend_usd": spend,
+                "expired": expired,
+                **_sync_of(rental, now),
+                **_guard_of(market, rental),
+            }
         )
     pending = [_record_row(r) for r in records if r.state.value == "destroying"]
     kept = {row["box"] for row in rows}
@@ -541,6 +547,8 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
             f"{_when(row['deadline_at']) if row['state'] in ('live', 'racing') else '-':<42}  "
             f"{row['owner']}"
             + (f"  guard {row['guard']}" if row["state"] == "live" else "")
+            + (f"  sync {row['sync']}" if row["state"] == "live" else "")
+            + (f" (last sync FAILED: {row['sync_error']})" if row["sync_error"] else "")
             + _results_of(row)
             + (
                 f"  EXPIRED: its contract ended {_when(row['contract_end_at'])}; Vast stopped "
@@ -563,6 +571,16 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
         )
     if not rows and not pending and not candidates:
         print("no boxes")
+
+
+def _sync_of(rental: Any, now: float) -> dict[str, Any]:
+    """The last results sync as `boxes` shows it: ``sync`` in words ("off", "never", "4 min
+    ago") and ``last_sync_age_s`` (None when off or never)."""
+    from gpuops.market.sync_plan import sync_age
+
+    every, at = rental.sync_every_s, rental.synced_at
+    age = None if not every or at is None else round(max(0.0, now - at), 3)
+    return {"sync": sync_age(every, at, now), "last_sync_age_s": age}
 
 
 def _total_line(rows: list[dict[str, Any]]) -> str:

@@ -126,7 +126,8 @@ class Guardian:
         self.last_race = 0  # the last race of it seen: a later incarnation's come after
         self.copying = False  # a results copy is under way: a signal cuts it (M17)
         self.due_at = 0.0  # the deadline as this host enforces it; set by bind and _box
-        self.sync_every_s = 0.0  # results synced this often while the job runs (0: off), scaled
+        # results synced this often while the job runs (None or 0: off), scaled as the clockwork
+        self.sync_every_s: float | None = None
         self.syncs = sp.SyncState()  # the last sync tried, the last that worked, failing since
         self.faults: list[str] = []  # what failed in our own work: the exit says it (M17)
         self.finished: int | None = None  # an exit decided outside the pure core (M17)
@@ -439,18 +440,26 @@ class Guardian:
         if report.error and self.copies.ended is not None:
             return  # cut by a signal: ``cut_copy`` has said and recorded it (M17)
         self._synced(report, started, final=True)
-        if report.none_made:
-            outcome = (NO_RESULTS, "the job made no results directory")
+        if report.none_made and not report.held:
+            outcome = (NO_RESULTS, report.detail)
         elif report.error:
-            outcome = (MISSING, report.error)
-            self.faults.append(f"results not delivered ({report.error})")
+            kept = self.syncs.last_ok_at
+            earlier = (
+                f"; what the sync of {utc_iso(kept)} delivered is kept ({report.destination})"
+                if kept is not None
+                else ""
+            )
+            outcome = (MISSING, report.error + earlier)
+            self.faults.append(f"results not delivered ({outcome[1]})")
         else:
             outcome = (DELIVERED, report.destination)
             self.leases.renew(self.lease_key, self.me, self.clock.wall(), copied=True)
         self._log(
             "guard.copy",
-            ok=not report.error,
-            detail=report.error or f"synced {report.held} file(s) to {report.destination}",
+            ok=outcome[0] == DELIVERED,
+            detail=outcome[1]
+            if outcome[0] != DELIVERED
+            else (f"synced {report.held} file(s) to {report.destination}"),
             seconds=round(self.clock.wall() - started, 3),
             results=outcome[0],
         )
@@ -461,7 +470,7 @@ class Guardian:
         )
 
     def _copy_results(self, budget_s: float) -> None:
-        if self.sync_every_s > 0:  # the last sync is the copy (M5)
+        if self.sync_every_s:  # the last sync is the copy (M5)
             self._final_sync(budget_s)
             return
         job = self.jobs.get(self.name)

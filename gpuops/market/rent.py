@@ -116,8 +116,10 @@ class RentRequest:
     disk_gb: float = 20.0
     max_creates: int = 0  # 0: 2k + 2
     max_dph: float | None = None  # `--max-dph`: offers dearer per hour are not raced
-    # `--sync-every`: the guardian syncs the job's results this often while it runs (0: off)
-    sync_every_s: float = timing.RESULTS_SYNC_EVERY_S
+    # the guardian syncs the job's results this often while it runs; None (a request's own
+    # default) or 0: only the copy before the destroy (`gpuops rent` asks timing's
+    # RESULTS_SYNC_EVERY_S unless `--sync-every` says otherwise)
+    sync_every_s: float | None = None
 
 
 def gpu_spelling(vast: Vast, requested: str, num_gpus: int | None = None) -> str | None:

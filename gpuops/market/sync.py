@@ -43,6 +43,7 @@ class SyncReport:
     deferred: tuple[str, ...] = ()  # changed while they were read: the next sync takes them
     left_out: tuple[str, ...] = ()  # reserved or climbing names, never synced
     none_made: bool = False  # the job has no results directory (yet)
+    detail: str = ""  # what the box said of it, then
 
 
 def sync_results(
@@ -101,7 +102,8 @@ def _sync(
 
     out = listing()
     if out.exit_code == NO_RESULTS:
-        return SyncReport("", where, none_made=True)
+        said = f"the job has no results directory {results_dir}"
+        return SyncReport("", where, held=len(manifest), none_made=True, detail=said)
     if out.timed_out or out.exit_code != 0:
         return SyncReport(f"listing the results failed: {_why(out)}", where)
     before, left = sp.parse_listing(out.stdout)
