@@ -138,22 +138,25 @@ def test_a_file_is_delivered_only_when_it_stood_still_through_the_tar():
 def test_the_manifest_names_every_delivered_file_with_its_size_mtime_and_sha256():
     files = {"b": Synced(2, "2.0", "bb"), "a/x": Synced(1, "1.5", "aa")}
     data = sp.encode_manifest("0123456789ab", "2026-12-02T16:00:00Z", files)
-    assert data == (
-        json.dumps(
-            {
-                "files": {
-                    "a/x": {"mtime": "1.5", "sha256": "aa", "size": 1},
-                    "b": {"mtime": "2.0", "sha256": "bb", "size": 2},
+    assert (
+        data
+        == (
+            json.dumps(
+                {
+                    "files": {
+                        "a/x": {"mtime": "1.5", "sha256": "aa", "size": 1},
+                        "b": {"mtime": "2.0", "sha256": "bb", "size": 2},
+                    },
+                    "rental_id": "0123456789ab",
+                    "synced_at": "2026-12-02T16:00:00Z",
+                    "version": 1,
                 },
-                "rental_id": "0123456789ab",
-                "synced_at": "2026-12-02T16:00:00Z",
-                "version": 1,
-            },
-            indent=1,
-            sort_keys=True,
-        )
-        + "\n"
-    ).encode()
+                indent=1,
+                sort_keys=True,
+            )
+            + "\n"
+        ).encode()
+    )
     assert sp.decode_manifest(data) == files
     assert sp.decode_manifest(sp.encode_manifest(None, "t", {})) == {}
 
