@@ -84,6 +84,11 @@ def test_a_listing_reads_every_record_and_leaves_out_reserved_and_climbing_names
     }
     assert left == [".gpuops-sync.json", ".gpuops-partial/abc", "a/../b", "a//b"]
     assert sp.parse_listing("") == ({}, [])
+    # an empty record (two NULs) is skipped, and what follows it still read
+    assert sp.parse_listing("1 1.0 a\0\0" "2 2.0 b\0") == (
+        {"a": Seen(1, "1.0"), "b": Seen(2, "2.0")},
+        [],
+    )
 
 
 @pytest.mark.parametrize(
@@ -232,6 +237,7 @@ def test_the_first_failure_of_a_run_is_an_alarm_and_the_rest_of_the_run_is_not()
         (60.0, 0.0, 3599.0, "60 min ago"),
         (60.0, 0.0, 3600.0, "1.0 h ago"),
         (60.0, 0.0, 5400.0, "1.5 h ago"),
+        (60.0, 0.0, 3780.0, "1.1 h ago"),
     ],
 )
 def test_the_last_sync_is_shown_as_off_never_or_its_age(every, at, now, said):

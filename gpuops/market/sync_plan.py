@@ -69,7 +69,7 @@ def next_sync_at(
     """When the next periodic sync falls due: ``every_s`` after the last try (a failed one
     too: a failing box is not asked every poll), the first one ``every_s`` after the box was
     kept. None: syncs are off (0, or a rental from before they were recorded)."""
-    if not every_s or every_s <= 0:
+    if every_s is None or every_s <= 0:
         return None
     return (started_at if last_try_at is None else last_try_at) + every_s
 
@@ -214,7 +214,7 @@ def after_sync(state: SyncState, now: float, ok: bool) -> tuple[SyncState, bool]
 # --- what boxes and watch show ---------------------------------------------------------------
 def sync_age(every_s: float | None, synced_at: float | None, now: float) -> str:
     """The last sync's age in words: "off", "never", or "N s/min/h ago"."""
-    if not every_s or every_s <= 0:
+    if every_s is None or every_s <= 0:
         return "off"
     if synced_at is None:
         return "never"
