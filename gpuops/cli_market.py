@@ -354,8 +354,9 @@ def _rent(
         f"{rental.name}: live as instance {rental.instance_id} "
         f"({rental.gpu_name}, {_usd(rental.dph_total, 4)}/h)",
         f"{rental.name}: deadline {_when(rental.deadline_at)}",
-        f"{rental.name}: " + _sync_said(rental.sync_every_s),
     ]
+    if not args.no_guard:  # syncs are the guardian's: none without one
+        lines.append(f"{rental.name}: " + _sync_said(rental.sync_every_s))
     if args.no_guard:
         row["guardian"] = None
         lines.append(

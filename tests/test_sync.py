@@ -216,3 +216,123 @@ def test_a_rental_that_does_not_sync_copies_once_at_the_end_as_before(world, eve
     (answer,) = (world.tmp / "results" / "job").glob("*/ckpt/step-1.bin")
     assert answer.read_bytes() == b"one"
     assert not (answer.parents[1] / sp.MANIFEST).exists()
+
+
+def test_syncs_to_s3_put_each_file_whole_and_a_manifest_a_reader_verifies(world, monkeypatch):
+    """M5: GPUOPS_RESULTS=s3://bucket/prefix (moto's S3 on loopback): each synced file is one
+    object under NAME/<rental id>/, and the manifest object names each with its sha256."""
+    import boto3
+
+    from fakes.s3 import CREDENTIALS, REGION, serve_s3
+    from gpuops.market.results import S3Results
+
+    for name, value in {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    s3 = serve_s3()
+    try:
+        market = rent(world, every_s=3600.0)
+        folder = start_job(world, market)
+        (folder / "go").touch()
+        wait_until("the second checkpoint", lambda: (folder / "wrote-2").exists(), WAIT_S)
+        results = S3Results(s3.bucket, "runs", s3.url)
+        guardian = world.guardian(world.market(), "alice/pi/1/aa")
+        guardian.results = results
+        assert guardian.run() == g.GONE
+        client = boto3.client("s3", endpoint_url=s3.url)
+        rental = market.rentals.get("job")
+        assert rental is not None
+        base = f"runs/job/{rental.rental_id}"
+        listed = client.list_objects_v2(Bucket=s3.bucket, Prefix=base + "/")
+        keys = sorted(o["Key"].removeprefix(base + "/") for o in listed["Contents"])
+        manifest = json.loads(
+            client.get_object(Bucket=s3.bucket, Key=f"{base}/{sp.MANIFEST}")["Body"].read()
+        )
+        for path, entry in manifest["files"].items():
+            data = client.get_object(Bucket=s3.bucket, Key=f"{base}/{path}")["Body"].read()
+            assert (len(data), hashlib.sha256(data).hexdigest()) == (
+                entry["size"],
+                entry["sha256"],
+            )
+    finally:
+        s3.close()
+
+    assert keys == sorted([sp.MANIFEST, "ckpt/step-1.bin", "ckpt/step-2.bin", "log.txt"])
+    assert set(manifest["files"]) == {"ckpt/step-1.bin", "ckpt/step-2.bin", "log.txt"}
+    assert rental.results == "delivered"
+    assert rental.results_detail == f"s3://{s3.bucket}/{base}/"
+    assert world.alive() == []
+
+
+def test_a_results_bucket_that_does_not_exist_fails_every_sync_once_loudly_and_the_box_ends(
+    world, monkeypatch
+):
+    """M5/M17: every sync to a bucket that does not exist fails (NoSuchBucket), one alarm is
+    heard for the run of them, and the box is destroyed by its deadline all the same."""
+    from fakes.s3 import CREDENTIALS, REGION, serve_s3
+    from gpuops.market.results import S3Results
+
+    for name, value in {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    s3 = serve_s3()
+    try:
+        market = rent(world, every_s=1200.0)
+        start_job(world, market)
+        rental = market.rentals.get("job")
+        assert rental is not None and rental.deadline_at is not None
+        guardian = world.guardian(world.market(), "alice/pi/1/aa")
+        guardian.results = S3Results("a-bucket-that-does-not-exist", "x", s3.url)
+        code = guardian.run()
+    finally:
+        s3.close()
+
+    assert code == FAULTED
+    box = world.fake.instances[int(str(rental.instance_id))]
+    assert box.destroyed_at is not None and box.destroyed_at <= rental.deadline_at
+    syncs = world.events.kinds("guard.sync")
+    assert len(syncs) >= 5 and not any(s["ok"] for s in syncs)
+    assert all("NoSuchBucket" in s["detail"] for s in syncs)
+    raised = [e["kind"] for e in world.events.kinds("alarm.raised")]
+    assert raised.count("guardian.sync_failed") == 1
+
+
+def test_a_guardian_stopped_mid_sync_ends_its_ssh_and_never_calls_the_results_missing(world):
+    """M17/M5: SIGTERM while a periodic sync streams: the sync's ssh is ended (as a copy's is)
+    and the sync said cut; the results are not recorded missing, for nothing was lost: what
+    earlier syncs delivered stays, and a successor syncs on."""
+    import signal
+    from dataclasses import dataclass
+
+    from gpuops.market.guard import release
+
+    @dataclass(frozen=True)
+    class StoppedMidSync(jobs.BoxShell):
+        def stream_to(self, instance, script, target, budget_s, copies=None):  # type: ignore[no-untyped-def]
+            release(held[0], signal.SIGTERM, alarm=False)  # the handler runs mid-stream
+            raise SystemExit(128 + signal.SIGTERM)  # and the process exits, as `stopped`
+
+    market = rent(world)
+    start_job(world, market)
+    shell = world.shell()
+    guardian = Guardian(
+        world.market(),
+        "job",
+        shell=StoppedMidSync(shell.state_dir, shell.identity_file, shell.client),
+        results=world.guardian(world.market(), "x").results,
+        me="alice/pi/1/aa",
+        clock=world.fake.ticking(),
+        say=lambda line: None,
+    )
+    held = [guardian]
+
+    with pytest.raises(SystemExit):
+        while True:
+            assert guardian.step() is None
+    (cut,) = world.events.kinds("guard.sync")
+
+    assert (cut["ok"], cut["final"]) == (False, False)
+    assert cut["detail"] == "the sync was cut: stopped by SIGTERM"
+    assert guardian.copies.live() == []  # no ssh left running
+    rental = market.rentals.get("job")
+    assert rental is not None and rental.results is None  # not "missing": nothing was lost
+    assert len(world.events.kinds("guard.sync")) == 1  # said once, by the signal's path
+    assert world.events.kinds("guard.copy") == []

@@ -125,6 +125,7 @@ class Guardian:
         self.lease_key = self.name  # its lease: that incarnation's (rentals.lease_key)
         self.last_race = 0  # the last race of it seen: a later incarnation's come after
         self.copying = False  # a results copy is under way: a signal cuts it (M17)
+        self.syncing = False  # a periodic results sync is under way: a signal cuts it too
         self.due_at = 0.0  # the deadline as this host enforces it; set by bind and _box
         # results synced this often while the job runs (None or 0: off), scaled as the clockwork
         self.sync_every_s: float | None = None
@@ -358,10 +359,15 @@ class Guardian:
         """A periodic sync: what changed in the results, delivered; a failure is an alarm (the
         first of a run of them, O1) and never keeps the copy or the destroy from following."""
         started = self.clock.wall()
+        self.syncing = True
         try:
             report = self._sync_once(budget_s)
         except Exception as exc:  # ours: said and alarmed, never in the way of the destroy
             report = SyncReport(f"the sync failed: {type(exc).__name__}: {exc}", "")
+        finally:
+            self.syncing = False
+        if report is not None and report.error and self.copies.ended is not None:
+            return  # cut by a signal: ``cut_copy`` has said it
         if report is None:  # no job declared results: nothing to sync yet
             self.syncs = replace(self.syncs, last_try_at=started)
             return
@@ -690,7 +696,11 @@ def cut_copy(guardian: Guardian, why: str) -> None:
     rental as missing, before the lease is given up, so a successor's copy is the last word.
     Any later copy of this guardian is ended at once."""
     pids = guardian.copies.end(why)
-    if not guardian.copying and not pids:
+    if not guardian.copying and not guardian.syncing and not pids:
+        return
+    if guardian.syncing and not guardian.copying:  # a periodic sync: what it delivered stays
+        guardian._log("guard.sync", ok=False, final=False, detail=f"the sync was cut: {why}",
+                      ended=pids)  # fmt: skip
         return
     detail = f"the copy was cut: {why}"
     guardian._log("guard.copy", ok=False, detail=detail, results=MISSING, ended=pids)
