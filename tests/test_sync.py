@@ -88,6 +88,19 @@ def verified(folder: Path) -> dict[str, bytes]:
     return files
 
 
+def guardian_to(world: World, results: Any) -> Guardian:
+    """The rental's guardian, delivering to ``results``."""
+    return Guardian(
+        world.market(),
+        "job",
+        shell=world.shell(),
+        results=results,
+        me="alice/pi/1/aa",
+        clock=world.fake.ticking(),
+        say=lambda line: None,
+    )
+
+
 def kill_host(world: World, market: Market) -> int:
     """The box's host dies: its job is gone and its ssh answers no more; the provider still
     lists it, billing (a box killed, not destroyed)."""
@@ -235,9 +248,7 @@ def test_syncs_to_s3_put_each_file_whole_and_a_manifest_a_reader_verifies(world,
         (folder / "go").touch()
         wait_until("the second checkpoint", lambda: (folder / "wrote-2").exists(), WAIT_S)
         results = S3Results(s3.bucket, "runs", s3.url)
-        guardian = world.guardian(world.market(), "alice/pi/1/aa")
-        guardian.results = results
-        assert guardian.run() == g.GONE
+        assert guardian_to(world, results).run() == g.GONE
         client = boto3.client("s3", endpoint_url=s3.url)
         rental = market.rentals.get("job")
         assert rental is not None
@@ -279,9 +290,7 @@ def test_a_results_bucket_that_does_not_exist_fails_every_sync_once_loudly_and_t
         start_job(world, market)
         rental = market.rentals.get("job")
         assert rental is not None and rental.deadline_at is not None
-        guardian = world.guardian(world.market(), "alice/pi/1/aa")
-        guardian.results = S3Results("a-bucket-that-does-not-exist", "x", s3.url)
-        code = guardian.run()
+        code = guardian_to(world, S3Results("a-bucket-that-does-not-exist", "x", s3.url)).run()
     finally:
         s3.close()
 
