@@ -65,6 +65,7 @@ class AlarmKind(StrEnum):
     GUARDIAN_EXIT = "guardian.exit"  # a guardian exiting non-zero (M7, M17)
     DESTROY_PENDING = "guardian.destroy_pending"  # a destroy not confirmed after rounds (M4)
     COPY_FAILED = "guardian.copy_failed"  # a results copy that failed (M5, M17)
+    SYNC_FAILED = "guardian.sync_failed"  # a results sync while the job ran that failed (M5)
     JOB_STALLED = "job.stalled"  # a judgment: alert only (M10)
     JOB_DEAD = "job.dead"  # a fact (M10)
     SWEEP_UNOWNED = "sweep.unowned"  # instances no ledger owns (M3)
@@ -145,6 +146,19 @@ def copy_failed(guarded: Guarded, detail: str) -> Alarm:
         f"gpuops: {guarded.name}'s results were not copied off",
         f"{detail}. The box is destroyed at its deadline all the same "
         f"({utc_iso(guarded.deadline_at)}); what the job made there is lost with it.",
+    )
+
+
+def sync_failed(guarded: Guarded, detail: str, failing_since: float) -> Alarm:
+    """A results sync failed while the job runs: heard once per run of failures (its cause
+    names when the run began), the next sync tried on schedule all the same."""
+    return Alarm(
+        AlarmKind.SYNC_FAILED,
+        cause_of(AlarmKind.SYNC_FAILED, incarnation(guarded), int(failing_since)),
+        f"gpuops: {guarded.name}'s results could not be synced",
+        f"{detail}. What earlier syncs delivered is kept; the guardian tries again at the next "
+        f"sync, and the box is destroyed at its deadline ({utc_iso(guarded.deadline_at)}) "
+        "whether or not a sync works.",
     )
 
 

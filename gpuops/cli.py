@@ -227,6 +227,13 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     )
     rent.add_argument("--max-dph", type=float, metavar="USD", help=MAX_DPH_HELP)
     rent.add_argument(
+        "--sync-every",
+        type=float,
+        metavar="MINUTES",
+        help="while the job runs, its guardian copies what changed in its results to "
+        f"GPUOPS_RESULTS this often (default {_sync_default_min():g}; 0: only at the end)",
+    )
+    rent.add_argument(
         "--no-guard", action="store_true", help="do not start a guardian (the box has no ceiling)"
     )
     _group("guard", commands, common, only)
@@ -343,6 +350,12 @@ def _check_create_args(args: argparse.Namespace) -> None:
         )
 
 
+def _sync_default_min() -> float:
+    from gpuops import timing
+
+    return timing.RESULTS_SYNC_EVERY_S / 60.0
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Numbers checked at the edge, before anything is opened or called: every float option
     finite, and the ones with a meaning in range. A refusal is one line, exit 2."""
@@ -367,6 +380,11 @@ def check_args(args: argparse.Namespace) -> None:
         if floor is not None and not 0 <= floor <= MAX_FLOOR_GB:
             flag = "--" + option.replace("_", "-")
             raise UsageError(f"{flag} must be between 0 and {MAX_FLOOR_GB:g}, not {floor:g}")
+    sync_every = getattr(args, "sync_every", None)
+    if sync_every is not None:
+        from gpuops.market.sync_plan import sync_every_s
+
+        sync_every_s(sync_every)  # negative is exit 2 before anything is rented
     max_dph = getattr(args, "max_dph", None)
     if max_dph is not None and max_dph <= 0:
         raise UsageError(f"--max-dph must be more than 0 USD per hour, not {max_dph:g}")

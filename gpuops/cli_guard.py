@@ -312,6 +312,14 @@ def _watch(
         seen.append(shown(status))
         if not as_json:
             print(f"{rental.name}: {shown(status)}: {status.detail}", flush=True)
+            print(f"{rental.name}: results sync {synced()['sync']}", flush=True)
+
+    def synced() -> dict[str, Any]:
+        """The last results sync as the guardian recorded it on the rental (read afresh)."""
+        from gpuops.cli_market import _sync_of
+
+        now = market.clock.wall()
+        return _sync_of(market.rentals.get(rental.name) or rental, now)
 
     seen: list[str] = []
 
@@ -344,7 +352,7 @@ def _watch(
             )
     if as_json:
         _out(True, {"name": rental.name, "state": status.state.value, "detail": status.detail,
-                    "exit_code": status.exit_code}, [])  # fmt: skip
+                    "exit_code": status.exit_code, **synced()}, [])  # fmt: skip
     return w.watch_exit_code(status)
 
 

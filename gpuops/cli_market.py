@@ -322,6 +322,22 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def _sync_every(args: argparse.Namespace) -> float:
+    """`--sync-every MINUTES` in seconds; absent: timing.py's default."""
+    from gpuops import timing
+    from gpuops.market.sync_plan import sync_every_s
+
+    if args.sync_every is None:
+        return timing.RESULTS_SYNC_EVERY_S
+    return sync_every_s(args.sync_every)
+
+
+def _sync_said(every_s: float | None) -> str:
+    if not every_s:
+        return "results copied off once, before the deadline (--sync-every 0)"
+    return f"results synced every {every_s / 60:g} min while the job runs, and before the deadline"
+
+
 def _rent(
     market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
@@ -344,6 +360,7 @@ def _rent(
         image=args.image,
         disk_gb=args.disk_gb,
         max_dph=args.max_dph,
+        sync_every_s=_sync_every(args),
     )
     with interrupts_raised():
         rental = market.rent(request, on_race=on_race)
@@ -354,6 +371,8 @@ def _rent(
         f"({rental.gpu_name}, {_usd(rental.dph_total, 4)}/h)",
         f"{rental.name}: deadline {_when(rental.deadline_at)}",
     ]
+    if not args.no_guard:  # syncs are the guardian's: none without one
+        lines.append(f"{rental.name}: " + _sync_said(rental.sync_every_s))
     if args.no_guard:
         row["guardian"] = None
         lines.append(
@@ -428,7 +447,13 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
         end = rental.contract_end_at  # Vast stops a box at its contract's end (expired)
         expired = rental.state == "live" and end is not None and end <= now
         rows.append(
-            {**vars(rental), "spend_usd": spend, "expired": expired, **_guard_of(market, rental)}
+            {
+                **vars(rental),
+                "spend_usd": spend,
+                "expired": expired,
+                **_sync_of(rental, now),
+                **_guard_of(market, rental),
+            }
         )
     pending = [_record_row(r) for r in records if r.state.value == "destroying"]
     kept = {row["box"] for row in rows}
@@ -539,6 +564,8 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
             f"{_when(row['deadline_at']) if row['state'] in ('live', 'racing') else '-':<42}  "
             f"{row['owner']} ({'attested' if row['attested'] else 'declared'})"
             + (f"  guard {row['guard']}" if row["state"] == "live" else "")
+            + (f"  sync {row['sync']}" if row["state"] == "live" else "")
+            + (f" (last sync FAILED: {row['sync_error']})" if row["sync_error"] else "")
             + _results_of(row)
             + (
                 f"  EXPIRED: its contract ended {_when(row['contract_end_at'])}; Vast stopped "
@@ -561,6 +588,16 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
         )
     if not rows and not pending and not candidates:
         print("no boxes")
+
+
+def _sync_of(rental: Any, now: float) -> dict[str, Any]:
+    """The last results sync as `boxes` shows it: ``sync`` in words ("off", "never", "4 min
+    ago") and ``last_sync_age_s`` (None when off or never)."""
+    from gpuops.market.sync_plan import sync_age
+
+    every, at = rental.sync_every_s, rental.synced_at
+    age = None if not every or at is None else round(max(0.0, now - at), 3)
+    return {"sync": sync_age(every, at, now), "last_sync_age_s": age}
 
 
 def _total_line(rows: list[dict[str, Any]]) -> str:

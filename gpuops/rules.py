@@ -195,7 +195,10 @@ RULES: tuple[Rule, ...] = (
         "tests/test_guard_process.py::"
         "test_a_rented_box_is_destroyed_at_its_deadline_after_the_shell_that_rented_it_is_gone",
         scope="rent starts a detached guardian (own session); drilled against the loopback fakes "
-        "only (`gpuops guard NAME --drill`); never yet on a real Vast box, so not verified",
+        "only (`gpuops guard NAME --drill`); results synced while the job runs "
+        "(`rent --sync-every`) tested on the fake box (tests/test_sync.py: a host killed between "
+        "syncs, every sync failing, the destroy on time); never yet on a real Vast box, so not "
+        "verified",
     ),
     Rule(
         "M6",

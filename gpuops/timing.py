@@ -27,6 +27,9 @@ DEADLINE_MARGIN_S = 600.0
 # The copy may run at most this long; shorter than the margin so the destroy still lands
 # before the deadline even when the copy overruns (the ceiling wins).
 RESULTS_COPY_BUDGET_S = 420.0
+# While the job runs, its guardian syncs what changed in its results this often by default
+# (`rent --sync-every`; 0 is off): a host that dies at hour 7 of 8 loses at most this much.
+RESULTS_SYNC_EVERY_S = 1800.0
 # A rental shorter than DEADLINE_MARGIN_S / DEADLINE_MARGIN_FRACTION gets a margin (and a copy
 # budget) scaled down to this share of its length: a 72 s rental is not destroyed at birth.
 DEADLINE_MARGIN_FRACTION = 0.25

@@ -55,6 +55,7 @@ FLOORS: dict[str, float] = {
     "gpuops/market/probe.py": 100.0,
     "gpuops/market/guardian.py": 100.0,
     "gpuops/market/watchdog.py": 100.0,
+    "gpuops/market/sync_plan.py": 100.0,
     "gpuops/market/budget.py": 100.0,
     "gpuops/market/ceiling.py": 100.0,
     "gpuops/lane/board.py": 100.0,
@@ -123,6 +124,8 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.market.probe": ("tests/test_probe.py",),
     "gpuops.market.guardian": ("tests/test_guardian.py", "tests/test_guardian_more.py"),
     "gpuops.market.watchdog": ("tests/test_watchdog.py",),
+    # the results sync's decisions, pinned by their own pure tests (M5)
+    "gpuops.market.sync_plan": ("tests/test_sync_plan.py",),
     # M15's arithmetic, pinned by its own pure tests
     "gpuops.market.budget": ("tests/test_budget.py",),
     "gpuops.market.ceiling": ("tests/test_ceiling.py",),

@@ -27,8 +27,11 @@ clean-up runs). The verdicts ask the fake, never gpuops:
   is not released (her own record edited by hand is a person's to repair: not judged);
 - results overwritten: a kept box's job wrote results (half of them do), and what its guardian
   delivered is not that incarnation's, whole, under ``<results>/job/<rental id>/`` (M16), or an
-  earlier incarnation's delivery there changed; every lifecycle of a run shares one results
-  folder and the name "job", so each delivery meets all the earlier ones.
+  earlier incarnation's delivery there changed, or a delivery's sync manifest does not match
+  its files (size and sha256); every lifecycle of a run shares one results folder and the name
+  "job", so each delivery meets all the earlier ones. A third of the rentals sync their results
+  while the job runs (every minute), a third once in the rental (every four), the rest only
+  before the destroy: a periodic sync and the last one deliver into that same folder.
 
 The world is a team (M17): a second operator, bob, rents on another host sharing the store,
 and his box must outlive everything alice's processes do (M3); alice's guardian may run on a
@@ -46,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
 import random
 import signal
@@ -67,12 +71,13 @@ from gpuops import timing
 from gpuops.errors import GpuopsError, Interrupted, Refused, StillRunning, StoreUnavailable
 from gpuops.ledger import PREFIX, Ledger
 from gpuops.market import jobs
+from gpuops.market import sync_plan as sp
 from gpuops.market import watchdog as w
 from gpuops.market.ending import destroy_rental
 from gpuops.market.guard import Guardian, stopped
 from gpuops.market.guardian import schedule
 from gpuops.market.leases import Leases
-from gpuops.market.probe import Verdict
+from gpuops.market.probe import StepOutput, Verdict
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import LIVE, RACING
 from gpuops.market.results import LocalResults
@@ -299,6 +304,8 @@ class Tally:
     copy_failures_unheard: int = 0  # ...and its guardian exited 0 all the same (M17: a bug)
     results_delivered: int = 0  # ...and they were delivered whole, under its incarnation
     results_overwritten: int = 0  # a delivery not its incarnation's, or one that changed (M16)
+    synced_rentals: int = 0  # rentals whose guardian syncs results while the job runs (M5)
+    syncs_made: int = 0  # ...and the syncs that delivered, periodic and last
     # the team's rare paths, each counted as reached (a run that never met one says so)
     skewed_owners: int = 0  # alice's guardian or cron sweep on a host whose clock is off hers
     others_corrupt: int = 0  # bob's box record edited into garbage
@@ -342,6 +349,7 @@ class BoxDisks:
     def __init__(self, wire: Tripwire) -> None:
         self.files: dict[int, dict[str, bytes]] = {}
         self.streams = 0  # results tarballs streamed off a box
+        self.listings = 0  # results listings a sync asked of a box
         self.wire = wire
         self.copy_kill: str | None = None  # "kill" or "term": the guardian dies mid-copy
         self.no_destination = False  # the guardian's results destination refuses delivery
@@ -363,6 +371,18 @@ class SoakShell(jobs.BoxShell):
 
     disks: BoxDisks  # the lifecycle's: its boxes' files and the tripwire a copy may arm
 
+    def run(self, instance: Instance, script: str) -> StepOutput:
+        """A sync's listing of the job's results, as find prints it on the box."""
+        if script != sp.listing_script("job", "results"):
+            raise AssertionError(f"the soak's boxes list only the results, not {script!r}")
+        files = self.disks.files.get(int(instance.instance_id))
+        if files is None:
+            said = "gpuops: the job has no results directory results"
+            return StepOutput(w.NO_RESULTS, "", said)
+        self.disks.listings += 1
+        listing = "".join(f"{len(data)} 1.0 {name}\0" for name, data in sorted(files.items()))
+        return StepOutput(0, listing)
+
     def stream_to(
         self,
         instance: Instance,
@@ -371,21 +391,33 @@ class SoakShell(jobs.BoxShell):
         budget_s: float,
         copies: jobs.Copies | None = None,
     ) -> tuple[str, int | None]:
-        if script != w.results_script("job", "results"):
-            raise AssertionError(f"the soak's boxes run only the results script, not {script!r}")
         files = self.disks.files.get(int(instance.instance_id))
+        wanted = None if files is None else _fetched(script, sorted(files))
+        if script != w.results_script("job", "results") and wanted is None:
+            raise AssertionError(f"the soak's boxes run only the results scripts, not {script!r}")
         if files is None:
             return "exit 19: gpuops: the job has no results directory results", w.NO_RESULTS
         self.disks.streams += 1
         if self.disks.fire_in_copy is not None:  # dies at its next call: mid-copy
             self.disks.wire.arm(1, False, self.disks.fire_in_copy)
             self.disks.fire_in_copy = None
-        with tarfile.open(target, "w:gz") as tar:
+        with tarfile.open(target, "w:gz" if wanted is None else "w") as tar:
             for name, data in sorted(files.items()):
+                if wanted is not None and name not in wanted:
+                    continue
                 member = tarfile.TarInfo(f"./{name}")
                 member.size = len(data)
                 tar.addfile(member, io.BytesIO(data))
         return "", 0
+
+
+def _fetched(script: str, names: list[str]) -> set[str] | None:
+    """The files a sync's fetch script asks for, among ``names`` (None: not a fetch script)."""
+    for mask in range(1, 2 ** len(names)):
+        subset = [n for i, n in enumerate(names) if mask >> i & 1]
+        if script == sp.fetch_script("job", "results", subset):
+            return set(subset)
+    return None
 
 
 class Deliveries:
@@ -419,12 +451,25 @@ class Deliveries:
                 self.seen[entry.name] = found
 
 
-def _files(folder: Path) -> dict[str, bytes]:
-    return {
+def _files(folder: Path) -> dict[str, bytes] | None:
+    """A delivery's files, the sync manifest aside; None when a manifest is there and does not
+    match them (each file it names whole, of its size and sha256, and no other)."""
+    files = {
         str(path.relative_to(folder)): path.read_bytes()
         for path in folder.rglob("*")
-        if path.is_file()
+        if path.is_file() and path.relative_to(folder) != Path(sp.MANIFEST)
     }
+    manifest = folder / sp.MANIFEST
+    if not manifest.exists():
+        return files
+    try:
+        named = sp.decode_manifest(manifest.read_bytes())
+    except GpuopsError:
+        return None
+    same = {path: (f.size, f.sha256) for path, f in named.items()} == {
+        path: (len(data), hashlib.sha256(data).hexdigest()) for path, data in files.items()
+    }
+    return files if same else None
 
 
 class Audit:
@@ -447,6 +492,8 @@ class Audit:
             self.tally.takeovers += 1
         elif kind == "guard.copy":  # a guardian's copy has ended, and said how
             self.copies_said += 1
+        elif kind == "guard.sync" and payload.get("ok"):
+            self.tally.syncs_made += 1
         if kind == "ledger.transition" and payload.get("after") == "released":
             instance_id = payload.get("instance_id")
             if instance_id and self.fake.show(int(instance_id)) is not None:
@@ -604,7 +651,13 @@ def lifecycle(
         how = rng.random()  # a third die (SIGKILL), a fifth are interrupted, the rest live
         fire: Callable[[], BaseException] = Killed if how < 0.35 else (lambda: Interrupted(2))
         wire.arm(rng.randint(1, 60) if how < 0.55 else None, rng.random() < 0.5, fire)
-        request = RentRequest("job", "RTX 4090", HOURS, race_k=rng.randint(1, 3))
+        # results synced every minute, once in the rental, or only before the destroy (M5):
+        # its own draw, so the lifecycle's others are unchanged
+        every = random.Random(seed ^ 0x5C).choice([60.0, 240.0, None])
+        tally.synced_rentals += every is not None
+        request = RentRequest(
+            "job", "RTX 4090", HOURS, race_k=rng.randint(1, 3), sync_every_s=every
+        )
         started = fake.now()
         deadline = started + HOURS * 3600.0
         kept: tuple[int, float] | None = None  # the kept box and when its copy would begin
@@ -834,7 +887,7 @@ def _guard(
             disks.fire_in_copy = functools.partial(_sigterm, guardian) if term else Killed
         else:
             disks.fire_in_copy = None
-        streams, said = disks.streams, audit.copies_said
+        streams, said, listings = disks.streams, audit.copies_said, disks.listings
 
         def mid_copy() -> None:  # streamed its results, never said how the copy ended
             if disks.streams > streams and audit.copies_said == said:
@@ -871,7 +924,8 @@ def _guard(
             wire.arm(None, False, Killed)  # its tripwire never fired: nothing after it dies
             return  # e.g. no rental at all: rent died before writing one; nothing to own
         wire.arm(None, False, Killed)
-        if code == 0 and disks.no_destination and disks.streams > streams:
+        reached = disks.streams > streams or disks.listings > listings
+        if code == 0 and disks.no_destination and reached:
             tally.copy_failures_unheard += 1  # its copy could not be delivered: loud (M17)
             audit.note("a guardian whose results could not be delivered exited 0")
         if code == 0 and _ours_billing(fake, others):

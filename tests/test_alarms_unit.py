@@ -110,6 +110,25 @@ def test_a_guardian_s_alarms_are_heard_once_per_incarnation_and_say_what_to_run_
     )
 
 
+def test_a_failed_sync_is_heard_once_per_run_of_failures_and_says_the_destroy_still_comes_m5():
+    """M5/O1: a sync that failed names the rental and what failed; its cause is the
+    incarnation and when the run of failures began, so a later run is heard again."""
+    kept = Rental()
+
+    sync = a.sync_failed(kept, "listing the results failed: exit 255: closed", 1796140000.7)
+
+    assert sync.kind is a.AlarmKind.SYNC_FAILED
+    assert sync.cause == "guardian.sync_failed.job@4242.1796140000"
+    assert a.sync_failed(kept, "other words", 1796140000.2).cause == sync.cause
+    assert a.sync_failed(kept, "x", 1796149000.0).cause != sync.cause
+    assert sync.subject == "gpuops: job's results could not be synced"
+    assert sync.body == (
+        "listing the results failed: exit 255: closed. What earlier syncs delivered is kept; "
+        "the guardian tries again at the next sync, and the box is destroyed at its deadline "
+        "(2026-12-01T18:00:00+00:00) whether or not a sync works."
+    )
+
+
 def test_watch_s_judgment_is_an_alarm_only_when_stalled_or_dead_once_per_job_start_m10():
     """M10: stalled (alert only, left running) and dead are alarms, heard once per job
     start; running or unknown are none."""

@@ -809,3 +809,59 @@ def test_an_attested_field_that_is_not_a_boolean_is_corrupt(store):
 
     with pytest.raises(CorruptState, match="field 'attested' must be a boolean"):
         Rentals(store, "alice").get("job")
+
+
+def test_a_race_records_its_sync_interval_first_and_when_restarted_m5(alice, bob, store):
+    """M5/M8: the interval the guardian syncs results at is on the rental (the guardian is
+    another process and reads it there), a restart's and a new incarnation's own."""
+    assert alice.begin_race("job", sync_every_s=600.0).sync_every_s == 600.0
+    assert alice.begin_race("job", sync_every_s=0.0).sync_every_s == 0.0  # our restart
+    alice.update("job", state=FAILED)
+    assert bob.begin_race("job", sync_every_s=60.0).sync_every_s == 60.0
+    assert stored(store, "job").sync_every_s == 60.0
+    assert alice.begin_race("other").sync_every_s is None
+
+
+@pytest.mark.parametrize(
+    ("had", "asked", "differs"),
+    [
+        (1800.0, 1800.0, []),
+        (1800.0, 600.0, ["--sync-every 10, not its 30"]),
+        (0.0, 1800.0, ["--sync-every 30, not its 0"]),
+        (1800.0, 0.0, ["--sync-every 0, not its 30"]),
+        (None, 600.0, []),  # a rental from before syncs were recorded
+        (600.0, None, []),  # a request that does not say
+    ],
+)
+def test_a_rerun_of_rent_with_another_sync_interval_is_named_m8(had, asked, differs):
+    rental = Rental("j", "a", LIVE, 1, gpu_name="RTX 4090", hours=2.0, sync_every_s=had)
+    assert request_differs(rental, "RTX 4090", 2.0, asked) == differs
+    assert request_differs(rental, "RTX 4090", 3.0, asked) == ["--hours 3, not its 2", *differs]
+
+
+def test_a_sync_is_recorded_on_its_own_incarnation_a_failure_keeping_the_last_success_m5(
+    alice, bob, store
+):
+    """M5/M16: a sync that worked sets when; one that failed says why and keeps the last
+    success; another incarnation or operator's rental is never marked."""
+    first = alice.begin_race("job", sync_every_s=60.0)
+    live = alice.update("job", state=LIVE, instance_id="77")
+
+    assert alice.note_sync("job", first.rental_id, 100.0, None)
+    assert stored(store, "job") == Rental(
+        **{**asdict(live), "synced_at": 100.0, "sync_error": None, "revision": live.revision + 1}
+    )
+    assert alice.note_sync("job", first.rental_id, 160.0, "the box is gone")
+    after = stored(store, "job")
+    assert (after.synced_at, after.sync_error, after.revision) == (
+        100.0,
+        "the box is gone",
+        live.revision + 2,
+    )
+    assert alice.note_sync("job", first.rental_id, 220.0, None)
+    assert (stored(store, "job").synced_at, stored(store, "job").sync_error) == (220.0, None)
+    before = stored(store, "job")
+    assert not bob.note_sync("job", first.rental_id, 300.0, None)
+    assert not alice.note_sync("job", "ffffffffffff", 300.0, None)
+    assert not alice.note_sync("nothing", None, 300.0, None)
+    assert stored(store, "job") == before

@@ -42,6 +42,8 @@ def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_
     assert tally.left_lying == 0  # settled: no rental or box record claims a gone box
     # M16: every delivery is its incarnation's, whole, and none changes later
     assert tally.results_delivered > 0 and tally.results_overwritten == 0
+    # M5: some rentals synced their results while the job ran, into the same layout
+    assert tally.synced_rentals > 0 and tally.syncs_made > 0
     # the protocol's rare paths (the full run asserts every one, never_found included)
     assert tally.lost_creates > 0 and tally.takeovers > 0 and tally.sweep_finished > 0
     assert len(tally.kills_after) >= 4  # rent killed after at least four kinds of ledger write

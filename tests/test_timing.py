@@ -39,6 +39,7 @@ PINNED = {
     "SUPERSESSION_VERIFY_S": 30.0,
     "DEADLINE_MARGIN_S": 600.0,
     "RESULTS_COPY_BUDGET_S": 420.0,
+    "RESULTS_SYNC_EVERY_S": 1800.0,
     "DESTROY_CONFIRM_TIMEOUT_S": 120.0,
     "DESTROY_CONFIRM_POLL_S": 5.0,
     "VAST_CALL_INTERVAL_S": 0.01,
@@ -133,6 +134,13 @@ def test_the_copy_budget_leaves_room_to_destroy_before_the_deadline():
         timing.RESULTS_COPY_BUDGET_S + timing.DESTROY_CONFIRM_TIMEOUT_S <= timing.DEADLINE_MARGIN_S
     )
     assert timing.DESTROY_CONFIRM_POLL_S < timing.DESTROY_CONFIRM_TIMEOUT_S
+
+
+def test_results_are_synced_several_times_within_the_longest_rental_and_never_each_heartbeat():
+    """M5: a periodic results sync is rarer than the lease's heartbeat (a sync is ssh and a
+    copy, not a renewal) and comes many times within the longest rental."""
+    assert timing.RESULTS_SYNC_EVERY_S > timing.LEASE_TTL_S
+    assert timing.RESULTS_SYNC_EVERY_S * 10 < timing.MAX_RENTAL_S
 
 
 def test_a_short_rental_keeps_most_of_its_time_and_the_same_copy_share():

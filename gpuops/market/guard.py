@@ -40,6 +40,7 @@ from gpuops.errors import (
 )
 from gpuops.ledger import BoxState, EventSink, utc_iso
 from gpuops.market import guardian as g
+from gpuops.market import sync_plan as sp
 from gpuops.market.ending import (
     Incarnation,
     destroy_rental,
@@ -63,6 +64,7 @@ from gpuops.market.rentals import (
     results_key,
 )
 from gpuops.market.results import Copied, Results, copy_results
+from gpuops.market.sync import SyncReport, sync_results
 from gpuops.market.teardown import Ending, label_for
 from gpuops.model import InstanceStatus
 
@@ -123,7 +125,11 @@ class Guardian:
         self.lease_key = self.name  # its lease: that incarnation's (rentals.lease_key)
         self.last_race = 0  # the last race of it seen: a later incarnation's come after
         self.copying = False  # a results copy is under way: a signal cuts it (M17)
+        self.syncing = False  # a periodic results sync is under way: a signal cuts it too
         self.due_at = 0.0  # the deadline as this host enforces it; set by bind and _box
+        # results synced this often while the job runs (None or 0: off), scaled as the clockwork
+        self.sync_every_s: float | None = None
+        self.syncs = sp.SyncState()  # the last sync tried, the last that worked, failing since
         self.faults: list[str] = []  # what failed in our own work: the exit says it (M17)
         self.finished: int | None = None  # an exit decided outside the pure core (M17)
         self.events = _NeverInTheWay(market.events, say)
@@ -180,6 +186,10 @@ class Guardian:
         self.rental_id = rental.rental_id
         self.lease_key = lease_key(rental)
         self.last_race = rental.race
+        # the rental's interval, as much shorter as the clockwork is (GPUOPS_TIME_SCALE)
+        scale = self.clockwork.heartbeat_s / g.NORMAL.heartbeat_s
+        self.sync_every_s = (rental.sync_every_s or 0.0) * scale
+        self.syncs = sp.SyncState(last_ok_at=rental.synced_at)
         mine = rental.deadline_host == self.market.host  # else another host's clock (M17)
         self.due_at = rental.deadline_at + (0.0 if mine else timing.CLOCK_SKEW_S)
         self._log(
@@ -228,6 +238,8 @@ class Guardian:
             self.clock.sleep(action.seconds)
         elif isinstance(action, g.EndRace):
             self._end_race(action)
+        elif isinstance(action, g.Sync):
+            self._sync(action.budget_s)
         elif isinstance(action, g.Copy):
             self._copy(action.budget_s)
             self.mind = replace(self.mind, copied=True)
@@ -312,6 +324,7 @@ class Guardian:
             ended=ended,
             unresolved=unresolved,
             racer=(str(rental.racer), rental.beat) if racing and rental else None,
+            sync_at=sp.next_sync_at(self.sync_every_s, started_at + late, self.syncs.last_try_at),
         )
 
     def _shown_gone(self) -> bool:
@@ -341,7 +354,131 @@ class Guardian:
         if len(self.faults) > faults:  # O1: a person hears it, and the destroy follows at once
             self.alarms.raise_alarm(a.copy_failed(self, self.faults[-1]))
 
+    # --- results synced while the job runs ---------------------------------------------------
+    def _sync(self, budget_s: float) -> None:
+        """A periodic sync: what changed in the results, delivered; a failure is an alarm (the
+        first of a run of them, O1) and never keeps the copy or the destroy from following."""
+        started = self.clock.wall()
+        self.syncing = True
+        try:
+            report = self._sync_once(budget_s)
+        except Exception as exc:  # ours: said and alarmed, never in the way of the destroy
+            report = SyncReport(f"the sync failed: {type(exc).__name__}: {exc}", "")
+        finally:
+            self.syncing = False
+        if report is not None and report.error and self.copies.ended is not None:
+            return  # cut by a signal: ``cut_copy`` has said it
+        if report is None:  # no job declared results: nothing to sync yet
+            self.syncs = replace(self.syncs, last_try_at=started)
+            return
+        self._synced(report, started)
+
+    def _sync_once(self, budget_s: float) -> SyncReport | None:
+        """One sync of the job's results, or None when no job of this box declared any."""
+        job = self.jobs.get(self.name)
+        if job is None or job.instance_id != self.instance_id:
+            return None
+        instance = self.market.vast.show(job.instance_id)
+        where = self.results.where(self.results_key)
+        if instance is None:
+            return SyncReport("the box is gone: nothing more can be synced from it", where)
+        if instance.actual_status is InstanceStatus.STOPPED:
+            return SyncReport(f"the box is stopped ({STOPPED_WHY})", where)
+        return sync_results(
+            self.shell,
+            instance,
+            self.name,
+            job.results,
+            budget_s,
+            results=self.results,
+            key=self.results_key,
+            rental_id=self.rental_id,
+            stamp=lambda: utc_iso(self.clock.wall()),
+            poll_s=self.clockwork.poll_s,
+            keep_alive=self._heartbeat,
+            copies=self.copies,
+        )
+
+    def _synced(self, report: SyncReport, started: float, *, final: bool = False) -> None:
+        """Say and record how a sync ended; a failed periodic one is an alarm (O1)."""
+        now = self.clock.wall()
+        self.syncs, alarm = sp.after_sync(self.syncs, now, not report.error)
+        detail = report.error or (
+            f"{report.delivered} file(s), {report.size} bytes to {report.destination}; "
+            f"{report.held} held"
+            + (
+                f"; {len(report.deferred)} changed while read, for the next sync"
+                if report.deferred
+                else ""
+            )
+        )
+        self._log(
+            "guard.sync",
+            ok=not report.error,
+            final=final,
+            detail=detail,
+            files=report.delivered,
+            bytes=report.size,
+            held=report.held,
+            deferred=list(report.deferred),
+            left_out=list(report.left_out),
+            none_made=report.none_made,
+            seconds=round(now - started, 3),
+        )
+        try:
+            self.market.rentals.note_sync(self.name, self.rental_id, now, report.error or None)
+        except Exception as exc:  # the store is what failed: said, never in the way (M17)
+            self.say(f"gpuops guard: {self.name}: could not record the sync: {exc}")
+        if report.error:
+            self.say(f"gpuops guard: {self.name}: results sync failed: {report.error}")
+        if alarm and not final:  # a failed final copy is the copy's own alarm
+            since = self.syncs.failing_since or now
+            self.alarms.raise_alarm(a.sync_failed(self, report.error, since))
+
+    def _final_sync(self, budget_s: float) -> None:
+        """The copy before the destroy, for a rental that syncs: one more sync, recorded on
+        the rental as the copy's outcome (delivered, none, or missing and why)."""
+        started = self.clock.wall()
+        report = self._sync_once(budget_s)
+        if report is None:
+            self._log("guard.copy", ok=False, detail="no job declared results: nothing to copy")
+            return
+        if report.error and self.copies.ended is not None:
+            return  # cut by a signal: ``cut_copy`` has said and recorded it (M17)
+        self._synced(report, started, final=True)
+        if report.none_made and not report.held:
+            outcome = (NO_RESULTS, report.detail)
+        elif report.error:
+            kept = self.syncs.last_ok_at
+            earlier = (
+                f"; what the sync of {utc_iso(kept)} delivered is kept ({report.destination})"
+                if kept is not None
+                else ""
+            )
+            outcome = (MISSING, report.error + earlier)
+            self.faults.append(f"results not delivered ({outcome[1]})")
+        else:
+            outcome = (DELIVERED, report.destination)
+            self.leases.renew(self.lease_key, self.me, self.clock.wall(), copied=True)
+        self._log(
+            "guard.copy",
+            ok=outcome[0] == DELIVERED,
+            detail=outcome[1]
+            if outcome[0] != DELIVERED
+            else (f"synced {report.held} file(s) to {report.destination}"),
+            seconds=round(self.clock.wall() - started, 3),
+            results=outcome[0],
+        )
+        self._note_results(*outcome)
+        self.say(
+            f"gpuops guard: {self.name}: "
+            + (report.error or f"results synced to {report.destination}")
+        )
+
     def _copy_results(self, budget_s: float) -> None:
+        if self.sync_every_s:  # the last sync is the copy (M5)
+            self._final_sync(budget_s)
+            return
         job = self.jobs.get(self.name)
         if job is None or job.instance_id != self.instance_id:
             self._log("guard.copy", ok=False, detail="no job declared results: nothing to copy")
@@ -559,7 +696,11 @@ def cut_copy(guardian: Guardian, why: str) -> None:
     rental as missing, before the lease is given up, so a successor's copy is the last word.
     Any later copy of this guardian is ended at once."""
     pids = guardian.copies.end(why)
-    if not guardian.copying and not pids:
+    if not guardian.copying and not guardian.syncing and not pids:
+        return
+    if guardian.syncing and not guardian.copying:  # a periodic sync: what it delivered stays
+        guardian._log("guard.sync", ok=False, final=False, detail=f"the sync was cut: {why}",
+                      ended=pids)  # fmt: skip
         return
     detail = f"the copy was cut: {why}"
     guardian._log("guard.copy", ok=False, detail=detail, results=MISSING, ended=pids)

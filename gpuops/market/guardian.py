@@ -15,7 +15,9 @@ until a human noticed (docs/rules.md, M5, M7). So here:
   code (SUPERSEDED, 7), and everything else is loud and non-zero (M7).
 
 Near the deadline the responsible guardian copies results off, then destroys; the copy may run
-until the deadline at most, and the destroy follows whether or not it finished.
+until the deadline at most, and the destroy follows whether or not it finished. Before that,
+while the job runs, it syncs the results whenever a sync falls due (``Box.sync_at``), each sync
+given only the time left before the copy: a sync never delays the copy or the destroy.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class Box:
     unresolved: bool = False  # all that is left are intents no look-up by label has found
     # a racing rental's (racer, beat): the racer's heartbeat, which stands still once it dies
     racer: tuple[str, int] | None = None
+    sync_at: float | None = None  # when the next results sync falls due; None: syncs are off
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,13 @@ class Copy:
 
 
 @dataclass(frozen=True)
+class Sync:
+    """Sync the results that changed, for at most ``budget_s``: it ends before the copy."""
+
+    budget_s: float
+
+
+@dataclass(frozen=True)
 class Destroy:
     """Destroy the box, confirm it gone by asking for it, release the record."""
 
@@ -155,7 +165,7 @@ class Leave:
     reason: str
 
 
-Action = Take | Renew | Wait | Copy | Destroy | EndRace | Leave
+Action = Take | Renew | Wait | Sync | Copy | Destroy | EndRace | Leave
 
 
 def schedule(started_at: float, deadline_at: float) -> tuple[float, float]:
@@ -286,10 +296,14 @@ def decide(
 
 
 def _duty(mind: Mind, lease: Lease, box: Box, now: float, clock: Clockwork) -> Action:
-    """The responsible guardian's work: wait, copy, then destroy (the ceiling wins)."""
+    """The responsible guardian's work: wait (syncing when a sync falls due), copy, then
+    destroy (the ceiling wins)."""
     if box.ended or now >= box.deadline_at or mind.copied or lease.copied:
         return Destroy()
     copy_at, budget = schedule(box.started_at, box.deadline_at)
     if now < copy_at:
-        return Wait(min(lease.heartbeat_at + clock.heartbeat_s - now, copy_at - now))
+        if box.sync_at is not None and now >= box.sync_at:
+            return Sync(copy_at - now)
+        due = [lease.heartbeat_at + clock.heartbeat_s - now, copy_at - now]
+        return Wait(min(due if box.sync_at is None else [*due, box.sync_at - now]))
     return Copy(min(budget, box.deadline_at - now))

@@ -116,6 +116,10 @@ class RentRequest:
     disk_gb: float = 20.0
     max_creates: int = 0  # 0: 2k + 2
     max_dph: float | None = None  # `--max-dph`: offers dearer per hour are not raced
+    # the guardian syncs the job's results this often while it runs; None (a request's own
+    # default) or 0: only the copy before the destroy (`gpuops rent` asks timing's
+    # RESULTS_SYNC_EVERY_S unless `--sync-every` says otherwise)
+    sync_every_s: float | None = None
 
 
 def gpu_spelling(vast: Vast, requested: str, num_gpus: int | None = None) -> str | None:
@@ -245,7 +249,12 @@ class Market:
             stale = seen if seen and now - seen_since >= timing.RACER_TTL_S else None
             try:  # refuses another operator's name (M3) and a race in progress (M8)
                 rental = self.rentals.begin_race(
-                    req.name, deadline, racer=self.racer, takeover=stale, hours=req.hours
+                    req.name,
+                    deadline,
+                    racer=self.racer,
+                    takeover=stale,
+                    hours=req.hours,
+                    sync_every_s=req.sync_every_s,
                 )
                 break
             except RaceInProgress as busy:
@@ -373,7 +382,7 @@ class Market:
     def _same_request(self, live: Rental, req: RentRequest) -> None:
         """M8: `rent NAME` of our live rental returns its box only when it asks what the box
         was rented with; anything else is refused, never silently ignored."""
-        differs = request_differs(live, req.gpu_name, req.hours)
+        differs = request_differs(live, req.gpu_name, req.hours, req.sync_every_s)
         if differs:
             raise Refused(
                 "M8",

@@ -81,6 +81,11 @@ class Rental:
     # (the Vast key's user, GPUOPS_IDENTITY=key); False, declared. A record from before the
     # field reads as declared.
     attested: bool = False
+    # results synced while the job runs (M5): every this many seconds (0: off; None: a rental
+    # from before syncs were recorded, off), the last sync that worked, the last one's failure
+    sync_every_s: float | None = None
+    synced_at: float | None = None  # epoch s the last sync that worked ended
+    sync_error: str | None = None  # why the last sync failed; None once one works again
 
 
 CODEC = JsonCodec(Rental, "rental record")
@@ -95,15 +100,20 @@ def past_contract(rental: Rental, deadline_at: float) -> bool:
     return end is not None and deadline_at > end - timing.CONTRACT_END_MARGIN_S
 
 
-def request_differs(rental: Rental, gpu_name: str, hours: float) -> list[str]:
+def request_differs(
+    rental: Rental, gpu_name: str, hours: float, sync_every_s: float | None = None
+) -> list[str]:
     """What a rerun of `rent NAME` asks that its live rental was not rented with (M8): each as
     "--flag asked, not had". GPU names compare case and spacing aside; a rental from before
-    its hours were recorded is compared on its GPU alone."""
+    its hours (or its sync interval) were recorded is not compared on them."""
     differs = []
     if rental.gpu_name is not None and fold_gpu_name(gpu_name) != fold_gpu_name(rental.gpu_name):
         differs.append(f"--gpu {gpu_name!r}, not its {rental.gpu_name!r}")
     if rental.hours is not None and hours != rental.hours:
         differs.append(f"--hours {hours:g}, not its {rental.hours:g}")
+    had = rental.sync_every_s
+    if had is not None and sync_every_s is not None and sync_every_s != had:
+        differs.append(f"--sync-every {sync_every_s / 60:g}, not its {had / 60:g}")
     return differs
 
 
@@ -249,6 +259,7 @@ class Rentals:
         racer: str | None = None,
         takeover: tuple[str, int] | None = None,
         hours: float | None = None,
+        sync_every_s: float | None = None,
     ) -> Rental:
         """Start (or restart) a race for ``name``: new, released and failed rentals of anyone,
         racing ones of ours. An active rental of another operator is refused (M3). The
@@ -269,6 +280,7 @@ class Rentals:
                     rental_id=new_rental_id(),
                     hours=hours,
                     attested=self.attested,
+                    sync_every_s=sync_every_s,
                 )
             if current.state in (RACING, LIVE) and current.owner != self.operator:
                 raise NameTaken(name, current.owner)
@@ -290,6 +302,7 @@ class Rentals:
                 rental_id=current.rental_id if current.state == RACING else new_rental_id(),
                 hours=hours,
                 attested=self.attested,
+                sync_every_s=sync_every_s,
             )
 
         return self._change(name, start)
@@ -337,6 +350,25 @@ class Rentals:
                 raise _Elsewhere
             return replace(
                 current, results=results, results_detail=detail, revision=current.revision + 1
+            )
+
+        try:
+            self._change(name, note)
+        except _Elsewhere:
+            return False
+        return True
+
+    def note_sync(self, name: str, rental_id: str | None, at: float, error: str | None) -> bool:
+        """Record how incarnation ``rental_id``'s last results sync ended (M5): when, if it
+        worked (``synced_at``), and its failure or None (``sync_error``), only while the rental
+        is still that incarnation of ours (M16); True when it was written."""
+
+        def note(current: Rental | None) -> Rental:
+            if current is None or (current.owner, current.rental_id) != (self.operator, rental_id):
+                raise _Elsewhere
+            synced_at = current.synced_at if error else at
+            return replace(
+                current, synced_at=synced_at, sync_error=error, revision=current.revision + 1
             )
 
         try:

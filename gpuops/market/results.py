@@ -2,26 +2,33 @@
 
 ``open_results`` turns ``GPUOPS_RESULTS`` (a directory or ``s3://bucket/prefix``) into a
 destination; ``copy_results`` streams the job's results tarball off the box over ssh within a
-budget, keeping the guardian's lease alive while it waits, and delivers it.
+budget, keeping the guardian's lease alive while it waits, and delivers it. A destination also
+takes a sync's files one at a time (``put_file``: each whole or not at all) and its manifest
+(``put_manifest``, ``read_manifest``), for ``market/sync.py``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import tarfile
 import tempfile
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Any, Protocol, TypeVar
 
 from gpuops.errors import GpuopsError, StoreUnavailable, UsageError
 from gpuops.market import watchdog as w
 from gpuops.market.jobs import BoxShell, Copies
+from gpuops.market.sync_plan import MANIFEST, PARTIAL
 from gpuops.model import Instance
-from gpuops.private import extract_private
+from gpuops.private import extract_private, open_private, private_dirs
 
+_T = TypeVar("_T")
 RESULTS_ENV = "GPUOPS_RESULTS"  # where results go: a directory or s3://bucket/prefix
 # S3 error codes that mean the destination itself is wrong, not that it is down (the S3 API
 # reference's error code list)
@@ -30,8 +37,19 @@ _CONFIG_CODES = frozenset(
 )
 
 
+_CHUNK = 1 << 20  # bytes read at a time from a file being delivered
+
+
 class Results(Protocol):
     def deliver(self, name: str, tarball: Path) -> str: ...
+
+    def where(self, name: str) -> str: ...
+
+    def put_file(self, name: str, path: str, source: IO[bytes]) -> tuple[int, str]: ...
+
+    def put_manifest(self, name: str, data: bytes) -> None: ...
+
+    def read_manifest(self, name: str) -> bytes | None: ...
 
 
 @dataclass(frozen=True)
@@ -43,6 +61,62 @@ class LocalResults:
         with tarfile.open(tarball, "r:gz") as tar:
             extract_private(tar, target)  # 0700/0600; no absolute paths, no '..', no devices
         return str(target)
+
+    def where(self, name: str) -> str:
+        return str(self.root / name)
+
+    def put_file(self, name: str, path: str, source: IO[bytes]) -> tuple[int, str]:
+        """Write ``source`` to ``name/path`` whole or not at all: into a temporary name in the
+        delivery's partial folder (0600), fsync'd, then renamed into place. (size, sha256)."""
+        target = self.root / name
+        temp = private_dirs(target / PARTIAL) / uuid.uuid4().hex
+        digest, size = hashlib.sha256(), 0
+        try:
+            with os.fdopen(open_private(temp, os.O_WRONLY | os.O_EXCL), "wb") as out:
+                while chunk := source.read(_CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            final = target / path
+            private_dirs(final.parent)
+            os.replace(temp, final)
+        finally:
+            temp.unlink(missing_ok=True)
+        _fsync_dir(final.parent)
+        return size, digest.hexdigest()
+
+    def put_manifest(self, name: str, data: bytes) -> None:
+        """The manifest, written to a temporary name, fsync'd and renamed (atomic); the partial
+        folder, empty once every file is in place, removed."""
+        target = private_dirs(self.root / name)
+        temp = target / f"{MANIFEST}.{uuid.uuid4().hex}"
+        try:
+            with os.fdopen(open_private(temp, os.O_WRONLY | os.O_EXCL), "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temp, target / MANIFEST)
+        finally:
+            temp.unlink(missing_ok=True)
+        _fsync_dir(target)
+        shutil.rmtree(target / PARTIAL, ignore_errors=True)
+
+    def read_manifest(self, name: str) -> bytes | None:
+        try:
+            return (self.root / name / MANIFEST).read_bytes()
+        except FileNotFoundError:
+            return None
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (the directory's own entry written)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -78,6 +152,67 @@ class S3Results:
         except BotoCoreError as exc:  # no connection, no credentials
             raise StoreUnavailable(f"{where}: {type(exc).__name__}: {exc}") from None
         return where
+
+    def _key(self, name: str, path: str) -> str:
+        base = f"{self.prefix.strip('/')}/{name}".strip("/")
+        return f"{base}/{path}"
+
+    def where(self, name: str) -> str:
+        return f"s3://{self.bucket}/{self._key(name, '')}"
+
+    def put_file(self, name: str, path: str, source: IO[bytes]) -> tuple[int, str]:
+        """One object per file: S3 makes an object whole or not at all (a multipart upload
+        that does not complete leaves none). (size, sha256) of what was read."""
+        hashing = _Hashing(source)
+        self._s3(lambda client: client.upload_fileobj(hashing, self.bucket, self._key(name, path)))
+        return hashing.size, hashing.digest.hexdigest()
+
+    def put_manifest(self, name: str, data: bytes) -> None:
+        key = self._key(name, MANIFEST)
+        self._s3(lambda client: client.put_object(Bucket=self.bucket, Key=key, Body=data))
+
+    def read_manifest(self, name: str) -> bytes | None:
+        key = self._key(name, MANIFEST)
+
+        def get(client: Any) -> bytes | None:
+            try:
+                answer = client.get_object(Bucket=self.bucket, Key=key)
+            except client.exceptions.NoSuchKey:
+                return None
+            return bytes(answer["Body"].read())
+
+        return self._s3(get)
+
+    def _s3(self, call: Callable[[Any], _T]) -> _T:
+        """One S3 call, its errors translated once, here, as ``deliver``'s are."""
+        import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        where = f"s3://{self.bucket}/{self.prefix.strip('/')}"
+        try:
+            return call(boto3.client("s3", endpoint_url=self.endpoint))
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in _CONFIG_CODES:
+                raise UsageError(
+                    f"{RESULTS_ENV}: {where} refused the results ({code}); check the bucket"
+                ) from None
+            raise StoreUnavailable(f"{where}: {code or 'error'}: {exc}") from None
+        except BotoCoreError as exc:
+            raise StoreUnavailable(f"{where}: {type(exc).__name__}: {exc}") from None
+
+
+class _Hashing:
+    """A reader that hashes and counts what is read through it."""
+
+    def __init__(self, source: IO[bytes]) -> None:
+        self.source, self.digest, self.size = source, hashlib.sha256(), 0
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self.source.read(n)
+        self.digest.update(chunk)
+        self.size += len(chunk)
+        return chunk
 
 
 def open_results(url: str, s3_endpoint: str | None = None) -> Results:

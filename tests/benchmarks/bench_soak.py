@@ -39,7 +39,7 @@ REACHED = ("kept", "killed", "interrupted", "guardians_killed", "guardians_termi
            "unguarded", "skewed_owners", "others_corrupt", "own_corrupt", "full_disks",
            "names_reused", "lost_creates", "never_found", "takeovers",
            "sweep_finished", "results_delivered", "killed_in_copy",
-           "destinations_lost")  # fmt: skip
+           "destinations_lost", "synced_rentals", "syncs_made")  # fmt: skip
 KILL_POINTS = ("none", "None->intent", "intent->live", "intent->gone-confirmed",
                "live->destroying", "destroying->gone-confirmed",
                "gone-confirmed->released")  # fmt: skip
