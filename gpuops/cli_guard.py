@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuops.errors import ExitCode, UsageError
+from gpuops.output import out
 from gpuops.settings import Settings
 
 
@@ -45,7 +46,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         from gpuops.market.drill import drill
 
         result = drill(settings, operator, args.name, args.gpu, args.hours, say=_stderr)
-        _out(as_json, result, [result["summary"]])
+        out(as_json, result, [result["summary"]])
         return ExitCode.OK if result["passed"] else ExitCode.ERROR
     from gpuops.errors import NotOwned
     from gpuops.market.session import box_shell, open_market
@@ -90,7 +91,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         # M5/M7: one live guardian is enough; a crash-looping caller never multiplies them
         moved = "; deadline moved" if deadline is not None else ""
         holder = lease.holder if lease else None
-        _out(
+        out(
             as_json,
             {"name": args.name, "pid": None, "guardian": holder, "deadline_at": deadline},
             [f"{args.name}: {why}{moved}"],
@@ -98,7 +99,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         return ExitCode.OK
 
     spawned = spawn(args.name, settings, operator, key)
-    _out(
+    out(
         as_json,
         {"name": args.name, "pid": spawned.pid, "log": str(spawned.log), "deadline_at": deadline},
         [f"{args.name}: guardian pid {spawned.pid} is running detached; log {spawned.log}"],
@@ -250,7 +251,7 @@ def _run(market: Any, rental: Any, shell: Any, args: argparse.Namespace, as_json
         "market.job.started", name=job.name, instance_id=job.instance_id, results=job.results
     )
     where = f"~/{w.JOBS_DIR}/{job.name}"
-    _out(
+    out(
         as_json,
         {**job.__dict__, "session": w.session_name(job.name), "log": f"{where}/log"},
         [
@@ -351,7 +352,7 @@ def _watch(
                 flush=True,
             )
     if as_json:
-        _out(True, {"name": rental.name, "state": status.state.value, "detail": status.detail,
+        out(True, {"name": rental.name, "state": status.state.value, "detail": status.detail,
                     "exit_code": status.exit_code, **synced()}, [])  # fmt: skip
     return w.watch_exit_code(status)
 
@@ -369,12 +370,6 @@ def shown(status: Any) -> str:
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def _out(as_json: bool, payload: Any, lines: list[str]) -> None:
-    from gpuops.cli_market import _out as out
-
-    out(as_json, payload, lines)
 
 
 def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpuops.errors import ExitCode
+from gpuops.output import out, print_json
 from gpuops.settings import Settings
 
 
@@ -133,7 +133,7 @@ def _market_command(
     text = [f"{field}: {len(items)}" for field, items in payload.items()]
     text += [f"  {o.name}: {o.detail}" for o in [*report.retried, *report.expired]]
     text += [f"UNOWNED (not touched): {line}" for line in report.unowned]
-    _out(as_json, payload, text)
+    out(as_json, payload, text)
     if report.unowned:
         print(
             f"gpuops: {len(report.unowned)} instance(s) on the account no ledger owns; "
@@ -205,7 +205,7 @@ def destroy_command(
     )
     outcomes = destroy_rental(market, name)
     lines = [f"{o.name}: {o.detail}" for o in outcomes] or [f"{name}: nothing to end"]
-    _out(as_json, {"name": name, "outcomes": [_outcome(o) for o in outcomes]}, lines)
+    out(as_json, {"name": name, "outcomes": [_outcome(o) for o in outcomes]}, lines)
     code = exit_code(outcomes)  # M13: from the outcomes' types, never from their text
     return _name_corrupt(market, code)
 
@@ -287,7 +287,7 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
         }
         if args.all:
             payload["removed"] = removed
-        _print_json(payload)
+        print_json(payload)
         return ExitCode.OK
     if rows or (args.all and removed):
         print(_OFFERS_HEADER)
@@ -381,7 +381,7 @@ def _rent(
     else:
         row["guardian"] = guarded or _guarded(market, rental, settings)
         lines.append(f"{rental.name}: {row['guardian']['detail']}")
-    _out(as_json, row, lines)
+    out(as_json, row, lines)
     return ExitCode.OK
 
 
@@ -468,7 +468,7 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
     ]
     spend = _spend_summary(market, records, live_rentals)
     if as_json:
-        _print_json(
+        print_json(
             {"rentals": rows, "pending_destroys": pending, "candidates": candidates, **spend}
         )
     else:
@@ -735,15 +735,3 @@ def _offer_line(row: dict[str, Any]) -> str:
         f"{_usd(row['dph_total'], 4):>8} {reliability:>7} {passed:>10} {disk:>9} {cuda:>5}  "
         f"{_text(row['geolocation'])}"
     )
-
-
-def _out(as_json: bool, payload: Any, lines: list[str]) -> None:
-    if as_json:
-        _print_json(payload)
-    else:
-        print("\n".join(lines))
-
-
-def _print_json(value: Any) -> None:
-    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
-    sys.stdout.write("\n")

@@ -66,6 +66,7 @@ from typing import Any
 from s3_proxy import LossyProxy
 
 from fakes.scenario import parse_scenario
+from fakes.simulate import VERDICT_OF
 from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
 from gpuops.errors import GpuopsError, Interrupted, Refused, StillRunning, StoreUnavailable
@@ -91,13 +92,7 @@ from gpuops.store.s3 import S3Store
 
 BASE = "https://console.vast.ai"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuopsSoakTestKey000000000000000000000000 soak"
-FATES = {
-    "healthy": Verdict.PASS,
-    "ssh-auth": Verdict.SSH_AUTH,
-    "slow-disk": Verdict.SLOW_DISK,
-    "no-gpu": Verdict.NO_GPU,
-    "taken": Verdict.PASS,
-}
+FATES = {**VERDICT_OF, "taken": Verdict.PASS}  # a taken offer's box is never probed
 HOURS = 0.1
 DAY_S = 86400.0 + timing.OWNER_GRACE_S
 CRON_S = 300.0  # a rental with no guardian is swept by cron this often (a list can lag)
