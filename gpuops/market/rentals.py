@@ -342,34 +342,31 @@ class Rentals:
 
     def note_results(self, name: str, rental_id: str | None, results: str, detail: str) -> bool:
         """Record how incarnation ``rental_id``'s results copy ended (M17: results missing are
-        shown, never silence), only while the rental is still that incarnation of ours (M16: a
-        later rental of the name is never marked); True when it was written."""
-
-        def note(current: Rental | None) -> Rental:
-            if current is None or (current.owner, current.rental_id) != (self.operator, rental_id):
-                raise _Elsewhere
-            return replace(
-                current, results=results, results_detail=detail, revision=current.revision + 1
-            )
-
-        try:
-            self._change(name, note)
-        except _Elsewhere:
-            return False
-        return True
+        shown, never silence); True when it was written."""
+        return self._note(
+            name,
+            rental_id,
+            lambda current: replace(current, results=results, results_detail=detail),
+        )
 
     def note_sync(self, name: str, rental_id: str | None, at: float, error: str | None) -> bool:
         """Record how incarnation ``rental_id``'s last results sync ended (M5): when, if it
-        worked (``synced_at``), and its failure or None (``sync_error``), only while the rental
-        is still that incarnation of ours (M16); True when it was written."""
+        worked (``synced_at``), and its failure or None (``sync_error``); True when written."""
+
+        def synced(current: Rental) -> Rental:
+            synced_at = current.synced_at if error else at
+            return replace(current, synced_at=synced_at, sync_error=error)
+
+        return self._note(name, rental_id, synced)
+
+    def _note(self, name: str, rental_id: str | None, change: Callable[[Rental], Rental]) -> bool:
+        """``change`` written, only while the rental is still incarnation ``rental_id`` of
+        ours (M16: a later rental of the name is never marked); True when it was written."""
 
         def note(current: Rental | None) -> Rental:
             if current is None or (current.owner, current.rental_id) != (self.operator, rental_id):
                 raise _Elsewhere
-            synced_at = current.synced_at if error else at
-            return replace(
-                current, synced_at=synced_at, sync_error=error, revision=current.revision + 1
-            )
+            return replace(change(current), revision=current.revision + 1)
 
         try:
             self._change(name, note)

@@ -126,13 +126,10 @@ class S3Results:
     endpoint: str | None = None  # GPUOPS_S3_ENDPOINT (settings.py); else boto3's own
 
     def deliver(self, name: str, tarball: Path) -> str:
-        import boto3
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        client = boto3.client("s3", endpoint_url=self.endpoint)
         base = f"{self.prefix.strip('/')}/{name}".strip("/")
         where = f"s3://{self.bucket}/{base}/"
-        try:
+
+        def put_all(client: Any) -> None:
             with tarfile.open(tarball, "r:gz") as tar:
                 for member in tar:
                     if not member.isfile():
@@ -142,15 +139,8 @@ class S3Results:
                         continue
                     key = f"{base}/{member.name.removeprefix('./')}"
                     client.put_object(Bucket=self.bucket, Key=key, Body=handle.read())
-        except ClientError as exc:  # translated once, here (the bucket, its permissions)
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in _CONFIG_CODES:
-                raise UsageError(
-                    f"{RESULTS_ENV}: {where} refused the results ({code}); check the bucket"
-                ) from None
-            raise StoreUnavailable(f"{where}: {code or 'error'}: {exc}") from None
-        except BotoCoreError as exc:  # no connection, no credentials
-            raise StoreUnavailable(f"{where}: {type(exc).__name__}: {exc}") from None
+
+        self._s3(put_all, where)
         return where
 
     def _key(self, name: str, path: str) -> str:
@@ -183,12 +173,13 @@ class S3Results:
 
         return self._s3(get)
 
-    def _s3(self, call: Callable[[Any], _T]) -> _T:
-        """One S3 call, its errors translated once, here, as ``deliver``'s are."""
+    def _s3(self, call: Callable[[Any], _T], where: str | None = None) -> _T:
+        """One S3 call, its errors translated once, here (the bucket, its permissions, no
+        connection, no credentials), named by ``where`` (default: the bucket and prefix)."""
         import boto3
         from botocore.exceptions import BotoCoreError, ClientError
 
-        where = f"s3://{self.bucket}/{self.prefix.strip('/')}"
+        where = where or f"s3://{self.bucket}/{self.prefix.strip('/')}"
         try:
             return call(boto3.client("s3", endpoint_url=self.endpoint))
         except ClientError as exc:
