@@ -10,6 +10,7 @@ takes a sync's files one at a time (``put_file``: each whole or not at all) and 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import tarfile
@@ -88,20 +89,10 @@ class LocalResults:
         return size, digest.hexdigest()
 
     def put_manifest(self, name: str, data: bytes) -> None:
-        """The manifest, written to a temporary name, fsync'd and renamed (atomic); the partial
-        folder, empty once every file is in place, removed."""
-        target = private_dirs(self.root / name)
-        temp = target / f"{MANIFEST}.{uuid.uuid4().hex}"
-        try:
-            with os.fdopen(open_private(temp, os.O_WRONLY | os.O_EXCL), "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp, target / MANIFEST)
-        finally:
-            temp.unlink(missing_ok=True)
-        _fsync_dir(target)
-        shutil.rmtree(target / PARTIAL, ignore_errors=True)
+        """The manifest, written as a file is (a temporary name, fsync'd, renamed: atomic); the
+        partial folder, empty once every file is in place, removed."""
+        self.put_file(name, MANIFEST, io.BytesIO(data))
+        shutil.rmtree(self.root / name / PARTIAL, ignore_errors=True)
 
     def read_manifest(self, name: str) -> bytes | None:
         try:
@@ -126,8 +117,7 @@ class S3Results:
     endpoint: str | None = None  # GPUOPS_S3_ENDPOINT (settings.py); else boto3's own
 
     def deliver(self, name: str, tarball: Path) -> str:
-        base = f"{self.prefix.strip('/')}/{name}".strip("/")
-        where = f"s3://{self.bucket}/{base}/"
+        where = self.where(name)
 
         def put_all(client: Any) -> None:
             with tarfile.open(tarball, "r:gz") as tar:
@@ -137,7 +127,7 @@ class S3Results:
                     handle = tar.extractfile(member)
                     if handle is None:
                         continue
-                    key = f"{base}/{member.name.removeprefix('./')}"
+                    key = self._key(name, member.name.removeprefix("./"))
                     client.put_object(Bucket=self.bucket, Key=key, Body=handle.read())
 
         self._s3(put_all, where)
