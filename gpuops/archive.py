@@ -24,7 +24,7 @@ failed before creating any box has nothing that can bill and goes at the next co
 
 Nobody has to remember to compact: `boxes` reads every live record anyway, and when ``due``
 says some of what it read would move, it starts `gpuops compact` detached after printing its
-list (cli_market.py), so history costs one slow listing, never every listing. ``box_due`` and ``rental_due`` are the two
+list (cli/market.py), so history costs one slow listing, never every listing. ``box_due`` and ``rental_due`` are the two
 judgments, shared by ``compact`` and ``due``.
 """
 

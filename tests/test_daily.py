@@ -32,7 +32,7 @@ from fakes.ssh import sandbox
 from fakes.ssh.boxes import TableState, write_identity
 from fakes.vast import FakeClock, FakeVast
 from gpuops import cli, timing
-from gpuops.cli_daily import box_logs, cost_report, scrubbed
+from gpuops.cli.daily import box_logs, cost_report, scrubbed
 from gpuops.market import jobs
 from gpuops.market import logs as box
 from gpuops.market.budgets import Budgets

@@ -24,7 +24,7 @@ DECIDERS = (
     "gpuops/market/guard.py",
     "gpuops/market/watchdog.py",
     "gpuops/lane/decide.py",
-    "gpuops/demo_story.py",
+    "gpuops/demo/story.py",
 )
 
 
@@ -88,7 +88,7 @@ def test_the_scan_sees_a_bare_exit_code():
 
 def _cli_modules() -> list[str]:
     package = ROOT / "gpuops"
-    names = [*package.glob("cli*.py"), *package.glob("demo*.py"), package / "check.py"]
+    names = [*package.glob("cli/*.py"), *package.glob("demo/*.py"), package / "check.py"]
     return sorted(path.relative_to(ROOT).as_posix() for path in names)
 
 

@@ -354,7 +354,7 @@ def test_the_contract_holds_the_nine_operations_and_their_fields_h6():
 
 
 def test_the_limits_gpuops_refuses_at_the_edge_are_the_contracts_own_h6():
-    """H6: `rent`'s edge checks (gpuops/cli.py) use create_instance.yaml's disk minimum and
+    """H6: `rent`'s edge checks (gpuops/cli/__init__.py) use create_instance.yaml's disk minimum and
     image length (exactly at them passes), and the adapter's label limit is its label limit."""
     import argparse
 

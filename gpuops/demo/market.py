@@ -27,7 +27,7 @@ from gpuops.clock import ScaledClock
 from gpuops.settings import Settings, exported
 
 if TYPE_CHECKING:
-    from gpuops.demo_story import Story
+    from gpuops.demo.story import Story
 
 NAME = "training-run"
 SECOND = "second-try"
@@ -203,7 +203,7 @@ def market_act(
 
 
 def _story(story: Story, fakes: _Fakes, operator: str) -> None:
-    from gpuops.cli_market import _guarded, interrupts_raised
+    from gpuops.cli.market import _guarded, interrupts_raised
     from gpuops.market.rent import RentRequest
     from gpuops.market.session import open_market
     from gpuops.market.sweep import sweep

@@ -317,7 +317,7 @@ def _watch(
 
     def synced() -> dict[str, Any]:
         """The last results sync as the guardian recorded it on the rental (read afresh)."""
-        from gpuops.cli_market import _sync_of
+        from gpuops.cli.market import _sync_of
 
         now = market.clock.wall()
         return _sync_of(market.rentals.get(rental.name) or rental, now)

@@ -1,6 +1,6 @@
 """The learning commands' arguments (stats, policy eval, record, incident): parsing only.
 
-Kept apart from cli_learn.py so that `gpuops --help` and `gpuops rules` compile only this.
+Kept apart from cli/learn.py so that `gpuops --help` and `gpuops rules` compile only this.
 """
 
 from __future__ import annotations

@@ -105,19 +105,19 @@ def _group(
             commands.add_parser(command, help=text)
         return
     if name == "guard":
-        from gpuops.cli_guard import add_parsers
+        from gpuops.cli.guard import add_parsers
 
         add_parsers(commands, common)
     elif name == "daily":
-        from gpuops.cli_daily import add_parsers as add_daily_parsers
+        from gpuops.cli.daily import add_parsers as add_daily_parsers
 
         add_daily_parsers(commands, common)
     elif name == "lane":
-        from gpuops.cli_lane import add_lane_parser
+        from gpuops.cli.lane import add_lane_parser
 
         add_lane_parser(commands, common)
     else:
-        from gpuops.cli_learn_args import add_commands as add_learn_commands
+        from gpuops.cli.learn_args import add_commands as add_learn_commands
 
         add_learn_commands(commands, common)
 
@@ -447,7 +447,7 @@ def _scrubbed(text: str) -> str:
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     as_json = getattr(args, "json", False)
     if args.command == "rules":
-        from gpuops.cli_rules import print_rules
+        from gpuops.cli.rules import print_rules
 
         return print_rules(as_json, settings.state_url, settings.s3_endpoint)
     operator = settings.acting_operator()
@@ -471,21 +471,21 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         argv += [f"--state-dir={args.state_dir}"] if args.state_dir else []
         return serve(argv)
     if args.command in ("guard", "run", "watch"):
-        from gpuops.cli_guard import run_guard
+        from gpuops.cli.guard import run_guard
 
         return run_guard(args, settings, operator, as_json)
     if args.command == "lane":
-        from gpuops.cli_lane import run_lane
+        from gpuops.cli.lane import run_lane
 
         return run_lane(args, settings, operator, as_json)
     if args.command == "compact":
         return _compact(settings, as_json)
     if args.command == "budget":
-        from gpuops.cli_budget import run_budget
+        from gpuops.cli.budget import run_budget
 
         return run_budget(args, settings, operator, as_json)
     if args.command in ("cost", "logs", "ssh"):
-        from gpuops.cli_daily import run_daily
+        from gpuops.cli.daily import run_daily
 
         return run_daily(args, settings, operator, as_json)
     if args.command == "check":
@@ -493,10 +493,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
         return run_check(settings, as_json)
     if args.command in ("stats", "policy", "incident", "record"):
-        from gpuops.cli_learn import run_learn
+        from gpuops.cli.learn import run_learn
 
         return run_learn(args, settings, as_json, operator)
-    from gpuops.cli_market import run_market
+    from gpuops.cli.market import run_market
 
     return run_market(args, settings, operator, as_json, attested=attested)
 
