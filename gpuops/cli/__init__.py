@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TypeAlias
 
 from gpuops.errors import ExitCode, GpuopsError, Interrupted, UsageError
 from gpuops.output import print_json
@@ -96,7 +97,7 @@ def command_of(argv: Sequence[str]) -> str | None:
 def _group(
     name: str,
     commands: argparse._SubParsersAction[_Parser],
-    common: argparse.ArgumentParser,
+    common: _Parser,
     only: str | None,
 ) -> None:
     """Add a group's commands: in full when ``only`` is None or one of them, else as stubs."""
@@ -163,6 +164,11 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", self.formatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
+# What the command modules' add_parsers take: the subcommands of the one parser class.
+Commands: TypeAlias = "argparse._SubParsersAction[_Parser]"
+Parser: TypeAlias = "_Parser"  # the shared options' parser, a parent of each command's
 
 
 def build_parser(only: str | None = None, columns: int | None = None) -> argparse.ArgumentParser:

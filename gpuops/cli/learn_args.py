@@ -5,11 +5,13 @@ Kept apart from cli/learn.py so that `gpuops --help` and `gpuops rules` compile 
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuops.cli import Commands, Parser
 
 
-def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_commands(commands: Commands, common: Parser) -> None:
     stats = commands.add_parser(
         "stats",
         parents=[common],

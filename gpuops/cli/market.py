@@ -12,11 +12,26 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from gpuops.errors import ExitCode
 from gpuops.output import out, print_json
 from gpuops.settings import Settings
+
+if TYPE_CHECKING:  # types only: `boxes` imports no market at run time
+    from types import FrameType
+
+    from gpuops.clock import Clock
+    from gpuops.ledger import Ledger, Record
+    from gpuops.market.rent import Market
+    from gpuops.market.rentals import Rental, Rentals
+
+    # what `boxes` reads: the whole market, or the store-only view of it
+    from gpuops.market.select import OfferLike
+    from gpuops.market.teardown import Outcome
+    from gpuops.model import Offer
+
+    Listing: TypeAlias = Market | "_StateView"
 
 
 def run_market(
@@ -68,7 +83,7 @@ class _StateView:
 
     __slots__ = ("clock", "ledger", "rentals")
 
-    def __init__(self, rentals: Any, ledger: Any, clock: Any) -> None:
+    def __init__(self, rentals: Rentals, ledger: Ledger, clock: Clock) -> None:
         self.rentals, self.ledger, self.clock = rentals, ledger, clock
 
 
@@ -79,14 +94,14 @@ def _state_view(settings: Settings, operator: str) -> _StateView:
     from gpuops.store import open_store
 
     class _Unlogged:  # `boxes` only reads: nothing it does is an event
-        def append(self, kind: str, /, **payload: Any) -> None:
+        def append(self, kind: str, /, **payload: object) -> None:
             raise AssertionError(f"boxes wrote the event {kind}")
 
     store = open_store(settings.state_url, settings.s3_endpoint)
     return _StateView(Rentals(store, operator), Ledger(store, _Unlogged(), operator), SYSTEM)
 
 
-def _name_corrupt(market: Any, code: int) -> int:
+def _name_corrupt(market: Listing, code: int) -> int:
     """A corrupt record (rental, box record, lease) blocks only itself: the others were
     served; it is named, with a way to repair it, and a command that otherwise succeeded
     exits 1 so nobody misses it."""
@@ -114,7 +129,7 @@ _KINDS = {"market/rentals": "rental", "ledger/boxes": "box record", "market/leas
 
 
 def _market_command(
-    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
+    market: Market, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
     if args.command == "offers":
         return _offers(market, args, vram_mb, as_json)
@@ -214,11 +229,11 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _outcome(outcome: Any) -> dict[str, Any]:
+def _outcome(outcome: Outcome) -> dict[str, Any]:
     return {"name": outcome.name, "ending": outcome.ending.value, "detail": outcome.detail}
 
 
-def _say_skipped(market: Any) -> int:
+def _say_skipped(market: Market) -> int:
     """How many event lines the pass rates left out (0 without a ranker), said on stderr."""
     from gpuops.analysis.learned import skipped_line
 
@@ -229,7 +244,7 @@ def _say_skipped(market: Any) -> int:
     return skipped
 
 
-def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
+def _offers(market: Market, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
     import random
 
     from gpuops import timing
@@ -259,9 +274,11 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
         pass_rate=rates,
     )
 
-    def row(offer: Any) -> dict[str, Any]:
+    offered = {offer.id: offer for offer in offers}  # select ranks what it is given
+
+    def row(offer: OfferLike) -> dict[str, Any]:
         return {
-            **_offer_row(offer),
+            **_offer_row(offered[offer.id]),
             "pass_rate": rates.get(offer.machine_id),
             "pass_trials": trials.get(offer.machine_id),
         }
@@ -339,13 +356,13 @@ def _sync_said(every_s: float | None) -> str:
 
 
 def _rent(
-    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
+    market: Market, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
     from gpuops.market.rent import RentRequest
 
     guarded: dict[str, Any] = {}
 
-    def on_race(racing: Any) -> None:
+    def on_race(racing: Rental) -> None:
         """M13: the rental's guardian runs before the first create, so every box the race
         makes has an owner that ends it by the deadline, wherever this process dies."""
         if not args.no_guard:
@@ -393,7 +410,7 @@ def interrupts_raised() -> Iterator[None]:
 
     from gpuops.errors import Interrupted
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         raise Interrupted(signum)
 
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -405,7 +422,7 @@ def interrupts_raised() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _guarded(market: Any, rental: Any, settings: Settings) -> dict[str, Any]:
+def _guarded(market: Market, rental: Rental, settings: Settings) -> dict[str, Any]:
     """M5: a rented box gets a detached guardian, unless a live one already guards it: the
     lease and pid file of ``rental``'s own incarnation (M16), as the race returned it."""
     from gpuops.market.leases import Leases
@@ -425,7 +442,7 @@ def _guarded(market: Any, rental: Any, settings: Settings) -> dict[str, Any]:
     }
 
 
-def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
+def _boxes(market: Listing, args: argparse.Namespace, as_json: bool) -> bool:
     """Print the boxes; True when some of what was read is history `compact` would move (and
     no record was unreadable: while one is, a person decides and nothing moves on its own)."""
     now = market.clock.wall()
@@ -439,17 +456,17 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
     for rental in [*live_rentals, *archived_rentals(market.ledger.store, args.all)]:
         if not args.all and rental.owner != market.ledger.operator:
             continue
-        spend = None
+        spent = None
         if rental.dph_total is not None and rental.started_at is not None:
             until = rental.ended_at if rental.ended_at is not None else now
-            spend = round(rental.dph_total * max(0.0, until - rental.started_at) / 3600.0, 4)
+            spent = round(rental.dph_total * max(0.0, until - rental.started_at) / 3600.0, 4)
         # vars, not dataclasses.asdict: a rental is scalars, so its fields are its __dict__
         end = rental.contract_end_at  # Vast stops a box at its contract's end (expired)
         expired = rental.state == "live" and end is not None and end <= now
         rows.append(
             {
                 **vars(rental),
-                "spend_usd": spend,
+                "spend_usd": spent,
                 "expired": expired,
                 **_sync_of(rental, now),
                 **_guard_of(market, rental),
@@ -485,7 +502,9 @@ def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
     return due(records, live_rentals, now)
 
 
-def _spend_summary(market: Any, records: Any, rentals: Any) -> dict[str, float]:
+def _spend_summary(
+    market: Listing, records: list[Record], rentals: list[Rental]
+) -> dict[str, float]:
     """The team's burn rate, spend today and this month, and the next 24 h (M15), from the
     store alone: the spend records `rent` and `budget` wrote from the provider's rows, and what
     the rentals and the lane's boards say since (read, never written, here)."""
@@ -554,7 +573,9 @@ def _archive_in_background(settings: Settings, operator: str) -> None:
     )
 
 
-def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: list[Any]) -> None:
+def _print_boxes(
+    rows: list[dict[str, Any]], pending: list[dict[str, Any]], candidates: list[dict[str, Any]]
+) -> None:
     if rows:
         print(_BOXES_HEADER)
     for row in rows:
@@ -590,7 +611,7 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
         print("no boxes")
 
 
-def _sync_of(rental: Any, now: float) -> dict[str, Any]:
+def _sync_of(rental: Rental, now: float) -> dict[str, Any]:
     """The last results sync as `boxes` shows it: ``sync`` in words ("off", "never", "4 min
     ago") and ``last_sync_age_s`` (None when off or never)."""
     from gpuops.market.sync_plan import sync_age
@@ -620,7 +641,7 @@ def _results_of(row: dict[str, Any]) -> str:
     return f"  results {said} ({row['results_detail']})"
 
 
-def _record_row(record: Any) -> dict[str, Any]:
+def _record_row(record: Record) -> dict[str, Any]:
     """A box record as `boxes --json` shows it: its times in epoch seconds, as every rental's
     (the record keeps ISO 8601 strings; one listing speaks one format)."""
     row = dataclasses.asdict(record)
@@ -642,7 +663,7 @@ _BOXES_HEADER = (
 )
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """A value for a person: '-' where it is unknown, never 'None'."""
     return "-" if value is None else str(value)
 
@@ -667,7 +688,7 @@ def _when(epoch_s: float | None) -> str:
 _RELEASED_GUARD: dict[str, Any] = {"guardian": None, "guard": "none needed (released)"}
 
 
-def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
+def _guard_of(market: Listing, rental: Rental) -> dict[str, Any]:
     """Who guards a rental (M5): the lease holder, and whether its heartbeat is fresh. A
     released rental needs no guard (every box of it was confirmed gone): its lease, if one
     was left, is not read, so history costs no lease read per rental."""
@@ -700,7 +721,7 @@ def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
     return {"guardian": lease.holder, "guard": f"{state}: {lease.holder}"}
 
 
-def _offer_row(offer: Any) -> dict[str, Any]:
+def _offer_row(offer: Offer) -> dict[str, Any]:
     return {
         "id": offer.id,
         "machine_id": offer.machine_id,

@@ -221,6 +221,13 @@ def live(rental: Rental | None, name: str) -> Rental:
     return rental
 
 
+def box_id(rental: Rental) -> str:
+    """A live rental's instance id (what ``live`` checked), or the same usage error."""
+    if rental.instance_id is None:
+        raise UsageError(f"{rental.name!r} is {rental.state}, not live")
+    return rental.instance_id
+
+
 def start(
     rental: Rental, instance: Instance, shell: BoxShell, argv: Sequence[str], results: str
 ) -> Job:
