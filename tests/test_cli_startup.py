@@ -101,6 +101,7 @@ BOXES_GPUOPS = {
     "gpuops",
     "gpuops.archive",
     "gpuops.cli",
+    "gpuops.cli.parser",  # the parser classes (argparse only)
     "gpuops.cli.market",
     "gpuops.clock",  # SYSTEM, the clock `boxes` reads (imports only math, time, typing)
     "gpuops.errors",
@@ -110,6 +111,7 @@ BOXES_GPUOPS = {
     "gpuops.market.budget",  # M15: the burn line's arithmetic (pure: datetime, math)
     "gpuops.market.budgets",  # M15: its spend records, read from the store
     "gpuops.market.gpu_names",  # M8: the one GPU-name fold (imports nothing)
+    "gpuops.market.listing",  # what `boxes` shows, built from the store
     "gpuops.market.rentals",
     "gpuops.settings",
     "gpuops.store",
@@ -191,6 +193,7 @@ def test_a_config_file_adds_only_its_parser_to_what_boxes_loads(tmp_path):
 LANE_BOARD_GPUOPS = {
     "gpuops",
     "gpuops.cli",
+    "gpuops.cli.parser",  # the parser classes (argparse only)
     "gpuops.cli.lane",
     "gpuops.clock",
     "gpuops.errors",

@@ -93,7 +93,7 @@ def _cli_modules() -> list[str]:
 
 
 # functions of the CLI's modules that return a number that is not an exit code
-NOT_EXIT_CODES = {"_columns"}  # cli.py: the terminal's width for help
+NOT_EXIT_CODES = {"columns"}  # cli/parser.py: the terminal's width for help
 
 
 @pytest.mark.parametrize("path", _cli_modules())

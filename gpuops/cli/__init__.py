@@ -13,8 +13,8 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TypeAlias
 
+from gpuops.cli.parser import Parser, RawWidth, Width
 from gpuops.errors import ExitCode, GpuopsError, Interrupted, UsageError
 from gpuops.output import print_json
 
@@ -30,9 +30,9 @@ EXIT_CODES = """exit codes:
   7 a guardian verified that another guardian is responsible (M7)"""
 
 
-def _common() -> _Parser:
+def _common() -> Parser:
     """Global options, accepted before or after the command name."""
-    common = _Parser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
     )
@@ -96,8 +96,8 @@ def command_of(argv: Sequence[str]) -> str | None:
 
 def _group(
     name: str,
-    commands: argparse._SubParsersAction[_Parser],
-    common: _Parser,
+    commands: argparse._SubParsersAction[Parser],
+    common: Parser,
     only: str | None,
 ) -> None:
     """Add a group's commands: in full when ``only`` is None or one of them, else as stubs."""
@@ -123,62 +123,14 @@ def _group(
         add_learn_commands(commands, common)
 
 
-def _columns(given: int | None) -> int:
-    """shutil.get_terminal_size's width (COLUMNS if positive, else the terminal's, else 80),
-    without importing shutil (and the compression modules it loads) just to print help.
-    ``given``: COLUMNS as settings.py read it."""
-    if given:
-        return given
-    try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
-    except (AttributeError, ValueError, OSError):
-        return 80
-
-
-class _Width(argparse.HelpFormatter):
-    """Help at the terminal's width, found without shutil (argparse asks for a formatter on
-    every add_argument, so the default one would import shutil for every command)."""
-
-    columns: int | None = None  # COLUMNS, set per parser built (build_parser)
-
-    def __init__(
-        self,
-        prog: str,
-        indent_increment: int = 2,
-        max_help_position: int = 24,
-        width: int | None = None,
-    ) -> None:
-        width = _columns(self.columns) - 2 if width is None else width
-        super().__init__(prog, indent_increment, max_help_position, width)
-
-
-class _RawWidth(_Width, argparse.RawDescriptionHelpFormatter):
-    """The top-level help: its epilog (the exit codes) printed as written."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose help formatter is _Width; subparsers are built of this class."""
-
-    formatter: type[_Width] = _Width
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("formatter_class", self.formatter)
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-
-# What the command modules' add_parsers take: the subcommands of the one parser class.
-Commands: TypeAlias = "argparse._SubParsersAction[_Parser]"
-Parser: TypeAlias = "_Parser"  # the shared options' parser, a parent of each command's
-
-
 def build_parser(only: str | None = None, columns: int | None = None) -> argparse.ArgumentParser:
     """The whole parser; with ``only`` (a command name), other groups' commands are stubs.
     ``columns``: the help width the environment asks for (settings.columns_of)."""
     known = {command for group in GROUPS.values() for command, _ in group}
     only = only if only in known else "" if only is not None else None
-    width: type[_Width] = type("_Width", (_Width,), {"columns": columns})
-    raw: type[_Width] = type("_RawWidth", (_RawWidth,), {"columns": columns})
-    parser_class: type[_Parser] = type("_Parser", (_Parser,), {"formatter": width})
+    width: type[Width] = type("Width", (Width,), {"columns": columns})
+    raw: type[Width] = type("RawWidth", (RawWidth,), {"columns": columns})
+    parser_class: type[Parser] = type("Parser", (Parser,), {"formatter": width})
     common = _common()
     parser = parser_class(
         prog="gpuops",

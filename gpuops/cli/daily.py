@@ -22,7 +22,7 @@ from gpuops.output import out
 from gpuops.settings import Settings
 
 if TYPE_CHECKING:
-    from gpuops.cli import Commands, Parser
+    from gpuops.cli.parser import Commands, Parser
     from gpuops.market.budgets import Budgets
     from gpuops.market.context import Vast
     from gpuops.market.cost import Line

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpuops.alarms import Alarms
-    from gpuops.cli import Commands, Parser
+    from gpuops.cli.parser import Commands, Parser
     from gpuops.market.jobs import BoxShell
     from gpuops.market.rent import Market
     from gpuops.market.rentals import Rental
@@ -328,10 +328,10 @@ def _watch(
 
     def synced() -> dict[str, Any]:
         """The last results sync as the guardian recorded it on the rental (read afresh)."""
-        from gpuops.cli.market import _sync_of
+        from gpuops.market.listing import sync_of
 
         now = market.clock.wall()
-        return _sync_of(market.rentals.get(rental.name) or rental, now)
+        return sync_of(market.rentals.get(rental.name) or rental, now)
 
     seen: list[str] = []
 

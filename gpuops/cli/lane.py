@@ -17,7 +17,7 @@ from gpuops.settings import Settings
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpuops.cli import Commands, Parser
+    from gpuops.cli.parser import Commands, Parser
     from gpuops.lane.board import Board
     from gpuops.lane.cost import Released, Watched
     from gpuops.lane.runner import Lane

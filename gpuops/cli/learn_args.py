@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpuops.cli import Commands, Parser
+    from gpuops.cli.parser import Commands, Parser
 
 
 def add_commands(commands: Commands, common: Parser) -> None:

@@ -12,7 +12,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import ExitCode
 from gpuops.output import out, print_json
@@ -21,17 +21,12 @@ from gpuops.settings import Settings
 if TYPE_CHECKING:  # types only: `boxes` imports no market at run time
     from types import FrameType
 
-    from gpuops.clock import Clock
-    from gpuops.ledger import Ledger, Record
+    from gpuops.market.listing import Listing
     from gpuops.market.rent import Market
-    from gpuops.market.rentals import Rental, Rentals
-
-    # what `boxes` reads: the whole market, or the store-only view of it
+    from gpuops.market.rentals import Rental
     from gpuops.market.select import OfferLike
     from gpuops.market.teardown import Outcome
     from gpuops.model import Offer
-
-    Listing: TypeAlias = Market | "_StateView"
 
 
 def run_market(
@@ -54,7 +49,9 @@ def run_market(
             print(line, flush=True)
 
     if args.command == "boxes":  # the store alone: no provider key, no market imported
-        view = _state_view(settings, operator)
+        from gpuops.market.listing import state_view
+
+        view = state_view(settings, operator)
         if _boxes(view, args, as_json):
             _archive_in_background(settings, operator)
         return _name_corrupt(view, ExitCode.OK)
@@ -74,31 +71,6 @@ def run_market(
     )
     code = _market_command(market, args, vram_mb, as_json, settings)
     return _name_corrupt(market, code)
-
-
-class _StateView:
-    """What `boxes` reads: the rentals, the ledger and the clock (a gpuops.clock.Clock), over
-    the store only (a plain class: a dataclass built at import would cost every command's
-    start-up)."""
-
-    __slots__ = ("clock", "ledger", "rentals")
-
-    def __init__(self, rentals: Rentals, ledger: Ledger, clock: Clock) -> None:
-        self.rentals, self.ledger, self.clock = rentals, ledger, clock
-
-
-def _state_view(settings: Settings, operator: str) -> _StateView:
-    from gpuops.clock import SYSTEM
-    from gpuops.ledger import Ledger
-    from gpuops.market.rentals import Rentals
-    from gpuops.store import open_store
-
-    class _Unlogged:  # `boxes` only reads: nothing it does is an event
-        def append(self, kind: str, /, **payload: object) -> None:
-            raise AssertionError(f"boxes wrote the event {kind}")
-
-    store = open_store(settings.state_url, settings.s3_endpoint)
-    return _StateView(Rentals(store, operator), Ledger(store, _Unlogged(), operator), SYSTEM)
 
 
 def _name_corrupt(market: Listing, code: int) -> int:
@@ -443,134 +415,43 @@ def _guarded(market: Market, rental: Rental, settings: Settings) -> dict[str, An
 
 
 def _boxes(market: Listing, args: argparse.Namespace, as_json: bool) -> bool:
-    """Print the boxes; True when some of what was read is history `compact` would move (and
-    no record was unreadable: while one is, a person decides and nothing moves on its own)."""
-    now = market.clock.wall()
-    rows = []
-    from gpuops.archive import archived_rentals  # --all reads the archive too (audit view)
+    """Print the boxes; True when some of what was read is history `compact` would move
+    (market/listing.py builds what is shown)."""
+    from gpuops.market.listing import boxes_view
 
-    live_rentals = market.rentals.all()
-    # listed before the rentals' leases are read: a lease _guard_of cannot read is named with
-    # the listing's unreadable records, which each listing reports afresh
-    records = market.ledger.records(skip_corrupt=True)  # a bad one is named after the list
-    for rental in [*live_rentals, *archived_rentals(market.ledger.store, args.all)]:
-        if not args.all and rental.owner != market.ledger.operator:
-            continue
-        spent = None
-        if rental.dph_total is not None and rental.started_at is not None:
-            until = rental.ended_at if rental.ended_at is not None else now
-            spent = round(rental.dph_total * max(0.0, until - rental.started_at) / 3600.0, 4)
-        # vars, not dataclasses.asdict: a rental is scalars, so its fields are its __dict__
-        end = rental.contract_end_at  # Vast stops a box at its contract's end (expired)
-        expired = rental.state == "live" and end is not None and end <= now
-        rows.append(
-            {
-                **vars(rental),
-                "spend_usd": spent,
-                "expired": expired,
-                **_sync_of(rental, now),
-                **_guard_of(market, rental),
-            }
-        )
-    pending = [_record_row(r) for r in records if r.state.value == "destroying"]
-    kept = {row["box"] for row in rows}
-    # M13: every box that may bill, racing candidates included, not just the kept ones
-    candidates = [
-        _record_row(r)
-        for r in records
-        if r.active
-        and r.name not in kept
-        and r.state.value != "destroying"
-        and (args.all or r.owner == market.ledger.operator)
-    ]
-    spend = _spend_summary(market, records, live_rentals)
+    view = boxes_view(market, everyone=args.all)
+    spend = view.spend
     if as_json:
         print_json(
-            {"rentals": rows, "pending_destroys": pending, "candidates": candidates, **spend}
+            {
+                "rentals": view.rows,
+                "pending_destroys": view.pending,
+                "candidates": view.candidates,
+                **spend,
+            }
         )
     else:
-        _print_boxes(rows, pending, candidates)
+        _print_boxes(view.rows, view.pending, view.candidates)
         print(
             f"burn {_usd(spend['burn_usd_per_hr'], 4)}/h (live boxes and the lane); spent "
             f"{_usd(spend['spent_today_usd'], 2)} today, {_usd(spend['spent_month_usd'], 2)} "
             f"this month; projected next 24 h {_usd(spend['projected_24h_usd'], 2)}"
         )
-    from gpuops.archive import due
-
-    if market.ledger.corrupt or market.rentals.corrupt:
-        return False
-    return due(records, live_rentals, now)
-
-
-def _spend_summary(
-    market: Listing, records: list[Record], rentals: list[Rental]
-) -> dict[str, float]:
-    """The team's burn rate, spend today and this month, and the next 24 h (M15), from the
-    store alone: the spend records `rent` and `budget` wrote from the provider's rows, and what
-    the rentals and the lane's boards say since (read, never written, here)."""
-    from gpuops import timing
-    from gpuops.market import budget as b
-    from gpuops.market.budgets import Budgets
-
-    budgets = Budgets(market.ledger.store, market.ledger.operator, clock=market.clock)
-    known = {s.instance_id: s for s in budgets.spend.all()}  # each kind read once
-    seen = budgets.observe(None, write=False, known=known, records=records, rentals=rentals)
-    now = budgets.snapshot(seen, known=known, rentals=rentals, limits=False)
-    team = now.figures()
-    return {
-        "burn_usd_per_hr": round(b.burn_usd_per_hr(now.spends), 4),
-        "spent_today_usd": round(team.day_usd, 4),
-        "spent_month_usd": round(team.month_usd, 4),
-        "projected_24h_usd": round(
-            b.projected_usd(now.spends, now.commitments, now.now_s, timing.BUDGET_PROJECTION_S), 4
-        ),
-    }
+    return view.compactable
 
 
 def _archive_in_background(settings: Settings, operator: str) -> None:
-    """Start `gpuops compact` detached, unless one this host started still runs: history past
-    the retention window costs every listing a read per record, and moving it costs a write
-    or two per record (minutes for a long backlog), which no listing should wait for. The
-    child inherits the lock this takes and holds it until it exits (archive.py: copy, then a
-    compare-and-swap delete; a compaction racing another, or live work, loses nothing)."""
-    import fcntl
-    import os
+    """`gpuops compact` started detached (archive.py), and said on stderr."""
+    from gpuops.archive import compact_in_background
 
-    from gpuops.private import open_private, private_dirs
-
-    # per-host files: the state directory, or the user's for s3://
-    folder = private_dirs(settings.local_dir)
-    log = folder / "compact.log"
-    lock = open_private(folder / "compact.lock", os.O_RDWR)
-    try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return  # a compaction is running: it moves these too
-        os.set_inheritable(lock, True)  # the child's from here on: released when it exits
-        out = open_private(log, os.O_WRONLY | os.O_APPEND)
-        try:
-            pid = os.posix_spawn(
-                sys.executable,
-                [sys.executable, "-m", "gpuops", "--state", settings.state_url]
-                + ["--operator", operator, "compact"],
-                settings.child_environ(),
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, out, 1),
-                    (os.POSIX_SPAWN_DUP2, out, 2),
-                ],
-                setsid=True,  # outlives this listing, its terminal and its process group
-            )
-        finally:
-            os.close(out)
-    finally:
-        os.close(lock)
-    print(
-        "gpuops: history that ended over a week ago is being archived in the background "
-        f"(pid {pid}, log {log}); `boxes --all` still shows it",
-        file=sys.stderr,
-    )
+    started = compact_in_background(settings, operator)
+    if started is not None:
+        pid, log = started
+        print(
+            "gpuops: history that ended over a week ago is being archived in the background "
+            f"(pid {pid}, log {log}); `boxes --all` still shows it",
+            file=sys.stderr,
+        )
 
 
 def _print_boxes(
@@ -611,16 +492,6 @@ def _print_boxes(
         print("no boxes")
 
 
-def _sync_of(rental: Rental, now: float) -> dict[str, Any]:
-    """The last results sync as `boxes` shows it: ``sync`` in words ("off", "never", "4 min
-    ago") and ``last_sync_age_s`` (None when off or never)."""
-    from gpuops.market.sync_plan import sync_age
-
-    every, at = rental.sync_every_s, rental.synced_at
-    age = None if not every or at is None else round(max(0.0, now - at), 3)
-    return {"sync": sync_age(every, at, now), "last_sync_age_s": age}
-
-
 def _total_line(rows: list[dict[str, Any]]) -> str:
     """The listing's total: what the live rentals burn per hour and what the rentals shown
     have spent (history included)."""
@@ -639,22 +510,6 @@ def _results_of(row: dict[str, Any]) -> str:
         return ""
     said = "MISSING" if row["results"] == "missing" else row["results"]
     return f"  results {said} ({row['results_detail']})"
-
-
-def _record_row(record: Record) -> dict[str, Any]:
-    """A box record as `boxes --json` shows it: its times in epoch seconds, as every rental's
-    (the record keeps ISO 8601 strings; one listing speaks one format)."""
-    row = dataclasses.asdict(record)
-    row["state"] = record.state.value
-    for name in ("updated_at", "deadline_at"):
-        row[name] = _epoch(row[name])
-    return row
-
-
-def _epoch(stamp: str | None) -> float | None:
-    from gpuops.timestamps import epoch_of
-
-    return None if stamp is None else epoch_of(stamp)
 
 
 _BOXES_HEADER = (
@@ -683,42 +538,6 @@ def _when(epoch_s: float | None) -> str:
     if local.utcoffset() == utc.utcoffset():  # the reader's zone is UTC: said once
         return f"{utc:%Y-%m-%d %H:%M:%S} UTC"
     return f"{local:%Y-%m-%d %H:%M:%S %Z} / {utc:%H:%M:%S} UTC"
-
-
-_RELEASED_GUARD: dict[str, Any] = {"guardian": None, "guard": "none needed (released)"}
-
-
-def _guard_of(market: Listing, rental: Rental) -> dict[str, Any]:
-    """Who guards a rental (M5): the lease holder, and whether its heartbeat is fresh. A
-    released rental needs no guard (every box of it was confirmed gone): its lease, if one
-    was left, is not read, so history costs no lease read per rental."""
-    if rental.state == "released":
-        return _RELEASED_GUARD
-    from gpuops.errors import CorruptState
-    from gpuops.market import guardian as g
-    from gpuops.market.leases import Leases
-    from gpuops.market.rentals import lease_key
-
-    try:
-        lease, _ = Leases(market.ledger.store).read(lease_key(rental))  # its incarnation's
-    except CorruptState as exc:  # blocks only this rental's guard column; named after the list
-        market.ledger.corrupt[exc.where] = exc
-        return {"guardian": None, "guard": "UNREADABLE lease (named below)"}
-    if lease is None and rental.state == "failed":  # no box was kept: nothing to guard
-        return {"guardian": None, "guard": "none (its race kept no box)"}
-    if lease is None:
-        return {"guardian": None, "guard": "NONE (no ceiling: gpuops guard NAME)"}
-    from gpuops.market.rentals import this_host
-    from gpuops.market.spawn import alive
-
-    # judged as the guardian would, on facts this host has: never another host's clock (M17)
-    verdict = g.judge_lease(lease, market.clock.wall(), this_host(), alive)
-    state = {
-        g.Guarded.LIVE: "fresh",
-        g.Guarded.DEAD: "STALE (its guardian is not running)",
-        g.Guarded.ELSEWHERE: "held from another host (not judged by this host's clock)",
-    }[verdict]
-    return {"guardian": lease.holder, "guard": f"{state}: {lease.holder}"}
 
 
 def _offer_row(offer: Offer) -> dict[str, Any]:
