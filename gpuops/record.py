@@ -239,8 +239,8 @@ def _capturing_prober(
     settings: Settings, steps: list[tuple[str, Any, Any]], captured: Captured
 ) -> Any:
     """session.ssh_prober's probe, with a runner that keeps each step's raw output."""
-    from gpuops.market.probe import Verdict
     from gpuops.market.select import MIN_DISK_MB_PER_S
+    from gpuops.model import Verdict
     from gpuops.providers import ssh
 
     client = settings.ssh()

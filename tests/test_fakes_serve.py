@@ -23,8 +23,7 @@ import pytest
 import yaml
 
 from fakes.serve import main
-from gpuops.market.probe import Verdict
-from gpuops.model import InstanceStatus
+from gpuops.model import InstanceStatus, Verdict
 from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings

@@ -19,7 +19,8 @@ from fakes.ssh import hostkeys
 from fakes.ssh.boxes import TableState
 from gpuops import timing
 from gpuops.errors import UsageError
-from gpuops.market.probe import CUDA_COMMAND, DISK_COMMAND, StepOutput, Transcript, Verdict, judge
+from gpuops.market.probe import CUDA_COMMAND, DISK_COMMAND, Transcript, judge
+from gpuops.model import StepOutput, Verdict
 from gpuops.providers import ssh
 from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe, run_command, ssh_argv
 from gpuops.settings import Settings

@@ -18,10 +18,9 @@ from gpuops.clock import SYSTEM, WithSleep
 from gpuops.errors import UsageError
 from gpuops.events import EventLog
 from gpuops.ledger import Ledger
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, Prober
 from gpuops.market.select import MIN_DISK_MB_PER_S
-from gpuops.model import Instance
+from gpuops.model import Instance, Verdict
 from gpuops.settings import Settings
 from gpuops.store import open_store
 

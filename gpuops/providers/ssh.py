@@ -28,14 +28,8 @@ from typing import Any
 
 from gpuops import timing
 from gpuops.errors import UsageError
-from gpuops.market.probe import (
-    PROBE_STEPS,
-    ProbeResult,
-    StepOutput,
-    Transcript,
-    first_failure,
-    judge,
-)
+from gpuops.market.probe import PROBE_STEPS, ProbeResult, Transcript, first_failure, judge
+from gpuops.model import StepOutput
 from gpuops.private import open_private, private_dirs
 from gpuops.secrets import is_secret_env_name
 
