@@ -43,13 +43,14 @@ def ssh_prober(
     state_dir: Path, identity_file: Path, vram_floor_mb: int, client: SshClient
 ) -> Prober:
     from gpuops.market.jobs import endpoint_of
+    from gpuops.market.probing import probe as probe_box
     from gpuops.providers import ssh
 
     def probe(instance: Instance, box: str) -> Verdict:
         endpoint = endpoint_of(instance)
         if endpoint is None:
             return Verdict.SSH_UNREACHABLE
-        result = ssh.probe(
+        result = probe_box(
             endpoint,
             client=client,
             identity_file=identity_file,
