@@ -12,11 +12,14 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import ExitCode
 from gpuops.output import out, print_json
 from gpuops.settings import Settings
+
+if TYPE_CHECKING:
+    from gpuops.market.session import Rank
 
 
 def run_market(
@@ -56,9 +59,20 @@ def run_market(
         progress=progress,
         need_key=need_key,
         attested=attested,
+        rank=_rank_for(args.command),
     )
     code = _market_command(market, args, vram_mb, as_json, settings)
     return _name_corrupt(market, code)
+
+
+def _rank_for(command: str) -> Rank | None:
+    """What ranks the offers of a command that ranks them (offers, rent): price per healthy
+    box, learned from the log (the index in the store); the other commands rank nothing."""
+    if command not in ("offers", "rent"):
+        return None
+    from gpuops.analysis.learned import ranker
+
+    return ranker
 
 
 class _StateView:
