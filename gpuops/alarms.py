@@ -47,9 +47,10 @@ from typing import TYPE_CHECKING, Protocol
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import UsageError
-from gpuops.ledger import EventSink, utc_iso
+from gpuops.ledger import EventSink
 from gpuops.store.base import Store, is_key
 from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
+from gpuops.timestamps import utc_iso
 
 if TYPE_CHECKING:
     from gpuops.settings import Settings

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from gpuops import timing
-from gpuops.ledger import utc_iso
 from gpuops.market.rent import RentRequest
 from gpuops.market.rentals import RELEASED
 from gpuops.settings import Settings
+from gpuops.timestamps import utc_iso
 
 if TYPE_CHECKING:
     from gpuops.market.session import Rank
