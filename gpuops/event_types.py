@@ -5,7 +5,7 @@ event". Writers build the type and log ``to_payload()`` (the JSON on disk is wha
 arguments wrote before, key for key, so old logs read the same); readers ask ``decode(kind,
 payload)`` or, straight from a line's bytes, ``decode_line(kind, raw)`` and get the type or None.
 None means "count it and skip it": a wrong type, a missing field, a verdict outside
-``probe.Verdict``, a number that is not finite, a propensity outside (0, 1] or a pick that is
+``model.Verdict``, a number that is not finite, a propensity outside (0, 1] or a pick that is
 not one of its race's candidates. A reader never trusts a payload it did not decode.
 
 Every field is checked by its annotation, by msgspec (a C decoder that validates while it
@@ -30,7 +30,7 @@ from typing import Annotated, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from gpuops.market.probe import Verdict
+from gpuops.model import Verdict
 
 __all__ = [
     "KINDS",
@@ -142,7 +142,7 @@ class Create(_Payload):
 
 @dataclass(frozen=True, kw_only=True)
 class Probe(_Payload):
-    """``market.probe``: one box's verdict, a ``probe.Verdict``."""
+    """``market.probe``: one box's verdict, a ``model.Verdict``."""
 
     KIND: ClassVar[str] = "market.probe"
     name: str

@@ -37,10 +37,9 @@ from gpuops.market import jobs
 from gpuops.market import logs as box
 from gpuops.market.budgets import Budgets
 from gpuops.market.ending import destroy_rental
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import Rental
-from gpuops.model import Instance
+from gpuops.model import Instance, Verdict
 from gpuops.providers.ssh import SshEndpoint, ssh_argv
 from gpuops.settings import Settings
 from gpuops.store.local import LocalStore

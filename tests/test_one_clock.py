@@ -32,7 +32,6 @@ LEFT: dict[str, int] = {
     "gpuops/market/session.py": 3,
     "gpuops/market/spawn.py": 3,
     "gpuops/progress.py": 1,
-    "gpuops/providers/ssh.py": 2,
     "gpuops/providers/vast_client.py": 1,
     "gpuops/store/local.py": 3,
     "gpuops/store/s3.py": 1,

@@ -25,8 +25,8 @@ from gpuops.clock import SYSTEM, WithSleep
 from gpuops.events import EventLog
 from gpuops.ledger import Ledger
 from gpuops.market import jobs
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
+from gpuops.model import Verdict
 from gpuops.progress import colour_on, paced, paint
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings

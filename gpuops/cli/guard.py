@@ -53,9 +53,12 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
     if args.name is None:
         raise UsageError("gpuops guard needs the rental NAME")
     if args.drill:
+        from gpuops.analysis.learned import ranker
         from gpuops.market.drill import drill
 
-        result = drill(settings, operator, args.name, args.gpu, args.hours, say=_stderr)
+        result = drill(
+            settings, operator, args.name, args.gpu, args.hours, say=_stderr, rank=ranker
+        )
         out(as_json, result, [result["summary"]])
         return ExitCode.OK if result["passed"] else ExitCode.ERROR
     from gpuops.errors import NotOwned

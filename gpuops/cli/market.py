@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # types only: `boxes` imports no market at run time
     from gpuops.market.rent import Market
     from gpuops.market.rentals import Rental
     from gpuops.market.select import OfferLike
+    from gpuops.market.session import Rank
     from gpuops.market.teardown import Outcome
     from gpuops.model import Offer
 
@@ -68,9 +69,20 @@ def run_market(
         progress=progress,
         need_key=need_key,
         attested=attested,
+        rank=_rank_for(args.command),
     )
     code = _market_command(market, args, vram_mb, as_json, settings)
     return _name_corrupt(market, code)
+
+
+def _rank_for(command: str) -> Rank | None:
+    """What ranks the offers of a command that ranks them (offers, rent): price per healthy
+    box, learned from the log (the index in the store); the other commands rank nothing."""
+    if command not in ("offers", "rent"):
+        return None
+    from gpuops.analysis.learned import ranker
+
+    return ranker
 
 
 def _name_corrupt(market: Listing, code: int) -> int:

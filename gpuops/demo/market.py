@@ -203,6 +203,7 @@ def market_act(
 
 
 def _story(story: Story, fakes: _Fakes, operator: str) -> None:
+    from gpuops.analysis.learned import ranker
     from gpuops.cli.market import _guarded, interrupts_raised
     from gpuops.market.rent import RentRequest
     from gpuops.market.session import open_market
@@ -221,6 +222,7 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         sleep=scaled.sleep,
         retry_sleep=scaled.sleep,
         create_pacing_s=timing.CREATE_PACING_S / TIME_SCALE,
+        rank=ranker,  # as `gpuops rent` ranks: price per healthy box, learned from the log
     )
     guarded: dict[str, Any] = {}
 

@@ -27,9 +27,9 @@ from gpuops.errors import (
     UsageError,
 )
 from gpuops.market import watchdog as w
-from gpuops.market.probe import StepOutput, Verdict, transport_verdict
+from gpuops.market.probe import transport_verdict
 from gpuops.market.rentals import LIVE, Rental, check_name
-from gpuops.model import Instance, InstanceStatus
+from gpuops.model import Instance, InstanceStatus, StepOutput, Verdict
 from gpuops.private import open_private
 from gpuops.providers import ssh
 from gpuops.store.base import Store
