@@ -11,7 +11,7 @@ import pytest
 from test_daily import Daily, daily, gpuops  # noqa: F401  (daily is a fixture)
 
 from gpuops.cli.market import _total_line, _when
-from gpuops.market.listing import record_row as _record_row
+from gpuops.listing import record_row as _record_row
 from gpuops.ledger import BoxState, Record, utc_iso
 
 

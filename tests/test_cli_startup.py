@@ -111,7 +111,7 @@ BOXES_GPUOPS = {
     "gpuops.market.budget",  # M15: the burn line's arithmetic (pure: datetime, math)
     "gpuops.market.budgets",  # M15: its spend records, read from the store
     "gpuops.market.gpu_names",  # M8: the one GPU-name fold (imports nothing)
-    "gpuops.market.listing",  # what `boxes` shows, built from the store
+    "gpuops.listing",  # what `boxes` shows, built from the store
     "gpuops.market.rentals",
     "gpuops.settings",
     "gpuops.store",

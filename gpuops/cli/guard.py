@@ -331,7 +331,7 @@ def _watch(
 
     def synced() -> dict[str, Any]:
         """The last results sync as the guardian recorded it on the rental (read afresh)."""
-        from gpuops.market.listing import sync_of
+        from gpuops.listing import sync_of
 
         now = market.clock.wall()
         return sync_of(market.rentals.get(rental.name) or rental, now)

@@ -7,11 +7,10 @@ provider's instance id `instance_id` (DESIGN §3).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import ExitCode
@@ -19,9 +18,7 @@ from gpuops.output import out, print_json
 from gpuops.settings import Settings
 
 if TYPE_CHECKING:  # types only: `boxes` imports no market at run time
-    from types import FrameType
-
-    from gpuops.market.listing import Listing
+    from gpuops.listing import Listing
     from gpuops.market.rent import Market
     from gpuops.market.rentals import Rental
     from gpuops.market.select import OfferLike
@@ -50,7 +47,7 @@ def run_market(
             print(line, flush=True)
 
     if args.command == "boxes":  # the store alone: no provider key, no market imported
-        from gpuops.market.listing import state_view
+        from gpuops.listing import state_view
 
         view = state_view(settings, operator)
         if _boxes(view, args, as_json):
@@ -363,6 +360,8 @@ def _rent(
         max_dph=args.max_dph,
         sync_every_s=_sync_every(args),
     )
+    from gpuops.procs import interrupts_raised
+
     with interrupts_raised():
         rental = market.rent(request, on_race=on_race)
     _say_skipped(market)
@@ -386,50 +385,10 @@ def _rent(
     return ExitCode.OK
 
 
-@contextlib.contextmanager
-def interrupts_raised() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and a closed terminal (SIGHUP) raise Interrupted in the main thread, so
-    the race destroys its candidates before the process exits (M13); restored afterwards."""
-    import signal
-
-    from gpuops.errors import Interrupted
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(signum)
-
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    before = {sig: signal.signal(sig, stop) for sig in signals}
-    try:
-        yield
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
-
-
-def _guarded(market: Market, rental: Rental, settings: Settings) -> dict[str, Any]:
-    """M5: a rented box gets a detached guardian, unless a live one already guards it: the
-    lease and pid file of ``rental``'s own incarnation (M16), as the race returned it."""
-    from gpuops.market.leases import Leases
-    from gpuops.market.rentals import lease_key
-    from gpuops.market.spawn import already_guarded, spawn
-
-    name, key = rental.name, lease_key(rental)
-    lease, _ = Leases(market.ledger.store).read(key)
-    why = already_guarded(name, lease, market.clock.wall(), market.host, settings, key)
-    if why is not None:
-        return {"holder": lease.holder if lease else None, "detail": why}
-    spawned = spawn(name, settings, market.ledger.operator, key)
-    return {
-        "pid": spawned.pid,
-        "log": str(spawned.log),
-        "detail": f"guardian pid {spawned.pid} runs detached until the deadline; log {spawned.log}",
-    }
-
-
 def _boxes(market: Listing, args: argparse.Namespace, as_json: bool) -> bool:
     """Print the boxes; True when some of what was read is history `compact` would move
-    (market/listing.py builds what is shown)."""
-    from gpuops.market.listing import boxes_view
+    (listing.py builds what is shown)."""
+    from gpuops.listing import boxes_view
 
     view = boxes_view(market, everyone=args.all)
     spend = view.spend
@@ -587,3 +546,13 @@ def _offer_line(row: dict[str, Any]) -> str:
         f"{_usd(row['dph_total'], 4):>8} {reliability:>7} {passed:>10} {disk:>9} {cuda:>5}  "
         f"{_text(row['geolocation'])}"
     )
+
+
+def _guarded(market: Market, rental: Rental, settings: Settings) -> dict[str, Any]:
+    """The rental's guardian (market/spawn.py), as `rent` shows it."""
+    from gpuops.market.spawn import ensure_guardian
+
+    return ensure_guardian(
+        rental, settings, market.ledger.store, market.clock.wall(), market.host,
+        market.ledger.operator,
+    )  # fmt: skip

@@ -204,10 +204,11 @@ def market_act(
 
 def _story(story: Story, fakes: _Fakes, operator: str) -> None:
     from gpuops.analysis.learned import ranker
-    from gpuops.cli.market import _guarded, interrupts_raised
     from gpuops.market.rent import RentRequest
     from gpuops.market.session import open_market
+    from gpuops.market.spawn import ensure_guardian
     from gpuops.market.sweep import sweep
+    from gpuops.procs import interrupts_raised
 
     # gpuops' own waits (the race's polls, and the adapter's backoff before it retries a 503
     # the fake answers) shrink with the fake's clock, on the one scaled clock
@@ -227,7 +228,10 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
     guarded: dict[str, Any] = {}
 
     def on_race(racing: Any) -> None:  # what `gpuops rent` does: the guardian first (M13)
-        guarded.update(_guarded(market, racing, fakes.settings))
+        guarded.update(
+            ensure_guardian(racing, fakes.settings, market.ledger.store, market.clock.wall(),
+                            market.host, market.ledger.operator)
+        )  # fmt: skip
 
     hours = timing.DEMO_RENTAL_S / 3600.0
     story.say(
