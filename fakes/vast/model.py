@@ -47,7 +47,7 @@ from fakes.scenario import (
 from fakes.ssh import sandbox
 from fakes.vast import onstart
 from fakes.vast.boxtable import box_entries, sandbox_seed, write_entry, write_table
-from fakes.vast.clock import RECORDED_EPOCH, Clock, FakeClock, ScaledClock
+from fakes.vast.clock import RECORDED_EPOCH, Clock, ExportedClock, FakeClock, ScaledClock
 from fakes.vast.faults import Dropped, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
 from fakes.vast.wire import Reply, Request, iso, recorded  # wire: the model's types only
 from gpuops.clock import WithSleep
@@ -318,6 +318,7 @@ class FakeVast:
         self.clock: Clock = clock or FakeClock(start or RECORDED_EPOCH)
         self.api_key = self.scenario.api_key
         self.box_clock = box_clock
+        self._real_view = False  # times rendered on the real clock (real_clock_view)
         self._by_instance_key: dict[str, int] = {}
         self.lock = threading.RLock()
         self.offers: dict[int, OfferState] = {}
@@ -380,8 +381,24 @@ class FakeVast:
         return self.clock.wall()
 
     def wall(self, at: float) -> float:
-        """The wall-clock epoch clients read for fake time ``at`` (clock.py)."""
-        return float(self.clock.epoch_of(at))
+        """The epoch clients read for fake time ``at`` (clock.py): on an ExportedClock the fake
+        time itself (gpuops on the exports runs on that clock), except in the real-clock view
+        (:meth:`real_clock_view`), where it is the real clock's epoch for it."""
+        clock = self.clock
+        if self._real_view and isinstance(clock, ExportedClock):
+            return clock.real_epoch_of(at)
+        return float(clock.epoch_of(at))
+
+    @contextlib.contextmanager
+    def real_clock_view(self, on: bool = True) -> Iterator[None]:
+        """Render times for an unscaled client while inside (``on``): what the loopback
+        server's ``/real-clock`` prefix asks for (routes.REAL_CLOCK). Holds ``lock``."""
+        with self.lock:
+            before, self._real_view = self._real_view, on
+            try:
+                yield
+            finally:
+                self._real_view = before
 
     def ticking(self) -> WithSleep:
         """The fake's clock as an in-process client runs on it: its time, and a wait that moves

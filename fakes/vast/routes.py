@@ -13,7 +13,7 @@ import binascii
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fakes import seam
@@ -25,6 +25,10 @@ from fakes.vast.query import InvalidQuery, matches, ordered
 from fakes.vast.wire import Reply, Request
 
 Handler = Callable[[FakeVast, Request, Mapping[str, str]], Reply]
+# The path prefix of FakeVast's real-clock view: every route under it answers as without it,
+# with its times (start_date, end_date, an instance's duration) on the real clock, for a client
+# that is not on the exported scaled clock (the vastai CLI, SkyPilot: VAST_URL=<url>/real-clock).
+REAL_CLOCK = "/real-clock"
 # The v1 list serves at most this many rows a page (show_instances_v1.yaml; vastai sends 25).
 PAGE_LIMIT = 25
 # Search body keys that shape the answer rather than filter offers (vastai/api/offers.py).
@@ -327,8 +331,21 @@ def match(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
     return ROUTER.find(method, path)
 
 
+def real_clock(request: Request) -> Request | None:
+    """The request without its REAL_CLOCK prefix, or None when it has none."""
+    path = request.path
+    if path != REAL_CLOCK and not path.startswith(REAL_CLOCK + "/"):
+        return None
+    return replace(request, path=path.removeprefix(REAL_CLOCK) or "/")
+
+
 def dispatch(model: FakeVast, request: Request) -> Reply:
-    """Answer one request; raises UnknownRoute for a route FakeVast does not have."""
+    """Answer one request; raises UnknownRoute for a route FakeVast does not have. Under the
+    REAL_CLOCK prefix, the same route with its times on the real clock."""
+    unscaled = real_clock(request)
+    if unscaled is not None:
+        with model.real_clock_view():
+            return dispatch(model, unscaled)
     found = match(request.method, request.path)
     with model.lock:
         now = model.now()
