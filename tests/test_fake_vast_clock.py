@@ -69,6 +69,8 @@ def test_fakevast_renders_times_on_its_exported_clock_and_the_real_clock_under_r
                             timeout=5).json()["instances"]  # fmt: skip
 
     assert offered.end_date == 1000.0 + 2 * DAY_S
+    assert offered.raw["duration"] == 2 * DAY_S - 60.0  # fake seconds left on gpuops' clock
+    assert listed.raw["duration"] == (2 * DAY_S - 60.0) / 10.0  # real seconds left
     assert scaled is not None and scaled.start_date == 1060.0
     assert real["start_date"] == 1006.0
     assert real["end_date"] == 1000.0 + 2 * DAY_S / 10.0 == listed.end_date

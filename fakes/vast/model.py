@@ -95,7 +95,8 @@ class OfferState:
         """The offer as search answers it: the recorded offer with the scenario's values, its
         derived prices made consistent, and ``duration`` (seconds it stays available) as of
         ``now`` (search_offers.yaml's notes say how each is derived); ``end_date`` is its
-        contract's end on the clock a client reads (``epoch``: the fake's ``wall``). ``bid``:
+        contract's end, and ``duration`` counted, on the clock a client reads (``epoch``: the
+        fake's ``wall``). ``bid``:
         priced as a ``type: bid`` search prices it (:func:`bid_priced`)."""
         row = recorded_offer()
         fields = dict(self.spec.fields)
@@ -121,7 +122,9 @@ class OfferState:
         else:
             end = float(row["end_date"])  # type: ignore[arg-type]
         if now is not None and "duration" not in fields:
-            row["duration"] = max(0.0, end - now)
+            # the seconds left as the client's clock counts them (the real-clock view's too)
+            left = end - now if epoch is None else epoch(end) - epoch(now)
+            row["duration"] = max(0.0, left)
         return row
 
 
