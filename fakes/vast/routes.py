@@ -134,7 +134,7 @@ def _search(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
     if kind not in SEARCH_TYPES:
         raise _BadRequest(
             f"FakeVast models search type 'on-demand' and 'bid' (interruptible pricing), not "
-            f"{kind!r}: reserved pricing is not modelled"
+            f"{kind!r} (reserved pricing is not modelled)"
         )
     now = model.now()
     bid = kind == "bid"
