@@ -155,6 +155,7 @@ def tour(world: Judged) -> None:
     world.raw("PUT", f"/api/v0/instances/{box}/", {"label": "x" * 1025}, refused=True)
     world.raw("PUT", "/api/v0/instances/4242/", {"label": "nobody's"})  # no_such_instance
     world.raw("GET", "/api/v0/users/current/")
+    world.raw("POST", "/api/v0/bundles/", {"type": "bid", "limit": 3})  # interruptible prices
     vast.current_user()  # the account's key: no username
     world.adapter(api_key="k-alice").current_user()  # a member's own key: hers
     world.raw("POST", "/api/v0/ssh/", {"ssh_key": ""}, refused=True)
