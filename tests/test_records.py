@@ -412,7 +412,19 @@ class Maybe:
     value: list[int] | None
 
 
-@pytest.mark.parametrize("kind", [Nested, Either, Mixed, Maybe], ids=lambda k: k.__name__)
+@dataclass(frozen=True)
+class Numbers:
+    value: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MaybeTexts:
+    value: tuple[str, ...] | None
+
+
+@pytest.mark.parametrize(
+    "kind", [Nested, Either, Mixed, Maybe, Numbers, MaybeTexts], ids=lambda k: k.__name__
+)
 def test_a_record_type_the_codec_cannot_check_is_refused_when_the_codec_is_built(kind):
     """Only one scalar, or one scalar or null: anything else is a programming error, at once."""
     with pytest.raises(TypeError, match=f"{kind.__name__}.(items|value): no codec"):
@@ -781,3 +793,37 @@ def test_the_largest_finite_numbers_and_whole_numbers_in_range_still_read():
         raw = json.dumps({**body, "dph_total": value}).encode()
 
         assert rentals.CODEC.decode("k", raw).dph_total == float(value)
+
+
+@dataclass(frozen=True)
+class Log:
+    name: str
+    lines: tuple[str, ...] = ()
+
+
+LOG = JsonCodec(Log, "log record")
+
+
+def test_a_tuple_of_strings_is_stored_as_a_json_list_and_read_back_as_a_tuple():
+    data = LOG.encode(Log("d", ("a: gone", "b: 503")))
+    assert json.loads(data) == {"lines": ["a: gone", "b: 503"], "name": "d"}
+    assert LOG.decode("k", data) == Log("d", ("a: gone", "b: 503"))
+    assert LOG.decode("k", b'{"name": "d", "lines": []}') == Log("d", ())
+    assert LOG.decode("k", b'{"name": "d"}') == Log("d", ())
+
+
+@pytest.mark.parametrize(
+    ("lines", "said"),
+    [
+        ('"a: gone"', "field 'lines' must be a list of strings, not 'a: gone'"),
+        ("null", "field 'lines' must be a list of strings, not None"),
+        ('["a", 7]', "field 'lines' must be a list of strings, not one holding 7"),
+        ('["a", ["b"]]', "field 'lines' must be a list of strings, not one holding ['b']"),
+        ('[true]', "field 'lines' must be a list of strings, not one holding True"),
+    ],
+)
+def test_a_list_field_that_is_no_list_of_strings_is_corrupt_naming_the_field(lines, said):
+    with pytest.raises(CorruptState) as caught:
+        LOG.decode("drills/x", f'{{"name": "d", "lines": {lines}}}'.encode())
+    assert caught.value.where == "drills/x"
+    assert caught.value.reason == f"not a log record: {said}"

@@ -85,7 +85,10 @@ def _short(value: object) -> str:
 
 
 def _allowed(owner: str, field: str, hint: Any) -> tuple[type, ...]:
-    """The types a field's hint allows: one scalar, or one scalar or None."""
+    """The types a field's hint allows: one scalar, or one scalar or None, or a tuple of
+    strings (``tuple[str, ...]``: a JSON list of strings on disk)."""
+    if hint == tuple[str, ...]:
+        return (tuple,)
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
     allowed = typing.get_args(hint) if union else (hint,)
     scalars = [arg for arg in allowed if arg in _NAMES]
@@ -98,10 +101,14 @@ def _accepts(allowed: tuple[type, ...]) -> frozenset[type]:
     """The exact types of parsed JSON a field takes: its own, and int where it takes a
     number (JSON's 1 is a number). bool is its own type: JSON's true is not a number, nor
     1 a boolean. One set lookup per field is the whole type check of a decode."""
+    if tuple in allowed:  # parsed JSON holds a list; each item is checked by the decode
+        return frozenset({list})
     return frozenset(allowed) | ({int} if float in allowed else set())
 
 
 def _describe(allowed: tuple[type, ...]) -> str:
+    if tuple in allowed:
+        return "a list of strings"
     named = next(_NAMES[a] for a in allowed if a in _NAMES)
     return named + (" or null" if type(None) in allowed else "")
 
@@ -181,6 +188,15 @@ class JsonCodec(Generic[T]):
                         f"not {_short(value)}",
                     )
                 value = float(value)  # JSON's 1 is the number 1.0 here
+            if tuple in f.allowed:
+                odd = next((item for item in value if type(item) is not str), None)
+                if odd is not None:
+                    raise CorruptState(
+                        key,
+                        f"not a {self.what}: field {f.name!r} must be {_describe(f.allowed)}, "
+                        f"not one holding {_short(odd)}",
+                    )
+                value = tuple(value)
             check = self.checks.get(f.name)
             if check is not None and value is not None and not check[0](value):
                 raise CorruptState(
