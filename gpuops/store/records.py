@@ -17,6 +17,7 @@ missing required field, an unknown field or a value its field's check refuses is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -298,6 +299,42 @@ class Records(Generic[T]):
             if isinstance(after, NoChange):
                 return Update(before, before, False)
             data = self.codec.encode(after)
+            try:
+                if found is None:
+                    self.store.create(key, data)
+                else:
+                    self.store.put(key, data, found.version)
+            except (AlreadyExists, VersionConflict):
+                continue
+            return Update(before, after, True)
+        raise VersionConflict(key, None)
+
+    def replace(
+        self,
+        name: str,
+        change: Callable[[T | None], T | NoChange],
+        *,
+        aside: Callable[[str], str] | None = None,
+    ) -> Update[T]:
+        """Repair's compare-and-swap (L12): ``update``, except that a record it cannot read
+        is replaced too, not refused. ``change`` sees None for an absent or unreadable record;
+        the stored bytes are read by the store's ``salvage`` (past a corrupt envelope too), and
+        with ``aside`` whatever is replaced is first copied, byte for byte, to ``aside(key)``
+        (a new key each time: one already there is AlreadyExists, never overwritten). Only a
+        repair may use it: every other writer keeps a record it cannot read."""
+        key = self.key(name)
+        for _ in range(CAS_ATTEMPTS):
+            found = self.store.salvage(key)
+            before = None
+            if found is not None:
+                with contextlib.suppress(CorruptState):
+                    before = self.codec.decode(key, found.data)
+            after = change(before)
+            if isinstance(after, NoChange):
+                return Update(before, before, False)
+            data = self.codec.encode(after)
+            if found is not None and aside is not None:  # a copy that exists already is loud
+                self.store.create(aside(key), found.data)
             try:
                 if found is None:
                     self.store.create(key, data)
