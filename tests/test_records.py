@@ -801,15 +801,18 @@ class Log:
     lines: tuple[str, ...] = ()
 
 
-LOG = JsonCodec(Log, "log record")
+def log_codec() -> JsonCodec[Log]:
+    """Built at run time, as the mutation gate needs (a codec built at import escapes it)."""
+    return JsonCodec(Log, "log record")
 
 
 def test_a_tuple_of_strings_is_stored_as_a_json_list_and_read_back_as_a_tuple():
-    data = LOG.encode(Log("d", ("a: gone", "b: 503")))
+    codec = log_codec()
+    data = codec.encode(Log("d", ("a: gone", "b: 503")))
     assert json.loads(data) == {"lines": ["a: gone", "b: 503"], "name": "d"}
-    assert LOG.decode("k", data) == Log("d", ("a: gone", "b: 503"))
-    assert LOG.decode("k", b'{"name": "d", "lines": []}') == Log("d", ())
-    assert LOG.decode("k", b'{"name": "d"}') == Log("d", ())
+    assert codec.decode("k", data) == Log("d", ("a: gone", "b: 503"))
+    assert codec.decode("k", b'{"name": "d", "lines": []}') == Log("d", ())
+    assert codec.decode("k", b'{"name": "d"}') == Log("d", ())
 
 
 @pytest.mark.parametrize(
@@ -824,7 +827,7 @@ def test_a_tuple_of_strings_is_stored_as_a_json_list_and_read_back_as_a_tuple():
 )
 def test_a_list_field_that_is_no_list_of_strings_is_corrupt_naming_the_field(lines, said):
     with pytest.raises(CorruptState) as caught:
-        LOG.decode("drills/x", f'{{"name": "d", "lines": {lines}}}'.encode())
+        log_codec().decode("drills/x", f'{{"name": "d", "lines": {lines}}}'.encode())
     assert caught.value.where == "drills/x"
     assert caught.value.reason == f"not a log record: {said}"
 
