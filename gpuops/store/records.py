@@ -2,22 +2,28 @@
 
 ``Records[T]`` is a repository of one record type under one key prefix: ``get``, ``all`` (a
 corrupt record blocks only itself: it is left out and kept in ``corrupt``), ``update(name,
-change)`` and ``remove(name, when)``. ``update`` is the only compare-and-swap loop in gpuops:
+change)`` and ``remove(name, when)``. ``update`` is the compare-and-swap loop of gpuops:
 read with version, let ``change`` decide from the current value (None when absent), write
 at that version (create-if-absent when absent), and on a lost race read again and decide
 again, never overwrite. ``change`` returns the new value or ``NO_CHANGE``.
 
-The codec is hand-written rather than msgspec: every record is a frozen dataclass of scalars
-and optional scalars (str, int, float, bool), so the check is a few lines over the dataclass's
-own type hints; it keeps the exact bytes gpuops has always written (sorted-key JSON), adds no
-compiled dependency to a control plane that must install anywhere, and its one error,
-``CorruptState`` naming the key and the field, is raised in one place. A wrong type, a
+``replace`` is repair's write through the same loop: it replaces a record ``update`` would
+refuse to read over, and keeps a copy of what it replaced.
+
+The codec is hand-written rather than msgspec (which decodes the event log): every record is a
+frozen dataclass of scalars, optional scalars (str, int, float, bool) and tuples of strings, so
+the check is a few lines over the dataclass's own type hints. It reads back every string
+Python's json writes: msgspec cannot read a lone surrogate's escape (``"\\ud800"``, which
+json.dumps writes for a string holding one), so a record gpuops wrote itself could become
+unreadable. It keeps the exact bytes gpuops has always written (sorted-key JSON), and its one
+error, ``CorruptState`` naming the key and the field, is raised in one place (msgspec's errors
+name the field only inside their message text). Measured on a 26-field rental: 17.8 us a
+decode, against msgspec's 5.7 us and a bare json.loads's 6.0 us. A wrong type, a
 missing required field, an unknown field or a value its field's check refuses is corrupt.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import sys
@@ -290,24 +296,9 @@ class Records(Generic[T]):
 
     def update(self, name: str, change: Callable[[T | None], T | NoChange]) -> Update[T]:
         """Compare-and-swap ``name`` to ``change(current)``; on a lost race, read and decide
-        again. ``CAS_ATTEMPTS`` lost races are a VersionConflict naming the key."""
-        key = self.key(name)
-        for _ in range(CAS_ATTEMPTS):
-            found = self.store.get(key)
-            before = None if found is None else self.codec.decode(key, found.data)
-            after = change(before)
-            if isinstance(after, NoChange):
-                return Update(before, before, False)
-            data = self.codec.encode(after)
-            try:
-                if found is None:
-                    self.store.create(key, data)
-                else:
-                    self.store.put(key, data, found.version)
-            except (AlreadyExists, VersionConflict):
-                continue
-            return Update(before, after, True)
-        raise VersionConflict(key, None)
+        again. ``CAS_ATTEMPTS`` lost races are a VersionConflict naming the key. A record it
+        cannot read is CorruptState, and left as it is."""
+        return self._swap(name, change, repair=False, aside=None)
 
     def replace(
         self,
@@ -322,13 +313,27 @@ class Records(Generic[T]):
         with ``aside`` whatever is replaced is first copied, byte for byte, to ``aside(key)``
         (a new key each time: one already there is AlreadyExists, never overwritten). Only a
         repair may use it: every other writer keeps a record it cannot read."""
+        return self._swap(name, change, repair=True, aside=aside)
+
+    def _swap(
+        self,
+        name: str,
+        change: Callable[[T | None], T | NoChange],
+        *,
+        repair: bool,
+        aside: Callable[[str], str] | None,
+    ) -> Update[T]:
+        """The one compare-and-swap loop, for ``update`` and ``replace``."""
         key = self.key(name)
         for _ in range(CAS_ATTEMPTS):
-            found = self.store.salvage(key)
+            found = self.store.salvage(key) if repair else self.store.get(key)
             before = None
             if found is not None:
-                with contextlib.suppress(CorruptState):
+                try:
                     before = self.codec.decode(key, found.data)
+                except CorruptState:
+                    if not repair:
+                        raise
             after = change(before)
             if isinstance(after, NoChange):
                 return Update(before, before, False)
