@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     AlreadyExists,
     AuthFailed,
@@ -583,10 +584,10 @@ def run_checks(
     ]
 
 
-def run_check(settings: Settings, as_json: bool) -> int:
-    """`gpuops check`: every line printed (or one JSON list), exit by the worst failure."""
+def run_check(settings: Settings, as_json: bool, *, clock: Clock = SYSTEM) -> int:
+    """`gpuops check`: every line printed (or one JSON list), exit by the worst failure.
+    ``clock``: this host's wall clock, which the provider's Date header is checked against."""
     import json
-    import time
 
     from gpuops.alarms import AppriseEndpoint
     from gpuops.market.results import open_results
@@ -606,7 +607,7 @@ def run_check(settings: Settings, as_json: bool) -> int:
     dates: list[tuple[str | None, float]] = []
 
     def seen(response: Any) -> None:  # each answer's Date, and our clock as it arrived
-        dates.append((response.headers.get("Date"), time.time()))
+        dates.append((response.headers.get("Date"), clock.wall()))
 
     try:
         key = find_api_key(settings.environ, settings.vast_api_key)

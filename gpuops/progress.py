@@ -13,29 +13,30 @@ from collections.abc import Callable
 from typing import TextIO
 
 from gpuops import timing
+from gpuops.clock import Clock
 
 Say = Callable[[str], None]
 
 
 def paced(
-    sleep: Callable[[float], None],
+    clock: Clock,
     say: Say,
-    clock: Callable[[], float],
     what: Callable[[float, float], str],
 ) -> Callable[[float], None]:
-    """A sleep that says ``what(waited_s, next_s)`` before each piece of every wait; waited_s
-    counts from the first wait through this sleep, next_s is the piece about to be slept."""
+    """A sleep on ``clock`` that says ``what(waited_s, next_s)`` before each piece of every
+    wait; waited_s counts (on the clock's monotonic time) from the first wait through this
+    sleep, next_s is the piece about to be slept."""
     piece_s = timing.PROGRESS_EVERY_S / 2
     started: list[float] = []
 
     def wait(seconds: float) -> None:
         if not started:
-            started.append(clock())
+            started.append(clock.monotonic())
         left = max(seconds, 0.0)
         while left > 0:
             piece = min(left, piece_s)
-            say(what(clock() - started[0], piece))
-            sleep(piece)
+            say(what(clock.monotonic() - started[0], piece))
+            clock.sleep(piece)
             left -= piece
 
     return wait

@@ -22,19 +22,10 @@ READS = {("time", "time"), ("time", "monotonic"), ("time", "sleep"), ("time", "p
 # callers that still hand a (clock, sleep) pair down.
 LEFT: dict[str, int] = {
     "gpuops/alarms.py": 2,
-    "gpuops/check.py": 1,
-    "gpuops/cli/guard.py": 3,
-    "gpuops/cli/market.py": 3,
     "gpuops/demo/__init__.py": 5,
     "gpuops/demo/lane.py": 3,
     "gpuops/demo/market.py": 6,
-    "gpuops/market/jobs.py": 4,
     "gpuops/market/session.py": 3,
-    "gpuops/market/spawn.py": 3,
-    "gpuops/progress.py": 1,
-    "gpuops/providers/vast_client.py": 1,
-    "gpuops/store/local.py": 3,
-    "gpuops/store/s3.py": 1,
 }
 
 

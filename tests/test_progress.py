@@ -57,7 +57,7 @@ def test_a_paced_wait_says_a_line_before_every_piece_and_never_goes_quiet_for_te
     clock = FakeClock()
     say = Timed(clock)
     start = clock.wall()
-    wait = paced(clock.advance, say, clock.wall, lambda waited, next_s: f"{waited:.0f}+{next_s:g}")
+    wait = paced(clock, say, lambda waited, next_s: f"{waited:.0f}+{next_s:g}")
 
     wait(37.0)
     wait(3.0)
@@ -72,7 +72,7 @@ def test_a_zero_wait_says_nothing():
     """Nothing is said for a wait of no length."""
     clock = FakeClock()
     said: list[str] = []
-    paced(clock.advance, said.append, clock.wall, lambda w, n: "x")(0.0)
+    paced(clock, said.append, lambda w, n: "x")(0.0)
     assert said == []
 
 
@@ -110,7 +110,7 @@ def test_watch_says_what_it_waits_for_on_stderr_at_least_every_ten_seconds(world
     start = world.fake.now()
 
     code = _watch(market, rental, world.shell(), args, True, say=say,
-                  clock=world.fake.now, sleep=world.fake.advance)  # fmt: skip
+                  clock=world.fake.clock)  # fmt: skip
 
     out = capsys.readouterr().out
     assert json.loads(out)["state"] == "running" and code == 5
@@ -127,7 +127,7 @@ def test_watch_once_never_waits_and_says_no_progress(world: World, capsys):
     said: list[str] = []
     args = argparse.Namespace(once=True, timeout=None)
     _watch(market, rental, world.shell(), args, False, say=said.append,
-           clock=world.fake.now, sleep=world.fake.advance)  # fmt: skip
+           clock=world.fake.clock)  # fmt: skip
     assert said == [] and "job: no job" in capsys.readouterr().out
 
 
@@ -173,8 +173,7 @@ def test_destroy_says_it_retries_a_503_and_waits_for_the_confirmation(slow_destr
     start = fake.now()
 
     settings = Settings.from_environ(cli_options={"state": state})
-    code = destroy_command("job", settings, "alice", True, say=say, clock=fake.now,
-                           sleep=fake.advance)  # fmt: skip
+    code = destroy_command("job", settings, "alice", True, say=say, clock=fake.clock)
 
     payload = json.loads(capsys.readouterr().out)
     assert code == 0 and [o["ending"] for o in payload["outcomes"]] == ["gone"]
@@ -201,7 +200,7 @@ def test_a_watch_that_times_out_ends_with_a_closing_line_and_exit_5(world: World
     args = argparse.Namespace(once=False, timeout=30.0)
 
     code = _watch(market, rental, world.shell(), args, False, say=lambda _: None,
-                  clock=world.fake.now, sleep=world.fake.advance)  # fmt: skip
+                  clock=world.fake.clock)  # fmt: skip
 
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 5 and out[0].startswith("job: running: ")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.vast.clock import FakeClock
 from gpuops import timing
 from gpuops.errors import CorruptState, StoreUnavailable, UsageError, VersionConflict
 from gpuops.store.base import Versioned, check_key
@@ -355,6 +356,8 @@ def test_a_held_lock_makes_the_operation_raise_store_unavailable_after_the_timeo
     """When another holder keeps the lock past STORE_LOCK_TIMEOUT_S, the call fails loudly."""
     version = store.create("board", b"kept")
     monkeypatch.setattr(timing, "STORE_LOCK_TIMEOUT_S", 0.05)
+    clock = FakeClock(0.0)  # the wait moves it: no real time passes, however loaded the machine
+    store.clock = clock
     calls = {
         "get": lambda: store.get("board"),
         "scan": lambda: store.scan(),
@@ -364,13 +367,12 @@ def test_a_held_lock_makes_the_operation_raise_store_unavailable_after_the_timeo
     }
     fd = _hold_lock(store.root)
     try:
-        started = time.monotonic()
         with pytest.raises(StoreUnavailable) as caught:
             calls[operation]()
-        waited = time.monotonic() - started
     finally:
         os.close(fd)
-    assert 0.05 <= waited < 2.0
+    # it polled every STORE_LOCK_POLL_S on the store's clock until the timeout, then gave up
+    assert 0.05 <= clock.monotonic() < 0.05 + timing.STORE_LOCK_POLL_S + 1e-9
     assert str(store.root) in str(caught.value)
     assert "0.05 s" in str(caught.value)
     found = store.get("board")

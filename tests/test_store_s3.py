@@ -14,6 +14,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from gpuops import timing
+from gpuops.clock import SYSTEM, WithSleep
 from gpuops.errors import (
     AlreadyExists,
     StateError,
@@ -388,11 +389,9 @@ def test_a_409_to_a_conditional_write_is_retried_with_backoff_then_written(
 ) -> None:
     """S3's 409 ConditionalRequestConflict means "try again", not "someone else won": the
     write is sent again, waiting S3_CONFLICT_BACKOFF_S and twice that, and lands."""
-    import time
-
     store, stubber = stubbed
     slept: list[float] = []
-    monkeypatch.setattr(time, "sleep", slept.append)
+    store.clock = WithSleep(SYSTEM, slept.append)  # the store's clock: its waits recorded
     for _ in range(2):
         stubber.add_client_error("put_object", service_error_code=code, http_status_code=409)
     stubber.add_response("put_object", {"ETag": '"e2"'})

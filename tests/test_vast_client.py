@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from store_fakes import WallOf
 
 from gpuops.providers.vast_client import SessionClient, url_of
 
@@ -40,7 +41,7 @@ def _client(session: _Session, seen: list[tuple[Any, ...]]) -> SessionClient:
         user_agent="vastai-sdk/1.9.1",
         timeout_s=20.0,
         observe=lambda *event: seen.append(event),
-        monotonic=lambda: next(ticks),
+        clock=WallOf(lambda: next(ticks)),  # each reading the next tick
     )
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from gpuops.clock import SYSTEM, Clock, WithSleep
 from gpuops.errors import ExitCode, UsageError
 from gpuops.output import out
 from gpuops.settings import Settings
@@ -259,7 +259,7 @@ def _run(
     argv = list(args.job)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    job = jobs.start(rental, instance, shell, argv, args.results)
+    job = jobs.start(rental, instance, shell, argv, args.results, clock=market.clock)
     jobs.Jobs(market.ledger.store).put(job)
     market.events.append(
         "market.job.started", name=job.name, instance_id=job.instance_id, results=job.results
@@ -284,8 +284,7 @@ def _watch(
     as_json: bool,
     *,
     say: Callable[[str], None] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM,
     alarms: Alarms | None = None,
 ) -> int:
     """`gpuops watch`: each change of state on stdout (or one JSON object at the end); while
@@ -355,8 +354,7 @@ def _watch(
             look,
             report,
             timeout_s=timeout_s,
-            clock=clock,
-            sleep=paced(sleep, say or _stderr, clock, waiting),
+            clock=WithSleep(clock, paced(clock, say or _stderr, waiting)),
         )
         if not w.settled(status) and not as_json:  # L9: a watch that timed out is no failure
             print(

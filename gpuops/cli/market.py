@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import ExitCode
 from gpuops.output import out, print_json
 from gpuops.settings import Settings
@@ -163,8 +163,7 @@ def destroy_command(
     as_json: bool,
     *,
     say: Callable[[str], None] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM,
 ) -> int:
     """`gpuops destroy NAME`: every wait (a retried 503, the confirmation that the box is
     gone) says so on stderr at least every timing.PROGRESS_EVERY_S; stdout carries only the
@@ -175,10 +174,10 @@ def destroy_command(
     from gpuops.progress import paced
 
     tell = say or _stderr
-    started = clock()
+    started = clock.monotonic()
 
     def waited() -> str:
-        return f"{clock() - started:.0f} s so far"
+        return f"{clock.monotonic() - started:.0f} s so far"
 
     def retrying(_: float, next_s: float) -> str:
         return (
@@ -196,8 +195,8 @@ def destroy_command(
         settings,
         operator,
         need_key=False,
-        sleep=paced(sleep, tell, clock, confirming),
-        retry_sleep=paced(sleep, tell, clock, retrying),
+        sleep=paced(clock, tell, confirming),
+        retry_sleep=paced(clock, tell, retrying),
     )
     outcomes = destroy_rental(market, name)
     lines = [f"{o.name}: {o.detail}" for o in outcomes] or [f"{name}: nothing to end"]

@@ -13,12 +13,12 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     NotOwned,
     Refused,
@@ -229,7 +229,13 @@ def box_id(rental: Rental) -> str:
 
 
 def start(
-    rental: Rental, instance: Instance, shell: BoxShell, argv: Sequence[str], results: str
+    rental: Rental,
+    instance: Instance,
+    shell: BoxShell,
+    argv: Sequence[str],
+    results: str,
+    *,
+    clock: Clock = SYSTEM,
 ) -> Job:
     """Start the job detached under tmux on the box; refuses a second one while it runs."""
     command = w.shell_command(argv)
@@ -247,7 +253,7 @@ def start(
             raise host_key_refused(rental.name, shell.known_hosts(instance))
         raise Unavailable(f"could not start the job on {rental.name!r}: {_why(out)}")
     assert rental.instance_id is not None
-    return Job(rental.name, rental.owner, rental.instance_id, command, results, time.time())
+    return Job(rental.name, rental.owner, rental.instance_id, command, results, clock.wall())
 
 
 def host_key_refused(name: str, known_hosts: Path) -> Refused:
@@ -295,21 +301,20 @@ def watch(
     report: Callable[[w.Status], None],
     *,
     timeout_s: float,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM,
 ) -> w.Status:
-    """Look every WATCH_POLL_S until the job is dead or ``timeout_s`` passes (then it is still
-    open: exit 5, never 'failed'). Each change of state is reported once."""
-    ends = clock() + timeout_s
+    """Look every WATCH_POLL_S (on ``clock``) until the job is dead or ``timeout_s`` passes
+    (then it is still open: exit 5, never 'failed'). Each change of state is reported once."""
+    ends = clock.monotonic() + timeout_s
     last: w.JobState | None = None
     while True:
         status = look()
         if status.state is not last:
             report(status)
             last = status.state
-        if w.settled(status) or clock() >= ends:
+        if w.settled(status) or clock.monotonic() >= ends:
             return status
-        sleep(min(timing.WATCH_POLL_S, max(ends - clock(), 0.0)))
+        clock.sleep(min(timing.WATCH_POLL_S, max(ends - clock.monotonic(), 0.0)))
 
 
 def _why(out: StepOutput) -> str:

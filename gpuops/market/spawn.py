@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import GpuopsError
 from gpuops.market import guardian as g
 from gpuops.market.rentals import Rental, check_lease_key, check_name
@@ -30,12 +30,20 @@ class Spawned:
     log: Path
 
 
-def spawn(name: str, settings: Settings, operator: str, key: str | None = None) -> Spawned:
+def spawn(
+    name: str,
+    settings: Settings,
+    operator: str,
+    key: str | None = None,
+    *,
+    clock: Clock = SYSTEM,
+) -> Spawned:
     """Start a guardian fully detached from this process, and wait for it to report in. It
     runs with the environment this command's Settings were read from (the same endpoints,
     keys and time scale), and logs under the per-host directory. ``key``: the incarnation's
     lease key (rentals.lease_key), which names its pid file: a guardian still ending an
-    earlier incarnation of the name never stands in for this one's (M16)."""
+    earlier incarnation of the name never stands in for this one's (M16). ``clock``: what the
+    wait for its report reads and sleeps on."""
     folder = private_dirs(settings.local_dir / "guardians")
     log = folder / f"{check_name(name)}.log"
     argv = [sys.executable, "-m", "gpuops", "guard", name, "--foreground"]
@@ -55,8 +63,8 @@ def spawn(name: str, settings: Settings, operator: str, key: str | None = None) 
     finally:
         os.close(fd)
     ready = f"(pid {proc.pid})"
-    ends = time.monotonic() + timing.GUARD_SPAWN_WAIT_S
-    while time.monotonic() < ends:
+    ends = clock.monotonic() + timing.GUARD_SPAWN_WAIT_S
+    while clock.monotonic() < ends:
         code = proc.poll()
         text = log.read_text(errors="replace")
         if ready in text:
@@ -65,7 +73,7 @@ def spawn(name: str, settings: Settings, operator: str, key: str | None = None) 
         if code is not None:
             tail = "\n".join(text.splitlines()[-5:])
             raise GuardFailed(f"the guardian for {name!r} exited {code} at start:\n{tail}")
-        time.sleep(timing.GUARD_SPAWN_POLL_S)
+        clock.sleep(timing.GUARD_SPAWN_POLL_S)
     raise GuardFailed(f"the guardian for {name!r} (pid {proc.pid}) did not report in; see {log}")
 
 

@@ -383,7 +383,7 @@ class VastAdapter:
             user_agent=_user_agent(),
             timeout_s=timing.HTTP_TIMEOUT_S,
             observe=observe,
-            monotonic=self._clock.monotonic,
+            clock=self._clock,
         )
 
     def _parsed(self, op: str, reply: _Reply, parse: Callable[[object], T]) -> T:

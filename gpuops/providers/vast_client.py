@@ -28,6 +28,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote_plus
 
+from gpuops.clock import Clock
+
 # method, url, status (None: no answer), seconds, the exception (None: an answer)
 Observe = Callable[[str, str, int | None, float, BaseException | None], None]
 _VERSIONED = re.compile(r"^/api/v(\d)+/")
@@ -58,14 +60,14 @@ class SessionClient:
         user_agent: str,
         timeout_s: float,
         observe: Observe,
-        monotonic: Callable[[], float],
+        clock: Clock,
     ) -> None:
         self._session = session
         self._headers = {"User-Agent": user_agent, "Authorization": f"Bearer {api_key}"}
         self.server_url = server_url
         self._timeout_s = timeout_s
         self._observe = observe
-        self._monotonic = monotonic
+        self._clock = clock
         self.last_response: Any = None
 
     def __repr__(self) -> str:
@@ -93,14 +95,14 @@ class SessionClient:
 
     def _send(self, method: str, subpath: str, query_args: Any, json_data: Any) -> Any:
         url = url_of(self.server_url, subpath, query_args)
-        began = self._monotonic()
+        began = self._clock.monotonic()
         try:
             response = self._session.request(
                 method, url, headers=self._headers, json=json_data, timeout=self._timeout_s
             )
         except Exception as exc:
-            self._observe(method, url, None, self._monotonic() - began, exc)
+            self._observe(method, url, None, self._clock.monotonic() - began, exc)
             raise
         self.last_response = response
-        self._observe(method, url, response.status_code, self._monotonic() - began, None)
+        self._observe(method, url, response.status_code, self._clock.monotonic() - began, None)
         return response

@@ -20,12 +20,12 @@ import json
 import os
 import re
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     AlreadyExists,
     CorruptState,
@@ -110,8 +110,10 @@ def _next_version(previous: str | None) -> str:
 class LocalStore:
     """A directory of versioned values, safe for many processes on one host."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, clock: Clock = SYSTEM) -> None:
+        """``clock``: what the wait for the store's lock reads and sleeps on."""
         self.root = Path(root).expanduser().resolve()
+        self.clock = clock
         self.url = str(self.root)
         self._holding = threading.local()  # whether this thread holds the store's flock
         try:
@@ -242,17 +244,17 @@ class LocalStore:
             return
         fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            deadline = time.monotonic() + timing.STORE_LOCK_TIMEOUT_S
+            deadline = self.clock.monotonic() + timing.STORE_LOCK_TIMEOUT_S
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if time.monotonic() >= deadline:
+                    if self.clock.monotonic() >= deadline:
                         raise StoreUnavailable(
                             f"could not lock {self.root} within {timing.STORE_LOCK_TIMEOUT_S} s"
                         ) from None
-                    time.sleep(timing.STORE_LOCK_POLL_S)
+                    self.clock.sleep(timing.STORE_LOCK_POLL_S)
             self._holding.held = True
             try:
                 yield

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from gpuops import timing
+from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
     AlreadyExists,
     StateError,
@@ -51,8 +52,15 @@ class S3Store:
     """Versioned values under ``s3://bucket/prefix``."""
 
     def __init__(
-        self, bucket: str, prefix: str = "", client: Any = None, endpoint: str | None = None
+        self,
+        bucket: str,
+        prefix: str = "",
+        client: Any = None,
+        endpoint: str | None = None,
+        *,
+        clock: Clock = SYSTEM,
     ) -> None:
+        """``clock``: what the backoff between retried conditional writes sleeps on."""
         if not bucket:
             raise UsageError("an s3:// state URL needs a bucket: s3://bucket/prefix")
         self.bucket = bucket
@@ -60,6 +68,7 @@ class S3Store:
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self._client = client
         self._endpoint = endpoint
+        self.clock = clock
 
     @classmethod
     def from_url(cls, url: str, endpoint: str | None = None) -> S3Store:
@@ -167,8 +176,6 @@ class S3Store:
 
     def _conditional(self, key: str, data: bytes, **condition: str) -> str:
         """One conditional put, retried while S3 answers 409 ConditionalRequestConflict."""
-        import time
-
         tries = 1
         while True:
             try:
@@ -180,7 +187,7 @@ class S3Store:
                 retry = _is_client_error(exc) and _code(exc) in _RETRY_CODES
                 if not retry or tries >= _CONFLICT_ATTEMPTS:
                     raise
-            time.sleep(timing.S3_CONFLICT_BACKOFF_S * 2 ** (tries - 1))  # twice as long each time
+            self.clock.sleep(timing.S3_CONFLICT_BACKOFF_S * 2 ** (tries - 1))  # twice as long
             tries += 1
 
     def _name(self, key: str) -> str:
