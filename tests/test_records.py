@@ -942,3 +942,41 @@ def test_a_string_with_a_lone_surrogate_that_json_writes_reads_back_as_it_was():
     data = COUNTERS.encode(value)
     assert b"\\ud800" in data
     assert COUNTERS.decode("c/a", data) == value
+
+
+def _hand_edited(tmp_path: Any) -> LocalStore:
+    """A local store whose record c/a a hand has edited: its body still a counter, but the
+    file's checksum no longer matches (the store's `get` refuses it, `salvage` reads it)."""
+    store = LocalStore(str(tmp_path))
+    counters(store).update("a", bump)
+    path = store.root / "c" / "a~"
+    path.write_bytes(path.read_bytes().replace(b'"count": 1', b'"count": 5'))
+    with pytest.raises(CorruptState, match="checksum mismatch"):
+        store.get("c/a")
+    return store
+
+
+def test_update_refuses_a_record_whose_file_the_store_cannot_read_and_leaves_it(tmp_path):
+    """update reads through the store's checked `get`: a file whose checksum fails is
+    CorruptState, never read past its envelope and written over."""
+    store = _hand_edited(tmp_path)
+    before = (store.root / "c" / "a~").read_bytes()
+
+    with pytest.raises(CorruptState, match="checksum mismatch"):
+        counters(store).update("a", bump)
+
+    assert (store.root / "c" / "a~").read_bytes() == before
+
+
+def test_replace_reads_past_a_corrupt_envelope_and_keeps_the_file_aside(tmp_path):
+    """replace reads through `salvage`, never refused by the envelope: the file's raw bytes
+    (its header too) are no counter, so change sees None; the file as it was is kept aside,
+    byte for byte, before the repaired record lands."""
+    store = _hand_edited(tmp_path)
+    raw = (store.root / "c" / "a~").read_bytes()
+
+    done = counters(store).replace("a", bump, aside=_aside)
+
+    assert (done.before, done.after, done.written) == (None, Counter(1), True)
+    assert store.get("c/a.corrupt-1").data == raw
+    assert counters(store).get("a") == Counter(1)
