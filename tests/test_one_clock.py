@@ -25,7 +25,6 @@ LEFT: dict[str, int] = {
     "gpuops/demo/__init__.py": 5,
     "gpuops/demo/lane.py": 3,
     "gpuops/demo/market.py": 6,
-    "gpuops/market/session.py": 3,
 }
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuops.clock import SYSTEM, Clock
+from gpuops.clock import SYSTEM, Clock, WithSleep
 from gpuops.errors import ExitCode
 from gpuops.output import out, print_json
 from gpuops.settings import Settings
@@ -195,8 +195,8 @@ def destroy_command(
         settings,
         operator,
         need_key=False,
-        sleep=paced(clock, tell, confirming),
-        retry_sleep=paced(clock, tell, retrying),
+        waits=WithSleep(clock, paced(clock, tell, confirming)),
+        retry_waits=WithSleep(clock, paced(clock, tell, retrying)),
     )
     outcomes = destroy_rental(market, name)
     lines = [f"{o.name}: {o.detail}" for o in outcomes] or [f"{name}: nothing to end"]

@@ -220,8 +220,8 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         operator,
         vram_floor_mb=8192,
         rng=random.Random(SEED),
-        sleep=scaled.sleep,
-        retry_sleep=scaled.sleep,
+        waits=scaled,
+        retry_waits=scaled,
         create_pacing_s=timing.CREATE_PACING_S / TIME_SCALE,
         rank=ranker,  # as `gpuops rent` ranks: price per healthy box, learned from the log
     )

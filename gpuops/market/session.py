@@ -10,13 +10,12 @@ logged (H3).
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuops import timing
-from gpuops.clock import SYSTEM, WithSleep
+from gpuops.clock import SYSTEM, Clock, WithSleep
 from gpuops.errors import UsageError
 from gpuops.events import EventLog
 from gpuops.ledger import Ledger
@@ -78,22 +77,24 @@ def open_market(
     progress: Callable[[str], None] = lambda line: None,
     need_key: bool = True,
     rng: random.Random | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    retry_sleep: Callable[[float], None] = time.sleep,
+    waits: Clock | None = None,
+    retry_waits: Clock | None = None,
     create_pacing_s: float | None = None,
     attested: bool = False,
     rank: Rank | None = None,
 ) -> Market:
-    """``sleep``: the market's waits (race polls, destroy confirmation), shortened by
-    GPUOPS_TIME_SCALE when it is set (the loopback fakes run that much faster); ``retry_sleep``:
-    the adapter's backoff between retried calls (a 503, a 429) and its pacing. Both keep the
-    real clock's time: every deadline is real. ``create_pacing_s``: the least time between two
+    """``waits``: the clock whose sleep the market's waits take (race polls, destroy
+    confirmation); None: the real clock's, shortened by GPUOPS_TIME_SCALE when it is set (the
+    loopback fakes run that much faster: settings.clock()). ``retry_waits``: the clock whose
+    sleep the adapter's backoff between retried calls (a 503, a 429) and its pacing take (None:
+    the real clock's). The market reads the real clock's time either way: every deadline is
+    real. ``create_pacing_s``: the least time between two
     creates (None: Vast's documented interval, timing.CREATE_PACING_S). ``attested``: the
     operator's id was attested by the provider (identity.py), recorded on each rental it
     races for (M3). ``rank``: what ranks offers by price per healthy box, given the event
     log's path and the store (None: offers are ranked on price and filters alone)."""
-    if sleep is time.sleep and settings.time_scale is not None:
-        sleep = settings.clock().sleep
+    if waits is None:
+        waits = SYSTEM if settings.time_scale is None else settings.clock()
     from gpuops.providers import vastai_lazy
     from gpuops.providers.vast import VastAdapter, find_api_key
 
@@ -105,7 +106,7 @@ def open_market(
     from gpuops.market.pacing import Pace
 
     # one call budget: a sweep's threads and the adapter's 429 waits
-    pace = Pace(clock=WithSleep(SYSTEM, retry_sleep))
+    pace = Pace(clock=WithSleep(SYSTEM, (retry_waits or SYSTEM).sleep))
     vast = VastAdapter(
         # VAST_API_KEY, else the config file's vast_api_key, else vastai's key files
         api_key=find_api_key(settings.environ, settings.vast_api_key),
@@ -125,7 +126,7 @@ def open_market(
         events,
         probe=prober,
         public_key=public_key,
-        clock=WithSleep(SYSTEM, sleep),
+        clock=WithSleep(SYSTEM, waits.sleep),
         progress=progress,
         rng=rng,
         # rank by price per healthy box, from the index in the store: the same cost at any log size
