@@ -192,8 +192,8 @@ def test_a_line_decodes_as_its_own_kind_only_and_anything_else_is_left_to_the_sl
     it says None, and the scanner's line-by-line reading (events.py) judges it."""
     raw = line("market.probe", VALID["market.probe"]).encode()
     assert ev.decode_line("market.create", raw) is None  # another kind's line
-    assert ev.decode_line("market.candidate", raw) is None  # no typed kind
-    assert "market.candidate" not in ev._LINE_DECODERS
+    assert ev.decode_line("market.nonesuch", raw) is None  # no typed kind
+    assert "market.nonesuch" not in ev._LINE_DECODERS
     probe, selection = VALID["market.probe"], VALID["market.selection"]
     event = {"ts": TS, "operator": "x", "kind": "market.probe", "payload": probe}
     bad = [
@@ -258,7 +258,7 @@ def test_a_missing_required_field_or_a_payload_that_is_no_object_does_not_decode
 
 def test_an_unknown_kind_decodes_to_nothing_and_extra_keys_are_ignored():
     """Only the typed kinds decode; a writer may add context keys without breaking readers."""
-    assert ev.decode("market.candidate", {"name": "r"}) is None
+    assert ev.decode("market.nonesuch", {"name": "r"}) is None
     assert ev.decode("market.probe", {**VALID["market.probe"], "extra": [1]}) == ev.decode(
         "market.probe", VALID["market.probe"]
     )
