@@ -16,11 +16,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import sys
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Protocol
 
 import msgspec
 
-__all__ = ["Kinded", "Number", "Payload", "Probability", "Whole"]
+__all__ = ["Kinded", "Number", "Payload", "Probability", "Sink", "Whole", "write"]
 
 _FINITE = msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)
 Number = int | Annotated[float, _FINITE]
@@ -42,12 +42,22 @@ def _plain(value: object) -> object:
 
 
 class Payload:
-    """A typed event, or a part of one, written as its fields."""
+    """A typed event, or a part of one, written as its fields.
+
+    ``LEFT_OUT`` names the fields its payload leaves out while they hold their default: what
+    its writers always left out then (a guardian's ``rental_id`` before it has read one, a
+    copy's ``ended`` unless it was cut), so a line is the line those writers wrote."""
+
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset()
 
     def to_payload(self) -> dict[str, object]:
         """The payload as the log holds it: JSON values, keys in field order."""
-        fields = dataclasses.fields(self)  # type: ignore[arg-type]
-        return {f.name: _plain(getattr(self, f.name)) for f in fields}
+        payload = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if f.name not in self.LEFT_OUT or value != f.default:
+                payload[f.name] = _plain(value)
+        return payload
 
 
 class Kinded(Payload):
@@ -55,3 +65,14 @@ class Kinded(Payload):
     ``log.append(event.KIND, **event.to_payload())``."""
 
     KIND: ClassVar[str]
+
+
+class Sink(Protocol):
+    """Where events go: an EventLog, or a wrapper around one."""
+
+    def append(self, kind: str, /, **payload: object) -> object: ...
+
+
+def write(sink: Sink, event: Kinded) -> object:
+    """Log ``event`` as its kind and payload (what ``sink.append`` returns)."""
+    return sink.append(event.KIND, **event.to_payload())

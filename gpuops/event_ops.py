@@ -87,6 +87,7 @@ class GuardStart(Kinded):
     """``guard.start``: a guardian began guarding a rental (``pid``: its process)."""
 
     KIND: ClassVar[str] = "guard.start"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset({"rental_id"})
     name: str
     instance_id: str | None = None
     guardian: str
@@ -101,6 +102,7 @@ class GuardExit(Kinded):
     """``guard.exit``: a guardian leaves with ``code`` (its process's exit status)."""
 
     KIND: ClassVar[str] = "guard.exit"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset({"rental_id"})
     name: str
     instance_id: str | None = None
     guardian: str
@@ -114,6 +116,7 @@ class GuardError(Kinded):
     """``guard.error``: a round of the guardian's loop failed; it tries again."""
 
     KIND: ClassVar[str] = "guard.error"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset({"rental_id"})
     name: str
     instance_id: str | None = None
     guardian: str
@@ -126,6 +129,7 @@ class GuardRole(Kinded):
     """``guard.role``: the guardian's role changed (``holder``: the lease's holder, if any)."""
 
     KIND: ClassVar[str] = "guard.role"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset({"rental_id"})
     name: str
     instance_id: str | None = None
     guardian: str
@@ -139,6 +143,7 @@ class GuardLeaseTaken(Kinded):
     """``guard.lease.taken``: the guardian took the lease over from ``previous``."""
 
     KIND: ClassVar[str] = "guard.lease.taken"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset({"rental_id"})
     name: str
     instance_id: str | None = None
     guardian: str
@@ -152,6 +157,9 @@ class GuardSync(Kinded):
     children's pids it killed)."""
 
     KIND: ClassVar[str] = "guard.sync"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset(
+        {"files", "bytes", "held", "seconds", "ended", "rental_id"}
+    )
     name: str
     instance_id: str | None = None
     guardian: str
@@ -175,6 +183,7 @@ class GuardCopy(Kinded):
     (rentals.DELIVERED, MISSING, ...) when it was recorded."""
 
     KIND: ClassVar[str] = "guard.copy"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset({"seconds", "results", "ended", "rental_id"})
     name: str
     instance_id: str | None = None
     guardian: str
@@ -191,6 +200,7 @@ class GuardCopyStarted(Kinded):
     """``guard.copy.started``: a copy child ``pid`` writes ``tarball``."""
 
     KIND: ClassVar[str] = "guard.copy.started"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset({"rental_id"})
     name: str
     instance_id: str | None = None
     guardian: str
@@ -204,6 +214,7 @@ class GuardDestroyPending(Kinded):
     """``guard.destroy.pending``: a destroy round left boxes not yet confirmed gone."""
 
     KIND: ClassVar[str] = "guard.destroy.pending"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset({"rental_id"})
     name: str
     instance_id: str | None = None
     guardian: str
@@ -216,6 +227,7 @@ class GuardGivenUp(Kinded):
     """``guard.given_up``: released but never confirmed gone; the guardian leaves, loudly."""
 
     KIND: ClassVar[str] = "guard.given_up"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset({"rental_id"})
     name: str
     instance_id: str | None = None
     guardian: str
@@ -228,6 +240,7 @@ class GuardRaceEnded(Kinded):
     """``guard.race_ended``: the racer died mid-race; ``ended`` says each box's ending."""
 
     KIND: ClassVar[str] = "guard.race_ended"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset({"rental_id"})
     name: str
     instance_id: str | None = None
     guardian: str
@@ -381,6 +394,7 @@ class LaneBoard(Kinded):
     """``lane.board``: one write of the lane's state line (the board's fields as written)."""
 
     KIND: ClassVar[str] = "lane.board"
+    LEFT_OUT: ClassVar[frozenset[str]] = frozenset({"repaired"})
     lane: str
     state: str
     owner: str | None = None

@@ -15,7 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlparse
 
+from gpuops import event_ops as ops
 from gpuops import timing
+from gpuops.event_base import write
 from gpuops.ledger import utc_iso
 from gpuops.market.rent import RentRequest
 from gpuops.market.rentals import RELEASED
@@ -77,22 +79,23 @@ def drill(
         cleanup = [f"{o.name}: {o.detail}" for o in destroy_rental(market, name)]
         say(f"the drill FAILED; its box ended by hand: {'; '.join(cleanup) or 'nothing left'}")
     now = datetime.fromtimestamp(clock.wall(), UTC)
-    result: dict[str, Any] = {
-        "date": now.date().isoformat(),
-        "target": target,
-        "name": name,
-        "instance_id": rental.instance_id,
-        "deadline_at": rental.deadline_at,  # epoch seconds, as every command's --json
-        "confirmed_at": confirmed_at,
-        "delay_s": round(confirmed_at - rental.deadline_at, 3) if confirmed_at else None,
-        "passed": passed,
-        "guardian_pid": spawned.pid,
-        "guardian_log": str(spawned.log),
-        "cleanup": cleanup,
-    }
+    drilled = ops.GuardDrill(
+        date=now.date().isoformat(),
+        target=target,
+        name=name,
+        instance_id=rental.instance_id,
+        deadline_at=rental.deadline_at,  # epoch seconds, as every command's --json
+        confirmed_at=confirmed_at,
+        delay_s=round(confirmed_at - rental.deadline_at, 3) if confirmed_at else None,
+        passed=passed,
+        guardian_pid=spawned.pid,
+        guardian_log=str(spawned.log),
+        cleanup=tuple(cleanup),
+    )
+    result: dict[str, Any] = drilled.to_payload()
     key = f"{DRILLS}{now.strftime('%Y%m%dT%H%M%SZ')}-{name}"
     market.ledger.store.create(key, json.dumps(result, sort_keys=True).encode())
-    market.events.append("guard.drill", **result)
+    write(market.events, drilled)
     if passed and target == "vast":  # only a real box's drill may make M5 verified
         from gpuops.register import Register
 
