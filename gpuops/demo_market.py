@@ -356,7 +356,7 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         not billing and bool(text) and bool(exits) and exits[0].code == 0,
     )
 
-    guard = _wait_for(lambda: fakes.events_of(ops.GuardExit, SECOND))
+    guard: list[ops.GuardExit] = _wait_for(lambda: fakes.events_of(ops.GuardExit, SECOND))
     if guard:
         _wait_for(lambda: not _guardians_alive(fakes, SECOND))
     story.check(
@@ -364,9 +364,9 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         "The interrupted rental's guardian sees its race ended and exits",
         "a guardian exits 0 only once every box of its rental is confirmed gone",
         "M7",
-        f"guardian exit code {guard[0]['code'] if guard else 'none: still running'}; the fake "
+        f"guardian exit code {guard[0].code if guard else 'none: still running'}; the fake "
         f"bills {sum(1 for b in fakes.billing() if b.id in second)} of that race's boxes",
-        bool(guard) and guard[0]["code"] == 0,
+        bool(guard) and guard[0].code == 0,
     )
 
     report = sweep(market)
