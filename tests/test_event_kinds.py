@@ -122,6 +122,6 @@ def test_every_typed_kind_is_in_the_one_registry_once():
     analysis = {t.KIND for t in ev._TYPES}
     operational = [t.KIND for t in ops.TYPES]
     assert len(set(operational)) == len(operational) == 41
-    assert ev.KINDS == analysis and len(analysis) == 12
-    assert ev.ALL_KINDS == analysis | set(operational) and not analysis & set(operational)
+    assert analysis == ev.KINDS and len(analysis) == 12
+    assert analysis | set(operational) == ev.ALL_KINDS and not analysis & set(operational)
     assert all(ev.BY_KIND[t.KIND] is t for t in (*ev._TYPES, *ops.TYPES))
