@@ -88,8 +88,9 @@ def test_each_kind_round_trips_through_the_log_and_the_decoder(kind, tmp_path):
     assert event.to_payload() == VALID[kind]
     assert list(event.to_payload()) == list(VALID[kind])  # the writers' key order
     log = EventLog(tmp_path / "events.jsonl", "alice")
-    write(log, event)
+    written = write(log, event)
     (line,) = read_events(log.path, strict=True)
+    assert written == line  # what the sink's append returned: the line as written
     # as the log holds it: scrubbed (H3; guard.all.unreadable's ``key`` is a secret's name)
     assert line["kind"] == kind and ev.decode(kind, line["payload"]) == ev.parse(
         kind, scrub(VALID[kind])

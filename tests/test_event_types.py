@@ -18,6 +18,7 @@ from gpuops.analysis.ope import Candidate, Decision, Decisions, evaluate, greedy
 from gpuops.analysis.report import Report
 from gpuops.analysis.shrink import KINDS, MachineCounts
 from gpuops.analysis.stats import Stats
+from gpuops.errors import UsageError
 from gpuops.events import EventLog, read_events
 from gpuops.market.probe import Verdict
 from gpuops.store.memory import MemoryStore
@@ -601,3 +602,18 @@ def test_a_lone_surrogate_where_a_verdict_belongs_is_no_event_not_a_crash():
 
     assert ev.decode("market.probe", probe) is None
     assert ev.decode("market.probe", {**probe, "verdict": "pass"}) is not None
+
+
+def test_parse_says_why_a_payload_is_refused_and_decode_says_none():
+    """parse raises a UsageError naming the kind and what is wrong (a field, or a pick that
+    is not one of its race's candidates); decode answers None for the same payload."""
+    stray = {**VALID["market.selection"], "picks": [{**PICKED, "id": 9}]}
+    with pytest.raises(UsageError) as refused:
+        ev.parse("market.selection", stray)
+    assert str(refused.value) == "not a market.selection event: a pick is not one of its candidates"
+    with pytest.raises(UsageError, match=r"^not a market\.probe event: .*\$\.verdict"):
+        ev.parse("market.probe", {**VALID["market.probe"], "verdict": "fine"})
+    assert ev.decode("market.selection", stray) is None
+    assert ev.parse("market.probe", VALID["market.probe"]) == ev.decode(
+        "market.probe", VALID["market.probe"]
+    )
