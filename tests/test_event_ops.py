@@ -169,3 +169,23 @@ def test_a_payload_on_disk_is_plain_json():
     """to_payload holds JSON values only: an enum by its value, a tuple as a list."""
     event = ev.parse("market.candidate", VALID["market.candidate"])
     assert json.loads(json.dumps(event.to_payload())) == VALID["market.candidate"]
+
+
+def test_the_demo_judges_m1_from_the_candidates_typed_fields_never_from_their_words():
+    """The faults the demo's M1 check needs (a create taken, a key refused, a slow disk) come
+    from ``step``, ``outcome`` and ``verdict``; a ``what`` that says otherwise changes nothing."""
+    from gpuops.demo_market import _faults
+
+    def step(step: ops.Step, what: str, **typed: object) -> ops.Candidate:
+        return ops.Candidate(name="r", slot=0, offer_id=1, what=what, step=step, **typed)  # type: ignore[arg-type]
+
+    steps = [
+        step(ops.Step.CREATE_FAILED, "pass", outcome="taken"),
+        step(ops.Step.PROBED, "kept", verdict=Verdict.SSH_AUTH),
+        step(ops.Step.PROBED, "pass", verdict=Verdict.SLOW_DISK),
+        step(ops.Step.PROBED, "slow-disk", verdict=Verdict.PASS),
+        step(ops.Step.BOOT_FAILED, "taken", outcome="boot timeout"),
+        step(ops.Step.KEPT, "ssh-auth"),
+    ]
+    assert _faults(steps) == {"taken", Verdict.SSH_AUTH, Verdict.SLOW_DISK}
+    assert _faults(steps[3:]) == set()
