@@ -49,9 +49,10 @@ from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import UsageError
 from gpuops.event_base import Kinded, write
-from gpuops.ledger import EventSink, utc_iso
+from gpuops.ledger import EventSink
 from gpuops.store.base import Store, is_key
 from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
+from gpuops.timestamps import utc_iso
 
 if TYPE_CHECKING:
     from gpuops.settings import Settings

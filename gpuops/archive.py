@@ -40,6 +40,7 @@ from gpuops.errors import AlreadyExists, CorruptState, VersionConflict
 from gpuops.ledger import PREFIX as LEDGER_LIVE
 from gpuops.ledger import BoxState, Record, decode
 from gpuops.store.base import Store, Versioned
+from gpuops.timestamps import epoch_of
 
 if TYPE_CHECKING:
     from gpuops.market.rentals import Rental
@@ -207,6 +208,6 @@ def _rental(key: str, data: bytes, unreadable: list[str]) -> tuple[str, str, flo
 
 def _epoch(iso: str) -> float | None:
     try:
-        return datetime.fromisoformat(iso).timestamp()
-    except (TypeError, ValueError):
+        return epoch_of(iso)
+    except ValueError:
         return None

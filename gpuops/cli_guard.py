@@ -112,8 +112,8 @@ def _within_contract(rental: Any, deadline: float) -> None:
     Vast stops the box there, before its guardian could copy and destroy it (M13)."""
     from gpuops import timing
     from gpuops.errors import Refused
-    from gpuops.ledger import utc_iso
     from gpuops.market.rentals import past_contract
+    from gpuops.timestamps import utc_iso
 
     if past_contract(rental, deadline):
         raise Refused(
@@ -130,8 +130,8 @@ def _move_box_ceiling(market: Any, rental: Any, deadline: float, shell: Any) -> 
     refused and stays where it was; the box would end itself before the new deadline. A deadline
     moved earlier leaves the box's ceiling later than it must be: the guardian's comes first."""
     from gpuops.errors import Refused
-    from gpuops.ledger import utc_iso
     from gpuops.market.ceiling import ceiling_at, rearm_script
+    from gpuops.timestamps import utc_iso
 
     if rental.instance_id is None or rental.deadline_at is None:
         return  # no box yet: the race arms its box with the deadline it reads then

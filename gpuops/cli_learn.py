@@ -12,6 +12,7 @@ from gpuops.clock import SYSTEM
 from gpuops.errors import ExitCode, UsageError
 from gpuops.output import print_json
 from gpuops.settings import Settings
+from gpuops.timestamps import utc_iso
 
 
 def log_path(args: argparse.Namespace, settings: Settings) -> Path:
@@ -32,7 +33,7 @@ def since_stamp(text: str | None) -> str:
     except ValueError:
         raise UsageError(f"--since {text!r} is not a date (use YYYY-MM-DD or ISO-8601)") from None
     when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc_iso(when.timestamp())
 
 
 def run_learn(

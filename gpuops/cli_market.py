@@ -631,9 +631,9 @@ def _record_row(record: Any) -> dict[str, Any]:
 
 
 def _epoch(stamp: str | None) -> float | None:
-    from datetime import datetime
+    from gpuops.timestamps import epoch_of
 
-    return None if stamp is None else datetime.fromisoformat(stamp).timestamp()
+    return None if stamp is None else epoch_of(stamp)
 
 
 _BOXES_HEADER = (

@@ -43,6 +43,7 @@ from gpuops.secrets import (
     scrub,
     scrub_text,
 )
+from gpuops.timestamps import FORMAT, utc_iso
 
 __all__ = [
     "REDACTED",
@@ -72,7 +73,11 @@ def _jsonable(value: object, where: str) -> object:
         if not math.isfinite(value):
             raise UsageError(f"event payload {where} is {value!r}, which JSON cannot hold")
         return value
-    if isinstance(value, datetime | date | time):
+    if isinstance(value, datetime):  # an instant: the one stamp form (gpuops/timestamps.py)
+        if value.utcoffset() is None:
+            raise UsageError(f"event payload {where} is a datetime with no UTC offset")
+        return utc_iso(value.timestamp())
+    if isinstance(value, date | time):  # a day or a time of day: no instant, ISO 8601 as is
         return value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()
@@ -147,7 +152,7 @@ class EventLog:
         if self._last_ts is not None and now <= self._last_ts:
             now = self._last_ts + timedelta(microseconds=1)
         self._last_ts = now
-        return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return now.strftime(FORMAT)
 
     def _write(self, line: bytes) -> None:
         try:

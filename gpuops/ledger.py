@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Protocol
 
@@ -43,6 +42,7 @@ from gpuops.store.records import (
     NoChange,
     Records,
 )
+from gpuops.timestamps import utc_iso
 
 __all__ = ["CAS_ATTEMPTS", "BoxState", "Ledger", "Record", "advance", "decode", "encode"]
 
@@ -96,10 +96,6 @@ class Record:
 
 class EventSink(Protocol):
     def append(self, kind: str, /, **payload: Any) -> Any: ...
-
-
-def utc_iso(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat()
 
 
 # What earns gone-confirmed (M4), by the state it is earned from. A box that may exist is

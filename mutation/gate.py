@@ -38,6 +38,7 @@ FLOORS: dict[str, float] = {
     "gpuops/secrets.py": 100.0,
     "gpuops/settings.py": 100.0,
     "gpuops/clock.py": 100.0,
+    "gpuops/timestamps.py": 100.0,
     "gpuops/store/base.py": 90.0,
     "gpuops/store/opener.py": 90.0,
     "gpuops/store/local.py": 90.0,
@@ -94,6 +95,8 @@ _LANE = tuple(
 OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.settings": ("tests/test_settings.py", "tests/test_config.py"),
     "gpuops.clock": ("tests/test_clock.py",),
+    # the one stamp form and its parser: pinned by their own tests
+    "gpuops.timestamps": ("tests/test_timestamps.py",),
     "gpuops.ledger": ("tests/test_ledger.py", "tests/test_ledger_machine.py"),
     "gpuops.events": ("tests/test_events.py",),
     # every reader and writer goes through it: its own tests pin each field's check

@@ -91,7 +91,7 @@ def test_a_guardian_s_alarms_are_heard_once_per_incarnation_and_say_what_to_run_
     assert exit_.cause == "guardian.exit.job@4242.6" and exit_.kind is a.AlarmKind.GUARDIAN_EXIT
     assert exit_.subject == "gpuops: the guardian of job exited 6"
     assert exit_.body == (
-        "the copy failed. Instance 4242, deadline 2026-12-01T18:00:00+00:00. Until another "
+        "the copy failed. Instance 4242, deadline 2026-12-01T18:00:00.000000Z. Until another "
         "guardian runs, `gpuops sweep` is its only ceiling: run `gpuops boxes`, then `gpuops "
         "guard job` or `gpuops destroy job`."
     )
@@ -106,7 +106,7 @@ def test_a_guardian_s_alarms_are_heard_once_per_incarnation_and_say_what_to_run_
     assert copy.subject == "gpuops: job's results were not copied off"
     assert copy.body == (
         "rsync exited 23. The box is destroyed at its deadline all the same "
-        "(2026-12-01T18:00:00+00:00); what the job made there is lost with it."
+        "(2026-12-01T18:00:00.000000Z); what the job made there is lost with it."
     )
 
 
@@ -125,7 +125,7 @@ def test_a_failed_sync_is_heard_once_per_run_of_failures_and_says_the_destroy_st
     assert sync.body == (
         "listing the results failed: exit 255: closed. What earlier syncs delivered is kept; "
         "the guardian tries again at the next sync, and the box is destroyed at its deadline "
-        "(2026-12-01T18:00:00+00:00) whether or not a sync works."
+        "(2026-12-01T18:00:00.000000Z) whether or not a sync works."
     )
 
 
@@ -184,7 +184,7 @@ def test_the_lane_s_alarms_are_heard_once_per_claim_and_once_per_job_end_l8_l12(
     assert stale.cause == "lane.stale_claim.gpu-lane.portraits.1796148000"
     assert stale.subject == "gpuops lane: bob's claim on gpu-lane for portraits is STALE"
     assert stale.body == (
-        "Claimed 2026-12-01T18:00:00.700000+00:00 and never started (L8): TERMINATED."
+        "Claimed 2026-12-01T18:00:00.700000Z and never started (L8): TERMINATED."
     )
     assert billing.cause == "lane.billing.gpu-lane.portraits.1796150000"
     assert billing.subject == "gpuops lane: gpu-lane still bills after portraits ended"
@@ -265,7 +265,7 @@ def test_an_alarm_is_logged_at_once_sent_once_and_its_cause_remembered_o1():
     assert endpoint.sent == [ALARM]
     assert causes(store) == ["job.dead.x@1.5"] and pending(store) == []
     cause = Records(store, a.CAUSES, a.CAUSE_CODEC).get("job.dead.x@1.5")
-    assert cause == a.RaisedCause("job.dead", ALARM.subject, "2026-12-01T18:00:00+00:00", "alice/h/1/aa")
+    assert cause == a.RaisedCause("job.dead", ALARM.subject, "2026-12-01T18:00:00.000000Z", "alice/h/1/aa")
     assert [p["cause"] for p in events.kinds("alarm.raised")] == ["job.dead.x@1.5"] * 3
     assert events.kinds("alarm.raised")[0] == {
         "cause": "job.dead.x@1.5", "kind": "job.dead", "subject": ALARM.subject
@@ -285,7 +285,7 @@ def test_an_endpoint_that_fails_keeps_the_alarm_pending_and_the_next_raise_retri
     other = dataclasses.replace(ALARM, cause="job.dead.a@0.5")  # listed before the pending one
     raised(sender, other)
 
-    assert left.pending == "json-aaaa" and left.attempts == 1 and left.raised_at == "2026-12-01T18:00:00+00:00"
+    assert left.pending == "json-aaaa" and left.attempts == 1 and left.raised_at == "2026-12-01T18:00:00.000000Z"
     assert (left.sending_by, left.sending_at) == (None, None)
     assert left.last_error == "json-aaaa: not delivered (FAILURE)"
     assert (left.kind, left.subject, left.body) == ("job.dead", ALARM.subject, "body")

@@ -767,12 +767,12 @@ def test_common_values_are_converted_deterministically(log: EventLog) -> None:
     )
 
     assert event["payload"] == {
-        "at": "2025-01-02T03:04:05+00:00",
+        "at": "2025-01-02T03:04:05.000000Z",
         "day": "2025-01-02",
         "path": "/tmp/x",
         "blob": "<7 bytes>",
         "status": "running",
-        "offer": {"offer_id": 7, "seen_at": "2025-01-02T03:04:05+00:00", "api_key": REDACTED},
+        "offer": {"offer_id": 7, "seen_at": "2025-01-02T03:04:05.000000Z", "api_key": REDACTED},
         "error": "ValueError: bad",
         "wait": 1.5,
         "raw": "<3 bytes>",

@@ -49,7 +49,7 @@ def test_the_state_line_has_every_field_in_order():
 
     assert line == (
         "lane=gpu-lane state=starting owner=alice job=portraits attempt=2 stockouts=0 "
-        "instance=gpu-lane since=2026-11-30T09:13:05Z claimed=2026-11-30T09:13:05Z "
+        "instance=gpu-lane since=2026-11-30T09:13:05.000000Z claimed=2026-11-30T09:13:05.000000Z "
         "started=- boot=b1 revision=1 epoch=1"
     )
 
@@ -93,7 +93,7 @@ def test_any_text_after_the_first_line_is_ignored_l3(board, tail):
         b.state_line(FREE).replace("attempt=0", "attempt=-1"),
         b.state_line(FREE).replace("attempt=0", "attempt=01"),
         b.state_line(FREE).replace("revision=0", "revision=x"),
-        b.state_line(FREE).replace("since=2026-11-30T09:12:05Z", "since=2026-11-30 09:12:05"),
+        b.state_line(FREE).replace("since=2026-11-30T09:12:05.000000Z", "since=2026-11-30 09:12:05"),
         b.state_line(FREE).replace(" owner=-", ""),
         b.state_line(FREE).replace("lane=gpu-lane state=free", "state=free lane=gpu-lane"),
         b.state_line(FREE).replace("boot=-", "boot=a-b"),
@@ -118,7 +118,7 @@ def test_a_first_line_that_is_not_exactly_a_state_line_is_corrupt_never_guessed(
         b.state_line(FREE).replace("boot=-", "boot=ab"),
         b.state_line(_held()).replace("owner=alice", "owner=-"),
         b.state_line(_held()).replace("job=portraits", "job=-"),
-        b.state_line(_held()).replace("claimed=2026-11-30T09:13:05Z", "claimed=-"),
+        b.state_line(_held()).replace("claimed=2026-11-30T09:13:05.000000Z", "claimed=-"),
         b.state_line(_held(state=b.STARTING, boot="x")).replace("boot=x", "boot=-"),
         b.state_line(_held(state=b.RUNNING, boot="x")).replace("boot=x", "boot=-"),
     ],
@@ -188,7 +188,18 @@ def test_stamps_are_utc_whatever_the_local_zone(monkeypatch):
         monkeypatch.delenv("TZ")
         time.tzset()
 
-    assert "since=2026-11-30T09:12:05Z" in line and parsed.since == T0
+    assert "since=2026-11-30T09:12:05.000000Z" in line and parsed.since == T0
+
+
+def test_a_board_written_before_the_one_stamp_form_reads_the_same():
+    """L3: a board an earlier gpuops wrote (whole seconds, no fraction) is read, not corrupt;
+    a fraction of another width, or an offset other than Z, is no board stamp."""
+    line = b.state_line(_held())
+    old = line.replace(".000000Z", "Z")
+    assert old != line and b.parse(old)[0] == b.parse(line)[0]
+    for bad in (".000Z", ".0000000Z", "+00:00"):
+        with pytest.raises(CorruptState):
+            b.parse(line.replace(".000000Z", bad, 1))
 
 
 def test_a_consistent_held_line_without_a_boot_parses():

@@ -258,7 +258,7 @@ def test_a_malformed_record_is_reported_as_corrupt_naming_the_key(data, reason):
 
 def test_utc_iso_is_explicit_utc():
     """Timestamps carry their zone."""
-    assert utc_iso(0.0) == "1970-01-01T00:00:00+00:00"
+    assert utc_iso(0.0) == "1970-01-01T00:00:00.000000Z"
 
 
 # --- the shell ---------------------------------------------------------------------------

@@ -536,9 +536,9 @@ def test_a_bad_candidate_list_is_counted_and_the_lane_keeps_its_last_twenty_jobs
 def test_a_stamp_without_a_utc_offset_is_refused_by_name():
     """Bad input: hours_between of a naive stamp is a ValueError naming it (the fold counts
     it), never the TypeError of subtracting a naive time from an aware one."""
-    with pytest.raises(ValueError, match=r"the stamp '2026-07-18T00:00:00.0000000' has no UTC"):
+    with pytest.raises(ValueError, match=r"the timestamp '2026-07-18T00:00:00.0000000' names no UTC"):
         hours_between("2026-07-18T00:00:00Z", "2026-07-18T00:00:00.0000000")
-    with pytest.raises(ValueError, match="has no UTC offset"):
+    with pytest.raises(ValueError, match="names no UTC offset"):
         hours_between("2026-07-18T00:00:00", "2026-07-18T00:00:00Z")
 
 

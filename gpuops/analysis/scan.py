@@ -23,7 +23,6 @@ import re
 import stat
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import msgspec
@@ -31,6 +30,7 @@ import msgspec
 from gpuops import event_types as ev
 from gpuops.errors import UsageError
 from gpuops.events import BadLine, _parse_line
+from gpuops.timestamps import moment
 
 _TS_HEAD = b'{"ts":"'
 _TS_END = len(_TS_HEAD) + len("2026-07-18T00:00:00.000000Z")
@@ -244,9 +244,10 @@ class _Reader:
 def _utc_stamp(text: str) -> bool:
     """Whether ``text`` is an ISO-8601 time with a UTC offset (what a fold can subtract)."""
     try:
-        return datetime.fromisoformat(text).utcoffset() is not None
+        moment(text)
     except ValueError:
         return False
+    return True
 
 
 def _rest_of_line_holds(needle: bytes | None) -> bytes:

@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuops import event_types as ev
+from gpuops import timestamps
 from gpuops.market.probe import Verdict
 from gpuops.market.select import MIN_DISK_MB_PER_S, MIN_RELIABILITY
 
@@ -81,11 +82,8 @@ def in_default_filter(reliability: object, disk_bw: object) -> bool | None:
 
 def moment(stamp: str) -> datetime:
     """An event's stamp as a time; ValueError (counted, never fatal) for one that is not
-    ISO-8601 or has no UTC offset: a naive time cannot be subtracted from an aware one."""
-    when = datetime.fromisoformat(stamp)
-    if when.tzinfo is None:
-        raise ValueError(f"the stamp {stamp!r} has no UTC offset")
-    return when
+    ISO-8601 or has no UTC offset (the one parser: gpuops/timestamps.py)."""
+    return timestamps.moment(stamp)
 
 
 def hours_between(start: str, end: str) -> float:

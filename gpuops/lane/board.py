@@ -19,10 +19,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from gpuops.errors import CorruptState, Refused, UsageError
+from gpuops.timestamps import epoch_of, utc_iso
 
 FREE = "free"
 CLAIMED = "claimed"  # held by a job; not started, or waiting out a stockout (L7)
@@ -50,7 +50,8 @@ HISTORY_HEADER = "# history: prose for humans, never parsed; the state is the li
 MAX_HISTORY_LINES = 500
 
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,127}"
-_STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+# the one stamp form (gpuops/timestamps.py); whole seconds, as boards before it were written
+_STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{6})?Z"
 _PATTERNS = {
     "lane": _NAME,
     "state": "|".join(STATES),
@@ -90,22 +91,18 @@ class Board:
 
 
 def stamp(when: float) -> str:
-    """Epoch seconds as the board writes them: UTC, whole seconds."""
-    return datetime.fromtimestamp(int(when), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Epoch seconds as the board writes them: the one stamp form, to the whole second."""
+    return utc_iso(int(when))
 
 
 def _epoch(text: str, field: str, where: str) -> float:
-    """A board time the state line's pattern matched (``_STAMP``: fixed places); one that
-    names no real instant (a hand's edit: February 30th, hour 25) is a corrupt board naming the
-    field, never an untyped error (L12). Read by place, not by strptime, whose import costs
-    every board read a few milliseconds."""
-    year, month, day = int(text[0:4]), int(text[5:7]), int(text[8:10])
-    hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
+    """A board time the state line's pattern matched (``_STAMP``); one that names no real
+    instant (a hand's edit: February 30th, hour 25) is a corrupt board naming the field, never
+    an untyped error (L12)."""
     try:
-        when = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+        return epoch_of(text)
     except ValueError:
         raise CorruptState(where, f"{field}={text} is not a UTC time") from None
-    return when.timestamp()
 
 
 def state_line(board: Board) -> str:

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import CorruptState, Refused
-from gpuops.ledger import BoxState, Ledger, Record, utc_iso
+from gpuops.ledger import BoxState, Ledger, Record
 from gpuops.market import budget as b
 from gpuops.market.rentals import LIVE, RACING, RELEASED, Rental, Rentals
 from gpuops.store.base import Store, is_key
 from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
+from gpuops.timestamps import epoch_of, utc_iso
 
 if TYPE_CHECKING:
     from gpuops.model import Instance
@@ -125,7 +125,7 @@ class Budgets:
             records = self.ledger.records(skip_corrupt=True)
         owners = {r.instance_id: r.owner for r in records if r.instance_id}
         gone_at = {
-            r.instance_id: datetime.fromisoformat(r.updated_at).timestamp()
+            r.instance_id: epoch_of(r.updated_at)
             for r in records
             if r.instance_id and r.state in GONE
         }

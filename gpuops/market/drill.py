@@ -18,10 +18,10 @@ from urllib.parse import urlparse
 from gpuops import event_ops as ops
 from gpuops import timing
 from gpuops.event_base import write
-from gpuops.ledger import utc_iso
 from gpuops.market.rent import RentRequest
 from gpuops.market.rentals import RELEASED
 from gpuops.settings import Settings
+from gpuops.timestamps import utc_iso
 
 DRILLS = "drills/"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")

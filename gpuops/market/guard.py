@@ -40,7 +40,7 @@ from gpuops.errors import (
     VersionConflict,
 )
 from gpuops.event_base import Kinded, write
-from gpuops.ledger import BoxState, EventSink, utc_iso
+from gpuops.ledger import BoxState, EventSink
 from gpuops.market import guardian as g
 from gpuops.market import sync_plan as sp
 from gpuops.market.ending import (
@@ -69,6 +69,7 @@ from gpuops.market.results import Copied, Results, copy_results
 from gpuops.market.sync import SyncReport, sync_results
 from gpuops.market.teardown import Ending, label_for
 from gpuops.model import InstanceStatus
+from gpuops.timestamps import utc_iso
 
 # exit code: every box confirmed gone, but the guardian's own work failed on the way (M17):
 # results not delivered, the store not writable, a record unreadable; loud, never 0

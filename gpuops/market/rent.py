@@ -37,7 +37,6 @@ from gpuops.ledger import (
     BoxState,
     EventSink,
     Ledger,
-    utc_iso,
 )
 from gpuops.market import race as r
 from gpuops.market.ceiling import ceiling_script
@@ -76,6 +75,7 @@ from gpuops.market.teardown import (
     label_for,
 )
 from gpuops.model import Instance, Offer
+from gpuops.timestamps import utc_iso
 
 Prober = Callable[[Instance, str], Verdict]  # (instance, ledger record name) -> verdict
 PassRates = Callable[[list[Offer]], dict[int, float]]  # machine id -> shrunk pass rate

@@ -12,7 +12,6 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any
 
 from gpuops import timing
@@ -27,6 +26,7 @@ from gpuops.ledger import BoxState, Record
 from gpuops.market.gpu_names import fold_gpu_name
 from gpuops.store.base import Store
 from gpuops.store.records import JsonCodec, Records
+from gpuops.timestamps import epoch_of
 
 PREFIX = "market/rentals/"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -417,7 +417,7 @@ def due_at(rental: Rental | None, record_deadline: str | None) -> float:
     if rental is not None and rental.deadline_at is not None:
         return rental.deadline_at
     if record_deadline:
-        return datetime.fromisoformat(record_deadline).timestamp()
+        return epoch_of(record_deadline)
     return float("-inf")
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from enum import Enum
 from typing import Protocol
 
@@ -26,6 +25,7 @@ from gpuops.errors import (
 )
 from gpuops.ledger import GONE_BY_SHOW, BoxState, Ledger, Record
 from gpuops.model import Instance
+from gpuops.timestamps import epoch_of
 
 
 class Destroyer(Protocol):
@@ -194,7 +194,7 @@ def never_found(record: Record, now: float) -> bool:
     whose box no look-up by label has found. A record that is no intent never is."""
     if record.state is not BoxState.INTENT:
         return False
-    written = datetime.fromisoformat(record.updated_at).timestamp()
+    written = epoch_of(record.updated_at)
     return now - written >= timing.UNCLEAR_CREATE_WINDOW_S
 
 

@@ -24,11 +24,11 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from gpuops.errors import AlreadyExists, CorruptState, VersionConflict
 from gpuops.store.base import Store, Versioned, check_key
+from gpuops.timestamps import epoch_of
 
 # A compare-and-swap that keeps losing means heavy contention or a bug; say so, don't spin.
 CAS_ATTEMPTS = 8
@@ -70,7 +70,7 @@ def parses(parse: Callable[[str], object], what: str) -> Check:
     return check, what
 
 
-ISO_TIMESTAMP = parses(datetime.fromisoformat, "an ISO 8601 timestamp")
+ISO_TIMESTAMP = parses(epoch_of, "an ISO 8601 timestamp with a UTC offset")
 
 _NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
 # A number field holds a finite float: Python's json reads 1e400 as inf, NaN and Infinity as
