@@ -71,8 +71,17 @@ def main(argv: list[str]) -> int:
         print(f"gpuops fakes serve: {exc}", file=sys.stderr)
         return 2
 
-    from fakes.vast import FakeVast, ScaledClock, serve_http
-    from fakes.vast.clock import RECORDED_EPOCH
+    if scenario.start_time is not None:
+        print(
+            f"gpuops fakes serve: {scenario.source}: start_time is for in-process fakes; the "
+            "served fakes run on the exported clock (GPUOPS_TIME_ORIGIN: now), which gpuops "
+            "reads too",
+            file=sys.stderr,
+        )
+        return 2
+
+    from fakes.vast import ExportedClock, FakeVast, ScaledClock, serve_http
+    from fakes.vast.routes import REAL_CLOCK
 
     owned = args.state_dir is None
     state_dir = Path(tempfile.mkdtemp(prefix="gpuops-fakes-")) if owned else args.state_dir
@@ -90,24 +99,24 @@ def main(argv: list[str]) -> int:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         _fresh_box_table(state_dir)
         public_key = throwaway_key(state_dir)
-        clock = ScaledClock(scenario.time_scale, scenario.start_time or RECORDED_EPOCH)
-        # The lane's fake runs on its own scaled clock from real now, and exports that origin
-        # with the scale: gpuops' scaled clock (settings.py) then agrees with the bucket's, and
-        # with the clock the fake boxes' own processes read (fakes/vast/onstart.py).
-        lane_origin = time.time()
+        # One clock, exported: FakeVast, its boxes' own processes (fakes/vast/onstart.py) and
+        # the lane's fake run on the scaled clock from real now, and the export lines give its
+        # scale and origin, so gpuops' scaled clock (settings.py) reads the times the fakes
+        # render (start_date, end_date, the bucket's) on the same clock.
+        clock = ExportedClock(scenario.time_scale)
         model = FakeVast(
             scenario,
             clock=clock,
             state_dir=state_dir,
             generated_key=public_key.read_text(encoding="utf-8").strip(),
-            box_clock=ScaledClock(scenario.time_scale, origin=lane_origin),
+            box_clock=clock,
         )
         server = serve_http(model, port=args.port)
         from fakes.gce import FakeGCE, parse_lane
         from fakes.gce.server import serve_http as serve_gce
 
         lane = parse_lane(scenario.lane, scenario.source)
-        gce = serve_gce(FakeGCE(lane, ScaledClock(scenario.time_scale, origin=lane_origin)))
+        gce = serve_gce(FakeGCE(lane, ScaledClock(scenario.time_scale, origin=clock.origin)))
         s3, s3_note = _start_s3()
     except OSError as exc:
         print(f"gpuops fakes serve: cannot start: {exc}", file=sys.stderr)
@@ -128,8 +137,7 @@ def main(argv: list[str]) -> int:
             "GPUOPS_LANE_ZONE": lane.zone,
             "GPUOPS_LANE_INSTANCE": lane.instance,
             "GPUOPS_LANE_BUCKET": lane.bucket,
-            "GPUOPS_TIME_SCALE": repr(scenario.time_scale),
-            "GPUOPS_TIME_ORIGIN": repr(lane_origin),
+            **clock.exports(),
         }
         if s3 is not None:
             exports.update(s3.exports())
@@ -142,6 +150,13 @@ def main(argv: list[str]) -> int:
             f"# FakeVast on {server.url}: scenario {scenario.source}, "
             f"{len(model.offers)} offers, time x{scenario.time_scale:g}; state in {state_dir}. "
             "Ctrl-C to stop.",
+            file=sys.stderr,
+            flush=True,
+        )
+        print(
+            f"# FakeVast's times are on the exported clock (x{scenario.time_scale:g} from "
+            f"GPUOPS_TIME_ORIGIN); a client not on it (the vastai CLI, SkyPilot) reads them on "
+            f"the real clock at VAST_URL={server.url}{REAL_CLOCK}",
             file=sys.stderr,
             flush=True,
         )

@@ -21,9 +21,8 @@ from gpuops.errors import GpuopsError
 from gpuops.events import EventLog
 from gpuops.ledger import Ledger
 from gpuops.market.ending import destroy_rental
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
-from gpuops.model import Instance
+from gpuops.model import Instance, Verdict
 from gpuops.store.memory import MemoryStore
 
 BASE = "https://console.vast.ai"

@@ -24,7 +24,7 @@ failed before creating any box has nothing that can bill and goes at the next co
 
 Nobody has to remember to compact: `boxes` reads every live record anyway, and when ``due``
 says some of what it read would move, it starts `gpuops compact` detached after printing its
-list (cli_market.py), so history costs one slow listing, never every listing. ``box_due`` and ``rental_due`` are the two
+list (cli/market.py), so history costs one slow listing, never every listing. ``box_due`` and ``rental_due`` are the two
 judgments, shared by ``compact`` and ``due``.
 """
 
@@ -43,7 +43,10 @@ from gpuops.store.base import Store, Versioned
 from gpuops.timestamps import epoch_of
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gpuops.market.rentals import Rental
+    from gpuops.settings import Settings
 
 LEDGER_ARCHIVE = "ledger/archive/"
 RENTALS_LIVE = "market/rentals/"  # rentals.PREFIX, without importing the market package
@@ -211,3 +214,47 @@ def _epoch(iso: str) -> float | None:
         return epoch_of(iso)
     except ValueError:
         return None
+
+
+def compact_in_background(settings: Settings, operator: str) -> tuple[int, Path] | None:
+    """Start `gpuops compact` detached, unless one this host started still runs: history past
+    the retention window costs every listing a read per record, and moving it costs a write
+    or two per record (minutes for a long backlog), which no listing should wait for. The
+    child inherits the lock this takes and holds it until it exits (archive.py: copy, then a
+    compare-and-swap delete; a compaction racing another, or live work, loses nothing).
+    The child's pid and log, or None when one already runs."""
+    import fcntl
+    import os
+    import sys
+
+    from gpuops.private import open_private, private_dirs
+
+    # per-host files: the state directory, or the user's for s3://
+    folder = private_dirs(settings.local_dir)
+    log = folder / "compact.log"
+    lock = open_private(folder / "compact.lock", os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None  # a compaction is running: it moves these too
+        os.set_inheritable(lock, True)  # the child's from here on: released when it exits
+        out = open_private(log, os.O_WRONLY | os.O_APPEND)
+        try:
+            pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-m", "gpuops", "--state", settings.state_url]
+                + ["--operator", operator, "compact"],
+                settings.child_environ(),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, out, 1),
+                    (os.POSIX_SPAWN_DUP2, out, 2),
+                ],
+                setsid=True,  # outlives this listing, its terminal and its process group
+            )
+        finally:
+            os.close(out)
+    finally:
+        os.close(lock)
+    return pid, log

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import ClassVar, TypedDict
 
 from gpuops.event_base import Kinded, Number, Whole
-from gpuops.market.probe import Verdict
+from gpuops.model import Verdict
 
 __all__ = [
     "TYPES",

@@ -9,7 +9,7 @@ before, key for key, so old logs read the same); readers ask ``decode(kind,
 payload)`` or, straight from a line's bytes, ``decode_line(kind, raw)`` and get the type or None
 (``parse(kind, payload)`` says why instead: a UsageError naming the kind and the field).
 None means "count it and skip it": a wrong type, a missing field, a verdict outside
-``probe.Verdict``, a number that is not finite, a propensity outside (0, 1] or a pick that is
+``model.Verdict``, a number that is not finite, a propensity outside (0, 1] or a pick that is
 not one of its race's candidates. A reader never trusts a payload it did not decode.
 
 Every field is checked by its annotation, by msgspec (a C decoder that validates while it
@@ -35,7 +35,7 @@ import msgspec
 from gpuops import event_ops as ops
 from gpuops.errors import UsageError
 from gpuops.event_base import Kinded, Number, Payload, Probability, Whole
-from gpuops.market.probe import Verdict
+from gpuops.model import Verdict
 
 __all__ = [
     "ALL_KINDS",
@@ -122,7 +122,7 @@ class Create(Kinded):
 
 @dataclass(frozen=True, kw_only=True)
 class Probe(Kinded):
-    """``market.probe``: one box's verdict, a ``probe.Verdict``."""
+    """``market.probe``: one box's verdict, a ``model.Verdict``."""
 
     KIND: ClassVar[str] = "market.probe"
     name: str

@@ -1,5 +1,11 @@
 """Frozen value types and closed enums of the market (Vast.ai), in the provider's own field names.
 
+Also the probe's vocabulary every floor shares: a box's ``Verdict`` (which causes are the host's
+fault, which may pass at another time), ``HOST_FAULTS`` and ``is_host_fault`` (the one set the
+race, the quarantine and the log's figures read), and ``StepOutput`` (what one remote command
+gave back, as the ssh transport returns it). The probe (market/probe.py) decides verdicts; the
+event types, the analysis and the adapters only name them, so they import them from here.
+
 Nothing here does I/O or reads a dict from the wire: ``gpuops.providers.vast`` parses raw JSON
 into these types in one place and everything above it sees only these. Numbers are the
 provider's, untouched, in its units: ``gpu_ram`` MB, ``disk_bw`` MB/s, ``dph_total`` $/hour,
@@ -11,6 +17,59 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+
+
+class Verdict(enum.Enum):
+    """Why a probe passed or failed; a closed set with an explicit UNKNOWN.
+
+    Why the causes are split this way (M2): an SSH auth failure or an unreachable box is not a
+    host fault (about half of them passed at another time), so neither may quarantine a
+    machine; NO_GPU, LOW_VRAM, SLOW_DISK and CUDA_BROKEN are host faults. A changed host key
+    is a refusal: never retried, never a host fault.
+    """
+
+    PASS = "pass"
+    SSH_AUTH = "ssh-auth"
+    SSH_UNREACHABLE = "ssh-unreachable"
+    SSH_HOST_KEY_CHANGED = "ssh-host-key-changed"
+    NO_GPU = "no-gpu"
+    LOW_VRAM = "low-vram"
+    SLOW_DISK = "slow-disk"
+    CUDA_BROKEN = "cuda-broken"
+    UNKNOWN = "unknown"
+
+    @property
+    def host_fault(self) -> bool:
+        """The machine itself failed: quarantine it (M2). SSH trouble never is."""
+        return self in HOST_FAULTS
+
+    @property
+    def retryable(self) -> bool:
+        """The same box may pass at another time (M2: half the SSH failures did)."""
+        return self in _RETRYABLE
+
+
+# The verdicts that are the host's fault (M2), the one set: SSH trouble is never one (auth is
+# our key, and half the unreachable hosts passed later).
+HOST_FAULTS = frozenset({Verdict.NO_GPU, Verdict.LOW_VRAM, Verdict.SLOW_DISK, Verdict.CUDA_BROKEN})
+_HOST_FAULT_CAUSES = frozenset(verdict.value for verdict in HOST_FAULTS)
+_RETRYABLE = frozenset({Verdict.SSH_AUTH, Verdict.SSH_UNREACHABLE})
+
+
+def is_host_fault(cause: str) -> bool:
+    """Whether a recorded cause (a verdict's value, or another reason a candidate failed, such
+    as "taken" or "boot-timeout") says the host is bad: not our key, not a pass."""
+    return cause in _HOST_FAULT_CAUSES
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """What one remote command gave back: ``exit_code`` is None only when it timed out."""
+
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
 
 
 class InstanceStatus(enum.Enum):

@@ -8,8 +8,11 @@ its descendant, so ``descendants`` finds what would otherwise be re-parented to 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2); not inherited by children
 
@@ -62,3 +65,23 @@ def reap() -> None:
             return
         if pid == 0:
             return
+
+
+@contextlib.contextmanager
+def interrupts_raised() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and a closed terminal (SIGHUP) raise Interrupted in the main thread, so
+    the race destroys its candidates before the process exits (M13); restored afterwards."""
+    import signal
+
+    from gpuops.errors import Interrupted
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(signum)
+
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.signal(sig, stop) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

@@ -239,8 +239,9 @@ def _capturing_prober(
     settings: Settings, steps: list[tuple[str, Any, Any]], captured: Captured
 ) -> Any:
     """session.ssh_prober's probe, with a runner that keeps each step's raw output."""
-    from gpuops.market.probe import Verdict
+    from gpuops.market.probing import probe as probe_box
     from gpuops.market.select import MIN_DISK_MB_PER_S
+    from gpuops.model import Verdict
     from gpuops.providers import ssh
 
     client = settings.ssh()
@@ -257,7 +258,7 @@ def _capturing_prober(
             endpoint = ssh.SshEndpoint(instance.public_ipaddr, instance.direct_ssh_port)
         else:
             return Verdict.SSH_UNREACHABLE
-        result = ssh.probe(
+        result = probe_box(
             endpoint,
             client=client,
             identity_file=settings.identity_file(),

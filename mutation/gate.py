@@ -55,6 +55,8 @@ FLOORS: dict[str, float] = {
     "gpuops/providers/vast_client.py": 100.0,
     "gpuops/providers/google_errors.py": 100.0,
     "gpuops/market/probe.py": 100.0,
+    "gpuops/market/probing.py": 100.0,
+    "gpuops/model.py": 100.0,
     "gpuops/market/guardian.py": 100.0,
     "gpuops/market/watchdog.py": 100.0,
     "gpuops/market/sync_plan.py": 100.0,
@@ -131,6 +133,10 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     # the one Google error translator (GCE and GCS), pinned by its own pure tests
     "gpuops.providers.google_errors": ("tests/test_google_errors.py",),
     "gpuops.market.probe": ("tests/test_probe.py",),
+    # the probe loop over a recorded box on a FakeClock (no process)
+    "gpuops.market.probing": ("tests/test_probing.py",),
+    # the market's values and the probe's verdicts, pinned by their own tests
+    "gpuops.model": ("tests/test_model.py",),
     "gpuops.market.guardian": ("tests/test_guardian.py", "tests/test_guardian_more.py"),
     "gpuops.market.watchdog": ("tests/test_watchdog.py",),
     # the results sync's decisions, pinned by their own pure tests (M5)

@@ -34,7 +34,7 @@ BREAKS = {
     "lint": "import gpuops.lane.script as s; s.lint = lambda text, job: []",
     # the fake never destroys the kept box: it answers 503 to every destroy of that offer
     "destroy": (
-        "import gpuops.demo_market as m; doc = m.scenario_doc; "
+        "import gpuops.demo.market as m; doc = m.scenario_doc; "
         "m.scenario_doc = lambda: {**doc(), 'vast': {**doc()['vast'], 'faults': "
         "{'destroy_failures': [{'offer': 18432117, 'count': 100000, 'status': 503}]}}}"
     ),

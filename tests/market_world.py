@@ -31,9 +31,8 @@ from fakes.ssh.boxes import write_identity
 from fakes.vast import FakeClock, FakeVast
 from gpuops.clock import Clock
 from gpuops.ledger import Ledger
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
-from gpuops.model import Instance
+from gpuops.model import Instance, Verdict
 from gpuops.providers.vast import VastAdapter
 from gpuops.store.base import Store
 from gpuops.store.memory import MemoryStore

@@ -21,8 +21,8 @@ from fakes.vast import FakeVast
 from gpuops import event_types as ev
 from gpuops.events import EventLog
 from gpuops.market.ending import destroy_rental
-from gpuops.market.probe import Verdict
 from gpuops.market.sweep import sweep
+from gpuops.model import Verdict
 from gpuops.store.memory import MemoryStore
 
 HOSTILE = "<script>document.body.setAttribute('data-pwned','1')</script>"

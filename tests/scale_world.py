@@ -16,10 +16,10 @@ from fakes.vast import FakeClock, FakeVast
 from fakes.vast.server import FakeVastServer, serve_http
 from gpuops.events import EventLog
 from gpuops.ledger import Ledger, utc_iso
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market
 from gpuops.market.rentals import LIVE, box_name
 from gpuops.market.teardown import label_for
+from gpuops.model import Verdict
 from gpuops.providers.vast import VastAdapter
 from gpuops.store.local import LocalStore
 

@@ -78,13 +78,12 @@ from gpuops.market.ending import destroy_rental
 from gpuops.market.guard import Guardian, stopped
 from gpuops.market.guardian import schedule
 from gpuops.market.leases import Leases
-from gpuops.market.probe import StepOutput, Verdict
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import LIVE, RACING
 from gpuops.market.results import LocalResults
 from gpuops.market.sweep import sweep
 from gpuops.market.teardown import exit_code, intent_of
-from gpuops.model import Instance
+from gpuops.model import Instance, StepOutput, Verdict
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
 from gpuops.store.memory import MemoryStore

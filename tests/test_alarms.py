@@ -461,7 +461,7 @@ def test_watch_hears_a_dead_job_once_however_often_and_from_whichever_client_it_
 ):
     """O1/M10: `gpuops watch --once` judges the job dead three times, on two store clients:
     one alarm, naming its exit; a running job raises none."""
-    from gpuops.cli_guard import _watch
+    from gpuops.cli.guard import _watch
 
     market = world.rent(hours=1.0)
     other = second_client(world)
@@ -491,7 +491,7 @@ def test_sweep_hears_unowned_boxes_once_per_set_from_whichever_client_it_runs_o1
 ):
     """O1/M3: an instance no ledger owns, swept three times on two store clients: one alarm;
     a second one makes a new set, heard once more. Neither is touched."""
-    from gpuops.cli_market import _market_command
+    from gpuops.cli.market import _market_command
 
     settings = Settings.from_environ({"GPUOPS_NOTIFY": receiver.url}, home=world.tmp)
     sweep = argparse.Namespace(command="sweep")

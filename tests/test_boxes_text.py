@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from test_daily import Daily, daily, gpuops  # noqa: F401  (daily is a fixture)
 
-from gpuops.cli_market import _record_row, _total_line, _when
+from gpuops.cli.market import _total_line, _when
+from gpuops.listing import record_row as _record_row
 from gpuops.ledger import BoxState, Record, utc_iso
 
 

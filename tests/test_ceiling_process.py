@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_guard_process import OFFERS, WAIT_S, Fakes, _alive
+from test_guard_process import WAIT_S, Fakes, _alive
 
 from gpuops import timing
 from gpuops.market.ceiling import AT_NAME, ceiling_at
@@ -28,16 +28,11 @@ from gpuops.market.ceiling import AT_NAME, ceiling_at
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 SCALE = 600.0
-# FakeVast renders its times (start_date, end_date) as epochs of the real clock, for unscaled
-# clients such as the vastai CLI, while gpuops here runs on the exported x600 clock: a contract
-# 31 fake days long ends about an hour after gpuops' now. These offers' contracts are long
-# enough for the rentals below, as gpuops reads them (rent needs the deadline plus an hour).
-LONG_CONTRACTS = [{**offer, "contract_days": 400} for offer in OFFERS]
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[Fakes]:
-    served = Fakes(tmp_path, time_scale=SCALE, gpuops_scale=SCALE, offers=LONG_CONTRACTS)
+    served = Fakes(tmp_path, time_scale=SCALE, gpuops_scale=SCALE)
     yield served
     for started in served.events("guard.start"):
         with contextlib.suppress(ProcessLookupError):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.cli_guard import _deadline
+from gpuops.cli.guard import _deadline
 from gpuops.errors import UsageError
 from gpuops.market.drill import target_of
 from gpuops.market.systemd import systemd_unit

@@ -74,7 +74,7 @@ def test_help_and_rules_import_no_other_command_s_modules():
         "    except SystemExit: pass\n"
         "print(__import__('json').dumps(sorted(sys.modules)))"
     )
-    unwanted = {"gpuops.cli_guard", "gpuops.cli_lane", "gpuops.cli_learn_args", "gpuops.cli_daily",
+    unwanted = {"gpuops.cli.guard", "gpuops.cli.lane", "gpuops.cli.learn_args", "gpuops.cli.daily",
                 "shutil"}  # fmt: skip
 
     for argv in (["--help"], ["rules"]):
@@ -101,7 +101,8 @@ BOXES_GPUOPS = {
     "gpuops",
     "gpuops.archive",
     "gpuops.cli",
-    "gpuops.cli_market",
+    "gpuops.cli.parser",  # the parser classes (argparse only)
+    "gpuops.cli.market",
     "gpuops.clock",  # SYSTEM, the clock `boxes` reads (imports only math, time, typing)
     "gpuops.errors",
     "gpuops.output",  # printing: JSON or lines
@@ -110,6 +111,7 @@ BOXES_GPUOPS = {
     "gpuops.market.budget",  # M15: the burn line's arithmetic (pure: datetime, math)
     "gpuops.market.budgets",  # M15: its spend records, read from the store
     "gpuops.market.gpu_names",  # M8: the one GPU-name fold (imports nothing)
+    "gpuops.listing",  # what `boxes` shows, built from the store
     "gpuops.market.rentals",
     "gpuops.settings",
     "gpuops.store",
@@ -191,7 +193,8 @@ def test_a_config_file_adds_only_its_parser_to_what_boxes_loads(tmp_path):
 LANE_BOARD_GPUOPS = {
     "gpuops",
     "gpuops.cli",
-    "gpuops.cli_lane",
+    "gpuops.cli.parser",  # the parser classes (argparse only)
+    "gpuops.cli.lane",
     "gpuops.clock",
     "gpuops.errors",
     "gpuops.output",  # printing: JSON or lines

@@ -32,15 +32,14 @@ from fakes.ssh import sandbox
 from fakes.ssh.boxes import TableState, write_identity
 from fakes.vast import FakeClock, FakeVast
 from gpuops import cli, timing
-from gpuops.cli_daily import box_logs, cost_report, scrubbed
+from gpuops.cli.daily import box_logs, cost_report, scrubbed
 from gpuops.market import jobs
 from gpuops.market import logs as box
 from gpuops.market.budgets import Budgets
 from gpuops.market.ending import destroy_rental
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import Rental
-from gpuops.model import Instance
+from gpuops.model import Instance, Verdict
 from gpuops.providers.ssh import SshEndpoint, ssh_argv
 from gpuops.settings import Settings
 from gpuops.store.local import LocalStore

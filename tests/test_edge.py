@@ -215,7 +215,7 @@ def test_every_subcommand_help_prints_usage_and_exits_0(command, capsys):
 
 def test_text_output_shows_a_dash_for_unknown_values_never_none():
     """`boxes` and `offers` text never prints None or $None; money has its unit and places."""
-    from gpuops.cli_market import _offer_line, _text, _usd
+    from gpuops.cli.market import _offer_line, _text, _usd
 
     row = {"id": 1, "gpu_name": "RTX 4090", "num_gpus": 1, "gpu_ram": 24564, "dph_total": 0.3712,
            "reliability": None, "disk_bw": None, "cuda_max_good": None, "geolocation": None,
@@ -229,7 +229,7 @@ def test_a_deadline_is_shown_in_local_time_and_utc(monkeypatch):
     """`rent` and `boxes` print the deadline twice: the reader's zone and UTC."""
     import time
 
-    from gpuops.cli_market import _BOXES_HEADER, _when
+    from gpuops.cli.market import _BOXES_HEADER, _when
 
     monkeypatch.setenv("TZ", "Asia/Tokyo")
     time.tzset()

@@ -14,7 +14,7 @@ from gpuops import event_types as ev
 from gpuops.errors import UsageError
 from gpuops.event_base import write
 from gpuops.events import EventLog, read_events
-from gpuops.market.probe import Verdict
+from gpuops.model import Verdict
 from gpuops.secrets import scrub
 
 WHO = {"name": "r", "instance_id": "900", "guardian": "g@host:1"}
@@ -174,7 +174,7 @@ def test_a_payload_on_disk_is_plain_json():
 def test_the_demo_judges_m1_from_the_candidates_typed_fields_never_from_their_words():
     """The faults the demo's M1 check needs (a create taken, a key refused, a slow disk) come
     from ``step``, ``outcome`` and ``verdict``; a ``what`` that says otherwise changes nothing."""
-    from gpuops.demo_market import _faults
+    from gpuops.demo.market import _faults
 
     def step(step: ops.Step, what: str, **typed: object) -> ops.Candidate:
         return ops.Candidate(name="r", slot=0, offer_id=1, what=what, step=step, **typed)  # type: ignore[arg-type]

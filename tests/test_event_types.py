@@ -20,7 +20,7 @@ from gpuops.analysis.shrink import KINDS, MachineCounts
 from gpuops.analysis.stats import Stats
 from gpuops.errors import UsageError
 from gpuops.events import EventLog, read_events
-from gpuops.market.probe import Verdict
+from gpuops.model import Verdict
 from gpuops.store.memory import MemoryStore
 
 TS = "2026-07-18T00:00:00.000000Z"
@@ -232,7 +232,7 @@ REQUIRED = {
 
 
 def test_a_probe_verdict_is_a_probe_verdict_member():
-    """The verdict decodes to probe.Verdict; every member's value is accepted, and nothing else."""
+    """The verdict decodes to model.Verdict; every member's value is accepted, and nothing else."""
     for verdict in Verdict:
         event = ev.decode("market.probe", {**VALID["market.probe"], "verdict": verdict.value})
         assert event.verdict is verdict and event.to_payload()["verdict"] == verdict.value

@@ -47,11 +47,11 @@ from gpuops.errors import (
     SearchQuotaExceeded,
     UnexpectedResponse,
 )
-from gpuops.market.probe import Verdict
+from gpuops.market.probing import probe
 from gpuops.market.select import Filter, reasons_to_remove, select
-from gpuops.model import InstanceStatus
+from gpuops.model import InstanceStatus, Verdict
 from gpuops.providers import load_recording
-from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe
+from gpuops.providers.ssh import SshEndpoint, known_hosts_path
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
 from gpuops.clock import SYSTEM, WithSleep

@@ -19,10 +19,10 @@ from fakes.ssh.boxes import load_table, write_identity
 from fakes.vast import FakeClock, FakeVast
 from fakes.vast.wire import recorded
 from gpuops import timing
-from gpuops.market.probe import Verdict
+from gpuops.market.probing import probe
 from gpuops.market.select import Filter
-from gpuops.model import InstanceStatus
-from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe, ssh_argv
+from gpuops.model import InstanceStatus, Verdict
+from gpuops.providers.ssh import SshEndpoint, known_hosts_path, ssh_argv
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
 from gpuops.clock import SYSTEM, WithSleep

@@ -23,9 +23,9 @@ import pytest
 import yaml
 
 from fakes.serve import main
-from gpuops.market.probe import Verdict
-from gpuops.model import InstanceStatus
-from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe
+from gpuops.market.probing import probe
+from gpuops.model import InstanceStatus, Verdict
+from gpuops.providers.ssh import SshEndpoint, known_hosts_path
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
 from gpuops.clock import SYSTEM, WithSleep

@@ -27,10 +27,10 @@ from gpuops.market import jobs
 from gpuops.market.ending import destroy_rental
 from gpuops.market.guard import Guardian
 from gpuops.market.leases import Leases
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import RELEASED
 from gpuops.market.results import LocalResults
+from gpuops.model import Verdict
 from gpuops.settings import Settings
 
 OFFER = 18432117

@@ -34,10 +34,9 @@ from gpuops.errors import AuthFailed, Refused, UsageError
 from gpuops.identity import Identity, acts, attest, decide, key_holder
 from gpuops.ledger import Ledger
 from gpuops.market import guardian as g
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import Rentals
-from gpuops.model import KeyHolder
+from gpuops.model import KeyHolder, Verdict
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings, read_config
 from gpuops.store.local import LocalStore

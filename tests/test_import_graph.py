@@ -1,4 +1,5 @@
-"""gpuops/ has no import cycles: every import counts, at the top of a module or inside a function.
+"""gpuops/ has no import cycles, and no import runs back up a floor: every import counts, at the
+top of a module or inside a function.
 
 A lazy import inside a function is still an edge: one placed there to dodge a cycle hides the
 cycle from Python, not from this test. The fix for a cycle is to move the shared piece down
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gpuops"
@@ -157,3 +159,177 @@ def test_the_store_backends_and_base_no_longer_import_each_other() -> None:
     assert not graph["gpuops.store.base"] & {"gpuops.store.local", "gpuops.store.s3"}
     assert {"gpuops.store.local", "gpuops.store.s3"} <= graph["gpuops.store.opener"]
     assert "gpuops.events" not in graph["gpuops.errors"]
+
+
+# --- the floors: what must never be imported --------------------------------------------------
+# gpuops is built in floors: the values (model, errors, timing, clock, secrets) at the ground,
+# the store, events and the typed events above them, the adapters (providers/), the market, the
+# analysis that learns from the market's log, and the commands on top. An import from a lower
+# floor up to a higher one is a "back-up arrow"; each rule below names one that was there and
+# was removed, with where its piece lives now.
+
+
+@dataclass(frozen=True)
+class Never:
+    """No module under ``importer`` imports one under ``imported`` (either is a module or a
+    package, by dotted name), except the modules in ``but``."""
+
+    importer: str
+    imported: str
+    why: str
+    but: tuple[str, ...] = ()
+
+
+NEVER: tuple[Never, ...] = (
+    Never("gpuops.event_types", "gpuops.market",
+          "the typed events sit below the market: the verdicts they name are the model's"),
+    Never("gpuops.providers", "gpuops.market",
+          "an adapter is transport; the probe loop is the market's (market/probing.py)"),
+    Never("gpuops.market", "gpuops.analysis",
+          "the ranker that learns from the log is wired by the command (open_market's rank)"),
+    Never("gpuops.analysis", "gpuops.market",
+          "the analysis reads the log's typed events and the model; of the market only the "
+          "policy it evaluates (select.py: its floors, propensities and explore rate)",
+          but=("gpuops.market.select",)),
+)  # fmt: skip
+
+# Modules that may import only these modules of gpuops (a pure core and what it stands on).
+ONLY: dict[str, frozenset[str]] = {
+    # the race's decisions are pure: values and durations, never the store-backed quarantine
+    "gpuops.market.race": frozenset(
+        {"gpuops.errors", "gpuops.model", "gpuops.secrets", "gpuops.timing"}
+    ),
+}
+
+# Names that live in one module and must be taken from it, never from a module above that
+# happens to import them too: module -> the names it must not be asked for.
+MOVED: dict[str, frozenset[str]] = {
+    "gpuops.market.probe": frozenset({"Verdict", "StepOutput", "HOST_FAULTS", "is_host_fault"}),
+    "gpuops.market.quarantine": frozenset({"HOST_FAULTS", "is_host_fault", "Verdict"}),
+}
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def broken_nevers(graph: Mapping[str, set[str]]) -> list[str]:
+    """Every edge that breaks a NEVER or ONLY rule, as 'importer -> imported'."""
+    found = []
+    for module, imports in sorted(graph.items()):
+        for target in sorted(imports):
+            for rule in NEVER:
+                if (
+                    _under(module, rule.importer)
+                    and _under(target, rule.imported)
+                    and target not in rule.but
+                ):
+                    found.append(f"{module} -> {target} ({rule.why})")
+            allowed = ONLY.get(module)
+            if allowed is not None and target not in allowed:
+                found.append(f"{module} -> {target} (only {sorted(allowed)})")
+    return found
+
+
+def moved_names_taken(package: Path) -> list[str]:
+    """Every place a module of ``package`` takes a MOVED name from the module it left: a
+    ``from M import NAME``, or ``ALIAS.NAME`` where ALIAS is bound to M."""
+    found = []
+    for module, path in module_names(package).items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in MOVED:
+                for alias in node.names:
+                    if alias.name in MOVED[node.module]:
+                        found.append(f"{module}: {alias.name} from {node.module}")
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if full in MOVED:
+                        aliases[alias.asname or alias.name] = full
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in MOVED and alias.asname:
+                        aliases[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                source = aliases.get(node.value.id)
+                if source is not None and node.attr in MOVED[source]:
+                    found.append(f"{module}: {node.attr} from {source}")
+    return sorted(found)
+
+
+def floors(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """The graph between floors' rooms: each subpackage of gpuops (market, analysis, providers,
+    lane, store) as one room, each top-level module as its own."""
+
+    def room(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2])
+
+    rooms: dict[str, set[str]] = {}
+    for module, imports in graph.items():
+        here = rooms.setdefault(room(module), set())
+        here.update(room(target) for target in imports if room(target) != room(module))
+    return rooms
+
+
+def test_no_import_runs_back_up_a_floor() -> None:
+    """Every NEVER and ONLY rule holds over gpuops/, lazy and typing-only imports included."""
+    assert broken_nevers(import_graph(PACKAGE)) == []
+
+
+def test_the_verdicts_and_host_faults_are_taken_from_the_model() -> None:
+    """Nothing in gpuops/ asks market/probe.py or the quarantine for Verdict, StepOutput or the
+    host-fault set: gpuops/model.py holds them."""
+    assert moved_names_taken(PACKAGE) == []
+
+
+def test_the_floors_have_no_cycle_between_folders() -> None:
+    """No two of gpuops' folders (or top-level modules) reach each other through imports: every
+    arrow between them runs one way, down."""
+    assert cycles(floors(import_graph(PACKAGE))) == []
+
+
+def test_each_floor_rule_sees_its_arrow(tmp_path: Path) -> None:
+    """Each rule fails on a package that breaks it, so a kept rule is a real one."""
+    package = tmp_path / "gpuops"
+    for folder in ("market", "providers", "analysis"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text("")
+    (package / "errors.py").write_text("")
+    (package / "event_types.py").write_text("from gpuops.market.probe import Verdict\n")
+    (package / "market" / "probe.py").write_text("from gpuops.model import Verdict\n")
+    (package / "market" / "select.py").write_text("")
+    (package / "market" / "quarantine.py").write_text("from gpuops.model import Verdict\n")
+    (package / "market" / "race.py").write_text(
+        "from gpuops.errors import X\nfrom gpuops.market.quarantine import is_host_fault\n"
+    )
+    (package / "market" / "session.py").write_text(
+        "def f():\n    from gpuops.analysis.learned import ranker\n"
+    )
+    (package / "providers" / "ssh.py").write_text("from gpuops.market import probe\nprobe.judge\n")
+    (package / "analysis" / "learned.py").write_text("")
+    (package / "analysis" / "stats.py").write_text(
+        "from gpuops.market import probe as p\nfrom gpuops.market.select import FLOOR\np.Verdict\n"
+    )
+
+    graph = import_graph(package)
+    broken = [line.split(" (")[0] for line in broken_nevers(graph)]
+
+    assert broken == [
+        "gpuops.analysis.stats -> gpuops.market.probe",
+        "gpuops.event_types -> gpuops.market.probe",
+        "gpuops.market.race -> gpuops.market.quarantine",
+        "gpuops.market.session -> gpuops.analysis.learned",
+        "gpuops.providers.ssh -> gpuops.market.probe",
+    ]
+    assert moved_names_taken(package) == [
+        "gpuops.analysis.stats: Verdict from gpuops.market.probe",
+        "gpuops.event_types: Verdict from gpuops.market.probe",
+        "gpuops.market.race: is_host_fault from gpuops.market.quarantine",
+    ]
+    assert cycles(floors(graph)) == [["gpuops.analysis", "gpuops.market"]]

@@ -14,7 +14,7 @@ from oracles import pass_rates_from_log
 from gpuops.analysis.shrink import MachineCounts
 from gpuops.analysis.scan import scan_events
 from gpuops.analysis.stats import KINDS, Stats
-from gpuops.market.quarantine import HOST_FAULTS
+from gpuops.model import is_host_fault
 from gpuops.store.memory import MemoryStore
 
 
@@ -59,7 +59,7 @@ def test_the_index_folded_as_the_log_grows_agrees_with_stats_and_a_full_read(
     assert {m: (counts.passes[m], counts.trials[m]) for m in counts.trials} == dict(full.counts)
     assert dict(full.gpu) == counts.gpu
     assert sum(counts.passes.values()) == verdicts.get("pass", 0) > 0
-    judged = sum(n for v, n in verdicts.items() if v == "pass" or v in HOST_FAULTS)
+    judged = sum(n for v, n in verdicts.items() if v == "pass" or is_host_fault(v))
     assert sum(counts.trials.values()) == judged
     assert set(counts.passes) >= stats.passed
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuops.cli_lane import _print_board
+from gpuops.cli.lane import _print_board
 from gpuops.lane import script
 from gpuops.lane.runner import BOARD_HISTORY_LINES
 from tests.lane_world import lane_world

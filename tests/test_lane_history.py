@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gpuops import cli_lane
+from gpuops.cli import lane as cli_lane
 from gpuops.clock import WithSleep
 from gpuops.errors import JobFailed, UsageError
 from gpuops.events import EventLog

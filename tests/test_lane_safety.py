@@ -22,8 +22,8 @@ MARKET = {
     "store",
     "ledger.py",
     "archive.py",
-    "demo.py",
-    "cli_market.py",
+    "demo/__init__.py",
+    "cli/market.py",
     "check.py",
 }
 
@@ -77,7 +77,7 @@ def test_no_lane_code_path_stops_suspends_or_deletes_the_instance_l1():
 
     assert {k: v for k, v in found.items() if v} == {}
     names = {p.relative_to(PACKAGE).as_posix() for p in modules}
-    assert {"lane/runner.py", "providers/gce.py", "cli_lane.py", "lane/board.py"} <= names
+    assert {"lane/runner.py", "providers/gce.py", "cli/lane.py", "lane/board.py"} <= names
 
 
 def test_the_lane_cli_has_no_stop_or_delete_command_l1():

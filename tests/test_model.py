@@ -1,4 +1,5 @@
-"""The market's value types: a closed status enum with two distinct unknowns, frozen values."""
+"""The market's value types: a closed status enum with two distinct unknowns, frozen values, and
+the probe's verdicts with the one host-fault set (M2)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuops.model import Instance, InstanceStatus, Offer, SshKey
+from gpuops.model import (
+    HOST_FAULTS,
+    Instance,
+    InstanceStatus,
+    Offer,
+    SshKey,
+    StepOutput,
+    Verdict,
+    is_host_fault,
+)
 
 # Every actual_status Vast documents (vastai 1.9.1 SKILL.md, "Instance status values").
 WIRE = {
@@ -155,3 +165,53 @@ def test_an_ssh_key_matches_on_type_and_material_not_on_its_comment():
     assert not registered.matches(KEY[:-4] + "AAAA gpuops@rig")
     assert not registered.matches("ssh-rsa " + KEY.split()[1])
     assert not SshKey(1, "").matches("")
+
+
+def test_auth_and_reachability_are_never_host_faults_but_may_pass_later():
+    """M2: an SSH auth failure is not a host fault; half the SSH failures passed another time."""
+    assert not Verdict.SSH_AUTH.host_fault and Verdict.SSH_AUTH.retryable
+    assert not Verdict.SSH_UNREACHABLE.host_fault and Verdict.SSH_UNREACHABLE.retryable
+
+
+def test_the_host_faults_are_exactly_the_hardware_causes():
+    """M2: only NO_GPU, LOW_VRAM, SLOW_DISK and CUDA_BROKEN may quarantine a machine."""
+    faults = {verdict for verdict in Verdict if verdict.host_fault}
+
+    assert faults == HOST_FAULTS
+    assert faults == {Verdict.NO_GPU, Verdict.LOW_VRAM, Verdict.SLOW_DISK, Verdict.CUDA_BROKEN}
+    assert not Verdict.UNKNOWN.host_fault and not Verdict.UNKNOWN.retryable
+
+
+def test_only_the_retryable_verdicts_are_the_two_ssh_troubles_that_pass_later():
+    """M2: a changed host key, a pass, a host fault or an unknown is never retried."""
+    retried = {verdict for verdict in Verdict if verdict.retryable}
+
+    assert retried == {Verdict.SSH_AUTH, Verdict.SSH_UNREACHABLE}
+    assert not retried & HOST_FAULTS
+
+
+def test_only_real_host_faults_are_quarantinable():
+    """M2: the recorded causes of the host faults, and nothing else: ssh-auth (our key) and
+    pass never, nor a failure that is no verdict at all ("taken", "boot-timeout")."""
+    for cause in ("no-gpu", "low-vram", "slow-disk", "cuda-broken"):
+        assert is_host_fault(cause)
+    for cause in ("ssh-auth", "ssh-unreachable", "ssh-host-key-changed", "pass", "unknown"):
+        assert not is_host_fault(cause)
+    for cause in ("taken", "boot-timeout", "vanished", "NO-GPU", "no-gpu ", ""):
+        assert not is_host_fault(cause)
+
+
+def test_a_verdict_is_a_host_fault_exactly_when_its_recorded_cause_is():
+    """The enum's property and the recorded cause's test are one set, read two ways."""
+    for verdict in Verdict:
+        assert verdict.host_fault is is_host_fault(verdict.value), verdict
+
+
+def test_a_step_output_defaults_to_no_output_and_no_timeout():
+    """A step that ran and printed nothing: empty text, not timed out; values, frozen."""
+    out = StepOutput(0)
+
+    assert (out.exit_code, out.stdout, out.stderr, out.timed_out) == (0, "", "", False)
+    assert StepOutput(None, timed_out=True) == StepOutput(None, "", "", True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out.exit_code = 1  # type: ignore[misc]

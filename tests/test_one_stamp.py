@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # (no instant), file and key names made from a time, and human-facing report text.
 ALLOWED = {
     "gpuops/providers/gcs.py": 1,  # GCS's own `updated` field
-    "gpuops/cli_guard.py": 1,  # --deadline as the user typed it (its zone required)
-    "gpuops/cli_learn.py": 1,  # --since as the user typed it (a day or a time)
+    "gpuops/cli/guard.py": 1,  # --deadline as the user typed it (its zone required)
+    "gpuops/cli/learn.py": 1,  # --since as the user typed it (a day or a time)
     "gpuops/register.py": 3,  # incident dates: calendar days
     "gpuops/record.py": 3,  # a recording's file name and day
     "gpuops/record_gce.py": 2,

@@ -27,13 +27,12 @@ from gpuops.market import guardian as g
 from gpuops.market import jobs
 from gpuops.market.ending import destroy_rental
 from gpuops.market.guard import Guardian
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import FAILED, LIVE, RACING, RELEASED
 from gpuops.market.results import LocalResults
 from gpuops.market.sweep import sweep
 from gpuops.market.teardown import Ending, exit_code
-from gpuops.model import Instance
+from gpuops.model import Instance, Verdict
 from gpuops.settings import Settings
 
 HOURS = 0.5

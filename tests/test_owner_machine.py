@@ -36,13 +36,12 @@ from gpuops.market import jobs
 from gpuops.market.ending import destroy_rental
 from gpuops.market.guard import Guardian
 from gpuops.market.guardian import schedule
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
 from gpuops.market.rentals import Rentals, rental_of
 from gpuops.market.results import LocalResults
 from gpuops.market.sweep import sweep
 from gpuops.market.teardown import exit_code, intent_of
-from gpuops.model import Instance
+from gpuops.model import Instance, Verdict
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
 

@@ -16,12 +16,11 @@ from gpuops.market.probe import (
     DISK_COMMAND,
     GPU_COMMAND,
     PROBE_STEPS,
-    StepOutput,
     Transcript,
-    Verdict,
     first_failure,
     judge,
 )
+from gpuops.model import StepOutput, Verdict
 
 # The floors every recording's `expect` is judged with (recordings/ssh/README.md).
 FLOORS = {"vram_floor_mb": 40000, "disk_floor_mb_per_s": 500.0}
@@ -98,12 +97,6 @@ def test_an_ssh_failure_decides_the_same_at_any_step(name, step):
     assert result.step == step
 
 
-def test_auth_and_reachability_are_never_host_faults_but_may_pass_later():
-    """M2: an SSH auth failure is not a host fault; half the SSH failures passed another time."""
-    assert not Verdict.SSH_AUTH.host_fault and Verdict.SSH_AUTH.retryable
-    assert not Verdict.SSH_UNREACHABLE.host_fault and Verdict.SSH_UNREACHABLE.retryable
-
-
 @pytest.mark.fault(
     "a box's SSH host key changed",
     handled="a refusal, never a retry",
@@ -115,14 +108,6 @@ def test_a_changed_host_key_is_a_refusal_never_a_retry():
     assert result.cause is Verdict.SSH_HOST_KEY_CHANGED
     assert not result.cause.retryable and not result.cause.host_fault
     assert "has changed" in result.detail
-
-
-def test_the_host_faults_are_exactly_the_hardware_causes():
-    """M2: only NO_GPU, LOW_VRAM, SLOW_DISK and CUDA_BROKEN may quarantine a machine."""
-    faults = {verdict for verdict in Verdict if verdict.host_fault}
-
-    assert faults == {Verdict.NO_GPU, Verdict.LOW_VRAM, Verdict.SLOW_DISK, Verdict.CUDA_BROKEN}
-    assert not Verdict.UNKNOWN.host_fault and not Verdict.UNKNOWN.retryable
 
 
 def test_the_vast_banner_alone_never_reads_as_an_auth_failure():

@@ -19,14 +19,14 @@ from test_guard import World, world  # noqa: F401  (world is a fixture)
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeClock, FakeVast
 from gpuops import timing
-from gpuops.cli_guard import _watch
-from gpuops.cli_market import destroy_command
+from gpuops.cli.guard import _watch
+from gpuops.cli.market import destroy_command
 from gpuops.clock import SYSTEM, WithSleep
 from gpuops.events import EventLog
 from gpuops.ledger import Ledger
 from gpuops.market import jobs
-from gpuops.market.probe import Verdict
 from gpuops.market.rent import Market, RentRequest
+from gpuops.model import Verdict
 from gpuops.progress import colour_on, paced, paint
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
@@ -214,7 +214,7 @@ def test_a_watch_that_times_out_ends_with_a_closing_line_and_exit_5(world: World
 def test_a_job_that_ended_is_called_succeeded_or_failed_never_dead():
     """`watch` printed "dead: succeeded with exit code 0"; an exit code says which it was,
     and "dead" is left for an end with no exit code (JSON keeps the watchdog's state)."""
-    from gpuops.cli_guard import shown
+    from gpuops.cli.guard import shown
     from gpuops.market import watchdog as w
 
     assert shown(w.Status(w.JobState.DEAD, "succeeded with exit code 0", 0)) == "succeeded"

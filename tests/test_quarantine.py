@@ -7,7 +7,7 @@ import pytest
 from gpuops import timing
 from gpuops.errors import CorruptState, VersionConflict
 from gpuops.ledger import CAS_ATTEMPTS
-from gpuops.market.quarantine import HOST_FAULTS, PREFIX, Quarantine, is_host_fault
+from gpuops.market.quarantine import PREFIX, Quarantine
 from gpuops.store.memory import MemoryStore
 from tests.store_fakes import Events, Interleaved, WallOf
 
@@ -28,16 +28,6 @@ def clock() -> Clock:
 @pytest.fixture
 def quarantine(clock: Clock) -> Quarantine:
     return Quarantine(MemoryStore(), Events(), "alice", clock=clock)
-
-
-def test_only_real_host_faults_are_quarantinable():
-    """M2: ssh-auth (our key) and pass are never host faults."""
-    assert {"no-gpu", "low-vram", "slow-disk", "cuda-broken"} == HOST_FAULTS
-    assert not is_host_fault("ssh-auth")
-    assert not is_host_fault("ssh-unreachable")
-    assert not is_host_fault("ssh-host-key-changed")
-    assert not is_host_fault("pass")
-    assert not is_host_fault("unknown")
 
 
 def test_an_auth_failure_quarantines_nothing(quarantine):

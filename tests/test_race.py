@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuops import timing
-from gpuops.market.probe import Verdict
-from gpuops.model import Instance, InstanceStatus
+from gpuops.model import Instance, InstanceStatus, Verdict
 from gpuops.market.race import (
     KEY_BLAME_MIN_PROBES,
     RECONCILE_ATTEMPTS,

@@ -19,7 +19,7 @@ from gpuops.analysis.page import render
 from gpuops.analysis.scan import scan_events
 from gpuops.analysis.stats import KINDS, Stats
 from gpuops.events import EventLog
-from gpuops.market.probe import Verdict
+from gpuops.model import Verdict
 
 
 @pytest.fixture(scope="module")

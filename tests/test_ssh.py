@@ -1,4 +1,4 @@
-"""The SSH adapter on the real subprocess path, against the fake ssh program (M1, M2, H3)."""
+"""The SSH adapter on the real subprocess path, against the fake ssh program (M1, M2, H3): its\nargv and runs, and the probe loop (market/probing.py) through them."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ from fakes.ssh import hostkeys
 from fakes.ssh.boxes import TableState
 from gpuops import timing
 from gpuops.errors import UsageError
-from gpuops.market.probe import CUDA_COMMAND, DISK_COMMAND, StepOutput, Transcript, Verdict, judge
+from gpuops.market.probe import CUDA_COMMAND, DISK_COMMAND, Transcript, judge
+from gpuops.market.probing import probe
+from gpuops.model import StepOutput, Verdict
 from gpuops.providers import ssh
-from gpuops.providers.ssh import SshEndpoint, known_hosts_path, probe, run_command, ssh_argv
+from gpuops.providers.ssh import SshEndpoint, known_hosts_path, run_command, ssh_argv
 from gpuops.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,38 +138,6 @@ def test_each_step_is_bounded_by_the_ssh_command_timeout(fake_ssh):
 
     assert result.passed
     assert seen == [timing.SSH_COMMAND_TIMEOUT_S] * 3
-
-
-def test_the_whole_probe_is_bounded_by_the_probe_timeout():
-    """M6: the last steps get what is left of PROBE_TIMEOUT_S, then none: 'timed out'."""
-    now = [0.0]
-    seen: list[float] = []
-    healthy = {
-        "nvidia-smi": StepOutput(0, "NVIDIA H100 80GB HBM3, 81559, 550.90.07\n"),
-        "python3": StepOutput(0, "GPUOPS_CUDA_OK devices=1\n"),
-    }
-
-    def runner(argv, timeout_s):
-        seen.append(timeout_s)
-        now[0] += timing.PROBE_TIMEOUT_S - 1.0 if len(seen) == 1 else 1.0
-        return healthy[argv[-1].split()[0]]
-
-    result = probe(
-        SshEndpoint(HOST, 2004),
-        client=ssh.SshClient("ssh", {}),
-        identity_file=Path("/k"),
-        known_hosts=Path("/kh"),
-        runner=runner,
-        clock=lambda: now[0],
-        **FLOORS,  # type: ignore[arg-type]
-    )
-
-    assert seen == [timing.SSH_COMMAND_TIMEOUT_S, 1.0]
-    assert (result.cause, result.detail, result.step) == (
-        Verdict.SSH_UNREACHABLE,
-        "timed out",
-        "disk",
-    )
 
 
 def test_the_probe_stops_at_the_first_failure(fake_ssh):

@@ -208,9 +208,9 @@ def test_a_name_whose_previous_rental_still_has_a_box_is_refused_to_another_oper
     box is confirmed gone he rents X, his own incarnation with its own id."""
     from gpuops.errors import Refused
     from gpuops.market.ending import destroy_rental
-    from gpuops.market.probe import Verdict as V
     from gpuops.market.rentals import FAILED, LIVE
     from gpuops.market.teardown import exit_code
+    from gpuops.model import Verdict as V
 
     alice = market_on(world, "hostA", 0.0)
     alice.probe = lambda instance, box: V.NO_GPU  # her only box fails: the race fails

@@ -215,7 +215,7 @@ def test_rows_carry_the_documented_fields_the_cli_and_sdk_read(story):
 
     for name in ("gpu_util", "cpu_ram", "cpu_cores", "inet_up", "inet_down", "search", "disk_bw"):
         assert name in shown, name
-    assert shown["cpu_ram"] == 64301 and shown["inet_down"] == 848.9
+    assert shown["cpu_ram"] == 257890 and shown["inet_down"] == 848.9  # the default scenario's
 
 
 def test_a_destroyed_box_shows_as_none_and_the_user_route_answers(story):

@@ -155,6 +155,7 @@ def tour(world: Judged) -> None:
     world.raw("PUT", f"/api/v0/instances/{box}/", {"label": "x" * 1025}, refused=True)
     world.raw("PUT", "/api/v0/instances/4242/", {"label": "nobody's"})  # no_such_instance
     world.raw("GET", "/api/v0/users/current/")
+    world.raw("POST", "/api/v0/bundles/", {"type": "bid", "limit": 3})  # interruptible prices
     vast.current_user()  # the account's key: no username
     world.adapter(api_key="k-alice").current_user()  # a member's own key: hers
     world.raw("POST", "/api/v0/ssh/", {"ssh_key": ""}, refused=True)
@@ -354,7 +355,7 @@ def test_the_contract_holds_the_nine_operations_and_their_fields_h6():
 
 
 def test_the_limits_gpuops_refuses_at_the_edge_are_the_contracts_own_h6():
-    """H6: `rent`'s edge checks (gpuops/cli.py) use create_instance.yaml's disk minimum and
+    """H6: `rent`'s edge checks (gpuops/cli/__init__.py) use create_instance.yaml's disk minimum and
     image length (exactly at them passes), and the adapter's label limit is its label limit."""
     import argparse
 

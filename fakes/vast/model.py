@@ -47,7 +47,7 @@ from fakes.scenario import (
 from fakes.ssh import sandbox
 from fakes.vast import onstart
 from fakes.vast.boxtable import box_entries, sandbox_seed, write_entry, write_table
-from fakes.vast.clock import RECORDED_EPOCH, Clock, FakeClock, ScaledClock
+from fakes.vast.clock import RECORDED_EPOCH, Clock, ExportedClock, FakeClock, ScaledClock
 from fakes.vast.faults import Dropped, NoSuchAsk, NoSuchInstance, RateLimit, Unavailable
 from fakes.vast.wire import Reply, Request, iso, recorded  # wire: the model's types only
 from gpuops.clock import WithSleep
@@ -86,12 +86,18 @@ class OfferState:
         return self.spec.id
 
     def row(
-        self, now: float | None = None, epoch: Callable[[float], float] | None = None
+        self,
+        now: float | None = None,
+        epoch: Callable[[float], float] | None = None,
+        *,
+        bid: bool = False,
     ) -> dict[str, object]:
         """The offer as search answers it: the recorded offer with the scenario's values, its
         derived prices made consistent, and ``duration`` (seconds it stays available) as of
         ``now`` (search_offers.yaml's notes say how each is derived); ``end_date`` is its
-        contract's end on the clock a client reads (``epoch``: the fake's ``wall``)."""
+        contract's end, and ``duration`` counted, on the clock a client reads (``epoch``: the
+        fake's ``wall``). ``bid``:
+        priced as a ``type: bid`` search prices it (:func:`bid_priced`)."""
         row = recorded_offer()
         fields = dict(self.spec.fields)
         num_gpus = fields.get("num_gpus", 1)
@@ -104,15 +110,21 @@ class OfferState:
         row.update(fields)
         if "driver_version" in fields and "driver_vers" not in fields:  # one driver, two forms
             row["driver_vers"] = driver_vers(fields["driver_version"])
+        if "min_bid" not in fields:
+            row["min_bid"] = min_bid(row["dph_base"])
         row.update(ask_contract_id=self.id, rented=self.held_by is not None or self.taken)
         _priced(row, explicit=fields)
+        if bid:
+            bid_priced(row, explicit=fields)
         end = self.contract_end
         if end is not None:
             row["end_date"] = end if epoch is None else epoch(end)
         else:
             end = float(row["end_date"])  # type: ignore[arg-type]
         if now is not None and "duration" not in fields:
-            row["duration"] = max(0.0, end - now)
+            # the seconds left as the client's clock counts them (the real-clock view's too)
+            left = end - now if epoch is None else epoch(end) - epoch(now)
+            row["duration"] = max(0.0, left)
         return row
 
 
@@ -123,6 +135,42 @@ def driver_vers(version: object) -> int | None:
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         return None
     return int("".join(p.zfill(3) for p in parts))
+
+
+def min_bid(dph_base: object) -> object:
+    """An offer's ``min_bid`` when the scenario gives none: its ``dph_base`` times the recorded
+    offer's ratio of the two (0.21 / 0.36), so an interruptible price sits below the on-demand
+    one as in every recorded offer (reconstructed: Vast publishes no such ratio)."""
+    if not isinstance(dph_base, int | float) or isinstance(dph_base, bool):
+        return recorded_offer()["min_bid"]
+    return round(dph_base * _recorded_bid_ratio(), 4)
+
+
+@functools.cache
+def _recorded_bid_ratio() -> float:
+    recorded = recorded_offer()
+    bid, base = recorded["min_bid"], recorded["dph_base"]
+    assert isinstance(bid, float) and isinstance(base, float)
+    return bid / base
+
+
+def bid_priced(row: dict[str, object], explicit: Mapping[str, object]) -> None:
+    """A row as a ``type: bid`` search (``vastai search offers --type bid``) prices it: the GPU
+    at the offer's ``min_bid`` and the disk as on demand, so ``dph_total`` is ``min_bid`` plus
+    the disk price (``dph_total - dph_base`` of the on-demand row), and the price-derived fields
+    follow (:func:`_priced`). Sources: vast-ai/vast-cli PR #403 (vastai/SKILL.md, "Interruptible
+    (spot) rentals": a bid search exposes ``min_bid``, a create without ``--bid_price`` is
+    on-demand at ``dph_total``) and dstackai/gpuhunt PR #242 (a spot offer's price is
+    ``min_bid`` plus the disk price). The exact formula is reconstructed, not recorded."""
+    total, base, floor = row["dph_total"], row["dph_base"], row["min_bid"]
+    if not (
+        isinstance(total, int | float)
+        and isinstance(base, int | float)
+        and isinstance(floor, int | float)
+    ):
+        return
+    row.update(dph_base=floor, dph_total=round(floor + max(0.0, total - base), 6))
+    _priced(row, explicit=explicit)
 
 
 def _priced(row: dict[str, object], explicit: Mapping[str, object]) -> None:
@@ -273,6 +321,7 @@ class FakeVast:
         self.clock: Clock = clock or FakeClock(start or RECORDED_EPOCH)
         self.api_key = self.scenario.api_key
         self.box_clock = box_clock
+        self._real_view = False  # times rendered on the real clock (real_clock_view)
         self._by_instance_key: dict[str, int] = {}
         self.lock = threading.RLock()
         self.offers: dict[int, OfferState] = {}
@@ -335,8 +384,24 @@ class FakeVast:
         return self.clock.wall()
 
     def wall(self, at: float) -> float:
-        """The wall-clock epoch clients read for fake time ``at`` (clock.py)."""
-        return float(self.clock.epoch_of(at))
+        """The epoch clients read for fake time ``at`` (clock.py): on an ExportedClock the fake
+        time itself (gpuops on the exports runs on that clock), except in the real-clock view
+        (:meth:`real_clock_view`), where it is the real clock's epoch for it."""
+        clock = self.clock
+        if self._real_view and isinstance(clock, ExportedClock):
+            return clock.real_epoch_of(at)
+        return float(clock.epoch_of(at))
+
+    @contextlib.contextmanager
+    def real_clock_view(self, on: bool = True) -> Iterator[None]:
+        """Render times for an unscaled client while inside (``on``): what the loopback
+        server's ``/real-clock`` prefix asks for (routes.REAL_CLOCK). Holds ``lock``."""
+        with self.lock:
+            before, self._real_view = self._real_view, on
+            try:
+                yield
+            finally:
+                self._real_view = before
 
     def ticking(self) -> WithSleep:
         """The fake's clock as an in-process client runs on it: its time, and a wait that moves

@@ -13,7 +13,7 @@ import binascii
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fakes import seam
@@ -25,10 +25,17 @@ from fakes.vast.query import InvalidQuery, matches, ordered
 from fakes.vast.wire import Reply, Request
 
 Handler = Callable[[FakeVast, Request, Mapping[str, str]], Reply]
+# The path prefix of FakeVast's real-clock view: every route under it answers as without it,
+# with its times (start_date, end_date, an instance's duration) on the real clock, for a client
+# that is not on the exported scaled clock (the vastai CLI, SkyPilot: VAST_URL=<url>/real-clock).
+REAL_CLOCK = "/real-clock"
 # The v1 list serves at most this many rows a page (show_instances_v1.yaml; vastai sends 25).
 PAGE_LIMIT = 25
 # Search body keys that shape the answer rather than filter offers (vastai/api/offers.py).
 SEARCH_META = frozenset({"order", "type", "limit", "allocated_storage", "disable_bundling"})
+# The search types FakeVast prices: vastai's default "on-demand" (the contract's "ondemand"
+# spelled as the client sends it, vast-client.yaml) and "bid" (`--type bid`, interruptible).
+SEARCH_TYPES = frozenset({"on-demand", "ondemand", "bid"})
 # Search keys that are not a row field of the same meaning (search_offers.yaml in vast-cli's
 # openapi: `verified`, `datacenter`; `geolocation` is matched as "two letter country code").
 SEARCH_ALIASES: dict[str, Callable[[Mapping[str, object]], object]] = {
@@ -112,7 +119,9 @@ def _numeric(condition: object) -> bool:
 
 def _search(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
     """Offers passing the query's filters and, where it leaves them out, Vast's own defaults
-    (SEARCH_DEFAULTS); a numeric driver_version filter compares driver numbers."""
+    (SEARCH_DEFAULTS); a numeric driver_version filter compares driver numbers. ``type: bid``
+    prices each offer for an interruptible rental (model.bid_priced) before filters and order
+    see it; ``reserved`` is the fake's loud 400 (not modelled)."""
     query = _json_body(request)
     filters = {k: v for k, v in query.items() if k not in SEARCH_META}
     for name, default in SEARCH_DEFAULTS.items():
@@ -121,8 +130,15 @@ def _search(model: FakeVast, request: Request, _: Mapping[str, str]) -> Reply:
     if _numeric(filters.get("driver_version")):
         # the CLI's "550.54.15" -> 550054015 (vastai 1.9.1 vastai/api/query.py numeric_version)
         aliases["driver_version"] = lambda row: driver_vers(row.get("driver_version"))
+    kind = query.get("type", "on-demand")
+    if kind not in SEARCH_TYPES:
+        raise _BadRequest(
+            f"FakeVast models search type 'on-demand' and 'bid' (interruptible pricing), not "
+            f"{kind!r} (reserved pricing is not modelled)"
+        )
     now = model.now()
-    rows = [offer.row(now, model.wall) for offer in model.searchable()]
+    bid = kind == "bid"
+    rows = [offer.row(now, model.wall, bid=bid) for offer in model.searchable()]
     rows = [row for row in rows if matches(row, filters, aliases)]
     rows = [dict(row) for row in ordered(rows, query.get("order", DEFAULT_ORDER))]
     limit = query.get("limit")
@@ -142,12 +158,19 @@ def _refusals(name: str, request: Request, body: Mapping[str, Any]) -> list[str]
 
 def _create(model: FakeVast, request: Request, params: Mapping[str, str]) -> Reply:
     """A create the contract refuses (limits, required image, unknown fields, runtype) is
-    create_instance.yaml's 400 invalid_args, before the offer is looked at; else the model
-    rents the offer."""
+    create_instance.yaml's 400 invalid_args, before the offer is looked at; a bid (``price``
+    set: an interruptible rental, not modelled) is the fake's loud 400; else the model rents
+    the offer on demand."""
     body = _json_body(request)
     refused = _refusals("create", request, body)
     if refused:
         return wire.invalid_args(int(params["id"]), "; ".join(refused))
+    if body.get("price") is not None:
+        raise _BadRequest(
+            f"FakeVast does not model interruptible rentals: this create bids price "
+            f"{body['price']!r} (vastai --bid_price). Send no price (null) for Vast's documented "
+            "default, an on-demand rental billed at the offer's dph_total"
+        )
     box = model.create(int(params["id"]), body)
     return wire.created(box.id, box.instance_key)
 
@@ -308,8 +331,21 @@ def match(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
     return ROUTER.find(method, path)
 
 
+def real_clock(request: Request) -> Request | None:
+    """The request without its REAL_CLOCK prefix, or None when it has none."""
+    path = request.path
+    if path != REAL_CLOCK and not path.startswith(REAL_CLOCK + "/"):
+        return None
+    return replace(request, path=path.removeprefix(REAL_CLOCK) or "/")
+
+
 def dispatch(model: FakeVast, request: Request) -> Reply:
-    """Answer one request; raises UnknownRoute for a route FakeVast does not have."""
+    """Answer one request; raises UnknownRoute for a route FakeVast does not have. Under the
+    REAL_CLOCK prefix, the same route with its times on the real clock."""
+    unscaled = real_clock(request)
+    if unscaled is not None:
+        with model.real_clock_view():
+            return dispatch(model, unscaled)
     found = match(request.method, request.path)
     with model.lock:
         now = model.now()

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from gpuops import event_types as ev
 from gpuops.analysis.stats import CREATE_OK, hours_between
-from gpuops.market.probe import Verdict
 from gpuops.market.select import EXPLORE_RATE, propensity_of
+from gpuops.model import Verdict
 
 KINDS = frozenset({"market.selection", "market.create", "market.probe"})
 Z95 = 1.959964

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpuops.event_types import Event, Probe, RentDone, RentStopped, Selection, decode
-from gpuops.market.probe import Verdict
+from gpuops.model import Verdict
 
 KINDS = frozenset({"market.selection", "market.probe", "market.rent.done", "market.rent.stopped"})
 MIN_MACHINES = 3  # fewer machines of a model than this: use the prior fitted to all machines

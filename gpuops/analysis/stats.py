@@ -3,7 +3,7 @@
 Pure: ``Stats.add(ts, kind, payload)`` for each event (or ``add_event`` with the typed event a
 scan decoded), then ``Stats.report()``. Every payload is read through ``event_types``: one that
 does not decode (a wrong type, a missing field, a
-verdict outside ``probe.Verdict``) is counted under ``malformed_events`` and skipped, never
+verdict outside ``model.Verdict``) is counted under ``malformed_events`` and skipped, never
 fatal; ``skipped_events`` is their total. Memory is
 bounded by what is open at once (races in progress, boxes not yet confirmed gone) and by the
 number of distinct machines, never by the number of events.
@@ -32,8 +32,8 @@ from typing import Any
 
 from gpuops import event_types as ev
 from gpuops import timestamps
-from gpuops.market.probe import Verdict
 from gpuops.market.select import MIN_DISK_MB_PER_S, MIN_RELIABILITY
+from gpuops.model import HOST_FAULTS, Verdict
 
 KINDS = frozenset(
     {
@@ -53,7 +53,6 @@ KINDS = frozenset(
 NEEDLES = {"ledger.transition": b'"after":"gone-confirmed"'}
 CREATE_OK = frozenset({"created", "reconciled"})
 SSH_VERDICTS = frozenset({Verdict.SSH_AUTH, Verdict.SSH_UNREACHABLE, Verdict.SSH_HOST_KEY_CHANGED})
-HOST_FAULTS = frozenset(v for v in Verdict if v.host_fault)
 SECONDS_PER_HOUR = 3600.0
 GUARD_BUCKETS = (-600.0, -60.0, 0.0, 60.0, 600.0)  # upper edges of the lateness histogram
 LANE_JOBS_KEPT = 20  # the last jobs listed one by one; the rest only in the totals

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from gpuops import event_ops as ops
@@ -22,6 +22,9 @@ from gpuops.market.rent import RentRequest
 from gpuops.market.rentals import RELEASED
 from gpuops.settings import Settings
 from gpuops.timestamps import utc_iso
+
+if TYPE_CHECKING:
+    from gpuops.market.session import Rank
 
 DRILLS = "drills/"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -40,11 +43,13 @@ def drill(
     hours: float | None,
     *,
     say: Callable[[str], None],
+    rank: Rank | None = None,
 ) -> dict[str, Any]:
+    """``rank``: what ranks the offers it rents from (the command's: the learned ranker)."""
     from gpuops.market.session import open_market
     from gpuops.market.spawn import spawn
 
-    market = open_market(settings, operator, progress=say)
+    market = open_market(settings, operator, progress=say, rank=rank)
     target = target_of(getattr(market.vast, "base_url", ""))
     length_s = hours * 3600.0 if hours else timing.DRILL_RENTAL_S
     if gpu is None:

@@ -27,9 +27,9 @@ from gpuops.errors import (
     UsageError,
 )
 from gpuops.market import watchdog as w
-from gpuops.market.probe import StepOutput, Verdict, transport_verdict
+from gpuops.market.probe import transport_verdict
 from gpuops.market.rentals import LIVE, Rental, check_name
-from gpuops.model import Instance, InstanceStatus
+from gpuops.model import Instance, InstanceStatus, StepOutput, Verdict
 from gpuops.private import open_private
 from gpuops.providers import ssh
 from gpuops.store.base import Store
@@ -219,6 +219,13 @@ def live(rental: Rental | None, name: str) -> Rental:
     if rental.state != LIVE or rental.instance_id is None:
         raise UsageError(f"{name!r} is {rental.state}, not live")
     return rental
+
+
+def box_id(rental: Rental) -> str:
+    """A live rental's instance id (what ``live`` checked), or the same usage error."""
+    if rental.instance_id is None:
+        raise UsageError(f"{rental.name!r} is {rental.state}, not live")
+    return rental.instance_id
 
 
 def start(

@@ -29,7 +29,8 @@ from gpuops import timing
 from gpuops.errors import StillRunning, Unavailable, UsageError
 from gpuops.market import watchdog as w
 from gpuops.market.jobs import host_key_refused
-from gpuops.market.probe import StepOutput, Verdict, transport_verdict
+from gpuops.market.probe import transport_verdict
+from gpuops.model import StepOutput, Verdict
 
 NO_LOG = 20  # the scripts' exit status when the box holds no log for the job
 ENDED = "gpuops-logs: ended"  # the follow script's last stderr line; `exit_code=N` after it

@@ -6,21 +6,23 @@ stdout and stderr, exactly as the ssh client returned them, and names the first 
 Every pattern below is taken from a recording in ``recordings/ssh/`` (rule H1); output that
 matches none of them is ``UNKNOWN`` with the raw text kept, never a guess.
 
-Why the causes are split this way (M2): an SSH auth failure or an unreachable box is not a
-host fault (about half of them passed at another time), so neither may quarantine a machine;
-NO_GPU, LOW_VRAM, SLOW_DISK and CUDA_BROKEN are host faults. A changed host key has its own
-cause, SSH_HOST_KEY_CHANGED: it is a refusal, never retried and never counted as "our key is
-bad" (DESIGN §4: a changed host key is a refusal, not a retry).
+The verdicts (``Verdict``, which of them are host faults and which may pass later) and a
+step's output (``StepOutput``) are the model's (gpuops/model.py): this module decides which
+verdict a transcript earns. Why the causes are split this way (M2): an SSH auth failure or an
+unreachable box is not a host fault (about half of them passed at another time), so neither may
+quarantine a machine; NO_GPU, LOW_VRAM, SLOW_DISK and CUDA_BROKEN are host faults. A changed
+host key has its own cause, SSH_HOST_KEY_CHANGED: it is a refusal, never retried and never
+counted as "our key is bad" (DESIGN §4: a changed host key is a refusal, not a retry).
 """
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuops.errors import UsageError
+from gpuops.model import StepOutput, Verdict
 
 # --- the remote commands (each is one argument to ssh, run by the box's login shell) --------
 
@@ -88,43 +90,6 @@ PROBE_STEPS: tuple[tuple[str, str], ...] = (
     ("disk", DISK_COMMAND),
 )
 STEP_NAMES = tuple(name for name, _ in PROBE_STEPS)
-
-
-class Verdict(enum.Enum):
-    """Why a probe passed or failed; a closed set with an explicit UNKNOWN."""
-
-    PASS = "pass"
-    SSH_AUTH = "ssh-auth"
-    SSH_UNREACHABLE = "ssh-unreachable"
-    SSH_HOST_KEY_CHANGED = "ssh-host-key-changed"
-    NO_GPU = "no-gpu"
-    LOW_VRAM = "low-vram"
-    SLOW_DISK = "slow-disk"
-    CUDA_BROKEN = "cuda-broken"
-    UNKNOWN = "unknown"
-
-    @property
-    def host_fault(self) -> bool:
-        """The machine itself failed: quarantine it (M2). SSH trouble never is."""
-        return self in _HOST_FAULTS
-
-    @property
-    def retryable(self) -> bool:
-        """The same box may pass at another time (M2: half the SSH failures did)."""
-        return self in (Verdict.SSH_AUTH, Verdict.SSH_UNREACHABLE)
-
-
-_HOST_FAULTS = frozenset({Verdict.NO_GPU, Verdict.LOW_VRAM, Verdict.SLOW_DISK, Verdict.CUDA_BROKEN})
-
-
-@dataclass(frozen=True)
-class StepOutput:
-    """What one remote command gave back: ``exit_code`` is None only when it timed out."""
-
-    exit_code: int | None
-    stdout: str = ""
-    stderr: str = ""
-    timed_out: bool = False
 
 
 @dataclass(frozen=True)

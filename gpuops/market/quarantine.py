@@ -1,6 +1,7 @@
 """Quarantine: machines that failed a probe on a real host fault sit out for a TTL (M2).
 
-The pool heals because entries expire (timing.QUARANTINE_TTL_S). An SSH *auth* failure is
+Which causes are host faults is the model's one set (``gpuops.model.is_host_fault``). The pool
+heals because entries expire (timing.QUARANTINE_TTL_S). An SSH *auth* failure is
 never a host fault: on 20 September an unregistered key made most probes fail on auth and
 innocent hosts were quarantined while the race burned through offers (docs/rules.md, M2).
 Entries live in the state store at ``market/quarantine/<machine_id>``, shared by every
@@ -16,14 +17,11 @@ from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import CorruptState
 from gpuops.ledger import EventSink
-from gpuops.market.probe import Verdict
+from gpuops.model import is_host_fault
 from gpuops.store.base import Store
 from gpuops.store.records import JsonCodec, Records
 
 PREFIX = "market/quarantine/"
-# Probe causes that are the host's fault, as the probe's verdicts define them (one source):
-# SSH trouble is never one: auth is our key, and half the unreachable hosts passed later.
-HOST_FAULTS = frozenset(v.value for v in Verdict if v.host_fault)
 
 
 @dataclass(frozen=True)
@@ -35,11 +33,6 @@ class Entry:
 
 
 CODEC = JsonCodec(Entry, "quarantine entry")
-
-
-def is_host_fault(cause: str) -> bool:
-    """Whether a probe cause says the host is bad (and not our key, nor a pass)."""
-    return cause in HOST_FAULTS
 
 
 def renewed(current: Entry | None, fault: Entry) -> Entry:

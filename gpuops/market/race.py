@@ -23,9 +23,7 @@ from gpuops.errors import (
     RateLimited,
     UnexpectedResponse,
 )
-from gpuops.market.probe import Verdict
-from gpuops.market.quarantine import is_host_fault
-from gpuops.model import Instance
+from gpuops.model import Instance, Verdict, is_host_fault
 
 
 class Phase(Enum):

@@ -50,7 +50,6 @@ from gpuops.market.ending import (
 )
 from gpuops.market.guardian import schedule
 from gpuops.market.pacing import Pace
-from gpuops.market.probe import Verdict
 from gpuops.market.quarantine import Quarantine
 from gpuops.market.rentals import (
     FAILED,
@@ -74,7 +73,7 @@ from gpuops.market.teardown import (
     destroy_box,
     label_for,
 )
-from gpuops.model import Instance, Offer
+from gpuops.model import Instance, Offer, Verdict
 from gpuops.timestamps import utc_iso
 
 Prober = Callable[[Instance, str], Verdict]  # (instance, ledger record name) -> verdict

@@ -1,6 +1,8 @@
 """Building the market from the command's ``Settings``: adapter, event log, ledger, SSH prober.
 
-The CLI calls ``open_market``; tests build ``Market`` directly with fakes. Keys come from
+The CLI calls ``open_market``; tests build ``Market`` directly with fakes. What ranks offers by
+what the log has learned (``analysis/learned.py``'s ranker) sits above the market: a command
+that ranks hands it in as ``rank``, and nothing here imports the analysis. Keys come from
 Settings (the environment, read once in settings.py) or the providers' own files and are never
 logged (H3).
 """
@@ -18,16 +20,20 @@ from gpuops.clock import SYSTEM, WithSleep
 from gpuops.errors import UsageError
 from gpuops.events import EventLog
 from gpuops.ledger import Ledger
-from gpuops.market.probe import Verdict
-from gpuops.market.rent import Market, Prober
+from gpuops.market.rent import Market, PassRates, Prober
 from gpuops.market.select import MIN_DISK_MB_PER_S
-from gpuops.model import Instance
+from gpuops.model import Instance, Verdict
 from gpuops.settings import Settings
 from gpuops.store import open_store
+from gpuops.store.base import Store
 
 if TYPE_CHECKING:
     from gpuops.market.jobs import BoxShell
     from gpuops.providers.ssh import SshClient
+
+# Builds the market's pass rates from the event log's path and the state store (the ranker
+# ``offers`` and ``rent`` use: ``gpuops.analysis.learned.ranker``).
+Rank = Callable[[Path, Store], PassRates]
 
 
 def read_public_key(path: Path) -> str:
@@ -44,13 +50,14 @@ def ssh_prober(
     state_dir: Path, identity_file: Path, vram_floor_mb: int, client: SshClient
 ) -> Prober:
     from gpuops.market.jobs import endpoint_of
+    from gpuops.market.probing import probe as probe_box
     from gpuops.providers import ssh
 
     def probe(instance: Instance, box: str) -> Verdict:
         endpoint = endpoint_of(instance)
         if endpoint is None:
             return Verdict.SSH_UNREACHABLE
-        result = ssh.probe(
+        result = probe_box(
             endpoint,
             client=client,
             identity_file=identity_file,
@@ -75,6 +82,7 @@ def open_market(
     retry_sleep: Callable[[float], None] = time.sleep,
     create_pacing_s: float | None = None,
     attested: bool = False,
+    rank: Rank | None = None,
 ) -> Market:
     """``sleep``: the market's waits (race polls, destroy confirmation), shortened by
     GPUOPS_TIME_SCALE when it is set (the loopback fakes run that much faster); ``retry_sleep``:
@@ -82,7 +90,8 @@ def open_market(
     real clock's time: every deadline is real. ``create_pacing_s``: the least time between two
     creates (None: Vast's documented interval, timing.CREATE_PACING_S). ``attested``: the
     operator's id was attested by the provider (identity.py), recorded on each rental it
-    races for (M3)."""
+    races for (M3). ``rank``: what ranks offers by price per healthy box, given the event
+    log's path and the store (None: offers are ranked on price and filters alone)."""
     if sleep is time.sleep and settings.time_scale is not None:
         sleep = settings.clock().sleep
     from gpuops.providers import vastai_lazy
@@ -108,7 +117,6 @@ def open_market(
     prober = ssh_prober(here, settings.identity_file(), vram_floor_mb, settings.ssh())
     ledger = Ledger(store, events, operator)
     from gpuops.alarms import open_alarms
-    from gpuops.analysis.learned import ranker
     from gpuops.market.budgets import Budgets
 
     return Market(
@@ -121,7 +129,7 @@ def open_market(
         progress=progress,
         rng=rng,
         # rank by price per healthy box, from the index in the store: the same cost at any log size
-        pass_rates=ranker(events.path, store),
+        pass_rates=None if rank is None else rank(events.path, store),
         pace=pace,
         # M15: the team's and the operator's limits, asked before a race's first create
         budget=Budgets(

@@ -13,13 +13,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuops import timing
 from gpuops.errors import GpuopsError
 from gpuops.market import guardian as g
-from gpuops.market.rentals import check_lease_key, check_name
+from gpuops.market.rentals import Rental, check_lease_key, check_name
 from gpuops.private import open_private, private_dirs
 from gpuops.settings import Settings
+from gpuops.store.base import Store
 
 
 @dataclass(frozen=True)
@@ -123,3 +125,25 @@ def already_guarded(
     if pid is not None:
         return f"already guarded here by guardian pid {pid}"
     return None
+
+
+def ensure_guardian(
+    rental: Rental, settings: Settings, store: Store, now: float, host: str, operator: str
+) -> dict[str, Any]:
+    """M5: a rented box gets a detached guardian, unless a live one already guards it: the
+    lease and pid file of ``rental``'s own incarnation (M16), as the race returned it. What
+    happened, as `rent` and the demo show it: the pid and log, or the holder and why not."""
+    from gpuops.market.leases import Leases
+    from gpuops.market.rentals import lease_key
+
+    name, key = rental.name, lease_key(rental)
+    lease, _ = Leases(store).read(key)
+    why = already_guarded(name, lease, now, host, settings, key)
+    if why is not None:
+        return {"holder": lease.holder if lease else None, "detail": why}
+    spawned = spawn(name, settings, operator, key)
+    return {
+        "pid": spawned.pid,
+        "log": str(spawned.log),
+        "detail": f"guardian pid {spawned.pid} runs detached until the deadline; log {spawned.log}",
+    }

@@ -23,10 +23,9 @@ from typing import TypeVar
 from gpuops.errors import GpuopsError
 from gpuops.market import sync_plan as sp
 from gpuops.market.jobs import BoxShell, Copies
-from gpuops.market.probe import StepOutput
 from gpuops.market.results import Results
 from gpuops.market.watchdog import NO_RESULTS
-from gpuops.model import Instance
+from gpuops.model import Instance, StepOutput
 
 _T = TypeVar("_T")
 

@@ -1,8 +1,9 @@
-"""The SSH adapter: runs the real OpenSSH client against a rented box and probes it (M1, M2).
+"""The SSH adapter: runs the real OpenSSH client against a rented box (M1, M2, H3).
 
-Decide, then act: :func:`ssh_argv` builds the argv (pure), :func:`run_command` runs it (the only
-I/O), and :func:`probe` runs the steps of ``gpuops.market.probe`` in order, stopping at the
-first failure, and hands the raw transcript to the pure ``judge``.
+Transport only. Decide, then act: :func:`ssh_argv` builds the argv (pure), :func:`run_command`
+runs it (the only I/O) and returns the step's ``model.StepOutput``. What the output means is
+the market's: the probe loop (``gpuops.market.probing``) runs the probe's steps through
+``SshClient.run`` and market/probe.py judges them.
 
 Security (DESIGN §4): every box gets its own known_hosts file (:func:`known_hosts_path`), so its
 host key is pinned on first contact (``StrictHostKeyChecking=accept-new``) and a changed key is
@@ -20,22 +21,14 @@ import re
 import signal
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuops import timing
 from gpuops.errors import UsageError
-from gpuops.market.probe import (
-    PROBE_STEPS,
-    ProbeResult,
-    StepOutput,
-    Transcript,
-    first_failure,
-    judge,
-)
+from gpuops.model import StepOutput
 from gpuops.private import open_private, private_dirs
 from gpuops.secrets import is_secret_env_name
 
@@ -48,8 +41,6 @@ _BOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./@+=,-]+")
 # Environment names the ssh child never sees (a user's SendEnv could forward them).
 _KEEP = frozenset({"SSH_AUTH_SOCK"})
-
-Runner = Callable[[Sequence[str], float], StepOutput]
 
 
 @dataclass(frozen=True)
@@ -155,7 +146,7 @@ def child_env(environ: Mapping[str, str]) -> dict[str, str]:
 @dataclass(frozen=True)
 class SshClient:
     """Which ssh client runs and the environment it runs in: ``Settings.ssh()``, built once from
-    the command's environment (this module reads none). ``run`` is a probe's ``Runner``."""
+    the command's environment (this module reads none). ``run`` is the probe loop's ``Runner``."""
 
     program: str
     environ: Mapping[str, str]
@@ -263,44 +254,3 @@ def run_command(argv: Sequence[str], timeout_s: float, environ: Mapping[str, str
 
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
-
-
-def probe(
-    endpoint: SshEndpoint,
-    *,
-    client: SshClient,
-    identity_file: Path,
-    known_hosts: Path,
-    vram_floor_mb: int,
-    disk_floor_mb_per_s: float,
-    runner: Runner | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> ProbeResult:
-    """Probe one box on its real hardware: GPU, VRAM floor, CUDA, disk throughput (M1).
-
-    Each step is one ssh call bounded by SSH_COMMAND_TIMEOUT_S; the whole probe by
-    PROBE_TIMEOUT_S. The first failing step ends the probe (an ssh failure, a timeout or a
-    host fault); a timeout is SSH_UNREACHABLE "timed out", never a host fault (M2).
-    """
-    run = client.run if runner is None else runner
-    deadline = clock() + timing.PROBE_TIMEOUT_S
-    steps: dict[str, StepOutput] = {}
-    for name, command in PROBE_STEPS:
-        left_s = deadline - clock()
-        if left_s <= 0:
-            steps[name] = StepOutput(None, timed_out=True)  # the whole-probe budget is spent
-        else:
-            argv = client.argv(
-                endpoint, command, identity_file=identity_file, known_hosts=known_hosts
-            )
-            steps[name] = run(argv, min(timing.SSH_COMMAND_TIMEOUT_S, left_s))
-        failed = first_failure(
-            Transcript(**steps),
-            vram_floor_mb=vram_floor_mb,
-            disk_floor_mb_per_s=disk_floor_mb_per_s,
-        )
-        if failed is not None:
-            return failed
-    return judge(
-        Transcript(**steps), vram_floor_mb=vram_floor_mb, disk_floor_mb_per_s=disk_floor_mb_per_s
-    )

@@ -35,7 +35,7 @@ from tests.benchmarks.common import load  # noqa: E402
 HISTORY_ENTRIES = 600  # about a hundred jobs' transitions
 
 IMPORTS = (
-    "import gpuops.cli, gpuops.cli_lane, gpuops.lane.session, gpuops.providers.gce, "
+    "import gpuops.cli, gpuops.cli.lane, gpuops.lane.session, gpuops.providers.gce, "
     "gpuops.providers.gcs, requests, google.api_core.exceptions; "
     "from google.cloud import storage; from google.auth.credentials import AnonymousCredentials"
 )

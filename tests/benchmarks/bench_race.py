@@ -66,9 +66,11 @@ from fakes.vast import FakeClock, FakeVast  # noqa: E402
 from fakes.vast.model import InstanceState  # noqa: E402
 from gpuops.errors import GpuopsError, Refused  # noqa: E402
 from gpuops.ledger import Ledger  # noqa: E402
-from gpuops.market.probe import Verdict  # noqa: E402
 from gpuops.market.rent import Market, RentRequest  # noqa: E402
-from gpuops.model import Instance  # noqa: E402
+from gpuops.model import (
+    Instance,  # noqa: E402
+    Verdict,  # noqa: E402
+)
 from gpuops.providers.vast import VastAdapter  # noqa: E402
 from gpuops.store.memory import MemoryStore  # noqa: E402
 from tests.benchmarks.common import load  # noqa: E402

@@ -1,15 +1,17 @@
 """The learning commands' arguments (stats, policy eval, record, incident): parsing only.
 
-Kept apart from cli_learn.py so that `gpuops --help` and `gpuops rules` compile only this.
+Kept apart from cli/learn.py so that `gpuops --help` and `gpuops rules` compile only this.
 """
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuops.cli.parser import Commands, Parser
 
 
-def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_commands(commands: Commands, common: Parser) -> None:
     stats = commands.add_parser(
         "stats",
         parents=[common],

@@ -19,7 +19,7 @@ from gpuops.errors import GpuopsError, JobFailed, Refused
 from gpuops.settings import exported
 
 if TYPE_CHECKING:
-    from gpuops.demo_story import Story
+    from gpuops.demo.story import Story
     from gpuops.lane.runner import Lane
 
 JOB = "portraits"

@@ -15,11 +15,20 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from gpuops.errors import ExitCode, GpuopsError, Interrupted, Unavailable, UsageError
 from gpuops.output import out
 from gpuops.settings import Settings
+
+if TYPE_CHECKING:
+    from gpuops.cli.parser import Commands, Parser
+    from gpuops.market.budgets import Budgets
+    from gpuops.market.context import Vast
+    from gpuops.market.cost import Line
+    from gpuops.market.rent import Market
+    from gpuops.market.rentals import Rental
+    from gpuops.model import Instance
 
 DEFAULT_LINES = 100
 COMMANDS = (
@@ -29,7 +38,7 @@ COMMANDS = (
 )
 
 
-def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_parsers(commands: Commands, common: Parser) -> None:
     """`cost`, `logs` and `ssh` on the command line (called by cli.build_parser)."""
     help_of = dict(COMMANDS)
     cost = commands.add_parser("cost", parents=[common], help=help_of["cost"])
@@ -149,8 +158,10 @@ def box_logs(
     return ExitCode.OK
 
 
-def _box_of(market: Any, rental: Any) -> Any:
-    instance = market.vast.show(rental.instance_id)
+def _box_of(market: Market, rental: Rental) -> Instance:
+    from gpuops.market.jobs import box_id
+
+    instance = market.vast.show(box_id(rental))
     if instance is None:
         raise Unavailable(f"{rental.name!r}: the provider no longer shows its box")
     return instance
@@ -265,16 +276,19 @@ def run_ssh(argv: list[str], environ: dict[str, str]) -> int:
 
 # --- cost ---------------------------------------------------------------------------------
 def _cost(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
+    from gpuops.market.budgets import Budgets
     from gpuops.market.session import open_market
 
     market = open_market(settings, operator, need_key=False)
+    if not isinstance(market.budget, Budgets):  # open_market gives every market its Budgets
+        raise TypeError(f"the market's budget is {market.budget!r}, not the store's Budgets")
     view = cost_report(market.budget, market.vast, args.by, say=_stderr)
     out(as_json, view, cost_text(view))
     return ExitCode.OK
 
 
 def cost_report(
-    budgets: Any, vast: Any, by: str, *, say: Callable[[str], None] = lambda line: None
+    budgets: Budgets, vast: Vast, by: str, *, say: Callable[[str], None] = lambda line: None
 ) -> dict[str, Any]:
     """What `cost` shows: the spend records refreshed from the provider's instance list first
     (as `budget` does; a list that fails is said, and the stored records are shown), then
@@ -291,12 +305,12 @@ def cost_report(
     return cost_view(cost.lines(now.spends, by, now.now_s), by, now.now_s)
 
 
-def cost_view(rows: list[Any], by: str, now_s: float) -> dict[str, Any]:
+def cost_view(rows: list[Line], by: str, now_s: float) -> dict[str, Any]:
     """The report as plain values (`--json`): its rows, their total, when it was made; every
     time in epoch seconds, as every command's --json has them (docs/cli.md)."""
     from gpuops.market import cost
 
-    def usd(line: Any) -> dict[str, float]:
+    def usd(line: Line) -> dict[str, float]:
         return {
             "market_usd": round(line.market_usd, 4),
             "lane_usd": round(line.lane_usd, 4),

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import ExitCode, GpuopsError, UsageError
 from gpuops.output import out
 from gpuops.settings import Settings
+
+if TYPE_CHECKING:
+    from gpuops.market.budget import Figures, Limit
+    from gpuops.market.budgets import Snapshot
 
 
 def limits_given(args: argparse.Namespace) -> dict[str, Any]:
@@ -76,12 +80,12 @@ def run_budget(args: argparse.Namespace, settings: Settings, operator: str, as_j
     return ExitCode.OK
 
 
-def budget_view(now: Any) -> dict[str, Any]:
+def budget_view(now: Snapshot) -> dict[str, Any]:
     """Every subject's limits and figures, and the whole account's burn, as plain values."""
     from gpuops import timing
     from gpuops.market import budget as b
 
-    def subject(limit: Any, got: Any) -> dict[str, Any]:
+    def subject(limit: Limit | None, got: Figures) -> dict[str, Any]:
         return {
             "usd_per_day": None if limit is None else limit.usd_per_day,
             "usd_per_month": None if limit is None else limit.usd_per_month,

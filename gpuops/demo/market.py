@@ -27,11 +27,11 @@ from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.clock import ScaledClock
 from gpuops.event_base import Kinded
-from gpuops.market.probe import Verdict
+from gpuops.model import Verdict
 from gpuops.settings import Settings, exported
 
 if TYPE_CHECKING:
-    from gpuops.demo_story import Story
+    from gpuops.demo.story import Story
 
 NAME = "training-run"
 SECOND = "second-try"
@@ -211,10 +211,12 @@ def market_act(
 
 
 def _story(story: Story, fakes: _Fakes, operator: str) -> None:
-    from gpuops.cli_market import _guarded, interrupts_raised
+    from gpuops.analysis.learned import ranker
     from gpuops.market.rent import RentRequest
     from gpuops.market.session import open_market
+    from gpuops.market.spawn import ensure_guardian
     from gpuops.market.sweep import sweep
+    from gpuops.procs import interrupts_raised
 
     # gpuops' own waits (the race's polls, and the adapter's backoff before it retries a 503
     # the fake answers) shrink with the fake's clock, on the one scaled clock
@@ -229,11 +231,15 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         sleep=scaled.sleep,
         retry_sleep=scaled.sleep,
         create_pacing_s=timing.CREATE_PACING_S / TIME_SCALE,
+        rank=ranker,  # as `gpuops rent` ranks: price per healthy box, learned from the log
     )
     guarded: dict[str, Any] = {}
 
     def on_race(racing: Any) -> None:  # what `gpuops rent` does: the guardian first (M13)
-        guarded.update(_guarded(market, racing, fakes.settings))
+        guarded.update(
+            ensure_guardian(racing, fakes.settings, market.ledger.store, market.clock.wall(),
+                            market.host, market.ledger.operator)
+        )  # fmt: skip
 
     hours = timing.DEMO_RENTAL_S / 3600.0
     story.say(

@@ -7,11 +7,21 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuops.errors import ExitCode, UsageError
 from gpuops.output import out
 from gpuops.settings import Settings
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gpuops.alarms import Alarms
+    from gpuops.cli.parser import Commands, Parser
+    from gpuops.market.jobs import BoxShell
+    from gpuops.market.rent import Market
+    from gpuops.market.rentals import Rental
+    from gpuops.market.watchdog import Status
 
 
 def run_guard(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
@@ -43,9 +53,12 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
     if args.name is None:
         raise UsageError("gpuops guard needs the rental NAME")
     if args.drill:
+        from gpuops.analysis.learned import ranker
         from gpuops.market.drill import drill
 
-        result = drill(settings, operator, args.name, args.gpu, args.hours, say=_stderr)
+        result = drill(
+            settings, operator, args.name, args.gpu, args.hours, say=_stderr, rank=ranker
+        )
         out(as_json, result, [result["summary"]])
         return ExitCode.OK if result["passed"] else ExitCode.ERROR
     from gpuops.errors import NotOwned
@@ -107,7 +120,7 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
     return ExitCode.OK
 
 
-def _within_contract(rental: Any, deadline: float) -> None:
+def _within_contract(rental: Rental, deadline: float) -> None:
     """A deadline past the box's contract end (less the margin) is refused, naming that end:
     Vast stops the box there, before its guardian could copy and destroy it (M13)."""
     from gpuops import timing
@@ -115,17 +128,18 @@ def _within_contract(rental: Any, deadline: float) -> None:
     from gpuops.market.rentals import past_contract
     from gpuops.timestamps import utc_iso
 
-    if past_contract(rental, deadline):
+    end = rental.contract_end_at
+    if end is not None and past_contract(rental, deadline):
         raise Refused(
             "M13",
             f"{rental.name}: the deadline {utc_iso(deadline)} is past its box's contract end "
-            f"{utc_iso(rental.contract_end_at)} less {timing.CONTRACT_END_MARGIN_S / 3600:g} h "
+            f"{utc_iso(end)} less {timing.CONTRACT_END_MARGIN_S / 3600:g} h "
             "(Vast stops the box at that end); the deadline stays "
             f"{utc_iso(rental.deadline_at) if rental.deadline_at else 'as it was'}",
         )
 
 
-def _move_box_ceiling(market: Any, rental: Any, deadline: float, shell: Any) -> None:
+def _move_box_ceiling(market: Market, rental: Rental, deadline: float, shell: BoxShell) -> None:
     """M14: a deadline moved later moves the box's own ceiling first, over ssh, or it is
     refused and stays where it was; the box would end itself before the new deadline. A deadline
     moved earlier leaves the box's ceiling later than it must be: the guardian's comes first."""
@@ -168,12 +182,10 @@ def _guard_all(args: argparse.Namespace, settings: Settings, operator: str) -> i
         raise UsageError(f"guard --all guards every rental as it stands: drop {', '.join(given)}")
     import threading
 
-    from gpuops.alarms import Alarms, open_alarms
+    from gpuops.alarms import open_alarms
     from gpuops.events import EventLog
     from gpuops.market import guard, guard_all
     from gpuops.market.leases import Leases
-    from gpuops.market.rent import Market
-    from gpuops.market.rentals import Rental
     from gpuops.market.results import open_results
     from gpuops.market.session import box_shell, open_market
     from gpuops.store.opener import open_store
@@ -234,14 +246,16 @@ def _deadline(args: argparse.Namespace, now: float) -> float | None:
     return None
 
 
-def _run(market: Any, rental: Any, shell: Any, args: argparse.Namespace, as_json: bool) -> int:
+def _run(
+    market: Market, rental: Rental, shell: BoxShell, args: argparse.Namespace, as_json: bool
+) -> int:
     from gpuops import event_ops as ops
     from gpuops.errors import Unavailable
     from gpuops.event_base import write
     from gpuops.market import jobs
     from gpuops.market import watchdog as w
 
-    instance = market.vast.show(rental.instance_id)
+    instance = market.vast.show(jobs.box_id(rental))
     if instance is None:
         raise Unavailable(f"{rental.name!r}: the provider no longer shows its box")
     argv = list(args.job)
@@ -266,16 +280,16 @@ def _run(market: Any, rental: Any, shell: Any, args: argparse.Namespace, as_json
 
 
 def _watch(
-    market: Any,
-    rental: Any,
-    shell: Any,
+    market: Market,
+    rental: Rental,
+    shell: BoxShell,
     args: argparse.Namespace,
     as_json: bool,
     *,
     say: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    alarms: Any = None,
+    alarms: Alarms | None = None,
 ) -> int:
     """`gpuops watch`: each change of state on stdout (or one JSON object at the end); while
     it waits, a line on stderr at least every timing.PROGRESS_EVERY_S. A job judged stalled
@@ -290,7 +304,7 @@ def _watch(
 
     def look() -> w.Status:
         try:
-            instance = market.vast.show(rental.instance_id)
+            instance = market.vast.show(jobs.box_id(rental))
         except Unavailable as exc:
             return w.unreachable(str(exc))
         return jobs.observe(rental.name, instance, shell, started=started)
@@ -325,10 +339,10 @@ def _watch(
 
     def synced() -> dict[str, Any]:
         """The last results sync as the guardian recorded it on the rental (read afresh)."""
-        from gpuops.cli_market import _sync_of
+        from gpuops.listing import sync_of
 
         now = market.clock.wall()
-        return _sync_of(market.rentals.get(rental.name) or rental, now)
+        return sync_of(market.rentals.get(rental.name) or rental, now)
 
     seen: list[str] = []
 
@@ -365,7 +379,7 @@ def _watch(
     return w.watch_exit_code(status)
 
 
-def shown(status: Any) -> str:
+def shown(status: Status) -> str:
     """A job's state in words: a job that ended with exit code 0 succeeded, one with another
     code failed; "dead" is left for a job whose end left no exit code (the box gone, its
     session lost). ``--json`` keeps the watchdog's own state (``dead``) and ``exit_code``."""
@@ -380,7 +394,7 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_parsers(commands: Commands, common: Parser) -> None:
     """`guard`, `run` and `watch` on the command line (called by cli.build_parser)."""
     guard = commands.add_parser(
         "guard",

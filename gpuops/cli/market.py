@@ -7,16 +7,24 @@ provider's instance id `instance_id` (DESIGN §3).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import ExitCode
 from gpuops.output import out, print_json
 from gpuops.settings import Settings
+
+if TYPE_CHECKING:  # types only: `boxes` imports no market at run time
+    from gpuops.listing import Listing
+    from gpuops.market.rent import Market
+    from gpuops.market.rentals import Rental
+    from gpuops.market.select import OfferLike
+    from gpuops.market.session import Rank
+    from gpuops.market.teardown import Outcome
+    from gpuops.model import Offer
 
 
 def run_market(
@@ -39,7 +47,9 @@ def run_market(
             print(line, flush=True)
 
     if args.command == "boxes":  # the store alone: no provider key, no market imported
-        view = _state_view(settings, operator)
+        from gpuops.listing import state_view
+
+        view = state_view(settings, operator)
         if _boxes(view, args, as_json):
             _archive_in_background(settings, operator)
         return _name_corrupt(view, ExitCode.OK)
@@ -56,37 +66,23 @@ def run_market(
         progress=progress,
         need_key=need_key,
         attested=attested,
+        rank=_rank_for(args.command),
     )
     code = _market_command(market, args, vram_mb, as_json, settings)
     return _name_corrupt(market, code)
 
 
-class _StateView:
-    """What `boxes` reads: the rentals, the ledger and the clock (a gpuops.clock.Clock), over
-    the store only (a plain class: a dataclass built at import would cost every command's
-    start-up)."""
+def _rank_for(command: str) -> Rank | None:
+    """What ranks the offers of a command that ranks them (offers, rent): price per healthy
+    box, learned from the log (the index in the store); the other commands rank nothing."""
+    if command not in ("offers", "rent"):
+        return None
+    from gpuops.analysis.learned import ranker
 
-    __slots__ = ("clock", "ledger", "rentals")
-
-    def __init__(self, rentals: Any, ledger: Any, clock: Any) -> None:
-        self.rentals, self.ledger, self.clock = rentals, ledger, clock
-
-
-def _state_view(settings: Settings, operator: str) -> _StateView:
-    from gpuops.clock import SYSTEM
-    from gpuops.ledger import Ledger
-    from gpuops.market.rentals import Rentals
-    from gpuops.store import open_store
-
-    class _Unlogged:  # `boxes` only reads: nothing it does is an event
-        def append(self, kind: str, /, **payload: Any) -> None:
-            raise AssertionError(f"boxes wrote the event {kind}")
-
-    store = open_store(settings.state_url, settings.s3_endpoint)
-    return _StateView(Rentals(store, operator), Ledger(store, _Unlogged(), operator), SYSTEM)
+    return ranker
 
 
-def _name_corrupt(market: Any, code: int) -> int:
+def _name_corrupt(market: Listing, code: int) -> int:
     """A corrupt record (rental, box record, lease) blocks only itself: the others were
     served; it is named, with a way to repair it, and a command that otherwise succeeded
     exits 1 so nobody misses it."""
@@ -114,7 +110,7 @@ _KINDS = {"market/rentals": "rental", "ledger/boxes": "box record", "market/leas
 
 
 def _market_command(
-    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
+    market: Market, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
     if args.command == "offers":
         return _offers(market, args, vram_mb, as_json)
@@ -214,11 +210,11 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _outcome(outcome: Any) -> dict[str, Any]:
+def _outcome(outcome: Outcome) -> dict[str, Any]:
     return {"name": outcome.name, "ending": outcome.ending.value, "detail": outcome.detail}
 
 
-def _say_skipped(market: Any) -> int:
+def _say_skipped(market: Market) -> int:
     """How many event lines the pass rates left out (0 without a ranker), said on stderr."""
     from gpuops.analysis.learned import skipped_line
 
@@ -229,7 +225,7 @@ def _say_skipped(market: Any) -> int:
     return skipped
 
 
-def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
+def _offers(market: Market, args: argparse.Namespace, vram_mb: int, as_json: bool) -> int:
     import random
 
     from gpuops import timing
@@ -259,9 +255,11 @@ def _offers(market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool) 
         pass_rate=rates,
     )
 
-    def row(offer: Any) -> dict[str, Any]:
+    offered = {offer.id: offer for offer in offers}  # select ranks what it is given
+
+    def row(offer: OfferLike) -> dict[str, Any]:
         return {
-            **_offer_row(offer),
+            **_offer_row(offered[offer.id]),
             "pass_rate": rates.get(offer.machine_id),
             "pass_trials": trials.get(offer.machine_id),
         }
@@ -339,13 +337,13 @@ def _sync_said(every_s: float | None) -> str:
 
 
 def _rent(
-    market: Any, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
+    market: Market, args: argparse.Namespace, vram_mb: int, as_json: bool, settings: Settings
 ) -> int:
     from gpuops.market.rent import RentRequest
 
     guarded: dict[str, Any] = {}
 
-    def on_race(racing: Any) -> None:
+    def on_race(racing: Rental) -> None:
         """M13: the rental's guardian runs before the first create, so every box the race
         makes has an owner that ends it by the deadline, wherever this process dies."""
         if not args.no_guard:
@@ -362,6 +360,8 @@ def _rent(
         max_dph=args.max_dph,
         sync_every_s=_sync_every(args),
     )
+    from gpuops.procs import interrupts_raised
+
     with interrupts_raised():
         rental = market.rent(request, on_race=on_race)
     _say_skipped(market)
@@ -385,176 +385,49 @@ def _rent(
     return ExitCode.OK
 
 
-@contextlib.contextmanager
-def interrupts_raised() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and a closed terminal (SIGHUP) raise Interrupted in the main thread, so
-    the race destroys its candidates before the process exits (M13); restored afterwards."""
-    import signal
+def _boxes(market: Listing, args: argparse.Namespace, as_json: bool) -> bool:
+    """Print the boxes; True when some of what was read is history `compact` would move
+    (listing.py builds what is shown)."""
+    from gpuops.listing import boxes_view
 
-    from gpuops.errors import Interrupted
-
-    def stop(signum: int, frame: Any) -> None:
-        raise Interrupted(signum)
-
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    before = {sig: signal.signal(sig, stop) for sig in signals}
-    try:
-        yield
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
-
-
-def _guarded(market: Any, rental: Any, settings: Settings) -> dict[str, Any]:
-    """M5: a rented box gets a detached guardian, unless a live one already guards it: the
-    lease and pid file of ``rental``'s own incarnation (M16), as the race returned it."""
-    from gpuops.market.leases import Leases
-    from gpuops.market.rentals import lease_key
-    from gpuops.market.spawn import already_guarded, spawn
-
-    name, key = rental.name, lease_key(rental)
-    lease, _ = Leases(market.ledger.store).read(key)
-    why = already_guarded(name, lease, market.clock.wall(), market.host, settings, key)
-    if why is not None:
-        return {"holder": lease.holder if lease else None, "detail": why}
-    spawned = spawn(name, settings, market.ledger.operator, key)
-    return {
-        "pid": spawned.pid,
-        "log": str(spawned.log),
-        "detail": f"guardian pid {spawned.pid} runs detached until the deadline; log {spawned.log}",
-    }
-
-
-def _boxes(market: Any, args: argparse.Namespace, as_json: bool) -> bool:
-    """Print the boxes; True when some of what was read is history `compact` would move (and
-    no record was unreadable: while one is, a person decides and nothing moves on its own)."""
-    now = market.clock.wall()
-    rows = []
-    from gpuops.archive import archived_rentals  # --all reads the archive too (audit view)
-
-    live_rentals = market.rentals.all()
-    # listed before the rentals' leases are read: a lease _guard_of cannot read is named with
-    # the listing's unreadable records, which each listing reports afresh
-    records = market.ledger.records(skip_corrupt=True)  # a bad one is named after the list
-    for rental in [*live_rentals, *archived_rentals(market.ledger.store, args.all)]:
-        if not args.all and rental.owner != market.ledger.operator:
-            continue
-        spend = None
-        if rental.dph_total is not None and rental.started_at is not None:
-            until = rental.ended_at if rental.ended_at is not None else now
-            spend = round(rental.dph_total * max(0.0, until - rental.started_at) / 3600.0, 4)
-        # vars, not dataclasses.asdict: a rental is scalars, so its fields are its __dict__
-        end = rental.contract_end_at  # Vast stops a box at its contract's end (expired)
-        expired = rental.state == "live" and end is not None and end <= now
-        rows.append(
-            {
-                **vars(rental),
-                "spend_usd": spend,
-                "expired": expired,
-                **_sync_of(rental, now),
-                **_guard_of(market, rental),
-            }
-        )
-    pending = [_record_row(r) for r in records if r.state.value == "destroying"]
-    kept = {row["box"] for row in rows}
-    # M13: every box that may bill, racing candidates included, not just the kept ones
-    candidates = [
-        _record_row(r)
-        for r in records
-        if r.active
-        and r.name not in kept
-        and r.state.value != "destroying"
-        and (args.all or r.owner == market.ledger.operator)
-    ]
-    spend = _spend_summary(market, records, live_rentals)
+    view = boxes_view(market, everyone=args.all)
+    spend = view.spend
     if as_json:
         print_json(
-            {"rentals": rows, "pending_destroys": pending, "candidates": candidates, **spend}
+            {
+                "rentals": view.rows,
+                "pending_destroys": view.pending,
+                "candidates": view.candidates,
+                **spend,
+            }
         )
     else:
-        _print_boxes(rows, pending, candidates)
+        _print_boxes(view.rows, view.pending, view.candidates)
         print(
             f"burn {_usd(spend['burn_usd_per_hr'], 4)}/h (live boxes and the lane); spent "
             f"{_usd(spend['spent_today_usd'], 2)} today, {_usd(spend['spent_month_usd'], 2)} "
             f"this month; projected next 24 h {_usd(spend['projected_24h_usd'], 2)}"
         )
-    from gpuops.archive import due
-
-    if market.ledger.corrupt or market.rentals.corrupt:
-        return False
-    return due(records, live_rentals, now)
-
-
-def _spend_summary(market: Any, records: Any, rentals: Any) -> dict[str, float]:
-    """The team's burn rate, spend today and this month, and the next 24 h (M15), from the
-    store alone: the spend records `rent` and `budget` wrote from the provider's rows, and what
-    the rentals and the lane's boards say since (read, never written, here)."""
-    from gpuops import timing
-    from gpuops.market import budget as b
-    from gpuops.market.budgets import Budgets
-
-    budgets = Budgets(market.ledger.store, market.ledger.operator, clock=market.clock)
-    known = {s.instance_id: s for s in budgets.spend.all()}  # each kind read once
-    seen = budgets.observe(None, write=False, known=known, records=records, rentals=rentals)
-    now = budgets.snapshot(seen, known=known, rentals=rentals, limits=False)
-    team = now.figures()
-    return {
-        "burn_usd_per_hr": round(b.burn_usd_per_hr(now.spends), 4),
-        "spent_today_usd": round(team.day_usd, 4),
-        "spent_month_usd": round(team.month_usd, 4),
-        "projected_24h_usd": round(
-            b.projected_usd(now.spends, now.commitments, now.now_s, timing.BUDGET_PROJECTION_S), 4
-        ),
-    }
+    return view.compactable
 
 
 def _archive_in_background(settings: Settings, operator: str) -> None:
-    """Start `gpuops compact` detached, unless one this host started still runs: history past
-    the retention window costs every listing a read per record, and moving it costs a write
-    or two per record (minutes for a long backlog), which no listing should wait for. The
-    child inherits the lock this takes and holds it until it exits (archive.py: copy, then a
-    compare-and-swap delete; a compaction racing another, or live work, loses nothing)."""
-    import fcntl
-    import os
+    """`gpuops compact` started detached (archive.py), and said on stderr."""
+    from gpuops.archive import compact_in_background
 
-    from gpuops.private import open_private, private_dirs
-
-    # per-host files: the state directory, or the user's for s3://
-    folder = private_dirs(settings.local_dir)
-    log = folder / "compact.log"
-    lock = open_private(folder / "compact.lock", os.O_RDWR)
-    try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return  # a compaction is running: it moves these too
-        os.set_inheritable(lock, True)  # the child's from here on: released when it exits
-        out = open_private(log, os.O_WRONLY | os.O_APPEND)
-        try:
-            pid = os.posix_spawn(
-                sys.executable,
-                [sys.executable, "-m", "gpuops", "--state", settings.state_url]
-                + ["--operator", operator, "compact"],
-                settings.child_environ(),
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, out, 1),
-                    (os.POSIX_SPAWN_DUP2, out, 2),
-                ],
-                setsid=True,  # outlives this listing, its terminal and its process group
-            )
-        finally:
-            os.close(out)
-    finally:
-        os.close(lock)
-    print(
-        "gpuops: history that ended over a week ago is being archived in the background "
-        f"(pid {pid}, log {log}); `boxes --all` still shows it",
-        file=sys.stderr,
-    )
+    started = compact_in_background(settings, operator)
+    if started is not None:
+        pid, log = started
+        print(
+            "gpuops: history that ended over a week ago is being archived in the background "
+            f"(pid {pid}, log {log}); `boxes --all` still shows it",
+            file=sys.stderr,
+        )
 
 
-def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: list[Any]) -> None:
+def _print_boxes(
+    rows: list[dict[str, Any]], pending: list[dict[str, Any]], candidates: list[dict[str, Any]]
+) -> None:
     if rows:
         print(_BOXES_HEADER)
     for row in rows:
@@ -590,16 +463,6 @@ def _print_boxes(rows: list[dict[str, Any]], pending: list[Any], candidates: lis
         print("no boxes")
 
 
-def _sync_of(rental: Any, now: float) -> dict[str, Any]:
-    """The last results sync as `boxes` shows it: ``sync`` in words ("off", "never", "4 min
-    ago") and ``last_sync_age_s`` (None when off or never)."""
-    from gpuops.market.sync_plan import sync_age
-
-    every, at = rental.sync_every_s, rental.synced_at
-    age = None if not every or at is None else round(max(0.0, now - at), 3)
-    return {"sync": sync_age(every, at, now), "last_sync_age_s": age}
-
-
 def _total_line(rows: list[dict[str, Any]]) -> str:
     """The listing's total: what the live rentals burn per hour and what the rentals shown
     have spent (history included)."""
@@ -620,29 +483,13 @@ def _results_of(row: dict[str, Any]) -> str:
     return f"  results {said} ({row['results_detail']})"
 
 
-def _record_row(record: Any) -> dict[str, Any]:
-    """A box record as `boxes --json` shows it: its times in epoch seconds, as every rental's
-    (the record keeps ISO 8601 strings; one listing speaks one format)."""
-    row = dataclasses.asdict(record)
-    row["state"] = record.state.value
-    for name in ("updated_at", "deadline_at"):
-        row[name] = _epoch(row[name])
-    return row
-
-
-def _epoch(stamp: str | None) -> float | None:
-    from gpuops.timestamps import epoch_of
-
-    return None if stamp is None else epoch_of(stamp)
-
-
 _BOXES_HEADER = (
     f"{'NAME':<20} {'STATE':<9} {'INSTANCE':<11} {'$/HOUR':>9} {'SPENT $':>9}  "
     f"{'DEADLINE (local / UTC)':<42}  OWNER"
 )
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """A value for a person: '-' where it is unknown, never 'None'."""
     return "-" if value is None else str(value)
 
@@ -664,43 +511,7 @@ def _when(epoch_s: float | None) -> str:
     return f"{local:%Y-%m-%d %H:%M:%S %Z} / {utc:%H:%M:%S} UTC"
 
 
-_RELEASED_GUARD: dict[str, Any] = {"guardian": None, "guard": "none needed (released)"}
-
-
-def _guard_of(market: Any, rental: Any) -> dict[str, Any]:
-    """Who guards a rental (M5): the lease holder, and whether its heartbeat is fresh. A
-    released rental needs no guard (every box of it was confirmed gone): its lease, if one
-    was left, is not read, so history costs no lease read per rental."""
-    if rental.state == "released":
-        return _RELEASED_GUARD
-    from gpuops.errors import CorruptState
-    from gpuops.market import guardian as g
-    from gpuops.market.leases import Leases
-    from gpuops.market.rentals import lease_key
-
-    try:
-        lease, _ = Leases(market.ledger.store).read(lease_key(rental))  # its incarnation's
-    except CorruptState as exc:  # blocks only this rental's guard column; named after the list
-        market.ledger.corrupt[exc.where] = exc
-        return {"guardian": None, "guard": "UNREADABLE lease (named below)"}
-    if lease is None and rental.state == "failed":  # no box was kept: nothing to guard
-        return {"guardian": None, "guard": "none (its race kept no box)"}
-    if lease is None:
-        return {"guardian": None, "guard": "NONE (no ceiling: gpuops guard NAME)"}
-    from gpuops.market.rentals import this_host
-    from gpuops.market.spawn import alive
-
-    # judged as the guardian would, on facts this host has: never another host's clock (M17)
-    verdict = g.judge_lease(lease, market.clock.wall(), this_host(), alive)
-    state = {
-        g.Guarded.LIVE: "fresh",
-        g.Guarded.DEAD: "STALE (its guardian is not running)",
-        g.Guarded.ELSEWHERE: "held from another host (not judged by this host's clock)",
-    }[verdict]
-    return {"guardian": lease.holder, "guard": f"{state}: {lease.holder}"}
-
-
-def _offer_row(offer: Any) -> dict[str, Any]:
+def _offer_row(offer: Offer) -> dict[str, Any]:
     return {
         "id": offer.id,
         "machine_id": offer.machine_id,
@@ -735,3 +546,13 @@ def _offer_line(row: dict[str, Any]) -> str:
         f"{_usd(row['dph_total'], 4):>8} {reliability:>7} {passed:>10} {disk:>9} {cuda:>5}  "
         f"{_text(row['geolocation'])}"
     )
+
+
+def _guarded(market: Market, rental: Rental, settings: Settings) -> dict[str, Any]:
+    """The rental's guardian (market/spawn.py), as `rent` shows it."""
+    from gpuops.market.spawn import ensure_guardian
+
+    return ensure_guardian(
+        rental, settings, market.ledger.store, market.clock.wall(), market.host,
+        market.ledger.operator,
+    )  # fmt: skip

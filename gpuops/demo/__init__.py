@@ -2,11 +2,11 @@
 
 Two acts, each gpuops' real code against fakes started here and ended here:
 
-- the lane (gpuops/demo_lane.py): one shared GCE VM whose boots run the installed startup
+- the lane (gpuops/demo/lane.py): one shared GCE VM whose boots run the installed startup
   script for real; a claim, a typo refused, stockouts that keep the claim, a second operator
   refused, a job watched to the end, a failing job that powers its VM off, a silent no-op
   start flagged, release;
-- the market (gpuops/demo_market.py): a race of three with a taken offer, an SSH failure and
+- the market (gpuops/demo/market.py): a race of three with a taken offer, an SSH failure and
   a slow disk; the losers destroyed; a job under tmux; an interrupted race cleaned up; the
   guardian copying results and destroying the box at its deadline; a sweep finding nothing.
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuops import procs, timing
-from gpuops.demo_story import Story
+from gpuops.demo.story import Story
 from gpuops.errors import Interrupted, UsageError
 from gpuops.progress import paint
 from gpuops.settings import Settings
@@ -89,8 +89,8 @@ def _story(
             scratch = Path(scratch_dir)
             root = state_url or str(scratch / "state")
             try:
-                from gpuops.demo_lane import lane_act
-                from gpuops.demo_market import market_act
+                from gpuops.demo.lane import lane_act
+                from gpuops.demo.market import market_act
 
                 if "lane" in acts:
                     _act(story, "lane", lambda: lane_act(story, scratch, root, operator, other))

@@ -6,13 +6,16 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuops.clock import SYSTEM
 from gpuops.errors import ExitCode, UsageError
 from gpuops.output import print_json
 from gpuops.settings import Settings
 from gpuops.timestamps import utc_iso
+
+if TYPE_CHECKING:
+    from gpuops.register import Incident, Observation
 
 
 def log_path(args: argparse.Namespace, settings: Settings) -> Path:
@@ -157,18 +160,19 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
     return ExitCode.OK
 
 
-def _epoch_span(span: Any) -> dict[str, float | None]:
+def _epoch_span(span: object) -> dict[str, float | None]:
     """The span's stamps in epoch seconds; None for none, or for a stamp of the log's width
     that names no real time (the scan passes those through to the fold, which counts them)."""
     from gpuops.analysis.stats import moment
 
-    def epoch(stamp: str | None) -> float | None:
+    def epoch(stamp: object) -> float | None:
         try:
-            return None if stamp is None else moment(stamp).timestamp()
+            return moment(stamp).timestamp() if isinstance(stamp, str) else None
         except ValueError:
             return None
 
-    return {"first": epoch(span["first"]), "last": epoch(span["last"])}
+    found = span if isinstance(span, dict) else {}  # the report's {"first": ts, "last": ts}
+    return {"first": epoch(found.get("first")), "last": epoch(found.get("last"))}
 
 
 def _stats_wants(event: object) -> bool:
@@ -203,7 +207,7 @@ def _incident(args: argparse.Namespace, settings: Settings, operator: str, as_js
             print(f"gpuops: skipped the unreadable register entry {key!r}: {exc}", file=sys.stderr)
         return ExitCode.ERROR if register.corrupt else ExitCode.OK
     if command == "add":
-        entry: Any = register.add(
+        entry: Incident | Observation = register.add(
             on=args.date, what=args.what, cost_usd=args.cost_usd, cause=args.cause, rule=args.rule
         )
     elif command == "update":

@@ -8,16 +8,24 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuops.errors import ExitCode
 from gpuops.output import out, print_json
 from gpuops.settings import Settings
 
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gpuops.cli.parser import Commands, Parser
+    from gpuops.lane.board import Board
+    from gpuops.lane.cost import Released, Watched
+    from gpuops.lane.runner import Lane
+
 COMMANDS = ("board", "claim", "script", "install", "start", "watch", "release", "repair")
 
 
-def add_lane_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_lane_parser(commands: Commands, common: Parser) -> None:
     lane = commands.add_parser(
         "lane", parents=[common], help="the shared single-GPU GCE lane (no stop, no delete)"
     )
@@ -221,7 +229,7 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
 DEFAULT_HISTORY = 20
 
 
-def _history(lane: Any, args: argparse.Namespace, as_json: bool) -> int:
+def _history(lane: Lane, args: argparse.Namespace, as_json: bool) -> int:
     """`lane board --history`: the store's history entries, oldest first; a corrupt entry is
     named on stderr and skipped, never in the way of the rest."""
     import dataclasses
@@ -272,7 +280,7 @@ def _history(lane: Any, args: argparse.Namespace, as_json: bool) -> int:
     return ExitCode.OK
 
 
-def _watched_out(as_json: bool, job: str, watched: Any) -> int:
+def _watched_out(as_json: bool, job: str, watched: Watched) -> int:
     """The watched job's outcome, and its cost so far (the disk bills until the release)."""
     verdict, cost = watched.verdict, watched.cost
     out(
@@ -283,7 +291,7 @@ def _watched_out(as_json: bool, job: str, watched: Any) -> int:
     return ExitCode.OK
 
 
-def _released_out(as_json: bool, released: Any) -> int:
+def _released_out(as_json: bool, released: Released) -> int:
     from gpuops.lane.board import state_line
     from gpuops.lane.cost import PRICE_NOTE
 
@@ -316,7 +324,7 @@ def _released_out(as_json: bool, released: Any) -> int:
     return ExitCode.OK
 
 
-def _board_out(as_json: bool, board: Any, line: str) -> int:
+def _board_out(as_json: bool, board: Board, line: str) -> int:
     from gpuops.lane.board import state_line
 
     out(

@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from gpuops.cli.parser import Parser, RawWidth, Width
 from gpuops.errors import ExitCode, GpuopsError, Interrupted, UsageError
 from gpuops.output import print_json
 
@@ -29,9 +30,9 @@ EXIT_CODES = """exit codes:
   7 a guardian verified that another guardian is responsible (M7)"""
 
 
-def _common() -> _Parser:
+def _common() -> Parser:
     """Global options, accepted before or after the command name."""
-    common = _Parser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
     )
@@ -95,8 +96,8 @@ def command_of(argv: Sequence[str]) -> str | None:
 
 def _group(
     name: str,
-    commands: argparse._SubParsersAction[_Parser],
-    common: argparse.ArgumentParser,
+    commands: argparse._SubParsersAction[Parser],
+    common: Parser,
     only: str | None,
 ) -> None:
     """Add a group's commands: in full when ``only`` is None or one of them, else as stubs."""
@@ -105,64 +106,21 @@ def _group(
             commands.add_parser(command, help=text)
         return
     if name == "guard":
-        from gpuops.cli_guard import add_parsers
+        from gpuops.cli.guard import add_parsers
 
         add_parsers(commands, common)
     elif name == "daily":
-        from gpuops.cli_daily import add_parsers as add_daily_parsers
+        from gpuops.cli.daily import add_parsers as add_daily_parsers
 
         add_daily_parsers(commands, common)
     elif name == "lane":
-        from gpuops.cli_lane import add_lane_parser
+        from gpuops.cli.lane import add_lane_parser
 
         add_lane_parser(commands, common)
     else:
-        from gpuops.cli_learn_args import add_commands as add_learn_commands
+        from gpuops.cli.learn_args import add_commands as add_learn_commands
 
         add_learn_commands(commands, common)
-
-
-def _columns(given: int | None) -> int:
-    """shutil.get_terminal_size's width (COLUMNS if positive, else the terminal's, else 80),
-    without importing shutil (and the compression modules it loads) just to print help.
-    ``given``: COLUMNS as settings.py read it."""
-    if given:
-        return given
-    try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
-    except (AttributeError, ValueError, OSError):
-        return 80
-
-
-class _Width(argparse.HelpFormatter):
-    """Help at the terminal's width, found without shutil (argparse asks for a formatter on
-    every add_argument, so the default one would import shutil for every command)."""
-
-    columns: int | None = None  # COLUMNS, set per parser built (build_parser)
-
-    def __init__(
-        self,
-        prog: str,
-        indent_increment: int = 2,
-        max_help_position: int = 24,
-        width: int | None = None,
-    ) -> None:
-        width = _columns(self.columns) - 2 if width is None else width
-        super().__init__(prog, indent_increment, max_help_position, width)
-
-
-class _RawWidth(_Width, argparse.RawDescriptionHelpFormatter):
-    """The top-level help: its epilog (the exit codes) printed as written."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose help formatter is _Width; subparsers are built of this class."""
-
-    formatter: type[_Width] = _Width
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("formatter_class", self.formatter)
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
 
 def build_parser(only: str | None = None, columns: int | None = None) -> argparse.ArgumentParser:
@@ -170,9 +128,9 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     ``columns``: the help width the environment asks for (settings.columns_of)."""
     known = {command for group in GROUPS.values() for command, _ in group}
     only = only if only in known else "" if only is not None else None
-    width: type[_Width] = type("_Width", (_Width,), {"columns": columns})
-    raw: type[_Width] = type("_RawWidth", (_RawWidth,), {"columns": columns})
-    parser_class: type[_Parser] = type("_Parser", (_Parser,), {"formatter": width})
+    width: type[Width] = type("Width", (Width,), {"columns": columns})
+    raw: type[Width] = type("RawWidth", (RawWidth,), {"columns": columns})
+    parser_class: type[Parser] = type("Parser", (Parser,), {"formatter": width})
     common = _common()
     parser = parser_class(
         prog="gpuops",
@@ -447,7 +405,7 @@ def _scrubbed(text: str) -> str:
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     as_json = getattr(args, "json", False)
     if args.command == "rules":
-        from gpuops.cli_rules import print_rules
+        from gpuops.cli.rules import print_rules
 
         return print_rules(as_json, settings.state_url, settings.s3_endpoint)
     operator = settings.acting_operator()
@@ -471,21 +429,21 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         argv += [f"--state-dir={args.state_dir}"] if args.state_dir else []
         return serve(argv)
     if args.command in ("guard", "run", "watch"):
-        from gpuops.cli_guard import run_guard
+        from gpuops.cli.guard import run_guard
 
         return run_guard(args, settings, operator, as_json)
     if args.command == "lane":
-        from gpuops.cli_lane import run_lane
+        from gpuops.cli.lane import run_lane
 
         return run_lane(args, settings, operator, as_json)
     if args.command == "compact":
         return _compact(settings, as_json)
     if args.command == "budget":
-        from gpuops.cli_budget import run_budget
+        from gpuops.cli.budget import run_budget
 
         return run_budget(args, settings, operator, as_json)
     if args.command in ("cost", "logs", "ssh"):
-        from gpuops.cli_daily import run_daily
+        from gpuops.cli.daily import run_daily
 
         return run_daily(args, settings, operator, as_json)
     if args.command == "check":
@@ -493,10 +451,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
         return run_check(settings, as_json)
     if args.command in ("stats", "policy", "incident", "record"):
-        from gpuops.cli_learn import run_learn
+        from gpuops.cli.learn import run_learn
 
         return run_learn(args, settings, as_json, operator)
-    from gpuops.cli_market import run_market
+    from gpuops.cli.market import run_market
 
     return run_market(args, settings, operator, as_json, attested=attested)
 

@@ -1,5 +1,5 @@
 """The demo's story: each step as a row (what happened, the rule, the evidence), the live
-narration, the closing table and the verdict. Used by gpuops/demo.py and both acts."""
+narration, the closing table and the verdict. Used by gpuops/demo/__init__.py and both acts."""
 
 from __future__ import annotations
 

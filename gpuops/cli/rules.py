@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuops.errors import ExitCode
 from gpuops.output import print_json
+
+if TYPE_CHECKING:
+    from gpuops.register import Observation
 
 
 def print_rules(as_json: bool, state_url: str | None, s3_endpoint: str | None = None) -> int:
@@ -34,7 +37,7 @@ def print_rules(as_json: bool, state_url: str | None, s3_endpoint: str | None = 
     return ExitCode.OK
 
 
-def _observations(state_url: str | None, s3_endpoint: str | None = None) -> list[Any]:
+def _observations(state_url: str | None, s3_endpoint: str | None = None) -> list[Observation]:
     """The register's observations; none when none was ever recorded (rules creates nothing,
     and a local state without observations costs `gpuops rules` no import)."""
     if state_url is None:
