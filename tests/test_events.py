@@ -898,3 +898,12 @@ def test_a_line_nested_too_deep_is_named_at_its_line_not_a_recursion_error(log: 
         seen.extend(str(e["kind"]) for e in read_events(log.path, strict=True))
 
     assert seen == ["first"] and caught.value.reason == "JSON nested too deep to read"
+
+
+def test_a_datetime_with_no_utc_offset_is_refused_naming_its_field(tmp_path):
+    """An instant in a payload is written in the one stamp form; a naive one names no instant
+    (each reader would place it in its own zone), so the write is refused, naming the field."""
+    log = EventLog(tmp_path / "events.jsonl", operator="alice")
+    with pytest.raises(UsageError, match=r"^event payload payload\.at is a datetime with no UTC offset$"):
+        log.append("note", at=datetime(2025, 1, 2, 3, 4, 5))
+    assert not (tmp_path / "events.jsonl").exists() or (tmp_path / "events.jsonl").read_text() == ""

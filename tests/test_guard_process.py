@@ -252,6 +252,12 @@ def test_a_fire_drill_on_the_fakes_rents_guards_destroys_and_records_itself(fake
     assert fakes.live_instances() == []
     drills = sorted((fakes.state / "drills").iterdir())
     assert len(drills) == 1
+    from gpuops.market.drill import drills as drill_records
+    from gpuops.store.local import LocalStore
+
+    (kept,) = drill_records(LocalStore(str(fakes.state))).all()  # read back by its strict codec
+    assert (kept.name, kept.target, kept.passed, kept.cleanup) == ("drill-box", "fakes", True, ())
+    assert (kept.instance_id, kept.delay_s) == (result["instance_id"], result["delay_s"])
     assert [e["passed"] for e in fakes.events("guard.drill")] == [True]
 
 

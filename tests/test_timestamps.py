@@ -58,10 +58,24 @@ def test_a_stamp_that_names_no_instant_is_a_value_error_naming_it(text, said):
         ts.epoch_of(text)
 
 
-@pytest.mark.parametrize("value", [None, 1796029925.0, b"2026-11-30T09:12:05Z"])
-def test_a_stamp_that_is_not_text_is_a_value_error_never_a_type_error(value):
-    with pytest.raises(ValueError, match="a timestamp is text, not"):
+@pytest.mark.parametrize(
+    ("value", "named"), [(None, "NoneType"), (1796029925.0, "float"), (b"2026-11-30Z", "bytes")]
+)
+def test_a_stamp_that_is_not_text_is_a_value_error_never_a_type_error(value, named):
+    with pytest.raises(ValueError, match=f"^a timestamp is text, not {named}$"):
         ts.epoch_of(value)  # type: ignore[arg-type]
+
+
+def test_a_stamp_is_written_in_utc_whatever_the_writers_own_zone(monkeypatch):
+    """Two hosts in different zones write one instant as one stamp."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        assert ts.utc_iso(0) == "1970-01-01T00:00:00.000000Z"
+        assert ts.utc_iso(1796029925.25) == "2026-11-30T09:12:05.250000Z"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
 
 
 def test_a_naive_stamp_is_never_read_in_the_readers_own_zone(monkeypatch):

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
-    AlreadyExists,
     CapacityExhausted,
     CorruptState,
     GpuopsError,
@@ -137,6 +136,7 @@ class Lane:
         self.key = f"lane/{config.instance}/board"
         self.journal_key = journal_key(config.instance)
         self.boards = Records(store, "lane/", BoardCodec())
+        self.journals = Records(store, "lane/", JOURNAL)
 
     # --- the board ------------------------------------------------------------------------------
     def read(self) -> tuple[b.Board, list[str], str | None]:
@@ -249,21 +249,18 @@ class Lane:
             "; ".join(signs) if signs else "no sign of any claim"
         )
         line = f"{stamp} {self.operator}: {what}"
-        current = self.store.salvage(self.key)  # raw bytes, even past a corrupt envelope
-        if current is not None:
-            try:
-                readable = BoardCodec().decode(self.key, current.data)
-                if self._rewound(readable.board) is None:
-                    return readable.board, []  # repaired meanwhile: readable now, nothing to do
-            except CorruptState:
-                pass
-        data = b.render(board, [line]).encode("utf-8")
-        if current is None:
-            self.store.create(self.key, data)
-        else:
-            aside = f"{self.key}.corrupt-{stamp.replace(':', '').replace('-', '')}"
-            self.store.create(aside, current.data)
-            self.store.put(self.key, data, current.version)
+
+        def rebuilt(current: BoardFile | None) -> BoardFile | NoChange:
+            if current is not None and self._rewound(current.board) is None:
+                return NO_CHANGE  # repaired meanwhile: readable now, nothing to do
+            return BoardFile(board, (line,))  # absent, unreadable (None) or rewound
+
+        def aside(key: str) -> str:  # the replaced file, kept byte for byte
+            return f"{key}.corrupt-{stamp.replace(':', '').replace('-', '')}"
+
+        done = self.boards.replace(self._name, rebuilt, aside=aside)
+        if not done.written and done.before is not None:
+            return done.before.board, []
         self._log_board(board, "repaired", what, repaired=True)
         return board, signs
 
@@ -365,27 +362,26 @@ class Lane:
             self.operator,
             repaired,
         )
-        data = JOURNAL.encode(entry)
-        for _ in range(CAS_ATTEMPTS):
-            current = self.store.salvage(self.journal_key)
-            try:
-                if current is None:
-                    self.store.create(self.journal_key, data)
-                    return
-                try:
-                    if JOURNAL.decode(current.key, current.data).revision > board.revision:
-                        return  # a later write finished first: it stays
-                except CorruptState:
-                    pass  # unreadable: this write replaces it
-                self.store.put(self.journal_key, data, current.version)
-                return
-            except (AlreadyExists, VersionConflict):
-                continue
-        raise StateError(f"{self.journal_key}: lost {CAS_ATTEMPTS} compare-and-swap races")
+
+        def write(current: JournalEntry | None) -> JournalEntry | NoChange:
+            if current is not None and current.revision > board.revision:
+                return NO_CHANGE  # a later write finished first: it stays
+            return entry  # absent or unreadable (None): this write replaces it
+
+        try:
+            self.journals.replace(self._journal_name, write)
+        except VersionConflict:
+            raise StateError(
+                f"{self.journal_key}: lost {CAS_ATTEMPTS} compare-and-swap races"
+            ) from None
 
     @property
     def _name(self) -> str:
         return self.key.removeprefix("lane/")
+
+    @property
+    def _journal_name(self) -> str:
+        return self.journal_key.removeprefix("lane/")
 
     def _transition(
         self,

@@ -9,18 +9,22 @@ a real provider; only a drill on a real box may make M5 ``verified``.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from gpuops import event_ops as ops
 from gpuops import timing
+from gpuops.errors import AlreadyExists
 from gpuops.event_base import write
 from gpuops.market.rent import RentRequest
 from gpuops.market.rentals import RELEASED
 from gpuops.settings import Settings
+from gpuops.store.base import Store
+from gpuops.store.records import NO_CHANGE, JsonCodec, Records
 from gpuops.timestamps import utc_iso
 
 if TYPE_CHECKING:
@@ -28,6 +32,33 @@ if TYPE_CHECKING:
 
 DRILLS = "drills/"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True)
+class Drill:
+    """One drill as the state store keeps it (``drills/<when>-<name>``): what it rented, on
+    which provider, and whether the box was confirmed gone after its deadline (M5). Times are
+    epoch seconds, as every command's --json has them."""
+
+    date: str  # the UTC day it ran
+    target: str  # "vast" (a real box) or "fakes" (the loopback stand-ins)
+    name: str
+    instance_id: str | None
+    deadline_at: float | None
+    confirmed_at: float | None
+    delay_s: float | None
+    passed: bool
+    guardian_pid: int
+    guardian_log: str
+    cleanup: tuple[str, ...] = ()  # what a failed drill's own destroy did
+
+
+CODEC = JsonCodec(Drill, "drill record")
+
+
+def drills(store: Store) -> Records[Drill]:
+    """Every drill record in the store, through the one strict codec."""
+    return Records(store, DRILLS, CODEC)
 
 
 def target_of(base_url: str) -> str:
@@ -84,12 +115,12 @@ def drill(
         cleanup = [f"{o.name}: {o.detail}" for o in destroy_rental(market, name)]
         say(f"the drill FAILED; its box ended by hand: {'; '.join(cleanup) or 'nothing left'}")
     now = datetime.fromtimestamp(clock.wall(), UTC)
-    drilled = ops.GuardDrill(
+    record = Drill(
         date=now.date().isoformat(),
         target=target,
         name=name,
         instance_id=rental.instance_id,
-        deadline_at=rental.deadline_at,  # epoch seconds, as every command's --json
+        deadline_at=rental.deadline_at,
         confirmed_at=confirmed_at,
         delay_s=round(confirmed_at - rental.deadline_at, 3) if confirmed_at else None,
         passed=passed,
@@ -97,10 +128,12 @@ def drill(
         guardian_log=str(spawned.log),
         cleanup=tuple(cleanup),
     )
-    result: dict[str, Any] = drilled.to_payload()
-    key = f"{DRILLS}{now.strftime('%Y%m%dT%H%M%SZ')}-{name}"
-    market.ledger.store.create(key, json.dumps(result, sort_keys=True).encode())
-    write(market.events, drilled)
+    book, key = drills(market.ledger.store), f"{now.strftime('%Y%m%dT%H%M%SZ')}-{name}"
+    # a new record: created, never written over (a second drill of NAME in the same second)
+    if not book.update(key, lambda current: record if current is None else NO_CHANGE).written:
+        raise AlreadyExists(book.key(key))
+    result: dict[str, Any] = {**dataclasses.asdict(record), "cleanup": cleanup}
+    write(market.events, ops.GuardDrill(**dataclasses.asdict(record)))  # the record, logged
     if passed and target == "vast":  # only a real box's drill may make M5 verified
         from gpuops.register import Register
 
@@ -122,13 +155,3 @@ def drill(
             f"{utc_iso(give_up)}; see {spawned.log} and `gpuops boxes`"
         )
     return result
-
-
-def drills(store: Any) -> list[dict[str, Any]]:
-    """Every recorded drill, oldest first."""
-    out = []
-    for key in sorted(store.list(DRILLS)):
-        found = store.get(key)
-        if found is not None:
-            out.append(json.loads(found.data))
-    return out

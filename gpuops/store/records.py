@@ -2,16 +2,23 @@
 
 ``Records[T]`` is a repository of one record type under one key prefix: ``get``, ``all`` (a
 corrupt record blocks only itself: it is left out and kept in ``corrupt``), ``update(name,
-change)`` and ``remove(name, when)``. ``update`` is the only compare-and-swap loop in gpuops:
+change)`` and ``remove(name, when)``. ``update`` is the compare-and-swap loop of gpuops:
 read with version, let ``change`` decide from the current value (None when absent), write
 at that version (create-if-absent when absent), and on a lost race read again and decide
 again, never overwrite. ``change`` returns the new value or ``NO_CHANGE``.
 
-The codec is hand-written rather than msgspec: every record is a frozen dataclass of scalars
-and optional scalars (str, int, float, bool), so the check is a few lines over the dataclass's
-own type hints; it keeps the exact bytes gpuops has always written (sorted-key JSON), adds no
-compiled dependency to a control plane that must install anywhere, and its one error,
-``CorruptState`` naming the key and the field, is raised in one place. A wrong type, a
+``replace`` is repair's write through the same loop: it replaces a record ``update`` would
+refuse to read over, and keeps a copy of what it replaced.
+
+The codec is hand-written rather than msgspec (which decodes the event log): every record is a
+frozen dataclass of scalars, optional scalars (str, int, float, bool) and tuples of strings, so
+the check is a few lines over the dataclass's own type hints. It reads back every string
+Python's json writes: msgspec cannot read a lone surrogate's escape (``"\\ud800"``, which
+json.dumps writes for a string holding one), so a record gpuops wrote itself could become
+unreadable. It keeps the exact bytes gpuops has always written (sorted-key JSON), and its one
+error, ``CorruptState`` naming the key and the field, is raised in one place (msgspec's errors
+name the field only inside their message text). Measured on a 26-field rental: 17.8 us a
+decode, against msgspec's 5.7 us and a bare json.loads's 6.0 us. A wrong type, a
 missing required field, an unknown field or a value its field's check refuses is corrupt.
 """
 
@@ -85,7 +92,10 @@ def _short(value: object) -> str:
 
 
 def _allowed(owner: str, field: str, hint: Any) -> tuple[type, ...]:
-    """The types a field's hint allows: one scalar, or one scalar or None."""
+    """The types a field's hint allows: one scalar, or one scalar or None, or a tuple of
+    strings (``tuple[str, ...]``: a JSON list of strings on disk)."""
+    if hint == tuple[str, ...]:
+        return (tuple,)
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
     allowed = typing.get_args(hint) if union else (hint,)
     scalars = [arg for arg in allowed if arg in _NAMES]
@@ -98,10 +108,14 @@ def _accepts(allowed: tuple[type, ...]) -> frozenset[type]:
     """The exact types of parsed JSON a field takes: its own, and int where it takes a
     number (JSON's 1 is a number). bool is its own type: JSON's true is not a number, nor
     1 a boolean. One set lookup per field is the whole type check of a decode."""
+    if tuple in allowed:  # parsed JSON holds a list; each item is checked by the decode
+        return frozenset({list})
     return frozenset(allowed) | ({int} if float in allowed else set())
 
 
 def _describe(allowed: tuple[type, ...]) -> str:
+    if tuple in allowed:
+        return "a list of strings"
     named = next(_NAMES[a] for a in allowed if a in _NAMES)
     return named + (" or null" if type(None) in allowed else "")
 
@@ -181,6 +195,15 @@ class JsonCodec(Generic[T]):
                         f"not {_short(value)}",
                     )
                 value = float(value)  # JSON's 1 is the number 1.0 here
+            if tuple in f.allowed:
+                odd = next((item for item in value if type(item) is not str), None)
+                if odd is not None:
+                    raise CorruptState(
+                        key,
+                        f"not a {self.what}: field {f.name!r} must be {_describe(f.allowed)}, "
+                        f"not one holding {_short(odd)}",
+                    )
+                value = tuple(value)
             check = self.checks.get(f.name)
             if check is not None and value is not None and not check[0](value):
                 raise CorruptState(
@@ -273,15 +296,50 @@ class Records(Generic[T]):
 
     def update(self, name: str, change: Callable[[T | None], T | NoChange]) -> Update[T]:
         """Compare-and-swap ``name`` to ``change(current)``; on a lost race, read and decide
-        again. ``CAS_ATTEMPTS`` lost races are a VersionConflict naming the key."""
+        again. ``CAS_ATTEMPTS`` lost races are a VersionConflict naming the key. A record it
+        cannot read is CorruptState, and left as it is."""
+        return self._swap(name, change, repair=False, aside=None)
+
+    def replace(
+        self,
+        name: str,
+        change: Callable[[T | None], T | NoChange],
+        *,
+        aside: Callable[[str], str] | None = None,
+    ) -> Update[T]:
+        """Repair's compare-and-swap (L12): ``update``, except that a record it cannot read
+        is replaced too, not refused. ``change`` sees None for an absent or unreadable record;
+        the stored bytes are read by the store's ``salvage`` (past a corrupt envelope too), and
+        with ``aside`` whatever is replaced is first copied, byte for byte, to ``aside(key)``
+        (a new key each time: one already there is AlreadyExists, never overwritten). Only a
+        repair may use it: every other writer keeps a record it cannot read."""
+        return self._swap(name, change, repair=True, aside=aside)
+
+    def _swap(
+        self,
+        name: str,
+        change: Callable[[T | None], T | NoChange],
+        *,
+        repair: bool,
+        aside: Callable[[str], str] | None,
+    ) -> Update[T]:
+        """The one compare-and-swap loop, for ``update`` and ``replace``."""
         key = self.key(name)
         for _ in range(CAS_ATTEMPTS):
-            found = self.store.get(key)
-            before = None if found is None else self.codec.decode(key, found.data)
+            found = self.store.salvage(key) if repair else self.store.get(key)
+            before = None
+            if found is not None:
+                try:
+                    before = self.codec.decode(key, found.data)
+                except CorruptState:
+                    if not repair:
+                        raise
             after = change(before)
             if isinstance(after, NoChange):
                 return Update(before, before, False)
             data = self.codec.encode(after)
+            if found is not None and aside is not None:  # a copy that exists already is loud
+                self.store.create(aside(key), found.data)
             try:
                 if found is None:
                     self.store.create(key, data)
