@@ -44,9 +44,11 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
+from gpuops import event_ops as ops
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import UsageError
+from gpuops.event_base import Kinded, write
 from gpuops.ledger import EventSink
 from gpuops.store.base import Store, is_key
 from gpuops.store.records import NO_CHANGE, JsonCodec, NoChange, Records
@@ -382,7 +384,9 @@ class Alarms:
     def raise_alarm(self, alarm: Alarm) -> None:
         """Log ``alarm`` now; dedupe, send and retry it in the background. Never raises."""
         try:
-            self._log("alarm.raised", alarm.cause, kind=alarm.kind.value, subject=alarm.subject)
+            self._log(
+                ops.AlarmRaised(cause=alarm.cause, kind=alarm.kind.value, subject=alarm.subject)
+            )
             if self.endpoints:
                 self._start(self._deliver, alarm)
         except Exception as exc:  # an alarm is never in the way of its caller (O1)
@@ -435,11 +439,11 @@ class Alarms:
         try:
             mine = self._claim_new(alarm)
         except Exception as exc:  # the store refused: heard twice rather than never (O1)
-            self._log("alarm.unrecorded", alarm.cause, error=f"{type(exc).__name__}: {exc}")
+            self._log(ops.AlarmUnrecorded(cause=alarm.cause, error=f"{type(exc).__name__}: {exc}"))
             self._send(alarm, list(self.endpoints))
             return
         if mine is None:
-            self._log("alarm.duplicate", alarm.cause)
+            self._log(ops.AlarmDuplicate(cause=alarm.cause))
         else:
             self._send_claimed(alarm.cause, mine)
         self._retry_pending(skip=alarm.cause)
@@ -521,17 +525,17 @@ class Alarms:
         for i in ids:
             error = self.endpoints[i].send(alarm)
             if error is None:
-                self._log("alarm.delivered", alarm.cause, endpoint=i)
+                self._log(ops.AlarmDelivered(cause=alarm.cause, endpoint=i))
             else:
                 errors[i] = error
-                self._log("alarm.undelivered", alarm.cause, endpoint=i, error=error)
+                self._log(ops.AlarmUndelivered(cause=alarm.cause, endpoint=i, error=error))
         return errors
 
-    def _log(self, event: str, cause: str, /, **payload: object) -> None:
+    def _log(self, event: Kinded) -> None:
         try:
-            self.events.append(event, cause=cause, **payload)
+            write(self.events, event)
         except Exception as exc:  # a log we cannot write is told, never raised (M17)
-            self._fault(f"could not log {event}", exc)
+            self._fault(f"could not log {event.KIND}", exc)
 
     def _fault(self, what: str, exc: Exception) -> None:
         with contextlib.suppress(Exception):  # stderr itself gone: nothing is left to tell

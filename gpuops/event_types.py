@@ -1,9 +1,13 @@
-"""The typed events: one frozen dataclass per kind that analysis reads, and one strict decoder.
+"""The typed events: one frozen dataclass per kind that analysis reads, the one registry of
+every kind, and one strict decoder.
 
-Owns: what each of these kinds' payloads holds, and the judgment "this line is (not) such an
-event". Writers build the type and log ``to_payload()`` (the JSON on disk is what the keyword
-arguments wrote before, key for key, so old logs read the same); readers ask ``decode(kind,
-payload)`` or, straight from a line's bytes, ``decode_line(kind, raw)`` and get the type or None.
+Owns: what each of these kinds' payloads holds, the registry (``BY_KIND``: these kinds and the
+operational ones of gpuops/event_ops.py; ``KINDS`` the kinds analysis reads, ``ALL_KINDS``
+every kind gpuops writes), and the judgment "this line is (not) such an event". Writers build
+the type and log ``to_payload()`` (the JSON on disk is what the keyword arguments wrote
+before, key for key, so old logs read the same); readers ask ``decode(kind,
+payload)`` or, straight from a line's bytes, ``decode_line(kind, raw)`` and get the type or None
+(``parse(kind, payload)`` says why instead: a UsageError naming the kind and the field).
 None means "count it and skip it": a wrong type, a missing field, a verdict outside
 ``model.Verdict``, a number that is not finite, a propensity outside (0, 1] or a pick that is
 not one of its race's candidates. A reader never trusts a payload it did not decode.
@@ -22,18 +26,21 @@ always wrote them, so ``to_payload()`` is the old line byte for byte.
 
 from __future__ import annotations
 
-import dataclasses
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 import msgspec
 
+from gpuops import event_ops as ops
+from gpuops.errors import UsageError
+from gpuops.event_base import Kinded, Number, Payload, Probability, Whole
 from gpuops.model import Verdict
 
 __all__ = [
+    "ALL_KINDS",
     "KINDS",
+    "AnalysisEvent",
     "ConfirmedGone",
     "Create",
     "GuardDestroy",
@@ -51,40 +58,13 @@ __all__ = [
     "Transition",
     "decode",
     "decode_line",
+    "parse",
 ]
-
-# A number is a whole number (kept whole, so a line written back is the line read) or a finite
-# float: NaN fails both bounds, an infinity one of them.
-_FINITE = msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)
-Number = int | Annotated[float, _FINITE]
-# An id or a count: a whole number within 64 bits (what msgspec bounds natively). A Number may
-# be larger (kept whole); a fold that meets one too large for a float counts that event bad.
-Whole = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-# In (0, 1]: a pick made with probability 0 was never made (it would divide a weight by 0).
-_IN_0_1 = msgspec.Meta(gt=0, le=1)
-Probability = Annotated[int, _IN_0_1] | Annotated[float, _IN_0_1]
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, Verdict):
-        return value.value
-    if isinstance(value, tuple):
-        return [_plain(item) for item in value]
-    if dataclasses.is_dataclass(value):
-        return value.to_payload()  # type: ignore[union-attr]
-    return value
-
-
-class _Payload:
-    def to_payload(self) -> dict[str, object]:
-        """The payload as the log holds it: JSON values, keys in field order."""
-        fields = dataclasses.fields(self)  # type: ignore[arg-type]
-        return {f.name: _plain(getattr(self, f.name)) for f in fields}
 
 
 # --- the market: one race ----------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
-class Offered(_Payload):
+class Offered(Payload):
     """One ranked candidate of a race, as logged (M11)."""
 
     id: Whole
@@ -96,13 +76,13 @@ class Offered(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Removed(_Payload):
+class Removed(Payload):
     id: Whole
     reasons: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Picked(_Payload):
+class Picked(Payload):
     id: Whole
     rank: Whole | None = None
     propensity: Probability | None = None  # None: not logged, so no off-policy weight
@@ -110,7 +90,7 @@ class Picked(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Selection(_Payload):
+class Selection(Kinded):
     """``market.selection``: the full ranked candidate set and each pick's propensity (M11).
     Every pick names one of the candidates."""
 
@@ -128,7 +108,7 @@ class Selection(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Create(_Payload):
+class Create(Kinded):
     """``market.create``: one create call's outcome (created, reconciled, taken, ...)."""
 
     KIND: ClassVar[str] = "market.create"
@@ -141,7 +121,7 @@ class Create(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Probe(_Payload):
+class Probe(Kinded):
     """``market.probe``: one box's verdict, a ``model.Verdict``."""
 
     KIND: ClassVar[str] = "market.probe"
@@ -154,7 +134,7 @@ class Probe(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RentDone(_Payload):
+class RentDone(Kinded):
     """``market.rent.done``: the race kept this box."""
 
     KIND: ClassVar[str] = "market.rent.done"
@@ -165,7 +145,7 @@ class RentDone(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RentStopped(_Payload):
+class RentStopped(Kinded):
     """``market.rent.stopped``: the race ended without a box."""
 
     KIND: ClassVar[str] = "market.rent.stopped"
@@ -175,7 +155,7 @@ class RentStopped(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Quarantine(_Payload):
+class Quarantine(Kinded):
     """``market.quarantine``: a machine left out until ``until`` (epoch seconds; M2)."""
 
     KIND: ClassVar[str] = "market.quarantine"
@@ -185,7 +165,7 @@ class Quarantine(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Transition(_Payload):
+class Transition(Kinded):
     """``ledger.transition``: one ownership record's state change (M3)."""
 
     KIND: ClassVar[str] = "ledger.transition"
@@ -202,7 +182,7 @@ class Transition(_Payload):
 
 # --- the guardian and the lane -----------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
-class ConfirmedGone(_Payload):
+class ConfirmedGone(Kinded):
     """``guard.confirmed_gone``: every box of a rental confirmed gone, ``delay_s`` after its
     deadline (negative: before it)."""
 
@@ -216,7 +196,7 @@ class ConfirmedGone(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class GuardDestroy(_Payload):
+class GuardDestroy(Kinded):
     """``guard.destroy``: a guardian begins ending its rental's boxes at (or past) ``deadline``."""
 
     KIND: ClassVar[str] = "guard.destroy"
@@ -228,7 +208,7 @@ class GuardDestroy(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SweepEnded(_Payload):
+class SweepEnded(Kinded):
     """``market.sweep.ended``: `gpuops sweep` ended one box record (``ending``: teardown.Ending's
     value); ``retried``: a pending destroy retried, else a record past its rental's deadline."""
 
@@ -241,7 +221,7 @@ class SweepEnded(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class LaneStart(_Payload):
+class LaneStart(Kinded):
     KIND: ClassVar[str] = "lane.start"
     lane: str
     job: str
@@ -250,7 +230,7 @@ class LaneStart(_Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class LaneJobEnd(_Payload):
+class LaneJobEnd(Kinded):
     KIND: ClassVar[str] = "lane.job_end"
     lane: str
     job: str
@@ -276,11 +256,13 @@ _TYPES = (
     LaneStart,
     LaneJobEnd,
 )
-BY_KIND: Mapping[str, type[Event]] = {t.KIND: t for t in _TYPES}
-KINDS = frozenset(BY_KIND)
+# The one registry: every kind written, the analysis kinds' types and the operational ones'.
+BY_KIND: Mapping[str, type[Event]] = {t.KIND: t for t in (*_TYPES, *ops.TYPES)}
+KINDS = frozenset(t.KIND for t in _TYPES)  # the kinds analysis reads
+ALL_KINDS = frozenset(BY_KIND)  # every kind gpuops writes
 
 
-Event = (
+AnalysisEvent = (
     Selection
     | Create
     | Probe
@@ -294,10 +276,27 @@ Event = (
     | LaneStart
     | LaneJobEnd
 )
+Event = AnalysisEvent | ops.OpEvent  # what decode reads: every kind
+
+
+def parse(kind: str, payload: object) -> Event:
+    """The typed event for ``kind``; a UsageError naming the kind and what is wrong when the
+    kind is unknown or the payload is not one of its events."""
+    cls = BY_KIND.get(kind)
+    if cls is None:
+        raise UsageError(f"{kind!r} is not an event kind")
+    try:
+        event = msgspec.convert(payload, cls)
+    except (msgspec.ValidationError, UnicodeEncodeError) as exc:  # a lone surrogate, an enum
+        raise UsageError(f"not a {kind} event: {exc}") from None
+    if not _consistent(event):
+        raise UsageError(f"not a {kind} event: a pick is not one of its candidates")
+    return event
 
 
 def decode(kind: str, payload: object) -> Event | None:
-    """The typed event for ``kind``, or None: an unknown kind, or a payload that is not one."""
+    """The typed event for ``kind``, or None: an unknown kind, or a payload that is not one.
+    What ``parse`` answers, without the reason (a bad line costs no message: a fold skips it)."""
     cls = BY_KIND.get(kind)
     if cls is None:
         return None

@@ -34,6 +34,7 @@ FLOORS: dict[str, float] = {
     "gpuops/ledger.py": 100.0,
     "gpuops/events.py": 100.0,
     "gpuops/event_types.py": 100.0,
+    "gpuops/event_base.py": 100.0,
     "gpuops/secrets.py": 100.0,
     "gpuops/settings.py": 100.0,
     "gpuops/clock.py": 100.0,
@@ -101,7 +102,12 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.ledger": ("tests/test_ledger.py", "tests/test_ledger_machine.py"),
     "gpuops.events": ("tests/test_events.py",),
     # every reader and writer goes through it: its own tests pin each field's check
-    "gpuops.event_types": ("tests/test_event_types.py",),
+    "gpuops.event_types": (
+        "tests/test_event_types.py",
+        "tests/test_event_ops.py",
+        "tests/test_event_kinds.py",
+    ),
+    "gpuops.event_base": ("tests/test_event_types.py", "tests/test_event_ops.py"),
     # what a secret looks like: pinned directly and through the event log's leak tests
     "gpuops.secrets": ("tests/test_secrets.py", "tests/test_events.py", "tests/test_config.py"),
     "gpuops.store.base": (

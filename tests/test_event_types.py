@@ -18,6 +18,7 @@ from gpuops.analysis.ope import Candidate, Decision, Decisions, evaluate, greedy
 from gpuops.analysis.report import Report
 from gpuops.analysis.shrink import KINDS, MachineCounts
 from gpuops.analysis.stats import Stats
+from gpuops.errors import UsageError
 from gpuops.events import EventLog, read_events
 from gpuops.model import Verdict
 from gpuops.store.memory import MemoryStore
@@ -192,8 +193,8 @@ def test_a_line_decodes_as_its_own_kind_only_and_anything_else_is_left_to_the_sl
     it says None, and the scanner's line-by-line reading (events.py) judges it."""
     raw = line("market.probe", VALID["market.probe"]).encode()
     assert ev.decode_line("market.create", raw) is None  # another kind's line
-    assert ev.decode_line("market.candidate", raw) is None  # no typed kind
-    assert "market.candidate" not in ev._LINE_DECODERS
+    assert ev.decode_line("market.nonesuch", raw) is None  # no typed kind
+    assert "market.nonesuch" not in ev._LINE_DECODERS
     probe, selection = VALID["market.probe"], VALID["market.selection"]
     event = {"ts": TS, "operator": "x", "kind": "market.probe", "payload": probe}
     bad = [
@@ -258,7 +259,7 @@ def test_a_missing_required_field_or_a_payload_that_is_no_object_does_not_decode
 
 def test_an_unknown_kind_decodes_to_nothing_and_extra_keys_are_ignored():
     """Only the typed kinds decode; a writer may add context keys without breaking readers."""
-    assert ev.decode("market.candidate", {"name": "r"}) is None
+    assert ev.decode("market.nonesuch", {"name": "r"}) is None
     assert ev.decode("market.probe", {**VALID["market.probe"], "extra": [1]}) == ev.decode(
         "market.probe", VALID["market.probe"]
     )
@@ -601,3 +602,18 @@ def test_a_lone_surrogate_where_a_verdict_belongs_is_no_event_not_a_crash():
 
     assert ev.decode("market.probe", probe) is None
     assert ev.decode("market.probe", {**probe, "verdict": "pass"}) is not None
+
+
+def test_parse_says_why_a_payload_is_refused_and_decode_says_none():
+    """parse raises a UsageError naming the kind and what is wrong (a field, or a pick that
+    is not one of its race's candidates); decode answers None for the same payload."""
+    stray = {**VALID["market.selection"], "picks": [{**PICKED, "id": 9}]}
+    with pytest.raises(UsageError) as refused:
+        ev.parse("market.selection", stray)
+    assert str(refused.value) == "not a market.selection event: a pick is not one of its candidates"
+    with pytest.raises(UsageError, match=r"^not a market\.probe event: .*\$\.verdict"):
+        ev.parse("market.probe", {**VALID["market.probe"], "verdict": "fine"})
+    assert ev.decode("market.selection", stray) is None
+    assert ev.parse("market.probe", VALID["market.probe"]) == ev.decode(
+        "market.probe", VALID["market.probe"]
+    )

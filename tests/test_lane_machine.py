@@ -31,6 +31,8 @@ from fakes.gce import FakeGCE, LaneScenario
 from fakes.gce.inprocess import activate
 from fakes.gce.server import serve_http
 from fakes.vast.clock import FakeClock
+from gpuops import event_ops as ops
+from gpuops import event_types as ev
 from gpuops.errors import GpuopsError, Refused
 from gpuops.events import read_events
 from gpuops.lane import board as b
@@ -327,12 +329,15 @@ class LaneMachine(RuleBasedStateMachine):
         the attempts begun since: a repair from the journal restores the whole count)."""
         begun = rebased = 0  # from the event log, written apart from the store
         for kind, payload in self.logged():
-            if kind in ("lane.claim", "lane.job_end"):
+            event = ev.decode(kind, payload)  # the runner's events, read through their types
+            if isinstance(event, ops.LaneClaim | ev.LaneJobEnd):
                 begun = rebased = 0
             elif kind == REWRITTEN:  # the board's bytes replaced by hand: its count from then
                 rebased = int(payload["attempt"])
-            elif kind == "lane.board" and payload["state"] == b.STARTING:
+            elif isinstance(event, ops.LaneBoard) and event.state == b.STARTING:
                 begun, rebased = begun + 1, rebased + 1
+            else:
+                assert event is not None or kind == REWRITTEN, (kind, payload)
         board = self.board()
         if board.state != b.FREE:
             assert board.attempt in (begun, rebased), (board, begun, rebased)

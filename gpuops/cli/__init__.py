@@ -475,13 +475,15 @@ def _something_to_act_on(args: argparse.Namespace, settings: Settings) -> bool:
 def _log_identity(settings: Settings, identity: Identity) -> None:
     """The operator this command acts as, and how it was established, in the event log; an
     attested one is said on stderr too (a declared one is every command's default)."""
+    from gpuops import event_ops as ops
+    from gpuops.event_base import write
     from gpuops.events import EventLog
 
-    EventLog(settings.events_path, identity.operator).append(
-        "operator.identity",
-        operator=identity.operator,
-        attested=identity.attested,
-        user_id=identity.user_id,
+    write(
+        EventLog(settings.events_path, identity.operator),
+        ops.OperatorIdentity(
+            operator=identity.operator, attested=identity.attested, user_id=identity.user_id
+        ),
     )
     if identity.attested:
         print(f"gpuops: acting as {identity.describe()}", file=sys.stderr)

@@ -249,7 +249,9 @@ def _deadline(args: argparse.Namespace, now: float) -> float | None:
 def _run(
     market: Market, rental: Rental, shell: BoxShell, args: argparse.Namespace, as_json: bool
 ) -> int:
+    from gpuops import event_ops as ops
     from gpuops.errors import Unavailable
+    from gpuops.event_base import write
     from gpuops.market import jobs
     from gpuops.market import watchdog as w
 
@@ -261,8 +263,9 @@ def _run(
         argv = argv[1:]
     job = jobs.start(rental, instance, shell, argv, args.results, clock=market.clock)
     jobs.Jobs(market.ledger.store).put(job)
-    market.events.append(
-        "market.job.started", name=job.name, instance_id=job.instance_id, results=job.results
+    write(
+        market.events,
+        ops.JobStarted(name=job.name, instance_id=job.instance_id, results=job.results),
     )
     where = f"~/{w.JOBS_DIR}/{job.name}"
     out(
@@ -306,12 +309,17 @@ def _watch(
         return jobs.observe(rental.name, instance, shell, started=started)
 
     def report(status: w.Status) -> None:
-        market.events.append(
-            "market.job.status",
-            name=rental.name,
-            state=status.state.value,
-            detail=status.detail,
-            exit_code=status.exit_code,
+        from gpuops import event_ops as ops
+        from gpuops.event_base import write
+
+        write(
+            market.events,
+            ops.JobStatus(
+                name=rental.name,
+                state=status.state.value,
+                detail=status.detail,
+                exit_code=status.exit_code,
+            ),
         )
         if status.state is w.JobState.STALLED:
             print(f"gpuops: ALERT {rental.name}: {status.detail}", file=sys.stderr, flush=True)

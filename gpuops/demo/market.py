@@ -18,12 +18,16 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
+from gpuops import event_ops as ops
+from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.clock import ScaledClock
+from gpuops.event_base import Kinded
+from gpuops.model import Verdict
 from gpuops.settings import Settings, exported
 
 if TYPE_CHECKING:
@@ -37,6 +41,7 @@ TIME_SCALE = 60.0  # fake seconds per real second: a box boots in half a second
 RESULT = "results/summary.txt"
 JOB = "mkdir -p results && echo 'loss 0.031 after 3 epochs' > results/summary.txt && sleep 600"
 INTERRUPT_AFTER_BOXES = 2  # Ctrl-C once the second race has this many boxes billing
+_E = TypeVar("_E", bound=Kinded)
 
 
 def _offer(
@@ -150,17 +155,20 @@ class _Fakes:
             **popen,
         )
 
-    def events_of(self, kind: str, name: str) -> list[dict[str, Any]]:
+    def events_of(self, cls: type[_E], name: str) -> list[_E]:
+        """The events of ``cls``'s kind about rental ``name``, read through their type (a line
+        that does not decode as one is no such event)."""
+        from gpuops.event_types import decode
         from gpuops.events import read_events
 
         if not self.events.exists():
             return []
-        payloads = [
-            cast(dict[str, Any], e["payload"])
+        typed = (
+            decode(cls.KIND, e["payload"])
             for e in read_events(self.events)
-            if e["kind"] == kind
-        ]
-        return [p for p in payloads if p.get("name") == name]
+            if e["kind"] == cls.KIND
+        )
+        return [e for e in typed if isinstance(e, cls) and getattr(e, "name", None) == name]
 
 
 def _wait_for(
@@ -244,8 +252,7 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
     boxes = fakes.boxes()
     kept = [b for b in boxes if str(b.id) == str(rental.instance_id)]
     losers = [b for b in boxes if str(b.id) != str(rental.instance_id)]
-    whats = [e["what"] for e in fakes.events_of("market.candidate", NAME)]
-    faults = {w for w in whats if w in ("taken", "ssh-auth", "slow-disk")}
+    faults = _faults(fakes.events_of(ops.Candidate, NAME))
     story.check(
         "market",
         "A race of three: one offer taken, one refusing our SSH key, one with a slow disk; "
@@ -254,7 +261,7 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         "M1",
         f"{len(boxes)} boxes were created; the fake bills only the kept one, "
         f"{fakes.where(kept[0].offer_id) if kept else 'none'}",
-        faults == {"taken", "ssh-auth", "slow-disk"}
+        faults == {"taken", Verdict.SSH_AUTH, Verdict.SLOW_DISK}
         and [b.id for b in fakes.billing()] == [b.id for b in kept]
         and len(kept) == 1,
     )
@@ -312,32 +319,32 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
     def settled() -> bool:
         """The guardian said it exits, or, past the deadline, a destroy it retried after the
         deadline failed again: its own report, not a timeout, ends the wait then."""
-        if fakes.events_of("guard.exit", NAME):
+        if fakes.events_of(ops.GuardExit, NAME):
             return True
         if time.time() < deadline:
             return False
         if not stuck_after:
-            stuck_after.append(len(fakes.events_of("guard.destroy.pending", NAME)))
+            stuck_after.append(len(fakes.events_of(ops.GuardDestroyPending, NAME)))
         return _stuck()
 
     def _stuck() -> bool:
         """A "not confirmed gone" report came after the count taken at the deadline."""
-        pending = len(fakes.events_of("guard.destroy.pending", NAME))
+        pending = len(fakes.events_of(ops.GuardDestroyPending, NAME))
         return bool(stuck_after) and pending > stuck_after[0]
 
     _wait_for(settled, tell=waiting)
-    exits = fakes.events_of("guard.exit", NAME)
+    exits = fakes.events_of(ops.GuardExit, NAME)
     if exits:  # it said it exits: let the process end (the reaper names one that does not)
         _wait_for(lambda: not _guardians_alive(fakes, NAME))
-    gone = fakes.events_of("guard.confirmed_gone", NAME)
+    gone = fakes.events_of(ev.ConfirmedGone, NAME)
     # under this rental's own incarnation (M16): NAME/<rental id>/
     found = sorted((fakes.results / NAME).glob(f"*/{Path(RESULT).name}"))
     text = found[0].read_text(encoding="utf-8").strip() if found else ""
     billing = [b for b in fakes.billing() if kept and b.id == kept[0].id]
-    delay = gone[0].get("delay_s") if gone else None
+    delay = gone[0].delay_s if gone else None
     late = (
         "at an unconfirmed time"
-        if not isinstance(delay, int | float)
+        if delay is None
         else f"{-delay:.1f} s before the deadline"
         if delay <= 0
         else f"{delay:.1f} s after the deadline"
@@ -348,14 +355,14 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         "a billing ceiling that outlives the laptop; a guardian exits 0 only once the box is gone",
         "M5, M7",
         f"results on disk: '{text or 'missing'}'; the fake no longer bills the box "
-        f"(destroyed {late}); guardian exit code {exits[0]['code'] if exits else 'none yet'}"
+        f"(destroyed {late}); guardian exit code {exits[0].code if exits else 'none yet'}"
         if not billing
         else "the fake STILL BILLS the box after its deadline"
         + (", and the guardian's destroy, retried after it, failed again" if _stuck() else ""),
-        not billing and bool(text) and bool(exits) and exits[0]["code"] == 0,
+        not billing and bool(text) and bool(exits) and exits[0].code == 0,
     )
 
-    guard = _wait_for(lambda: fakes.events_of("guard.exit", SECOND))
+    guard: list[ops.GuardExit] = _wait_for(lambda: fakes.events_of(ops.GuardExit, SECOND))
     if guard:
         _wait_for(lambda: not _guardians_alive(fakes, SECOND))
     story.check(
@@ -363,9 +370,9 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         "The interrupted rental's guardian sees its race ended and exits",
         "a guardian exits 0 only once every box of its rental is confirmed gone",
         "M7",
-        f"guardian exit code {guard[0]['code'] if guard else 'none: still running'}; the fake "
+        f"guardian exit code {guard[0].code if guard else 'none: still running'}; the fake "
         f"bills {sum(1 for b in fakes.billing() if b.id in second)} of that race's boxes",
-        bool(guard) and guard[0]["code"] == 0,
+        bool(guard) and guard[0].code == 0,
     )
 
     report = sweep(market)
@@ -384,10 +391,27 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
 def _tell_race(story: Story, fakes: _Fakes, name: str) -> None:
     """Each raced offer's fate, in plain words, from the race's own log."""
     fates: dict[int, list[str]] = {}
-    for event in fakes.events_of("market.candidate", name):
-        fates.setdefault(int(event["offer_id"]), []).append(str(event["what"]))
+    for event in fakes.events_of(ops.Candidate, name):
+        fates.setdefault(event.offer_id, []).append(_fate(event))
     for offer_id, whats in fates.items():
         story.say(f"  {fakes.where(offer_id)}: {_plain(whats)}")
+
+
+def _faults(steps: list[ops.Candidate]) -> set[str | Verdict]:
+    """The race's faults M1 is judged on, from the typed steps: a create taken by someone
+    else, and each probe verdict that failed."""
+    taken = {"taken" for s in steps if s.step is ops.Step.CREATE_FAILED and s.outcome == "taken"}
+    failed = {s.verdict for s in steps if s.verdict is not None and s.verdict is not Verdict.PASS}
+    return taken | failed
+
+
+def _fate(step: ops.Candidate) -> str:
+    """The word _PLAIN tells a step by: the probe's verdict, the create's outcome, or kept."""
+    if step.verdict is not None:
+        return step.verdict.value
+    if step.step is ops.Step.CREATE_FAILED and step.outcome is not None:
+        return step.outcome
+    return step.step.value
 
 
 _PLAIN = {
@@ -442,9 +466,9 @@ def _interrupted_race(story: Story, fakes: _Fakes) -> set[int]:
 
 def _guardians_alive(fakes: _Fakes, name: str) -> bool:
     """Whether a guardian of ``name`` (by the pid it logged at start) is still running."""
-    for event in fakes.events_of("guard.start", name):
+    for event in fakes.events_of(ops.GuardStart, name):
         try:
-            state = Path(f"/proc/{int(event['pid'])}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            state = Path(f"/proc/{event.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, ValueError, IndexError):
             continue
         if state not in ("Z", "X"):

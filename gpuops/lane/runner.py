@@ -298,17 +298,22 @@ class Lane:
         """Every board write goes to the claim journal in the shared store (the evidence a
         later repair reads, on any host: L12), to the lane's history there (``kind``, what it
         did, the ``claim`` it concerned, a job's end and cost) and to the event log."""
+        from gpuops import event_ops as ops
+        from gpuops.event_base import write
+
         self._journal(board, repaired=repaired)
         self._record(board, kind, what, claim=claim, ended=ended)
-        self.events.append(
-            "lane.board",
-            lane=board.lane,
-            state=board.state,
-            owner=board.owner,
-            job=board.job,
-            attempt=board.attempt,
-            revision=board.revision,
-            **({"repaired": True} if repaired else {}),
+        write(
+            self.events,
+            ops.LaneBoard(
+                lane=board.lane,
+                state=board.state,
+                owner=board.owner,
+                job=board.job,
+                attempt=board.attempt,
+                revision=board.revision,
+                repaired=repaired,
+            ),
         )
 
     def _record(
@@ -428,6 +433,9 @@ class Lane:
         """free -> claimed: first the claim's epoch on the instance's own label, under its
         label fingerprint (L13), then the board. A label that already holds a claim refuses
         a board that says free (it is stale, rebuilt or lost)."""
+        from gpuops import event_ops as ops
+        from gpuops.event_base import write
+
         before = self.read()[0]
         epoch: int | None = None
         if before.state == b.FREE:
@@ -440,7 +448,7 @@ class Lane:
             kind="claimed",
         )
         if after.revision != before.revision:
-            self.events.append("lane.claim", lane=after.lane, job=job, revision=after.revision)
+            write(self.events, ops.LaneClaim(lane=after.lane, job=job, revision=after.revision))
         return after
 
     def _claim_label(self, board: b.Board, job: str) -> int:
@@ -482,6 +490,9 @@ class Lane:
         the provider-native ceiling: GCE stops the VM after ``max_hours`` (default: the
         script's declared length, else timing.DEFAULT_MAX_RUN_S) if its script never does. A
         ceiling outside GCE's bounds is a usage error before anything is read or sent."""
+        from gpuops import event_ops as ops
+        from gpuops.event_base import write
+
         max_run_s = d.run_ceiling_s(max_hours, s.declared_hours(script_text))
         from gpuops.providers.gce import metadata_too_large  # GCE's size limits, before a call
 
@@ -510,8 +521,9 @@ class Lane:
             {s.SCRIPT_KEY: script_text, s.JOB_KEY: job}, need_terminated=True, fence=board
         )
         self.gce.set_run_ceiling(self.config.instance, inst.scheduling, max_run_s)
-        self.events.append(
-            "lane.install", lane=board.lane, job=job, chars=len(script_text), max_run_s=max_run_s
+        write(
+            self.events,
+            ops.LaneInstall(lane=board.lane, job=job, chars=len(script_text), max_run_s=max_run_s),
         )
         what = (
             f"installed the script for {job} ({len(script_text)} chars; "
@@ -783,6 +795,9 @@ class Lane:
         (through STOPPING), so the release that follows is not refused. If it never powers
         off, say so loudly (gpuops never stops it, L1): a billing alarm, exit 5 (succeeded)
         or 6 (failed). When the job ended: its status file's last write."""
+        from gpuops import event_ops as ops
+        from gpuops.event_base import write
+
         ended = self.gcs.updated(f"jobs/{job}/status")
         stopping_since: float | None = None
         while True:
@@ -802,7 +817,7 @@ class Lane:
                 return ended
             if d.billing_alarm(verdict, inst, ended, self.clock.wall()):
                 message = self._alarm(job, verdict, inst, ended)
-                self.events.append("lane.billing_alarm", lane=self.config.instance, job=job)
+                write(self.events, ops.LaneBillingAlarm(lane=self.config.instance, job=job))
                 from gpuops.alarms import lane_billing
 
                 self.alarms.raise_alarm(lane_billing(self.config.instance, job, ended, message))

@@ -16,8 +16,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from gpuops import event_ops as ops
 from gpuops import timing
 from gpuops.errors import AlreadyExists
+from gpuops.event_base import write
 from gpuops.market.rent import RentRequest
 from gpuops.market.rentals import RELEASED
 from gpuops.settings import Settings
@@ -131,7 +133,7 @@ def drill(
     if not book.update(key, lambda current: record if current is None else NO_CHANGE).written:
         raise AlreadyExists(book.key(key))
     result: dict[str, Any] = {**dataclasses.asdict(record), "cleanup": cleanup}
-    market.events.append("guard.drill", **result)
+    write(market.events, ops.GuardDrill(**dataclasses.asdict(record)))  # the record, logged
     if passed and target == "vast":  # only a real box's drill may make M5 verified
         from gpuops.register import Register
 

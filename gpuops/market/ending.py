@@ -14,6 +14,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuops import event_ops as ops
 from gpuops import timing
 from gpuops.errors import (
     NotOwned,
@@ -22,6 +23,7 @@ from gpuops.errors import (
     Unavailable,
     UnexpectedResponse,
 )
+from gpuops.event_base import write
 from gpuops.ledger import (
     NEVER_FOUND,
     PREFIX,
@@ -61,11 +63,11 @@ def end_record(market: MarketContext, record: Record) -> Outcome:
             # bounded (M13): a name is never blocked for good by a create that made nothing
             market.ledger.confirm_gone(record.name, NEVER_FOUND)
             market.ledger.release(record.name)
-            market.events.append(
-                "ledger.never_found",
-                name=record.name,
-                intent_id=record.intent_id,
-                written_at=record.updated_at,
+            write(
+                market.events,
+                ops.LedgerNeverFound(
+                    name=record.name, intent_id=record.intent_id, written_at=record.updated_at
+                ),
             )
             return Outcome(
                 record.name,

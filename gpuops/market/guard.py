@@ -24,6 +24,7 @@ from types import FrameType
 from typing import NoReturn
 
 from gpuops import alarms as a
+from gpuops import event_ops as ops
 from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock, WithSleep
@@ -38,6 +39,7 @@ from gpuops.errors import (
     UsageError,
     VersionConflict,
 )
+from gpuops.event_base import Kinded, write
 from gpuops.ledger import BoxState, EventSink
 from gpuops.market import guardian as g
 from gpuops.market import sync_plan as sp
@@ -147,7 +149,7 @@ class Guardian:
                 code = self.step()
             except (Unavailable, VersionConflict) as exc:
                 # the store or the provider, or a write that kept losing its race: loud, retried
-                self._log("guard.error", error=f"{type(exc).__name__}: {exc}")
+                self._log(ops.GuardError(**self.who, error=f"{type(exc).__name__}: {exc}"))
                 self.say(f"gpuops guard: {self.name}: {exc}; retrying")
                 if isinstance(exc, StoreUnavailable) and self._past_deadline():
                     # the store is down at the deadline: the box still ends (M17)
@@ -159,7 +161,9 @@ class Guardian:
             except BaseException as exc:  # anything else ends it: loudly, never silently (M7)
                 code = exc.exit_code if isinstance(exc, GpuopsError) else 1
                 if not isinstance(exc, SystemExit):  # the signal handler logged its own
-                    self._log("guard.exit", code=code, reason=f"{type(exc).__name__}: {exc}")
+                    self._log(
+                        ops.GuardExit(**self.who, code=code, reason=f"{type(exc).__name__}: {exc}")
+                    )
                     self.alarms.raise_alarm(
                         a.guardian_exit(self, code, f"{type(exc).__name__}: {exc}")
                     )
@@ -194,10 +198,12 @@ class Guardian:
         mine = rental.deadline_host == self.market.host  # else another host's clock (M17)
         self.due_at = rental.deadline_at + (0.0 if mine else timing.CLOCK_SKEW_S)
         self._log(
-            "guard.start",
-            deadline=utc_iso(rental.deadline_at),
-            pid=os.getpid(),
-            time_scale=g.NORMAL.heartbeat_s / self.clockwork.heartbeat_s,
+            ops.GuardStart(
+                **self.who,
+                deadline=utc_iso(rental.deadline_at),
+                pid=os.getpid(),
+                time_scale=g.NORMAL.heartbeat_s / self.clockwork.heartbeat_s,
+            )
         )
         self.say(
             f"gpuops guard: guardian {self.me} (pid {os.getpid()}) guards {self.name} "
@@ -216,7 +222,9 @@ class Guardian:
         )
         if self.mind.role is not before:
             self._log(
-                "guard.role", role=self.mind.role.value, holder=lease.holder if lease else None
+                ops.GuardRole(
+                    **self.who, role=self.mind.role.value, holder=lease.holder if lease else None
+                )
             )
             self.say(f"gpuops guard: {self.name}: {self.mind.role.value}")
         if isinstance(action, g.Leave):
@@ -226,13 +234,13 @@ class Guardian:
                     return self._leave(FAULTED, action.reason)
             if action.code == g.UNKNOWN:  # an unclear create outlived the grace: a person's
                 return self._leave(action.code, action.reason)  # to hear (O1)
-            self._log("guard.exit", code=action.code, reason=action.reason)
+            self._log(ops.GuardExit(**self.who, code=action.code, reason=action.reason))
             self.say(f"gpuops guard: {self.name}: {action.reason} (exit {action.code})")
             return action.code
         if isinstance(action, g.Take):
             if self.leases.take(self.lease_key, self.me, now, lease):
                 self.mind = replace(self.mind, held=True)
-                self._log("guard.lease.taken", previous=lease.holder if lease else None)
+                self._log(ops.GuardLeaseTaken(**self.who, previous=lease.holder if lease else None))
         elif isinstance(action, g.Renew):
             self.leases.renew(self.lease_key, self.me, now)
         elif isinstance(action, g.Wait):
@@ -256,7 +264,7 @@ class Guardian:
     def _leave(self, code: int, reason: str = "") -> int:
         """Exit ``code``, naming every fault of our own work (M17)."""
         why = "; ".join([reason, *self.faults] if reason else self.faults)
-        self._log("guard.exit", code=code, reason=why)
+        self._log(ops.GuardExit(**self.who, code=code, reason=why))
         self.say(f"gpuops guard: {self.name}: {why} (exit {code})")
         self.alarms.raise_alarm(a.guardian_exit(self, code, why))  # O1
         return code
@@ -347,7 +355,7 @@ class Guardian:
         except Exception as exc:  # the copy is ours: its fault ends in the destroy, never here
             detail = f"the results copy failed: {type(exc).__name__}: {exc}"
             self.faults.append(f"results not delivered ({detail})")
-            self._log("guard.copy", ok=False, detail=detail, results=MISSING)
+            self._log(ops.GuardCopy(**self.who, ok=False, detail=detail, results=MISSING))
             self._note_results(MISSING, detail)
             self.say(f"gpuops guard: {self.name}: {detail}; destroying at the deadline anyway")
         finally:
@@ -414,17 +422,19 @@ class Guardian:
             )
         )
         self._log(
-            "guard.sync",
-            ok=not report.error,
-            final=final,
-            detail=detail,
-            files=report.delivered,
-            bytes=report.size,
-            held=report.held,
-            deferred=list(report.deferred),
-            left_out=list(report.left_out),
-            none_made=report.none_made,
-            seconds=round(now - started, 3),
+            ops.GuardSync(
+                **self.who,
+                ok=not report.error,
+                final=final,
+                detail=detail,
+                files=report.delivered,
+                bytes=report.size,
+                held=report.held,
+                deferred=report.deferred,
+                left_out=report.left_out,
+                none_made=report.none_made,
+                seconds=round(now - started, 3),
+            )
         )
         try:
             self.market.rentals.note_sync(self.name, self.rental_id, now, report.error or None)
@@ -442,7 +452,11 @@ class Guardian:
         started = self.clock.wall()
         report = self._sync_once(budget_s)
         if report is None:
-            self._log("guard.copy", ok=False, detail="no job declared results: nothing to copy")
+            self._log(
+                ops.GuardCopy(
+                    **self.who, ok=False, detail="no job declared results: nothing to copy"
+                )
+            )
             return
         if report.error and self.copies.ended is not None:
             return  # cut by a signal: ``cut_copy`` has said and recorded it (M17)
@@ -462,13 +476,15 @@ class Guardian:
             outcome = (DELIVERED, report.destination)
             self.leases.renew(self.lease_key, self.me, self.clock.wall(), copied=True)
         self._log(
-            "guard.copy",
-            ok=outcome[0] == DELIVERED,
-            detail=outcome[1]
-            if outcome[0] != DELIVERED
-            else (f"synced {report.held} file(s) to {report.destination}"),
-            seconds=round(self.clock.wall() - started, 3),
-            results=outcome[0],
+            ops.GuardCopy(
+                **self.who,
+                ok=outcome[0] == DELIVERED,
+                detail=outcome[1]
+                if outcome[0] != DELIVERED
+                else (f"synced {report.held} file(s) to {report.destination}"),
+                seconds=round(self.clock.wall() - started, 3),
+                results=outcome[0],
+            )
         )
         self._note_results(*outcome)
         self.say(
@@ -482,18 +498,22 @@ class Guardian:
             return
         job = self.jobs.get(self.name)
         if job is None or job.instance_id != self.instance_id:
-            self._log("guard.copy", ok=False, detail="no job declared results: nothing to copy")
+            self._log(
+                ops.GuardCopy(
+                    **self.who, ok=False, detail="no job declared results: nothing to copy"
+                )
+            )
             return
         started = self.clock.wall()
         instance = self.market.vast.show(job.instance_id)
         if instance is None:
             gone = "the box was already gone: its results were never copied"
-            self._log("guard.copy", ok=False, detail=gone, results=MISSING)
+            self._log(ops.GuardCopy(**self.who, ok=False, detail=gone, results=MISSING))
             self._note_results(MISSING, gone)
             return
         if instance.actual_status is InstanceStatus.STOPPED:
             stopped = f"the box is stopped ({STOPPED_WHY}): its results were never copied"
-            self._log("guard.copy", ok=False, detail=stopped, results=MISSING)
+            self._log(ops.GuardCopy(**self.who, ok=False, detail=stopped, results=MISSING))
             self._note_results(MISSING, stopped)
             return
         copied = copy_results(
@@ -516,18 +536,20 @@ class Guardian:
         elif not copied.none_made:  # the job made results and they were not delivered
             self.faults.append(f"results not delivered ({error})")
         self._log(
-            "guard.copy",
-            ok=not error,
-            detail=error or f"copied {size} bytes to {destination}",
-            seconds=round(self.clock.wall() - started, 3),
-            results=outcome[0],
+            ops.GuardCopy(
+                **self.who,
+                ok=not error,
+                detail=error or f"copied {size} bytes to {destination}",
+                seconds=round(self.clock.wall() - started, 3),
+                results=outcome[0],
+            )
         )
         self._note_results(*outcome)
         self.say(f"gpuops guard: {self.name}: " + (error or f"results copied to {destination}"))
 
     def _copy_started(self, pid: int, tarball: Path) -> None:
         """A copy child started (its pid is its process group): said in the event log."""
-        self._log("guard.copy.started", pid=pid, tarball=str(tarball))
+        self._log(ops.GuardCopyStarted(**self.who, pid=pid, tarball=str(tarball)))
 
     def _note_results(self, results: str, detail: str) -> None:
         """Record on the rental how its results copy ended, for `boxes` to show (M17); a store
@@ -541,7 +563,7 @@ class Guardian:
             )
 
     def _destroy(self) -> None:
-        self._log("guard.destroy", deadline=utc_iso(self.deadline_at))
+        self._log(ev.GuardDestroy(**self.who, deadline=utc_iso(self.deadline_at)))
         try:
             outcomes = destroy_rental(self.market, self.name, of=self.incarnation)
         except StoreUnavailable as exc:  # a full disk, a store that refuses writes (M17)
@@ -559,7 +581,7 @@ class Guardian:
         if any(o.ending is Ending.GIVEN_UP for o in outcomes) and all(
             o.released for o in outcomes
         ):  # released, never confirmed gone: the next round leaves, loudly (faults)
-            self._log("guard.given_up", detail="; ".join(self.faults))
+            self._log(ops.GuardGivenUp(**self.who, detail="; ".join(self.faults)))
             return
         rental = self.market.rentals.get(self.name)
         if rental is not None and rental.state == RELEASED and all(o.released for o in outcomes):
@@ -579,7 +601,7 @@ class Guardian:
             )
             return
         details = "; ".join(f"{o.name}: {o.detail}" for o in outcomes if not o.released)
-        self._log("guard.destroy.pending", detail=details)
+        self._log(ops.GuardDestroyPending(**self.who, detail=details))
         self.alarms.raise_after(a.DESTROY_PENDING_ROUNDS, a.destroy_pending(self, details))
         self.say(f"gpuops guard: {self.name}: not all confirmed gone yet: {details}")
         self.sleep(self.clockwork.confirm_poll_s)
@@ -594,9 +616,11 @@ class Guardian:
             return  # it beat again, or a rerun took the race over: theirs to finish
         outcomes = end_records(self.market, self.name, race=rental.race)
         self._log(
-            "guard.race_ended",
-            racer=action.racer,
-            ended=[f"{o.name}: {o.ending.value}" for o in outcomes],
+            ops.GuardRaceEnded(
+                **self.who,
+                racer=action.racer,
+                ended=tuple(f"{o.name}: {o.ending.value}" for o in outcomes),
+            )
         )
         self.say(f"gpuops guard: {self.name}: its racer {action.racer} died; its boxes ended")
 
@@ -649,14 +673,18 @@ class Guardian:
         )
         self.finished = FAULTED
 
-    def _log(self, kind: str, **payload: object) -> None:
-        """A guard.* event: the rental's name and box, this guardian, and the incarnation it
-        answers for once it has read one (M16: a name's next incarnation is another rental)."""
-        if self.rental_id is not None:
-            payload.setdefault("rental_id", self.rental_id)
-        self.events.append(
-            kind, name=self.name, instance_id=self.instance_id, guardian=self.me, **payload
+    @property
+    def who(self) -> ops.Who:
+        """What every guard.* event says first: the rental's name and box, this guardian, and
+        the incarnation it answers for once it has read one (M16: a name's next incarnation is
+        another rental)."""
+        return ops.Who(
+            name=self.name, instance_id=self.instance_id, guardian=self.me, rental_id=self.rental_id
         )
+
+    def _log(self, event: Kinded) -> None:
+        """A guard.* event, built with ``**self.who``."""
+        write(self.events, event)
 
 
 class _NeverInTheWay:
@@ -686,7 +714,7 @@ def release(guardian: Guardian, signum: int, by: str = "", *, alarm: bool = True
         guardian.leases.drop(guardian.lease_key, guardian.me)
     except Exception as exc:  # the store is what failed: the lease goes stale by itself
         guardian.say(f"gpuops guard: {guardian.name}: could not drop the lease: {exc}")
-    guardian._log("guard.exit", code=128 + signum, reason=why)
+    guardian._log(ops.GuardExit(**guardian.who, code=128 + signum, reason=why))
     if alarm:
         guardian.alarms.raise_alarm(a.guardian_exit(guardian, 128 + signum, why))
 
@@ -700,11 +728,20 @@ def cut_copy(guardian: Guardian, why: str) -> None:
     if not guardian.copying and not guardian.syncing and not pids:
         return
     if guardian.syncing and not guardian.copying:  # a periodic sync: what it delivered stays
-        guardian._log("guard.sync", ok=False, final=False, detail=f"the sync was cut: {why}",
-                      ended=pids)  # fmt: skip
+        guardian._log(
+            ops.GuardSync(
+                **guardian.who,
+                ok=False,
+                final=False,
+                detail=f"the sync was cut: {why}",
+                ended=tuple(pids),
+            )
+        )
         return
     detail = f"the copy was cut: {why}"
-    guardian._log("guard.copy", ok=False, detail=detail, results=MISSING, ended=pids)
+    guardian._log(
+        ops.GuardCopy(**guardian.who, ok=False, detail=detail, results=MISSING, ended=tuple(pids))
+    )
     guardian._note_results(MISSING, detail)
     guardian.say(f"gpuops guard: {guardian.name}: results not delivered ({detail})")
     guardian.alarms.raise_alarm(a.copy_failed(guardian, f"results not delivered ({detail})"))

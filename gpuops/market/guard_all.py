@@ -28,9 +28,11 @@ from enum import Enum
 from types import FrameType
 from typing import NoReturn
 
+from gpuops import event_ops as ops
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import GpuopsError, StateError, Unavailable
+from gpuops.event_base import Kinded, write
 from gpuops.ledger import EventSink, Ledger
 from gpuops.market import guardian as g
 from gpuops.market.guard import Guardian, release
@@ -185,7 +187,7 @@ class Service:
             f"gpuops guard --all: guardian service (pid {os.getpid()}) guards every rental "
             f"in {self.where}"
         )
-        self._log("guard.all.start", pid=os.getpid())
+        self._log(ops.GuardAllStart(pid=os.getpid()))
         threading.stack_size(STACK_BYTES)
         looked = float("-inf")
         while True:
@@ -206,7 +208,7 @@ class Service:
             found = self.rentals.all()
         except (Unavailable, StateError) as exc:
             self.say(f"gpuops guard --all: cannot list the rentals: {exc}; the guardians go on")
-            self._log("guard.all.error", error=f"{type(exc).__name__}: {exc}")
+            self._log(ops.GuardAllError(error=f"{type(exc).__name__}: {exc}"))
             return
         self._report_unreadable()
         now = self.clock.monotonic()
@@ -273,11 +275,9 @@ class Service:
             code = 1 if slot.code is None else slot.code
             step = after_exit(code, slot.raised)
             self._log(
-                "guard.all.left",
-                name=name,
-                rental_id=slot.incarnation[1],  # which incarnation left (M16)
-                code=code,
-                then=step.value,
+                ops.GuardAllLeft(
+                    name=name, rental_id=slot.incarnation[1], code=code, then=step.value
+                )
             )
             if step is Next.DONE:
                 self.done.add(slot.incarnation)
@@ -293,7 +293,7 @@ class Service:
             if key not in self.unreadable:
                 self.unreadable.add(key)
                 self.say(f"gpuops guard --all: cannot guard {key}: {exc}")
-                self._log("guard.all.unreadable", key=key, error=str(exc))
+                self._log(ops.GuardAllUnreadable(key=key, error=str(exc)))
         self.unreadable &= set(self.rentals.corrupt)
 
     # --- stopping ------------------------------------------------------------------------
@@ -315,7 +315,9 @@ class Service:
             if guardian.mind.held:
                 held.append(guardian.name)
         name = signal.Signals(signum).name
-        self._log("guard.all.exit", code=128 + signum, reason=f"stopped by {name}", held=held)
+        self._log(
+            ops.GuardAllExit(code=128 + signum, reason=f"stopped by {name}", held=tuple(held))
+        )
         self.say(
             f"gpuops guard --all: stopped by {name}; {len(held)} rental(s) it was responsible "
             "for have only their boxes' own ceilings (deadline plus "
@@ -324,11 +326,11 @@ class Service:
         )
         raise SystemExit(128 + signum)
 
-    def _log(self, kind: str, **payload: object) -> None:
+    def _log(self, event: Kinded) -> None:
         try:
-            self.events.append(kind, **payload)
+            write(self.events, event)
         except (StateError, OSError) as exc:  # never in the way of the guardians (M17)
-            self.say(f"gpuops guard --all: could not log {kind}: {exc}")
+            self.say(f"gpuops guard --all: could not log {event.KIND}: {exc}")
 
 
 def install_signal_handlers(service: Service) -> None:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol, cast
 
+from gpuops import event_ops as ops
 from gpuops import event_types as ev
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
@@ -467,7 +468,7 @@ class Market:
         if isinstance(action, r.Destroy):
             return self._destroy(rental, state, action)
         if isinstance(action, r.Keep):
-            self._say(rental, state, action.slot, "kept")
+            self._say(rental, state, action.slot, "kept", ops.Step.KEPT)
             return r.update(state, action.slot, phase=r.Phase.KEPT)
         if isinstance(action, r.Reconcile):
             return self._look_again(rental, state, action.slot)
@@ -528,7 +529,14 @@ class Market:
             return self._booting(rental, state, slot, box, instance_id, now)
         if then.phase is r.Phase.CREATING:  # unclear, and no look-up found it yet
             self._log_create(rental, cand, then.logged)
-            self._say(rental, state, slot, "unclear: looking for it by label")
+            self._say(
+                rental,
+                state,
+                slot,
+                "unclear: looking for it by label",
+                ops.Step.UNCLEAR,
+                outcome=then.logged,
+            )
             state = r.update(state, slot, phase=r.Phase.CREATING, created_at=now)
             return r.looked(state, slot, self.clock.wall())
         if then.nothing_made:  # refused outright: the intent is gone (M4 evidence)
@@ -538,7 +546,7 @@ class Market:
         if then.stop:
             assert error is not None
             raise error
-        self._say(rental, state, slot, then.logged)
+        self._say(rental, state, slot, then.logged, ops.Step.CREATE_FAILED, outcome=then.logged)
         if then.backoff:
             assert isinstance(error, RateLimited)
             wait = error.retry_after_s or timing.BACKOFF_BASE_S
@@ -549,7 +557,7 @@ class Market:
         self, rental: Rental, state: r.Race, slot: int, box: str, instance_id: str, now: float
     ) -> r.Race:
         self.ledger.mark_live(box, instance_id)
-        self._say(rental, state, slot, f"created instance {instance_id}")
+        self._say(rental, state, slot, f"created instance {instance_id}", ops.Step.CREATED)
         return r.update(state, slot, phase=r.Phase.BOOTING, instance_id=instance_id, created_at=now)
 
     def _look_again(self, rental: Rental, state: r.Race, slot: int) -> r.Race:
@@ -601,10 +609,11 @@ class Market:
                 continue  # ask again next round; the boot timeout bounds the wait
             state, is_up = r.shown(state, cand.slot, instance)
             if is_up and instance is not None:
-                self._say(rental, state, cand.slot, "probing")
+                self._say(rental, state, cand.slot, "probing", ops.Step.PROBING)
                 up.append((cand, instance))
             elif state.candidates[cand.slot].phase is r.Phase.FAILED:
-                self._say(rental, state, cand.slot, state.candidates[cand.slot].cause or "")
+                cause = state.candidates[cand.slot].cause or ""
+                self._say(rental, state, cand.slot, cause, ops.Step.BOOT_FAILED, outcome=cause)
         for (cand, _), verdict in zip(up, self._probe_all(rental, up), strict=True):
             probed = ev.Probe(
                 name=rental.name,
@@ -616,7 +625,7 @@ class Market:
             )
             self.events.append(probed.KIND, **probed.to_payload())
             state = r.probed(state, cand.slot, verdict)
-            self._say(rental, state, cand.slot, verdict.value)
+            self._say(rental, state, cand.slot, verdict.value, ops.Step.PROBED, verdict=verdict)
         return state
 
     def _probe_all(self, rental: Rental, up: list[tuple[r.Candidate, Instance]]) -> list[Verdict]:
@@ -640,7 +649,9 @@ class Market:
         record = self.ledger.get(box)
         if record is not None and record.state is not BoxState.RELEASED:
             outcome = destroy_box(self.vast, self.ledger, box, clock=self.clock)
-            self._say(rental, state, action.slot, f"destroyed: {outcome.detail}")
+            self._say(
+                rental, state, action.slot, f"destroyed: {outcome.detail}", ops.Step.DESTROYED
+            )
         cause = cand.cause or ("boot-timeout" if cand.phase is r.Phase.BOOTING else "lost race")
         return r.update(state, action.slot, phase=r.Phase.DESTROYED, cause=cause)
 
@@ -743,12 +754,31 @@ class Market:
         )
         self.events.append(selection.KIND, **selection.to_payload())
 
-    def _say(self, rental: Rental, state: r.Race, slot: int, what: str) -> None:
+    def _say(
+        self,
+        rental: Rental,
+        state: r.Race,
+        slot: int,
+        what: str,
+        step: ops.Step,
+        *,
+        outcome: str | None = None,
+        verdict: Verdict | None = None,
+    ) -> None:
+        """One step of a candidate: said on progress (``what``) and logged with what a reader
+        decides from (``step``, the create's or boot's ``outcome``, the probe's ``verdict``)."""
         cand = state.candidates[slot]
         line = (
             f"{rental.name} slot {slot}: offer {cand.offer_id} (machine {cand.machine_id}): {what}"
         )
-        self.events.append(
-            "market.candidate", name=rental.name, slot=slot, offer_id=cand.offer_id, what=what
+        said = ops.Candidate(
+            name=rental.name,
+            slot=slot,
+            offer_id=cand.offer_id,
+            what=what,
+            step=step,
+            outcome=outcome,
+            verdict=verdict,
         )
+        self.events.append(said.KIND, **said.to_payload())
         self.progress(line)

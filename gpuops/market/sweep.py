@@ -12,7 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuops import event_ops as ops
 from gpuops import event_types as ev
+from gpuops.event_base import write
 from gpuops.ledger import (
     PREFIX,
     BoxState,
@@ -133,12 +135,14 @@ def sweep(market: MarketContext, *, workers: int = 1, pace: Pace | None = None) 
             report.unowned.append(
                 f"instance {instance.instance_id} label {instance.label!r}: no ledger owns it"
             )
-    market.events.append(
-        "market.sweep",
-        retried=len(report.retried),
-        expired=len(report.expired),
-        unresolved=len(report.unresolved),
-        unowned=len(report.unowned),
+    write(
+        market.events,
+        ops.Sweep(
+            retried=len(report.retried),
+            expired=len(report.expired),
+            unresolved=len(report.unresolved),
+            unowned=len(report.unowned),
+        ),
     )
     return report
 

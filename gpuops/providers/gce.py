@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuops import event_ops as ops
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
@@ -37,6 +38,7 @@ from gpuops.errors import (
     UnexpectedResponse,
     UsageError,
 )
+from gpuops.event_base import write
 from gpuops.events import EventLog
 from gpuops.providers import google_errors
 from gpuops.providers.transport import Observer, new_session
@@ -246,18 +248,18 @@ class GceAdapter:
             )
         except google_errors.foreign() as exc:
             error = google_errors.from_exception(PROVIDER, what, exc)
-            self.events.append("gce.error", call=what, error=str(error))
+            write(self.events, ops.GceError(call=what, error=str(error)))
             raise error from exc
         if reply.status_code >= 400:
             error = google_errors.from_status(PROVIDER, what, reply.status_code, reply.text)
-            self.events.append("gce.error", call=what, error=str(error))
+            write(self.events, ops.GceError(call=what, error=str(error)))
             raise error
         return google_errors.json_object(PROVIDER, what, reply.text)
 
     def get(self, instance: str) -> LaneInstance:
         body = self._request(f"get {instance}", "GET", f"instances/{instance}")
         found = parse_instance(body)
-        self.events.append("gce.get", instance=instance, status=found.status_raw)
+        write(self.events, ops.GceGet(instance=instance, status=found.status_raw))
         return found
 
     def set_metadata(self, instance: str, items: Mapping[str, str], fingerprint: str) -> None:
@@ -274,7 +276,7 @@ class GceAdapter:
         op = self._request(
             f"setMetadata {instance}", "POST", f"instances/{instance}/setMetadata", resource
         )
-        self.events.append("gce.set_metadata", instance=instance, keys=sorted(items))
+        write(self.events, ops.GceSetMetadata(instance=instance, keys=tuple(sorted(items))))
         self._wait(_operation_name(op, f"setMetadata {instance}"), f"setMetadata {instance}")
 
     def set_labels(self, instance: str, labels: Mapping[str, str], fingerprint: str) -> None:
@@ -284,7 +286,7 @@ class GceAdapter:
         op = self._request(
             f"setLabels {instance}", "POST", f"instances/{instance}/setLabels", resource
         )
-        self.events.append("gce.set_labels", instance=instance, labels=dict(sorted(labels.items())))
+        write(self.events, ops.GceSetLabels(instance=instance, labels=dict(sorted(labels.items()))))
         self._wait(_operation_name(op, f"setLabels {instance}"), f"setLabels {instance}")
 
     def set_run_ceiling(self, instance: str, current: Mapping[str, Any], max_run_s: float) -> None:
@@ -301,7 +303,7 @@ class GceAdapter:
         op = self._request(
             f"setScheduling {instance}", "POST", f"instances/{instance}/setScheduling", wanted
         )
-        self.events.append("gce.set_scheduling", instance=instance, max_run_s=int(max_run_s))
+        write(self.events, ops.GceSetScheduling(instance=instance, max_run_s=int(max_run_s)))
         self._wait(_operation_name(op, f"setScheduling {instance}"), f"setScheduling {instance}")
 
     def start(self, instance: str) -> None:
@@ -312,7 +314,7 @@ class GceAdapter:
         """
         op = self._request(f"start {instance}", "POST", f"instances/{instance}/start")
         name = _operation_name(op, f"start {instance}")
-        self.events.append("gce.start", instance=instance, operation=name)
+        write(self.events, ops.GceStart(instance=instance, operation=name))
         self._wait(name, f"start {instance}")
 
     def _wait(self, name: str, what: str) -> dict[str, Any]:
@@ -321,11 +323,13 @@ class GceAdapter:
             body = self._request(f"operation {name}", "GET", f"operations/{name}")
             if body.get("status") == "DONE":
                 error = operation_error(body)
-                self.events.append(
-                    "gce.operation",
-                    operation=name,
-                    call=what,
-                    error=None if error is None else type(error).__name__,
+                write(
+                    self.events,
+                    ops.GceOperation(
+                        operation=name,
+                        call=what,
+                        error=None if error is None else type(error).__name__,
+                    ),
                 )
                 if error is not None:
                     raise error

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from gpuops import event_ops as ops
 from gpuops import timing
 from gpuops.clock import SYSTEM, Clock
 from gpuops.errors import (
@@ -55,6 +56,7 @@ from gpuops.errors import (
     UnexpectedResponse,
     UsageError,
 )
+from gpuops.event_base import Kinded, write
 from gpuops.events import EventLog
 from gpuops.model import Instance, InstanceStatus, KeyHolder, Offer, SshKey
 from gpuops.providers.transport import Observer, new_session
@@ -316,7 +318,7 @@ class VastAdapter:
                 wait = _retry_wait(err, attempt, attempts)
                 if wait is None:
                     raise
-                self._log("vast.retry", op=op, attempt=attempt, wait_s=wait, reason=str(err))
+                self._log(ops.VastRetry(op=op, attempt=attempt, wait_s=wait, reason=str(err)))
                 self._clock.sleep(wait)
         raise AssertionError  # unreachable: _retry_wait gives up on the last attempt
 
@@ -364,14 +366,15 @@ class VastAdapter:
             method: str, url: str, status: int | None, duration: float, exc: BaseException | None
         ) -> None:
             self._log(
-                "vast.call",
-                op=op,
-                method=method,
-                path=urlsplit(url).path,
-                status=status,
-                duration_s=round(duration, 6),
-                attempt=attempt,
-                error=None if exc is None else type(exc).__name__,
+                ops.VastCall(
+                    op=op,
+                    method=method,
+                    path=urlsplit(url).path,
+                    status=status,
+                    duration_s=round(duration, 6),
+                    attempt=attempt,
+                    error=None if exc is None else type(exc).__name__,
+                )
             )
 
         if self._session is None:
@@ -396,16 +399,16 @@ class VastAdapter:
         except _Drift as drift:
             raise _unexpected(op, str(drift), reply) from None
 
-    def _log(self, kind: str, **payload: object) -> None:
+    def _log(self, event: Kinded) -> None:
         """Append to the event log, if any. The log is an audit trail, not the truth (events.py):
         a disk that refuses a line must not lose a provider's answer, least of all a create's
         instance id, so a failed write is a loud warning rather than an exception mid-call."""
         if self._events is None:
             return
         try:
-            self._events.append(kind, **payload)
+            write(self._events, event)
         except StateError as exc:
-            warnings.warn(f"{kind} not written to the event log: {exc}", RuntimeWarning, 2)
+            warnings.warn(f"{event.KIND} not written to the event log: {exc}", RuntimeWarning, 2)
 
 
 @dataclass(frozen=True)
