@@ -295,7 +295,7 @@ class GuardAllLeft(Kinded):
 @dataclass(frozen=True, kw_only=True)
 class GuardAllUnreadable(Kinded):
     KIND: ClassVar[str] = "guard.all.unreadable"
-    key: str
+    record: str  # the unreadable record's store key (a field named `key` reads as a secret)
     error: str
 
 

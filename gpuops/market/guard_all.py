@@ -293,7 +293,7 @@ class Service:
             if key not in self.unreadable:
                 self.unreadable.add(key)
                 self.say(f"gpuops guard --all: cannot guard {key}: {exc}")
-                self._log(ops.GuardAllUnreadable(key=key, error=str(exc)))
+                self._log(ops.GuardAllUnreadable(record=key, error=str(exc)))
         self.unreadable &= set(self.rentals.corrupt)
 
     # --- stopping ------------------------------------------------------------------------

@@ -65,6 +65,7 @@ from fakes.ssh.replay import load as load_ssh_recording  # noqa: E402
 from fakes.vast import FakeClock, FakeVast  # noqa: E402
 from fakes.vast.model import InstanceState  # noqa: E402
 from gpuops.errors import GpuopsError, Refused  # noqa: E402
+from gpuops.event_ops import Step  # noqa: E402
 from gpuops.ledger import Ledger  # noqa: E402
 from gpuops.market.rent import Market, RentRequest  # noqa: E402
 from gpuops.model import (
@@ -363,7 +364,9 @@ def run_trial(p: Params, trial: int, k: int, mode: str = "parallel") -> Result:
     result.stalls = timing.stalls
     if result.ok:
         kept_at = [
-            t for t, kind, e in events.events if kind == "market.candidate" and e["what"] == "kept"
+            t
+            for t, kind, e in events.events
+            if kind == "market.candidate" and e["step"] == Step.KEPT.value  # typed, not `what`
         ]
         result.to_kept_s = kept_at[0] - began
         boxes = fake.instances.values()
