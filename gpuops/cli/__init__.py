@@ -30,18 +30,23 @@ EXIT_CODES = """exit codes:
   7 a guardian verified that another guardian is responsible (M7)"""
 
 
-def _common() -> Parser:
-    """Global options, accepted before or after the command name."""
-    common = Parser(add_help=False)
-    common.add_argument(
+def _json_and_state(parser: argparse.ArgumentParser) -> None:
+    """--json and --state, as every command takes them (`budget set` has its own --operator)."""
+    parser.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
     )
-    common.add_argument(
+    parser.add_argument(
         "--state",
         metavar="URL",
         default=argparse.SUPPRESS,
         help="state store: a directory or s3://bucket/prefix (env GPUOPS_STATE)",
     )
+
+
+def _common() -> Parser:
+    """Global options, accepted before or after the command name."""
+    common = Parser(add_help=False)
+    _json_and_state(common)
     common.add_argument(
         "--operator",
         metavar="ID",
@@ -220,15 +225,7 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     limits = budget_commands.add_parser(
         "set", help="set limits in USD: the team's, or one operator's with --operator ID"
     )
-    limits.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
-    )
-    limits.add_argument(
-        "--state",
-        metavar="URL",
-        default=argparse.SUPPRESS,
-        help="state store: a directory or s3://bucket/prefix (env GPUOPS_STATE)",
-    )
+    _json_and_state(limits)
     limits.add_argument(
         "--team-usd-per-day", type=float, metavar="X", help="the whole team's daily limit, USD"
     )
