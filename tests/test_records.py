@@ -118,17 +118,18 @@ def test_a_create_that_loses_to_another_create_reads_and_decides_again():
     assert (done.before, done.after) == (Counter(1), Counter(2))
 
 
+def _rival(store: Interleaved) -> None:
+    """Another writer landing between our read of c/a and our put: a new version, same bytes."""
+    found = MemoryStore.get(store, "c/a")
+    MemoryStore.put(store, "c/a", found.data, found.version)
+
+
 def test_an_update_that_keeps_losing_is_a_version_conflict_naming_the_key():
     """CAS_ATTEMPTS lost races are an error naming the key, not a spin."""
     store = Interleaved()
     records = counters(store)
     records.update("a", bump)
-
-    def rival() -> None:  # another writer lands between each of our reads and our put
-        found = MemoryStore.get(store, "c/a")
-        MemoryStore.put(store, "c/a", found.data, found.version)
-
-    store.before["put"] = [rival] * CAS_ATTEMPTS
+    store.before["put"] = [lambda: _rival(store)] * CAS_ATTEMPTS
     store.calls.clear()
 
     with pytest.raises(VersionConflict) as caught:
@@ -907,12 +908,7 @@ def test_replace_of_an_absent_record_that_another_creates_first_reads_it_again()
 def test_replace_that_keeps_losing_is_a_version_conflict_naming_the_key():
     store = Interleaved()
     counters(store).update("a", bump)
-
-    def rival() -> None:  # another writer lands between each of our reads and our put
-        found = MemoryStore.get(store, "c/a")
-        MemoryStore.put(store, "c/a", found.data, found.version)
-
-    store.before["put"] = [rival] * CAS_ATTEMPTS
+    store.before["put"] = [lambda: _rival(store)] * CAS_ATTEMPTS
     store.calls.clear()
 
     with pytest.raises(VersionConflict) as caught:
