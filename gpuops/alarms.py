@@ -38,7 +38,6 @@ import contextlib
 import hashlib
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -408,11 +407,11 @@ class Alarms:
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait for the alarms in flight, at most ``timeout_s`` in all (real time); True when
         none is left. A process's exit does this (timing.ALARM_FLUSH_S)."""
-        ends = None if timeout_s is None else time.monotonic() + timeout_s
+        ends = None if timeout_s is None else SYSTEM.monotonic() + timeout_s  # a join: real time
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
-            thread.join(None if ends is None else max(0.0, ends - time.monotonic()))
+            thread.join(None if ends is None else max(0.0, ends - SYSTEM.monotonic()))
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()]
             return not self._threads

@@ -26,12 +26,12 @@ import os
 import signal
 import sys
 import tempfile
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from gpuops import procs, timing
+from gpuops.clock import SYSTEM
 from gpuops.demo.story import Story
 from gpuops.errors import Interrupted, UsageError
 from gpuops.progress import paint
@@ -74,7 +74,7 @@ def _story(
     acts: tuple[str, ...],
     keeper: Keeper,
 ) -> int:
-    started = time.monotonic()
+    started = SYSTEM.monotonic()  # the story's own length, in real seconds
     story = Story(as_json, settings.colour)
     reaper = Reaper(keeper)
     other = "bob" if operator != "bob" else "carol"
@@ -117,7 +117,7 @@ def _story(
                 )
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return story.finish(time.monotonic() - started)
+    return story.finish(SYSTEM.monotonic() - started)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -252,10 +252,10 @@ class Reaper:
             for pid in list(left):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-            ends = time.monotonic() + timing.DEMO_POLL_S * 40
-            while time.monotonic() < ends and set(left) & set(self.descendants()):
+            ends = SYSTEM.monotonic() + timing.DEMO_POLL_S * 40
+            while SYSTEM.monotonic() < ends and set(left) & set(self.descendants()):
                 procs.reap()
-                time.sleep(timing.DEMO_POLL_S)
+                SYSTEM.sleep(timing.DEMO_POLL_S)
         procs.reap()
         return sorted(set(left.values()))
 

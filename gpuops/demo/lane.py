@@ -9,12 +9,11 @@ what is in its metadata and its bucket, which boot processes still run.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuops import timing
-from gpuops.clock import WithSleep
+from gpuops.clock import SYSTEM, WithSleep
 from gpuops.errors import GpuopsError, JobFailed, Refused
 from gpuops.settings import exported
 
@@ -296,13 +295,13 @@ def _stopped(fake: Any) -> bool:
 
 def _running_boots(fake: Any) -> list[int]:
     """The boots with a process still alive, once the kills FakeGCE sent have landed."""
-    ends = time.monotonic() + timing.DEMO_STEP_WAIT_S
+    ends = SYSTEM.monotonic() + timing.DEMO_STEP_WAIT_S  # real processes: real time
     while True:
         left = [
             b.number
             for b in fake.processes.values()
             if any(state != "Z" for _, state, _ in b.processes().values())
         ]
-        if not left or time.monotonic() >= ends:
+        if not left or SYSTEM.monotonic() >= ends:
             return left
-        time.sleep(timing.DEMO_POLL_S)
+        SYSTEM.sleep(timing.DEMO_POLL_S)

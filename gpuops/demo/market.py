@@ -15,7 +15,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,7 +24,7 @@ import yaml
 from gpuops import event_ops as ops
 from gpuops import event_types as ev
 from gpuops import timing
-from gpuops.clock import ScaledClock
+from gpuops.clock import SYSTEM, Clock, ScaledClock
 from gpuops.event_base import Kinded
 from gpuops.model import Verdict
 from gpuops.settings import Settings, exported
@@ -175,20 +174,21 @@ def _wait_for(
     check: Callable[[], Any],
     limit_s: float = timing.DEMO_STEP_WAIT_S,
     tell: Callable[[float], None] | None = None,
+    clock: Clock = SYSTEM,
 ) -> Any:
     """Poll ``check`` until it is truthy (returned) or ``limit_s`` passes (falsy); ``tell``
     hears the seconds waited every half PROGRESS_EVERY_S, so a long wait is never silent."""
-    started = time.monotonic()
+    started = clock.monotonic()
     ends, told = started + limit_s, started
     while True:
         found = check()
-        now = time.monotonic()
+        now = clock.monotonic()
         if found or now >= ends:
             return found
         if tell is not None and now - told >= timing.PROGRESS_EVERY_S / 2:
             tell(now - started)
             told = now
-        time.sleep(timing.DEMO_POLL_S)
+        clock.sleep(timing.DEMO_POLL_S)
 
 
 def market_act(
@@ -307,10 +307,10 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         "Now nobody touches the first box. Its guardian copies the results off a quarter of "
         "the rental before the deadline, then destroys the box..."
     )
-    deadline = rental.deadline_at or time.time()
+    deadline = rental.deadline_at or SYSTEM.wall()  # the rental's real deadline
 
     def waiting(waited_s: float) -> None:
-        left = deadline - time.time()
+        left = deadline - SYSTEM.wall()
         when = f"{left:.0f} s before its deadline" if left > 0 else "past its deadline"
         story.say(f"  ... {waited_s:.0f} s: the guardian still holds the box, {when}")
 
@@ -321,7 +321,7 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         deadline failed again: its own report, not a timeout, ends the wait then."""
         if fakes.events_of(ops.GuardExit, NAME):
             return True
-        if time.time() < deadline:
+        if SYSTEM.wall() < deadline:
             return False
         if not stuck_after:
             stuck_after.append(len(fakes.events_of(ops.GuardDestroyPending, NAME)))
