@@ -15,9 +15,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuops"
 # where the kinds are declared and written (event_base's ``write``, the one typed append):
 # the modules the scan leaves alone
 DECLARED = frozenset({"event_types.py", "event_ops.py", "event_base.py"})
-# The analysis folds name the kinds they read in their KINDS sets and needles, by value (gated
-# modules, each pinned by its own tests); every other module names a kind by its type.
-SPELLED_BY_VALUE = frozenset({"analysis/ope.py", "analysis/shrink.py", "analysis/stats.py"})
+# Every module names a kind by its type (the analysis folds' KINDS sets too).
+SPELLED_BY_VALUE: frozenset[str] = frozenset()
 # sinks that pass on whatever kind they are given (the writers call them with a typed event)
 FORWARDERS = frozenset({("market/guard.py", "append")})
 _LOOKS_LIKE_A_KIND = re.compile(r"[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+")

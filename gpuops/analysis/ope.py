@@ -29,7 +29,7 @@ from gpuops.analysis.stats import CREATE_OK, hours_between
 from gpuops.market.select import EXPLORE_RATE, propensity_of
 from gpuops.model import Verdict
 
-KINDS = frozenset({"market.selection", "market.create", "market.probe"})
+KINDS = frozenset(kind.KIND for kind in (ev.Selection, ev.Create, ev.Probe))
 Z95 = 1.959964
 METRICS = ("passed", "seconds", "cost_usd")
 

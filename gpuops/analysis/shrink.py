@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from gpuops.event_types import Event, Probe, RentDone, RentStopped, Selection, decode
 from gpuops.model import Verdict
 
-KINDS = frozenset({"market.selection", "market.probe", "market.rent.done", "market.rent.stopped"})
+KINDS = frozenset(kind.KIND for kind in (Selection, Probe, RentDone, RentStopped))
 MIN_MACHINES = 3  # fewer machines of a model than this: use the prior fitted to all machines
 MAX_STRENGTH = 1000.0  # a + b when machines differ no more than chance: pool almost fully
 MIN_STRENGTH = 0.5  # a + b when machines differ wildly: trust each machine's own record

@@ -36,21 +36,22 @@ from gpuops.market.select import MIN_DISK_MB_PER_S, MIN_RELIABILITY
 from gpuops.model import HOST_FAULTS, Verdict
 
 KINDS = frozenset(
-    {
-        "market.selection",
-        "market.create",
-        "market.probe",
-        "market.rent.done",
-        "market.rent.stopped",
-        "market.quarantine",
-        "ledger.transition",
-        "guard.confirmed_gone",
-        "lane.start",
-        "lane.job_end",
-    }
+    kind.KIND
+    for kind in (
+        ev.Selection,
+        ev.Create,
+        ev.Probe,
+        ev.RentDone,
+        ev.RentStopped,
+        ev.Quarantine,
+        ev.Transition,
+        ev.ConfirmedGone,
+        ev.LaneStart,
+        ev.LaneJobEnd,
+    )
 )
 # Only the gone-confirmed transitions matter here, and transitions are the log's commonest line.
-NEEDLES = {"ledger.transition": b'"after":"gone-confirmed"'}
+NEEDLES = {ev.Transition.KIND: b'"after":"gone-confirmed"'}
 CREATE_OK = frozenset({"created", "reconciled"})
 SSH_VERDICTS = frozenset({Verdict.SSH_AUTH, Verdict.SSH_UNREACHABLE, Verdict.SSH_HOST_KEY_CHANGED})
 SECONDS_PER_HOUR = 3600.0
