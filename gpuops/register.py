@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
-from gpuops.errors import AlreadyExists, CorruptState, UsageError
+from gpuops.errors import CorruptState, UsageError
 from gpuops.rule_status import shown_status  # noqa: F401  (re-exported for callers)
 from gpuops.rules import RULES
 from gpuops.store.base import Store
@@ -162,16 +162,11 @@ class Register:
 
     def _create(self, prefix: str, day: str, value: Incident | Observation) -> str:
         """The next free ``<day>-<n>``, taken by create-if-absent (a lost race tries n + 1)."""
-        codec = _codec(type(value), "register entry")
+        records = self._records(prefix, type(value))
         taken = len(self.store.list(f"{prefix}{day}-"))
         for n in range(taken + 1, MAX_PER_DAY):
-            try:
-                self.store.create(
-                    f"{prefix}{day}-{n}", codec.encode(replace(value, id=f"{day}-{n}"))
-                )
-            except AlreadyExists:
-                continue
-            return f"{day}-{n}"
+            if records.create(f"{day}-{n}", replace(value, id=f"{day}-{n}")):
+                return f"{day}-{n}"
         raise UsageError(f"more than {MAX_PER_DAY - 1} register entries on {day}")
 
     def _all(self, prefix: str, kind: type) -> list:  # type: ignore[type-arg]

@@ -976,3 +976,17 @@ def test_replace_reads_past_a_corrupt_envelope_and_keeps_the_file_aside(tmp_path
     assert (done.before, done.after, done.written) == (None, Counter(1), True)
     assert store.get("c/a.corrupt-1").data == raw
     assert counters(store).get("a") == Counter(1)
+
+
+def test_create_writes_only_an_absent_name_and_says_whether_it_did():
+    """Create-if-absent: a taken name, readable or not, is never written over."""
+    store = MemoryStore()
+    records = counters(store)
+
+    assert records.create("a", Counter(1)) is True
+    assert records.create("a", Counter(2)) is False
+    store.create("c/b", b"garbage")
+    assert records.create("b", Counter(3)) is False
+
+    assert records.get("a") == Counter(1) and store.get("c/b").data == b"garbage"
+    assert json.loads(store.get("c/a").data) == {"count": 1, "label": None, "on": False, "ratio": 0.0}

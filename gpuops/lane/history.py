@@ -20,11 +20,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuops.errors import AlreadyExists, CorruptState, StateError
+from gpuops.errors import CorruptState, StateError
 from gpuops.lane import board as b
 from gpuops.lane.cost import JobCost
 from gpuops.store.base import Store
-from gpuops.store.records import JsonCodec
+from gpuops.store.records import JsonCodec, Records
 
 ROOT = "lane-history"
 # The entries one revision can hold after its transition: its installs, a reused number.
@@ -132,14 +132,10 @@ def order(entry_name: str) -> tuple[int, int] | None:
 def append(store: Store, instance: str, value: Entry, *, first: int = 0) -> str:
     """Create ``value`` under its revision (from the ``first``-th name on), never over another
     entry: a taken name moves it to the next. The key written."""
-    data = CODEC.encode(value)
+    entries = Records(store, prefix(instance), CODEC)
     for seq in range(first, MAX_PER_REVISION + 1):
-        key = prefix(instance) + name(value.revision, seq)
-        try:
-            store.create(key, data)
-        except AlreadyExists:
-            continue
-        return key
+        if entries.create(name(value.revision, seq), value):
+            return entries.key(name(value.revision, seq))
     raise StateError(
         f"{prefix(instance)}: revision {value.revision} has {MAX_PER_REVISION} entries"
     )

@@ -24,7 +24,7 @@ from gpuops.market.rent import RentRequest
 from gpuops.market.rentals import RELEASED
 from gpuops.settings import Settings
 from gpuops.store.base import Store
-from gpuops.store.records import NO_CHANGE, JsonCodec, Records
+from gpuops.store.records import JsonCodec, Records
 from gpuops.timestamps import utc_iso
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def drill(
     )
     book, key = drills(market.ledger.store), f"{now.strftime('%Y%m%dT%H%M%SZ')}-{name}"
     # a new record: created, never written over (a second drill of NAME in the same second)
-    if not book.update(key, lambda current: record if current is None else NO_CHANGE).written:
+    if not book.create(key, record):
         raise AlreadyExists(book.key(key))
     result: dict[str, Any] = {**dataclasses.asdict(record), "cleanup": cleanup}
     write(market.events, ops.GuardDrill(**dataclasses.asdict(record)))  # the record, logged

@@ -294,6 +294,15 @@ class Records(Generic[T]):
     def all(self, under: str = "") -> list[T]:
         return [value for _, value, _ in self.entries(under)]
 
+    def create(self, name: str, value: T) -> bool:
+        """Create-if-absent: write ``value`` as ``name`` unless a record (readable or not)
+        holds the name already. Whether it was written; never over another."""
+        try:
+            self.store.create(self.key(name), self.codec.encode(value))
+        except AlreadyExists:
+            return False
+        return True
+
     def update(self, name: str, change: Callable[[T | None], T | NoChange]) -> Update[T]:
         """Compare-and-swap ``name`` to ``change(current)``; on a lost race, read and decide
         again. ``CAS_ATTEMPTS`` lost races are a VersionConflict naming the key. A record it
