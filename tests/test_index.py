@@ -118,21 +118,37 @@ def test_an_unreadable_checkpoint_is_rebuilt_from_the_log(tmp_path, simulated_lo
 
 
 def test_losing_the_checkpoint_write_to_another_process_still_answers(tmp_path, simulated_log):
-    """Compare-and-swap: a checkpoint another process moved meanwhile is left to it."""
+    """Compare-and-swap: a checkpoint another process stored meanwhile, for as much of the
+    same log, is left to it; the answer is the same."""
     log, store = tmp_path / "events.jsonl", MemoryStore()
     log.write_bytes(simulated_log)
     found = store.get(index_key(log))
+    machine_counts(log, store)  # what the other process folds and stores: the same log, whole
+    theirs = store.get(index_key(log)).data  # type: ignore[union-attr]
 
     class Racing(MemoryStore):
         def create(self, key: str, data: bytes) -> str:
-            super().create(key, b"{}")  # the other process wins the race
+            super().create(key, theirs)  # the other process wins the race
             return super().create(key, data)
 
     racing = Racing()
     counts = machine_counts(log, racing)
 
     assert found is None and sum(counts.trials.values()) > 0
-    assert racing.get(index_key(log)).data == b"{}"  # type: ignore[union-attr]
+    assert racing.get(index_key(log)).data == theirs  # type: ignore[union-attr]
+
+
+def test_a_checkpoint_that_does_not_parse_is_folded_again_and_replaced(tmp_path, simulated_log):
+    """An unreadable checkpoint (another process's half-written one, a hand's edit) is never
+    trusted, nor left standing: the log is folded from its start and the good one replaces it."""
+    log, store = tmp_path / "events.jsonl", MemoryStore()
+    log.write_bytes(simulated_log)
+    store.create(index_key(log), b"{}")
+
+    counts = machine_counts(log, store)
+
+    assert sum(counts.trials.values()) > 0
+    assert index.decode(store.get(index_key(log)).data) is not None  # type: ignore[union-attr]
 
 
 def test_no_log_yet_means_no_tallies_and_nothing_written(tmp_path):

@@ -10,11 +10,13 @@ could split from the event) and needs no hook in the market shell.
 The checkpoint is per log (an event log is per host; the key hashes the host and the log's
 path). It also holds the log's first bytes: a log that was replaced or shrank is folded again
 from the start. A checkpoint that does not parse is rebuilt the same way, never trusted. Writes
-are compare-and-swap; losing one to another process costs nothing (its answer is as good).
+go through ``Records.replace`` (compare-and-swap; an unreadable checkpoint is replaced); one
+another process stored meanwhile for as much of the log is as good, and is kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import socket
@@ -23,8 +25,9 @@ from pathlib import Path
 
 from gpuops.analysis.scan import ScanCounts, scan_events
 from gpuops.analysis.shrink import KINDS, MachineCounts
-from gpuops.errors import AlreadyExists, VersionConflict
-from gpuops.store.base import Store, Versioned
+from gpuops.errors import CorruptState, VersionConflict
+from gpuops.store.base import Store
+from gpuops.store.records import NO_CHANGE, NoChange, Records
 
 PREFIX = "index/pass-rates/"
 HEAD_BYTES = 256  # enough of the log's start to tell a replaced log from a grown one
@@ -82,13 +85,35 @@ def _head(log: Path, offset: int) -> str:
         return hashlib.sha256(f.read(min(HEAD_BYTES, offset))).hexdigest()
 
 
+class _CheckpointCodec:
+    """The checkpoint as a record for ``Records``: anything ``decode`` cannot read is
+    CorruptState (the checkpoint is then rebuilt from the log, and replaced)."""
+
+    what = "pass-rate checkpoint"
+
+    def encode(self, value: Checkpoint) -> bytes:
+        return encode(value)
+
+    def decode(self, key: str, data: bytes) -> Checkpoint:
+        found = decode(data)
+        if found is None:
+            raise CorruptState(key, "not a pass-rate checkpoint (rebuilt from the log)")
+        return found
+
+
+CODEC = _CheckpointCodec()
+
+
 def machine_counts(log: Path, store: Store) -> MachineCounts:
     """The tallies for every complete line of ``log``: the checkpoint plus what came since."""
     if not log.is_file():  # none yet, or a device (/dev/full) that would never end: no tallies
         return MachineCounts()
-    key = index_key(log)
-    found = store.get(key)
-    checkpoint = decode(found.data) if found is not None else None
+    checkpoints = Records(store, PREFIX, CODEC)
+    name = index_key(log).removeprefix(PREFIX)
+    try:
+        checkpoint, version = checkpoints.read(name)
+    except CorruptState:  # unreadable, its envelope or its body: folded again, then replaced
+        checkpoint, version = None, "unreadable"
     if (
         checkpoint is None
         or checkpoint.offset > log.stat().st_size
@@ -100,17 +125,21 @@ def machine_counts(log: Path, store: Store) -> MachineCounts:
         log, kinds=KINDS, start=checkpoint.offset, counts=scanned, tail=False
     ):
         counts.add_event(event)
-    if scanned.offset != checkpoint.offset or found is None:
+    if scanned.offset != checkpoint.offset or version is None:
         head = checkpoint.head if checkpoint.offset >= HEAD_BYTES else _head(log, scanned.offset)
-        _save(store, key, Checkpoint(scanned.offset, head, counts), found)
+        _save(checkpoints, name, Checkpoint(scanned.offset, head, counts))
     return counts
 
 
-def _save(store: Store, key: str, checkpoint: Checkpoint, found: Versioned | None) -> None:
-    try:
-        if found is None:
-            store.create(key, encode(checkpoint))
-        else:
-            store.put(key, encode(checkpoint), found.version)
-    except (AlreadyExists, VersionConflict):
-        pass  # another process folded the same log meanwhile: its checkpoint is as good
+def _save(checkpoints: Records[Checkpoint], name: str, checkpoint: Checkpoint) -> None:
+    """Store ``checkpoint`` over an older or unreadable one; one another process stored
+    meanwhile for as much of the same log is as good, and stays."""
+
+    def newer(current: Checkpoint | None) -> Checkpoint | NoChange:
+        if current is not None and current.head == checkpoint.head:
+            if current.offset >= checkpoint.offset:
+                return NO_CHANGE
+        return checkpoint
+
+    with contextlib.suppress(VersionConflict):  # it kept losing: the others' are as good
+        checkpoints.replace(name, newer)
