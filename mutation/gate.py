@@ -105,7 +105,6 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "gpuops.event_types": (
         "tests/test_event_types.py",
         "tests/test_event_ops.py",
-        "tests/test_event_kinds.py",
     ),
     "gpuops.event_base": ("tests/test_event_types.py", "tests/test_event_ops.py"),
     # what a secret looks like: pinned directly and through the event log's leak tests

@@ -188,3 +188,14 @@ def test_the_demo_judges_m1_from_the_candidates_typed_fields_never_from_their_wo
     ]
     assert _faults(steps) == {"taken", Verdict.SSH_AUTH, Verdict.SLOW_DISK}
     assert _faults(steps[3:]) == set()
+
+
+def test_every_typed_kind_is_in_the_one_registry_once():
+    """The registry holds every type of both modules, each kind once: the analysis kinds are
+    KINDS (what the folds read), and ALL_KINDS adds the operational ones."""
+    analysis = {t.KIND for t in ev._TYPES}
+    operational = [t.KIND for t in ops.TYPES]
+    assert len(set(operational)) == len(operational) == 41
+    assert analysis == ev.KINDS and len(analysis) == 12
+    assert analysis | set(operational) == ev.ALL_KINDS and not analysis & set(operational)
+    assert all(ev.BY_KIND[t.KIND] is t for t in (*ev._TYPES, *ops.TYPES))
