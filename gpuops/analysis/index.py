@@ -112,8 +112,9 @@ def machine_counts(log: Path, store: Store) -> MachineCounts:
     name = index_key(log).removeprefix(PREFIX)
     try:
         checkpoint, version = checkpoints.read(name)
+        stored = version is not None
     except CorruptState:  # unreadable, its envelope or its body: folded again, then replaced
-        checkpoint, version = None, "unreadable"
+        checkpoint, stored = None, True
     if (
         checkpoint is None
         or checkpoint.offset > log.stat().st_size
@@ -125,7 +126,7 @@ def machine_counts(log: Path, store: Store) -> MachineCounts:
         log, kinds=KINDS, start=checkpoint.offset, counts=scanned, tail=False
     ):
         counts.add_event(event)
-    if scanned.offset != checkpoint.offset or version is None:
+    if scanned.offset != checkpoint.offset or not stored:
         head = checkpoint.head if checkpoint.offset >= HEAD_BYTES else _head(log, scanned.offset)
         _save(checkpoints, name, Checkpoint(scanned.offset, head, counts))
     return counts

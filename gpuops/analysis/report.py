@@ -36,7 +36,8 @@ from datetime import UTC, datetime
 
 from gpuops import event_types as ev
 from gpuops.analysis.shrink import MIN_MACHINES, MachineCounts, PassRates
-from gpuops.analysis.stats import CREATE_OK, moment
+from gpuops.analysis.stats import CREATE_OK
+from gpuops.timestamps import epoch_of
 
 KINDS = frozenset(ev.KINDS)
 # bin widths for the time axis, in seconds: the narrowest that gives at most MAX_BINS bins
@@ -97,7 +98,7 @@ class Report:
         """One typed event; None (a payload that did not decode) or a stamp that is not a UTC
         time is counted in ``skipped``, never fatal."""
         try:
-            when = moment(ts).timestamp()
+            when = epoch_of(ts)
         except ValueError:
             self.skipped += 1
             return

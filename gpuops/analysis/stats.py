@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from gpuops import event_types as ev
@@ -80,14 +79,10 @@ def in_default_filter(reliability: object, disk_bw: object) -> bool | None:
     return reliability >= MIN_RELIABILITY and disk_bw >= MIN_DISK_MB_PER_S
 
 
-def moment(stamp: str) -> datetime:
-    """An event's stamp as a time; ValueError (counted, never fatal) for one that is not
-    ISO-8601 or has no UTC offset (the one parser: gpuops/timestamps.py)."""
-    return timestamps.moment(stamp)
-
-
 def hours_between(start: str, end: str) -> float:
-    seconds = (moment(end) - moment(start)).total_seconds()
+    """Hours from one event's stamp to another's; ValueError (counted, never fatal) for a stamp
+    that is not ISO-8601 or has no UTC offset (the one parser: gpuops/timestamps.py)."""
+    seconds = timestamps.epoch_of(end) - timestamps.epoch_of(start)
     return max(0.0, seconds) / SECONDS_PER_HOUR
 
 

@@ -163,11 +163,11 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
 def _epoch_span(span: object) -> dict[str, float | None]:
     """The span's stamps in epoch seconds; None for none, or for a stamp of the log's width
     that names no real time (the scan passes those through to the fold, which counts them)."""
-    from gpuops.analysis.stats import moment
+    from gpuops.timestamps import epoch_of
 
     def epoch(stamp: object) -> float | None:
         try:
-            return moment(stamp).timestamp() if isinstance(stamp, str) else None
+            return epoch_of(stamp) if isinstance(stamp, str) else None
         except ValueError:
             return None
 

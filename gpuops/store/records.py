@@ -1,8 +1,8 @@
 """Typed records over the store: the one compare-and-swap loop and the strict codec they share.
 
 ``Records[T]`` is a repository of one record type under one key prefix: ``get``, ``all`` (a
-corrupt record blocks only itself: it is left out and kept in ``corrupt``), ``update(name,
-change)`` and ``remove(name, when)``. ``update`` is the compare-and-swap loop of gpuops:
+corrupt record blocks only itself: it is left out and kept in ``corrupt``), ``create(name,
+value)`` (create-if-absent), ``update(name, change)`` and ``remove(name, when)``. ``update`` is the compare-and-swap loop of gpuops:
 read with version, let ``change`` decide from the current value (None when absent), write
 at that version (create-if-absent when absent), and on a lost race read again and decide
 again, never overwrite. ``change`` returns the new value or ``NO_CHANGE``.
@@ -321,7 +321,9 @@ class Records(Generic[T]):
         the stored bytes are read by the store's ``salvage`` (past a corrupt envelope too), and
         with ``aside`` whatever is replaced is first copied, byte for byte, to ``aside(key)``
         (a new key each time: one already there is AlreadyExists, never overwritten). Only a
-        repair may use it: every other writer keeps a record it cannot read."""
+        writer whose record can be rebuilt from elsewhere may use it (the lane's repair and its
+        claim journal, the pass-rate checkpoint): every other writer keeps a record it cannot
+        read."""
         return self._swap(name, change, repair=True, aside=aside)
 
     def _swap(
