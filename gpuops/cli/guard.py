@@ -93,29 +93,32 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         )
         guard.install_signal_handlers(guardian)
         return guardian.run()
-    from gpuops.market.leases import Leases
-    from gpuops.market.rentals import lease_key
-    from gpuops.market.spawn import already_guarded, spawn
+    from gpuops.market.spawn import ensure_guardian
 
-    key = lease_key(rental)  # this incarnation's lease and pid file (M16)
-    lease, _ = Leases(market.ledger.store).read(key)
-    why = already_guarded(args.name, lease, market.clock.wall(), market.host, settings, key)
-    if why is not None and not args.standby:
-        # M5/M7: one live guardian is enough; a crash-looping caller never multiplies them
+    # M5/M7: one live guardian is enough (this incarnation's lease and pid file, M16); a
+    # crash-looping caller never multiplies them, and --standby starts a backup all the same
+    started = ensure_guardian(
+        rental, settings, market.ledger.store, market.clock.wall(), market.host, operator,
+        standby=args.standby,
+    )  # fmt: skip
+    if "pid" not in started:
         moved = "; deadline moved" if deadline is not None else ""
-        holder = lease.holder if lease else None
         out(
             as_json,
-            {"name": args.name, "pid": None, "guardian": holder, "deadline_at": deadline},
-            [f"{args.name}: {why}{moved}"],
+            {
+                "name": args.name,
+                "pid": None,
+                "guardian": started["holder"],
+                "deadline_at": deadline,
+            },
+            [f"{args.name}: {started['detail']}{moved}"],
         )
         return ExitCode.OK
-
-    spawned = spawn(args.name, settings, operator, key)
+    pid, log = started["pid"], started["log"]
     out(
         as_json,
-        {"name": args.name, "pid": spawned.pid, "log": str(spawned.log), "deadline_at": deadline},
-        [f"{args.name}: guardian pid {spawned.pid} is running detached; log {spawned.log}"],
+        {"name": args.name, "pid": pid, "log": log, "deadline_at": deadline},
+        [f"{args.name}: guardian pid {pid} is running detached; log {log}"],
     )
     return ExitCode.OK
 

@@ -136,18 +136,26 @@ def already_guarded(
 
 
 def ensure_guardian(
-    rental: Rental, settings: Settings, store: Store, now: float, host: str, operator: str
+    rental: Rental,
+    settings: Settings,
+    store: Store,
+    now: float,
+    host: str,
+    operator: str,
+    *,
+    standby: bool = False,
 ) -> dict[str, Any]:
     """M5: a rented box gets a detached guardian, unless a live one already guards it: the
-    lease and pid file of ``rental``'s own incarnation (M16), as the race returned it. What
-    happened, as `rent` and the demo show it: the pid and log, or the holder and why not."""
+    lease and pid file of ``rental``'s own incarnation (M16), as the race returned it
+    (``standby``: start one all the same, a backup). What happened, as `rent`, `guard` and the
+    demo show it: the pid and log, or the holder and why not."""
     from gpuops.market.leases import Leases
     from gpuops.market.rentals import lease_key
 
     name, key = rental.name, lease_key(rental)
     lease, _ = Leases(store).read(key)
     why = already_guarded(name, lease, now, host, settings, key)
-    if why is not None:
+    if why is not None and not standby:
         return {"holder": lease.holder if lease else None, "detail": why}
     spawned = spawn(name, settings, operator, key)
     return {
