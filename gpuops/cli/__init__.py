@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from gpuops.cli.parser import Parser, RawWidth, Width
+from gpuops.cli.parser import Commands, Parser, RawWidth, Width
 from gpuops.errors import ExitCode, GpuopsError, Interrupted, UsageError
 from gpuops.output import print_json
 
@@ -101,7 +101,7 @@ def command_of(argv: Sequence[str]) -> str | None:
 
 def _group(
     name: str,
-    commands: argparse._SubParsersAction[Parser],
+    commands: Commands,
     common: Parser,
     only: str | None,
 ) -> None:

@@ -252,8 +252,7 @@ def start(
         if transport_verdict(out) is Verdict.SSH_HOST_KEY_CHANGED:
             raise host_key_refused(rental.name, shell.known_hosts(instance))
         raise Unavailable(f"could not start the job on {rental.name!r}: {_why(out)}")
-    assert rental.instance_id is not None
-    return Job(rental.name, rental.owner, rental.instance_id, command, results, clock.wall())
+    return Job(rental.name, rental.owner, box_id(rental), command, results, clock.wall())
 
 
 def host_key_refused(name: str, known_hosts: Path) -> Refused:
