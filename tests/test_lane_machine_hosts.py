@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import initialize, rule, run_state_machine_as_test
 
 from fakes.s3 import CREDENTIALS, REGION, serve_s3
 from gpuops.clock import Clock, WithSleep
@@ -130,25 +130,9 @@ class TwoHostLaneMachine(LaneMachine):
     def logged(self) -> list[tuple[str, dict[str, Any]]]:
         return list(self.tee)
 
-    @invariant()
-    def the_board_agrees_with_the_instances_claim_label(self) -> None:
-        """As on one host, for every board gpuops wrote; a board a person put there (an old
-        copy, an owner changed by hand) may name any claim, and is judged by the fence."""
-        got = self.world.store.get(self.lanes["alice"].key)
-        if got is not None and got.data == self.by_hand:
-            return
-        super().the_board_agrees_with_the_instances_claim_label()
-
     def starters(self, attempt: str) -> tuple[str, ...]:
         """The operator whose host named the attempt (host a's ids start `a`, b's `b`)."""
         return tuple(op for op, host in HOSTS.items() if attempt.startswith(f"{host}boot"))
-
-    @rule(garbage=st.booleans(), at=st.integers(0, 400))
-    def the_board_is_edited_by_hand(self, garbage: bool, at: int) -> None:
-        """One byte changed or garbage put in its place (the one-host rule); a byte that
-        leaves a board that parses leaves its counts as it says them."""
-        super().the_board_is_edited_by_hand(garbage, at)
-        self.rewritten()
 
     @rule()
     def someone_keeps_a_copy_of_the_board(self) -> None:
