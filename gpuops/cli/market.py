@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # types only: `boxes` imports no market at run time
     from gpuops.listing import Listing
     from gpuops.market.rent import Market
     from gpuops.market.rentals import Rental
-    from gpuops.market.select import OfferLike
     from gpuops.market.session import Rank
     from gpuops.market.teardown import Outcome
     from gpuops.model import Offer
@@ -254,11 +253,9 @@ def _offers(market: Market, args: argparse.Namespace, vram_mb: int, as_json: boo
         pass_rate=rates,
     )
 
-    offered = {offer.id: offer for offer in offers}  # select ranks what it is given
-
-    def row(offer: OfferLike) -> dict[str, Any]:
+    def row(offer: Offer) -> dict[str, Any]:
         return {
-            **_offer_row(offered[offer.id]),
+            **_offer_row(offer),
             "pass_rate": rates.get(offer.machine_id),
             "pass_trials": trials.get(offer.machine_id),
         }

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Protocol, cast
+from typing import Protocol
 
 from gpuops import event_ops as ops
 from gpuops import event_types as ev
@@ -102,7 +102,7 @@ class _Plan:
     of its GPU, and the offers chosen to race."""
 
     req: RentRequest
-    chosen: Selection
+    chosen: Selection[Offer]
 
 
 @dataclass(frozen=True)
@@ -393,7 +393,7 @@ class Market:
             )
 
     def _race(
-        self, req: RentRequest, chosen: Selection, rental: Rental, deadline: float, now: float
+        self, req: RentRequest, chosen: Selection[Offer], rental: Rental, deadline: float, now: float
     ) -> Rental:
         self._clean_earlier_races(rental)
         picked_ids = {p.offer.id for p in chosen.picks}
@@ -407,8 +407,7 @@ class Market:
             stop_creating_at=schedule(now, deadline)[0],
             create_pacing_s=self.create_pacing_s,
         )
-        # select ranks the Offers it is given: its candidates are those Offers
-        offer_by_id = {o.id: cast(Offer, o) for o in chosen.candidates}
+        offer_by_id = {o.id: o for o in chosen.candidates}
         return self._run(req, rental, state, offer_by_id, deadline)
 
     def _abandon(self, rental: Rental, why: BaseException) -> list[Outcome]:
@@ -728,7 +727,7 @@ class Market:
             return req, []
         return replace(req, gpu_name=name), self.vast.search_offers(gpu_name=name, num_gpus=1)
 
-    def _log_selection(self, req: RentRequest, chosen: Selection) -> None:
+    def _log_selection(self, req: RentRequest, chosen: Selection[Offer]) -> None:
         """M11: the full ranked candidate set and each pick's propensity."""
         selection = ev.Selection(
             name=req.name,

@@ -13,7 +13,7 @@ import difflib
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from gpuops.errors import CapacityExhausted, UsageError
 from gpuops.market.gpu_names import fold_gpu_name
@@ -58,26 +58,29 @@ class Filter:
     contract_ends_after: float | None = None
 
 
+OfferT = TypeVar("OfferT", bound=OfferLike)  # the caller's own offer type, handed back as it came
+
+
 @dataclass(frozen=True)
-class Removed:
-    offer: OfferLike
+class Removed(Generic[OfferT]):
+    offer: OfferT
     reasons: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class Pick:
-    offer: OfferLike
+class Pick(Generic[OfferT]):
+    offer: OfferT
     rank: int  # 0-based position in the ranked candidates
     propensity: float  # probability this pick was made, given the picks before it
     explored: bool
 
 
 @dataclass(frozen=True)
-class Selection:
-    candidates: tuple[OfferLike, ...]  # ranked, best first
-    removed: tuple[Removed, ...]  # by the filter or quarantine, with reasons
+class Selection(Generic[OfferT]):
+    candidates: tuple[OfferT, ...]  # ranked, best first
+    removed: tuple[Removed[OfferT], ...]  # by the filter or quarantine, with reasons
     quarantined: int  # how many offers were left out because their machine is quarantined
-    picks: tuple[Pick, ...]
+    picks: tuple[Pick[OfferT], ...]
     contract_ended: int = 0  # how many were left out because their contract ends too soon
 
 
@@ -125,7 +128,7 @@ def rank_key(
 
 
 def select(
-    offers: Iterable[OfferLike],
+    offers: Iterable[OfferT],
     *,
     k: int,
     rng: random.Random,
@@ -133,12 +136,13 @@ def select(
     quarantined: frozenset[int] = frozenset(),
     explore_rate: float = EXPLORE_RATE,
     pass_rate: Mapping[int, float] | None = None,
-) -> Selection:
+) -> Selection[OfferT]:
     """Filter, rank (by price per healthy box when ``pass_rate`` is given), and pick up to
     ``k`` distinct candidates (M11)."""
     if k < 1:
         raise ValueError(f"k must be at least 1, not {k}")
-    kept, removed = [], []
+    kept: list[OfferT] = []
+    removed: list[Removed[OfferT]] = []
     for offer in offers:
         why = reasons_to_remove(offer, rules, quarantined)
         if why:
@@ -153,15 +157,15 @@ def select(
     return Selection(ranked, tuple(removed), in_quarantine, picks, ended)
 
 
-def distinct(ranked: Iterable[OfferLike]) -> tuple[tuple[OfferLike, ...], list[Removed]]:
+def distinct(ranked: Iterable[OfferT]) -> tuple[tuple[OfferT, ...], list[Removed[OfferT]]]:
     """One candidate per offer and per machine, the best-ranked kept: search can list one
     machine twice (vast-ai/vast-cli#260), and Vast accepts two purchases of one offer and
     launches both, the later failing where the client never hears it
     (skypilot-org/skypilot#9117). So the race never creates twice on one offer or machine."""
-    kept: list[OfferLike] = []
-    removed: list[Removed] = []
+    kept: list[OfferT] = []
+    removed: list[Removed[OfferT]] = []
     ids: set[int] = set()
-    by_machine: dict[int, OfferLike] = {}
+    by_machine: dict[int, OfferT] = {}
     for offer in ranked:
         if offer.id in ids:
             removed.append(Removed(offer, ("listed twice",)))
@@ -177,8 +181,8 @@ def distinct(ranked: Iterable[OfferLike]) -> tuple[tuple[OfferLike, ...], list[R
 
 
 def pick(
-    ranked: Sequence[OfferLike], *, k: int, rng: random.Random, explore_rate: float
-) -> tuple[Pick, ...]:
+    ranked: Sequence[OfferT], *, k: int, rng: random.Random, explore_rate: float
+) -> tuple[Pick[OfferT], ...]:
     """Epsilon-greedy without replacement: each slot takes the best remaining offer, or with
     probability ``explore_rate`` a uniformly random remaining one. The propensity of a pick
     is its probability given the slots before it."""
