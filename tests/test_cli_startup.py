@@ -47,6 +47,25 @@ def test_each_command_s_own_parser_is_built_in_full_when_it_is_the_one_run(comma
 
 
 @pytest.mark.parametrize(
+    ("command", "built"),
+    [
+        ("lane", {"lane"}),
+        ("boxes", {"boxes"}),
+        ("rules", {"rules"}),
+        ("guard", {"guard", "run", "watch"}),
+    ],
+)
+def test_every_other_command_is_a_stub_when_one_is_run(command, built):
+    """Only the run command's parser is built (its group's, the market's commands one by
+    one): a stub has no option, so `lane board` pays for no `rent`, `offers` or `budget set`."""
+    choices = subparsers(cli.build_parser(only=command)).choices
+
+    full = {name for name, parser in choices.items()
+            if any(not isinstance(a, argparse._HelpAction) for a in parser._actions)}  # fmt: skip
+    assert full == built
+
+
+@pytest.mark.parametrize(
     ("argv", "command"),
     [
         (["boxes"], "boxes"),
