@@ -65,6 +65,21 @@ def test_every_other_command_is_a_stub_when_one_is_run(command, built):
     assert full == built
 
 
+def test_argparse_s_words_are_looked_up_once_a_process_not_once_a_parser(monkeypatch):
+    """gettext searches the locale directories on every call; cli/parser.py keeps each of
+    argparse's words once found, so a parser built after the first asks gettext nothing."""
+    import gettext
+
+    cli.build_parser(only="lane")
+    searched: list[str] = []
+    monkeypatch.setattr(gettext, "find", lambda *a, **k: searched.append(a[0]))
+
+    again = cli.build_parser(only="lane")
+
+    assert searched == []
+    assert again.format_help() == FULL.format_help()
+
+
 @pytest.mark.parametrize(
     ("argv", "command"),
     [
