@@ -47,6 +47,40 @@ def test_each_command_s_own_parser_is_built_in_full_when_it_is_the_one_run(comma
 
 
 @pytest.mark.parametrize(
+    ("command", "built"),
+    [
+        ("lane", {"lane"}),
+        ("boxes", {"boxes"}),
+        ("rules", {"rules"}),
+        ("guard", {"guard", "run", "watch"}),
+    ],
+)
+def test_every_other_command_is_a_stub_when_one_is_run(command, built):
+    """Only the run command's parser is built (its group's, the market's commands one by
+    one): a stub has no option, so `lane board` pays for no `rent`, `offers` or `budget set`."""
+    choices = subparsers(cli.build_parser(only=command)).choices
+
+    full = {name for name, parser in choices.items()
+            if any(not isinstance(a, argparse._HelpAction) for a in parser._actions)}  # fmt: skip
+    assert full == built
+
+
+def test_argparse_s_words_are_looked_up_once_a_process_not_once_a_parser(monkeypatch):
+    """gettext searches the locale directories on every call; cli/parser.py keeps each of
+    argparse's words once found, so a parser built after the first asks gettext nothing."""
+    import gettext
+
+    cli.build_parser(only="lane")
+    searched: list[str] = []
+    monkeypatch.setattr(gettext, "find", lambda *a, **k: searched.append(a[0]))
+
+    again = cli.build_parser(only="lane")
+
+    assert searched == []
+    assert again.format_help() == FULL.format_help()
+
+
+@pytest.mark.parametrize(
     ("argv", "command"),
     [
         (["boxes"], "boxes"),
@@ -186,10 +220,12 @@ def test_a_config_file_adds_only_its_parser_to_what_boxes_loads(tmp_path):
     assert "tomllib" not in empty and "gpuops.config" not in empty
 
 
-# What `gpuops lane board` (without --live) may load of gpuops: the store, the board and the
-# lane's pure decisions, the runner and its session, the event log it would write to; never
-# a provider adapter, the transport, the event types or the alarms (they load at first use:
-# lane/session.py's Deferred). Its start-up stays within 5x bare Python's, near `boxes`.
+# What `gpuops lane board` (without --live, and with --history) may load of gpuops: the store,
+# the board, its store-only reader (lane/stored.py) and the lane's pure decisions, the session
+# and the event log an alarm would write to; never the runner or the script linter (only a
+# missing board builds the full Lane: lane/session.py's open_board), a provider adapter, the
+# transport, the event types or the alarms (they load at first use: lane/session.py's
+# Deferred). Its start-up stays within 5x bare Python's, near `boxes`.
 LANE_BOARD_GPUOPS = {
     "gpuops",
     "gpuops.cli",
@@ -204,10 +240,8 @@ LANE_BOARD_GPUOPS = {
     "gpuops.lane.decide",  # L8's stale test and the cost: pure
     "gpuops.lane.journal",
     "gpuops.lane.protocol",  # decide's stage names and the manifest's first word
-    "gpuops.lane.runner",
-    "gpuops.lane.script",  # the runner's metadata keys (imports shell.py, not tree-sitter)
     "gpuops.lane.session",
-    "gpuops.lane.shell",
+    "gpuops.lane.stored",  # the board, its journal and history, read from the store
     "gpuops.private",  # the event log creates its folders 0700 and its file 0600
     "gpuops.secrets",  # the event log's scrubbing
     "gpuops.settings",
@@ -220,6 +254,9 @@ LANE_BOARD_GPUOPS = {
     "gpuops.timing",
 }
 LANE_BOARD_NEVER = {
+    "gpuops.lane.runner",  # the provider-calling Lane: --live, claim, start, ...
+    "gpuops.lane.script",  # the script linter and its shell parser
+    "gpuops.lane.shell",
     "gpuops.providers.gce",
     "gpuops.providers.gcs",
     "gpuops.providers.transport",
@@ -236,9 +273,12 @@ LANE_BOARD_NEVER = {
 
 
 @pytest.mark.process
-def test_lane_board_without_live_loads_no_provider_transport_event_types_or_alarms(tmp_path):
-    """`lane board` over a stored board reads the store alone: its import set is pinned, and
-    none of the Google stack, the event types or the alarms is among it."""
+def test_lane_board_without_live_loads_no_runner_provider_transport_event_types_or_alarms(
+    tmp_path,
+):
+    """`lane board` and `lane board --history` over a stored board read the store alone: the
+    import set is pinned, and neither the runner, the Google stack, the event types nor the
+    alarms is among it."""
     from gpuops.lane import board as b
     from gpuops.store.local import LocalStore
 
@@ -256,10 +296,15 @@ def test_lane_board_without_live_loads_no_provider_transport_event_types_or_alar
         "GPUOPS_LANE_BUCKET": "b",
     }
 
-    loaded = loaded_modules(["--state", str(state), "lane", "board"], lane)
+    for argv in (["board"], ["board", "--history"]):
+        loaded = loaded_modules(["--state", str(state), "lane", *argv], lane)
 
-    assert {m for m in loaded if m.split(".")[0] == "gpuops"} == LANE_BOARD_GPUOPS
-    assert (
-        not {m.split(".")[0] if m.startswith(("google", "requests")) else m for m in loaded}
-        & LANE_BOARD_NEVER
-    )
+        assert {m for m in loaded if m.split(".")[0] == "gpuops"} - {
+            "gpuops.lane.history",  # --history's reader
+            "gpuops.lane.cost",  # the history entries' costs
+        } == LANE_BOARD_GPUOPS, argv
+        assert "gpuops.lane.history" in loaded or argv == ["board"], argv
+        assert (
+            not {m.split(".")[0] if m.startswith(("google", "requests")) else m for m in loaded}
+            & LANE_BOARD_NEVER
+        ), argv

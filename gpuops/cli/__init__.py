@@ -12,7 +12,7 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gpuops.cli.parser import Commands, Parser, RawWidth, Width
 from gpuops.errors import ExitCode, GpuopsError, Interrupted, UsageError
@@ -128,9 +128,28 @@ def _group(
         add_learn_commands(commands, common)
 
 
+def _adder(
+    commands: Commands, common: Parser, run: str | None
+) -> Callable[[str, str], Parser | None]:
+    """``add(name, help)``: a market command's parser, in full (None only when another command
+    is the one run: then a stub carrying its help is added instead, the argparse work that the
+    run never parses left out)."""
+
+    def add(name: str, text: str) -> Parser | None:
+        if run and run != name:
+            commands.add_parser(name, help=text)
+            return None
+        return commands.add_parser(name, parents=[common], help=text)
+
+    return add
+
+
 def build_parser(only: str | None = None, columns: int | None = None) -> argparse.ArgumentParser:
-    """The whole parser; with ``only`` (a command name), other groups' commands are stubs.
+    """The whole parser; with ``only`` (a command name), every other command is a stub (its
+    name and help: `gpuops --help` reads the same). With ``only`` "" or None every command of
+    the market's is built in full, the groups' as stubs or not as before (``_group``).
     ``columns``: the help width the environment asks for (settings.columns_of)."""
+    run = only  # the command word as given: the market's commands are stubs unless it is theirs
     known = {command for group in GROUPS.values() for command, _ in group}
     only = only if only in known else "" if only is not None else None
     width: type[Width] = type("Width", (Width,), {"columns": columns})
@@ -146,17 +165,42 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     )
     parser.add_argument("--version", action="version", version="gpuops 0.1.0")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    commands.add_parser(
-        "demo",
-        parents=[common],
-        help="the story so far against local stand-ins; exit 0 only if nothing leaked",
+    add = _adder(commands, common, run)
+    add("demo", "the story so far against local stand-ins; exit 0 only if nothing leaked")
+    add("rules", "every prevention rule with its honest status")
+    if offers := add("offers", "Vast offers that pass the default filter, ranked"):
+        _offers_args(offers)
+    if rent := add("rent", "rent a healthy box: race offers, probe, keep one"):
+        _rent_args(rent)
+    _group("guard", commands, common, only)
+    if boxes := add("boxes", "rented boxes and their spend"):
+        boxes.add_argument("--all", action="store_true", help="every operator's, not only mine")
+    if destroy := add("destroy", "destroy a box you own and confirm it gone"):
+        destroy.add_argument(
+            "name", metavar="NAME", help="your rental: every box of it is destroyed"
+        )
+    add("sweep", "retry pending destroys, end expired boxes, report boxes nobody owns")
+    add("check", "before real money: the store's conditional writes, keys, results, alarms")
+    budget = add(
+        "budget", "the team's and each operator's limits, with what is spent and committed (M15)"
     )
-    commands.add_parser(
-        "rules", parents=[common], help="every prevention rule with its honest status"
-    )
-    offers = commands.add_parser(
-        "offers", parents=[common], help="Vast offers that pass the default filter, ranked"
-    )
+    if budget:
+        _budget_args(budget)
+    _group("daily", commands, common, only)
+    add("compact", "move released history older than a week to the archive (boxes --all shows it)")
+    _group("lane", commands, common, only)
+    _group("learn", commands, common, only)
+    if fakes := add("fakes", "local provider fakes"):
+        _fakes_args(fakes)
+    if completion := add("completion", "print a completion script for bash, zsh or fish"):
+        completion.add_argument(
+            "shell", metavar="SHELL", choices=SHELLS, help="the shell: " + ", ".join(SHELLS)
+        )
+    return parser
+
+
+def _offers_args(offers: Parser) -> None:
+    """`offers`' options."""
     offers.add_argument("--gpu", metavar="MODEL", help="GPU model, e.g. 'RTX 4090'")
     offers.add_argument("--vram-gb", type=float, default=8.0, help="VRAM floor (default 8)")
     offers.add_argument("--all", action="store_true", help="also show what the filter removed")
@@ -168,9 +212,10 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
         " (repeatable; every term must hold)",
     )
     offers.add_argument("--max-dph", type=float, metavar="USD", help=MAX_DPH_HELP)
-    rent = commands.add_parser(
-        "rent", parents=[common], help="rent a healthy box: race offers, probe, keep one"
-    )
+
+
+def _rent_args(rent: Parser) -> None:
+    """`rent`'s arguments and options."""
     rent.add_argument(
         "name", metavar="NAME", help="the rental's name: 1-64 letters, digits, '_' or '-'"
     )
@@ -199,28 +244,10 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     rent.add_argument(
         "--no-guard", action="store_true", help="do not start a guardian (the box has no ceiling)"
     )
-    _group("guard", commands, common, only)
-    boxes = commands.add_parser("boxes", parents=[common], help="rented boxes and their spend")
-    boxes.add_argument("--all", action="store_true", help="every operator's, not only mine")
-    destroy = commands.add_parser(
-        "destroy", parents=[common], help="destroy a box you own and confirm it gone"
-    )
-    destroy.add_argument("name", metavar="NAME", help="your rental: every box of it is destroyed")
-    commands.add_parser(
-        "sweep",
-        parents=[common],
-        help="retry pending destroys, end expired boxes, report boxes nobody owns",
-    )
-    commands.add_parser(
-        "check",
-        parents=[common],
-        help="before real money: the store's conditional writes, keys, results, alarms",
-    )
-    budget = commands.add_parser(
-        "budget",
-        parents=[common],
-        help="the team's and each operator's limits, with what is spent and committed (M15)",
-    )
+
+
+def _budget_args(budget: Parser) -> None:
+    """`budget set` and its options."""
     budget_commands = budget.add_subparsers(dest="budget_command", metavar="COMMAND")
     limits = budget_commands.add_parser(
         "set", help="set limits in USD: the team's, or one operator's with --operator ID"
@@ -241,15 +268,10 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     limits.add_argument(
         "--usd-per-month", type=float, metavar="Y", help="with --operator: that one's monthly limit"
     )
-    _group("daily", commands, common, only)
-    commands.add_parser(
-        "compact",
-        parents=[common],
-        help="move released history older than a week to the archive (boxes --all shows it)",
-    )
-    _group("lane", commands, common, only)
-    _group("learn", commands, common, only)
-    fakes = commands.add_parser("fakes", parents=[common], help="local provider fakes")
+
+
+def _fakes_args(fakes: Parser) -> None:
+    """`fakes serve` and its options."""
     fake_commands = fakes.add_subparsers(dest="fakes_command", metavar="COMMAND", required=True)
     serve = fake_commands.add_parser(
         "serve", help="serve the fakes on loopback; prints export lines first"
@@ -265,13 +287,6 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     serve.add_argument(
         "--state-dir", metavar="DIR", help="where the fakes keep their state (default: a temp dir)"
     )
-    completion = commands.add_parser(
-        "completion", parents=[common], help="print a completion script for bash, zsh or fish"
-    )
-    completion.add_argument(
-        "shell", metavar="SHELL", choices=SHELLS, help="the shell: " + ", ".join(SHELLS)
-    )
-    return parser
 
 
 MAX_DPH_HELP = "leave out offers dearer than USD per hour (dph_total; default: no cap)"

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gpuops.cli.parser import Commands, Parser
     from gpuops.lane.board import Board
     from gpuops.lane.cost import Released, Watched
-    from gpuops.lane.runner import Lane
+    from gpuops.lane.stored import StoredLane
 
 COMMANDS = ("board", "claim", "script", "install", "start", "watch", "release", "repair")
 
@@ -160,32 +160,23 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
             end="",
         )
         return ExitCode.OK
-    from gpuops.lane.session import open_lane
+    from gpuops.lane import session
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    lane = open_lane(
-        settings,
-        operator,
-        usd_per_hour=getattr(args, "usd_per_hour", None),
-        disk_usd_per_day=getattr(args, "disk_usd_per_day", None),
-        progress=progress,
-    )
+    options: dict[str, Any] = {
+        "usd_per_hour": getattr(args, "usd_per_hour", None),
+        "disk_usd_per_day": getattr(args, "disk_usd_per_day", None),
+        "progress": progress,
+    }
     if command == "board" and (args.history or args.limit is not None):
-        return _history(lane, args, as_json)
+        return _history(session.open_board(settings, operator, **options), args, as_json)
+    if command == "board" and not args.live:  # the store alone: no runner is built (session.py)
+        return _board(session.open_board(settings, operator, **options).view(), as_json)
+    lane = session.open_lane(settings, operator, **options)
     if command == "board":
-        view = lane.view(live=args.live)
-        if as_json:
-            print_json(view)
-        else:
-            _print_board(view)
-        if view["billing_alarm"]:
-            print(view["billing_alarm"], file=sys.stderr)
-            from gpuops.lane import decide as d
-
-            return d.billing_exit(d.Verdict(view["job_outcome"]))
-        return ExitCode.OK
+        return _board(lane.view(live=True), as_json)
     if command == "repair":
         board, signs = lane.repair()
         from gpuops.lane.board import state_line
@@ -229,7 +220,7 @@ def run_lane(args: argparse.Namespace, settings: Settings, operator: str, as_jso
 DEFAULT_HISTORY = 20
 
 
-def _history(lane: Lane, args: argparse.Namespace, as_json: bool) -> int:
+def _history(lane: StoredLane, args: argparse.Namespace, as_json: bool) -> int:
     """`lane board --history`: the store's history entries, oldest first; a corrupt entry is
     named on stderr and skipped, never in the way of the rest."""
     import dataclasses
@@ -277,6 +268,20 @@ def _history(lane: Lane, args: argparse.Namespace, as_json: bool) -> int:
         from gpuops.lane.cost import PRICE_NOTE
 
         print(f"costs are {PRICE_NOTE}")
+    return ExitCode.OK
+
+
+def _board(view: dict[str, Any], as_json: bool) -> int:
+    """`lane board`: the view printed; a billing alarm on stderr too, and its exit code."""
+    if as_json:
+        print_json(view)
+    else:
+        _print_board(view)
+    if view["billing_alarm"]:
+        print(view["billing_alarm"], file=sys.stderr)
+        from gpuops.lane import decide as d
+
+        return d.billing_exit(d.Verdict(view["job_outcome"]))
     return ExitCode.OK
 
 

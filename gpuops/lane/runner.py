@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuops import timing
@@ -39,14 +38,17 @@ from gpuops.lane import board as b
 from gpuops.lane import decide as d
 from gpuops.lane import script as s
 from gpuops.lane.journal import CODEC as JOURNAL
-from gpuops.lane.journal import JournalEntry, journal_key
+from gpuops.lane.journal import JournalEntry
+from gpuops.lane.stored import BOARD_HISTORY_LINES as BOARD_HISTORY_LINES
+from gpuops.lane.stored import BoardCodec as BoardCodec
+from gpuops.lane.stored import BoardFile, StoredLane
+from gpuops.lane.stored import LaneConfig as LaneConfig
 from gpuops.secrets import scrub_text
 from gpuops.store.base import Store
 from gpuops.store.records import CAS_ATTEMPTS, NO_CHANGE, NoChange, Records
 
 if TYPE_CHECKING:  # imported where used: `lane board` needs none of them
     from gpuops.alarms import Alarms
-    from gpuops.lane import history as h
     from gpuops.lane.cost import JobCost, Released, Watched
     from gpuops.providers.gce import LaneInstance
 
@@ -54,34 +56,6 @@ METADATA_TRIES = 3
 # A VM on its way to TERMINATED: `lane watch` waits these out before it exits, so that a
 # `lane release` right after it is not refused (L1: released only once TERMINATED).
 POWERING_OFF = frozenset({"STOPPING", "PENDING_STOP"})
-# The prose lines under the state line that `lane board` shows, the last ones: the board keeps
-# every line it was written with, and `lane board --history` is the whole record.
-BOARD_HISTORY_LINES = 5
-
-
-@dataclass(frozen=True)
-class BoardFile:
-    """The lane board as stored: the state line and the history under it."""
-
-    board: b.Board
-    history: tuple[str, ...]
-
-
-class BoardCodec:
-    """The board file's text (board.py's ``render``/``parse``) as a record for ``Records``."""
-
-    what = "lane board"
-
-    def encode(self, value: BoardFile) -> bytes:
-        return b.render(value.board, list(value.history)).encode("utf-8")
-
-    def decode(self, key: str, data: bytes) -> BoardFile:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise CorruptState(key, "not UTF-8") from None
-        board, history = b.parse(text, key)
-        return BoardFile(board, tuple(history))
 
 
 class Compute(Protocol):
@@ -101,15 +75,10 @@ class Bucket(Protocol):
     def updated(self, name: str) -> float | None: ...
 
 
-@dataclass(frozen=True)
-class LaneConfig:
-    instance: str
-    bucket: str
-    usd_per_hour: float = d.RUNNING_USD_PER_HOUR
-    disk_usd_per_day: float = d.DISK_USD_PER_DAY
+class Lane(StoredLane):
+    """The lane's commands: the store's board (``StoredLane``) with the instance, the bucket
+    and the event log behind it."""
 
-
-class Lane:
     def __init__(
         self,
         store: Store,
@@ -124,41 +93,18 @@ class Lane:
         progress: Callable[[str], None] = lambda line: None,
         alarms: Alarms | None = None,
     ) -> None:
-        self.store, self.events, self.operator = store, events, operator
         if alarms is None:
             from gpuops.alarms import silent
 
             alarms = silent(events)
-        self.alarms = alarms  # O1: heard by a person, never in the way
-        self.gce, self.gcs, self.config = gce, gcs, config
-        self.clock = clock  # board stamps and waits: wall time, and its sleep
+        # alarms: O1, heard by a person, never in the way
+        super().__init__(store, config, clock=clock, alarms=alarms, fresh=self._fresh)
+        self.events, self.operator = events, operator
+        self.gce, self.gcs = gce, gcs
         self.new_boot_id, self.progress = new_boot_id, progress
-        self.key = f"lane/{config.instance}/board"
-        self.journal_key = journal_key(config.instance)
-        self.boards = Records(store, "lane/", BoardCodec())
         self.journals = Records(store, "lane/", JOURNAL)
 
     # --- the board ------------------------------------------------------------------------------
-    def read(self) -> tuple[b.Board, list[str], str | None]:
-        """The board. Without a readable state line the lane is unknown, never free (L12):
-        a corrupt board is refused, as is one older than its claim journal (``_rewound``),
-        and a missing one is a free lane only while nothing (the
-        instance, its metadata, a recent lane event) says somebody holds it."""
-        got, problem = self._raw()
-        if problem is not None:
-            raise self._unknown(problem)
-        if got is None:
-            return self._fresh(), [], None
-        return got
-
-    def _unknown(self, problem: str) -> Refused:
-        return Refused(
-            "L12",
-            f"{problem}; the lane is unknown, not free, and the file is left as it is: "
-            "`gpuops lane repair` rebuilds the state line from the instance and the claim "
-            "journal and keeps a copy of this file",
-        )
-
     def _fresh(self) -> b.Board:
         """A free board for a lane that has none, if the evidence allows it (L12). It goes on
         from the highest revision the journal or the history holds, so that its writes are
@@ -171,35 +117,6 @@ class Lane:
         revision = max(ev.event_revision, h.last_revision(self.store, self.config.instance))
         return b.Board(
             self.config.instance, self.config.instance, self.clock.wall(), revision=revision
-        )
-
-    def _raw(self) -> tuple[tuple[b.Board, list[str], str] | None, str | None]:
-        """(the board, its history, its version) or None when absent; or the problem."""
-        try:
-            got, version = self.boards.read(self._name)
-        except CorruptState as exc:
-            return None, f"lane board {self.key} has no readable state line ({exc.reason})"
-        if got is None or version is None:
-            return None, None
-        rewound = self._rewound(got.board)
-        if rewound is not None:
-            return None, rewound
-        return (got.board, list(got.history), version), None
-
-    def _rewound(self, board: b.Board) -> str | None:
-        """Why a board that parses is still not the lane's state: its revision is older than
-        the claim journal's, the board's last write (an old copy put back, a hand's edit), so
-        its counts and its state may be a claim's past; None when it is not behind (L12)."""
-        try:
-            found = self.store.get(self.journal_key)
-            entry = None if found is None else JOURNAL.decode(found.key, found.data)
-        except CorruptState:
-            return None  # an unreadable journal says nothing of the board's age
-        if entry is None or entry.revision <= board.revision:
-            return None
-        return (
-            f"lane board {self.key} is revision {board.revision}, older than its claim "
-            f"journal's revision {entry.revision} (an old copy put back, or edited by hand)"
         )
 
     def evidence(self) -> d.Evidence:
@@ -340,13 +257,6 @@ class Lane:
         )
         h.append(self.store, self.config.instance, entry, first=first)
 
-    def history(self, limit: int) -> h.Page:
-        """The lane's last ``limit`` history entries, from the store alone (the board is not
-        read: a lost board's history stays readable)."""
-        from gpuops.lane import history as h
-
-        return h.read(self.store, self.config.instance, limit)
-
     def _journal(self, board: b.Board, *, repaired: bool) -> None:
         """The board's write, in the journal (compare-and-swap on the raw object, so an
         unreadable journal is replaced too); never over an entry of a later revision."""
@@ -374,10 +284,6 @@ class Lane:
             raise StateError(
                 f"{self.journal_key}: lost {CAS_ATTEMPTS} compare-and-swap races"
             ) from None
-
-    @property
-    def _name(self) -> str:
-        return self.key.removeprefix("lane/")
 
     @property
     def _journal_name(self) -> str:
@@ -893,24 +799,6 @@ class Lane:
         except (Refused, VersionConflict, Unavailable) as exc:
             self.progress(f"the instance still names the released job in its metadata: {exc}")
 
-    def cost(self, running_s: float, held_s: float) -> float:
-        return d.cost_usd(
-            running_s,
-            held_s,
-            usd_per_hour=self.config.usd_per_hour,
-            disk_usd_per_day=self.config.disk_usd_per_day,
-        )
-
-    @staticmethod
-    def _spent(board: b.Board, ended_at: float | None, now: float) -> tuple[float, float]:
-        """(running_s, held_s) of ``board``'s job by ``now``: running from the board's
-        ``started`` until the job ended (``ended_at``, its status file's last write) or
-        ``now``; held from ``claimed`` until ``now``."""
-        until = now if ended_at is None else min(now, ended_at)
-        running_s = 0.0 if board.started is None else max(0.0, until - board.started)
-        held_s = 0.0 if board.claimed is None else max(0.0, now - board.claimed)
-        return running_s, held_s
-
     def job_cost(self, board: b.Board, ended_at: float | None, now: float) -> JobCost:
         """What ``board``'s job cost by ``now`` (``_spent``) at the lane's configured prices
         (``cost``), with the figures it came from."""
@@ -926,34 +814,14 @@ class Lane:
         )
 
     def view(self, *, live: bool = False) -> dict[str, Any]:
-        """The board for humans and --json: the state line, STALE (L8), cost, the last
-        ``BOARD_HISTORY_LINES`` prose lines under the state line (and how many it holds); with
-        ``live``, the instance, the last log line and the billing alarm (L12) too. Without it
-        nothing but the store is read (no provider call, no Google SDK import)."""
+        """The board for humans and --json (``StoredLane.view``: the store alone, no provider
+        call, no Google SDK import); with ``live``, the instance, the last log line and the
+        billing alarm (L12) too."""
+        if not live:
+            return super().view()
         board, history, _ = self.read()
         now = self.clock.wall()
-        running_s, held_s = self._spent(board, None, now)
-        view: dict[str, Any] = {
-            "state_line": b.state_line(board),
-            "lane": board.lane,
-            "state": board.state,
-            "owner": board.owner,
-            "job": board.job,
-            "attempt": board.attempt,
-            "stockouts": board.stockouts,
-            "status": None,
-            "stale": d.is_stale(board, now),
-            "held_s": held_s,
-            "cost_usd": self.cost(running_s, held_s),
-            "last_log_line": None,
-            "billing_alarm": None,
-            "job_outcome": None,
-            "history": history[-BOARD_HISTORY_LINES:],
-            "history_lines": len(history),
-        }
-        if not live:
-            self._stale_alarm(board, view)
-            return view
+        view = self._stored_view(board, history, now)
         inst = self.gce.get(self.config.instance).status_raw
         view["status"] = inst
         if board.job:
@@ -972,18 +840,3 @@ class Lane:
                 )
         self._stale_alarm(board, view)
         return view
-
-    def _stale_alarm(self, board: b.Board, view: dict[str, Any]) -> None:
-        """L8/O1: a claim busy for hours without a successful start is sent to a person, once
-        per claim, with the instance state, the retry state and the last log line."""
-        if not view["stale"] or board.claimed is None:
-            return
-        detail = (
-            f"instance {view['status'] or 'not read (board without --live)'}, "
-            f"{board.attempt} start attempt(s), {board.stockouts} stockout(s), "
-            f"last log line: {view['last_log_line']}"
-        )
-        owner, job = board.owner or "?", board.job or "?"
-        from gpuops.alarms import lane_stale_claim
-
-        self.alarms.raise_alarm(lane_stale_claim(board.lane, owner, job, board.claimed, detail))

@@ -5,9 +5,12 @@ GCE endpoint (GPUOPS_GCE_ENDPOINT: an http:// loopback fake, anonymous credentia
 GCE), and the clock: the real one, or under GPUOPS_TIME_SCALE the loopback fakes' scaled clock,
 so the runner's waits shrink with theirs and its times agree with the bucket's.
 
-The adapters and the alarms are built at their first use (``Deferred``): `lane board` without
---live asks no provider and raises no alarm on a fresh claim, so it loads none of the Google
-stack, the transport, the event types or the alarms (tests/test_cli_startup.py pins it).
+The adapters and the alarms are built at their first use (``Deferred``), and `lane board` without
+--live builds no Lane at all but its store-only part (``open_board``: stored.py's
+``StoredLane``): it asks no provider and raises no alarm on a fresh claim, so it loads neither
+the runner nor the script linter, nor any of the Google stack, the transport, the event types
+or the alarms (tests/test_cli_startup.py pins it). Only a missing board, which the instance's
+evidence decides (L12), builds the full Lane.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from gpuops.events import EventLog
-from gpuops.lane.runner import Bucket, Compute, Lane, LaneConfig
+from gpuops.lane.stored import LaneConfig, StoredLane
 from gpuops.settings import Settings
 from gpuops.store import open_store
 
 if TYPE_CHECKING:
     from gpuops.alarms import Alarms
+    from gpuops.lane.runner import Lane
 
 
 class Deferred:
@@ -46,42 +50,89 @@ def open_lane(
     disk_usd_per_day: float | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Lane:
-    lane = settings.lane()
-    clock = settings.clock()
-    events = EventLog(settings.events_path, operator, clock=clock)
+    return _Parts(settings, operator, usd_per_hour, disk_usd_per_day).lane(progress)
 
-    def gce() -> object:
-        from gpuops.providers.gce import GceAdapter
 
-        return GceAdapter(
-            lane.project, lane.zone, events=events, endpoint=settings.gce_endpoint, clock=clock
-        )
-
-    def gcs() -> object:
-        from gpuops.providers.gcs import GcsAdapter
-
-        return GcsAdapter(lane.bucket, lane.project, endpoint=settings.storage_emulator_host)
-
-    config = LaneConfig(lane.instance, lane.bucket)
-    if usd_per_hour is not None:
-        config = LaneConfig(config.instance, config.bucket, usd_per_hour, config.disk_usd_per_day)
-    if disk_usd_per_day is not None:
-        config = LaneConfig(config.instance, config.bucket, config.usd_per_hour, disk_usd_per_day)
-    store = open_store(settings.state_url, settings.s3_endpoint)
-
-    def alarms() -> object:
-        from gpuops.alarms import open_alarms
-
-        return open_alarms(settings, store, events, operator=operator, clock=clock)
-
-    return Lane(
-        store,
-        events,
-        operator,
-        cast(Compute, Deferred(gce)),
-        cast(Bucket, Deferred(gcs)),
-        config,
-        clock=clock,
-        progress=progress,
-        alarms=cast("Alarms", Deferred(alarms)),
+def open_board(
+    settings: Settings,
+    operator: str,
+    *,
+    usd_per_hour: float | None = None,
+    disk_usd_per_day: float | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> StoredLane:
+    """The lane as the store shows it, for `lane board` without --live and `lane board
+    --history`: what ``open_lane`` gives, less the runner. A missing board is a free lane only
+    while the instance's evidence allows (L12): the full Lane, built then, decides it."""
+    parts = _Parts(settings, operator, usd_per_hour, disk_usd_per_day)
+    return StoredLane(
+        parts.store,
+        parts.config,
+        clock=parts.clock,
+        alarms=parts.alarms,
+        fresh=lambda: parts.lane(progress).fresh(),
     )
+
+
+class _Parts:
+    """What a lane is built from: the settings' lane, clock, event log, store and prices,
+    the adapters and the alarms built at their first use."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        operator: str,
+        usd_per_hour: float | None,
+        disk_usd_per_day: float | None,
+    ) -> None:
+        self.settings, self.operator = settings, operator
+        self.values = lane = settings.lane()
+        self.clock = clock = settings.clock()
+        self.events = events = EventLog(settings.events_path, operator, clock=clock)
+        config = LaneConfig(lane.instance, lane.bucket)
+        if usd_per_hour is not None:
+            config = LaneConfig(
+                config.instance, config.bucket, usd_per_hour, config.disk_usd_per_day
+            )
+        if disk_usd_per_day is not None:
+            config = LaneConfig(
+                config.instance, config.bucket, config.usd_per_hour, disk_usd_per_day
+            )
+        self.config = config
+        self.store = store = open_store(settings.state_url, settings.s3_endpoint)
+
+        def alarms() -> object:
+            from gpuops.alarms import open_alarms
+
+            return open_alarms(settings, store, events, operator=operator, clock=clock)
+
+        self.alarms = cast("Alarms", Deferred(alarms))
+
+    def lane(self, progress: Callable[[str], None]) -> Lane:
+        from gpuops.lane.runner import Bucket, Compute, Lane
+
+        settings, lane, events, clock = self.settings, self.values, self.events, self.clock
+
+        def gce() -> object:
+            from gpuops.providers.gce import GceAdapter
+
+            return GceAdapter(
+                lane.project, lane.zone, events=events, endpoint=settings.gce_endpoint, clock=clock
+            )
+
+        def gcs() -> object:
+            from gpuops.providers.gcs import GcsAdapter
+
+            return GcsAdapter(lane.bucket, lane.project, endpoint=settings.storage_emulator_host)
+
+        return Lane(
+            self.store,
+            events,
+            self.operator,
+            cast(Compute, Deferred(gce)),
+            cast(Bucket, Deferred(gcs)),
+            self.config,
+            clock=clock,
+            progress=progress,
+            alarms=self.alarms,
+        )

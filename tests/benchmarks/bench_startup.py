@@ -89,8 +89,15 @@ def first_run_s(argv: list[str], env: dict[str, str], state: Path) -> tuple[floa
 
 
 def importtime(argv: list[str], env: dict[str, str]) -> list[tuple[int, str]]:
+    """The slowest imports of ``argv`` (a case's command, a baseline's ``env PYTHONPATH=DIR``
+    prefix kept: the entry script is run by path, so the baseline's package is the one
+    imported, as in its timed runs; ``-m gpuops`` would import the working tree's)."""
+    prefix = argv[:2] if argv[0] == "env" else []
+    command = argv[len(prefix) :]
+    if command[0] == sys.executable:  # no entry point: `python -m gpuops ...`
+        command = command[1:]
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "gpuops", *argv[1:]],
+        [*prefix, sys.executable, "-X", "importtime", *command],
         capture_output=True,
         text=True,
         env=env,
