@@ -393,7 +393,12 @@ class Market:
             )
 
     def _race(
-        self, req: RentRequest, chosen: Selection[Offer], rental: Rental, deadline: float, now: float
+        self,
+        req: RentRequest,
+        chosen: Selection[Offer],
+        rental: Rental,
+        deadline: float,
+        now: float,
     ) -> Rental:
         self._clean_earlier_races(rental)
         picked_ids = {p.offer.id for p in chosen.picks}
