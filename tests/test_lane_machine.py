@@ -132,7 +132,11 @@ class LaneMachine(RuleBasedStateMachine):
             board = self.lanes["alice"].read()[0]
         except GpuopsError:
             return
-        self.rewrites.append((len(self._events()), board.attempt))
+        self.mark_rewritten(board.attempt)
+
+    def mark_rewritten(self, attempt: int) -> None:
+        """A REWRITTEN marker where the log stands now (``logged`` puts it in its place)."""
+        self.rewrites.append((len(self._events()), attempt))
 
     def teardown(self) -> None:
         self._mock.__exit__(None, None, None)
