@@ -103,10 +103,10 @@ def _group(
     name: str,
     commands: Commands,
     common: Parser,
-    only: str | None,
+    run: str | None,
 ) -> None:
-    """Add a group's commands: in full when ``only`` is None or one of them, else as stubs."""
-    if only is not None and only not in {command for command, _ in GROUPS[name]}:
+    """Add a group's commands: in full when ``run`` is None or one of them, else as stubs."""
+    if run is not None and run not in {command for command, _ in GROUPS[name]}:
         for command, text in GROUPS[name]:
             commands.add_parser(command, help=text)
         return
@@ -131,12 +131,12 @@ def _group(
 def _adder(
     commands: Commands, common: Parser, run: str | None
 ) -> Callable[[str, str], Parser | None]:
-    """``add(name, help)``: a market command's parser, in full (None only when another command
-    is the one run: then a stub carrying its help is added instead, the argparse work that the
-    run never parses left out)."""
+    """``add(name, help)``: a market command's parser, in full (None when ``run`` is not None
+    and not this command: then a stub carrying its help is added instead, the argparse work
+    that the run never parses left out), by ``_group``'s rule."""
 
     def add(name: str, text: str) -> Parser | None:
-        if run and run != name:
+        if run is not None and run != name:
             commands.add_parser(name, help=text)
             return None
         return commands.add_parser(name, parents=[common], help=text)
@@ -145,13 +145,9 @@ def _adder(
 
 
 def build_parser(only: str | None = None, columns: int | None = None) -> argparse.ArgumentParser:
-    """The whole parser; with ``only`` (a command name), every other command is a stub (its
-    name and help: `gpuops --help` reads the same). With ``only`` "" or None every command of
-    the market's is built in full, the groups' as stubs or not as before (``_group``).
+    """The whole parser; with ``only`` (the command word run, "" for none), every other
+    command is a stub (its name and help: `gpuops --help` reads the same).
     ``columns``: the help width the environment asks for (settings.columns_of)."""
-    run = only  # the command word as given: the market's commands are stubs unless it is theirs
-    known = {command for group in GROUPS.values() for command, _ in group}
-    only = only if only in known else "" if only is not None else None
     width: type[Width] = type("Width", (Width,), {"columns": columns})
     raw: type[Width] = type("RawWidth", (RawWidth,), {"columns": columns})
     parser_class: type[Parser] = type("Parser", (Parser,), {"formatter": width})
@@ -165,7 +161,7 @@ def build_parser(only: str | None = None, columns: int | None = None) -> argpars
     )
     parser.add_argument("--version", action="version", version="gpuops 0.1.0")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    add = _adder(commands, common, run)
+    add = _adder(commands, common, only)
     add("demo", "the story so far against local stand-ins; exit 0 only if nothing leaked")
     add("rules", "every prevention rule with its honest status")
     if offers := add("offers", "Vast offers that pass the default filter, ranked"):

@@ -89,16 +89,9 @@ class _Parts:
         self.values = lane = settings.lane()
         self.clock = clock = settings.clock()
         self.events = events = EventLog(settings.events_path, operator, clock=clock)
-        config = LaneConfig(lane.instance, lane.bucket)
-        if usd_per_hour is not None:
-            config = LaneConfig(
-                config.instance, config.bucket, usd_per_hour, config.disk_usd_per_day
-            )
-        if disk_usd_per_day is not None:
-            config = LaneConfig(
-                config.instance, config.bucket, config.usd_per_hour, disk_usd_per_day
-            )
-        self.config = config
+        prices = {"usd_per_hour": usd_per_hour, "disk_usd_per_day": disk_usd_per_day}
+        given = {name: value for name, value in prices.items() if value is not None}
+        self.config = LaneConfig(lane.instance, lane.bucket, **given)  # else its defaults
         self.store = store = open_store(settings.state_url, settings.s3_endpoint)
 
         def alarms() -> object:
