@@ -15,18 +15,24 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import threading
 
 
 class Clock(Protocol):
-    """Epoch seconds (``wall``), seconds that never run backwards (``monotonic``), and a wait
-    of ``seconds`` as this clock counts them (``sleep``)."""
+    """Epoch seconds (``wall``), seconds that never run backwards (``monotonic``), a wait
+    of ``seconds`` as this clock counts them (``sleep``), and the same wait cut short when
+    ``event`` is set (``wait``: True when it was)."""
 
     def wall(self) -> float: ...
 
     def monotonic(self) -> float: ...
 
     def sleep(self, seconds: float) -> None: ...
+
+    def wait(self, event: threading.Event, seconds: float) -> bool: ...
 
 
 class SystemClock:
@@ -40,6 +46,9 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(seconds)
 
     def __repr__(self) -> str:
         return "SYSTEM"
@@ -84,6 +93,9 @@ class ScaledClock:
     def sleep(self, seconds: float) -> None:
         self._base.sleep(seconds / self.factor)
 
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return self._base.wait(event, seconds / self.factor)
+
     def epoch_of(self, at: float) -> float:
         """The base clock's epoch at which this clock reads ``at`` (a fake's ``start_date``
         as a client comparing it with its own wall clock must see it)."""
@@ -111,6 +123,10 @@ class WithSleep:
 
     def sleep(self, seconds: float) -> None:
         self._sleep(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Cut short by ``event``: the base clock's wait (``sleep``'s other work is not done)."""
+        return self._base.wait(event, seconds)
 
     def __repr__(self) -> str:
         return f"WithSleep({self._base!r})"

@@ -32,7 +32,6 @@ class StateView:
 
 
 def state_view(settings: Settings, operator: str) -> StateView:
-    from gpuops.clock import SYSTEM
     from gpuops.ledger import Ledger
     from gpuops.market.rentals import Rentals
     from gpuops.store import open_store
@@ -42,7 +41,10 @@ def state_view(settings: Settings, operator: str) -> StateView:
             raise AssertionError(f"boxes wrote the event {kind}")
 
     store = open_store(settings.state_url, settings.s3_endpoint)
-    return StateView(Rentals(store, operator), Ledger(store, _Unlogged(), operator), SYSTEM)
+    clock = settings.clock()  # spend and deadlines as the provider renders them (fakes: scaled)
+    return StateView(
+        Rentals(store, operator), Ledger(store, _Unlogged(), operator, clock=clock), clock
+    )
 
 
 class BoxesView:

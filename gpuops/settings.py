@@ -344,13 +344,12 @@ class Settings(_Value):
         cli_options: Mapping[str, object] | None = None,
         *,
         home: Path | None = None,
-        clock: Clock | None = None,
         config: ConfigFile | None = None,
     ) -> Settings:
         """Every value, from the CLI's global options (``state``, ``operator``; absent or
         None: not given), then ``environ`` (default: a snapshot of this process's), then
         ``config`` (the file ``read_config`` read; None: none), then the defaults. ``home``
-        and ``clock`` (the origin of a time scale given without one) are for tests."""
+        is for tests."""
         from pathlib import Path
 
         env = environ_snapshot() if environ is None else dict(environ)
@@ -401,7 +400,7 @@ class Settings(_Value):
             storage_emulator_host=value("STORAGE_EMULATOR_HOST"),
             s3_endpoint=_endpoint(layers, "GPUOPS_S3_ENDPOINT"),
             lane_values=tuple((n, v) for n in LANE_VARIABLES if (v := value(n)) is not None),
-            time_scale=_time_scale(layers, clock),
+            time_scale=_time_scale(layers),
             notify_urls=notify_urls(value("GPUOPS_NOTIFY") or "", layers.where("GPUOPS_NOTIFY")),
             colour="NO_COLOR" not in env and term != "dumb",
             columns=columns_of(env),
@@ -439,10 +438,6 @@ class Settings(_Value):
         from gpuops.clock import SYSTEM
 
         return SYSTEM if self.time_scale is None else self.time_scale.clock()
-
-    def time_factor(self) -> float:
-        """How many times faster than real time the world runs: 1, or GPUOPS_TIME_SCALE."""
-        return 1.0 if self.time_scale is None else self.time_scale.factor
 
     def identity_file(self) -> Path:
         """The private half of GPUOPS_SSH_KEY."""
@@ -532,7 +527,7 @@ def _number(layers: _Layers, name: str) -> float | None:
     return number
 
 
-def _time_scale(layers: _Layers, clock: Clock | None) -> TimeScale | None:
+def _time_scale(layers: _Layers) -> TimeScale | None:
     factor = _number(layers, "GPUOPS_TIME_SCALE")
     origin = _number(layers, "GPUOPS_TIME_ORIGIN")
     for old in ("GPUOPS_LANE_TIME_SCALE", "GPUOPS_GUARD_TIME_SCALE", "GPUOPS_LANE_TIME_ORIGIN"):
@@ -547,8 +542,9 @@ def _time_scale(layers: _Layers, clock: Clock | None) -> TimeScale | None:
         return None
     if not factor > 0:
         raise UsageError(f"{layers.show('GPUOPS_TIME_SCALE')} must be positive")
-    if origin is None:
-        from gpuops.clock import SYSTEM
-
-        origin = (clock or SYSTEM).wall()
+    if origin is None:  # each process would count from its own start: no two would agree
+        raise UsageError(
+            f"{layers.where('GPUOPS_TIME_SCALE')} is set without GPUOPS_TIME_ORIGIN: give "
+            "both, as `gpuops fakes serve` exports them"
+        )
     return TimeScale(factor, origin)

@@ -152,7 +152,8 @@ RECORD_HOLD_S = 900.0
 RECORD_GCE_RUN_S = 240.0
 
 # --- the demo ---------------------------------------------------------------------------------
-# `gpuops demo` rents its box for this long (real time: the guardian's deadline is wall-clock):
+# `gpuops demo` rents its box for this long in real time (the world's clock runs its time scale
+# faster):
 # the race, the job and the interrupted race fit before the copy starts a quarter before it.
 DEMO_RENTAL_S = 26.0
 # The longest any one step of the demo waits on a real process before it calls the step failed

@@ -55,6 +55,7 @@ import random
 import signal
 import tarfile
 import tempfile
+import threading
 import time
 import traceback
 from collections import Counter
@@ -568,6 +569,9 @@ class Host:
     def sleep(self, seconds: float) -> None:
         self._sleep(seconds)
 
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return self.fake.clock.wait(event, seconds)  # as the fake's own: real seconds
+
 
 def lifecycle(
     seed: int,
@@ -607,16 +611,12 @@ def lifecycle(
     with fake.activate(BASE):
         stranger = fake.create(STRANGER, {"label": "someone-else", "image": "x", "disk": 5}).id
 
-        def market(
-            operator: str = "alice", host: str = "hostA", skew_s: float = 0.0
-        ) -> Market:
+        def market(operator: str = "alice", host: str = "hostA", skew_s: float = 0.0) -> Market:
             def probe(instance: Instance, box: str) -> Verdict:
                 return FATES[fake.instances[int(instance.instance_id)].fate.kind]
 
             clock = Host(fake, skew_s, fake.advance)
-            adapter = VastAdapter(
-                api_key="k-soak", base_url=BASE, clock=fake.ticking()
-            )
+            adapter = VastAdapter(api_key="k-soak", base_url=BASE, clock=fake.ticking())
             return KilledMarket(
                 WiredVast(adapter, wire),  # type: ignore[arg-type]
                 Ledger(store_of(host), audit, operator, clock=clock),

@@ -3,12 +3,14 @@ guardian killed the moment it starts and no sweep ever run; the box ends itself,
 fake's own instance list and by what the box's own process logged. And `gpuops guard NAME
 --hours` that moves a deadline later moves the box's ceiling first.
 
-The fakes, their boxes and gpuops share one scaled clock (x600: a one-hour rental and its
-30-minute grace pass in nine seconds), so the box's clock is the renter's, as a datacenter's
-NTP-synced one would be. Three hours (the ceiling 21 s of wall time after the rent begins; at
-two, a race at load 18 was still probing when the ceiling fired), and eight where the ceiling
-is moved, so a loaded machine's slow race still keeps its box and kills the guardian long
-before the ceiling or the guardian would have acted.
+The fakes, their boxes and gpuops share one scaled clock (x120: a half-hour rental and its
+30-minute grace pass in thirty seconds), so the box's clock is the renter's, as a datacenter's
+NTP-synced one would be. Not faster: every provider-facing budget of gpuops (a boot's, a
+destroy's confirmation) passes as fast, and at x600 a boot's ten minutes are one real second,
+which a loaded machine's slow answers can outlast. Half an hour (the ceiling 30 s of wall time
+after the rent begins), and an hour and a half where the ceiling is moved, so a loaded
+machine's slow race still keeps its box and kills the guardian long before the ceiling or the
+guardian would have acted.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from gpuops.market.ceiling import AT_NAME, ceiling_at
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
-SCALE = 600.0
+SCALE = 120.0
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[Fakes]:
-    served = Fakes(tmp_path, time_scale=SCALE, gpuops_scale=SCALE)
+    served = Fakes(tmp_path, time_scale=SCALE)
     yield served
     for started in served.events("guard.start"):
         with contextlib.suppress(ProcessLookupError):
@@ -59,10 +61,10 @@ def _rent_and_kill_its_guardian(world: Fakes, name: str, hours: str) -> dict[str
     handled="the box destroys itself at deadline + grace with its own per-instance key (M14)",
 )
 def test_with_every_guardian_dead_from_the_first_second_the_box_ends_itself_m14(world):
-    rental = _rent_and_kill_its_guardian(world, "lone", "3")
+    rental = _rent_and_kill_its_guardian(world, "lone", "0.5")
     instance = str(rental["instance_id"])
     # No check that the box still runs here: on a loaded machine the rent and the kill can take
-    # the 21 s of wall time to the ceiling. The box's own log below is the proof that its own
+    # the 30 s of wall time to the ceiling. The box's own log below is the proof that its own
     # process, and nothing else, ended it, and at its ceiling by its own clock, never earlier.
     world.wait_for("the box to end itself", lambda: world.live_instances() == [])
     log = (_sandbox(world, instance) / "gpuops-ceiling.log").read_text()
@@ -74,12 +76,13 @@ def test_with_every_guardian_dead_from_the_first_second_the_box_ends_itself_m14(
 
 
 def test_a_deadline_moved_later_moves_the_box_s_own_ceiling_first_m14(world):
-    # eight hours: the ceiling 51 s of wall time away, so even a machine at load 18 moves it
-    # in time (at two hours, the box had ended itself by its ceiling before `guard --hours`)
-    rental = _rent_and_kill_its_guardian(world, "longer", "8")
+    # an hour and a half: the ceiling 60 s of wall time away, so even a machine at load 18
+    # moves it in time (at 600x and two hours, the box had ended itself by its ceiling before
+    # `guard --hours`)
+    rental = _rent_and_kill_its_guardian(world, "longer", "1.5")
     at_file = _sandbox(world, str(rental["instance_id"])) / AT_NAME
     assert int(at_file.read_text()) == ceiling_at(float(rental["deadline_at"]))
-    world.gpuops("guard", "longer", "--hours", "9.5")
+    world.gpuops("guard", "longer", "--hours", "3")
     (moved,) = world.json("boxes")["rentals"]
     assert float(moved["deadline_at"]) > float(rental["deadline_at"]) + 3600
     assert int(at_file.read_text()) == ceiling_at(float(moved["deadline_at"]))

@@ -8,9 +8,6 @@ import pytest
 
 from fakes.vast.clock import FakeClock
 from gpuops.clock import SYSTEM, Clock, ScaledClock, WithSleep
-from gpuops.errors import UsageError
-from gpuops.market import guard
-from gpuops.market import guardian as g
 
 
 def test_the_system_clock_is_the_real_one():
@@ -108,9 +105,30 @@ def test_a_fake_clock_sleeps_by_moving_forward():
     assert clock.wall() == clock.monotonic() == 7.0 and clock.epoch_of(7.0) == 7.0
 
 
-def test_the_guardian_s_lease_durations_follow_the_one_scale():
-    """GPUOPS_TIME_SCALE=k divides every lease duration by k; below 1 is a usage error."""
-    assert guard.clockwork_for(1.0) == g.NORMAL
-    assert guard.clockwork_for(30.0) == g.NORMAL.scaled(30.0)
-    with pytest.raises(UsageError, match="GPUOPS_TIME_SCALE=0.5"):
-        guard.clockwork_for(0.5)
+def test_a_wait_for_an_event_counts_the_clock_s_own_seconds_and_ends_when_it_is_set():
+    """Clock.wait: a scaled clock waits 1/factor of the seconds on its base (the racer's
+    heartbeat beats as fast as the world it is judged in); WithSleep's wait is its base's,
+    whatever its sleep does; SYSTEM and a hand-moved clock wait real seconds (only the test
+    moves the latter), and every one returns True at once when the event is set."""
+    import threading
+
+    class Base(FakeClock):
+        def __init__(self) -> None:
+            super().__init__(5.0)
+            self.asked: list[float] = []
+
+        def wait(self, event: threading.Event, seconds: float) -> bool:
+            self.asked.append(seconds)
+            return event.is_set()
+
+    base = Base()
+    unset, done = threading.Event(), threading.Event()
+    done.set()
+    assert ScaledClock(100.0, base=base).wait(unset, 5.0) is False
+    assert WithSleep(ScaledClock(4.0, base=base), lambda s: None).wait(done, 8.0) is True
+    assert base.asked == [0.05, 2.0]
+    for clock in (SYSTEM, FakeClock(5.0)):
+        started = time.monotonic()
+        assert clock.wait(unset, 0.02) is False
+        assert time.monotonic() - started >= 0.015, clock  # real seconds, never fewer
+        assert clock.wait(done, 3600.0) is True

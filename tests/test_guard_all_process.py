@@ -3,8 +3,8 @@
 
 Each service is the real CLI in its own process, run as if on its own host: its host name and
 its wall clock are its own (``AS_HOST``: the hostname and ``time.time`` a host would have, set
-before gpuops is imported). Guardians run under GPUOPS_TIME_SCALE (lease TTL 2 s); deadlines
-are real wall-clock times.
+before gpuops is imported). Every process runs on the fakes' exported clock (GPUOPS_TIME_SCALE:
+lease TTL 2 s), deadlines too; a host's skew is given in that clock's seconds.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from test_guard_process import ROOT, WAIT_S, Fakes, _alive, _kill
+from test_guard_process import ROOT, SCALE, WAIT_S, Fakes, _alive, _kill
 
 from gpuops import timing
 from gpuops.market import guardian as g
@@ -46,9 +45,11 @@ OFFERS = [
 
 
 def service(fakes: Fakes, host: str, skew_s: float, log: Path) -> subprocess.Popen[bytes]:
+    """``skew_s``: the host's clock ahead of the provider's, in the world's seconds (its real
+    clock is ahead by 1/SCALE of them, which its scaled clock multiplies back)."""
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-c", AS_HOST, host, str(skew_s), "guard", "--all"],
+            [sys.executable, "-c", AS_HOST, host, str(skew_s / SCALE), "guard", "--all"],
             env=fakes.env, cwd=ROOT, stdout=out, stderr=out,
         )  # fmt: skip
 
@@ -79,6 +80,7 @@ def test_a_second_hosts_guardian_service_ends_every_box_at_its_deadline_when_the
     ends every box by its deadline, none before its copy-then-destroy time, as the fake's own
     list shows; each guardian of B exits 0, and SIGTERM stops B loudly (143)."""
     settings = Settings.from_environ(fakes.env)
+    world = settings.clock()  # the provider's clock, and host B's
     rented = {}
     for owner, name in [("alice", "a-1"), ("alice", "a-2"), ("bob", "b-1")]:
         market = open_market(settings, owner)
@@ -99,7 +101,7 @@ def test_a_second_hosts_guardian_service_ends_every_box_at_its_deadline_when_the
         # the deadlines, set from host B (its clock is the provider's): 8 to 10 s from now
         deadlines, copy_at, boxes = {}, {}, {}
         for i, (name, (market, rental)) in enumerate(sorted(rented.items())):
-            deadline = time.time() + 8.0 + i
+            deadline = world.wall() + (8.0 + i) * SCALE
             market.rentals.update(name, deadline_at=deadline, deadline_host="hostB")
             deadlines[name] = deadline
             copy_at[name], _ = g.schedule(rental.started_at, deadline)
@@ -108,20 +110,20 @@ def test_a_second_hosts_guardian_service_ends_every_box_at_its_deadline_when_the
         seen_live: dict[str, float] = {}  # each box's last sighting in the fake's list
 
         def all_gone() -> bool:
-            now = time.time()
+            now = world.wall()
             live = {str(i["id"]) for i in fakes.live_instances()} & set(boxes)
             for instance_id in live:
                 seen_live[instance_id] = now
             return not live
 
         fakes.wait_for("every box gone", all_gone)
-        gone_at = time.time()
+        gone_at = world.wall()
 
         assert held_by(fakes, "hostB") == set(rented)  # B took over each lease
         for instance_id, name in boxes.items():
             # never destroyed before its copy-then-destroy time, as the fake shows it
             # (seen live in a poll at most a poll's time before its destroy: 1 s allows a slow one)
-            assert copy_at[name] - 1.0 <= seen_live[instance_id] < gone_at
+            assert copy_at[name] - 1.0 * SCALE <= seen_live[instance_id] < gone_at
         for name in rented:
             last = max(t for i, t in seen_live.items() if boxes[i] == name)
             assert last <= deadlines[name] + timing.DESTROY_CONFIRM_TIMEOUT_S

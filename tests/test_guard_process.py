@@ -1,8 +1,8 @@
 """Guardians as real detached processes against `gpuops fakes serve` (M5, M7, M8).
 
-Every command is the real CLI in its own process; the fakes serve on loopback; guardians run
-with GPUOPS_TIME_SCALE so their lease durations (all from timing.py, divided alike) pass
-in seconds. Deadlines are real wall-clock times.
+Every command is the real CLI in its own process; the fakes serve on loopback; every gpuops
+process runs on the clock they export (GPUOPS_TIME_SCALE, GPUOPS_TIME_ORIGIN), so lease
+durations, deadlines and the fakes' own times pass alike, thirty times faster than real time.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from gpuops import timing
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 ROOT = Path(__file__).resolve().parent.parent
-SCALE = 30.0  # guardians: heartbeat 0.5 s, lease TTL 2 s, verification 1 s
+SCALE = 30.0  # the world's clock: heartbeat 0.5 s, lease TTL 2 s, verification 1 s, a boot 1 s
 WAIT_S = 90.0  # the longest any step here may take before the test fails
 OFFERS = [
     {"id": 900 + i, "machine_id": 70 + i, "gpu_name": "RTX 4090", "gpu_ram": 24564,
@@ -38,13 +37,18 @@ OFFERS = [
 ]  # fmt: skip
 
 
+def _lane_side(name: str) -> bool:
+    return name.startswith("GPUOPS_LANE_") or name in (
+        "GPUOPS_GCE_ENDPOINT",
+        "STORAGE_EMULATOR_HOST",
+    )
+
+
 class Fakes:
     """`gpuops fakes serve` in its own process, and the environment its exports make."""
 
-    def __init__(
-        self, tmp: Path, *, time_scale: float = 60, gpuops_scale: float = SCALE, **vast: Any
-    ) -> None:
-        """``time_scale``: the fakes' and their boxes' clock; ``gpuops_scale``: gpuops'."""
+    def __init__(self, tmp: Path, *, time_scale: float = SCALE, **vast: Any) -> None:
+        """``time_scale``: the one clock of the fakes, their boxes and every gpuops process."""
         scenario = tmp / "scenario.yaml"
         vast = {"ssh_keys": ["generated"], "offers": OFFERS, **vast}
         scenario.write_text(yaml.safe_dump({"time_scale": time_scale, "vast": vast}))
@@ -60,18 +64,26 @@ class Fakes:
             target=lambda: [lines.put(x) for x in self.proc.stdout], daemon=True
         ).start()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
-        while "GPUOPS_SSH_KEY" not in self.env:
+        exported: dict[str, str] = {}
+        while "GPUOPS_TIME_ORIGIN" not in exported:  # the clock's lines come last but S3's
             words = shlex.split(lines.get(timeout=WAIT_S))
             name, _, value = words[1].partition("=")
-            self.env[name] = value
+            exported[name] = value
+        # the market's world: Vast, its ssh, the key and the clock (not the lane's)
+        self.env.update((k, v) for k, v in exported.items() if not _lane_side(k))
         self.state = tmp / "state"
         self.results = tmp / "results"
         self.env.update(
             GPUOPS_STATE=str(self.state),
             GPUOPS_OPERATOR="alice",
-            GPUOPS_TIME_SCALE=str(gpuops_scale),
             GPUOPS_RESULTS=str(self.results),
         )
+
+    def now(self) -> float:
+        """The world's time: the fakes' exported clock, which every gpuops process reads."""
+        from gpuops.settings import Settings
+
+        return Settings.from_environ(self.env).clock().wall()
 
     def gpuops(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -100,9 +112,7 @@ class Fakes:
     def live_instances(self) -> list[dict[str, Any]]:
         from gpuops.providers.vast import VastAdapter
 
-        adapter = VastAdapter(
-            api_key=self.env["VAST_API_KEY"], base_url=self.env["VAST_URL"]
-        )
+        adapter = VastAdapter(api_key=self.env["VAST_API_KEY"], base_url=self.env["VAST_URL"])
         return [{"id": i.instance_id, "label": i.label} for i in adapter.list_instances()]
 
 
@@ -159,7 +169,7 @@ def test_a_rented_box_is_destroyed_at_its_deadline_after_the_shell_that_rented_i
     assert _alive(int(started["pid"]))
     # the deadline comes near only now the job runs (an event, not a guess at how long rent
     # takes): 18 s from now, so the copy starts in about 14 s with a budget of about 3 s
-    assert fakes.json("guard", "demo-box", "--hours", "0.005")["pid"] is None  # no second one
+    assert fakes.json("guard", "demo-box", "--hours", "0.15")["pid"] is None  # no second one
 
     (gone,) = fakes.wait_for("the confirmed destroy", lambda: fakes.events("guard.confirmed_gone"))
     fakes.wait_for("the guardian to exit", lambda: not _alive(int(started["pid"])))
@@ -219,7 +229,7 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
     def taken_over() -> str:
         return str(fakes.events("guard.lease.taken")[1]["guardian"])
 
-    moved = fakes.json("guard", "pi-box", "--hours", "0.001")  # the deadline: 3.6 s from now
+    moved = fakes.json("guard", "pi-box", "--hours", "0.03")  # the deadline: 3.6 s from now
     assert moved["pid"] is None and moved["guardian"] == taken_over()
     (row,) = fakes.json("boxes")["rentals"]
     deadline = row["deadline_at"]
@@ -230,7 +240,7 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
 
     assert fakes.live_instances() == []
     assert -timing.DEADLINE_MARGIN_S <= gone["delay_s"] <= timing.DESTROY_CONFIRM_TIMEOUT_S
-    assert time.time() >= deadline - timing.DEADLINE_MARGIN_S
+    assert fakes.now() >= deadline - timing.DEADLINE_MARGIN_S
     exits = fakes.events("guard.exit")
     assert {e["code"] for e in exits} == {0}
     assert all(e["ts"] >= gone["ts"] for e in exits)  # no clean exit before the confirmation
@@ -242,13 +252,15 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
 
 def test_a_fire_drill_on_the_fakes_rents_guards_destroys_and_records_itself(fakes):
     """M5: `gpuops guard NAME --drill` proves the backstop fires end to end, and says where."""
-    done = fakes.gpuops("--json", "guard", "drill-box", "--drill", "--hours", "0.003")
+    done = fakes.gpuops("--json", "guard", "drill-box", "--drill", "--hours", "0.09")
     result = json.loads(done.stdout)
 
     assert result["passed"] is True and result["target"] == "fakes"
     assert result["delay_s"] <= timing.DESTROY_CONFIRM_TIMEOUT_S
     # epoch seconds, as every --json has its times (tests/test_json_times.py)
-    assert result["confirmed_at"] - result["deadline_at"] == pytest.approx(result["delay_s"], abs=1e-3)
+    assert result["confirmed_at"] - result["deadline_at"] == pytest.approx(
+        result["delay_s"], abs=1e-3
+    )
     assert fakes.live_instances() == []
     drills = sorted((fakes.state / "drills").iterdir())
     assert len(drills) == 1
@@ -275,7 +287,7 @@ def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_th
     fakes.wait_for("the results", lambda: fakes.gpuops("watch", "crash-box", "--once",
                                                         check=False).returncode == 0)  # fmt: skip
     (first,) = fakes.wait_for("the first guardian", lambda: fakes.events("guard.start"))
-    assert fakes.json("guard", "crash-box", "--hours", "0.005")["pid"] is None  # 18 s from now
+    assert fakes.json("guard", "crash-box", "--hours", "0.15")["pid"] is None  # 18 s from now
     fakes.wait_for("the copy", lambda: fakes.events("guard.copy"))
     _kill(int(first["pid"]))
 
@@ -290,12 +302,14 @@ def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_th
     # the state the product writes, not on the event (a loaded machine runs the two apart).
     fakes.wait_for(  # on the retry list, not yet confirmed gone
         "the box's record on the retry list",
-        lambda: [
-            e["after"]
-            for e in fakes.events("ledger.transition")
-            if e["name"].startswith("crash-box")
-        ][-1:]
-        == ["destroying"],
+        lambda: (
+            [
+                e["after"]
+                for e in fakes.events("ledger.transition")
+                if e["name"].startswith("crash-box")
+            ][-1:]
+            == ["destroying"]
+        ),
     )
     _kill(second)
     assert fakes.events("guard.confirmed_gone") == []  # killed before the confirmation
@@ -343,7 +357,7 @@ def test_a_guardian_stopped_mid_copy_ends_its_ssh_and_tarball_and_a_successor_de
     )
     (first,) = fakes.wait_for("the first guardian", lambda: fakes.events("guard.start"))
     # 14.4 s from now: the copy starts about 10 s from now, with a budget of about 3 s
-    assert fakes.json("guard", "copy-box", "--hours", "0.004")["pid"] is None
+    assert fakes.json("guard", "copy-box", "--hours", "0.12")["pid"] is None
     (copying,) = fakes.wait_for("the copy's ssh", lambda: fakes.events("guard.copy.started"))
     assert _group_alive(int(copying["pid"])) and Path(copying["tarball"]).exists()
 
@@ -362,7 +376,7 @@ def test_a_guardian_stopped_mid_copy_ends_its_ssh_and_tarball_and_a_successor_de
     assert not (fakes.results / "copy-box").exists()
 
     big.unlink()  # the rest of the results copies in a moment
-    successor = fakes.json("guard", "copy-box", "--hours", "0.003")["pid"]  # at once: no lease
+    successor = fakes.json("guard", "copy-box", "--hours", "0.09")["pid"]  # at once: no lease
     assert successor is not None
     fakes.wait_for("the confirmed destroy", lambda: fakes.events("guard.confirmed_gone"))
     fakes.wait_for("the successor to exit", lambda: not _alive(successor))
@@ -375,4 +389,32 @@ def test_a_guardian_stopped_mid_copy_ends_its_ssh_and_tarball_and_a_successor_de
     assert (row["state"], row["results"]) == ("released", "delivered")
     assert row["results_detail"] == str(model.parent)
     assert f"results delivered ({model.parent})" in fakes.gpuops("boxes").stdout
+    assert fakes.live_instances() == []
+
+
+def test_a_box_billing_on_the_fakes_is_spent_as_the_fake_bills_it_in_budget_and_boxes_m15(fakes):
+    """M15 on loopback: the spend `gpuops budget` and `boxes` count for a live box is its price
+    times the time since the fake's own `start_date`, both read on the one clock every process
+    shares (it used to be 0: the budget's now was the real clock, behind the fake's)."""
+    fakes.gpuops("rent", "spend-box", "--gpu", "RTX 4090", "--hours", "1", "--race", "1")
+    from gpuops.providers.vast import VastAdapter
+
+    vast = VastAdapter(api_key=fakes.env["VAST_API_KEY"], base_url=fakes.env["VAST_URL"])
+    (box,) = vast.list_instances()  # the fake's own record: its price and when it started
+    assert box.dph_total is not None and box.start_date is not None
+    # some of the world's time passes: a poll of the world's clock, never a guess at wall time
+    fakes.wait_for("a minute of billing", lambda: fakes.now() >= box.start_date + 60.0)
+
+    before = fakes.now()
+    team = fakes.json("budget")["team"]
+    (row,) = fakes.json("boxes")["rentals"]
+    after = fakes.now()
+
+    low, high = (box.dph_total * (t - box.start_date) / 3600.0 for t in (before, after))
+    assert round(low, 4) - 1e-4 <= team["spent_today_usd"] <= round(high, 4) + 1e-4
+    # a row counts from when the box was kept (after its boot and probe): never more, and
+    # never nothing for a box billing a minute
+    assert 0.0 < row["spend_usd"] <= round(high, 4) + 1e-4
+    assert team["spent_today_usd"] > 0.0
+    fakes.gpuops("destroy", "spend-box")
     assert fakes.live_instances() == []

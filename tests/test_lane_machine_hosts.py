@@ -15,6 +15,7 @@ VM off hours after any step, plus the board's parse and its agreement with the l
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -56,6 +57,9 @@ class HostClock:
 
     def sleep(self, seconds: float) -> None:
         self.world.sleep(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return self.world.wait(event, seconds)
 
 
 class TeeLog(EventLog):

@@ -18,7 +18,7 @@ from test_guard_process import ROOT, WAIT_S, Fakes, _alive, _guardian_pids, _kil
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
-SLOW_BOOT = {"boot": {"provisioning_s": 600}}  # fake seconds: 10 s of wall time at scale 60
+SLOW_BOOT = {"boot": {"provisioning_s": 600}}  # the world's seconds: 20 s of wall time at x30
 
 
 @pytest.fixture
@@ -45,7 +45,8 @@ def created(fakes: Fakes, n: int) -> bool:
 
 def test_a_rent_killed_between_its_creates_and_keeping_a_box_leaves_nothing_billing_m13(fakes):
     """M13: SIGKILL rent after its creates, before any box is kept: the guardian it started
-    before the first create ends every candidate at the deadline and exits 0 only then."""
+    before the first create ends every candidate, at the deadline or, should the dead racer's
+    heartbeat stand still for RACER_TTL_S first, then, and exits 0 only then."""
     proc = rent(fakes, "kill-box", "1")
     fakes.wait_for("two creates", lambda: created(fakes, 2))
     proc.kill()
@@ -53,14 +54,16 @@ def test_a_rent_killed_between_its_creates_and_keeping_a_box_leaves_nothing_bill
     assert len(fakes.live_instances()) >= 2  # candidates bill; nothing in rent can end them
     (started,) = fakes.events("guard.start")
     # the deadline comes near only now rent is dead (an event, not a guess at how long two
-    # paced creates take): 3.6 s from now, while the candidates still boot
-    assert fakes.json("guard", "kill-box", "--hours", "0.001")["pid"] is None  # no second one
+    # paced creates take): 36 s of the world's time from now (RACER_TTL_S is 90), while the
+    # candidates still boot
+    assert fakes.json("guard", "kill-box", "--hours", "0.01")["pid"] is None  # no second one
 
-    fakes.wait_for("the confirmed end", lambda: fakes.events("guard.confirmed_gone"))
+    (ended,) = fakes.wait_for("the guardian's exit", lambda: fakes.events("guard.exit"))
     fakes.wait_for("the guardian to exit", lambda: not _alive(int(started["pid"])))
 
     assert fakes.live_instances() == []
-    assert [e["code"] for e in fakes.events("guard.exit")] == [0]
+    assert ended["code"] == 0
+    assert fakes.events("guard.confirmed_gone") or fakes.events("guard.race_ended")
     boxes = fakes.json("boxes")
     assert [r["state"] for r in boxes["rentals"]] == ["released"]
     assert boxes["candidates"] == [] and boxes["pending_destroys"] == []

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from fakes.vast.clock import FakeClock
 from gpuops import settings as s
 from gpuops.clock import SYSTEM, ScaledClock
 from gpuops.errors import UsageError
@@ -34,7 +33,7 @@ ALLOWED = {"gpuops/settings.py", "gpuops/secrets.py"}
 
 
 def build(environ: dict[str, str], **options: object) -> Settings:
-    return Settings.from_environ(environ, options, home=HOME, clock=FakeClock(5000.0))
+    return Settings.from_environ(environ, options, home=HOME)
 
 
 # --- defaults and precedence -------------------------------------------------------------------
@@ -53,7 +52,7 @@ def test_with_an_empty_environment_every_value_is_its_documented_default():
     assert (got.storage_emulator_host, got.s3_endpoint, got.time_scale) == (None, None, None)
     assert got.lane_values == () and got.lane_bucket() is None
     assert got.colour is True and got.columns is None
-    assert got.clock() is SYSTEM and got.time_factor() == 1.0
+    assert got.clock() is SYSTEM
     assert got.notify_urls == ()
 
 
@@ -338,15 +337,21 @@ def test_the_time_scale_makes_one_scaled_clock_from_the_shared_origin():
     """GPUOPS_TIME_SCALE and _ORIGIN: the scaled clock every process computes alike."""
     got = build({"GPUOPS_TIME_SCALE": "10", "GPUOPS_TIME_ORIGIN": "1000.0"})
 
-    assert got.time_scale == TimeScale(10.0, 1000.0) and got.time_factor() == 10.0
+    assert got.time_scale == TimeScale(10.0, 1000.0)
     clock = got.clock()
     assert isinstance(clock, ScaledClock) and clock.factor == 10.0
 
 
-def test_without_an_origin_the_scale_starts_now():
-    """GPUOPS_TIME_SCALE alone: the origin is the moment the settings were read."""
-    assert build({"GPUOPS_TIME_SCALE": "2.5"}).time_scale == TimeScale(2.5, 5000.0)
-    assert build({"GPUOPS_TIME_SCALE": "0.5"}).time_scale == TimeScale(0.5, 5000.0)
+def test_a_scale_without_an_origin_is_refused_as_no_two_processes_would_agree():
+    """GPUOPS_TIME_SCALE alone would start each process's clock at its own start: a rent's
+    deadline would read differently in its guardian. Both are asked for, named."""
+    for scale in ("2.5", "0.5"):
+        with pytest.raises(UsageError) as refused:
+            build({"GPUOPS_TIME_SCALE": scale})
+        assert "GPUOPS_TIME_SCALE is set without GPUOPS_TIME_ORIGIN" in str(refused.value)
+    assert build({"GPUOPS_TIME_SCALE": "0.5", "GPUOPS_TIME_ORIGIN": "7"}).time_scale == (
+        TimeScale(0.5, 7.0)
+    )
 
 
 def test_a_scale_s_clock_runs_that_much_faster_from_its_origin():

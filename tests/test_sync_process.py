@@ -68,7 +68,7 @@ def test_rent_sync_every_reaches_the_guardian_and_boxes_and_watch_show_the_last_
     assert syncs and all(s["ok"] for s in syncs)
 
     (started,) = fakes.events("guard.start")
-    fakes.gpuops("guard", "sync-box", "--hours", "0.005")  # the deadline 18 s from now
+    fakes.gpuops("guard", "sync-box", "--hours", "0.15")  # the deadline 18 s from now
     fakes.wait_for("the confirmed destroy", lambda: fakes.events("guard.confirmed_gone"))
     fakes.wait_for("the guardian to exit", lambda: not _alive(int(started["pid"])))
     assert fakes.events("guard.sync")[-1]["final"] is True

@@ -48,6 +48,11 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.advance(max(seconds, 0.0))
 
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """A background wait (a racer's heartbeat) takes real seconds here: only the test moves
+        this clock, and a thread woken by the test's own moves would race the test."""
+        return event.wait(seconds)
+
     def epoch_of(self, at: float) -> float:
         """In tests the fake time is the world's time."""
         return at

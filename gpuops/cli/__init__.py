@@ -501,10 +501,9 @@ def _compact(settings: Settings, as_json: bool) -> int:
     """`gpuops compact`: archive what can never bill again; an unreadable record is named and
     left where it is (exit 1), as every listing does."""
     from gpuops.archive import compact
-    from gpuops.clock import SYSTEM
     from gpuops.store import open_store
 
-    done = compact(open_store(settings.state_url, settings.s3_endpoint), SYSTEM.wall())
+    done = compact(open_store(settings.state_url, settings.s3_endpoint), settings.clock().wall())
     if as_json:
         print_json(
             {

@@ -37,8 +37,10 @@ def run_guard(args: argparse.Namespace, settings: Settings, operator: str, as_js
         return _run(market, rental, shell, args, as_json)
     from gpuops.alarms import open_alarms
 
-    alarms = open_alarms(settings, market.ledger.store, market.events, operator=operator)
-    return _watch(market, rental, shell, args, as_json, alarms=alarms)
+    alarms = open_alarms(
+        settings, market.ledger.store, market.events, operator=operator, clock=market.clock
+    )
+    return _watch(market, rental, shell, args, as_json, clock=market.clock, alarms=alarms)
 
 
 def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
@@ -81,14 +83,19 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
         from gpuops.market.results import open_results
 
         alarms = open_alarms(
-            settings, market.ledger.store, market.events, operator=operator, say=_stderr
+            settings,
+            market.ledger.store,
+            market.events,
+            operator=operator,
+            clock=market.clock,
+            say=_stderr,
         )
         guardian = guard.Guardian(
             market,
             args.name,
             shell=box_shell(settings),
             results=open_results(settings.results_url, settings.s3_endpoint),
-            clockwork=guard.clockwork_for(settings.time_factor()),
+            clock=market.clock,
             alarms=alarms,
         )
         guard.install_signal_handlers(guardian)
@@ -196,7 +203,7 @@ def _guard_all(args: argparse.Namespace, settings: Settings, operator: str) -> i
     store = open_store(settings.state_url, settings.s3_endpoint)
     shell = box_shell(settings)
     results = open_results(settings.results_url, settings.s3_endpoint)
-    clockwork = guard.clockwork_for(settings.time_factor())
+    clock = settings.clock()  # the one clock, as each owner's market has it
     owners: dict[str, tuple[Market, Alarms]] = {}
     lock = threading.Lock()
 
@@ -206,7 +213,7 @@ def _guard_all(args: argparse.Namespace, settings: Settings, operator: str) -> i
                 market = open_market(settings, rental.owner, need_key=False)
                 owners[rental.owner] = market, open_alarms(
                     settings, market.ledger.store, market.events, operator=rental.owner,
-                    say=_stderr,
+                    clock=clock, say=_stderr,
                 )  # fmt: skip
             market, alarms = owners[rental.owner]
         return guard.Guardian(
@@ -214,16 +221,16 @@ def _guard_all(args: argparse.Namespace, settings: Settings, operator: str) -> i
             rental.name,
             shell=shell,
             results=results,
-            clockwork=clockwork,
+            clock=clock,
             alarms=alarms,
             leases=leases,
         )
 
     service = guard_all.Service(
         store,
-        EventLog(settings.events_path, operator),
+        EventLog(settings.events_path, operator, clock=clock),
         guardian_for,
-        clockwork=clockwork,
+        clock=clock,
         say=_stderr,
         where=settings.state_url,
     )

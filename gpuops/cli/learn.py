@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuops.clock import SYSTEM
 from gpuops.errors import ExitCode, UsageError
 from gpuops.output import print_json
 from gpuops.settings import Settings
@@ -147,7 +146,7 @@ def _stats(args: argparse.Namespace, settings: Settings, as_json: bool) -> int:
     if args.html:
         from gpuops.analysis.page import render
 
-        figures = None if renter is None else renter.figures(SYSTEM.wall())
+        figures = None if renter is None else renter.figures(settings.clock().wall())
         Path(args.html).write_text(render(report, scanned, figures), encoding="utf-8")
     if as_json:  # the log's first and last stamps as epoch seconds, as every --json has times
         print_json({**report, "span": _epoch_span(report["span"]), "scanned": scanned})

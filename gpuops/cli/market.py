@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuops.clock import SYSTEM, Clock, WithSleep
+from gpuops.clock import Clock
 from gpuops.errors import ExitCode
 from gpuops.output import out, print_json
 from gpuops.settings import Settings
@@ -162,9 +162,9 @@ def destroy_command(
     as_json: bool,
     *,
     say: Callable[[str], None] | None = None,
-    clock: Clock = SYSTEM,
+    clock: Clock | None = None,
 ) -> int:
-    """`gpuops destroy NAME`: every wait (a retried 503, the confirmation that the box is
+    """`gpuops destroy NAME` on ``clock`` (None: the command's, settings.clock()): every wait (a retried 503, the confirmation that the box is
     gone) says so on stderr at least every timing.PROGRESS_EVERY_S; stdout carries only the
     result, so --json stays clean."""
     from gpuops.market.ending import destroy_rental
@@ -173,6 +173,7 @@ def destroy_command(
     from gpuops.progress import paced
 
     tell = say or _stderr
+    clock = settings.clock() if clock is None else clock
     started = clock.monotonic()
 
     def waited() -> str:
@@ -194,8 +195,9 @@ def destroy_command(
         settings,
         operator,
         need_key=False,
-        waits=WithSleep(clock, paced(clock, tell, confirming)),
-        retry_waits=WithSleep(clock, paced(clock, tell, retrying)),
+        clock=clock,
+        waits=paced(clock, tell, confirming),
+        retry_waits=paced(clock, tell, retrying),
     )
     outcomes = destroy_rental(market, name)
     lines = [f"{o.name}: {o.detail}" for o in outcomes] or [f"{name}: nothing to end"]

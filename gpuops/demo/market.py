@@ -1,6 +1,8 @@
 """The demo's second act: the market (Vast.ai), against FakeVast and the fake ssh on loopback.
 
-FakeVast serves in this process on a scaled clock (a box boots in half a second); the fake
+FakeVast serves in this process on the scaled clock it exports, and gpuops, in this process and
+in every one the act starts, runs on that same clock (GPUOPS_TIME_SCALE, GPUOPS_TIME_ORIGIN): a
+box boots in a second, a lease lives two; the fake
 `ssh` program replays recorded probe output per box and runs every other command for real in
 the box's sandbox, so the job really runs under tmux and the guardian really copies its
 results. gpuops acts through its real paths: the market library for the race, `gpuops run`,
@@ -24,7 +26,7 @@ import yaml
 from gpuops import event_ops as ops
 from gpuops import event_types as ev
 from gpuops import timing
-from gpuops.clock import SYSTEM, Clock, ScaledClock
+from gpuops.clock import SYSTEM, Clock
 from gpuops.event_base import Kinded
 from gpuops.model import Verdict
 from gpuops.settings import Settings, exported
@@ -36,7 +38,7 @@ NAME = "training-run"
 SECOND = "second-try"
 GPU = "RTX 4090"
 SEED = 2026  # the race picks the same offers every time (its exploration is seeded)
-TIME_SCALE = 60.0  # fake seconds per real second: a box boots in half a second
+TIME_SCALE = 30.0  # the world's seconds per real second: a box boots in one, a lease lives two
 RESULT = "results/summary.txt"
 JOB = "mkdir -p results && echo 'loss 0.031 after 3 epochs' > results/summary.txt && sleep 600"
 INTERRUPT_AFTER_BOXES = 2  # Ctrl-C once the second race has this many boxes billing
@@ -83,8 +85,8 @@ class _Fakes:
     ) -> None:
         from fakes.scenario import load_scenario
         from fakes.serve import FAKE_SSH, throwaway_key
-        from fakes.vast import FakeVast, ScaledClock, serve_http
-        from fakes.vast.clock import RECORDED_EPOCH
+        from fakes.vast import FakeVast, serve_http
+        from fakes.vast.clock import ExportedClock
 
         self.dir = scratch / "market-fakes"
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -92,9 +94,10 @@ class _Fakes:
         path.write_text(yaml.safe_dump(scenario_doc()), encoding="utf-8")
         scenario = load_scenario(path)
         key = throwaway_key(self.dir)
+        self.clock = ExportedClock(scenario.time_scale)  # the act's one clock, gpuops' too
         self.model = FakeVast(
             scenario,
-            clock=ScaledClock(scenario.time_scale, RECORDED_EPOCH),
+            clock=self.clock,
             state_dir=self.dir,
             generated_key=key.read_text(encoding="utf-8").strip(),
         )
@@ -115,6 +118,7 @@ class _Fakes:
             # its children read no config file, as its own Settings (below) read none: a
             # person's file must not send the demo's alarms or results anywhere real
             "GPUOPS_CONFIG": os.devnull,
+            **self.clock.exports(),
         }
         self.settings = Settings.from_environ({**base, **self.env}, {"state": state_url})
 
@@ -218,19 +222,13 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
     from gpuops.market.sweep import sweep
     from gpuops.procs import interrupts_raised
 
-    # gpuops' own waits (the race's polls, and the adapter's backoff before it retries a 503
-    # the fake answers) shrink with the fake's clock, on the one scaled clock
-    # (gpuops/clock.py), and so does create pacing (M12: Vast's create interval, on the fake's
-    # clock: CREATE_PACING_S of fake time); every deadline stays on the real clock
-    scaled = ScaledClock(TIME_SCALE)
+    # on the fake's clock (the settings carry its exports): every deadline, wait and pacing
+    # (M12: Vast's create interval) is the world's, as in every process the act starts
     market = open_market(
         fakes.settings,
         operator,
         vram_floor_mb=8192,
         rng=random.Random(SEED),
-        waits=scaled,
-        retry_waits=scaled,
-        create_pacing_s=timing.CREATE_PACING_S / TIME_SCALE,
         rank=ranker,  # as `gpuops rent` ranks: price per healthy box, learned from the log
     )
     guarded: dict[str, Any] = {}
@@ -241,9 +239,11 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
                             market.host, market.ledger.operator)
         )  # fmt: skip
 
-    hours = timing.DEMO_RENTAL_S / 3600.0
+    hours = timing.DEMO_RENTAL_S * TIME_SCALE / 3600.0
     story.say(
-        f"You rent a box for {timing.DEMO_RENTAL_S:g} seconds: gpuops starts its guardian, "
+        f"You rent a box for {hours * 60:g} minutes ({timing.DEMO_RENTAL_S:g} s here: the "
+        f"stand-in's clock, and gpuops' with it, runs {TIME_SCALE:g} times faster). gpuops "
+        "starts its guardian, "
         "then races the three cheapest offers that pass its filter..."
     )
     with interrupts_raised():
@@ -307,10 +307,11 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         "Now nobody touches the first box. Its guardian copies the results off a quarter of "
         "the rental before the deadline, then destroys the box..."
     )
-    deadline = rental.deadline_at or SYSTEM.wall()  # the rental's real deadline
+    world = fakes.clock
+    deadline = rental.deadline_at or world.wall()  # the rental's deadline, on the world's clock
 
     def waiting(waited_s: float) -> None:
-        left = deadline - SYSTEM.wall()
+        left = (deadline - world.wall()) / TIME_SCALE  # in the real seconds the story counts
         when = f"{left:.0f} s before its deadline" if left > 0 else "past its deadline"
         story.say(f"  ... {waited_s:.0f} s: the guardian still holds the box, {when}")
 
@@ -321,7 +322,7 @@ def _story(story: Story, fakes: _Fakes, operator: str) -> None:
         deadline failed again: its own report, not a timeout, ends the wait then."""
         if fakes.events_of(ops.GuardExit, NAME):
             return True
-        if SYSTEM.wall() < deadline:
+        if world.wall() < deadline:
             return False
         if not stuck_after:
             stuck_after.append(len(fakes.events_of(ops.GuardDestroyPending, NAME)))
@@ -435,7 +436,8 @@ def _interrupted_race(story: Story, fakes: _Fakes) -> set[int]:
     """`gpuops rent` as a process, interrupted mid-race; the ids of the boxes it created."""
     before = {b.id for b in fakes.boxes()}
     story.say("You start a second rental and press Ctrl-C while its race is creating boxes...")
-    hours = f"{timing.DEMO_RENTAL_S / 2 / 3600.0:.6f}"  # its guardian ends it soon regardless
+    # its guardian ends it soon regardless
+    hours = f"{timing.DEMO_RENTAL_S / 2 * TIME_SCALE / 3600.0:.6f}"
     rent = fakes.gpuops("rent", SECOND, "--gpu", GPU, "--hours", hours, "--race", "3")
 
     def raced() -> list[Any]:

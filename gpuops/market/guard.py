@@ -80,15 +80,6 @@ def guardian_id(operator: str) -> str:
     return process_id(operator)
 
 
-def clockwork_for(time_factor: float) -> g.Clockwork:
-    """The lease durations for a world ``time_factor`` times faster than real time: NORMAL, or
-    under GPUOPS_TIME_SCALE=k (settings.py; loopback fakes only) every one divided by k."""
-    try:
-        return g.NORMAL.scaled(time_factor)
-    except ValueError as exc:
-        raise UsageError(f"GPUOPS_TIME_SCALE={time_factor!r}: {exc}") from None
-
-
 # --- the guardian --------------------------------------------------------------------------
 class Guardian:
     def __init__(
@@ -108,8 +99,8 @@ class Guardian:
         """``clock``: the guardian's time and its waits; leases are judged stale on its
         monotonic time alone (never another host's). ``leases``: the lease records (default
         over the market's store; `guard --all` gives its guardians ones it can stop). The guardian runs ``market`` anew on this
-        clock, waiting with ``Guardian.market_sleep``: every wait inside a destroy keeps the
-        heartbeat going, and is as much shorter as ``clockwork`` is (GPUOPS_TIME_SCALE)."""
+        clock, waiting with ``Guardian.sleep``: every wait inside a destroy keeps the heartbeat
+        going."""
         self.name = check_name(name)
         self.operator = market.ledger.operator
         self.me = me or guardian_id(self.operator)
@@ -130,14 +121,14 @@ class Guardian:
         self.copying = False  # a results copy is under way: a signal cuts it (M17)
         self.syncing = False  # a periodic results sync is under way: a signal cuts it too
         self.due_at = 0.0  # the deadline as this host enforces it; set by bind and _box
-        # results synced this often while the job runs (None or 0: off), scaled as the clockwork
+        # results synced this often while the job runs (None or 0: off)
         self.sync_every_s: float | None = None
         self.syncs = sp.SyncState()  # the last sync tried, the last that worked, failing since
         self.faults: list[str] = []  # what failed in our own work: the exit says it (M17)
         self.finished: int | None = None  # an exit decided outside the pure core (M17)
         self.events = _NeverInTheWay(market.events, say)
         self.alarms = alarms or a.silent(self.events)  # O1: heard, never in the way
-        self.market = market.on(clock=WithSleep(clock, self.market_sleep), events=self.events)
+        self.market = market.on(clock=WithSleep(clock, self.sleep), events=self.events)
         # its copy children, ended by the signal path (``release``), never left running (M17)
         self.copies = Copies(started=self._copy_started)
 
@@ -191,9 +182,7 @@ class Guardian:
         self.rental_id = rental.rental_id
         self.lease_key = lease_key(rental)
         self.last_race = rental.race
-        # the rental's interval, as much shorter as the clockwork is (GPUOPS_TIME_SCALE)
-        scale = self.clockwork.heartbeat_s / g.NORMAL.heartbeat_s
-        self.sync_every_s = (rental.sync_every_s or 0.0) * scale
+        self.sync_every_s = rental.sync_every_s or 0.0
         self.syncs = sp.SyncState(last_ok_at=rental.synced_at)
         mine = rental.deadline_host == self.market.host  # else another host's clock (M17)
         self.due_at = rental.deadline_at + (0.0 if mine else timing.CLOCK_SKEW_S)
@@ -285,12 +274,6 @@ class Guardian:
             self.clock.sleep(nap)
             if self.clock.wall() >= ends:
                 return
-
-    def market_sleep(self, seconds: float) -> None:
-        """A wait the market asks for (a destroy's confirmation polls, in timing.py's real
-        seconds), divided by the factor the clockwork was (1 for NORMAL), as the CLI's own
-        market divides it under GPUOPS_TIME_SCALE; the heartbeat goes on meanwhile."""
-        self.sleep(seconds * self.clockwork.heartbeat_s / g.NORMAL.heartbeat_s)
 
     def _heartbeat(self) -> float:
         """Renew our lease if its heartbeat is due; seconds until the next one is (a whole

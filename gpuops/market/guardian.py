@@ -38,8 +38,8 @@ SUPERSEDED = ExitCode.SUPERSEDED  # a successor was seen renewing the lease (ver
 class Clockwork:
     """The lease's durations, read from timing.py together so they cannot disagree (M6).
 
-    ``scaled(k)`` divides every one of them by the same k, keeping each relation that
-    tests/test_timing.py pins; only process tests use it, to run guardians in seconds.
+    They are counted on the guardian's one clock and never divided: under GPUOPS_TIME_SCALE
+    that clock is the loopback fakes' scaled one (settings.clock()), so they pass as fast.
     """
 
     heartbeat_s: float = timing.GUARDIAN_HEARTBEAT_S
@@ -47,17 +47,6 @@ class Clockwork:
     poll_s: float = timing.LEASE_POLL_S
     verify_s: float = timing.SUPERSESSION_VERIFY_S
     confirm_poll_s: float = timing.DESTROY_CONFIRM_POLL_S
-
-    def scaled(self, k: float) -> Clockwork:
-        if not k >= 1.0:
-            raise ValueError(f"a time scale must be at least 1, not {k!r}")
-        return Clockwork(
-            self.heartbeat_s / k,
-            self.lease_ttl_s / k,
-            self.poll_s / k,
-            self.verify_s / k,
-            self.confirm_poll_s / k,
-        )
 
 
 NORMAL = Clockwork()
@@ -248,8 +237,8 @@ def observe_racer(mind: Mind, racer: tuple[str, int] | None, mono: float) -> Min
 
 
 def racer_dead(mind: Mind, mono: float) -> bool:
-    """The racer's heartbeat was seen standing still for RACER_TTL_S (real seconds, never
-    scaled: the racer beats on real time). Only our own clock is read (M13, M17)."""
+    """The racer's heartbeat was seen standing still for RACER_TTL_S, on this guardian's own
+    clock (the racer beats on its own). Only our own clock is read (M13, M17)."""
     return mind.racer_seen is not None and mono - mind.racer_since >= timing.RACER_TTL_S
 
 

@@ -335,7 +335,7 @@ class Market:
         stop = threading.Event()
 
         def beat() -> None:
-            while not stop.wait(timing.RACER_HEARTBEAT_S):
+            while not self.clock.wait(stop, timing.RACER_HEARTBEAT_S):  # on our one clock
                 with contextlib.suppress(GpuopsError):
                     if not self.rentals.beat(rental.name, self.racer):
                         return

@@ -63,6 +63,7 @@ def ssh_prober(
             known_hosts=ssh.known_hosts_path(state_dir, instance.instance_id),
             vram_floor_mb=vram_floor_mb,
             disk_floor_mb_per_s=MIN_DISK_MB_PER_S,
+            clock=SYSTEM,  # real seconds: it bounds this machine's own ssh processes
         )
         return result.cause
 
@@ -77,24 +78,26 @@ def open_market(
     progress: Callable[[str], None] = lambda line: None,
     need_key: bool = True,
     rng: random.Random | None = None,
-    waits: Clock | None = None,
-    retry_waits: Clock | None = None,
+    clock: Clock | None = None,
+    waits: Callable[[float], None] | None = None,
+    retry_waits: Callable[[float], None] | None = None,
     create_pacing_s: float | None = None,
     attested: bool = False,
     rank: Rank | None = None,
 ) -> Market:
-    """``waits``: the clock whose sleep the market's waits take (race polls, destroy
-    confirmation); None: the real clock's, shortened by GPUOPS_TIME_SCALE when it is set (the
-    loopback fakes run that much faster: settings.clock()). ``retry_waits``: the clock whose
-    sleep the adapter's backoff between retried calls (a 503, a 429) and its pacing take (None:
-    the real clock's). The market reads the real clock's time either way: every deadline is
-    real. ``create_pacing_s``: the least time between two
-    creates (None: Vast's documented interval, timing.CREATE_PACING_S). ``attested``: the
-    operator's id was attested by the provider (identity.py), recorded on each rental it
-    races for (M3). ``rank``: what ranks offers by price per healthy box, given the event
-    log's path and the store (None: offers are ranked on price and filters alone)."""
-    if waits is None:
-        waits = SYSTEM if settings.time_scale is None else settings.clock()
+    """The market on the command's one clock (``settings.clock()``: the real one, or under
+    GPUOPS_TIME_SCALE the loopback fakes' scaled one, so every deadline, lease, wait and spend
+    reads as the fakes render it). The probe alone is timed on the real clock: it bounds this
+    machine's own ssh processes, which no scale makes faster. ``clock``: another (a test's;
+    None: that one). ``waits``: how the market's own waits (race polls, a destroy's
+    confirmation) are slept, ``retry_waits`` how the adapter's backoff and pacing are (None:
+    the clock's own sleep; a command that says what it waits for gives one that does, on the
+    same clock). ``create_pacing_s``: the least
+    time between two creates (None: Vast's documented interval, timing.CREATE_PACING_S).
+    ``attested``: the operator's id was attested by the provider (identity.py), recorded on
+    each rental it races for (M3). ``rank``: what ranks offers by price per healthy box, given
+    the event log's path and the store (None: offers are ranked on price and filters alone)."""
+    clock = settings.clock() if clock is None else clock
     from gpuops.providers import vastai_lazy
     from gpuops.providers.vast import VastAdapter, find_api_key
 
@@ -102,21 +105,21 @@ def open_market(
 
     store = open_store(settings.state_url, settings.s3_endpoint)
     here = settings.local_dir
-    events = EventLog(settings.events_path, operator)
+    events = EventLog(settings.events_path, operator, clock=clock)
     from gpuops.market.pacing import Pace
 
     # one call budget: a sweep's threads and the adapter's 429 waits
-    pace = Pace(clock=WithSleep(SYSTEM, (retry_waits or SYSTEM).sleep))
+    pace = Pace(clock=clock if retry_waits is None else WithSleep(clock, retry_waits))
     vast = VastAdapter(
         # VAST_API_KEY, else the config file's vast_api_key, else vastai's key files
         api_key=find_api_key(settings.environ, settings.vast_api_key),
         base_url=settings.vast_url,
         events=events,
-        clock=WithSleep(SYSTEM, pace.hold),  # real time; every wait is a place in the budget
+        clock=WithSleep(clock, pace.hold),  # every wait is a place in the budget
     )
     public_key = read_public_key(settings.ssh_key) if need_key else ""
     prober = ssh_prober(here, settings.identity_file(), vram_floor_mb, settings.ssh())
-    ledger = Ledger(store, events, operator)
+    ledger = Ledger(store, events, operator, clock=clock)
     from gpuops.alarms import open_alarms
     from gpuops.market.budgets import Budgets
 
@@ -126,7 +129,7 @@ def open_market(
         events,
         probe=prober,
         public_key=public_key,
-        clock=WithSleep(SYSTEM, waits.sleep),
+        clock=clock if waits is None else WithSleep(clock, waits),
         progress=progress,
         rng=rng,
         # rank by price per healthy box, from the index in the store: the same cost at any log size
@@ -134,7 +137,10 @@ def open_market(
         pace=pace,
         # M15: the team's and the operator's limits, asked before a race's first create
         budget=Budgets(
-            store, operator, alarms=open_alarms(settings, store, events, operator=operator)
+            store,
+            operator,
+            clock=clock,
+            alarms=open_alarms(settings, store, events, operator=operator, clock=clock),
         ),
         create_pacing_s=timing.CREATE_PACING_S if create_pacing_s is None else create_pacing_s,
         attested=attested,
