@@ -108,6 +108,15 @@ class ScaledClock:
         return f"ScaledClock(factor={self.factor!r})"
 
 
+def scale_of(clock: Clock) -> float:
+    """How many times faster than real time ``clock`` runs: a ScaledClock's factor (through
+    WithSleep too), 1 for any other. Only said (a guardian's start event), never divided by:
+    a clock that runs faster already makes every duration on it pass faster."""
+    while isinstance(clock, WithSleep):
+        clock = clock._base
+    return clock.factor if isinstance(clock, ScaledClock) else 1.0
+
+
 class WithSleep:
     """``base``'s wall and monotonic time, waiting with ``sleep``."""
 

@@ -132,3 +132,13 @@ def test_a_wait_for_an_event_counts_the_clock_s_own_seconds_and_ends_when_it_is_
         assert clock.wait(unset, 0.02) is False
         assert time.monotonic() - started >= 0.015, clock  # real seconds, never fewer
         assert clock.wait(done, 3600.0) is True
+
+
+def test_a_clock_s_scale_is_its_factor_through_withsleep_and_one_for_any_other():
+    """scale_of: what a guardian's start event says its clock runs at (never divided by)."""
+    from gpuops.clock import scale_of
+
+    assert scale_of(SYSTEM) == 1.0 and scale_of(FakeClock(5.0)) == 1.0
+    assert scale_of(ScaledClock(30.0)) == 30.0
+    assert scale_of(WithSleep(WithSleep(ScaledClock(4.0), lambda s: None), lambda s: None)) == 4.0
+    assert scale_of(WithSleep(SYSTEM, lambda s: None)) == 1.0

@@ -63,3 +63,37 @@ def test_the_scan_sees_each_way_of_reading_the_clock():
     assert time_reads("def f(clock: Clock = SYSTEM) -> None: ...\n") == 0
     assert time_reads("def f(callback: Callable[[], float]) -> None: ...\n") == 0
     assert time_reads("import time\nt = time.strftime('%Y')\n") == 0
+
+
+# The one time-scale mechanism: a faster clock (settings.clock()), and nothing else. These may
+# name the scale: clock.py and settings.py build the clock, config.py names the variable, the
+# demo chooses its world's scale and says it in its story.
+SCALE_OK = {"gpuops/clock.py", "gpuops/settings.py", "gpuops/config.py", "gpuops/demo/market.py"}
+
+
+def scale_reads(source: str) -> int:
+    """Reads of a time scale: a ``.factor``, a ``.time_scale`` or a ``time_factor``."""
+    found = 0
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            found += node.attr in ("factor", "time_scale", "time_factor")
+        elif isinstance(node, ast.Name):
+            found += node.id == "time_factor"
+    return found
+
+
+def test_no_module_divides_by_the_time_scale_the_clock_alone_runs_faster():
+    """Under GPUOPS_TIME_SCALE every duration passes faster because the clock does; a module
+    that read the scale itself (to divide a lease or a wait by it) would be a second mechanism."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel not in SCALE_OK and (count := scale_reads(path.read_text())):
+            found[rel] = count
+    assert found == {}
+
+
+def test_the_scale_scan_sees_each_way_of_reading_the_scale():
+    assert scale_reads("k = clock.factor\nj = settings.time_scale\n") == 2
+    assert scale_reads("k = settings.time_factor()\nk = time_factor\n") == 2
+    assert scale_reads("k = factor\nscale_of(clock)\n") == 0

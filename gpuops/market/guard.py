@@ -27,7 +27,7 @@ from gpuops import alarms as a
 from gpuops import event_ops as ops
 from gpuops import event_types as ev
 from gpuops import timing
-from gpuops.clock import SYSTEM, Clock, WithSleep
+from gpuops.clock import SYSTEM, Clock, WithSleep, scale_of
 from gpuops.errors import (
     ExitCode,
     GpuopsError,
@@ -191,7 +191,7 @@ class Guardian:
                 **self.who,
                 deadline=utc_iso(rental.deadline_at),
                 pid=os.getpid(),
-                time_scale=g.NORMAL.heartbeat_s / self.clockwork.heartbeat_s,
+                time_scale=scale_of(self.clock),
             )
         )
         self.say(
