@@ -18,7 +18,7 @@ from test_guard_process import ROOT, WAIT_S, Fakes, _alive, _guardian_pids, _kil
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
-SLOW_BOOT = {"boot": {"provisioning_s": 600}}  # the world's seconds: 20 s of wall time at x30
+SLOW_BOOT = {"boot": {"provisioning_s": 300}}  # the world's seconds: 10 s of wall time at x30
 
 
 @pytest.fixture
