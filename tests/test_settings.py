@@ -348,7 +348,10 @@ def test_a_scale_without_an_origin_is_refused_as_no_two_processes_would_agree():
     for scale in ("2.5", "0.5"):
         with pytest.raises(UsageError) as refused:
             build({"GPUOPS_TIME_SCALE": scale})
-        assert "GPUOPS_TIME_SCALE is set without GPUOPS_TIME_ORIGIN" in str(refused.value)
+        assert str(refused.value) == (
+            "GPUOPS_TIME_SCALE is set without GPUOPS_TIME_ORIGIN: give both, as `gpuops "
+            "fakes serve` exports them"
+        )
     assert build({"GPUOPS_TIME_SCALE": "0.5", "GPUOPS_TIME_ORIGIN": "7"}).time_scale == (
         TimeScale(0.5, 7.0)
     )
