@@ -164,9 +164,9 @@ def destroy_command(
     say: Callable[[str], None] | None = None,
     clock: Clock | None = None,
 ) -> int:
-    """`gpuops destroy NAME` on ``clock`` (None: the command's, settings.clock()): every wait (a retried 503, the confirmation that the box is
-    gone) says so on stderr at least every timing.PROGRESS_EVERY_S; stdout carries only the
-    result, so --json stays clean."""
+    """`gpuops destroy NAME` on ``clock`` (None: the command's, settings.clock()): every wait
+    (a retried 503, the confirmation that the box is gone) says so on stderr at least every
+    timing.PROGRESS_EVERY_S; stdout carries only the result, so --json stays clean."""
     from gpuops.market.ending import destroy_rental
     from gpuops.market.session import open_market
     from gpuops.market.teardown import exit_code

@@ -92,9 +92,8 @@ def open_market(
     None: that one). ``waits``: how the market's own waits (race polls, a destroy's
     confirmation) are slept, ``retry_waits`` how the adapter's backoff and pacing are (None:
     the clock's own sleep; a command that says what it waits for gives one that does, on the
-    same clock). ``create_pacing_s``: the least
-    time between two creates (None: Vast's documented interval, timing.CREATE_PACING_S).
-    ``attested``: the operator's id was attested by the provider (identity.py), recorded on
+    same clock). ``create_pacing_s``: the least time between two creates (None: Vast's
+    documented interval, timing.CREATE_PACING_S). ``attested``: the operator's id was attested by the provider (identity.py), recorded on
     each rental it races for (M3). ``rank``: what ranks offers by price per healthy box, given
     the event log's path and the store (None: offers are ranked on price and filters alone)."""
     clock = settings.clock() if clock is None else clock
