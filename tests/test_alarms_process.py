@@ -25,7 +25,7 @@ def test_a_guardian_s_failure_reaches_the_receiver_through_a_later_sweep_once_o1
     receiver = Receiver(answers=[500])
     try:
         fakes.env["GPUOPS_NOTIFY"] = receiver.url
-        fakes.gpuops("rent", "alarm-box", "--gpu", "RTX 4090", "--hours", "1", "--race", "1")
+        fakes.gpuops("rent", "alarm-box", "--gpu", "RTX 4090", "--hours", "3", "--race", "1")
         fakes.wait_for("its guardian", lambda: fakes.events("guard.lease.taken"))
         (started,) = fakes.events("guard.start")
         pid = int(started["pid"])

@@ -582,7 +582,7 @@ def test_offers_and_rent_succeed_with_the_bad_line_in_the_log(tmp_path):
         offers = json.loads(done.stdout)
         assert [o["id"] for o in offers["offers"]] == [900, 901, 902]
         assert offers["skipped_events"] == 1 and said in done.stderr
-        done = fakes.gpuops("--json", "rent", "b", "--gpu", "RTX 4090", "--hours", "1",
+        done = fakes.gpuops("--json", "rent", "b", "--gpu", "RTX 4090", "--hours", "3",
                             "--race", "1", "--no-guard")  # fmt: skip
         rented = json.loads(done.stdout)
         assert rented["state"] == "live" and rented["offer_id"] in (900, 901, 902)

@@ -84,7 +84,7 @@ def test_a_second_hosts_guardian_service_ends_every_box_at_its_deadline_when_the
     rented = {}
     for owner, name in [("alice", "a-1"), ("alice", "a-2"), ("bob", "b-1")]:
         market = open_market(settings, owner)
-        rental = market.rent(RentRequest(name=name, gpu_name="RTX 4090", hours=1, race_k=1))
+        rental = market.rent(RentRequest(name=name, gpu_name="RTX 4090", hours=3, race_k=1))
         rented[name] = (market, rental)
     a = service(fakes, "hostA", SKEW_S, tmp_path / "a.log")
     b = None

@@ -154,7 +154,7 @@ def test_a_rented_box_is_destroyed_at_its_deadline_after_the_shell_that_rented_i
     """M5: rent and run in a shell, kill that shell's whole session; the detached guardian
     copies the results off, destroys the box by its deadline, and nothing is left or leaked."""
     script = (
-        f"{shlex.quote(sys.executable)} -m gpuops rent demo-box --gpu 'RTX 4090' --hours 1 "
+        f"{shlex.quote(sys.executable)} -m gpuops rent demo-box --gpu 'RTX 4090' --hours 3 "
         f"--race 1 && {shlex.quote(sys.executable)} -m gpuops run demo-box -- "
         "'mkdir -p results && echo trained > results/model.txt && sleep 600'; sleep 600"
     )
@@ -196,7 +196,7 @@ def test_twenty_september_ten_guardians_and_a_crash_looping_watcher_rent_one_box
     """M7/M8: ten guardians started in quick succession while the watcher that starts them is
     killed and restarted: one box is rented, exactly one guardian is responsible at a time,
     none exits 0 before the box is confirmed gone, and the box is destroyed by its deadline."""
-    rent = f"{shlex.quote(sys.executable)} -m gpuops rent pi-box --gpu 'RTX 4090' --hours 1"
+    rent = f"{shlex.quote(sys.executable)} -m gpuops rent pi-box --gpu 'RTX 4090' --hours 3"
     watcher_script = f"{rent} --race 2 && sleep 600"
     for _ in range(3):  # the crash-looping watcher: each restart re-runs rent (M8)
         watcher = subprocess.Popen(
@@ -282,7 +282,7 @@ def test_guardians_killed_after_the_copy_and_after_the_destroy_call_still_end_th
     """M4/M5: kill -9 the guardian after it copied, restart; kill -9 the next after its destroy
     call, before confirmation, restart; the box ends destroyed, and its record is released only
     after the provider confirmed it gone."""
-    fakes.gpuops("rent", "crash-box", "--gpu", "RTX 4090", "--hours", "1", "--race", "1")
+    fakes.gpuops("rent", "crash-box", "--gpu", "RTX 4090", "--hours", "3", "--race", "1")
     fakes.gpuops("run", "crash-box", "--", "mkdir -p results && echo ok > results/r.txt")
     fakes.wait_for("the results", lambda: fakes.gpuops("watch", "crash-box", "--once",
                                                         check=False).returncode == 0)  # fmt: skip
@@ -347,7 +347,7 @@ def test_a_guardian_stopped_mid_copy_ends_its_ssh_and_tarball_and_a_successor_de
     ssh's process group is gone, no partial tarball is left, the event log and `boxes` say the
     results are missing and why; `gpuops guard NAME` starts a successor that copies them, and
     `boxes` then says delivered, and where."""
-    fakes.gpuops("rent", "copy-box", "--gpu", "RTX 4090", "--hours", "1", "--race", "1")
+    fakes.gpuops("rent", "copy-box", "--gpu", "RTX 4090", "--hours", "3", "--race", "1")
     # a sparse 64 GiB file: the first copy streams for minutes, so the signal lands inside it
     fakes.gpuops("run", "copy-box", "--", "mkdir -p results && echo trained > results/model.txt"
                  " && truncate -s 64G results/big && sleep 600")  # fmt: skip
@@ -396,7 +396,7 @@ def test_a_box_billing_on_the_fakes_is_spent_as_the_fake_bills_it_in_budget_and_
     """M15 on loopback: the spend `gpuops budget` and `boxes` count for a live box is its price
     times the time since the fake's own `start_date`, both read on the one clock every process
     shares (it used to be 0: the budget's now was the real clock, behind the fake's)."""
-    fakes.gpuops("rent", "spend-box", "--gpu", "RTX 4090", "--hours", "1", "--race", "1")
+    fakes.gpuops("rent", "spend-box", "--gpu", "RTX 4090", "--hours", "3", "--race", "1")
     from gpuops.providers.vast import VastAdapter
 
     vast = VastAdapter(api_key=fakes.env["VAST_API_KEY"], base_url=fakes.env["VAST_URL"])

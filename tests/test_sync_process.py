@@ -16,7 +16,7 @@ from test_guard_process import Fakes, _alive, fakes  # noqa: F401  (fakes is a f
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
-RENT = ("rent", "sync-box", "--gpu", "RTX 4090", "--hours", "1", "--race", "1")
+RENT = ("rent", "sync-box", "--gpu", "RTX 4090", "--hours", "3", "--race", "1")
 
 
 def _manifest(fakes: Fakes) -> dict[str, Any] | None:
