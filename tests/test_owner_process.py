@@ -47,7 +47,10 @@ def test_a_rent_killed_between_its_creates_and_keeping_a_box_leaves_nothing_bill
     """M13: SIGKILL rent after its creates, before any box is kept: the guardian it started
     before the first create ends every candidate, at the deadline or, should the dead racer's
     heartbeat stand still for RACER_TTL_S first, then, and exits 0 only then."""
-    proc = rent(fakes, "kill-box", "3")
+    # a race of two: killed once both creates landed, so no third create's intent can be left
+    # unresolved (its guardian would then rightly leave with 5 at deadline + OWNER_GRACE_S, and
+    # at x30 the third intent follows the second within a fifth of a second)
+    proc = rent(fakes, "kill-box", "3", race="2")
     fakes.wait_for("two creates", lambda: created(fakes, 2))
     billing = len(fakes.live_instances())  # candidates bill (rent still races, its boot slow)
     proc.kill()
