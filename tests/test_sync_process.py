@@ -1,7 +1,8 @@
 """`rent --sync-every` through the real CLI, its guardian a real detached process (M5, M8).
 
-The fakes serve on loopback (tests/test_guard_process.py's fixture); the guardian runs under
-GPUOPS_TIME_SCALE, which divides the rental's sync interval as it does every lease duration.
+The fakes serve on loopback (tests/test_guard_process.py's fixture); the guardian runs on the
+clock they export (GPUOPS_TIME_SCALE), so the rental's sync interval passes thirty times faster,
+as every lease duration does.
 """
 
 from __future__ import annotations
