@@ -152,9 +152,9 @@ RECORD_HOLD_S = 900.0
 RECORD_GCE_RUN_S = 240.0
 
 # --- the demo ---------------------------------------------------------------------------------
-# `gpuops demo` rents its box for this long in real time (the world's clock runs its time scale
-# faster):
-# the race, the job and the interrupted race fit before the copy starts a quarter before it.
+# `gpuops demo` rents its box for this long in real time (its world's clock, and gpuops' with
+# it, runs the demo's time scale faster): the race, the job and the interrupted race fit
+# before the copy starts a quarter before it.
 DEMO_RENTAL_S = 26.0
 # The longest any one step of the demo waits on a real process before it calls the step failed
 # (a guardian past its deadline, an interrupted race, a fake's boot); the demo ends in a minute.

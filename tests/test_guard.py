@@ -177,6 +177,24 @@ def test_a_failing_destroy_is_retried_until_the_box_is_confirmed_gone(world):
     assert world.events.kinds("guard.destroy.pending")
 
 
+def test_a_guardian_given_no_clock_runs_on_its_market_s_one_clock(world):
+    """The command's one clock reaches the guardian through its market: given none, the
+    guardian reads and waits on the market's (under GPUOPS_TIME_SCALE, the fakes' scaled one),
+    never the real clock beside a market on another."""
+    market = world.market()
+    guardian = Guardian(
+        market,
+        "job",
+        shell=world.shell(),
+        results=LocalResults(world.tmp / "results"),
+        say=lambda line: None,
+    )
+    assert guardian.clock is market.clock
+    before = world.fake.now()
+    guardian.market.clock.sleep(2.0)  # the market's waits are the guardian's, on that clock
+    assert world.fake.now() - before == pytest.approx(2.0)
+
+
 def test_a_wait_the_market_makes_inside_a_guardian_is_the_guardian_s_own_sleep(world):
     """A destroy's confirmation poll inside the guardian waits the whole of
     DESTROY_CONFIRM_POLL_S on the guardian's one clock, renewing its lease meanwhile: no

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from gpuops.clock import SYSTEM, Clock, WithSleep
+from gpuops.clock import Clock, WithSleep
 from gpuops.errors import ExitCode, UsageError
 from gpuops.output import out
 from gpuops.settings import Settings
@@ -40,7 +40,7 @@ def run_guard(args: argparse.Namespace, settings: Settings, operator: str, as_js
     alarms = open_alarms(
         settings, market.ledger.store, market.events, operator=operator, clock=market.clock
     )
-    return _watch(market, rental, shell, args, as_json, clock=market.clock, alarms=alarms)
+    return _watch(market, rental, shell, args, as_json, alarms=alarms)
 
 
 def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json: bool) -> int:
@@ -95,7 +95,6 @@ def _guard(args: argparse.Namespace, settings: Settings, operator: str, as_json:
             args.name,
             shell=box_shell(settings),
             results=open_results(settings.results_url, settings.s3_endpoint),
-            clock=market.clock,
             alarms=alarms,
         )
         guard.install_signal_handlers(guardian)
@@ -203,7 +202,7 @@ def _guard_all(args: argparse.Namespace, settings: Settings, operator: str) -> i
     store = open_store(settings.state_url, settings.s3_endpoint)
     shell = box_shell(settings)
     results = open_results(settings.results_url, settings.s3_endpoint)
-    clock = settings.clock()  # the one clock, as each owner's market has it
+    clock = settings.clock()  # the service's own: each guardian's is its owner's market's
     owners: dict[str, tuple[Market, Alarms]] = {}
     lock = threading.Lock()
 
@@ -213,7 +212,7 @@ def _guard_all(args: argparse.Namespace, settings: Settings, operator: str) -> i
                 market = open_market(settings, rental.owner, need_key=False)
                 owners[rental.owner] = market, open_alarms(
                     settings, market.ledger.store, market.events, operator=rental.owner,
-                    clock=clock, say=_stderr,
+                    clock=market.clock, say=_stderr,
                 )  # fmt: skip
             market, alarms = owners[rental.owner]
         return guard.Guardian(
@@ -221,7 +220,6 @@ def _guard_all(args: argparse.Namespace, settings: Settings, operator: str) -> i
             rental.name,
             shell=shell,
             results=results,
-            clock=clock,
             alarms=alarms,
             leases=leases,
         )
@@ -297,16 +295,19 @@ def _watch(
     as_json: bool,
     *,
     say: Callable[[str], None] | None = None,
-    clock: Clock = SYSTEM,
+    clock: Clock | None = None,
     alarms: Alarms | None = None,
 ) -> int:
     """`gpuops watch`: each change of state on stdout (or one JSON object at the end); while
-    it waits, a line on stderr at least every timing.PROGRESS_EVERY_S. A job judged stalled
-    or dead is an alarm (``alarms``, gpuops/alarms.py: once per job and judgment, O1)."""
+    it waits (on ``clock``; None: the market's), a line on stderr at least every
+    timing.PROGRESS_EVERY_S. A job judged stalled or dead is an alarm (``alarms``,
+    gpuops/alarms.py: once per job and judgment, O1)."""
     from gpuops import timing
     from gpuops.errors import Unavailable
     from gpuops.market import jobs
     from gpuops.market import watchdog as w
+
+    clock = market.clock if clock is None else clock
 
     job = jobs.Jobs(market.ledger.store).get(rental.name)
     started = job is not None and job.instance_id == rental.instance_id

@@ -27,7 +27,7 @@ from gpuops import alarms as a
 from gpuops import event_ops as ops
 from gpuops import event_types as ev
 from gpuops import timing
-from gpuops.clock import SYSTEM, Clock, WithSleep, scale_of
+from gpuops.clock import Clock, WithSleep, scale_of
 from gpuops.errors import (
     ExitCode,
     GpuopsError,
@@ -90,23 +90,23 @@ class Guardian:
         shell: BoxShell,
         results: Results,
         me: str | None = None,
-        clock: Clock = SYSTEM,
+        clock: Clock | None = None,
         clockwork: g.Clockwork = g.NORMAL,
         say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
         alarms: a.Alarms | None = None,
         leases: Leases | None = None,
     ) -> None:
-        """``clock``: the guardian's time and its waits; leases are judged stale on its
-        monotonic time alone (never another host's). ``leases``: the lease records (default
-        over the market's store; `guard --all` gives its guardians ones it can stop). The guardian runs ``market`` anew on this
-        clock, waiting with ``Guardian.sleep``: every wait inside a destroy keeps the heartbeat
-        going."""
+        """``clock``: the guardian's time and its waits (None: its market's, the command's one
+        clock); leases are judged stale on its monotonic time alone (never another host's).
+        ``leases``: the lease records (default over the market's store; `guard --all` gives its
+        guardians ones it can stop). The guardian runs ``market`` anew on this clock, waiting
+        with ``Guardian.sleep``: every wait inside a destroy keeps the heartbeat going."""
         self.name = check_name(name)
         self.operator = market.ledger.operator
         self.me = me or guardian_id(self.operator)
         self.shell = shell
         self.results = results
-        self.clock = clock
+        self.clock = clock = market.clock if clock is None else clock
         self.clockwork = clockwork
         self.say = say
         self.leases = leases or Leases(market.ledger.store)
