@@ -5,6 +5,7 @@ of one, SIGTERM, the metadata server); loud on unknown routes."""
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -585,3 +586,27 @@ def test_objects_list_pages_items_and_prefixes_together_by_max_results_h6():
     assert [len(b.get("prefixes", []) + b.get("items", [])) for b in bodies] == [2, 2, 1]
     assert "nextPageToken" not in bodies[-1] and bad == [400, 400, 400]
     assert len(page(prefix="jobs/")["items"]) == 6  # no maxResults: up to 1,000 a page
+
+
+def test_a_sleep_seen_ending_before_the_tick_still_makes_the_next_settle_wait(real):
+    """A boot's sleep may be seen ending by its server thread (which polls the clock) before
+    a test's ``advance`` reaches its tick; the tick then finds no sleep due. The boot runs
+    again all the same, so the next settle must wait for it, or the clock moves under a
+    running job and its next sleep starts late (a job of 60 fake seconds read 70)."""
+    fake, clock = real(staged=("jobs/portraits/inputs/ref.png",), job_runtime_s=20.0, results=2)
+    fake.start()
+    for step in (5.0, 10.0, 0.0):
+        _at(fake, clock, step)
+    boot = fake.processes[1]
+    started = clock.wall()
+    assert fake.status == "RUNNING" and fake.settled()
+    assert started + 10.0 in boot.sleepers.values()  # the job's first sleep
+
+    clock.advance(10.0)  # the clock moves; nobody ticks yet
+    deadline = time.monotonic() + 120.0
+    while started + 10.0 in boot.sleepers.values() and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the sleep's own thread has seen it end
+
+    assert started + 10.0 not in boot.sleepers.values() and not fake.settled()
+    fake.advance(0.0)
+    assert started + 20.0 in boot.sleepers.values()  # the second sleep, on time

@@ -390,12 +390,21 @@ class FakeGCE:
             if boot is not None:
                 with self.lock:
                     boot.sleepers.pop(pid, None)
+                    # That boot runs again. Counted here as well as in ``tick``: this thread
+                    # may see the clock pass ``wake`` and leave before a test's ``advance``
+                    # reaches its tick, which then finds no sleep due and would let the next
+                    # settle skip a boot that is running (and the clock move under it).
+                    self._changes += 1
+
+    def settled(self) -> bool:
+        """Whether no boot was spawned, woken or signalled since the last settle."""
+        return self._changes == self._settled
 
     def settle(self) -> None:
         """Wait (real time) until every live boot is blocked on this clock or has ended.
         Nothing to wait for when no boot was spawned, woken or signalled since the last."""
         seen = self._changes
-        if seen == self._settled:
+        if self.settled():
             return
         live = [b for b in self.processes.values() if not b.killed]
         real_boot.wait_blocked(live, self.clock.wall)

@@ -98,8 +98,10 @@ class Lane(StoredLane):
 
             alarms = silent(events)
         # alarms: O1, heard by a person, never in the way
-        super().__init__(store, config, clock=clock, alarms=alarms, fresh=self._fresh)
-        self.events, self.operator = events, operator
+        super().__init__(
+            store, config, clock=clock, alarms=alarms, fresh=self._fresh, operator=operator
+        )
+        self.events = events
         self.gce, self.gcs = gce, gcs
         self.new_boot_id, self.progress = new_boot_id, progress
         self.journals = Records(store, "lane/", JOURNAL)

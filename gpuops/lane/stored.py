@@ -6,7 +6,8 @@ event log's writes, the script's metadata). `lane board` without --live builds t
 (lane/session.py's ``open_board``), so it loads neither the runner nor the script linter nor
 any provider: tests/test_cli_startup.py pins it. A missing board is the one case a store-only
 read cannot answer (L12: free only while the instance says nobody holds it): ``fresh``, the
-full Lane's, is asked then.
+full Lane's, is asked then, and the free board it proves is written (create-if-absent), so the
+next read is the store's alone again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuops.clock import SYSTEM, Clock
-from gpuops.errors import CorruptState, Refused
+from gpuops.errors import CorruptState, Refused, StoreUnavailable
 from gpuops.lane import board as b
 from gpuops.lane import decide as d
 from gpuops.lane.journal import CODEC as JOURNAL
@@ -79,8 +80,10 @@ class StoredLane:
         clock: Clock = SYSTEM,
         alarms: Alarms,
         fresh: Callable[[], b.Board],
+        operator: str,
     ) -> None:
         self.store, self.config, self.alarms = store, config, alarms
+        self.operator = operator
         self.clock = clock  # board stamps and waits: wall time, and its sleep
         self.fresh = fresh
         self.key = f"lane/{config.instance}/board"
@@ -96,8 +99,32 @@ class StoredLane:
         if problem is not None:
             raise self._unknown(problem)
         if got is None:
-            return self.fresh(), [], None
+            return self._keep_fresh(self.fresh())
         return got
+
+    def _keep_fresh(self, board: b.Board) -> tuple[b.Board, list[str], str | None]:
+        """Write the free board the evidence has just proved (``fresh``), create-if-absent, so
+        that every later read is the store's alone, with no provider call. It never writes over
+        a board: one written meanwhile (a claim's) is read instead. A store that refuses the
+        write (a read-only key) leaves the board unwritten and the answer the same.
+
+        Safe against a claim racing it: a claim writes its epoch into the instance's label
+        before its board (L13), so a free board written from evidence read before that label
+        can take nothing; the claim's own compare-and-swap goes on over it."""
+        line = (
+            f"{b.stamp(self.clock.wall())} {self.operator}: no board was stored, and neither the "
+            "instance nor the claim journal showed a claim (L12): the lane is free"
+        )
+        try:
+            written = self.boards.create(self._name, BoardFile(board, (line,)))
+        except StoreUnavailable:
+            return board, [], None
+        if written:
+            return board, [line], None
+        got, problem = self._raw()
+        if problem is not None:
+            raise self._unknown(problem)
+        return (board, [], None) if got is None else got
 
     def _unknown(self, problem: str) -> Refused:
         return Refused(
