@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,6 +26,7 @@ import pytest
 from fakes.scenario import parse_scenario
 from fakes.vast import FakeVast, serve_http
 from fakes.vast.clock import FakeClock
+from fakes.vast.onstart import PGID_FILE
 from fakes.vast.wire import Reply, Request
 from gpuops import timing
 from gpuops.clock import ScaledClock
@@ -81,12 +83,45 @@ class World:
         )
         return int(made)
 
-    def wait_destroyed(self, instance_id: int) -> None:
+    def wait_destroyed(self, instance_id: int, alive: Callable[[], bool] | None = None) -> None:
+        """Until the box is destroyed; a failure as soon as its ceiling loop is gone with the
+        box still there (a loop that exited can end nothing), else after WAIT_S. ``alive``:
+        whether the loop still runs (by default: any process of the box's onstart session)."""
+        if alive is None:
+            alive = partial(self._onstart_alive, instance_id)
+
+        def destroyed() -> bool:
+            return self.fake.instances[instance_id].destroyed_at is not None
+
+        deadline, seen_gone = time.monotonic() + WAIT_S, 0
         with self.gone:
-            ended = self.gone.wait_for(
-                lambda: self.fake.instances[instance_id].destroyed_at is not None, WAIT_S
-            )
-        assert ended, f"box {instance_id} did not end itself within {WAIT_S} s"
+            while not self.gone.wait_for(destroyed, 0.05):
+                seen_gone = 0 if alive() else seen_gone + 1
+                assert seen_gone < 2 or destroyed(), (  # gone at two looks in a row
+                    f"box {instance_id}'s ceiling loop exited without ending the box: "
+                    f"{_log(self, instance_id)}"
+                )
+                assert time.monotonic() < deadline, (
+                    f"box {instance_id} did not end itself within {WAIT_S} s"
+                )
+
+    def _onstart_alive(self, instance_id: int) -> bool:
+        """Whether any process of the box's onstart session (fakes/vast/onstart.py) lives."""
+        assert self.fake.box_table is not None
+        sandbox = self.fake.box_table.parent / "sandboxes" / f"vast-{instance_id}"
+        try:
+            session = int((sandbox / PGID_FILE).read_text())
+        except (OSError, ValueError):
+            return False
+        for entry in os.listdir("/proc"):
+            try:
+                if entry.isdigit() and os.getsid(int(entry)) == session:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                    if stat[stat.rindex(")") + 2] != "Z":
+                        return True
+            except OSError:
+                continue
+        return False
 
     def close(self) -> None:
         self.server.close()
@@ -302,9 +337,13 @@ def test_any_one_of_curl_wget_or_python_is_enough_for_the_box_to_end_itself_m14(
     proc = subprocess.run(run, env=env, executable=str(bin_dir / "sh"), cwd=home)
     assert proc.returncode == 0
     try:
-        world.wait_destroyed(box)
+        world.wait_destroyed(box, alive=lambda: bool(_pids_running(str(home))))
     finally:
         subprocess.run(["pkill", "-f", str(home)], check=False)
     assert world.destroys[0][1] == 200
     # the answer goes to the log, never into a file on the box
-    assert sorted(os.listdir(home)) == ["gpuops-ceiling.at", "gpuops-ceiling.log", "gpuops-ceiling.sh"]
+    assert sorted(os.listdir(home)) == [
+        "gpuops-ceiling.at",
+        "gpuops-ceiling.log",
+        "gpuops-ceiling.sh",
+    ]

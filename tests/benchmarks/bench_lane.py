@@ -8,6 +8,9 @@ alike; prints medians, min and max, and the load average before and after. Cases
 
 - `python -c pass`                       the interpreter alone, for scale
 - `lane board`                           reads the store only (no provider call, no SDK)
+- `lane board` (no board: first look)    a fresh state each round: the instance is asked (L12)
+                                         and the free board it proves is written
+- `lane board` (no board: later looks)   the same state every round: the board the first wrote
 - `lane board --history`                 the store's last 20 of HISTORY_ENTRIES entries
 - `lane claim` (refused, L3)             reads the store only
 - `lane board --live`                    + one instances.get, one status and one log read
@@ -59,6 +62,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             past = b.Board("gpu-lane", "gpu-lane", 1.8e9, revision=revision)
             h.append(store, "gpu-lane", h.entry("claimed", "x", past, past, 1.8e9, "alice"))
         served = Served()
+        fresh_states = (Path(tmp) / f"fresh-{n}" for n in range(1_000_000))
         try:
             env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
             env.update(served.env, GPUOPS_STATE=str(state), XDG_STATE_HOME=tmp)
@@ -66,6 +70,8 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             cases = {
                 "python -c pass": ([sys.executable, "-c", "pass"], {0}),
                 "lane board": ([*gpuops, "board"], {0}),
+                "lane board (no board: first look)": ([*gpuops, "board"], {0}),
+                "lane board (no board: later looks)": ([*gpuops, "board"], {0}),
                 "lane board --history": ([*gpuops, "board", "--history"], {0}),
                 "lane claim (refused, L3)": ([*gpuops, "claim", "--job", "x"], {3}),
                 "lane board --live": ([*gpuops, "board", "--live"], {0}),
@@ -75,8 +81,15 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             print(f"load average before: {os.getloadavg()}")
             for _ in range(runs):
                 for label, (argv, ok) in cases.items():
+                    run_env = env
+                    if label.endswith("first look)"):
+                        run_env = {**env, "GPUOPS_STATE": str(next(fresh_states))}
+                    elif label.endswith("later looks)"):
+                        run_env = {**env, "GPUOPS_STATE": str(Path(tmp) / "looked")}
                     start = time.perf_counter()
-                    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, check=False)
+                    done = subprocess.run(
+                        argv, env=run_env, cwd=ROOT, capture_output=True, check=False
+                    )
                     times[label].append(time.perf_counter() - start)
                     if done.returncode not in ok:
                         print(f"{label}: exit {done.returncode}: {done.stderr.decode()[-400:]}")
@@ -84,11 +97,11 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             print(f"load average after:  {os.getloadavg()}")
         finally:
             served.close()
-    print(f"{'case':<28} {'median':>9} {'min':>9} {'max':>9}   ({runs} interleaved rounds)")
+    print(f"{'case':<36} {'median':>9} {'min':>9} {'max':>9}   ({runs} interleaved rounds)")
     rows = []
     for label, values in times.items():
         print(
-            f"{label:<28} {statistics.median(values):8.3f}s {min(values):8.3f}s {max(values):8.3f}s"
+            f"{label:<36} {statistics.median(values):8.3f}s {min(values):8.3f}s {max(values):8.3f}s"
         )
         rows.append((f"lane: {label}", f"{statistics.median(values):.3f} s median",
                      f"{runs} interleaved rounds; {load()}"))  # fmt: skip
