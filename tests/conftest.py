@@ -129,6 +129,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         from gate import own_tests
     finally:
         sys.path.pop(0)
+    _hang_limits(items)
     files = own_tests(mutant)
     if files is None:
         return
@@ -137,3 +138,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+# Under mutmut, a test that runs HANG_FACTOR times as long as it did on the unmutated code in
+# mutmut's own stats run, plus HANG_GRACE_S, has hung: it fails there (pytest-timeout's mark),
+# and the mutant is killed, as mutmut's own limit would kill it later. mutmut's limit is per
+# mutant, 15 times the sum of all its tests' times: one mutant that loops forever in a fast
+# unit test of the lane linter held a worker for 383 s. Both runs see the same machine.
+HANG_FACTOR, HANG_GRACE_S = 10.0, 10.0
+
+
+def _hang_limits(items: list[pytest.Item]) -> None:
+    try:
+        from mutmut.state import state
+    except ImportError:
+        return
+    durations = state().duration_by_test
+    for item in items:
+        took = durations.get(item.nodeid)
+        if took is not None:
+            item.add_marker(pytest.mark.timeout(HANG_FACTOR * took + HANG_GRACE_S))

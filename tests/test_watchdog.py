@@ -424,7 +424,7 @@ def test_a_gone_session_without_an_exit_code_is_dead_killed_or_rebooted():
 
 
 @pytest.mark.fault(
-    'watch on a box where no job was started called it dead',
+    "watch on a box where no job was started called it dead",
     handled='"no job was ever started", exit 5, nothing acted on (M10)',
 )
 def test_a_box_where_no_job_was_ever_started_says_so_and_exits_5():
@@ -707,21 +707,30 @@ class Box:
     def log(self, name: str) -> str:
         return (self.dir(name) / "log").read_text()
 
-    def until(self, ready: Callable[[], bool]) -> None:
-        """Poll ``ready`` for at most GUARD_SPAWN_WAIT_S (the job runs in tmux, detached)."""
+    def until(self, ready: Callable[[], bool], never: Callable[[], bool] = lambda: False) -> None:
+        """Poll ``ready`` for at most GUARD_SPAWN_WAIT_S (the job runs in tmux, detached); fail
+        at once when ``never`` says it can no longer happen (the job's session has closed)."""
         deadline = time.monotonic() + timing.GUARD_SPAWN_WAIT_S
         while not ready():
+            assert not (never() and not ready()), "the job ended without getting there"
             assert time.monotonic() < deadline, "the job did not get there in time"
             time.sleep(timing.GUARD_SPAWN_POLL_S)
 
+    def closed(self, name: str) -> bool:
+        return self.tmux("has-session", "-t", f"=gpuops-{name}") != 0
+
     def ended(self, name: str) -> Observation:
-        """Wait until the job recorded its exit code and its session closed."""
+        """Wait until the job recorded its exit code and its session closed. The wrapper writes
+        the code before its shell exits, so a closed session without one will never have it."""
         code = self.dir(name) / "exit_code"
-        self.until(lambda: code.exists() and self.tmux("has-session", "-t", f"=gpuops-{name}") != 0)
+        self.until(lambda: code.exists() and self.closed(name), never=lambda: self.closed(name))
         return self.look(name)
 
     def logged(self, name: str, needle: str) -> None:
-        self.until(lambda: needle in self.log(name))
+        log = self.dir(name) / "log"
+        self.until(
+            lambda: log.exists() and needle in self.log(name), never=lambda: self.closed(name)
+        )
 
     def keep(self) -> None:
         """Hold the tmux server up with a session of its own, so that one job ending (the last
