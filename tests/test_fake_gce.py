@@ -63,6 +63,11 @@ def test_a_boot_walks_provisioning_staging_running_stopping_terminated(real):
     assert fake.objects["jobs/portraits/status"] == b"succeeded b1 \n"
     assert fake.objects["jobs/portraits/boot/b1"].startswith(b"b1 ")
     assert len([n for n in fake.objects if "/results/" in n]) == 6
+    # the script's scratch files stay in the VM's own /tmp (the sandbox's), never the host's
+    scratch = {p.name for p in (fake.processes[1].sandbox / "tmp").iterdir()}
+    pid = fake.processes[1].pid
+    assert {f"gpuops-{what}-{pid}" for what in ("status", "boot", "manifest")} <= scratch
+    assert "/tmp/" not in SCRIPT
 
 
 def test_start_on_a_running_instance_is_a_silent_noop(real):

@@ -391,13 +391,14 @@ BUCKET="{bucket}"
 ROOT="${{GPUOPS_LANE_ROOT:-}}"  # empty on a VM; a fake's sandbox directory in tests
 WORK="$ROOT/work"
 LOG="$ROOT/var/log/gpuops-job.log"
+SCRATCH="$ROOT/tmp"  # the status, boot marker and manifest before each upload
 MD=http://metadata.google.internal/computeMetadata/v1
 ATTEMPT=$(curl -sf -H 'Metadata-Flavor: Google' "$MD/instance/attributes/gpuops-attempt" \
   || echo unknown)
 PREFIX="gs://$BUCKET/jobs/$JOB"
 ENDED=""
 SYNC_PID=""
-mkdir -p "$WORK/inputs" "$WORK/results" "$(dirname "$LOG")"
+mkdir -p "$WORK/inputs" "$WORK/results" "$(dirname "$LOG")" "$SCRATCH"
 
 upload_rest() {{  # $1 local file, $2 object name: the JSON API with the VM's token
   local token
@@ -415,11 +416,11 @@ put() {{  # $1 local file, $2 path under jobs/$JOB/: gsutil, then REST, three tr
 }}
 stage() {{  # the status file: stage, attempt, reason
   if [ "$1" = succeeded ] || [ "$1" = failed ]; then ENDED="$1"; fi
-  echo "$1 $ATTEMPT ${{2:-}}" > /tmp/gpuops-status-$$ && put /tmp/gpuops-status-$$ status
+  echo "$1 $ATTEMPT ${{2:-}}" > "$SCRATCH/gpuops-status-$$" && put "$SCRATCH/gpuops-status-$$" status
 }}
 fail() {{ stage failed "$1"; exit 1; }}
 boot_marker() {{
-  echo "$ATTEMPT $(date -u +%FT%TZ)" > /tmp/gpuops-boot-$$ && put /tmp/gpuops-boot-$$ "boot/$ATTEMPT"
+  echo "$ATTEMPT $(date -u +%FT%TZ)" > "$SCRATCH/gpuops-boot-$$" && put "$SCRATCH/gpuops-boot-$$" "boot/$ATTEMPT"
 }}
 sync_log_every() {{ while sleep "$1"; do put "$LOG" log.txt; done; }}
 final_log() {{ put "$LOG" log.txt || echo "final log upload failed" >&2; }}
@@ -447,7 +448,7 @@ disk_gate() {{
 run_job() {{ ( {command} ) >> "$LOG" 2>&1; }}
 upload_results() {{  # every file under results/, at any depth, each upload checked; then the
   # manifest (this attempt, and each file's md5, size and name) last: storage decides (L9)
-  local f rel count=0 list="/tmp/gpuops-manifest-$$"
+  local f rel count=0 list="$SCRATCH/gpuops-manifest-$$"
   : > "$list.body"
   while IFS= read -r -d '' f; do
     rel=${{f#"$WORK/results/"}}
