@@ -221,9 +221,10 @@ def gate_test_files() -> list[str] | None:
 
 
 def run_mutmut(max_children: int, *names: str) -> None:
-    """``mutmut run`` in this process, with three changes to its runner mechanics (mutmut 3.8.1):
+    """``mutmut run`` in this process, with four changes to its runner mechanics (mutmut 3.8.1):
 
     * the tests collected are gate_test_files(), not the whole suite;
+    * pytest's plugin autoload is off and the plugins the tests use are named (PLUGINS);
     * the coverage map is narrowed to OWN_TESTS (select_own_tests) once stats are in;
     * the "clean run" of the whole selection is skipped when this very invocation has just run
       it for stats: mutmut stops at once if that run fails, so a second pass over the same
@@ -238,6 +239,11 @@ def run_mutmut(max_children: int, *names: str) -> None:
     files = gate_test_files()
     if files is not None:
         config().pytest_add_cli_args_test_selection = files
+    # Each mutant's pytest starts afresh: looking up every installed distribution's entry
+    # points (and listing their files, for assertion rewriting) was about half its start-up.
+    # The plugins the tests use are named instead.
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    config().pytest_add_cli_args = [*config().pytest_add_cli_args, *PLUGINS]
 
     fresh_full_stats = False
     collect_stats, collect_or_load = mm.run_stats_collection, mm.collect_or_load_stats
@@ -269,6 +275,11 @@ def run_mutmut(max_children: int, *names: str) -> None:
 # Mutants tested at once: mutmut's own default on the 2-core CI machine (one per core); each
 # mutant's pytest is CPU-bound, so more children only share the same two cores.
 CHILDREN = 2
+
+# The pytest plugins the gated tests need, loaded by name under PYTEST_DISABLE_PLUGIN_AUTOLOAD:
+# xdist (the ini's -n), pytest-timeout (the ini's --timeout and conftest's hang limits) and
+# Hypothesis's own.
+PLUGINS = ("-p", "xdist.plugin", "-p", "pytest_timeout", "-p", "_hypothesis_pytestplugin")
 
 # Modules mutmut cannot mutate (it mutates code inside functions only): timing.py is module-level
 # constants, pinned value by value in tests/test_timing.py. Any other module without results

@@ -209,3 +209,21 @@ def test_under_mutmut_the_conftest_deselects_what_a_mutant_does_not_own(tmp_path
     assert "deselected" in done.stdout
     assert "test_timing.py" not in done.stdout
     assert "test_probe.py" in done.stdout
+
+
+def test_the_plugins_the_gate_names_are_installed_pytest_plugins_and_cover_the_ini_s_options():
+    """With autoload off, the gate loads only gate.PLUGINS: each is an installed pytest11
+    entry point, and among them are the ones whose options the ini's addopts pass (-n,
+    --dist, --timeout) and Hypothesis'."""
+    import importlib.metadata
+
+    installed = {
+        ep.value
+        for dist in importlib.metadata.distributions()
+        for ep in dist.entry_points
+        if ep.group == "pytest11"
+    }
+    named = list(gate.PLUGINS[1::2])
+    assert list(gate.PLUGINS[0::2]) == ["-p"] * len(named)
+    assert set(named) <= installed
+    assert {"xdist.plugin", "pytest_timeout", "_hypothesis_pytestplugin"} <= set(named)
