@@ -83,12 +83,21 @@ class World:
         )
         return int(made)
 
-    def wait_destroyed(self, instance_id: int, alive: Callable[[], bool] | None = None) -> None:
-        """Until the box is destroyed; a failure as soon as its ceiling loop is gone with the
-        box still there (a loop that exited can end nothing), else after WAIT_S. ``alive``:
-        whether the loop still runs (by default: any process of the box's onstart session)."""
+    def wait_destroyed(
+        self,
+        instance_id: int,
+        alive: Callable[[], bool] | None = None,
+        log: Callable[[], list[str]] | None = None,
+    ) -> None:
+        """Until the box is destroyed; a failure as soon as it cannot be: its ceiling loop is
+        gone with the box still there (a loop that exited can end nothing), or the loop has
+        logged three destroy attempts and not one reached the provider (its HTTP call is
+        broken); else after WAIT_S. ``alive``: whether the loop still runs (by default: any
+        process of the box's onstart session); ``log``: the loop's log lines."""
         if alive is None:
             alive = partial(self._onstart_alive, instance_id)
+        if log is None:
+            log = partial(_log, self, instance_id)
 
         def destroyed() -> bool:
             return self.fake.instances[instance_id].destroyed_at is not None
@@ -100,6 +109,11 @@ class World:
                 assert seen_gone < 2 or destroyed(), (  # gone at two looks in a row
                     f"box {instance_id}'s ceiling loop exited without ending the box: "
                     f"{_log(self, instance_id)}"
+                )
+                tried = [line for line in log() if line.endswith(f" destroying {instance_id}")]
+                assert len(tried) < 3 or self.destroys or destroyed(), (
+                    f"box {instance_id}'s ceiling loop tried {len(tried)} destroys and none "
+                    f"reached the provider: {log()}"
                 )
                 assert time.monotonic() < deadline, (
                     f"box {instance_id} did not end itself within {WAIT_S} s"
@@ -305,23 +319,21 @@ def test_any_one_of_curl_wget_or_python_is_enough_for_the_box_to_end_itself_m14(
     world: World, tmp_path: Path, tool: str
 ) -> None:
     """Run by ``sh`` as the container would, with only sh and the coreutils it uses on PATH,
-    and one HTTP client of the three (a slim image): the box still ends itself."""
+    and one HTTP client of the three (a slim image): the box still ends itself. Its ``sleep``
+    waits a hundredth of a second whatever it is asked (the real clock is the box's here): a
+    loop whose destroy fails tries again at once rather than a minute later."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     if tool == "python3":
         (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))  # the interpreter
-    for tool in (
-        "sh",
-        "date",
-        "sleep",
-        "cat",
-        "nohup",
-        "mv",
-        *([tool] if tool != "python3" else []),
-    ):
-        found = shutil.which(tool)
-        assert found is not None, tool
-        (bin_dir / tool).symlink_to(found)
+    for name in ("sh", "date", "cat", "nohup", "mv", *([tool] if tool != "python3" else [])):
+        found = shutil.which(name)
+        assert found is not None, name
+        (bin_dir / name).symlink_to(found)
+    real_sleep = shutil.which("sleep")
+    assert real_sleep is not None
+    (bin_dir / "sleep").write_text(f"#!{bin_dir / 'sh'}\nexec {real_sleep} 0.01\n")
+    (bin_dir / "sleep").chmod(0o755)
     made = world.vast.create(700, label="slim", image="vastai/base-image", disk_gb=10)
     box = int(made)
     home = tmp_path / "home"
@@ -337,7 +349,15 @@ def test_any_one_of_curl_wget_or_python_is_enough_for_the_box_to_end_itself_m14(
     proc = subprocess.run(run, env=env, executable=str(bin_dir / "sh"), cwd=home)
     assert proc.returncode == 0
     try:
-        world.wait_destroyed(box, alive=lambda: bool(_pids_running(str(home))))
+        world.wait_destroyed(
+            box,
+            alive=lambda: bool(_pids_running(str(home))),
+            log=lambda: (
+                (home / "gpuops-ceiling.log").read_text().splitlines()
+                if (home / "gpuops-ceiling.log").exists()
+                else []
+            ),
+        )
     finally:
         subprocess.run(["pkill", "-f", str(home)], check=False)
     assert world.destroys[0][1] == 200
