@@ -16,6 +16,7 @@ deadline plus OWNER_GRACE_S plus the skew, nothing of ours bills at all.
 from __future__ import annotations
 
 import random
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,7 @@ class OwnerMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.active is not None:
             self.active.__exit__(None, None, None)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def market(self, operator: str = "alice", host: str = "hostA") -> Market:
         assert self.fake is not None
