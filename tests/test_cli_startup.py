@@ -224,8 +224,8 @@ def test_a_config_file_adds_only_its_parser_to_what_boxes_loads(tmp_path):
 # the board, its store-only reader (lane/stored.py) and the lane's pure decisions, the session
 # and the event log an alarm would write to; never the runner or the script linter (only a
 # missing board builds the full Lane: lane/session.py's open_board), a provider adapter, the
-# transport, the event types or the alarms (they load at first use: lane/session.py's
-# Deferred). Its start-up stays within 5x bare Python's, near `boxes`.
+# transport, the event log, the event types or the alarms (they load at first use:
+# lane/session.py's Deferred and its events). Its start-up stays within 5x bare Python's, near `boxes`.
 LANE_BOARD_GPUOPS = {
     "gpuops",
     "gpuops.cli",
@@ -234,7 +234,6 @@ LANE_BOARD_GPUOPS = {
     "gpuops.clock",
     "gpuops.errors",
     "gpuops.output",  # printing: JSON or lines
-    "gpuops.events",  # the Lane's event log (opened, not written, by a board read)
     "gpuops.lane",
     "gpuops.lane.board",
     "gpuops.lane.decide",  # L8's stale test and the cost: pure
@@ -242,8 +241,6 @@ LANE_BOARD_GPUOPS = {
     "gpuops.lane.protocol",  # decide's stage names and the manifest's first word
     "gpuops.lane.session",
     "gpuops.lane.stored",  # the board, its journal and history, read from the store
-    "gpuops.private",  # the event log creates its folders 0700 and its file 0600
-    "gpuops.secrets",  # the event log's scrubbing
     "gpuops.settings",
     "gpuops.store",
     "gpuops.store.base",
@@ -254,6 +251,8 @@ LANE_BOARD_GPUOPS = {
     "gpuops.timing",
 }
 LANE_BOARD_NEVER = {
+    "gpuops.events",  # the event log: a board read writes no event (opened at its first use)
+    "gpuops.secrets",  # its scrubbing
     "gpuops.lane.runner",  # the provider-calling Lane: --live, claim, start, ...
     "gpuops.lane.script",  # the script linter and its shell parser
     "gpuops.lane.shell",

@@ -8,23 +8,24 @@ so the runner's waits shrink with theirs and its times agree with the bucket's.
 The adapters and the alarms are built at their first use (``Deferred``), and `lane board` without
 --live builds no Lane at all but its store-only part (``open_board``: stored.py's
 ``StoredLane``): it asks no provider and raises no alarm on a fresh claim, so it loads neither
-the runner nor the script linter, nor any of the Google stack, the transport, the event types
-or the alarms (tests/test_cli_startup.py pins it). Only a missing board, which the instance's
+the runner nor the script linter, nor any of the Google stack, the transport, the event log,
+the event types or the alarms (tests/test_cli_startup.py pins it). Only a missing board, which the instance's
 evidence decides (L12), builds the full Lane, once: the free board it proves is written.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from gpuops.events import EventLog
 from gpuops.lane.stored import LaneConfig, StoredLane
 from gpuops.settings import Settings
 from gpuops.store import open_store
 
 if TYPE_CHECKING:
     from gpuops.alarms import Alarms
+    from gpuops.events import EventLog
     from gpuops.lane.runner import Lane
 
 
@@ -89,7 +90,6 @@ class _Parts:
         self.settings, self.operator = settings, operator
         self.values = lane = settings.lane()
         self.clock = clock = settings.clock()
-        self.events = events = EventLog(settings.events_path, operator, clock=clock)
         prices = {"usd_per_hour": usd_per_hour, "disk_usd_per_day": disk_usd_per_day}
         given = {name: value for name, value in prices.items() if value is not None}
         self.config = LaneConfig(lane.instance, lane.bucket, **given)  # else its defaults
@@ -98,9 +98,17 @@ class _Parts:
         def alarms() -> object:
             from gpuops.alarms import open_alarms
 
-            return open_alarms(settings, store, events, operator=operator, clock=clock)
+            return open_alarms(settings, store, self.events, operator=operator, clock=clock)
 
         self.alarms = cast("Alarms", Deferred(alarms))
+
+    @functools.cached_property
+    def events(self) -> EventLog:
+        """The operator's event log, opened at its first use: a board read from the store
+        writes no event, and loads neither the log nor its scrubbing."""
+        from gpuops.events import EventLog
+
+        return EventLog(self.settings.events_path, self.operator, clock=self.clock)
 
     def lane(self, progress: Callable[[str], None]) -> Lane:
         from gpuops.lane.runner import Bucket, Compute, Lane
