@@ -9,8 +9,9 @@ The adapters and the alarms are built at their first use (``Deferred``), and `la
 --live builds no Lane at all but its store-only part (``open_board``: stored.py's
 ``StoredLane``): it asks no provider and raises no alarm on a fresh claim, so it loads neither
 the runner nor the script linter, nor any of the Google stack, the transport, the event log,
-the event types or the alarms (tests/test_cli_startup.py pins it). Only a missing board, which the instance's
-evidence decides (L12), builds the full Lane, once: the free board it proves is written.
+the event types or the alarms (tests/test_cli_startup.py pins it). Only a missing board, which
+the instance's evidence decides (L12), builds the full Lane, once: the free board it proves is
+written.
 """
 
 from __future__ import annotations
