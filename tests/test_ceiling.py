@@ -99,8 +99,10 @@ class World:
         if log is None:
             log = partial(_log, self, instance_id)
 
-        def destroyed() -> bool:
-            return self.fake.instances[instance_id].destroyed_at is not None
+        def destroyed() -> bool:  # the fake's record, and its answer seen by the tap
+            return self.fake.instances[instance_id].destroyed_at is not None and any(
+                status == 200 for _, status, _ in self.destroys
+            )
 
         deadline, seen_gone = time.monotonic() + WAIT_S, 0
         with self.gone:
