@@ -710,9 +710,10 @@ class Box:
     def until(self, ready: Callable[[], bool], never: Callable[[], bool] = lambda: False) -> None:
         """Poll ``ready`` for at most GUARD_SPAWN_WAIT_S (the job runs in tmux, detached); fail
         at once when ``never`` says it can no longer happen (the job's session has closed)."""
-        deadline = time.monotonic() + timing.GUARD_SPAWN_WAIT_S
+        deadline, never_seen = time.monotonic() + timing.GUARD_SPAWN_WAIT_S, 0
         while not ready():
-            assert not (never() and not ready()), "the job ended without getting there"
+            never_seen = never_seen + 1 if never() and not ready() else 0
+            assert never_seen < 2, "the job ended without getting there"  # two looks in a row
             assert time.monotonic() < deadline, "the job did not get there in time"
             time.sleep(timing.GUARD_SPAWN_POLL_S)
 
