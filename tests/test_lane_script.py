@@ -99,7 +99,7 @@ def test_other_stage_lines_are_required_l5():
 def test_work_before_the_gates_is_a_breach_l6():
     """L6: the job step must come after the boot marker and both gates."""
     body = TEMPLATE.replace("run_job ||", "RUNJOB_PLACEHOLDER ||").replace(
-        "boot_marker\nsync_log", "run_job\nboot_marker\nsync_log"
+        "boot_marker\nstage preflight", "run_job\nboot_marker\nstage preflight"
     )
 
     assert any("before run_job" in f.message for f in s.lint(body, "portraits"))
@@ -178,7 +178,7 @@ def test_order_findings_name_rule_l6_and_say_what_is_wrong_l6():
     """L6: the exact findings for a missing job step and for work before the gates."""
     no_job = TEMPLATE.replace("run_job ||", "true ||")
     early = TEMPLATE.replace("run_job ||", "true ||").replace(
-        "boot_marker\nsync_log", "run_job\nboot_marker\nsync_log"
+        "boot_marker\nstage preflight", "run_job\nboot_marker\nstage preflight"
     )
 
     assert s.lint(no_job, "portraits") == [s.Finding("L6", "missing the job step (run_job)")]
@@ -687,3 +687,16 @@ def test_each_spelling_of_trap_is_read_as_bash_reads_it_l12(old, new, findings):
     assert body != TEMPLATE
 
     assert len(s.lint(body, "portraits")) == findings
+
+
+def test_the_log_sync_is_forked_before_the_traps_so_it_never_runs_on_exit_l6():
+    """L6: the status keeps the job's own reason. A background subshell forked after the EXIT
+    trap holds it until it has run a little; killed in that moment (on_exit kills the sync
+    right after a fast preflight failure), bash ran on_exit in it, which wrote "the script
+    exited with status 0 before the job ended" over the real reason (seen under load). Forked
+    before the traps, the sync never has them."""
+    lines = TEMPLATE.splitlines()
+    sync = lines.index("sync_log_every 30 &")
+    assert lines[sync + 1] == "SYNC_PID=$!"
+    assert sync < lines.index("trap on_exit EXIT")
+    assert sync < next(i for i, line in enumerate(lines) if line.startswith("trap 'fail "))

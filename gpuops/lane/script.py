@@ -461,11 +461,14 @@ upload_results() {{  # every file under results/, at any depth, each upload chec
 }}
 
 exec >> "$LOG" 2>&1
+# The log sync starts before the traps: a subshell forked after them holds them until it has
+# run a little, and one killed in that moment (on_exit's kill, after a fast failure) ran
+# on_exit itself and wrote a wrong reason over the status.
+sync_log_every 30 &
+SYNC_PID=$!
 trap on_exit EXIT
 trap 'fail "terminated by a signal (the VM is shutting down)"' TERM INT HUP
 boot_marker
-sync_log_every 30 &
-SYNC_PID=$!
 stage preflight
 preflight_imports {imports}
 disk_gate {min_free_gb}
