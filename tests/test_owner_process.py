@@ -94,7 +94,7 @@ def test_two_rents_of_one_name_at_once_end_with_exactly_one_box_m8(fakes):
     procs = [rent(fakes, "twin-box", "1.5") for _ in range(2)]
     done = [proc.communicate(timeout=WAIT_S) for proc in procs]
 
-    assert [proc.returncode for proc in procs] == [0, 0]
+    assert [proc.returncode for proc in procs] == [0, 0], [err[-2000:] for _, err in done]
     rows = [json.loads(out) for out, _ in done]
     assert rows[0]["instance_id"] == rows[1]["instance_id"]
     assert len(fakes.live_instances()) == 1
