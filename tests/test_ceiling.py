@@ -109,8 +109,7 @@ class World:
             while not self.gone.wait_for(destroyed, 0.05):
                 seen_gone = 0 if alive() else seen_gone + 1
                 assert seen_gone < 2 or destroyed(), (  # gone at two looks in a row
-                    f"box {instance_id}'s ceiling loop exited without ending the box: "
-                    f"{_log(self, instance_id)}"
+                    f"box {instance_id}'s ceiling loop exited without ending the box: {log()}"
                 )
                 tried = [line for line in log() if line.endswith(f" destroying {instance_id}")]
                 assert len(tried) < 3 or self.destroys or destroyed(), (
@@ -131,10 +130,8 @@ class World:
             return False
         for entry in os.listdir("/proc"):
             try:
-                if entry.isdigit() and os.getsid(int(entry)) == session:
-                    stat = Path(f"/proc/{entry}/stat").read_text()
-                    if stat[stat.rindex(")") + 2] != "Z":
-                        return True
+                if entry.isdigit() and os.getsid(int(entry)) == session and _running(int(entry)):
+                    return True
             except OSError:
                 continue
         return False

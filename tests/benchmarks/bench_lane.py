@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,29 +64,29 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
             h.append(store, "gpu-lane", h.entry("claimed", "x", past, past, 1.8e9, "alice"))
         served = Served()
         fresh_states = (Path(tmp) / f"fresh-{n}" for n in range(1_000_000))
+        looked = Path(tmp) / "looked"
         try:
             env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
             env.update(served.env, GPUOPS_STATE=str(state), XDG_STATE_HOME=tmp)
             gpuops = [sys.executable, "-m", "gpuops", "--operator", "bob", "lane"]
-            cases = {
-                "python -c pass": ([sys.executable, "-c", "pass"], {0}),
-                "lane board": ([*gpuops, "board"], {0}),
-                "lane board (no board: first look)": ([*gpuops, "board"], {0}),
-                "lane board (no board: later looks)": ([*gpuops, "board"], {0}),
-                "lane board --history": ([*gpuops, "board", "--history"], {0}),
-                "lane claim (refused, L3)": ([*gpuops, "claim", "--job", "x"], {3}),
-                "lane board --live": ([*gpuops, "board", "--live"], {0}),
-                "imports of board --live": ([sys.executable, "-c", IMPORTS], {0}),
-            }
+            # label -> (argv, the exit codes it may end with, the state it reads each round)
+            cases: dict[str, tuple[list[str], set[int], Callable[[], Path]]] = {
+                "python -c pass": ([sys.executable, "-c", "pass"], {0}, lambda: state),
+                "lane board": ([*gpuops, "board"], {0}, lambda: state),
+                "lane board (no board: first look)": (
+                    [*gpuops, "board"], {0}, lambda: next(fresh_states)
+                ),
+                "lane board (no board: later looks)": ([*gpuops, "board"], {0}, lambda: looked),
+                "lane board --history": ([*gpuops, "board", "--history"], {0}, lambda: state),
+                "lane claim (refused, L3)": ([*gpuops, "claim", "--job", "x"], {3}, lambda: state),
+                "lane board --live": ([*gpuops, "board", "--live"], {0}, lambda: state),
+                "imports of board --live": ([sys.executable, "-c", IMPORTS], {0}, lambda: state),
+            }  # fmt: skip
             times: dict[str, list[float]] = {label: [] for label in cases}
             print(f"load average before: {os.getloadavg()}")
             for _ in range(runs):
-                for label, (argv, ok) in cases.items():
-                    run_env = env
-                    if label.endswith("first look)"):
-                        run_env = {**env, "GPUOPS_STATE": str(next(fresh_states))}
-                    elif label.endswith("later looks)"):
-                        run_env = {**env, "GPUOPS_STATE": str(Path(tmp) / "looked")}
+                for label, (argv, ok, state_of) in cases.items():
+                    run_env = {**env, "GPUOPS_STATE": str(state_of())}
                     start = time.perf_counter()
                     done = subprocess.run(
                         argv, env=run_env, cwd=ROOT, capture_output=True, check=False
