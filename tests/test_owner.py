@@ -9,6 +9,7 @@ after a SIGKILL (tests/test_owner_process.py does the same to real processes).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import pytest
 from market_world import API_KEY, KEY, fake_vast, offer
 
 from gpuops import timing
+from gpuops.clock import WithSleep
 from gpuops.errors import GpuopsError, Interrupted, StillRunning
 from gpuops.ledger import BoxState
 from gpuops.market import guardian as g
@@ -459,6 +461,61 @@ def test_a_rerun_on_the_racers_own_host_whose_process_is_gone_takes_over_at_once
     assert rental.state == LIVE and rental.racer != dead
     assert world.fake.now() - started < timing.RACER_TTL_S
     assert any("stopped racing for it; taking over" in line for line in world.said)
+
+
+def test_a_rent_started_once_the_racers_creates_took_every_offer_waits_for_its_box_m8(world):
+    """M8: a second `rent NAME` that starts after the racer's creates have taken every offer
+    (a second process started late on a loaded host) waits for the racer's box and returns
+    it: it does not search the emptied market and exit 4 while the name's race goes on."""
+    racer = world.market()
+    racer.rentals.begin_race("job", world.fake.now() + HOURS * 3600.0, racer=racer.racer)
+    for offer_state in world.fake.offers.values():  # the racer's creates hold every offer
+        offer_state.taken = True
+    naps: list[float] = []
+
+    def nap(seconds: float) -> None:  # the waiter's first poll: the racer keeps its box
+        naps.append(seconds)
+        if len(naps) == 1:
+            for offer_state in world.fake.offers.values():
+                offer_state.taken = False
+            racer.rent(request(k=1))
+        world.fake.advance(seconds)
+
+    waiter = market_world.World.market(
+        world, probe=lambda instance, box: Verdict.PASS, seed=5, progress=world.said.append,
+        clock=WithSleep(world.fake.clock, nap),
+    )  # fmt: skip
+    rental = waiter.rent(request(k=1))
+
+    assert rental.state == LIVE and rental.racer == racer.racer
+    assert world.billing() == [int(rental.instance_id)]
+    assert len(world.create_calls()) == 1  # the racer's one create; the waiter sent none
+    assert any("is racing for it now" in line for line in world.said)
+    assert naps == [timing.RACE_POLL_S]
+
+
+def test_a_rent_waits_for_another_racer_before_searching_then_takes_over_once_it_stops_m8(world):
+    """M8: while another rent of ours races the name, a rerun neither searches nor writes;
+    once that racer's heartbeat has stood still for RACER_TTL_S on the rerun's own clock, it
+    searches and races itself."""
+    other = f"alice/elsewhere/{os.getpid()}/x"  # another host's: only its heartbeat tells
+    market = world.market()
+    market.rentals.begin_race("job", world.fake.now() + HOURS * 3600.0, racer=other)
+    searched: list[float] = []
+    real_search = market.vast.search_offers
+
+    def search(**query: Any) -> Any:
+        searched.append(world.fake.now())
+        return real_search(**query)
+
+    market.vast.search_offers = search  # type: ignore[method-assign]
+    started = world.fake.now()
+
+    rental = market.rent(request(k=1))
+
+    assert rental.state == LIVE and rental.racer == market.racer
+    assert len(searched) == 1 and searched[0] - started >= timing.RACER_TTL_S
+    assert any(f"{other} stopped racing for it; taking over" in line for line in world.said)
 
 
 @pytest.mark.parametrize(

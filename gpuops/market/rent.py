@@ -139,6 +139,17 @@ def gpu_spelling(vast: Vast, requested: str, num_gpus: int | None = None) -> str
         raise busy from typo
 
 
+def _other_racer(rental: Rental | None, racer: str, operator: str) -> tuple[str, int] | None:
+    """(racer, beat) of a race of ``operator``'s that another rent process runs now, or None:
+    nothing racing, a race of ours (a rerun restarts it), or someone else's name (refused by
+    ``begin_race``, M3)."""
+    if rental is None or rental.state != RACING or rental.owner != operator:
+        return None
+    if rental.racer is None or rental.racer == racer:
+        return None
+    return rental.racer, rental.beat
+
+
 class Market:
     """The market's shell: provider, ledger, quarantine and rentals, on one clock."""
 
@@ -239,14 +250,21 @@ class Market:
                 self._destroy_losers(existing)
                 self.progress(f"{req.name}: already live as instance {existing.instance_id}")
                 return existing  # M8: never a second rental for one name
+            now = self.clock.wall()
+            stale = seen if seen and now - seen_since >= timing.RACER_TTL_S else None
+            other = _other_racer(existing, self.racer, self.ledger.operator)
+            if other is not None and other != stale:
+                # M8: another rent of ours races this name: wait for its box before planning
+                # a race of our own (its creates may have taken every offer a search finds)
+                seen, seen_since = self._wait_for_racer(req.name, other, seen, seen_since, now)
+                continue
             if planned is None:  # refusals that need no rental: nothing written, no owner
                 self._check_key()
                 self._previous_incarnation_done(existing)
                 planned = self._plan(req)
                 req = planned.req
-            now = self.clock.wall()
+                now = self.clock.wall()
             deadline = now + req.hours * 3600.0
-            stale = seen if seen and now - seen_since >= timing.RACER_TTL_S else None
             try:  # refuses another operator's name (M3) and a race in progress (M8)
                 rental = self.rentals.begin_race(
                     req.name,
@@ -258,18 +276,8 @@ class Market:
                 )
                 break
             except RaceInProgress as busy:
-                if self._racer_dead_here(busy.racer) and seen != (busy.racer, busy.beat):
-                    # its process is gone on this very host: a fact, no need to wait (M8)
-                    seen, seen_since = (busy.racer, busy.beat), now - timing.RACER_TTL_S
-                    continue
-                if (busy.racer, busy.beat) != seen:
-                    if seen is None:
-                        self.progress(
-                            f"{req.name}: {busy.racer} is racing for it now; waiting for its "
-                            "box (M8: one race, one box)"
-                        )
-                    seen, seen_since = (busy.racer, busy.beat), now
-                self.clock.sleep(timing.RACE_POLL_S)
+                racing = (busy.racer, busy.beat)
+                seen, seen_since = self._wait_for_racer(req.name, racing, seen, seen_since, now)
         if stale is not None:
             self.progress(f"{req.name}: {stale[0]} stopped racing for it; taking over")
         if on_race is not None:
@@ -285,6 +293,30 @@ class Market:
             except BaseException as exc:  # whatever ended it: its boxes go, the name is free
                 self._abandon(rental, exc)
                 raise
+
+    def _wait_for_racer(
+        self,
+        name: str,
+        racing: tuple[str, int],
+        seen: tuple[str, int] | None,
+        seen_since: float,
+        now: float,
+    ) -> tuple[tuple[str, int], float]:
+        """One look at another rent's race of ``name`` (its racer and beat): what the waiter
+        remembers next, (racer and beat, when first seen so). A racer whose process is gone
+        from this very host is dated a whole RACER_TTL_S back at once (a fact: no need to
+        wait, M8); otherwise the waiter says so the first time and sleeps a poll."""
+        if self._racer_dead_here(racing[0]) and seen != racing:
+            return racing, now - timing.RACER_TTL_S
+        if racing != seen:
+            if seen is None:
+                self.progress(
+                    f"{name}: {racing[0]} is racing for it now; waiting for its box "
+                    "(M8: one race, one box)"
+                )
+            seen, seen_since = racing, now
+        self.clock.sleep(timing.RACE_POLL_S)
+        return seen, seen_since
 
     def _previous_incarnation_done(self, previous: Rental | None) -> None:
         """M16: a name is raced again only when its previous incarnation, someone else's, has
