@@ -594,10 +594,9 @@ def run_check(settings: Settings, as_json: bool, *, clock: Clock = SYSTEM) -> in
     from gpuops.market.session import read_public_key
     from gpuops.providers import vastai_lazy
     from gpuops.providers.vast import VastAdapter, find_api_key
-    from gpuops.store import open_store
 
     vastai_lazy.install()
-    store = open_store(settings.state_url, settings.s3_endpoint)
+    store = settings.open_state()
     results = open_results(settings.results_url, settings.s3_endpoint)
     endpoints = [AppriseEndpoint(url) for url in settings.notify_urls]
     try:

@@ -34,13 +34,12 @@ class StateView:
 def state_view(settings: Settings, operator: str) -> StateView:
     from gpuops.ledger import Ledger
     from gpuops.market.rentals import Rentals
-    from gpuops.store import open_store
 
     class _Unlogged:  # `boxes` only reads: nothing it does is an event
         def append(self, kind: str, /, **payload: object) -> None:
             raise AssertionError(f"boxes wrote the event {kind}")
 
-    store = open_store(settings.state_url, settings.s3_endpoint)
+    store = settings.open_state()
     clock = settings.clock()  # spend and deadlines as the provider renders them (fakes: scaled)
     return StateView(
         Rentals(store, operator), Ledger(store, _Unlogged(), operator, clock=clock), clock

@@ -212,7 +212,6 @@ def _recording_market(
     from gpuops.market.session import read_public_key
     from gpuops.providers import vastai_lazy
     from gpuops.providers.vast import VastAdapter, find_api_key
-    from gpuops.store import open_store
 
     vastai_lazy.install()
     events = EventLog(settings.events_path, operator)
@@ -225,7 +224,7 @@ def _recording_market(
     )
     market = Market(
         _CappedVast(adapter, max_dph),
-        Ledger(open_store(settings.state_url, settings.s3_endpoint), events, operator),
+        Ledger(settings.open_state(), events, operator),
         events,
         probe=probe,
         public_key=read_public_key(settings.ssh_key),

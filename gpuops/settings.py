@@ -61,10 +61,13 @@ if TYPE_CHECKING:
 
     from gpuops.clock import Clock, ScaledClock
     from gpuops.providers.ssh import SshClient
+    from gpuops.store.base import Store
 
 # checked with str methods, not a regex: `re` and socket stay out of `gpuops rules`' start-up
 _OPERATOR_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _OPERATOR_REST = _OPERATOR_FIRST | frozenset(".@+-")
+# Under the per-user directory: an s3:// state's listing cache (gpuops/store/s3_cache.py).
+S3_CACHE = "s3-cache"
 LANE_VARIABLES = (
     "GPUOPS_LANE_PROJECT",
     "GPUOPS_LANE_ZONE",
@@ -438,6 +441,13 @@ class Settings(_Value):
         from gpuops.clock import SYSTEM
 
         return SYSTEM if self.time_scale is None else self.time_scale.clock()
+
+    def open_state(self) -> Store:
+        """The state store ``state_url`` names: an s3:// one at GPUOPS_S3_ENDPOINT, keeping its
+        listing cache in the per-user directory (gpuops/store/s3_cache.py)."""
+        from gpuops.store import open_store
+
+        return open_store(self.state_url, self.s3_endpoint, self.user_dir / S3_CACHE)
 
     def identity_file(self) -> Path:
         """The private half of GPUOPS_SSH_KEY."""

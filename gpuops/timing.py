@@ -187,6 +187,10 @@ STORE_LOCK_POLL_S = 0.01
 # S3 answers 409 ConditionalRequestConflict to a conditional write racing another for the
 # same key: "try again", not "someone else won"; each next try waits this, twice as long.
 S3_CONFLICT_BACKOFF_S = 0.05
+# An S3 listing of a whole kind reads the values its cache lacks this many at a time: each read
+# is a round trip (tens of milliseconds to S3), so 600 records read one by one took 2.2 s even
+# over loopback. Also boto3's connection pool, so no reader waits for a connection.
+S3_SCAN_READERS = 16
 
 # --- the lane's provider calls (L2, L7) --------------------------------------------------------
 # Between two reads of a GCE zone operation, and of the bucket while waiting for a boot marker

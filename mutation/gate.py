@@ -43,6 +43,7 @@ FLOORS: dict[str, float] = {
     "gpuops/store/opener.py": 90.0,
     "gpuops/store/local.py": 90.0,
     "gpuops/store/s3.py": 90.0,
+    "gpuops/store/s3_cache.py": 90.0,
     "gpuops/store/records.py": 100.0,
     "gpuops/market/select.py": 100.0,
     "gpuops/market/gpu_names.py": 100.0,
@@ -95,7 +96,11 @@ _LANE = tuple(
     )
 )  # fmt: skip
 OWN_TESTS: dict[str, tuple[str, ...]] = {
-    "gpuops.settings": ("tests/test_settings.py", "tests/test_config.py"),
+    "gpuops.settings": (
+        "tests/test_settings.py",
+        "tests/test_config.py",
+        "tests/test_store_s3_listing.py",
+    ),
     "gpuops.clock": ("tests/test_clock.py",),
     # the one stamp form and its parser: pinned by their own tests
     "gpuops.timestamps": ("tests/test_timestamps.py",),
@@ -115,8 +120,18 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_store_s3.py",
     ),
     "gpuops.store.local": ("tests/test_store_local.py", "tests/test_store_contract.py"),
-    "gpuops.store.opener": ("tests/test_store_local.py", "tests/test_store_s3.py"),
-    "gpuops.store.s3": ("tests/test_store_s3.py", "tests/test_store_contract.py"),
+    "gpuops.store.opener": (
+        "tests/test_store_local.py",
+        "tests/test_store_s3.py",
+        "tests/test_store_s3_listing.py",
+    ),
+    "gpuops.store.s3": (
+        "tests/test_store_s3.py",
+        "tests/test_store_contract.py",
+        "tests/test_store_s3_listing.py",
+    ),
+    # the S3 listing cache: pinned through the listings that use it, two hosts on one bucket
+    "gpuops.store.s3_cache": ("tests/test_store_s3_listing.py",),
     # every record type goes through it: its own tests pin the loop and the codec
     "gpuops.store.records": ("tests/test_records.py",),
     "gpuops.market.select": ("tests/test_select.py",),

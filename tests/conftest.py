@@ -23,6 +23,9 @@ sys.dont_write_bytecode = False
 # no file under an XDG_CONFIG_HOME that does not exist. A test of the file names its own.
 os.environ["GPUOPS_CONFIG"] = os.devnull
 os.environ["XDG_CONFIG_HOME"] = str(Path(tempfile.gettempdir(), "gpuops-tests-no-config-home"))
+# Nor does any test write the per-user directory of the person running it (an event log, an
+# s3:// state's listing cache): a test that needs its own sets XDG_STATE_HOME or GPUOPS_* itself.
+os.environ["XDG_STATE_HOME"] = str(Path(tempfile.gettempdir(), "gpuops-tests-state-home"))
 
 settings.register_profile("default", deadline=None)
 # mutmut re-runs the covering tests once per mutant: fewer examples keep the gate in budget,

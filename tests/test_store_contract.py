@@ -240,6 +240,47 @@ BINARY_VALUES = {
 }
 
 
+def test_a_listing_read_gives_each_key_as_reading_it_gives_it(store) -> None:
+    """One listing read of a prefix (the backend's own ``scan`` where it has one) gives every
+    key under it, by key, with the bytes and version a read of that key gives; a second
+    listing after a put, a delete and a create gives them as they are now."""
+    from gpuops.store.records import Records
+
+    class Raw:
+        what = "value"
+
+        def encode(self, value: bytes) -> bytes:
+            return value
+
+        def decode(self, key: str, data: bytes) -> bytes:
+            return data
+
+    for i in range(5):
+        store.create(f"market/rentals/job-{i}", f"value {i}".encode())
+    store.create("market/rentalsX", b"not under the prefix")
+    store.create("ledger/boxes/job-0+1-0", b"another kind")
+
+    def listed() -> list[tuple[str, bytes, str]]:
+        return [
+            (name, v, version)
+            for name, v, version in Records(store, "market/rentals/", Raw()).entries()
+        ]
+
+    def read() -> list[tuple[str, bytes, str]]:
+        out = []
+        for key in store.list("market/rentals/"):
+            found = store.get(key)
+            out.append((key.removeprefix("market/rentals/"), found.data, found.version))
+        return out
+
+    assert listed() == read() and len(listed()) == 5
+    store.put("market/rentals/job-1", b"changed", store.get("market/rentals/job-1").version)
+    store.delete("market/rentals/job-3", store.get("market/rentals/job-3").version)
+    store.create("market/rentals/job-9", b"new")
+    assert listed() == read()
+    assert [name for name, _, _ in listed()] == ["job-0", "job-1", "job-2", "job-4", "job-9"]
+
+
 @pytest.mark.parametrize("data", BINARY_VALUES.values(), ids=BINARY_VALUES.keys())
 def test_binary_data_round_trips_through_create_and_put(store, data) -> None:
     """Any bytes, empty and non-UTF-8 included, come back exactly as written."""

@@ -345,7 +345,9 @@ def test_without_a_client_the_store_builds_one_with_the_http_timeout(
     s3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lazily built client uses timing.HTTP_TIMEOUT_S and one attempt per call, and works:
-    a retried conditional write whose first reply was lost would read as a lost race."""
+    a retried conditional write whose first reply was lost would read as a lost race. Its
+    connection pool holds a listing's S3_SCAN_READERS (botocore's default is 10: the readers
+    past it would each open and then drop a connection of their own)."""
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "5")  # the store must insist on one attempt
     store = open_store(f"s3://{BUCKET}/team/state")
@@ -354,6 +356,7 @@ def test_without_a_client_the_store_builds_one_with_the_http_timeout(
     config = store._client.meta.config
     assert (config.connect_timeout, config.read_timeout) == (timing.HTTP_TIMEOUT_S,) * 2
     assert config.retries["total_max_attempts"] == 1
+    assert config.max_pool_connections == timing.S3_SCAN_READERS
 
 
 def test_the_store_builds_its_client_on_the_gpuops_s3_endpoint(monkeypatch) -> None:

@@ -474,9 +474,8 @@ def _something_to_act_on(args: argparse.Namespace, settings: Settings) -> bool:
     if args.command not in ("run", "guard"):
         return True
     from gpuops.market.rentals import Rentals
-    from gpuops.store import open_store
 
-    store = open_store(settings.state_url, settings.s3_endpoint)
+    store = settings.open_state()
     return Rentals(store, settings.acting_operator()).get(args.name) is not None
 
 
@@ -501,9 +500,8 @@ def _compact(settings: Settings, as_json: bool) -> int:
     """`gpuops compact`: archive what can never bill again; an unreadable record is named and
     left where it is (exit 1), as every listing does."""
     from gpuops.archive import compact
-    from gpuops.store import open_store
 
-    done = compact(open_store(settings.state_url, settings.s3_endpoint), settings.clock().wall())
+    done = compact(settings.open_state(), settings.clock().wall())
     if as_json:
         print_json(
             {

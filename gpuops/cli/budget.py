@@ -50,9 +50,8 @@ def run_budget(args: argparse.Namespace, settings: Settings, operator: str, as_j
     if args.budget_command == "set":
         given = limits_given(args)  # before anything is opened
         from gpuops.market.budgets import Budgets
-        from gpuops.store import open_store
 
-        store = open_store(settings.state_url, settings.s3_endpoint)
+        store = settings.open_state()
         if given["operator"] is not None:
             from gpuops.store.base import check_key
 

@@ -137,9 +137,8 @@ def box_logs(
     from gpuops.market import logs as box
     from gpuops.market.rentals import Rentals, check_name
     from gpuops.market.session import box_shell, open_market
-    from gpuops.store import open_store
 
-    store = open_store(settings.state_url, settings.s3_endpoint)
+    store = settings.open_state()
     rental = jobs.live(Rentals(store, operator).get(check_name(name)), name)
     market = open_market(settings, operator, need_key=False)
     instance = _box_of(market, rental)
@@ -217,12 +216,11 @@ def _ssh(args: argparse.Namespace, settings: Settings, operator: str) -> int:
     from gpuops.market.rentals import Rentals, check_name
     from gpuops.market.session import box_shell, open_market
     from gpuops.providers.ssh import config_stanza
-    from gpuops.store import open_store
 
     remote = list(args.remote)
     if args.print_config and remote:
         raise UsageError("give --print-config or a command after --, not both")
-    store = open_store(settings.state_url, settings.s3_endpoint)
+    store = settings.open_state()
     rental = jobs.owned_live(
         Rentals(store, operator).get(check_name(args.name)), args.name, operator
     )

@@ -197,9 +197,8 @@ def _guard_all(args: argparse.Namespace, settings: Settings, operator: str) -> i
     from gpuops.market.leases import Leases
     from gpuops.market.results import open_results
     from gpuops.market.session import box_shell, open_market
-    from gpuops.store.opener import open_store
 
-    store = open_store(settings.state_url, settings.s3_endpoint)
+    store = settings.open_state()
     shell = box_shell(settings)
     results = open_results(settings.results_url, settings.s3_endpoint)
     clock = settings.clock()  # the service's own: each guardian's is its owner's market's

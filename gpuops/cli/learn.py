@@ -186,9 +186,8 @@ def _incident(args: argparse.Namespace, settings: Settings, operator: str, as_js
     import dataclasses
 
     from gpuops.register import Register
-    from gpuops.store import open_store
 
-    register = Register(open_store(settings.state_url, settings.s3_endpoint), operator)
+    register = Register(settings.open_state(), operator)
     command = args.incident_command
     if command == "list":
         rows = [dataclasses.asdict(i) for i in register.incidents()]

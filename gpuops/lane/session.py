@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from gpuops.lane.stored import LaneConfig, StoredLane
 from gpuops.settings import Settings
-from gpuops.store import open_store
 
 if TYPE_CHECKING:
     from gpuops.alarms import Alarms
@@ -94,7 +93,7 @@ class _Parts:
         prices = {"usd_per_hour": usd_per_hour, "disk_usd_per_day": disk_usd_per_day}
         given = {name: value for name, value in prices.items() if value is not None}
         self.config = LaneConfig(lane.instance, lane.bucket, **given)  # else its defaults
-        self.store = store = open_store(settings.state_url, settings.s3_endpoint)
+        self.store = store = settings.open_state()
 
         def alarms() -> object:
             from gpuops.alarms import open_alarms

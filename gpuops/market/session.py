@@ -23,7 +23,6 @@ from gpuops.market.rent import Market, PassRates, Prober
 from gpuops.market.select import MIN_DISK_MB_PER_S
 from gpuops.model import Instance, Verdict
 from gpuops.settings import Settings
-from gpuops.store import open_store
 from gpuops.store.base import Store
 
 if TYPE_CHECKING:
@@ -102,7 +101,7 @@ def open_market(
 
     vastai_lazy.install()  # the SDK's API layer, without its package start-up (about a second)
 
-    store = open_store(settings.state_url, settings.s3_endpoint)
+    store = settings.open_state()
     here = settings.local_dir
     events = EventLog(settings.events_path, operator, clock=clock)
     from gpuops.market.pacing import Pace

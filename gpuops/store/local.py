@@ -79,7 +79,7 @@ def _corrupt_version(raw: bytes) -> str:
     return _CORRUPT + hashlib.sha256(raw).hexdigest()
 
 
-def _private_dirs(folder: Path, top: str | os.PathLike[str]) -> None:
+def private_dirs(folder: Path, top: str | os.PathLike[str]) -> None:
     """Create ``folder`` and every missing directory above it (below ``top``) as 0700, whatever
     the umask; another process creating one at the same moment is fine (first use races)."""
     missing = []
@@ -117,7 +117,7 @@ class LocalStore:
         self.url = str(self.root)
         self._holding = threading.local()  # whether this thread holds the store's flock
         try:
-            _private_dirs(self.root, self.root.anchor)
+            private_dirs(self.root, self.root.anchor)
         except OSError as exc:
             raise UsageError(
                 f"cannot create the state directory {self.root}: {_why(exc)}"
@@ -294,7 +294,7 @@ class LocalStore:
         import secrets
 
         version = _next_version(previous)
-        _private_dirs(path.parent, self.root)
+        private_dirs(path.parent, self.root)
         tmp = self.root / ".tmp" / f"{path.name}.{secrets.token_hex(6)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

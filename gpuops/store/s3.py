@@ -11,11 +11,17 @@ and our own bytes there mean it landed (its ETag is returned); the old value, or
 a create, means it did not, and it is sent once more (still conditional, so it can overwrite
 nothing); anything else is another writer's, a real conflict. A 409 ConditionalRequestConflict
 (two conditional writes to one key at once) means "try again" and is retried, backing off.
+
+A listing of a whole kind (``scan``) costs one listing read, not a read per record: the listing
+gives every key's ETag, and a value whose ETag it already holds is taken from the listing cache
+(``s3_cache.py``: each cached value's MD5 is checked against its ETag, so it can only ever be
+the object's own bytes); the rest are read SCAN_READERS at a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from gpuops import timing
@@ -30,6 +36,7 @@ from gpuops.errors import (
     VersionConflict,
 )
 from gpuops.store.base import Versioned, check_key, is_key
+from gpuops.store.s3_cache import ListingCache
 
 # S3 answers a failed precondition with 412; a concurrent conditional write may get 409.
 _CONFLICT_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
@@ -38,6 +45,8 @@ _CONFLICT_ATTEMPTS = 4  # tries of one conditional write that keeps meeting a 40
 T = TypeVar("T")
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 _DENIED_CODES = {"AccessDenied", "403"}
+Listed = list[tuple[str, str | None]]  # (key, ETag) per key, by key
+Scanned = list[tuple[str, Versioned]]  # (key, value) per key, by key
 
 
 class _Lost(Exception):
@@ -59,8 +68,11 @@ class S3Store:
         endpoint: str | None = None,
         *,
         clock: Clock = SYSTEM,
+        cache_dir: Path | None = None,
     ) -> None:
-        """``clock``: what the backoff between retried conditional writes sleeps on."""
+        """``clock``: what the backoff between retried conditional writes sleeps on;
+        ``cache_dir``: where listings of whole kinds are kept between commands (None: in this
+        process only)."""
         if not bucket:
             raise UsageError("an s3:// state URL needs a bucket: s3://bucket/prefix")
         self.bucket = bucket
@@ -69,12 +81,16 @@ class S3Store:
         self._client = client
         self._endpoint = endpoint
         self.clock = clock
+        self._cache = ListingCache(self.url, cache_dir)
 
     @classmethod
-    def from_url(cls, url: str, endpoint: str | None = None) -> S3Store:
-        """``endpoint``: GPUOPS_S3_ENDPOINT (settings.py), else boto3's own AWS_ENDPOINT_URL."""
+    def from_url(
+        cls, url: str, endpoint: str | None = None, cache_dir: Path | None = None
+    ) -> S3Store:
+        """``endpoint``: GPUOPS_S3_ENDPOINT (settings.py), else boto3's own AWS_ENDPOINT_URL;
+        ``cache_dir``: the listing cache's directory (None: this process's memory only)."""
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
-        return cls(bucket, prefix, endpoint=endpoint)
+        return cls(bucket, prefix, endpoint=endpoint, cache_dir=cache_dir)
 
     # --- interface ---------------------------------------------------------------------------
     def get(self, key: str) -> Versioned | None:
@@ -133,16 +149,34 @@ class S3Store:
                 self._sent(send, key, version, first=False)  # not: once more
 
     def list(self, prefix: str = "") -> list[str]:
-        base = f"{self.prefix}/" if self.prefix else ""
-        keys: list[str] = []
-        try:
-            pages = self._s3().get_paginator("list_objects_v2")
-            for page in pages.paginate(Bucket=self.bucket, Prefix=base + prefix):
-                names = (item["Key"][len(base) :] for item in page.get("Contents", []))
-                keys.extend(name for name in names if is_key(name))  # skip folder markers
-        except _boto_errors() as exc:
-            raise _translate(exc, prefix, None) from exc
-        return sorted(keys)
+        return [key for key, _ in self._listing(prefix)]
+
+    def scan(self, prefix: str = "") -> Scanned:
+        """Every key that starts with ``prefix`` with its value, by key: one listing, then
+        only the values the listing cache does not hold at the listed ETag, read
+        SCAN_READERS at a time (a key deleted since it was listed is left out)."""
+        listed = self._listing(prefix)
+        known = self._cache.held(prefix)
+        found: dict[str, Versioned] = {}
+        missing = []
+        for key, etag in listed:
+            cached = known.get(key)
+            if cached is not None and cached[0] == etag:
+                found[key] = Versioned(key, cached[1], etag)
+            else:
+                missing.append(key)
+        if missing:
+            self._s3()  # one client, made before the threads share it (boto3's are thread-safe)
+            from concurrent.futures import ThreadPoolExecutor
+
+            workers = min(timing.S3_SCAN_READERS, len(missing))
+            with ThreadPoolExecutor(workers) as pool:
+                for value in pool.map(self.get, missing):
+                    if value is not None:
+                        found[value.key] = value
+        out = [(key, found[key]) for key, _ in listed if key in found]
+        self._cache.keep(prefix, {key: (v.version, v.data) for key, v in out}, known)
+        return out
 
     def bucket_policy(self) -> str | None:
         """The bucket's policy document (its JSON text), or None when it has none
@@ -160,6 +194,21 @@ class S3Store:
         return str(answer["Policy"])
 
     # --- internals ---------------------------------------------------------------------------
+    def _listing(self, prefix: str) -> Listed:
+        """(key, ETag) of every key that starts with ``prefix``, by key: one paged listing."""
+        base = f"{self.prefix}/" if self.prefix else ""
+        keys: Listed = []
+        try:
+            pages = self._s3().get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=self.bucket, Prefix=base + prefix):
+                for item in page.get("Contents", []):
+                    name = item["Key"][len(base) :]
+                    if is_key(name):  # skip folder markers
+                        keys.append((name, item.get("ETag")))  # None: read, never cached
+        except _boto_errors() as exc:
+            raise _translate(exc, prefix, None) from exc
+        return sorted(keys)
+
     def _sent(
         self, send: Callable[[], T], key: str, version: str | None, *, first: bool = True
     ) -> T:
@@ -205,6 +254,7 @@ class S3Store:
                 # One attempt per call: a conditional write whose reply was lost must not be
                 # retried into a 412 that reads as "someone else wrote"; callers re-read instead.
                 retries={"total_max_attempts": 1},
+                max_pool_connections=timing.S3_SCAN_READERS,  # a scan's readers at once
             )
             # GPUOPS_S3_ENDPOINT (as the guardian's results use it), else boto3's own
             # AWS_ENDPOINT_URL: `gpuops fakes serve` exports both for its S3 stand-in.

@@ -3,7 +3,7 @@
     python -m tests.benchmarks [--quick] [--only bench_startup,bench_stats,...]
 
 Runs bench_startup, bench_stats, bench_offers, bench_guard, bench_sweep, bench_race, bench_lane,
-bench_soak, bench_protocol, bench_cli_fuzz, bench_wire_fuzz and bench_fuzz (last: every surface) with their defaults (``--quick``: smaller sizes, for a smoke run),
+bench_s3_listing, bench_soak, bench_protocol, bench_cli_fuzz, bench_wire_fuzz and bench_fuzz (last: every surface) with their defaults (``--quick``: smaller sizes, for a smoke run),
 then prints one table. Each benchmark prints its own detail (and the load while it ran) as it
 goes. This process is a child subreaper: after each benchmark, any process it started that is
 still alive (a descendant, however detached) is named in the table, and ended; a benchmark
@@ -25,6 +25,7 @@ from tests.benchmarks import (
     bench_offers,
     bench_protocol,
     bench_race,
+    bench_s3_listing,
     bench_soak,
     bench_startup,
     bench_stats,
@@ -49,6 +50,7 @@ def plan(quick: bool) -> list[tuple[Bench, list[str]]]:
         (bench_sweep.main, ["--sizes", "100:10,1000:100"] if quick else []),
         (bench_race.main, ["--trials", "40"] if quick else []),
         (bench_lane.main, ["--runs", "3"] if quick else []),
+        (bench_s3_listing.main, ["--runs", "3", "--recent", "100"] if quick else []),
         (bench_soak.main, ["--lifecycles", "300"] if quick else []),
         (bench_protocol.main, ["--scopes", "skewed"] if quick else []),
         (bench_cli_fuzz.main, ["300"] if quick else []),
