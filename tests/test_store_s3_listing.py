@@ -237,6 +237,46 @@ def test_a_cache_directory_that_cannot_be_written_changes_no_listing(hosts, tmp_
     assert blocked.read_text() == "not a directory"
 
 
+def test_a_cache_file_whose_write_fails_leaves_no_temporary_file_and_no_error(
+    hosts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache file is written beside itself and renamed into place (atomic on one
+    filesystem); a write that fails at the rename (a full disk), and a clean-up that fails
+    too, reach no command: the listing is still right and what could be removed is."""
+    alice, _ = hosts
+    seed(alice.store(), 3)
+    removed: list[str] = []
+    real_unlink = os.unlink
+
+    def full_disk(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    def unlink(path: str) -> None:
+        removed.append(path)
+        real_unlink(path)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    monkeypatch.setattr(os, "unlink", unlink)
+    store = alice.store()
+    assert scanned(store) == every_get(store, KIND)
+    monkeypatch.undo()
+
+    (tmp,) = removed
+    assert Path(tmp).parent == alice.cache
+    assert list(alice.cache.iterdir()) == []
+
+
+def test_a_listing_with_no_prefix_is_every_kind(hosts) -> None:
+    alice, _ = hosts
+    seed(alice.store(), 2)
+    assert [key for key, _ in alice.store().scan()] == [
+        "ledger/boxes/job-000+1-0",
+        f"{KIND}job-000",
+        f"{KIND}job-001",
+    ]
+
+
 def test_the_cache_is_private_and_kept_per_kind_only(hosts) -> None:
     """The cache directory is 0700 and its files 0600, like the state directory; a listing
     narrowed to one name's records is never kept."""

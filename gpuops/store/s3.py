@@ -15,7 +15,7 @@ nothing); anything else is another writer's, a real conflict. A 409 ConditionalR
 A listing of a whole kind (``scan``) costs one listing read, not a read per record: the listing
 gives every key's ETag, and a value whose ETag it already holds is taken from the listing cache
 (``s3_cache.py``: each cached value's MD5 is checked against its ETag, so it can only ever be
-the object's own bytes); the rest are read SCAN_READERS at a time.
+the object's own bytes); the rest are read ``timing.S3_SCAN_READERS`` at a time.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class S3Store:
     def scan(self, prefix: str = "") -> Scanned:
         """Every key that starts with ``prefix`` with its value, by key: one listing, then
         only the values the listing cache does not hold at the listed ETag, read
-        SCAN_READERS at a time (a key deleted since it was listed is left out)."""
+        S3_SCAN_READERS at a time (a key deleted since it was listed is left out)."""
         listed = self._listing(prefix)
         known = self._cache.held(prefix)
         found: dict[str, Versioned] = {}
@@ -162,7 +162,7 @@ class S3Store:
         for key, etag in listed:
             cached = known.get(key)
             if cached is not None and cached[0] == etag:
-                found[key] = Versioned(key, cached[1], etag)
+                found[key] = Versioned(key, cached[1], cached[0])
             else:
                 missing.append(key)
         if missing:
