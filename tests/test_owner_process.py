@@ -84,7 +84,9 @@ def test_ctrl_c_during_a_race_destroys_its_candidates_before_rent_exits_130_m13(
     assert "interrupted:" in err and "confirmed gone" in err
     (started,) = fakes.events("guard.start")
     fakes.wait_for("the guardian to exit", lambda: not _alive(int(started["pid"])))
-    assert [e["code"] for e in fakes.events("guard.exit")] == [0]
+    exits = fakes.events("guard.exit")
+    log = fakes.state / "guardians" / "ctrl-box.log"
+    assert [e["code"] for e in exits] == [0], (exits, log.read_text()[-3000:], err[-2000:])
 
 
 @pytest.mark.parametrize("fakes", [{"boot": {"provisioning_s": 60}}], indirect=True)

@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     from gpuops.store.s3 import S3Store
 
     fake = serve_s3()
+    os.environ.update(fake.exports())  # this process seeds the bucket with the same keys
     sizes = [int(n) for n in args.recent.split(",")]
     try:
         with tempfile.TemporaryDirectory() as tmp:
