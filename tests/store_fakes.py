@@ -1,5 +1,5 @@
-"""Fakes shared by tests: a MemoryStore that lets another process act mid-operation, and an
-event sink that keeps what it is given."""
+"""Fakes shared by tests: a MemoryStore that lets another process act mid-operation, an
+event sink that keeps what it is given, and a codec that keeps a record's bytes as they are."""
 
 from __future__ import annotations
 
@@ -64,3 +64,15 @@ class WallOf:
 
     def sleep(self, seconds: float) -> None:
         raise AssertionError(f"a scripted clock is never waited on ({seconds} s)")
+
+
+class RawCodec:
+    """Records whose value is their stored bytes, as they are (a listing's own test)."""
+
+    what = "raw value"
+
+    def encode(self, value: bytes) -> bytes:
+        return value
+
+    def decode(self, key: str, data: bytes) -> bytes:
+        return data

@@ -244,16 +244,9 @@ def test_a_listing_read_gives_each_key_as_reading_it_gives_it(store) -> None:
     """One listing read of a prefix (the backend's own ``scan`` where it has one) gives every
     key under it, by key, with the bytes and version a read of that key gives; a second
     listing after a put, a delete and a create gives them as they are now."""
+    from store_fakes import RawCodec
+
     from gpuops.store.records import Records
-
-    class Raw:
-        what = "value"
-
-        def encode(self, value: bytes) -> bytes:
-            return value
-
-        def decode(self, key: str, data: bytes) -> bytes:
-            return data
 
     for i in range(5):
         store.create(f"market/rentals/job-{i}", f"value {i}".encode())
@@ -263,7 +256,7 @@ def test_a_listing_read_gives_each_key_as_reading_it_gives_it(store) -> None:
     def listed() -> list[tuple[str, bytes, str]]:
         return [
             (name, v, version)
-            for name, v, version in Records(store, "market/rentals/", Raw()).entries()
+            for name, v, version in Records(store, "market/rentals/", RawCodec()).entries()
         ]
 
     def read() -> list[tuple[str, bytes, str]]:

@@ -17,6 +17,7 @@ import boto3
 import msgspec
 import pytest
 from moto import mock_aws
+from store_fakes import RawCodec
 
 from gpuops import timing
 from gpuops.settings import S3_CACHE, Settings
@@ -114,25 +115,15 @@ def test_the_listing_records_read_is_what_reading_each_record_gives(hosts) -> No
     since the last listing is read at its new version (a compare-and-swap from it lands)."""
     alice, bob = hosts
     seed(alice.store(), 3)
-    rentals = Records(alice.store(), KIND, _Raw())
+    rentals = Records(alice.store(), KIND, RawCodec())
     assert [name for name, _, _ in rentals.entries()] == ["job-000", "job-001", "job-002"]
     bob.store().put(f"{KIND}job-001", b'{"v": 2}', bob.store().get(f"{KIND}job-001").version)
 
     store = alice.store()
-    (_, value, version) = Records(store, KIND, _Raw()).entries()[1]
+    (_, value, version) = Records(store, KIND, RawCodec()).entries()[1]
     assert value == b'{"v": 2}'
     store.put(f"{KIND}job-001", b'{"v": 3}', version)  # the version it read is current
     assert bob.store().get(f"{KIND}job-001").data == b'{"v": 3}'
-
-
-class _Raw:
-    what = "raw value"
-
-    def encode(self, value: bytes) -> bytes:
-        return value
-
-    def decode(self, key: str, data: bytes) -> bytes:
-        return data
 
 
 def test_a_listing_reads_scan_readers_values_at_once_and_no_more(hosts) -> None:

@@ -21,8 +21,6 @@ figure, not a test: timed assertions flake on shared machines.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -30,43 +28,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpuops.store.s3 import S3Store
 from tests.benchmarks.common import gpuops_argv, load, median
 
 
-def seed(store: object, rentals: int) -> None:
+def seed(store: S3Store, rentals: int) -> None:
     """``rentals`` rentals released yesterday, each with its released box record."""
-    from gpuops.ledger import BoxState, Record, encode, utc_iso
-    from gpuops.market.rentals import PREFIX as RENTALS
-    from gpuops.market.rentals import Rental
+    from tests.benchmarks.history import DAY_S, released
 
-    ended = time.time() - 86400.0
-    for i in range(rentals):
-        name = f"recent-{i}"
-        record = Record(
-            name=f"{name}+1-0",
-            owner="bench@host",
-            state=BoxState.RELEASED,
-            intent_id=f"{i:016x}",
-            provider="vast",
-            revision=5,
-            updated_at=utc_iso(ended),
-            instance_id=str(10_000_000 + i),
-        )
-        store.create(f"ledger/boxes/{record.name}", encode(record))  # type: ignore[attr-defined]
-        rental = Rental(
-            name=name,
-            owner="bench@host",
-            state="released",
-            race=1,
-            box=record.name,
-            instance_id=record.instance_id,
-            dph_total=0.4,
-            started_at=ended - 3600.0,
-            deadline_at=ended,
-            ended_at=ended,
-        )
-        body = json.dumps(dataclasses.asdict(rental)).encode()
-        store.create(RENTALS + name, body)  # type: ignore[attr-defined]
+    for key, data in released(rentals, time.time() - DAY_S):
+        store.create(key, data)
 
 
 def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
@@ -76,7 +47,6 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
     parser.add_argument("--baseline", type=Path, help="the code before a change, for A/B")
     args = parser.parse_args(argv)
     from fakes.s3 import serve_s3
-    from gpuops.store.s3 import S3Store
 
     fake = serve_s3()
     os.environ.update(fake.exports())  # this process seeds the bucket with the same keys

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Iterator
 
 from gpuops import timing
 from gpuops.ledger import BoxState, Record, encode, utc_iso
@@ -24,7 +25,15 @@ def seed(state: str, rentals: int, operator: str = "bench@host", *, recent: bool
     per file: the history, not its making, is the point."""
     store = LocalStore(state)
     ended = time.time() - (DAY_S if recent else timing.ARCHIVE_AFTER_S + DAY_S)
-    prefix = "recent" if recent else "past"
+    for key, data in released(rentals, ended, operator, "recent" if recent else "past"):
+        _write(store, key, data)
+
+
+def released(
+    rentals: int, ended: float, operator: str = "bench@host", prefix: str = "recent"
+) -> Iterator[tuple[str, bytes]]:
+    """(key, value) of ``rentals`` rentals released at ``ended``, each with its released box
+    record, as gpuops stores them (any backend)."""
     for i in range(rentals):
         name = f"{prefix}-{i}"
         record = Record(
@@ -37,7 +46,7 @@ def seed(state: str, rentals: int, operator: str = "bench@host", *, recent: bool
             updated_at=utc_iso(ended),
             instance_id=str(10_000_000 + i),
         )
-        _write(store, f"ledger/boxes/{record.name}", encode(record))
+        yield f"ledger/boxes/{record.name}", encode(record)
         rental = Rental(
             name=name,
             owner=operator,
@@ -50,7 +59,7 @@ def seed(state: str, rentals: int, operator: str = "bench@host", *, recent: bool
             deadline_at=ended,
             ended_at=ended,
         )
-        _write(store, RENTALS + name, json.dumps(dataclasses.asdict(rental)).encode())
+        yield RENTALS + name, json.dumps(dataclasses.asdict(rental)).encode()
 
 
 def _write(store: LocalStore, key: str, data: bytes) -> None:
