@@ -154,6 +154,30 @@ def test_a_listing_reads_scan_readers_values_at_once_and_no_more(hosts) -> None:
     assert most[0] == timing.S3_SCAN_READERS
 
 
+def test_a_value_whose_etag_is_not_its_md5_is_read_by_every_listing(hosts) -> None:
+    """An object uploaded in parts (its ETag ends in "-<parts>", not its MD5) is never kept:
+    each listing reads it again, and gives what a read of it gives."""
+    alice, _ = hosts
+    seed(alice.store(), 2)
+    key = f"team/state/{KIND}job-050"
+    upload = alice.client.create_multipart_upload(Bucket=BUCKET, Key=key)
+    part = alice.client.upload_part(
+        Bucket=BUCKET, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b'{"v": 50}'
+    )
+    alice.client.complete_multipart_upload(
+        Bucket=BUCKET,
+        Key=key,
+        UploadId=upload["UploadId"],
+        MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]},
+    )
+    store = alice.store()
+    assert scanned(store) == every_get(store, KIND)
+    for again in (store, store, alice.store()):  # this process's next listings, the next command's
+        alice.reads.clear()
+        assert scanned(again)[-1][:2] == (f"{KIND}job-050", b'{"v": 50}')
+        assert alice.reads == [key]
+
+
 def test_a_value_deleted_between_the_listing_and_its_read_is_left_out(hosts) -> None:
     """Another host deletes a listed key before it is read: the listing leaves it out."""
     alice, bob = hosts

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 def open_store(url: str, s3_endpoint: str | None = None, s3_cache: Path | None = None) -> Store:
     """Open ``s3://bucket/prefix`` or a local directory path (``file://`` optional).
     ``s3_endpoint``: Settings.s3_endpoint (GPUOPS_S3_ENDPOINT), for s3:// only; ``s3_cache``:
-    where an s3:// store keeps its listing cache (Settings.s3_cache; None: in memory only)."""
+    where an s3:// store keeps its listing cache (Settings.open_state passes one; None: in
+    memory only)."""
     if url.startswith("s3://"):
         from gpuops.store.s3 import S3Store
 

@@ -63,7 +63,8 @@ class ListingCache:
         read at); written to the directory only when it differs from ``before``."""
         if not kept(prefix):
             return
-        now = {key: value for key, value in listed.items() if verified(*value)}
+        # a value kept before was verified then (or when its file was read): hash the new ones
+        now = {k: v for k, v in listed.items() if before.get(k) == v or verified(*v)}
         self._memory[prefix] = now
         if now != before:
             self._save(prefix, now)
