@@ -369,6 +369,63 @@ def activate(
         yield fresh
 
 
+@contextlib.contextmanager
+def direct(site: Site, base_url: str) -> Iterator[None]:
+    """Route ``base_url`` to ``site`` at requests' transport (``HTTPAdapter.send``), for the
+    duration: every request a ``requests.Session`` sends is prepared, hooked and answered as
+    with :func:`activate` (a dropped answer is a ``requests.ConnectionError``, an unknown route
+    an ``AssertionError`` raised into the caller, any other URL a ``ConnectionError``, as
+    ``responses`` answers an unregistered one), without ``responses``' matching and call
+    records or urllib3's response objects: about a third of an in-process exchange. For loops
+    of thousands of exchanges (the soak); tests that read ``responses``' call list use
+    :func:`activate`. Not nestable with itself or with ``responses`` on the same thread."""
+    import requests
+    from requests.adapters import HTTPAdapter
+
+    prefix = base_url.rstrip("/")
+    original = HTTPAdapter.send
+
+    def send(adapter: HTTPAdapter, prepared: requests.PreparedRequest, **_: object) -> Any:
+        url = str(prepared.url)
+        if url != prefix and not url.startswith((prefix + "/", prefix + "?")):
+            raise requests.ConnectionError(f"{site.name} is direct at {prefix}, not {url}")
+        reply = _in_process(site, prepared)
+        if isinstance(reply, Exception):
+            raise reply
+        return _response(prepared, *reply)
+
+    HTTPAdapter.send = send  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        HTTPAdapter.send = original  # type: ignore[method-assign]
+
+
+def _response(
+    prepared: requests.PreparedRequest, status: int, headers: dict[str, str], body: bytes
+) -> requests.Response:
+    """The ``requests.Response`` an HTTPAdapter builds from a reply, from its parts."""
+    import io
+    from http import HTTPStatus
+
+    import requests
+    from requests.structures import CaseInsensitiveDict
+    from requests.utils import get_encoding_from_headers
+
+    response = requests.Response()
+    response.status_code = status
+    response.headers = CaseInsensitiveDict(headers)
+    response.encoding = get_encoding_from_headers(response.headers)
+    try:
+        response.reason = HTTPStatus(status).phrase
+    except ValueError:  # a status code http knows no phrase for
+        response.reason = ""
+    response.raw = io.BytesIO(body)  # read by .content, as a urllib3 response is
+    response.url = str(prepared.url)
+    response.request = prepared
+    return response
+
+
 def _body_bytes(body: object) -> bytes:
     """A prepared body as the bytes it sends: text, bytes, a file (read whole), or an iterable
     of chunks (what requests sends chunked), never silently empty."""

@@ -66,9 +66,11 @@ from typing import Any
 
 from s3_proxy import LossyProxy
 
+from fakes import seam
 from fakes.scenario import parse_scenario
 from fakes.simulate import VERDICT_OF
 from fakes.vast import FakeClock, FakeVast
+from fakes.vast.server import site
 from gpuops import timing
 from gpuops.errors import GpuopsError, Interrupted, Refused, StillRunning, StoreUnavailable
 from gpuops.ledger import PREFIX, Ledger
@@ -608,7 +610,7 @@ def lifecycle(
         tally.s3_lifecycles += 1
         if rng.random() < 0.5:  # one conditional write lands and its answer is lost
             s3.proxy.drop(1, rng.choice(["PUT", "DELETE"]), skip=rng.randint(0, 40))
-    with fake.activate(BASE):
+    with seam.direct(site(fake), BASE):  # responses' own overhead was a third of a lifecycle
         stranger = fake.create(STRANGER, {"label": "someone-else", "image": "x", "disk": 5}).id
 
         def market(operator: str = "alice", host: str = "hostA", skew_s: float = 0.0) -> Market:

@@ -116,6 +116,30 @@ def test_each_adapter_sends_every_request_through_its_observed_session(tmp_path)
     ]
 
 
+def test_a_netrc_entry_for_the_provider_s_host_never_replaces_or_adds_an_authorization(
+    tmp_path, monkeypatch
+):
+    """H3: requests would swap the Authorization a caller set for the login and password of a
+    ~/.netrc entry naming the host (and add one where the caller set none), sending a
+    password the user keeps for something else to the provider. Every gpuops session sends
+    the header its adapter built, and none where it built none."""
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1\nlogin someone\npassword hunter2\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    assert requests.utils.get_netrc_auth(f"{BASE}/x") == ("someone", "hunter2")  # in effect
+    vast = VastAdapter(api_key="k", base_url=BASE)
+    gcs = GcsAdapter("b", "p", endpoint=BASE)
+    with responses.RequestsMock() as mock:
+        mock.get(f"{BASE}/api/v0/instances/1/?owner=me", json={"instances": None})
+        mock.get(f"{BASE}/download/storage/v1/b/b/o/x%2Fy", status=404, json={})
+        assert vast.show("1") is None
+        assert gcs.read("x/y") is None
+        sent = [call.request.headers.get("Authorization") for call in mock.calls]
+
+    assert sent == ["Bearer k", None]
+
+
 def test_the_environment_s_proxies_and_ca_bundle_are_requests_own_answer_read_once_per_host(
     monkeypatch,
 ):

@@ -42,10 +42,24 @@ def new_session(observers: Sequence[Observer] = (), base: Any = None) -> Any:
     import requests
 
     session: Any = requests.Session() if base is None else base
+    session.auth = _as_sent  # the caller's Authorization header, never a ~/.netrc entry's
     for observer in observers:
         session.hooks["response"].append(_hook(observer))
     session.merge_environment_settings = _read_once_per_host(session.merge_environment_settings)
     return session
+
+
+def _as_sent(request: Any) -> Any:
+    """The session's ``auth``: the request as its caller built it.
+
+    With no ``auth`` on the request or the session, requests looks the URL's host up in
+    ``~/.netrc`` (or ``$NETRC``) on every request and, where an entry names the host, replaces
+    the Authorization header the caller set with that entry's login and password: Vast's
+    ``Bearer`` key, or google-auth's token, would give way to a password the user keeps for
+    something else, sent to the provider (requests documents the precedence: .netrc over
+    ``headers=``). A session ``auth`` that leaves the request as it is turns that lookup off,
+    and nothing else: proxies and CA bundles still come from the environment."""
+    return request
 
 
 def _read_once_per_host(merge: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:

@@ -2,9 +2,10 @@
 
     python tests/benchmarks/bench_lane.py [--runs N]
 
-Against `gpuops fakes serve` (loopback FakeGCE) with a local state store holding a claimed
-board. Runs are interleaved (one of each case per round) so machine load hits every case
-alike; prints medians, min and max, and the load average before and after. Cases:
+Runs the installed `gpuops` entry point, as a user would, against `gpuops fakes serve`
+(loopback FakeGCE) with a local state store holding a claimed board. Runs are interleaved (one
+of each case per round) so machine load hits every case alike; prints medians, min and max,
+and the load average before and after. Cases:
 
 - `python -c pass`                       the interpreter alone, for scale
 - `lane board`                           reads the store only (no provider call, no SDK)
@@ -34,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.benchmarks.common import load  # noqa: E402
+from tests.benchmarks.common import gpuops_argv, load  # noqa: E402
 
 HISTORY_ENTRIES = 600  # about a hundred jobs' transitions
 
@@ -68,7 +69,8 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, str]]:
         try:
             env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
             env.update(served.env, GPUOPS_STATE=str(state), XDG_STATE_HOME=tmp)
-            gpuops = [sys.executable, "-m", "gpuops", "--operator", "bob", "lane"]
+            # the installed entry point, as a user runs it (and as bench_startup times it)
+            gpuops = [*gpuops_argv(), "--operator", "bob", "lane"]
             # label -> (argv, the exit codes it may end with, the state it reads each round)
             cases: dict[str, tuple[list[str], set[int], Callable[[], Path]]] = {
                 "python -c pass": ([sys.executable, "-c", "pass"], {0}, lambda: state),
