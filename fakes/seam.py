@@ -418,8 +418,8 @@ def _response(
     response.encoding = get_encoding_from_headers(response.headers)
     try:
         response.reason = HTTPStatus(status).phrase
-    except ValueError:  # a status code http knows no phrase for
-        response.reason = ""
+    except ValueError:  # a status code http knows no phrase for: none, as responses gives
+        response.reason = None  # type: ignore[assignment]
     response.raw = io.BytesIO(body)  # read by .content, as a urllib3 response is
     response.url = str(prepared.url)
     response.request = prepared

@@ -261,3 +261,48 @@ def test_a_chunked_body_over_the_limit_or_malformed_is_refused_unread_h6():
         server.close()
 
     assert len(answers) == 2 and all(b" 413 " in answer for answer in answers)
+
+
+def test_a_direct_serving_answers_as_the_responses_serving_does():
+    """seam.direct (the soak's serving, at requests' transport) gives what seam.activate gives:
+    the status, reason, headers, text and bytes of each reply, the request it answered, a
+    dropped answer as a ConnectionError, an unknown route raised into the caller, any other
+    URL refused, and requests' own transport back once it ends."""
+    replies = {
+        "/text": seam.Reply(201, (("Content-Type", "application/json; charset=utf-8"),), "{}"),
+        "/bytes": seam.Reply(200, (("X-Thing", "1"),), b"\x00\xff"),
+        "/odd": seam.Reply(599, (), "odd"),
+        "/drop": seam.Reply(200, (), "", drop=True),
+    }
+
+    def answer(request: seam.Request) -> seam.Reply:
+        if request.path not in replies:
+            raise seam.Router("FakeToy", []).unknown(request.method, request.path)
+        return replies[request.path]
+
+    site = seam.Site("FakeToy", answer=answer, unknown=seam.unknown_reply)
+    base = "https://toy.invalid"
+
+    def served(serving: Callable[..., object]) -> list[object]:
+        seen: list[object] = []
+        with serving(site, base), requests.Session() as session:
+            for path in ("/text", "/bytes", "/odd"):
+                got = session.post(f"{base}{path}?q=1", json={"a": 1})
+                seen.append(
+                    (got.status_code, got.reason, dict(got.headers), got.text, got.content)
+                )
+                seen.append((got.url, got.request.method, got.request.body))
+            for path, error in (("/drop", requests.ConnectionError), ("/none", AssertionError)):
+                with pytest.raises(error, match=path):
+                    session.get(f"{base}{path}")
+            with pytest.raises(requests.ConnectionError):
+                session.get("https://elsewhere.invalid/text")
+        return seen
+
+    direct = served(seam.direct)
+    assert direct == served(seam.activate)
+    json_type = {"Content-Type": "application/json; charset=utf-8"}
+    assert direct[0] == (201, "Created", json_type, "{}", b"{}")
+    assert direct[5] == ("https://toy.invalid/odd?q=1", "POST", b'{"a": 1}')
+    with pytest.raises(requests.ConnectionError):  # the real transport again: nothing there
+        requests.get("http://127.0.0.1:9/text", timeout=5)
