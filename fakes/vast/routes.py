@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -83,7 +84,7 @@ class Route:
     template: str  # "{id}" is a run of digits
     handler: Handler
 
-    @property
+    @functools.cached_property  # every request is matched against every route until one fits
     def pattern(self) -> re.Pattern[str]:
         return re.compile(re.escape(self.template).replace(r"\{id\}", "(?P<id>[0-9]+)"))
 
