@@ -67,15 +67,36 @@ def reap() -> None:
             return
 
 
+class _Hold:
+    """Whether the main thread is inside ``interrupts_held``, and the interrupt it holds."""
+
+    holding = False
+    held: int | None = None
+
+
+_HOLD = _Hold()
+
+
 @contextlib.contextmanager
 def interrupts_raised() -> Iterator[None]:
     """Ctrl-C, SIGTERM and a closed terminal (SIGHUP) raise Interrupted in the main thread, so
-    the race destroys its candidates before the process exits (M13); restored afterwards."""
+    the race destroys its candidates before the process exits (M13); restored afterwards.
+    Inside ``interrupts_held`` the first one waits for the block's end."""
     import signal
+    import sys
 
     from gpuops.errors import Interrupted
 
     def stop(signum: int, frame: FrameType | None) -> None:
+        if _HOLD.holding and _HOLD.held is None:
+            _HOLD.held = signum
+            print(
+                "gpuops: interrupted: waiting for the create on the wire to answer, then ending "
+                "the race (interrupt again to leave the race to its guardian)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
         raise Interrupted(signum)
 
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -85,3 +106,31 @@ def interrupts_raised() -> Iterator[None]:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """A block an interrupt must not cut in two: a create on the wire and the record of its
+    answer. Under ``interrupts_raised``, a first interrupt that arrives inside is held and
+    raised as Interrupted when the block ends, whatever it ended with; a second is raised at
+    once. Without ``interrupts_raised`` (no handler of ours), or off the main thread (signals
+    are handled there), nothing is held."""
+    import threading
+
+    from gpuops.errors import Interrupted
+
+    if threading.current_thread() is not threading.main_thread() or _HOLD.holding:
+        yield
+        return
+    _HOLD.holding, _HOLD.held = True, None
+    try:
+        yield
+    finally:
+        signum, _HOLD.holding, _HOLD.held = _HOLD.held, False, None
+        if signum is not None:
+            raise Interrupted(signum)
+
+
+def interrupt_pending() -> bool:
+    """Whether ``interrupts_held`` holds an interrupt now (it is raised when the block ends)."""
+    return _HOLD.held is not None

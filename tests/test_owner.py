@@ -35,6 +35,7 @@ from gpuops.market.results import LocalResults
 from gpuops.market.sweep import sweep
 from gpuops.market.teardown import Ending, exit_code
 from gpuops.model import Instance, Verdict
+from gpuops.procs import interrupts_held, interrupts_raised
 from gpuops.settings import Settings
 
 HOURS = 0.5
@@ -165,6 +166,91 @@ def test_an_interrupted_rent_destroys_its_candidates_with_confirmation_before_it
     assert market.rentals.get("job").state == FAILED
     assert all(r.state is BoxState.RELEASED for r in market.ledger.records())
     assert any("interrupted: 3 box(es) of this race ended" in line for line in world.said)
+
+
+def _lagging_list() -> dict[str, Any]:
+    doc = scenario()
+    doc["vast"]["list_lag_s"] = 600.0  # a new box is missing from the list for ten minutes
+    return doc
+
+
+@pytest.mark.parametrize("world", [_lagging_list()], indirect=True)
+def test_an_interrupt_while_a_create_is_on_the_wire_waits_for_its_answer_and_ends_its_box_m13(
+    world,
+):
+    """M13: Ctrl-C arrives while the first create is on the wire (Vast has made the box, its
+    answer is not read yet) and the list lags: rent waits for the answer, records the box, and
+    only then stops, ending it by id, confirmed gone; no create follows, and no intent is left
+    for a guardian to look for by label."""
+    market = world.market()
+    create = market.vast.create
+
+    def interrupted_on_the_wire(*args: Any, **kwargs: Any) -> str:
+        made = create(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # its handler runs here, before the answer is read
+        return made
+
+    market.vast.create = interrupted_on_the_wire  # type: ignore[method-assign]
+    with interrupts_raised(), pytest.raises(Interrupted) as raised:
+        market.rent(request(k=3))
+
+    assert raised.value.exit_code == 130
+    assert world.billing() == []
+    assert len(world.create_calls()) == 1
+    assert [r.state for r in market.ledger.records()] == [BoxState.RELEASED]
+    assert any("interrupted: 1 box(es) of this race ended" in line for line in world.said)
+
+
+def test_an_interrupt_before_a_create_is_sent_releases_its_intent_and_sends_none_m13(world):
+    """M13: Ctrl-C arrives once the first intent is written, before its create is sent: the
+    intent is released (no create was sent) and rent stops; nothing was made, and nothing is
+    left for a guardian to look for."""
+    market = world.market()
+    record_intent = market.ledger.record_intent
+
+    def interrupted_after_the_intent(*args: Any, **kwargs: Any) -> Any:
+        written = record_intent(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return written
+
+    market.ledger.record_intent = interrupted_after_the_intent  # type: ignore[method-assign]
+    with interrupts_raised(), pytest.raises(Interrupted):
+        market.rent(request(k=3))
+
+    assert world.create_calls() == [] and world.billing() == []
+    assert [r.state for r in market.ledger.records()] == [BoxState.RELEASED]
+    assert market.rentals.get("job").state == FAILED
+
+
+def test_a_held_interrupt_is_raised_when_the_block_ends_and_a_second_at_once():
+    """procs.interrupts_held: under interrupts_raised, the first interrupt inside the block
+    waits for its end (whatever it ended with), a second is raised at once; outside a hold,
+    and with no handler of ours, nothing is held."""
+    steps: list[str] = []
+    with interrupts_raised():
+        with pytest.raises(Interrupted) as held, interrupts_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            steps.append("after the first")
+        assert held.value.exit_code == 128 + signal.SIGTERM
+        with pytest.raises(Interrupted) as ended, interrupts_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            raise ValueError("the block's own failure")
+        assert ended.value.exit_code == 130 and isinstance(ended.value.__context__, ValueError)
+        with pytest.raises(Interrupted), interrupts_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append("held")
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append("never")
+        with interrupts_held():
+            steps.append("nothing held")
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append("never either")
+    with pytest.raises(KeyboardInterrupt), interrupts_held():  # Python's own handler
+        os.kill(os.getpid(), signal.SIGINT)
+        steps.append("never, again")
+
+    assert steps == ["after the first", "held", "nothing held"]
 
 
 def test_a_second_interrupt_leaves_the_rest_to_the_guardian_which_ends_it_m13(world):

@@ -74,6 +74,7 @@ from gpuops.market.teardown import (
     label_for,
 )
 from gpuops.model import Instance, Offer, Verdict
+from gpuops.procs import interrupt_pending, interrupts_held
 from gpuops.timestamps import utc_iso
 
 Prober = Callable[[Instance, str], Verdict]  # (instance, ledger record name) -> verdict
@@ -527,42 +528,54 @@ class Market:
     ) -> r.Race:
         cand = state.candidates[slot]
         box = box_name(rental.name, rental.race, slot)
-        record, _ = self.ledger.record_intent(  # M3, of this incarnation (M16)
-            box, "vast", deadline_at=utc_iso(deadline), rental_id=rental.rental_id
-        )
-        # the intent first, then the check: a `destroy` that ended this rental either sees
-        # the intent (and keeps the rental) or is seen here, and no create is sent (M13)
-        current = self.rentals.get(rental.name)
-        if current is None or current.state != RACING or current.racer != self.racer:
-            self.ledger.confirm_gone(box, CREATE_REFUSED)  # no create was sent
-            self.ledger.release(box)
-            raise RaceEnded(
-                f"{rental.name}: the rental was ended while racing for it "
-                f"({'gone' if current is None else current.state}); no further create is sent"
+        # M13: an interrupt (Ctrl-C, SIGTERM, a closed terminal) never cuts a create in two.
+        # One that comes before the create is sent releases the intent, and none is sent; one
+        # that comes while it is on the wire waits for its answer and its record (at most the
+        # HTTP timeout, and a look-up), so the race's clean-up ends a box it knows by id. Cut
+        # off on the wire, the create would be unclear, and its guardian would look for its box
+        # by label for half an hour and then leave loudly. A second interrupt is not held.
+        with interrupts_held():
+            record, _ = self.ledger.record_intent(  # M3, of this incarnation (M16)
+                box, "vast", deadline_at=utc_iso(deadline), rental_id=rental.rental_id
             )
-        label = label_for(record.intent_id)
-        now = self.clock.wall()
-        state = replace(state, last_create_at=now)
-        made: str | None = None
-        error: Exception | None = None
-        try:
-            made = self.vast.create(
-                cand.offer_id,
-                label=label,
-                image=req.image,
-                disk_gb=req.disk_gb,
-                onstart=ceiling_script(deadline, self.vast.base_url),  # M14: its own ceiling
-            )
-        except r.CREATE_ERRORS as exc:
-            error = exc
-        answer = r.answer_of(error)
-        found = self.reconcile(label) if r.looks_first(answer) else None  # M12
-        then = r.created(answer, found is not None)
-        if then.phase is r.Phase.BOOTING:
-            instance_id = made if found is None else found.instance_id
-            assert instance_id is not None
-            self._log_create(rental, cand, then.logged, instance_id)
-            return self._booting(rental, state, slot, box, instance_id, now)
+            # the intent first, then the check: a `destroy` that ended this rental either sees
+            # the intent (and keeps the rental) or is seen here, and no create is sent (M13)
+            current = self.rentals.get(rental.name)
+            ended = current is None or current.state != RACING or current.racer != self.racer
+            stopped = interrupt_pending()  # read once: one may arrive between two reads
+            if ended or stopped:
+                self.ledger.confirm_gone(box, CREATE_REFUSED)  # no create was sent
+                self.ledger.release(box)
+            if stopped:
+                return state  # the hold's end raises the interrupt
+            if ended:
+                raise RaceEnded(
+                    f"{rental.name}: the rental was ended while racing for it "
+                    f"({'gone' if current is None else current.state}); no further create is sent"
+                )
+            label = label_for(record.intent_id)
+            now = self.clock.wall()
+            state = replace(state, last_create_at=now)
+            made: str | None = None
+            error: Exception | None = None
+            try:
+                made = self.vast.create(
+                    cand.offer_id,
+                    label=label,
+                    image=req.image,
+                    disk_gb=req.disk_gb,
+                    onstart=ceiling_script(deadline, self.vast.base_url),  # M14: its own ceiling
+                )
+            except r.CREATE_ERRORS as exc:
+                error = exc
+            answer = r.answer_of(error)
+            found = self.reconcile(label) if r.looks_first(answer) else None  # M12
+            then = r.created(answer, found is not None)
+            if then.phase is r.Phase.BOOTING:
+                instance_id = made if found is None else found.instance_id
+                assert instance_id is not None
+                self._log_create(rental, cand, then.logged, instance_id)
+                return self._booting(rental, state, slot, box, instance_id, now)
         if then.phase is r.Phase.CREATING:  # unclear, and no look-up found it yet
             self._log_create(rental, cand, then.logged)
             self._say(
