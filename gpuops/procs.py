@@ -88,8 +88,7 @@ def interrupts_raised() -> Iterator[None]:
     from gpuops.errors import Interrupted
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        if _HOLD.holding and _HOLD.held is None:
-            _HOLD.held = signum
+        if hold_interrupt(signum):
             print(
                 "gpuops: interrupted: waiting for the create on the wire to answer, then ending "
                 "the race (interrupt again to leave the race to its guardian)",
@@ -129,6 +128,16 @@ def interrupts_held() -> Iterator[None]:
         signum, _HOLD.holding, _HOLD.held = _HOLD.held, False, None
         if signum is not None:
             raise Interrupted(signum)
+
+
+def hold_interrupt(signum: int) -> bool:
+    """What ``interrupts_raised``'s handler does with an interrupt first: inside
+    ``interrupts_held`` with none held yet, it is held (True: the block's end raises it);
+    otherwise False, and the caller raises it now."""
+    if _HOLD.holding and _HOLD.held is None:
+        _HOLD.held = signum
+        return True
+    return False
 
 
 def interrupt_pending() -> bool:

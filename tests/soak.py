@@ -9,7 +9,9 @@ box on the account, whether a guardian runs and whether it too is killed (by SIG
 SIGTERM, whose handler must give the lease up and exit 143; then a successor takes over;
 with no guardian, cron runs sweep every five minutes from the deadline), and one point at
 which rent dies: SIGKILL (nothing of rent runs after it) or an interrupt (its
-clean-up runs). The verdicts ask the fake, never gpuops:
+clean-up runs; one that comes around a create waits for the create's answer and its record,
+as rent's hold makes a real signal wait, and is counted as held). The verdicts ask the fake,
+never gpuops:
 
 - leaked: a box of ours still billing at the deadline plus OWNER_GRACE_S;
 - wrong destroys: a box gpuops does not own was destroyed;
@@ -87,6 +89,7 @@ from gpuops.market.results import LocalResults
 from gpuops.market.sweep import sweep
 from gpuops.market.teardown import exit_code, intent_of
 from gpuops.model import Instance, StepOutput, Verdict
+from gpuops.procs import hold_interrupt
 from gpuops.providers.vast import VastAdapter
 from gpuops.settings import Settings
 from gpuops.store.memory import MemoryStore
@@ -144,9 +147,11 @@ class Tripwire:
         self.after = False
         self.fire: Callable[[], BaseException] = Killed
         self.fired = False
+        self.held = False  # an interrupt that fired inside rent's hold around a create
 
     def arm(self, n: int | None, after: bool, fire: Callable[[], BaseException]) -> None:
         self.left, self.after, self.fire, self.fired = n, after, fire, False
+        self.held = False
 
     def tick(self, done: bool) -> None:
         if self.left is None or done != self.after:
@@ -154,7 +159,13 @@ class Tripwire:
         self.left -= 1
         if self.left <= 0:
             self.left, self.fired = None, True
-            raise self.fire()
+            fired = self.fire()
+            # a signal's handler inside rent's hold around a create: held until its answer is
+            # on record, then raised (procs.interrupts_held), as in a real process
+            if isinstance(fired, Interrupted) and hold_interrupt(fired.signum):
+                self.held = True
+                return
+            raise fired
 
 
 class Disk:
@@ -290,6 +301,7 @@ class Tally:
     kept: int = 0  # rents that ended with a kept box
     killed: int = 0  # rents killed mid-way (SIGKILL)
     interrupted: int = 0
+    interrupts_held: int = 0  # ...of which arrived around a create and waited for its answer
     guardians_killed: int = 0
     guardians_terminated: int = 0  # SIGTERM: its lease must be given up, its exit non-zero
     leases_left_by_sigterm: int = 0  # ...and was not, with a store that could take the drop
@@ -667,6 +679,7 @@ def lifecycle(
             tally.kills_after[audit.last] += 1
         except Interrupted:
             tally.interrupted += 1
+            tally.interrupts_held += wire.held
         except GpuopsError:
             pass  # refused, unavailable, unresolved: the owner still ends what exists
         wire.arm(None, False, Killed)

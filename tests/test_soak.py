@@ -32,6 +32,7 @@ def test_faulty_lifecycles_leak_nothing_destroy_nothing_of_others_and_never_lie_
     assert (tally.leaked, tally.wrong_destroys) == (0, 0)
     assert (tally.premature_releases, tally.exit_0_while_billing, tally.stuck) == (0, 0, 0)
     assert tally.killed > 0 and tally.interrupted > 0 and tally.kept > 0
+    assert tally.interrupts_held > 0  # a signal around a create waited for its answer (M13)
     assert tally.guardians_killed > 0 and tally.unguarded > 0
     assert tally.guardians_terminated > 0  # SIGTERM: the lease given up, the exit 143 (M17)
     assert tally.early == 0  # M17: no host's clock ends a box before its owner would

@@ -11,7 +11,7 @@ Prints lifecycles per second, the machine's load, and every count tests/soak.py 
 if any bad count (Tally.bad: leaked, wrong destroys, premature releases, exit 0 while billing,
 early ends, results overwritten, a failed copy unheard, rentals left lying, ...) is not 0, or if
 a rare path was never reached: each team path, a lost create, an unclear create recorded as
-never found, a guardian's takeover, a sweep finishing a pending destroy, a guardian killed or
+never found, an interrupt held around a create until its answer, a guardian's takeover, a sweep finishing a pending destroy, a guardian killed or
 stopped during its copy, a results destination that refuses, a job's results delivered
 (judged: never another incarnation's, never changed later), and rent killed right after each
 ledger transition a rent writes (REACHED, KILL_POINTS).
@@ -35,9 +35,9 @@ from soak import Tally, run  # noqa: E402
 CHUNK = 250
 # Every count that must be above 0 in a full run, and every ledger transition rent must have
 # been killed right after ("none": before its first write).
-REACHED = ("kept", "killed", "interrupted", "guardians_killed", "guardians_terminated",
-           "unguarded", "skewed_owners", "others_corrupt", "own_corrupt", "full_disks",
-           "names_reused", "lost_creates", "never_found", "takeovers",
+REACHED = ("kept", "killed", "interrupted", "interrupts_held", "guardians_killed",
+           "guardians_terminated", "unguarded", "skewed_owners", "others_corrupt", "own_corrupt",
+           "full_disks", "names_reused", "lost_creates", "never_found", "takeovers",
            "sweep_finished", "results_delivered", "killed_in_copy",
            "destinations_lost", "synced_rentals", "syncs_made")  # fmt: skip
 KILL_POINTS = ("none", "None->intent", "intent->live", "intent->gone-confirmed",
