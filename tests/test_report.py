@@ -254,3 +254,29 @@ def test_a_lane_job_that_ran_no_time_still_charts_its_cost_in_its_bin():
     spend = report.figures(now=0.0)["spend"]
     assert [b["lane_usd"] for b in spend["bins"]] == [0.5]
     assert spend["lane_usd"] == 0.5
+
+
+@pytest.mark.parametrize("running_s", [1e13, 1e300])
+def test_a_span_far_longer_than_the_widest_bins_is_charted_in_at_most_max_bins(running_s):
+    """A job whose running_s says 10^13 s (a bad line, a clock years off) beside one of an hour:
+    the chart still has at most MAX_BINS bins, each a whole number of the widest bin (10^15 s
+    once asked for 400 million bins, and a worker running the event readers' property test
+    was killed for memory), and the bins still add up to the spend."""
+    report = r.Report()
+    for running, usd in ((running_s, 2.0), (3600.0, 0.5)):
+        end = ev.LaneJobEnd(lane="g2", job="j", attempts=1, stockouts=0, waiting_s=0,
+                            running_s=running, cost_usd=usd, outcome="succeeded")  # fmt: skip
+        report.add_event("2026-07-18T00:05:00.000000Z", end.KIND, end)
+    spend = report.figures(now=0.0)["spend"]
+
+    assert 1 <= len(spend["bins"]) <= r.MAX_BINS
+    assert spend["bin_s"] % r.BIN_WIDTHS[-1] == 0 and spend["bin_s"] > r.BIN_WIDTHS[-1]
+    assert sum(b["lane_usd"] for b in spend["bins"]) == pytest.approx(2.5)
+    assert spend["lane_usd"] == 2.5
+
+
+def test_the_bin_width_is_the_narrowest_that_fits_and_none_for_a_span_no_bins_hold():
+    widths = [r._bin_width(s) for s in (0.0, 47 * 60.0, 48 * 60.0, 47 * 30 * 86400.0)]
+    assert widths == [60, 60, 600, 30 * 86400]
+    assert r._bin_width(48 * 30 * 86400.0) == 2 * 30 * 86400  # a whole number of the widest
+    assert r._bin_width(float("inf")) is None and r._bin_width(float("nan")) is None

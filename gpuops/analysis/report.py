@@ -244,7 +244,9 @@ class Report:
             return doc
         start = min(s[0] for s in self.spans)
         end = max(s[1] for s in self.spans)
-        width = next((w for w in BIN_WIDTHS if (end - start) / w < MAX_BINS), BIN_WIDTHS[-1])
+        width = _bin_width(end - start)
+        if width is None:  # not a span a timeline can show (bins of it would not be finite)
+            return doc
         origin = start - start % width
         n = max(
             1, math.ceil((end - origin) / width)
@@ -260,6 +262,20 @@ class Report:
             for i in range(n)
         ]
         return doc
+
+
+def _bin_width(span_s: float) -> float | None:
+    """The narrowest of BIN_WIDTHS that cuts ``span_s`` into fewer than MAX_BINS bins; for a
+    longer span (a host's clock years off, a bad line's duration), a whole number of the widest
+    that still does: never more bins than MAX_BINS, whatever the log says (a span of 10^15 s
+    once asked for 400 million bins). None when the span is not finite."""
+    if not math.isfinite(span_s):
+        return None
+    found = next((w for w in BIN_WIDTHS if span_s / w < MAX_BINS), None)
+    if found is not None:
+        return found
+    widest = BIN_WIDTHS[-1]
+    return widest * math.ceil(span_s / (widest * (MAX_BINS - 1)))
 
 
 def _shares(lo: float, hi: float, origin: float, width: float, n: int) -> list[tuple[int, float]]:
