@@ -385,7 +385,15 @@ def direct(site: Site, base_url: str) -> Iterator[None]:
     prefix = base_url.rstrip("/")
     original = HTTPAdapter.send
 
-    def send(adapter: HTTPAdapter, prepared: requests.PreparedRequest, **_: object) -> Any:
+    def send(  # HTTPAdapter.send's own signature; the transport's options mean nothing here
+        adapter: HTTPAdapter,
+        prepared: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: Any = True,
+        cert: Any = None,
+        proxies: Any = None,
+    ) -> requests.Response:
         url = str(prepared.url)
         if url != prefix and not url.startswith((prefix + "/", prefix + "?")):
             raise requests.ConnectionError(f"{site.name} is direct at {prefix}, not {url}")
@@ -394,7 +402,7 @@ def direct(site: Site, base_url: str) -> Iterator[None]:
             raise reply
         return _response(prepared, *reply)
 
-    HTTPAdapter.send = send  # type: ignore[method-assign]
+    HTTPAdapter.send = send  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:

@@ -585,6 +585,43 @@ def test_a_rent_started_once_the_racers_creates_took_every_offer_waits_for_its_b
     assert naps == [timing.RACE_POLL_S]
 
 
+def test_a_rent_whose_search_ran_while_another_began_racing_waits_for_its_box_m8(world):
+    """M8: the second `rent NAME` looked for a racer, found none, and searched; in between the
+    first began its race and its creates took every offer (two processes started together on
+    a loaded host). The search finds nothing, and the second waits for the racer's box and
+    returns it, instead of exiting 4 beside a race of its own name."""
+    racer = world.market()
+    naps: list[float] = []
+
+    def nap(seconds: float) -> None:  # the waiter's first poll: the racer keeps its box
+        naps.append(seconds)
+        if len(naps) == 1:
+            for offer_state in world.fake.offers.values():
+                offer_state.taken = False
+            racer.rent(request(k=1))
+        world.fake.advance(seconds)
+
+    waiter = market_world.World.market(
+        world, probe=lambda instance, box: Verdict.PASS, seed=5, progress=world.said.append,
+        clock=WithSleep(world.fake.clock, nap),
+    )  # fmt: skip
+    real_search = waiter.vast.search_offers
+
+    def search(**query: Any) -> Any:  # the racer begins, and its creates hold every offer
+        racer.rentals.begin_race("job", world.fake.now() + HOURS * 3600.0, racer=racer.racer)
+        for offer_state in world.fake.offers.values():
+            offer_state.taken = True
+        return real_search(**query)
+
+    waiter.vast.search_offers = search  # type: ignore[method-assign]
+    rental = waiter.rent(request(k=1))
+
+    assert rental.state == LIVE and rental.racer == racer.racer
+    assert world.billing() == [int(rental.instance_id)]
+    assert len(world.create_calls()) == 1  # the racer's one create; the waiter sent none
+    assert any("is racing for it now" in line for line in world.said)
+
+
 def test_a_rent_waits_for_another_racer_before_searching_then_takes_over_once_it_stops_m8(world):
     """M8: while another rent of ours races the name, a rerun neither searches nor writes;
     once that racer's heartbeat has stood still for RACER_TTL_S on the rerun's own clock, it

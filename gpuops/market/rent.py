@@ -262,7 +262,15 @@ class Market:
             if planned is None:  # refusals that need no rental: nothing written, no owner
                 self._check_key()
                 self._previous_incarnation_done(existing)
-                planned = self._plan(req)
+                try:
+                    planned = self._plan(req)
+                except Unavailable:
+                    # M8: a rent of ours that began racing this name while this one searched
+                    # may have taken every offer: wait for its box rather than fail beside it
+                    again = self.rentals.get(req.name)
+                    if _other_racer(again, self.racer, self.ledger.operator) is None:
+                        raise
+                    continue
                 req = planned.req
                 now = self.clock.wall()
             deadline = now + req.hours * 3600.0
