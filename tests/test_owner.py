@@ -554,17 +554,12 @@ def test_a_rerun_on_the_racers_own_host_whose_process_is_gone_takes_over_at_once
     assert any("stopped racing for it; taking over" in line for line in world.said)
 
 
-def test_a_rent_started_once_the_racers_creates_took_every_offer_waits_for_its_box_m8(world):
-    """M8: a second `rent NAME` that starts after the racer's creates have taken every offer
-    (a second process started late on a loaded host) waits for the racer's box and returns
-    it: it does not search the emptied market and exit 4 while the name's race goes on."""
-    racer = world.market()
-    racer.rentals.begin_race("job", world.fake.now() + HOURS * 3600.0, racer=racer.racer)
-    for offer_state in world.fake.offers.values():  # the racer's creates hold every offer
-        offer_state.taken = True
+def _waiting_rent(world: World, racer: Market) -> tuple[Market, list[float]]:
+    """A second rent of the name, and its naps: at its first poll the offers are free again
+    and ``racer`` rents, keeping its box."""
     naps: list[float] = []
 
-    def nap(seconds: float) -> None:  # the waiter's first poll: the racer keeps its box
+    def nap(seconds: float) -> None:
         naps.append(seconds)
         if len(naps) == 1:
             for offer_state in world.fake.offers.values():
@@ -576,6 +571,18 @@ def test_a_rent_started_once_the_racers_creates_took_every_offer_waits_for_its_b
         world, probe=lambda instance, box: Verdict.PASS, seed=5, progress=world.said.append,
         clock=WithSleep(world.fake.clock, nap),
     )  # fmt: skip
+    return waiter, naps
+
+
+def test_a_rent_started_once_the_racers_creates_took_every_offer_waits_for_its_box_m8(world):
+    """M8: a second `rent NAME` that starts after the racer's creates have taken every offer
+    (a second process started late on a loaded host) waits for the racer's box and returns
+    it: it does not search the emptied market and exit 4 while the name's race goes on."""
+    racer = world.market()
+    racer.rentals.begin_race("job", world.fake.now() + HOURS * 3600.0, racer=racer.racer)
+    for offer_state in world.fake.offers.values():  # the racer's creates hold every offer
+        offer_state.taken = True
+    waiter, naps = _waiting_rent(world, racer)
     rental = waiter.rent(request(k=1))
 
     assert rental.state == LIVE and rental.racer == racer.racer
@@ -591,20 +598,7 @@ def test_a_rent_whose_search_ran_while_another_began_racing_waits_for_its_box_m8
     a loaded host). The search finds nothing, and the second waits for the racer's box and
     returns it, instead of exiting 4 beside a race of its own name."""
     racer = world.market()
-    naps: list[float] = []
-
-    def nap(seconds: float) -> None:  # the waiter's first poll: the racer keeps its box
-        naps.append(seconds)
-        if len(naps) == 1:
-            for offer_state in world.fake.offers.values():
-                offer_state.taken = False
-            racer.rent(request(k=1))
-        world.fake.advance(seconds)
-
-    waiter = market_world.World.market(
-        world, probe=lambda instance, box: Verdict.PASS, seed=5, progress=world.said.append,
-        clock=WithSleep(world.fake.clock, nap),
-    )  # fmt: skip
+    waiter, naps = _waiting_rent(world, racer)
     real_search = waiter.vast.search_offers
 
     def search(**query: Any) -> Any:  # the racer begins, and its creates hold every offer
