@@ -598,7 +598,7 @@ def test_a_rent_whose_search_ran_while_another_began_racing_waits_for_its_box_m8
     a loaded host). The search finds nothing, and the second waits for the racer's box and
     returns it, instead of exiting 4 beside a race of its own name."""
     racer = world.market()
-    waiter, naps = _waiting_rent(world, racer)
+    waiter, _ = _waiting_rent(world, racer)
     real_search = waiter.vast.search_offers
 
     def search(**query: Any) -> Any:  # the racer begins, and its creates hold every offer
