@@ -376,7 +376,7 @@ def direct(site: Site, base_url: str) -> Iterator[None]:
     with :func:`activate` (a dropped answer is a ``requests.ConnectionError``, an unknown route
     an ``AssertionError`` raised into the caller, any other URL a ``ConnectionError``, as
     ``responses`` answers an unregistered one), without ``responses``' matching and call
-    records or urllib3's response objects: about a third of an in-process exchange. For loops
+    records or urllib3's response objects (the soak runs about a quarter faster so). For loops
     of thousands of exchanges (the soak); tests that read ``responses``' call list use
     :func:`activate`. Not nestable with itself or with ``responses`` on the same thread."""
     import requests

@@ -16,8 +16,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -140,25 +141,29 @@ def fast_scenario(tmp_path: Path) -> Path:
     return path
 
 
-def wait_running(vast: VastAdapter, instance_id: str):
+def shown_until(vast: VastAdapter, instance_id: str, done: Callable[[Any], bool], what: str):
+    """What show says of the box once ``done`` holds for it: a wait for the fake's state,
+    polled, its deadline only a safety net."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         shown = vast.show(instance_id)
-        if shown is not None and shown.actual_status is InstanceStatus.RUNNING:
+        if done(shown):
             return shown
         time.sleep(POLL_S)
-    raise AssertionError(f"{instance_id} never reached running")
+    raise AssertionError(f"{instance_id} {what} within {STARTUP_TIMEOUT_S} s")
+
+
+def wait_running(vast: VastAdapter, instance_id: str):
+    def running(shown: Any) -> bool:
+        return shown is not None and shown.actual_status is InstanceStatus.RUNNING
+
+    return shown_until(vast, instance_id, running, "never reached running")
 
 
 def wait_gone(vast: VastAdapter, instance_id: str) -> None:
     """Until show no longer reports the box: the default scenario's destroy lags (and show lags
     behind it), as Vast's does, so the box is shown a moment after its destroy."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if vast.show(instance_id) is None:
-            return
-        time.sleep(POLL_S)
-    raise AssertionError(f"{instance_id} is still shown {STARTUP_TIMEOUT_S} s after its destroy")
+    shown_until(vast, instance_id, lambda shown: shown is None, "was still shown after its destroy")
 
 
 def test_serve_prints_the_export_lines_first_and_exits_0_on_sigterm(serve, fast_scenario):

@@ -554,6 +554,13 @@ def test_a_rerun_on_the_racers_own_host_whose_process_is_gone_takes_over_at_once
     assert any("stopped racing for it; taking over" in line for line in world.said)
 
 
+def _racing_with_every_offer(world: World, racer: Market) -> None:
+    """``racer`` begins its race of "job", and its creates hold every offer."""
+    racer.rentals.begin_race("job", world.fake.now() + HOURS * 3600.0, racer=racer.racer)
+    for offer_state in world.fake.offers.values():
+        offer_state.taken = True
+
+
 def _waiting_rent(world: World, racer: Market) -> tuple[Market, list[float]]:
     """A second rent of the name, and its naps: at its first poll the offers are free again
     and ``racer`` rents, keeping its box."""
@@ -579,9 +586,7 @@ def test_a_rent_started_once_the_racers_creates_took_every_offer_waits_for_its_b
     (a second process started late on a loaded host) waits for the racer's box and returns
     it: it does not search the emptied market and exit 4 while the name's race goes on."""
     racer = world.market()
-    racer.rentals.begin_race("job", world.fake.now() + HOURS * 3600.0, racer=racer.racer)
-    for offer_state in world.fake.offers.values():  # the racer's creates hold every offer
-        offer_state.taken = True
+    _racing_with_every_offer(world, racer)
     waiter, naps = _waiting_rent(world, racer)
     rental = waiter.rent(request(k=1))
 
@@ -601,10 +606,8 @@ def test_a_rent_whose_search_ran_while_another_began_racing_waits_for_its_box_m8
     waiter, _ = _waiting_rent(world, racer)
     real_search = waiter.vast.search_offers
 
-    def search(**query: Any) -> Any:  # the racer begins, and its creates hold every offer
-        racer.rentals.begin_race("job", world.fake.now() + HOURS * 3600.0, racer=racer.racer)
-        for offer_state in world.fake.offers.values():
-            offer_state.taken = True
+    def search(**query: Any) -> Any:  # meanwhile the racer begins and takes every offer
+        _racing_with_every_offer(world, racer)
         return real_search(**query)
 
     waiter.vast.search_offers = search  # type: ignore[method-assign]

@@ -554,9 +554,8 @@ class Market:
             if ended or stopped:
                 self.ledger.confirm_gone(box, CREATE_REFUSED)  # no create was sent
                 self.ledger.release(box)
-            if stopped:
-                return state  # the hold's end raises the interrupt
-            if ended:
+                if stopped:
+                    return state  # the hold's end raises the interrupt
                 raise RaceEnded(
                     f"{rental.name}: the rental was ended while racing for it "
                     f"({'gone' if current is None else current.state}); no further create is sent"
