@@ -227,3 +227,74 @@ def test_the_plugins_the_gate_names_are_installed_pytest_plugins_and_cover_the_i
     assert list(gate.PLUGINS[0::2]) == ["-p"] * len(named)
     assert set(named) <= installed
     assert {"xdist.plugin", "pytest_timeout", "_hypothesis_pytestplugin"} <= set(named)
+
+
+COLLECTED_PROJECT = {
+    "pytest.ini": "[pytest]\n",
+    "conftest.py": """
+import os, pytest
+
+def pytest_collection_modifyitems(items):
+    with open("log", "a") as log:
+        log.write(f"modify {os.environ.get('MUTANT_UNDER_TEST', '-')} {len(items)}\\n")
+
+@pytest.fixture(scope="session")
+def world():
+    with open("log", "a") as log:
+        log.write("setup\\n")
+    yield
+    with open("log", "a") as log:
+        log.write("teardown\\n")
+""",
+    "test_t.py": """
+def test_pass(world):
+    open("log", "a").write("ran pass\\n")
+
+def test_fail(world):
+    open("log", "a").write("ran fail\\n")
+    assert False
+""",
+    "drive.py": """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import gate
+
+collected = gate.CollectedOnce()
+collected.build(["-q", "-x", "-p", "no:cacheprovider", "test_t.py"])
+open("log", "w").close()
+
+for case in sys.argv[2:]:
+    tests = [f"test_t.py::test_{name}" for name in case.split(",")]
+    pid = os.fork()
+    if pid == 0:
+        os.environ["MUTANT_UNDER_TEST"] = "m__mutmut_1"
+        sys.stdout = open(os.devnull, "w")
+        status = collected.run(tests)
+        os._exit(99 if status is None else status)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    with open("log", "a") as log:
+        log.write(f"exit {status}\\n")
+print(open("log").read(), end="")
+""",
+}
+
+
+def test_a_mutant_s_child_runs_its_tests_from_the_one_collection_as_pytest_would(tmp_path):
+    """H2: the gate collects once (CollectedOnce) and each forked child runs its own tests from
+    that collection: pytest's exit code (0 passed, 1 failed), -x stops at the first failure, the
+    conftest sees the mutant's items, each child sets its fixtures up and tears them down, and
+    a test the collection lacks leaves the mutant to mutmut's own pytest run (99 here)."""
+    for name, text in COLLECTED_PROJECT.items():
+        (tmp_path / name).write_text(text)
+    done = subprocess.run(
+        [sys.executable, "drive.py", str(ROOT / "mutation"),
+         "pass", "fail,pass", "pass,fail", "nope"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "modify m__mutmut_1 1", "setup", "ran pass", "teardown", "exit 0",
+        "modify m__mutmut_1 2", "setup", "ran fail", "teardown", "exit 1",
+        "modify m__mutmut_1 2", "setup", "ran pass", "ran fail", "teardown", "exit 1",
+        "exit 99",
+    ]  # fmt: skip
