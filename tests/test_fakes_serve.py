@@ -101,9 +101,15 @@ class Served:
         return self.proc.wait(timeout=STOP_TIMEOUT_S)
 
     def close(self) -> None:
+        """Stop it as a user would (SIGTERM), so it removes the state and boot folders it made
+        under the temp folder; SIGKILL (which leaves them) only if it does not stop in time."""
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=STOP_TIMEOUT_S)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()
