@@ -12,9 +12,11 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from fakes.seam import SHUTDOWN_POLL_S
 
 BUCKET = "gpuops-fakes"
 STATE_PREFIX = "state"  # `fakes serve` protects it: writes there must be conditional
@@ -49,7 +51,23 @@ class FakeS3:
     def close(self) -> None:
         if self.front is not None:
             self.front.close()
-        self.server.stop()
+        _stop_promptly(self.server.stop, self.server.get_host_and_port())
+
+
+def _stop_promptly(stop: Callable[[], None], address: tuple[str, int]) -> None:
+    """``stop()`` a server whose serving loop looks for a stop request only between waits of
+    half a second (moto's, through werkzeug's default), waking that wait with a connection
+    until the stop returns."""
+    import contextlib
+    import socket
+    import threading
+
+    stopping = threading.Thread(target=stop, daemon=True)
+    stopping.start()
+    while stopping.is_alive():
+        with contextlib.suppress(OSError):
+            socket.create_connection(address, timeout=SHUTDOWN_POLL_S).close()
+        stopping.join(SHUTDOWN_POLL_S)
 
 
 def serve_s3(
@@ -435,7 +453,9 @@ class S3Front:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True
+        )
         self.thread.start()
 
     def drop(self, n: int, method: str, skip: int = 0) -> None:
