@@ -306,6 +306,7 @@ def run_mutmut(max_children: int, *names: str) -> None:
     """
     import mutmut.__main__ as mm
     from mutmut.configuration import config
+    from mutmut.mutation import trampoline
     from mutmut.runners.harness import PytestRunner
     from mutmut.state import state
     from mutmut.utils.file_utils import change_cwd
@@ -354,6 +355,9 @@ def run_mutmut(max_children: int, *names: str) -> None:
 
     def run_tests_collected(self, *, mutant_name, tests):  # type: ignore[no-untyped-def]
         if mutant_name and "__mutmut_" in mutant_name:
+            # This child tests one mutant for its whole life: each mutated function's trampoline
+            # asks which, on every call, of os.environ; the answer is now a constant.
+            trampoline.get_mutant_under_test = lambda: mutant_name
             with change_cwd("mutants"):
                 status = collected.run(list(tests))
             if status is not None:
