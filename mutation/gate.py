@@ -292,7 +292,7 @@ class CollectedOnce:
 
 
 def run_mutmut(max_children: int, *names: str) -> None:
-    """``mutmut run`` in this process, with five changes to its runner mechanics (mutmut 3.8.1):
+    """``mutmut run`` in this process, with six changes to its runner mechanics (mutmut 3.8.1):
 
     * the tests collected are gate_test_files(), not the whole suite;
     * pytest's plugin autoload is off and the plugins the tests use are named (PLUGINS);
@@ -302,7 +302,9 @@ def run_mutmut(max_children: int, *names: str) -> None:
       tests with no mutant active proves nothing new. A run that loads cached stats still
       does its clean run;
     * the tests are configured and collected once, and each mutant runs its own from that
-      collection (CollectedOnce) instead of starting pytest afresh.
+      collection (CollectedOnce) instead of starting pytest afresh;
+    * in a mutant's child, the trampolines' "which mutant is active?" is a constant, not an
+      os.environ look-up per call of a mutated function.
     """
     import mutmut.__main__ as mm
     from mutmut.configuration import config
