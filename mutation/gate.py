@@ -280,7 +280,6 @@ class CollectedOnce:
         config.hook.pytest_collection_modifyitems(session=session, config=config, items=items)
         session.items = items
         session.testscollected = len(items)
-        status = 0
         try:
             config.hook.pytest_runtestloop(session=session)
         except (session.Failed, session.Interrupted):
