@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fakes.seam import SHUTDOWN_POLL_S
+from fakes.seam import SHUTDOWN_POLL_S, serve_in_thread
 
 BUCKET = "gpuops-fakes"
 STATE_PREFIX = "state"  # `fakes serve` protects it: writes there must be conditional
@@ -453,10 +453,7 @@ class S3Front:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True
-        )
-        self.thread.start()
+        self.thread = serve_in_thread(self.server)
 
     def drop(self, n: int, method: str, skip: int = 0) -> None:
         """Lose the answers of the next ``n`` conditional ``method`` requests, after letting

@@ -188,6 +188,20 @@ def check_loopback(host: str, fake: str = "a fake") -> str:
     return host
 
 
+def serve_in_thread(httpd: ThreadingHTTPServer, name: str | None = None) -> threading.Thread:
+    """``httpd.serve_forever()`` on a daemon thread, started, that looks for a shutdown request
+    every SHUTDOWN_POLL_S: a ``shutdown()`` waits at most that long, not the standard library's
+    default half second (paid in every test's teardown that stops a server)."""
+    thread = threading.Thread(
+        target=httpd.serve_forever,
+        kwargs={"poll_interval": SHUTDOWN_POLL_S},
+        name=name,
+        daemon=True,
+    )
+    thread.start()
+    return thread
+
+
 class LoopbackServer:
     """A running loopback server for one site; ``url`` is its base URL."""
 
@@ -203,20 +217,11 @@ class LoopbackServer:
         self.host, self.port = bound, int(httpd.server_address[1])
         self.url = f"http://{self.host}:{self.port}"
         self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(
-                target=httpd.serve_forever,
-                kwargs={"poll_interval": SHUTDOWN_POLL_S},
-                name=f"{site.name}-http",
-                daemon=True,
-            )
-        ]
+        self._threads = [serve_in_thread(httpd, f"{site.name}-http")]
         if site.tick is not None:
-            self._threads.append(
-                threading.Thread(target=self._tick, name=f"{site.name}-tick", daemon=True)
-            )
-        for thread in self._threads:
-            thread.start()
+            ticker = threading.Thread(target=self._tick, name=f"{site.name}-tick", daemon=True)
+            ticker.start()
+            self._threads.append(ticker)
 
     def _tick(self) -> None:
         assert self.site.tick is not None

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from fakes.seam import SHUTDOWN_POLL_S
+from fakes.seam import serve_in_thread
 
 NET_S = 60.0  # a net for a hung test, never a pace: every wait here ends on an event
 
@@ -64,12 +64,7 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        # close() waits for the serving loop to look for it: every SHUTDOWN_POLL_S, not the
-        # standard library's default half second (spent in each test's teardown)
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True
-        )
-        self.thread.start()
+        self.thread = serve_in_thread(self.server)
 
     @property
     def url(self) -> str:

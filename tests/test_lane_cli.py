@@ -38,8 +38,7 @@ def lane_env(tmp_path: Path):
 
 def stop(served: Served) -> None:
     """End `fakes serve` as Ctrl-C would (SIGTERM), so it kills its boots, then close."""
-    served.proc.terminate()
-    served.proc.wait(timeout=CLI_TIMEOUT_S)
+    served.stop()
     served.close()
 
 
